@@ -1,0 +1,232 @@
+//! The request decoder: multibulk (`*N\r\n$len\r\n...`) and inline commands, as argument lists.
+//!
+//! It keeps its place between reads: a header line arriving in pieces is searched only from
+//! where the last search stopped, finished arguments are split off the buffer as zero-copy
+//! [`Bytes`], and a bulk body is waited for by length without looking at it.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::inline::split_inline;
+use crate::line::{find_crlf, parse_length, terminator_len};
+use crate::{Limits, ProtocolError, LINE_BYTES_MAX};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Between commands.
+    Start,
+    /// Inside a multibulk, `remaining` arguments still to come.
+    Headers { remaining: usize },
+    /// A `$len` header was read; waiting for `len` bytes and CRLF.
+    Body { len: usize, remaining: usize },
+}
+
+#[derive(Debug)]
+pub struct CommandDecoder {
+    limits: Limits,
+    state: State,
+    args: Vec<Bytes>,
+    scanned: usize,
+}
+
+impl Default for CommandDecoder {
+    fn default() -> Self {
+        CommandDecoder::new(Limits::default())
+    }
+}
+
+impl CommandDecoder {
+    pub fn new(limits: Limits) -> Self {
+        CommandDecoder { limits, state: State::Start, args: Vec::new(), scanned: 0 }
+    }
+
+    /// Bytes still missing before the bulk being read is complete, so the caller can size
+    /// its read buffer once for a large value.
+    pub fn bytes_wanted(&self, buffered: usize) -> usize {
+        match self.state {
+            State::Body { len, .. } => (len + 2).saturating_sub(buffered),
+            _ => 0,
+        }
+    }
+
+    /// True when no command is partly decoded.
+    pub fn is_idle(&self) -> bool {
+        self.state == State::Start && self.scanned == 0
+    }
+
+    /// Decodes the next whole command from the front of `buf`, consuming its bytes. Returns
+    /// `Ok(None)` when more bytes are needed. After an error the connection must be closed.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        loop {
+            match self.state {
+                State::Start => {
+                    if buf.is_empty() {
+                        return Ok(None);
+                    }
+                    if buf[0] == b'*' {
+                        let Some(count) = self.header(buf)? else { return Ok(None) };
+                        if count > self.limits.array_len_max as i64 {
+                            return Err(ProtocolError::InvalidMultibulkLength);
+                        }
+                        if count > 0 {
+                            let count = count as usize;
+                            self.args = Vec::with_capacity(count.min(64));
+                            self.state = State::Headers { remaining: count };
+                        }
+                        // `*0` and `*-1` are empty requests: Redis skips them.
+                    } else {
+                        match self.inline(buf)? {
+                            None => return Ok(None),
+                            Some(args) if args.is_empty() => continue,
+                            Some(args) => return Ok(Some(args)),
+                        }
+                    }
+                }
+                State::Headers { remaining: 0 } => {
+                    self.state = State::Start;
+                    return Ok(Some(std::mem::take(&mut self.args)));
+                }
+                State::Headers { remaining } => {
+                    if buf.is_empty() {
+                        return Ok(None);
+                    }
+                    if buf[0] != b'$' {
+                        return Err(ProtocolError::ExpectedBulk(buf[0]));
+                    }
+                    let Some(len) = self.header(buf)? else { return Ok(None) };
+                    if len < 0 || len as usize > self.limits.bulk_bytes_max {
+                        return Err(ProtocolError::InvalidBulkLength);
+                    }
+                    self.state = State::Body { len: len as usize, remaining };
+                }
+                State::Body { len, remaining } => {
+                    if buf.len() < len + 2 {
+                        return Ok(None);
+                    }
+                    if &buf[len..len + 2] != b"\r\n" {
+                        return Err(ProtocolError::Malformed("bulk string not terminated"));
+                    }
+                    self.args.push(buf.split_to(len).freeze());
+                    buf.advance(2);
+                    self.state = State::Headers { remaining: remaining - 1 };
+                }
+            }
+        }
+    }
+
+    /// Reads a `*n` or `$n` header line, consuming it. `None` when incomplete.
+    fn header(&mut self, buf: &mut BytesMut) -> Result<Option<i64>, ProtocolError> {
+        let kind = buf[0];
+        let end = match find_crlf(buf, self.scanned.max(1)) {
+            Ok(end) => end,
+            Err(scanned) => {
+                if scanned > LINE_BYTES_MAX {
+                    return Err(ProtocolError::TooBigCountString);
+                }
+                self.scanned = scanned;
+                return Ok(None);
+            }
+        };
+        let err = if kind == b'*' {
+            ProtocolError::InvalidMultibulkLength
+        } else {
+            ProtocolError::InvalidBulkLength
+        };
+        let value = parse_length(&buf[1..end], err)?;
+        buf.advance(end + terminator_len(buf, end));
+        self.scanned = 0;
+        Ok(Some(value))
+    }
+
+    fn inline(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        let from = self.scanned;
+        let Some(offset) = memchr::memchr(b'\n', &buf[from..]) else {
+            if buf.len() > self.limits.inline_bytes_max {
+                return Err(ProtocolError::TooBigInline);
+            }
+            self.scanned = buf.len();
+            return Ok(None);
+        };
+        let newline = from + offset;
+        if newline > self.limits.inline_bytes_max {
+            return Err(ProtocolError::TooBigInline);
+        }
+        let line = buf.split_to(newline + 1);
+        self.scanned = 0;
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        split_inline(text).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(input: &[u8]) -> Result<Vec<Vec<Bytes>>, ProtocolError> {
+        let mut decoder = CommandDecoder::default();
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        while let Some(args) = decoder.decode(&mut buf)? {
+            out.push(args);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn decodes_pipelined_multibulk_and_inline() {
+        let cmds = decode_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n\r\n*1\r\n$4\r\nPING\r\n")
+            .unwrap();
+        assert_eq!(cmds.len(), 3);
+        assert_eq!(cmds[0], vec![Bytes::from("GET"), Bytes::from("k")]);
+        assert_eq!(cmds[1], vec![Bytes::from("PING")]);
+    }
+
+    #[test]
+    fn resumes_byte_by_byte() {
+        let input = b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n";
+        let mut decoder = CommandDecoder::default();
+        let mut buf = BytesMut::new();
+        let mut got = None;
+        for (i, &b) in input.iter().enumerate() {
+            buf.extend_from_slice(&[b]);
+            let r = decoder.decode(&mut buf).unwrap();
+            if i + 1 < input.len() {
+                assert!(r.is_none(), "complete too early at {i}");
+            } else {
+                got = r;
+            }
+        }
+        assert_eq!(got.unwrap()[2], Bytes::from("value"));
+        assert!(decoder.is_idle());
+    }
+
+    #[test]
+    fn rejects_bad_lengths_with_redis_texts() {
+        let err = |input: &[u8]| decode_all(input).unwrap_err().to_string();
+        assert_eq!(err(b"*-5\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(err(b"*99999999999\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(err(b"*1\r\n$-3\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(err(b"*1\r\n$999999999999\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(err(b"*1\r\n*1\r\n"), "Protocol error: expected '$', got '*'");
+        assert_eq!(err(b"*x\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(err(b"*1\r\n$1\r\nab\r\n"), "Protocol error: bulk string not terminated");
+    }
+
+    #[test]
+    fn bounds_unterminated_inline_and_headers() {
+        let long = vec![b'a'; INLINE_LIMIT_PLUS_ONE];
+        assert_eq!(decode_all(&long).unwrap_err(), ProtocolError::TooBigInline);
+        let mut header = b"*1".to_vec();
+        header.extend(std::iter::repeat(b'1').take(LINE_BYTES_MAX + 1));
+        assert_eq!(decode_all(&header).unwrap_err(), ProtocolError::TooBigCountString);
+    }
+    const INLINE_LIMIT_PLUS_ONE: usize = crate::INLINE_BYTES_MAX + 1;
+
+    #[test]
+    fn arguments_are_views_of_the_read_buffer() {
+        let mut buf = BytesMut::from(&b"*1\r\n$5\r\nhello\r\n"[..]);
+        let start = buf.as_ptr() as usize;
+        let args = CommandDecoder::default().decode(&mut buf).unwrap().unwrap();
+        assert_eq!(args[0].as_ptr() as usize, start + 8);
+    }
+}

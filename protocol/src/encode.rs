@@ -1,0 +1,150 @@
+//! The reply encoder. Writes straight into the connection's output buffer; RESP3-only types
+//! are downgraded for RESP2 connections the way Redis does it.
+
+use crate::{Frame, Protocol};
+
+pub fn encode_simple(out: &mut Vec<u8>, text: &[u8]) {
+    out.push(b'+');
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\r\n");
+}
+
+pub fn encode_error(out: &mut Vec<u8>, text: &[u8]) {
+    out.push(b'-');
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\r\n");
+}
+
+pub fn encode_integer(out: &mut Vec<u8>, value: i64) {
+    out.push(b':');
+    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+pub fn encode_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    header(out, b'$', bytes.len());
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
+}
+
+pub fn encode_null(out: &mut Vec<u8>, protocol: Protocol) {
+    match protocol {
+        Protocol::Resp2 => out.extend_from_slice(b"$-1\r\n"),
+        Protocol::Resp3 => out.extend_from_slice(b"_\r\n"),
+    }
+}
+
+fn header(out: &mut Vec<u8>, kind: u8, len: usize) {
+    out.push(kind);
+    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Formats a double the way Redis's RESP3 `,` replies and RESP2 bulk doubles do.
+pub(crate) fn format_double(value: f64) -> String {
+    if value.is_nan() {
+        "nan".to_string()
+    } else if value.is_infinite() {
+        if value > 0.0 { "inf" } else { "-inf" }.to_string()
+    } else {
+        format!("{value}")
+    }
+}
+
+/// Appends `frame` to `out` in the given protocol.
+pub fn encode(out: &mut Vec<u8>, frame: &Frame, protocol: Protocol) {
+    let resp3 = protocol == Protocol::Resp3;
+    match frame {
+        Frame::Simple(text) => encode_simple(out, text),
+        Frame::Error(text) => encode_error(out, text),
+        Frame::Integer(value) => encode_integer(out, *value),
+        Frame::Bulk(bytes) => encode_bulk(out, bytes),
+        Frame::Null => encode_null(out, protocol),
+        Frame::NullArray if resp3 => out.extend_from_slice(b"_\r\n"),
+        Frame::NullArray => out.extend_from_slice(b"*-1\r\n"),
+        Frame::Array(items) => encode_items(out, b'*', items, protocol),
+        Frame::Set(items) => encode_items(out, if resp3 { b'~' } else { b'*' }, items, protocol),
+        Frame::Push(items) => encode_items(out, if resp3 { b'>' } else { b'*' }, items, protocol),
+        Frame::Map(pairs) => {
+            if resp3 {
+                header(out, b'%', pairs.len());
+            } else {
+                header(out, b'*', pairs.len() * 2);
+            }
+            for (key, value) in pairs {
+                encode(out, key, protocol);
+                encode(out, value, protocol);
+            }
+        }
+        Frame::Double(value) => {
+            let text = format_double(*value);
+            if resp3 {
+                out.push(b',');
+                out.extend_from_slice(text.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            } else {
+                encode_bulk(out, text.as_bytes());
+            }
+        }
+        Frame::Boolean(value) if resp3 => {
+            out.extend_from_slice(if *value { b"#t\r\n" } else { b"#f\r\n" })
+        }
+        Frame::Boolean(value) => encode_integer(out, i64::from(*value)),
+        Frame::BigNumber(digits) if resp3 => {
+            out.push(b'(');
+            out.extend_from_slice(digits);
+            out.extend_from_slice(b"\r\n");
+        }
+        Frame::BigNumber(digits) => encode_bulk(out, digits),
+        Frame::Verbatim(format, text) if resp3 => {
+            header(out, b'=', text.len() + 4);
+            out.extend_from_slice(format);
+            out.push(b':');
+            out.extend_from_slice(text);
+            out.extend_from_slice(b"\r\n");
+        }
+        Frame::Verbatim(_, text) => encode_bulk(out, text),
+        Frame::BulkError(text) if resp3 => {
+            header(out, b'!', text.len());
+            out.extend_from_slice(text);
+            out.extend_from_slice(b"\r\n");
+        }
+        Frame::BulkError(text) => encode_error(out, text),
+    }
+}
+
+fn encode_items(out: &mut Vec<u8>, kind: u8, items: &[Frame], protocol: Protocol) {
+    header(out, kind, items.len());
+    for item in items {
+        encode(out, item, protocol);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn enc(frame: Frame, protocol: Protocol) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode(&mut out, &frame, protocol);
+        out
+    }
+
+    #[test]
+    fn downgrades_resp3_types_for_resp2() {
+        let map = Frame::Map(vec![(Frame::bulk("a"), Frame::Integer(1))]);
+        assert_eq!(enc(map.clone(), Protocol::Resp2), b"*2\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(enc(map, Protocol::Resp3), b"%1\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(enc(Frame::Null, Protocol::Resp2), b"$-1\r\n");
+        assert_eq!(enc(Frame::NullArray, Protocol::Resp2), b"*-1\r\n");
+        assert_eq!(enc(Frame::Null, Protocol::Resp3), b"_\r\n");
+        assert_eq!(enc(Frame::Double(1.5), Protocol::Resp2), b"$3\r\n1.5\r\n");
+        assert_eq!(enc(Frame::Double(1.5), Protocol::Resp3), b",1.5\r\n");
+        assert_eq!(enc(Frame::Boolean(true), Protocol::Resp2), b":1\r\n");
+        assert_eq!(enc(Frame::Boolean(false), Protocol::Resp3), b"#f\r\n");
+        let verbatim = Frame::Verbatim(*b"txt", Bytes::from_static(b"hi"));
+        assert_eq!(enc(verbatim.clone(), Protocol::Resp3), b"=6\r\ntxt:hi\r\n");
+        assert_eq!(enc(verbatim, Protocol::Resp2), b"$2\r\nhi\r\n");
+    }
+}

@@ -1,0 +1,71 @@
+//! The RESP value model shared by replies and the general decoder.
+
+use bytes::Bytes;
+
+/// Which protocol a connection speaks; `HELLO 2|3` switches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Protocol {
+    #[default]
+    Resp2,
+    Resp3,
+}
+
+/// One RESP2 or RESP3 value. RESP3-only variants are downgraded by the encoder when the
+/// connection speaks RESP2 (maps become flat arrays, doubles bulk strings, and so on).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Frame {
+    Simple(Bytes),
+    Error(Bytes),
+    Integer(i64),
+    Bulk(Bytes),
+    /// The null bulk string (`$-1` in RESP2, `_` in RESP3).
+    Null,
+    /// The null array (`*-1` in RESP2, `_` in RESP3), e.g. a timed-out BLPOP.
+    NullArray,
+    Array(Vec<Frame>),
+    Double(f64),
+    Boolean(bool),
+    BigNumber(Bytes),
+    /// A verbatim string: three bytes of format (`txt`, `mkd`) and the text.
+    Verbatim([u8; 3], Bytes),
+    BulkError(Bytes),
+    Map(Vec<(Frame, Frame)>),
+    Set(Vec<Frame>),
+    Push(Vec<Frame>),
+}
+
+impl Frame {
+    /// The `+OK` reply.
+    pub fn ok() -> Frame {
+        Frame::Simple(Bytes::from_static(b"OK"))
+    }
+
+    pub fn simple(text: &'static str) -> Frame {
+        Frame::Simple(Bytes::from_static(text.as_bytes()))
+    }
+
+    /// An error reply; `text` is the whole line, starting with its code (`ERR`, `WRONGTYPE`).
+    pub fn error(text: impl Into<String>) -> Frame {
+        Frame::Error(Bytes::from(text.into()))
+    }
+
+    pub fn static_error(text: &'static str) -> Frame {
+        Frame::Error(Bytes::from_static(text.as_bytes()))
+    }
+
+    pub fn bulk(bytes: impl Into<Bytes>) -> Frame {
+        Frame::Bulk(bytes.into())
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, Frame::Error(_) | Frame::BulkError(_))
+    }
+
+    /// The bytes of a bulk or simple string, for clients reading replies.
+    pub fn as_bytes(&self) -> Option<&Bytes> {
+        match self {
+            Frame::Bulk(b) | Frame::Simple(b) | Frame::Verbatim(_, b) => Some(b),
+            _ => None,
+        }
+    }
+}
