@@ -1,1 +1,22 @@
+//! One WeTask shard's state machine: the keyspace with expiry, the command table, and the
+//! command families. Pure and synchronous: no runtime, no I/O, no threads. The server owns
+//! one [`Shard`] per core and decides what runs where, using the routing data in
+//! [`table::COMMANDS`].
 
+pub mod args;
+pub mod errors;
+pub mod glob;
+pub mod keys;
+pub mod keyspace;
+pub mod shard;
+pub mod slot;
+pub mod strings;
+pub mod table;
+
+pub use keyspace::{Entry, ScanFilter, Value};
+pub use shard::{Shard, DATABASES};
+pub use slot::{key_slot, shard_of};
+pub use table::{lookup, CommandSpec, Merge, Route, COMMANDS};
+
+#[cfg(test)]
+mod tests;

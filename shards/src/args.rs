@@ -1,0 +1,96 @@
+//! Argument parsing shared by every command family: strict integers and floats with Redis's
+//! rules, and case-insensitive option matching.
+
+use wetask_protocol::Frame;
+
+use crate::errors::{NOT_FLOAT, NOT_INTEGER};
+
+/// Parses a signed 64-bit integer the way Redis's `string2ll` does (no spaces, no `+`, no
+/// leading zeros).
+pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
+    if bytes.is_empty() || bytes.len() > 20 {
+        return None;
+    }
+    let (negative, digits) = match bytes[0] {
+        b'-' => (true, &bytes[1..]),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || (digits[0] == b'0' && (digits.len() > 1 || negative)) {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        let digit = i64::from(b - b'0');
+        value = if negative {
+            value.checked_mul(10)?.checked_sub(digit)?
+        } else {
+            value.checked_mul(10)?.checked_add(digit)?
+        };
+    }
+    Some(value)
+}
+
+pub fn int_arg(bytes: &[u8]) -> Result<i64, Frame> {
+    parse_i64(bytes).ok_or_else(|| Frame::static_error(NOT_INTEGER))
+}
+
+/// Parses a float like Redis's `string2ld`: no spaces, no NaN, `inf` allowed.
+pub fn parse_f64(bytes: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    if text.is_empty() || text.starts_with(char::is_whitespace) || text.ends_with(char::is_whitespace)
+    {
+        return None;
+    }
+    let value: f64 = match text.to_ascii_lowercase().as_str() {
+        "inf" | "+inf" | "infinity" | "+infinity" => f64::INFINITY,
+        "-inf" | "-infinity" => f64::NEG_INFINITY,
+        _ => text.parse().ok()?,
+    };
+    if value.is_nan() {
+        return None;
+    }
+    Some(value)
+}
+
+pub fn float_arg(bytes: &[u8]) -> Result<f64, Frame> {
+    parse_f64(bytes).ok_or_else(|| Frame::static_error(NOT_FLOAT))
+}
+
+/// Formats a float as Redis's INCRBYFLOAT reply: shortest exact digits, no exponent.
+pub fn format_f64(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e17 {
+        return format!("{}", value as i64);
+    }
+    format!("{value}")
+}
+
+/// Case-insensitive comparison of an argument with an ASCII option name.
+pub fn is(arg: &[u8], option: &str) -> bool {
+    arg.eq_ignore_ascii_case(option.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_follow_string2ll() {
+        assert_eq!(parse_i64(b"-0"), None);
+        assert_eq!(parse_i64(b"007"), None);
+        assert_eq!(parse_i64(b"10"), Some(10));
+        assert_eq!(parse_i64(b"1 "), None);
+    }
+
+    #[test]
+    fn floats_follow_redis() {
+        assert_eq!(parse_f64(b"1.5"), Some(1.5));
+        assert_eq!(parse_f64(b"5.0e3"), Some(5000.0));
+        assert_eq!(parse_f64(b" 1"), None);
+        assert_eq!(parse_f64(b"nan"), None);
+        assert_eq!(format_f64(10.5 + 0.1), "10.6");
+        assert_eq!(format_f64(3.0e3), "3000");
+    }
+}

@@ -1,0 +1,149 @@
+//! One shard: its 16 databases, its coarse clock, and the entry points the server calls.
+//! Everything here is synchronous and owned by one core; the server decides what runs where.
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+
+use crate::errors::{unknown_command, wrong_arity};
+use crate::keyspace::{Db, Entry, ScanFilter};
+use crate::table::{lookup, CommandSpec};
+
+/// Databases per shard (`SELECT 0..=15`).
+pub const DATABASES: usize = 16;
+/// Keys sampled per database per active-expiry round, as Redis's `ACTIVE_EXPIRE_CYCLE_KEYS`.
+pub const EXPIRE_SAMPLES_PER_ROUND: usize = 20;
+
+/// What one command sees while it runs: the shard's databases, the selected one, the clock.
+pub struct Ctx<'a> {
+    pub dbs: &'a mut [Db],
+    pub db: usize,
+    pub now_ms: u64,
+}
+
+impl Ctx<'_> {
+    pub fn db(&mut self) -> &mut Db {
+        &mut self.dbs[self.db]
+    }
+}
+
+pub struct Shard {
+    pub id: usize,
+    dbs: Vec<Db>,
+    now_ms: u64,
+    expire_cursor_db: usize,
+}
+
+impl Shard {
+    pub fn new(id: usize) -> Self {
+        Shard {
+            id,
+            dbs: (0..DATABASES).map(|_| Db::default()).collect(),
+            now_ms: 0,
+            expire_cursor_db: 0,
+        }
+    }
+
+    /// The coarse clock, set once per loop turn by the server (unix milliseconds).
+    pub fn set_clock(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    pub fn db(&mut self, db: usize) -> &mut Db {
+        &mut self.dbs[db]
+    }
+
+    /// Runs a command whose spec the caller already looked up and arity-checked.
+    pub fn execute(&mut self, db: usize, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+        debug_assert!(spec.arity_ok(args.len()));
+        let handler = spec.handler.expect("server commands never reach a shard");
+        let mut ctx = Ctx { dbs: &mut self.dbs, db, now_ms: self.now_ms };
+        handler(&mut ctx, args)
+    }
+
+    /// Looks up, checks and runs a command given as a plain argument list (tests, scripts).
+    pub fn execute_args(&mut self, db: usize, args: &[Bytes]) -> Frame {
+        let Some(spec) = lookup(&args[0]).filter(|s| s.handler.is_some()) else {
+            return unknown_command(args);
+        };
+        if !spec.arity_ok(args.len()) {
+            return wrong_arity(spec.name);
+        }
+        self.execute(db, spec, args)
+    }
+
+    /// Removes a key and hands its entry over (the first half of a cross-shard move).
+    pub fn take_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
+        let now = self.now_ms;
+        self.dbs[db].remove_live(key, now)
+    }
+
+    /// A copy of a key's entry (for a cross-shard COPY).
+    pub fn clone_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
+        let now = self.now_ms;
+        self.dbs[db].get(key, now).map(|e| e.clone())
+    }
+
+    /// Stores an entry handed over from another shard. With `replace` false it refuses
+    /// (returns false) when the key exists.
+    pub fn put_entry(&mut self, db: usize, key: &[u8], entry: Entry, replace: bool) -> bool {
+        let now = self.now_ms;
+        if !replace && self.dbs[db].contains(key, now) {
+            return false;
+        }
+        self.dbs[db].insert(key, entry);
+        true
+    }
+
+    pub fn exists(&mut self, db: usize, key: &[u8]) -> bool {
+        let now = self.now_ms;
+        self.dbs[db].contains(key, now)
+    }
+
+    pub fn scan(&mut self, db: usize, cursor: u64, count: usize, filter: &ScanFilter) -> (u64, Vec<Bytes>) {
+        self.dbs[db].scan(cursor, count, filter, self.now_ms)
+    }
+
+    pub fn random_key(&mut self, db: usize) -> Option<Bytes> {
+        let now = self.now_ms;
+        self.dbs[db].random_key(now)
+    }
+
+    /// Keys per database that are non-empty: (db, keys, keys with a TTL).
+    pub fn keyspace_summary(&self) -> Vec<(usize, usize, usize)> {
+        self.dbs
+            .iter()
+            .enumerate()
+            .filter(|(_, db)| !db.is_empty())
+            .map(|(i, db)| (i, db.len(), db.volatile_len()))
+            .collect()
+    }
+
+    pub fn expired_keys(&self) -> u64 {
+        self.dbs.iter().map(Db::expired_count).sum()
+    }
+
+    /// One bounded round of active expiry: samples databases in turn until `samples_max`
+    /// keys were looked at, or the expired fraction drops under a quarter (Redis's rule).
+    /// Returns the number of keys removed.
+    pub fn active_expire(&mut self, samples_max: usize) -> usize {
+        let mut sampled_total = 0;
+        let mut expired_total = 0;
+        let mut idle_dbs = 0;
+        while sampled_total < samples_max && idle_dbs < DATABASES {
+            let db = self.expire_cursor_db;
+            let (sampled, expired) =
+                self.dbs[db].expire_sample(self.now_ms, EXPIRE_SAMPLES_PER_ROUND);
+            sampled_total += sampled;
+            expired_total += expired;
+            if sampled == 0 || expired * 4 < sampled {
+                self.expire_cursor_db = (db + 1) % DATABASES;
+                idle_dbs += 1;
+            }
+        }
+        expired_total
+    }
+}

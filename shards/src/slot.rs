@@ -1,0 +1,56 @@
+//! Key routing: the Redis Cluster hash slot (CRC16/XMODEM of the key, or of its `{hash tag}`,
+//! mod 16384) and the shard that owns a slot.
+
+pub const SLOT_COUNT: u16 = 16384;
+
+/// CRC16/XMODEM (polynomial 0x1021), the checksum Redis Cluster uses for slots.
+pub fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc
+}
+
+/// The part of the key that is hashed: the first non-empty `{...}` section, if any.
+pub fn hash_tag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+pub fn key_slot(key: &[u8]) -> u16 {
+    crc16(hash_tag(key)) % SLOT_COUNT
+}
+
+/// The shard owning `key` when there are `shard_count` shards.
+pub fn shard_of(key: &[u8], shard_count: usize) -> usize {
+    debug_assert!(shard_count > 0);
+    usize::from(key_slot(key)) % shard_count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_redis_cluster_slots() {
+        // Values from `CLUSTER KEYSLOT` on Redis.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"bar"), 5061);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");
+        assert_eq!(hash_tag(b"foo{{bar}}zap"), b"{bar");
+        assert_eq!(hash_tag(b"foo{bar}{zap}"), b"bar");
+    }
+}

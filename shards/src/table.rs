@@ -1,0 +1,257 @@
+//! The command table, declared as data. Each row names a command, its arity (Redis's rule:
+//! `n` exactly, `-n` at least), its flags, where its keys sit (first, last, step), how the
+//! server routes it, and the shard handler that runs it. Routing, arity checks, `COMMAND
+//! COUNT|INFO|DOCS` and `docs/COMPATIBILITY.md` all read this one table.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+
+use crate::shard::Ctx;
+use crate::{keys, strings};
+
+pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
+
+/// Command flags, as `COMMAND INFO` reports them.
+pub mod flag {
+    pub const WRITE: u32 = 1 << 0;
+    pub const READONLY: u32 = 1 << 1;
+    pub const FAST: u32 = 1 << 2;
+    pub const DENYOOM: u32 = 1 << 3;
+    pub const ADMIN: u32 = 1 << 4;
+    pub const NOSCRIPT: u32 = 1 << 5;
+    pub const LOADING: u32 = 1 << 6;
+    pub const STALE: u32 = 1 << 7;
+    pub const NO_AUTH: u32 = 1 << 8;
+    pub const BLOCKING: u32 = 1 << 9;
+
+    pub const NAMES: &[(u32, &str)] = &[
+        (WRITE, "write"),
+        (READONLY, "readonly"),
+        (DENYOOM, "denyoom"),
+        (ADMIN, "admin"),
+        (NOSCRIPT, "noscript"),
+        (LOADING, "loading"),
+        (STALE, "stale"),
+        (FAST, "fast"),
+        (NO_AUTH, "no_auth"),
+        (BLOCKING, "blocking"),
+    ];
+}
+
+/// How replies from several shards combine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Merge {
+    /// Integer replies are added (DEL, EXISTS, DBSIZE).
+    Sum,
+    /// Every shard replied OK: reply OK once (MSET, FLUSHDB).
+    Ok,
+    /// One reply per key, put back in the client's key order (MGET).
+    PerKey,
+    /// Arrays are concatenated (KEYS).
+    Concat,
+}
+
+/// Where a command runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Connection and server commands, handled by the server itself.
+    Server,
+    /// Runs on the shard owning its keys. When the keys span shards, the server's
+    /// cross-shard coordinator handles it (RENAME, COPY, MSETNX).
+    Keyed,
+    /// Multi-key: split into one sub-command per shard, replies merged.
+    Split(Merge),
+    /// Runs on every shard, replies merged.
+    AllShards(Merge),
+}
+
+pub struct CommandSpec {
+    /// Lower-case name.
+    pub name: &'static str,
+    pub arity: i32,
+    pub flags: u32,
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub route: Route,
+    pub handler: Option<Handler>,
+    pub group: &'static str,
+    pub summary: &'static str,
+}
+
+impl CommandSpec {
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i32;
+        if self.arity >= 0 {
+            argc == self.arity
+        } else {
+            argc >= -self.arity
+        }
+    }
+
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// The key argument positions for an argument list of length `argc`.
+    pub fn key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
+        let (first, step) = (self.first_key.max(0) as usize, self.step.max(1) as usize);
+        let last = if self.first_key <= 0 {
+            0
+        } else if self.last_key < 0 {
+            (argc as i32 + self.last_key).max(0) as usize
+        } else {
+            (self.last_key as usize).min(argc.saturating_sub(1))
+        };
+        let active = self.first_key > 0;
+        (first..=last).step_by(step).filter(move |_| active)
+    }
+}
+
+use flag::*;
+use Merge::*;
+use Route::*;
+
+const fn row(
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    keys: (i32, i32, i32),
+    route: Route,
+    handler: Option<Handler>,
+    group: &'static str,
+    summary: &'static str,
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+        route,
+        handler,
+        group,
+        summary,
+    }
+}
+
+const NONE: (i32, i32, i32) = (0, 0, 0);
+const ONE: (i32, i32, i32) = (1, 1, 1);
+const TWO: (i32, i32, i32) = (1, 2, 1);
+const ALL: (i32, i32, i32) = (1, -1, 1);
+const PAIRS: (i32, i32, i32) = (1, -1, 2);
+const S: &str = "string";
+const G: &str = "generic";
+const C: &str = "connection";
+const SV: &str = "server";
+
+pub static COMMANDS: &[CommandSpec] = &[
+    // strings
+    row("get", 2, READONLY | FAST, ONE, Keyed, Some(strings::get), S, "Returns the string value of a key."),
+    row("set", -3, WRITE | DENYOOM, ONE, Keyed, Some(strings::set), S, "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist."),
+    row("setnx", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::setnx), S, "Set the string value of a key only when the key doesn't exist."),
+    row("setex", 4, WRITE | DENYOOM, ONE, Keyed, Some(strings::setex), S, "Sets the string value and expiration time of a key. Creates the key if it doesn't exist."),
+    row("psetex", 4, WRITE | DENYOOM, ONE, Keyed, Some(strings::psetex), S, "Sets both string value and expiration time in milliseconds of a key."),
+    row("mget", -2, READONLY | FAST, ALL, Split(PerKey), Some(strings::mget), S, "Atomically returns the string values of one or more keys."),
+    row("mset", -3, WRITE | DENYOOM, PAIRS, Split(Ok), Some(strings::mset), S, "Atomically creates or modifies the string values of one or more keys."),
+    row("msetnx", -3, WRITE | DENYOOM, PAIRS, Keyed, Some(strings::msetnx), S, "Atomically modifies the string values of one or more keys only when all keys don't exist."),
+    row("getset", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::getset), S, "Returns the previous string value of a key after setting it to a new value."),
+    row("getdel", 2, WRITE | FAST, ONE, Keyed, Some(strings::getdel), S, "Returns the string value of a key after deleting the key."),
+    row("getex", -2, WRITE | FAST, ONE, Keyed, Some(strings::getex), S, "Returns the string value of a key after setting its expiration time."),
+    row("append", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::append), S, "Appends a string to the value of a key. Creates the key if it doesn't exist."),
+    row("strlen", 2, READONLY | FAST, ONE, Keyed, Some(strings::strlen), S, "Returns the length of a string value."),
+    row("incr", 2, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::incr), S, "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist."),
+    row("decr", 2, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::decr), S, "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist."),
+    row("incrby", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::incrby), S, "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist."),
+    row("decrby", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::decrby), S, "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist."),
+    row("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::incrbyfloat), S, "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist."),
+    row("getrange", 4, READONLY, ONE, Keyed, Some(strings::getrange), S, "Returns a substring of the string stored at a key."),
+    row("setrange", 4, WRITE | DENYOOM, ONE, Keyed, Some(strings::setrange), S, "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist."),
+    // keys
+    row("del", -2, WRITE, ALL, Split(Sum), Some(keys::del), G, "Deletes one or more keys."),
+    row("unlink", -2, WRITE | FAST, ALL, Split(Sum), Some(keys::del), G, "Asynchronously deletes one or more keys."),
+    row("exists", -2, READONLY | FAST, ALL, Split(Sum), Some(keys::exists), G, "Determines whether one or more keys exist."),
+    row("touch", -2, READONLY | FAST, ALL, Split(Sum), Some(keys::exists), G, "Returns the number of existing keys out of those specified after updating the time they were last accessed."),
+    row("expire", -3, WRITE | FAST, ONE, Keyed, Some(keys::expire), G, "Sets the expiration time of a key in seconds."),
+    row("pexpire", -3, WRITE | FAST, ONE, Keyed, Some(keys::pexpire), G, "Sets the expiration time of a key in milliseconds."),
+    row("expireat", -3, WRITE | FAST, ONE, Keyed, Some(keys::expireat), G, "Sets the expiration time of a key to a Unix timestamp."),
+    row("pexpireat", -3, WRITE | FAST, ONE, Keyed, Some(keys::pexpireat), G, "Sets the expiration time of a key to a Unix milliseconds timestamp."),
+    row("expiretime", 2, READONLY | FAST, ONE, Keyed, Some(keys::expiretime), G, "Returns the expiration time of a key as a Unix timestamp."),
+    row("pexpiretime", 2, READONLY | FAST, ONE, Keyed, Some(keys::pexpiretime), G, "Returns the expiration time of a key as a Unix milliseconds timestamp."),
+    row("ttl", 2, READONLY | FAST, ONE, Keyed, Some(keys::ttl), G, "Returns the expiration time in seconds of a key."),
+    row("pttl", 2, READONLY | FAST, ONE, Keyed, Some(keys::pttl), G, "Returns the expiration time in milliseconds of a key."),
+    row("persist", 2, WRITE | FAST, ONE, Keyed, Some(keys::persist), G, "Removes the expiration time of a key."),
+    row("type", 2, READONLY | FAST, ONE, Keyed, Some(keys::type_of), G, "Determines the type of value stored at a key."),
+    row("keys", 2, READONLY, NONE, AllShards(Concat), Some(keys::keys), G, "Returns all key names that match a pattern."),
+    row("scan", -2, READONLY, NONE, Server, None, G, "Iterates over the key names in the database."),
+    row("randomkey", 1, READONLY, NONE, Server, None, G, "Returns a random key name from the database."),
+    row("rename", 3, WRITE, TWO, Keyed, Some(keys::rename), G, "Renames a key and overwrites the destination."),
+    row("renamenx", 3, WRITE | FAST, TWO, Keyed, Some(keys::renamenx), G, "Renames a key only when the target key name doesn't exist."),
+    row("copy", -3, WRITE | DENYOOM, TWO, Keyed, Some(keys::copy), G, "Copies the value of a key to a new key."),
+    row("dbsize", 1, READONLY | FAST, NONE, AllShards(Sum), Some(keys::dbsize), SV, "Returns the number of keys in the database."),
+    row("flushdb", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushdb), SV, "Remove all keys from the current database."),
+    row("flushall", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushall), SV, "Removes all keys from all databases."),
+    // connection and server
+    row("ping", -1, FAST | STALE, NONE, Server, None, C, "Returns the server's liveliness response."),
+    row("echo", 2, FAST, NONE, Server, None, C, "Returns the given string."),
+    row("hello", -1, FAST | NO_AUTH | NOSCRIPT | LOADING | STALE, NONE, Server, None, C, "Handshakes with the Redis server."),
+    row("auth", -2, FAST | NO_AUTH | NOSCRIPT | LOADING | STALE, NONE, Server, None, C, "Authenticates the connection."),
+    row("quit", -1, FAST | NO_AUTH | NOSCRIPT | LOADING | STALE, NONE, Server, None, C, "Closes the connection."),
+    row("reset", 1, FAST | NO_AUTH | NOSCRIPT | LOADING | STALE, NONE, Server, None, C, "Resets the connection."),
+    row("select", 2, FAST | LOADING | STALE, NONE, Server, None, C, "Changes the selected database."),
+    row("client", -2, NOSCRIPT | LOADING | STALE, NONE, Server, None, C, "A container for client connection commands."),
+    row("command", -1, LOADING | STALE, NONE, Server, None, SV, "Returns detailed information about all commands."),
+    row("config", -2, ADMIN | NOSCRIPT | LOADING | STALE, NONE, Server, None, SV, "A container for server configuration commands."),
+    row("info", -1, LOADING | STALE, NONE, Server, None, SV, "Returns information and statistics about the server."),
+    row("time", 1, FAST | LOADING | STALE, NONE, Server, None, SV, "Returns the server time."),
+    row("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE, NONE, Server, None, SV, "Synchronously saves the database(s) to disk and shuts down the Redis server."),
+];
+
+fn index() -> &'static HashMap<&'static [u8], &'static CommandSpec> {
+    static INDEX: OnceLock<HashMap<&'static [u8], &'static CommandSpec>> = OnceLock::new();
+    INDEX.get_or_init(|| COMMANDS.iter().map(|c| (c.name.as_bytes(), c)).collect())
+}
+
+/// Looks a command up by name, case-insensitively, without allocating.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    const NAME_BYTES_MAX: usize = 32;
+    if name.len() > NAME_BYTES_MAX {
+        return None;
+    }
+    let mut lower = [0u8; NAME_BYTES_MAX];
+    for (dst, src) in lower.iter_mut().zip(name) {
+        *dst = src.to_ascii_lowercase();
+    }
+    index().get(&lower[..name.len()]).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_lowercase_and_routed_consistently() {
+        assert_eq!(index().len(), COMMANDS.len());
+        for spec in COMMANDS {
+            assert_eq!(spec.name, spec.name.to_ascii_lowercase());
+            assert_eq!(spec.route == Server, spec.handler.is_none(), "{}", spec.name);
+            assert!(spec.arity != 0, "{}", spec.name);
+        }
+        assert_eq!(lookup(b"GeT").unwrap().name, "get");
+        assert!(lookup(b"nosuch").is_none());
+    }
+
+    #[test]
+    fn key_positions_follow_first_last_step() {
+        let mset = lookup(b"mset").unwrap();
+        assert_eq!(mset.key_positions(5).collect::<Vec<_>>(), vec![1, 3]);
+        let del = lookup(b"del").unwrap();
+        assert_eq!(del.key_positions(4).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(lookup(b"ping").unwrap().key_positions(1).count(), 0);
+        assert_eq!(lookup(b"copy").unwrap().key_positions(5).collect::<Vec<_>>(), vec![1, 2]);
+    }
+}
