@@ -1,1 +1,17 @@
+//! The `wetask` server: glommio executors (one pinned shard per core), the io_uring network
+//! rings, cross-shard routing, and the connection and server commands. The only crate that
+//! knows glommio and io_uring; the state machines live in `wetask-shards`.
 
+mod clients;
+mod commands;
+pub mod config;
+mod context;
+mod cross;
+mod dispatch;
+mod globals;
+mod info;
+mod mesh;
+mod net;
+pub mod runtime;
+mod session;
+mod stats;

@@ -1,0 +1,156 @@
+//! Connection state that commands see (db, protocol, name, auth), and the per-shard registry
+//! behind CLIENT LIST and CLIENT KILL. Killing shuts the socket down; the transport then sees
+//! end-of-file and closes the connection through its normal path.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::os::fd::RawFd;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use wetask_protocol::Protocol;
+
+pub struct ConnState {
+    pub id: u64,
+    pub fd: RawFd,
+    pub addr: String,
+    pub laddr: String,
+    pub name: Option<Bytes>,
+    pub lib_name: Option<Bytes>,
+    pub lib_ver: Option<Bytes>,
+    pub db: usize,
+    pub protocol: Protocol,
+    pub authenticated: bool,
+    pub created_ms: u64,
+    pub last_active_ms: u64,
+    pub last_command: &'static str,
+    /// Set by QUIT, CLIENT KILL, a protocol error: close once the replies so far are sent.
+    pub close_requested: bool,
+    /// Set by a successful SHUTDOWN: the connection closes without a reply, as in Redis.
+    pub skip_reply: bool,
+}
+
+impl ConnState {
+    pub fn new(id: u64, fd: RawFd, addr: String, laddr: String, now_ms: u64, authenticated: bool) -> Self {
+        ConnState {
+            id,
+            fd,
+            addr,
+            laddr,
+            name: None,
+            lib_name: None,
+            lib_ver: None,
+            db: 0,
+            protocol: Protocol::Resp2,
+            authenticated,
+            created_ms: now_ms,
+            last_active_ms: now_ms,
+            last_command: "NULL",
+            close_requested: false,
+            skip_reply: false,
+        }
+    }
+
+    /// One `CLIENT LIST` line (without the newline).
+    pub fn describe(&self, now_ms: u64) -> String {
+        let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+        format!(
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 multi=-1 cmd={} user=default resp={} lib-name={} lib-ver={}",
+            self.id,
+            self.addr,
+            self.laddr,
+            self.fd,
+            text(&self.name),
+            now_ms.saturating_sub(self.created_ms) / 1000,
+            now_ms.saturating_sub(self.last_active_ms) / 1000,
+            self.db,
+            self.last_command,
+            if self.protocol == Protocol::Resp3 { 3 } else { 2 },
+            text(&self.lib_name),
+            text(&self.lib_ver),
+        )
+    }
+}
+
+/// Which clients CLIENT KILL targets.
+#[derive(Clone, Debug, Default)]
+pub struct KillFilter {
+    pub id: Option<u64>,
+    pub addr: Option<String>,
+    pub laddr: Option<String>,
+    /// The id of the client issuing the kill, and whether it may kill itself (SKIPME).
+    pub caller: u64,
+    pub skip_me: bool,
+}
+
+impl KillFilter {
+    fn matches(&self, conn: &ConnState) -> bool {
+        if self.skip_me && conn.id == self.caller {
+            return false;
+        }
+        self.id.is_none_or(|id| id == conn.id)
+            && self.addr.as_ref().is_none_or(|a| *a == conn.addr)
+            && self.laddr.as_ref().is_none_or(|a| *a == conn.laddr)
+    }
+}
+
+#[derive(Default)]
+pub struct Clients {
+    by_id: BTreeMap<u64, Rc<RefCell<ConnState>>>,
+}
+
+impl Clients {
+    pub fn add(&mut self, conn: Rc<RefCell<ConnState>>) {
+        let id = conn.borrow().id;
+        self.by_id.insert(id, conn);
+    }
+
+    pub fn remove(&mut self, id: u64) {
+        self.by_id.remove(&id);
+    }
+
+    /// CLIENT LIST lines. `me` is the asking connection when it lives on this shard: it is
+    /// borrowed while its command runs, so it is described from the reference passed in.
+    pub fn list(&self, now_ms: u64, me: Option<&ConnState>) -> String {
+        let mut out = String::new();
+        for (id, conn) in &self.by_id {
+            let line = match me {
+                Some(me) if me.id == *id => me.describe(now_ms),
+                _ => match conn.try_borrow() {
+                    Ok(conn) => conn.describe(now_ms),
+                    Err(_) => continue,
+                },
+            };
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Marks every matching connection for closing and shuts its socket down, so its
+    /// transport sees end-of-file. Returns how many matched.
+    pub fn kill(&self, filter: &KillFilter, mut me: Option<&mut ConnState>) -> usize {
+        let mut killed = 0;
+        for (id, conn) in &self.by_id {
+            let mut borrowed;
+            let target: &mut ConnState = match me.as_deref_mut() {
+                Some(me) if me.id == *id => me,
+                _ => match conn.try_borrow_mut() {
+                    Ok(conn) => {
+                        borrowed = conn;
+                        &mut borrowed
+                    }
+                    Err(_) => continue,
+                },
+            };
+            if filter.matches(target) {
+                target.close_requested = true;
+                // SAFETY: shutdown on a socket this shard owns; the fd stays open until the
+                // transport closes it after seeing end-of-file.
+                unsafe { libc::shutdown(target.fd, libc::SHUT_RDWR) };
+                killed += 1;
+            }
+        }
+        killed
+    }
+}

@@ -1,0 +1,592 @@
+//! Connection and server commands (the table's `Route::Server` rows): PING, ECHO, HELLO,
+//! AUTH, QUIT, RESET, SELECT, CLIENT, COMMAND, CONFIG, INFO, TIME, SHUTDOWN, SCAN and
+//! RANDOMKEY. They touch the connection's state or gather from every shard, so they live
+//! in the server, not in a shard family.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use wetask_protocol::{Frame, Protocol};
+use wetask_shards::args::{int_arg, is, parse_i64};
+use wetask_shards::errors::{unknown_subcommand, wrong_arity, DB_INDEX_RANGE, SYNTAX};
+use wetask_shards::table::{flag, CommandSpec};
+use wetask_shards::{lookup, ScanFilter, COMMANDS, DATABASES};
+
+use crate::clients::{ConnState, KillFilter};
+use crate::context::ShardCtx;
+use crate::globals::{unix_ms, unix_us};
+use crate::info;
+use crate::mesh::{Request, Response};
+
+/// The Redis version WeTask reports to clients, which gate features on it.
+pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+/// Server commands that must hear from every shard.
+pub fn needs_all_shards(spec: &CommandSpec, args: &[Bytes]) -> bool {
+    match spec.name {
+        "info" | "scan" | "randomkey" => true,
+        "client" => is(&args[1], "list") || is(&args[1], "kill"),
+        "config" => is(&args[1], "resetstat"),
+        _ => false,
+    }
+}
+
+pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
+    match spec.name {
+        "ping" => ping(args),
+        "echo" => Frame::Bulk(args[1].clone()),
+        "hello" => hello(ctx, &mut conn.borrow_mut(), args),
+        "auth" => auth(ctx, &mut conn.borrow_mut(), args),
+        "quit" => {
+            conn.borrow_mut().close_requested = true;
+            Frame::ok()
+        }
+        "reset" => reset(ctx, &mut conn.borrow_mut()),
+        "select" => select(&mut conn.borrow_mut(), args),
+        "client" => client(ctx, conn, args).await,
+        "command" => command(args),
+        "config" => config(ctx, args).await,
+        "info" => info::info(ctx, args).await,
+        "time" => {
+            let now = unix_us();
+            Frame::Array(vec![
+                Frame::Bulk(Bytes::from((now / 1_000_000).to_string())),
+                Frame::Bulk(Bytes::from((now % 1_000_000).to_string())),
+            ])
+        }
+        "shutdown" => shutdown(ctx, &mut conn.borrow_mut(), args),
+        "scan" => scan(ctx, conn.borrow().db, args).await,
+        "randomkey" => randomkey(ctx, conn.borrow().db).await,
+        other => Frame::error(format!("ERR '{other}' is not handled by this server")),
+    }
+}
+
+fn ping(args: &[Bytes]) -> Frame {
+    match args.len() {
+        1 => Frame::simple("PONG"),
+        2 => Frame::Bulk(args[1].clone()),
+        _ => wrong_arity("ping"),
+    }
+}
+
+fn password_ok(ctx: &ShardCtx, user: &[u8], password: &[u8]) -> Result<bool, Frame> {
+    let required = ctx.globals.requirepass.lock().expect("requirepass").clone();
+    match required {
+        None if user == b"default" => Err(Frame::static_error(
+            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        )),
+        None => Ok(false),
+        Some(expected) => Ok(user == b"default" && password == expected.as_bytes()),
+    }
+}
+
+fn auth(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
+    let (user, password) = match args.len() {
+        2 => (&b"default"[..], &args[1]),
+        3 => (&args[1][..], &args[2]),
+        _ => return Frame::static_error(SYNTAX),
+    };
+    match password_ok(ctx, user, password) {
+        Ok(true) => {
+            conn.authenticated = true;
+            Frame::ok()
+        }
+        Ok(false) => Frame::static_error(WRONGPASS),
+        Err(err) => err,
+    }
+}
+
+fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
+    let mut protocol = conn.protocol;
+    let mut i = 1;
+    if args.len() > 1 {
+        protocol = match parse_i64(&args[1]) {
+            Some(2) => Protocol::Resp2,
+            Some(3) => Protocol::Resp3,
+            Some(_) => return Frame::static_error("NOPROTO unsupported protocol version"),
+            None => return Frame::static_error("ERR Protocol version is not an integer or out of range"),
+        };
+        i = 2;
+    }
+    let mut name = None;
+    while i < args.len() {
+        if is(&args[i], "auth") && i + 2 < args.len() {
+            match password_ok(ctx, &args[i + 1], &args[i + 2]) {
+                Ok(true) => conn.authenticated = true,
+                Ok(false) => return Frame::static_error(WRONGPASS),
+                Err(err) => return err,
+            }
+            i += 3;
+        } else if is(&args[i], "setname") && i + 1 < args.len() {
+            if let Err(err) = valid_name(&args[i + 1]) {
+                return err;
+            }
+            name = Some(args[i + 1].clone());
+            i += 2;
+        } else {
+            return Frame::error(format!(
+                "ERR Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(&args[i])
+            ));
+        }
+    }
+    if !conn.authenticated {
+        return Frame::static_error(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+        );
+    }
+    conn.protocol = protocol;
+    if name.is_some() {
+        conn.name = name;
+    }
+    let text = |s: &str| Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()));
+    Frame::Map(vec![
+        (text("server"), text("redis")),
+        (text("version"), text(REDIS_COMPAT_VERSION)),
+        (text("proto"), Frame::Integer(if protocol == Protocol::Resp3 { 3 } else { 2 })),
+        (text("id"), Frame::Integer(conn.id as i64)),
+        (text("mode"), text("standalone")),
+        (text("role"), text("master")),
+        (text("modules"), Frame::Array(Vec::new())),
+    ])
+}
+
+fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
+    conn.db = 0;
+    conn.protocol = Protocol::Resp2;
+    conn.name = None;
+    conn.authenticated = ctx.globals.requirepass.lock().expect("requirepass").is_none();
+    Frame::simple("RESET")
+}
+
+fn select(conn: &mut ConnState, args: &[Bytes]) -> Frame {
+    match int_arg(&args[1]) {
+        Ok(db) if (0..DATABASES as i64).contains(&db) => {
+            conn.db = db as usize;
+            Frame::ok()
+        }
+        Ok(_) => Frame::static_error(DB_INDEX_RANGE),
+        Err(err) => err,
+    }
+}
+
+fn shutdown(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
+    for arg in &args[1..] {
+        if !["nosave", "save", "now", "force", "abort"].iter().any(|o| is(arg, o)) {
+            return Frame::static_error(SYNTAX);
+        }
+        if is(arg, "abort") {
+            return Frame::static_error("ERR No shutdown in progress.");
+        }
+    }
+    tracing::info!(client = conn.id, "SHUTDOWN requested by a client");
+    ctx.globals.begin_shutdown();
+    // Like Redis, a successful SHUTDOWN answers by closing the connection.
+    conn.close_requested = true;
+    conn.skip_reply = true;
+    Frame::Null
+}
+
+fn valid_name(name: &[u8]) -> Result<(), Frame> {
+    if name.iter().all(|&b| (b'!'..=b'~').contains(&b)) {
+        Ok(())
+    } else {
+        Err(Frame::static_error(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ))
+    }
+}
+
+async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
+    let sub = &args[1];
+    let now = unix_ms();
+    if is(sub, "id") && args.len() == 2 {
+        return Frame::Integer(conn.borrow().id as i64);
+    }
+    if is(sub, "getname") && args.len() == 2 {
+        return conn.borrow().name.clone().map_or(Frame::Null, Frame::Bulk);
+    }
+    if is(sub, "setname") && args.len() == 3 {
+        if let Err(err) = valid_name(&args[2]) {
+            return err;
+        }
+        conn.borrow_mut().name = (!args[2].is_empty()).then(|| args[2].clone());
+        return Frame::ok();
+    }
+    if is(sub, "setinfo") && args.len() == 4 {
+        let mut state = conn.borrow_mut();
+        if is(&args[2], "lib-name") {
+            if let Err(err) = valid_name(&args[3]) {
+                return err;
+            }
+            state.lib_name = Some(args[3].clone());
+        } else if is(&args[2], "lib-ver") {
+            state.lib_ver = Some(args[3].clone());
+        } else {
+            return Frame::error(format!(
+                "ERR Unrecognized option '{}'",
+                String::from_utf8_lossy(&args[2])
+            ));
+        }
+        return Frame::ok();
+    }
+    if is(sub, "info") && args.len() == 2 {
+        return Frame::Verbatim(*b"txt", Bytes::from(conn.borrow().describe(now) + "\n"));
+    }
+    if (is(sub, "no-evict") || is(sub, "no-touch")) && args.len() == 3 {
+        return if is(&args[2], "on") || is(&args[2], "off") {
+            Frame::ok()
+        } else {
+            Frame::static_error(SYNTAX)
+        };
+    }
+    if is(sub, "list") {
+        return client_list(ctx, conn, args).await;
+    }
+    if is(sub, "kill") {
+        return client_kill(ctx, conn, args).await;
+    }
+    if is(sub, "help") {
+        let lines = ["CLIENT <subcommand> [<arg> ...]. Subcommands are:", "ID", "GETNAME",
+            "SETNAME <name>", "SETINFO <LIB-NAME|LIB-VER> <value>", "INFO", "LIST [TYPE normal] [ID <id> ...]",
+            "KILL <ip:port> | KILL [ID <id>] [ADDR <ip:port>] [LADDR <ip:port>] [SKIPME yes|no]",
+            "NO-EVICT <on|off>", "NO-TOUCH <on|off>"];
+        return Frame::Array(lines.iter().map(|l| Frame::Simple(Bytes::from_static(l.as_bytes()))).collect());
+    }
+    unknown_subcommand("client", sub)
+}
+
+async fn client_list(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
+    let mut ids: Option<Vec<u64>> = None;
+    let mut i = 2;
+    while i < args.len() {
+        if is(&args[i], "type") && i + 1 < args.len() {
+            if !is(&args[i + 1], "normal") {
+                return Frame::Verbatim(*b"txt", Bytes::new());
+            }
+            i += 2;
+        } else if is(&args[i], "id") && i + 1 < args.len() {
+            let mut list = Vec::new();
+            for arg in &args[i + 1..] {
+                match parse_i64(arg) {
+                    Some(id) if id > 0 => list.push(id as u64),
+                    _ => return Frame::static_error("ERR Invalid client ID"),
+                }
+            }
+            ids = Some(list);
+            i = args.len();
+        } else {
+            return Frame::static_error(SYNTAX);
+        }
+    }
+    let pending: Vec<_> = (0..ctx.shard_count)
+        .filter(|&s| s != ctx.id)
+        .map(|s| ctx.request(s, Request::ClientList))
+        .collect();
+    let mut text = ctx.clients.borrow().list(unix_ms(), Some(&conn.borrow()));
+    for future in pending {
+        if let Response::Text(more) = future.await {
+            text.push_str(&more);
+        }
+    }
+    if let Some(ids) = ids {
+        text = text
+            .lines()
+            .filter(|line| {
+                let id = line.split(' ').next().and_then(|f| f.strip_prefix("id="));
+                id.and_then(|id| id.parse::<u64>().ok()).is_some_and(|id| ids.contains(&id))
+            })
+            .map(|line| format!("{line}\n"))
+            .collect();
+    }
+    Frame::Verbatim(*b"txt", Bytes::from(text))
+}
+
+async fn client_kill(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
+    let caller = conn.borrow().id;
+    let old_style = args.len() == 3;
+    let mut filter = KillFilter { caller, skip_me: !old_style, ..KillFilter::default() };
+    if old_style {
+        filter.addr = Some(String::from_utf8_lossy(&args[2]).into_owned());
+    } else {
+        let mut i = 2;
+        while i + 1 < args.len() {
+            let value = &args[i + 1];
+            let text = String::from_utf8_lossy(value).into_owned();
+            match &args[i] {
+                a if is(a, "id") => match parse_i64(value) {
+                    Some(id) if id > 0 => filter.id = Some(id as u64),
+                    _ => return Frame::static_error("ERR client-id should be greater than 0"),
+                },
+                a if is(a, "addr") => filter.addr = Some(text),
+                a if is(a, "laddr") => filter.laddr = Some(text),
+                a if is(a, "skipme") => filter.skip_me = match text.to_ascii_lowercase().as_str() {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Frame::static_error(SYNTAX),
+                },
+                a if is(a, "user") => {
+                    if text != "default" {
+                        return Frame::Integer(0);
+                    }
+                }
+                a if is(a, "type") => {
+                    if !is(value, "normal") {
+                        return Frame::Integer(0);
+                    }
+                }
+                _ => return Frame::static_error(SYNTAX),
+            }
+            i += 2;
+        }
+        if i != args.len() {
+            return Frame::static_error(SYNTAX);
+        }
+    }
+    let pending: Vec<_> = (0..ctx.shard_count)
+        .filter(|&s| s != ctx.id)
+        .map(|s| ctx.request(s, Request::ClientKill { filter: filter.clone() }))
+        .collect();
+    let mut killed = ctx.clients.borrow().kill(&filter, Some(&mut conn.borrow_mut()));
+    for future in pending {
+        if let Response::Count(n) = future.await {
+            killed += n;
+        }
+    }
+    if old_style {
+        if killed == 0 {
+            Frame::static_error("ERR No such client")
+        } else {
+            Frame::ok()
+        }
+    } else {
+        Frame::Integer(killed as i64)
+    }
+}
+
+fn command_info(spec: &CommandSpec) -> Frame {
+    let flags = flag::NAMES
+        .iter()
+        .filter(|(bit, _)| spec.has(*bit))
+        .map(|(_, name)| Frame::Simple(Bytes::from_static(name.as_bytes())))
+        .collect();
+    let mut categories = vec![format!("@{}", match spec.group {
+        "generic" => "keyspace",
+        other => other,
+    })];
+    categories.push(if spec.has(flag::WRITE) { "@write" } else { "@read" }.to_string());
+    categories.push(if spec.has(flag::FAST) { "@fast" } else { "@slow" }.to_string());
+    Frame::Array(vec![
+        Frame::Bulk(Bytes::from_static(spec.name.as_bytes())),
+        Frame::Integer(i64::from(spec.arity)),
+        Frame::Set(flags),
+        Frame::Integer(i64::from(spec.first_key)),
+        Frame::Integer(i64::from(spec.last_key)),
+        Frame::Integer(i64::from(spec.step)),
+        Frame::Set(categories.into_iter().map(|c| Frame::Simple(Bytes::from(c))).collect()),
+        Frame::Set(Vec::new()),
+        Frame::Array(Vec::new()),
+        Frame::Array(Vec::new()),
+    ])
+}
+
+fn command_docs(spec: &CommandSpec) -> Frame {
+    let text = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
+    Frame::Map(vec![
+        (text("summary"), text(spec.summary)),
+        (text("since"), text("1.0.0")),
+        (text("group"), text(spec.group)),
+    ])
+}
+
+fn command(args: &[Bytes]) -> Frame {
+    if args.len() == 1 {
+        return Frame::Array(COMMANDS.iter().map(command_info).collect());
+    }
+    let sub = &args[1];
+    let named = || args[2..].iter().map(|name| lookup(name));
+    if is(sub, "count") && args.len() == 2 {
+        Frame::Integer(COMMANDS.len() as i64)
+    } else if is(sub, "info") {
+        if args.len() == 2 {
+            return Frame::Array(COMMANDS.iter().map(command_info).collect());
+        }
+        Frame::Array(named().map(|s| s.map_or(Frame::NullArray, command_info)).collect())
+    } else if is(sub, "docs") {
+        let pick: Vec<&CommandSpec> = if args.len() == 2 {
+            COMMANDS.iter().collect()
+        } else {
+            named().flatten().collect()
+        };
+        Frame::Map(
+            pick.into_iter()
+                .map(|s| (Frame::Bulk(Bytes::from_static(s.name.as_bytes())), command_docs(s)))
+                .collect(),
+        )
+    } else if is(sub, "list") && args.len() == 2 {
+        Frame::Array(COMMANDS.iter().map(|s| Frame::Bulk(Bytes::from_static(s.name.as_bytes()))).collect())
+    } else {
+        unknown_subcommand("command", sub)
+    }
+}
+
+/// CONFIG GET's parameters: name and current value.
+fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
+    let g = &ctx.globals;
+    vec![
+        ("bind", g.config.bind.clone()),
+        ("port", g.port.load(Ordering::Relaxed).to_string()),
+        ("databases", DATABASES.to_string()),
+        ("maxclients", g.maxclients.load(Ordering::Relaxed).to_string()),
+        ("requirepass", g.requirepass.lock().expect("requirepass").clone().unwrap_or_default()),
+        ("proto-max-bulk-len", g.config.proto_max_bulk_len.to_string()),
+        ("save", String::new()),
+        ("appendonly", "no".into()),
+        ("maxmemory", "0".into()),
+        ("maxmemory-policy", "noeviction".into()),
+        ("timeout", "0".into()),
+        ("tcp-keepalive", "0".into()),
+        ("notify-keyspace-events", String::new()),
+        ("io-threads", "1".into()),
+        ("shards", g.shard_count.to_string()),
+    ]
+}
+
+async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
+    let sub = &args[1];
+    if is(sub, "get") && args.len() >= 3 {
+        let params = config_params(ctx);
+        let mut pairs = Vec::new();
+        for (name, value) in &params {
+            if args[2..].iter().any(|p| wetask_shards::glob::glob_match(&p.to_ascii_lowercase(), name.as_bytes())) {
+                pairs.push((
+                    Frame::Bulk(Bytes::from_static(name.as_bytes())),
+                    Frame::Bulk(Bytes::from(value.clone())),
+                ));
+            }
+        }
+        return Frame::Map(pairs);
+    }
+    if is(sub, "set") && args.len() >= 4 && args.len() % 2 == 0 {
+        return config_set(ctx, &args[2..]);
+    }
+    if is(sub, "resetstat") && args.len() == 2 {
+        ctx.stats.reset();
+        let pending: Vec<_> = (0..ctx.shard_count)
+            .filter(|&s| s != ctx.id)
+            .map(|s| ctx.request(s, Request::ResetStats))
+            .collect();
+        for future in pending {
+            future.await;
+        }
+        return Frame::ok();
+    }
+    if is(sub, "get") || is(sub, "set") || is(sub, "resetstat") {
+        return wrong_arity(&format!("config|{}", String::from_utf8_lossy(sub).to_ascii_lowercase()));
+    }
+    unknown_subcommand("config", sub)
+}
+
+fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
+    for pair in pairs.chunks(2) {
+        let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
+        let value = String::from_utf8_lossy(&pair[1]).into_owned();
+        match name.as_str() {
+            "requirepass" => {
+                *ctx.globals.requirepass.lock().expect("requirepass") =
+                    (!value.is_empty()).then_some(value);
+            }
+            "maxclients" => match value.parse::<usize>() {
+                Ok(n) if n > 0 => ctx.globals.maxclients.store(n, Ordering::Relaxed),
+                _ => {
+                    return Frame::error(format!(
+                        "ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument couldn't be parsed into an integer"
+                    ))
+                }
+            },
+            _ if config_params(ctx).iter().any(|(p, _)| *p == name) => {
+                return Frame::error(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
+                ))
+            }
+            _ => {
+                return Frame::error(format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                ))
+            }
+        }
+    }
+    Frame::ok()
+}
+
+/// SCAN across shards: the cursor's low part (mod the shard count) names the shard, the rest
+/// is that shard's own position cursor.
+async fn scan(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
+    let Some(cursor) = std::str::from_utf8(&args[1]).ok().and_then(|s| s.parse::<u64>().ok()) else {
+        return Frame::static_error("ERR invalid cursor");
+    };
+    let mut count = 10usize;
+    let mut filter = ScanFilter::default();
+    let mut i = 2;
+    while i < args.len() {
+        if i + 1 >= args.len() {
+            return Frame::static_error(SYNTAX);
+        }
+        let value = &args[i + 1];
+        match &args[i] {
+            a if is(a, "count") => match parse_i64(value) {
+                Some(n) if n >= 1 => count = n.min(1 << 20) as usize,
+                Some(_) => return Frame::static_error(SYNTAX),
+                None => return Frame::static_error(wetask_shards::errors::NOT_INTEGER),
+            },
+            a if is(a, "match") => filter.pattern = Some(value.clone()),
+            a if is(a, "type") => filter.type_name = Some(String::from_utf8_lossy(value).into_owned()),
+            _ => return Frame::static_error(SYNTAX),
+        }
+        i += 2;
+    }
+    let shards = ctx.shard_count as u64;
+    let shard = (cursor % shards) as usize;
+    let position = cursor / shards;
+    let (next, keys) = if shard == ctx.id {
+        ctx.shard.borrow_mut().scan(db, position, count, &filter)
+    } else {
+        match ctx.request(shard, Request::Scan { db, cursor: position, count, filter }).await {
+            Response::Scan(next, keys) => (next, keys),
+            _ => (0, Vec::new()),
+        }
+    };
+    let next_cursor = if next != 0 {
+        next * shards + shard as u64
+    } else if shard + 1 < ctx.shard_count {
+        (shard + 1) as u64
+    } else {
+        0
+    };
+    Frame::Array(vec![
+        Frame::Bulk(Bytes::from(next_cursor.to_string())),
+        Frame::Array(keys.into_iter().map(Frame::Bulk).collect()),
+    ])
+}
+
+async fn randomkey(ctx: &Rc<ShardCtx>, db: usize) -> Frame {
+    let start = fastrand::usize(..ctx.shard_count);
+    for offset in 0..ctx.shard_count {
+        let shard = (start + offset) % ctx.shard_count;
+        let key = if shard == ctx.id {
+            ctx.shard.borrow_mut().random_key(db)
+        } else {
+            match ctx.request(shard, Request::RandomKey { db }).await {
+                Response::Key(key) => key,
+                _ => None,
+            }
+        };
+        if let Some(key) = key {
+            return Frame::Bulk(key);
+        }
+    }
+    Frame::Null
+}

@@ -1,0 +1,105 @@
+//! The command line (`clap`) and the optional config file. The file holds the same options
+//! as `name value` lines (`port 6380`, `shards 2`; `#` starts a comment), and flags given on
+//! the command line win over the file.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use wetask_protocol::BULK_BYTES_MAX_DEFAULT;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IoMode {
+    /// Completion-based io_uring rings on the `io-uring` crate (the default).
+    Uring,
+    /// glommio's readiness-based TcpStream: a measured baseline and a fallback.
+    Glommio,
+}
+
+#[derive(Parser, Clone, Debug)]
+#[command(name = "wetask", version, about = "WeTask: a thread-per-core Redis-compatible server and task engine")]
+#[command(args_override_self = true)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: String,
+    /// TCP port (0 picks a free one and logs it).
+    #[arg(long, default_value_t = 6379)]
+    pub port: u16,
+    /// Number of shards, one per core (default: all online CPUs).
+    #[arg(long)]
+    pub shards: Option<usize>,
+    /// Require clients to AUTH with this password.
+    #[arg(long)]
+    pub requirepass: Option<String>,
+    /// Most simultaneous client connections, over all shards.
+    #[arg(long, default_value_t = 10_000)]
+    pub maxclients: usize,
+    /// Read options from this file first (`name value` per line).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Network path.
+    #[arg(long, value_enum, default_value_t = IoMode::Uring)]
+    pub io: IoMode,
+    /// Largest bulk string a client may send.
+    #[arg(long, default_value_t = BULK_BYTES_MAX_DEFAULT)]
+    pub proto_max_bulk_len: usize,
+    /// Log filter (`tracing` env-filter syntax), e.g. `info` or `wetask=debug`.
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+    /// Comma-separated CPUs to pin shards to, in order (default: the online CPUs).
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<usize>,
+}
+
+impl Config {
+    /// Parses the process arguments, reading `--config FILE` first when given.
+    pub fn load() -> Result<Config, String> {
+        let cli: Vec<String> = std::env::args().collect();
+        let first = Config::try_parse_from(&cli).map_err(|e| e.to_string())?;
+        let Some(path) = &first.config else { return Ok(first) };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        let mut args = vec![cli[0].clone()];
+        args.extend(file_args(&text)?);
+        args.extend(cli[1..].iter().cloned());
+        Config::try_parse_from(args).map_err(|e| e.to_string())
+    }
+}
+
+/// Turns `name value` lines into `--name value` arguments.
+fn file_args(text: &str) -> Result<Vec<String>, String> {
+    let mut args = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, value) = line
+            .split_once(char::is_whitespace)
+            .ok_or_else(|| format!("config line {}: expected `name value`", number + 1))?;
+        if name == "config" {
+            return Err(format!("config line {}: a config file cannot include another", number + 1));
+        }
+        args.push(format!("--{}", name.replace('_', "-")));
+        args.push(value.trim().trim_matches('"').to_string());
+    }
+    Ok(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_lines_become_flags() {
+        let args = file_args("# comment\nport 7000\nrequirepass \"s3cret\"\n\nmax_clients 5").unwrap();
+        assert_eq!(args, ["--port", "7000", "--requirepass", "s3cret", "--max-clients", "5"]);
+        assert!(file_args("lonely").is_err());
+    }
+
+    #[test]
+    fn later_flags_override_earlier_ones() {
+        let config = Config::try_parse_from(["wetask", "--port", "7000", "--port", "7001"]).unwrap();
+        assert_eq!(config.port, 7001);
+    }
+}

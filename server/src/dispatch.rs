@@ -1,0 +1,293 @@
+//! Routing and running commands: inline on this shard when every key is ours, or across
+//! shards through the mesh, with one message per destination shard per pipeline segment.
+//!
+//! There is one execution path, [`execute`], an async fn. The transports first ask
+//! [`needs_remote`]; when a command needs no other shard, `execute` cannot wait on anything,
+//! so it is polled once, inline, with no task. Otherwise it runs in a spawned task.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use wetask_protocol::{encode, Frame};
+use wetask_shards::errors::{unknown_command, wrong_arity};
+use wetask_shards::table::{flag, CommandSpec, Merge, Route};
+use wetask_shards::{lookup, shard_of, COMMANDS};
+
+use crate::clients::ConnState;
+use crate::commands;
+use crate::context::ShardCtx;
+use crate::cross;
+use crate::mesh::{Request, Response};
+
+pub const NOAUTH: &str = "NOAUTH Authentication required.";
+
+/// Polls a future once; `None` if it would wait.
+pub fn poll_once<F: Future>(future: F) -> Option<F::Output> {
+    let mut future = pin!(future);
+    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(value) => Some(value),
+        Poll::Pending => None,
+    }
+}
+
+/// Looks the command up and checks arity and authentication.
+fn precheck(ctx: &ShardCtx, conn: &ConnState, args: &[Bytes]) -> Result<&'static CommandSpec, Frame> {
+    let Some(spec) = lookup(&args[0]) else { return Err(unknown_command(args)) };
+    if !conn.authenticated && !spec.has(flag::NO_AUTH) {
+        ctx.stats.record_rejected(spec.name);
+        return Err(Frame::static_error(NOAUTH));
+    }
+    if !spec.arity_ok(args.len()) {
+        ctx.stats.record_rejected(spec.name);
+        return Err(wrong_arity(spec.name));
+    }
+    Ok(spec)
+}
+
+fn spec_index(spec: &'static CommandSpec) -> usize {
+    COMMANDS.iter().position(|c| std::ptr::eq(c, spec)).expect("spec comes from the table")
+}
+
+/// True when running `args` needs another shard (and so a task, not an inline call).
+pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
+    if ctx.shard_count == 1 {
+        return false;
+    }
+    let Some(spec) = lookup(&args[0]).filter(|s| s.arity_ok(args.len())) else { return false };
+    match spec.route {
+        Route::Server => commands::needs_all_shards(spec, args),
+        Route::AllShards(_) => true,
+        Route::Keyed | Route::Split(_) => {
+            spec.key_positions(args.len()).any(|i| shard_of(&args[i], ctx.shard_count) != ctx.id)
+        }
+    }
+}
+
+/// Runs a command inline when it needs no other shard: the fast path. `None` means the
+/// caller must run [`execute`] in a task.
+pub fn try_inline(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Option<Frame> {
+    if needs_remote(ctx, args) {
+        return None;
+    }
+    let frame = poll_once(execute(ctx, conn, args));
+    debug_assert!(frame.is_some(), "a local command waited");
+    frame
+}
+
+/// Runs one command, wherever its keys live.
+pub async fn execute(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
+    let (spec, db) = {
+        let mut state = conn.borrow_mut();
+        match precheck(ctx, &state, args) {
+            Ok(spec) => {
+                state.last_command = spec.name;
+                (spec, state.db)
+            }
+            Err(err) => return err,
+        }
+    };
+    let frame = match spec.route {
+        Route::Server => commands::run(ctx, conn, spec, args).await,
+        Route::Keyed => keyed(ctx, db, spec, args).await,
+        Route::Split(merge) => split(ctx, db, spec, args, merge).await,
+        Route::AllShards(merge) => all_shards(ctx, db, spec, args, merge).await,
+    };
+    if spec.route != Route::Server || !frame.is_error() {
+        ctx.stats.record(spec.name, frame.is_error());
+    }
+    frame
+}
+
+fn local(ctx: &ShardCtx, db: usize, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+    ctx.shard.borrow_mut().execute(db, spec, args)
+}
+
+async fn remote(ctx: &ShardCtx, to: usize, db: usize, spec: &'static CommandSpec, args: Vec<Bytes>) -> Frame {
+    let commands = vec![(spec_index(spec), args)];
+    match ctx.request(to, Request::Exec { db, commands }).await {
+        Response::Frames(mut frames) if frames.len() == 1 => frames.pop().expect("one frame"),
+        _ => Frame::static_error("ERR internal error: unexpected shard response"),
+    }
+}
+
+async fn keyed(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
+    let mut owners = spec.key_positions(args.len()).map(|i| shard_of(&args[i], ctx.shard_count));
+    let first = owners.next().unwrap_or(ctx.id);
+    if owners.any(|s| s != first) {
+        return cross::run(ctx, db, spec, args).await;
+    }
+    if first == ctx.id || ctx.shard_count == 1 {
+        local(ctx, db, spec, args)
+    } else {
+        remote(ctx, first, db, spec, args.to_vec()).await
+    }
+}
+
+/// Splits a multi-key command into one sub-command per shard and merges the replies.
+async fn split(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[Bytes], merge: Merge) -> Frame {
+    let step = spec.step.max(1) as usize;
+    // shard -> (sub-command arguments, positions of its keys among all keys)
+    let mut parts: BTreeMap<usize, (Vec<Bytes>, Vec<usize>)> = BTreeMap::new();
+    for (key_number, i) in spec.key_positions(args.len()).enumerate() {
+        let owner = if ctx.shard_count == 1 { ctx.id } else { shard_of(&args[i], ctx.shard_count) };
+        let part = parts.entry(owner).or_insert_with(|| (vec![args[0].clone()], Vec::new()));
+        part.0.extend(args[i..(i + step).min(args.len())].iter().cloned());
+        part.1.push(key_number);
+    }
+    if parts.len() <= 1 && parts.keys().all(|&s| s == ctx.id) {
+        return local(ctx, db, spec, args);
+    }
+    let mut pending = Vec::new();
+    let mut replies = Vec::new();
+    for (owner, (sub, positions)) in parts {
+        if owner == ctx.id {
+            replies.push((local(ctx, db, spec, &sub), positions));
+        } else {
+            let commands = vec![(spec_index(spec), sub)];
+            pending.push((ctx.request(owner, Request::Exec { db, commands }), positions));
+        }
+    }
+    for (future, positions) in pending {
+        let frame = match future.await {
+            Response::Frames(mut frames) => frames.pop().unwrap_or(Frame::Null),
+            _ => Frame::static_error("ERR internal error: unexpected shard response"),
+        };
+        replies.push((frame, positions));
+    }
+    merge_replies(merge, replies)
+}
+
+fn merge_replies(merge: Merge, replies: Vec<(Frame, Vec<usize>)>) -> Frame {
+    if let Some((err, _)) = replies.iter().find(|(f, _)| f.is_error()) {
+        return err.clone();
+    }
+    match merge {
+        Merge::Sum => Frame::Integer(
+            replies.iter().map(|(f, _)| if let Frame::Integer(n) = f { *n } else { 0 }).sum(),
+        ),
+        Merge::Ok => Frame::ok(),
+        Merge::Concat => Frame::Array(
+            replies
+                .into_iter()
+                .flat_map(|(f, _)| match f {
+                    Frame::Array(items) => items,
+                    _ => Vec::new(),
+                })
+                .collect(),
+        ),
+        Merge::PerKey => {
+            let total = replies.iter().map(|(_, p)| p.len()).sum();
+            let mut out = vec![Frame::Null; total];
+            for (frame, positions) in replies {
+                if let Frame::Array(items) = frame {
+                    for (item, position) in items.into_iter().zip(positions) {
+                        out[position] = item;
+                    }
+                }
+            }
+            Frame::Array(out)
+        }
+    }
+}
+
+async fn all_shards(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[Bytes], merge: Merge) -> Frame {
+    let mut pending = Vec::new();
+    for to in (0..ctx.shard_count).filter(|&s| s != ctx.id) {
+        let commands = vec![(spec_index(spec), args.to_vec())];
+        pending.push(ctx.request(to, Request::Exec { db, commands }));
+    }
+    let mut replies = vec![(local(ctx, db, spec, args), Vec::new())];
+    for future in pending {
+        if let Response::Frames(mut frames) = future.await {
+            replies.push((frames.pop().unwrap_or(Frame::Null), Vec::new()));
+        }
+    }
+    merge_replies(merge, replies)
+}
+
+/// The single shard a simple keyed command runs on, if it is one (used to batch a
+/// pipeline's remote commands into one message per shard).
+fn simple_target(ctx: &ShardCtx, conn: &ConnState, args: &[Bytes]) -> Option<(usize, &'static CommandSpec)> {
+    let spec = lookup(&args[0])?;
+    if spec.route != Route::Keyed || !spec.arity_ok(args.len()) {
+        return None;
+    }
+    if !conn.authenticated && !spec.has(flag::NO_AUTH) {
+        return None;
+    }
+    let mut owners = spec.key_positions(args.len()).map(|i| shard_of(&args[i], ctx.shard_count));
+    let first = owners.next()?;
+    owners.all(|s| s == first).then_some((first, spec))
+}
+
+/// Runs a pipeline's commands in order, encoding replies into `out`. Runs of simple keyed
+/// commands are grouped into one message per destination shard; anything else runs alone.
+/// Returns when done or when the connection asked to close.
+pub async fn run_batch(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, commands: Vec<Vec<Bytes>>, out: &mut Vec<u8>) {
+    let mut i = 0;
+    while i < commands.len() {
+        let (db, protocol) = {
+            let state = conn.borrow();
+            if state.close_requested {
+                return;
+            }
+            (state.db, state.protocol)
+        };
+        let mut segment = Vec::new();
+        while i + segment.len() < commands.len() {
+            match simple_target(ctx, &conn.borrow(), &commands[i + segment.len()]) {
+                Some(target) => segment.push(target),
+                None => break,
+            }
+        }
+        if segment.len() < 2 {
+            let frame = execute(ctx, conn, &commands[i]).await;
+            let protocol = conn.borrow().protocol;
+            encode(out, &frame, protocol);
+            i += 1;
+            continue;
+        }
+        let frames = run_segment(ctx, db, &segment, &commands[i..i + segment.len()]).await;
+        for frame in &frames {
+            encode(out, frame, protocol);
+        }
+        conn.borrow_mut().last_command = segment.last().expect("non-empty").1.name;
+        i += segment.len();
+    }
+}
+
+async fn run_segment(ctx: &ShardCtx, db: usize, targets: &[(usize, &'static CommandSpec)], commands: &[Vec<Bytes>]) -> Vec<Frame> {
+    let mut frames: Vec<Option<Frame>> = vec![None; commands.len()];
+    let mut groups: BTreeMap<usize, (Vec<(usize, Vec<Bytes>)>, Vec<usize>)> = BTreeMap::new();
+    for (n, ((owner, spec), args)) in targets.iter().zip(commands).enumerate() {
+        if *owner == ctx.id {
+            let frame = local(ctx, db, spec, args);
+            ctx.stats.record(spec.name, frame.is_error());
+            frames[n] = Some(frame);
+        } else {
+            let group = groups.entry(*owner).or_default();
+            group.0.push((spec_index(spec), args.clone()));
+            group.1.push(n);
+        }
+    }
+    let pending: Vec<_> = groups
+        .into_iter()
+        .map(|(owner, (cmds, slots))| (ctx.request(owner, Request::Exec { db, commands: cmds }), slots))
+        .collect();
+    for (future, slots) in pending {
+        if let Response::Frames(replies) = future.await {
+            for (frame, slot) in replies.into_iter().zip(slots) {
+                frames[slot] = Some(frame);
+            }
+        }
+    }
+    frames
+        .into_iter()
+        .map(|f| f.unwrap_or_else(|| Frame::static_error("ERR internal error: lost shard reply")))
+        .collect()
+}

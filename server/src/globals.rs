@@ -1,0 +1,95 @@
+//! The little state all shards share: configuration, client counting, and shutdown. Only
+//! atomics and rarely-touched mutexes live here; per-command state never does.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::config::Config;
+
+pub struct Globals {
+    pub config: Config,
+    pub shard_count: usize,
+    pub requirepass: Mutex<Option<String>>,
+    pub maxclients: AtomicUsize,
+    pub connected_clients: AtomicUsize,
+    pub total_connections: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    next_client_id: AtomicU64,
+    shutdown: AtomicBool,
+    /// Each shard's wake-up eventfd, written to rouse a parked shard for shutdown.
+    wake_fds: Mutex<Vec<RawFd>>,
+    pub started: Instant,
+    pub port: std::sync::atomic::AtomicU16,
+}
+
+impl Globals {
+    pub fn new(config: Config, shard_count: usize) -> Self {
+        Globals {
+            requirepass: Mutex::new(config.requirepass.clone()),
+            maxclients: AtomicUsize::new(config.maxclients),
+            shard_count,
+            connected_clients: AtomicUsize::new(0),
+            total_connections: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
+            next_client_id: AtomicU64::new(1),
+            shutdown: AtomicBool::new(false),
+            wake_fds: Mutex::new(Vec::new()),
+            started: Instant::now(),
+            port: std::sync::atomic::AtomicU16::new(config.port),
+            config,
+        }
+    }
+
+    pub fn next_client_id(&self) -> u64 {
+        self.next_client_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn register_wake_fd(&self, fd: RawFd) {
+        self.wake_fds.lock().expect("wake fds").push(fd);
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Asks every shard to drain and stop, waking those that are parked.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        for &fd in self.wake_fds.lock().expect("wake fds").iter() {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a live u64 to an eventfd the shard keeps open until
+            // the process exits.
+            unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    /// Tries to count one more client; false when `maxclients` is reached.
+    pub fn admit_client(&self) -> bool {
+        let max = self.maxclients.load(Ordering::Relaxed);
+        let admitted = self
+            .connected_clients
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+            .is_ok();
+        if admitted {
+            self.total_connections.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+
+    pub fn release_client(&self) {
+        self.connected_clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Wall-clock unix milliseconds.
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+pub fn unix_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}

@@ -1,0 +1,136 @@
+//! INFO: sections server, clients, memory, stats, keyspace and commandstats, gathered from
+//! every shard. Counters are per shard (plain cells on each core) and summed here.
+
+use std::fmt::Write;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+
+use crate::commands::REDIS_COMPAT_VERSION;
+use crate::config::IoMode;
+use crate::context::ShardCtx;
+use crate::mesh::{Request, Response};
+use crate::stats::ShardReport;
+
+const SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "keyspace", "commandstats"];
+const DEFAULT_SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "keyspace"];
+
+async fn gather(ctx: &ShardCtx) -> ShardReport {
+    let pending: Vec<_> = (0..ctx.shard_count)
+        .filter(|&s| s != ctx.id)
+        .map(|s| ctx.request(s, Request::Stats))
+        .collect();
+    let mut report = ctx.report();
+    for future in pending {
+        if let Response::Stats(other) = future.await {
+            report.merge(other);
+        }
+    }
+    report
+}
+
+pub async fn info(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
+    let mut wanted: Vec<&str> = Vec::new();
+    for arg in &args[1..] {
+        let name = String::from_utf8_lossy(arg).to_ascii_lowercase();
+        match name.as_str() {
+            "all" | "everything" => wanted.extend(SECTIONS),
+            "default" => wanted.extend(DEFAULT_SECTIONS),
+            other => {
+                if let Some(section) = SECTIONS.iter().find(|s| **s == other) {
+                    wanted.push(section);
+                }
+            }
+        }
+    }
+    if args.len() == 1 {
+        wanted.extend(DEFAULT_SECTIONS);
+    }
+    let report = gather(ctx).await;
+    let mut text = String::new();
+    for section in SECTIONS.iter().filter(|s| wanted.contains(s)) {
+        if !text.is_empty() {
+            text.push_str("\r\n");
+        }
+        render(ctx, section, &report, &mut text);
+    }
+    Frame::Verbatim(*b"txt", Bytes::from(text))
+}
+
+/// Resident set size in bytes, from /proc/self/statm.
+pub fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    pages * page
+}
+
+fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String) {
+    let g = &ctx.globals;
+    match section {
+        "server" => {
+            let uptime = g.started.elapsed().as_secs();
+            let io = match g.config.io {
+                IoMode::Uring => "io_uring",
+                IoMode::Glommio => "glommio",
+            };
+            let _ = write!(
+                out,
+                "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nwetask_version:{}\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:64\r\nmultiplexing_api:{io}\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nshards:{}\r\n",
+                env!("CARGO_PKG_VERSION"),
+                std::process::id(),
+                g.port.load(Ordering::Relaxed),
+                uptime / 86_400,
+                g.shard_count,
+            );
+        }
+        "clients" => {
+            let _ = write!(
+                out,
+                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n",
+                g.connected_clients.load(Ordering::Relaxed),
+                g.maxclients.load(Ordering::Relaxed),
+            );
+        }
+        "memory" => {
+            let rss = rss_bytes();
+            let _ = write!(
+                out,
+                "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n",
+                rss as f64 / (1024.0 * 1024.0),
+            );
+        }
+        "stats" => {
+            let _ = write!(
+                out,
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\n",
+                g.total_connections.load(Ordering::Relaxed),
+                report.commands,
+                report.net_input_bytes,
+                report.net_output_bytes,
+                g.rejected_connections.load(Ordering::Relaxed),
+                report.expired_keys,
+            );
+        }
+        "keyspace" => {
+            out.push_str("# Keyspace\r\n");
+            for (db, keys, expires) in &report.keyspace {
+                let _ = write!(out, "db{db}:keys={keys},expires={expires}\r\n");
+            }
+        }
+        "commandstats" => {
+            out.push_str("# Commandstats\r\n");
+            for (name, counts) in &report.per_command {
+                let _ = write!(
+                    out,
+                    "cmdstat_{name}:calls={},rejected_calls={},failed_calls={}\r\n",
+                    counts.calls, counts.rejected, counts.failed
+                );
+            }
+        }
+        _ => {}
+    }
+}

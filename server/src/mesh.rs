@@ -1,0 +1,170 @@
+//! Cross-shard messages. Each pair of shards is joined by a bounded SPSC channel (glommio's
+//! channel mesh). A request carries owned values and a request id; the owning shard runs it
+//! synchronously on its own state and sends a response back with the same id.
+//!
+//! Deadlock rule (DESIGN §2): nobody ever awaits a full outbound channel while holding up its
+//! own inbound one. Sends that find the channel full go to a local overflow queue that a
+//! per-peer sender task drains, so receiver tasks never block and always keep draining.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use glommio::channels::channel_mesh::Senders;
+use wetask_protocol::Frame;
+use wetask_shards::{Entry, ScanFilter};
+
+/// Per-pair channel capacity.
+pub const CHANNEL_CAPACITY: usize = 1024;
+
+/// Work one shard asks of another.
+pub enum Request {
+    /// Run these commands, in order, on the given database. `spec` indexes the command table.
+    Exec { db: usize, commands: Vec<(usize, Vec<Bytes>)> },
+    Take { db: usize, key: Bytes },
+    Clone { db: usize, key: Bytes },
+    Put { db: usize, key: Bytes, entry: Entry, replace: bool },
+    Exists { db: usize, keys: Vec<Bytes> },
+    Scan { db: usize, cursor: u64, count: usize, filter: ScanFilter },
+    RandomKey { db: usize },
+    Stats,
+    ResetStats,
+    ClientList,
+    ClientKill { filter: crate::clients::KillFilter },
+}
+
+pub enum Response {
+    Frames(Vec<Frame>),
+    Entry(Option<Entry>),
+    Bool(bool),
+    Count(usize),
+    Scan(u64, Vec<Bytes>),
+    Key(Option<Bytes>),
+    Stats(crate::stats::ShardReport),
+    Text(String),
+}
+
+pub enum Message {
+    Request { from: usize, id: u64, request: Request },
+    Response { id: u64, response: Response },
+}
+
+#[derive(Default)]
+struct Slot {
+    response: RefCell<Option<Response>>,
+    waker: Cell<Option<Waker>>,
+}
+
+/// This shard's end of the mesh.
+pub struct Mesh {
+    senders: Senders<Message>,
+    overflow: Vec<RefCell<VecDeque<Message>>>,
+    overflow_waker: Vec<Cell<Option<Waker>>>,
+    pending: RefCell<HashMap<u64, Rc<Slot>>>,
+    next_id: Cell<u64>,
+}
+
+impl Mesh {
+    pub fn new(senders: Senders<Message>) -> Self {
+        let peers = senders.nr_consumers();
+        Mesh {
+            senders,
+            overflow: (0..peers).map(|_| RefCell::new(VecDeque::new())).collect(),
+            overflow_waker: (0..peers).map(|_| Cell::new(None)).collect(),
+            pending: RefCell::new(HashMap::new()),
+            next_id: Cell::new(1),
+        }
+    }
+
+    /// Sends `request` to shard `to` now and returns a future for its response.
+    pub fn request(&self, from: usize, to: usize, request: Request) -> ResponseFuture {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let slot = Rc::new(Slot::default());
+        self.pending.borrow_mut().insert(id, slot.clone());
+        self.send(to, Message::Request { from, id, request });
+        ResponseFuture { slot }
+    }
+
+    pub fn respond(&self, to: usize, id: u64, response: Response) {
+        self.send(to, Message::Response { id, response });
+    }
+
+    /// Completes the pending request `id` (called by the receiver task).
+    pub fn complete(&self, id: u64, response: Response) {
+        if let Some(slot) = self.pending.borrow_mut().remove(&id) {
+            *slot.response.borrow_mut() = Some(response);
+            if let Some(waker) = slot.waker.take() {
+                waker.wake();
+            }
+        }
+    }
+
+    fn send(&self, to: usize, message: Message) {
+        let mut queue = self.overflow[to].borrow_mut();
+        if queue.is_empty() {
+            match self.senders.try_send_to(to, message) {
+                Ok(()) => return,
+                Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(message))) => {
+                    queue.push_back(message)
+                }
+                Err(err) => {
+                    tracing::error!("mesh send to shard {to} failed: {err}");
+                    return;
+                }
+            }
+        } else {
+            queue.push_back(message);
+        }
+        if let Some(waker) = self.overflow_waker[to].take() {
+            waker.wake();
+        }
+    }
+
+    /// Drains the overflow queue towards `to` forever (one task per peer).
+    pub async fn run_overflow_sender(self: Rc<Self>, to: usize) {
+        loop {
+            let next = self.overflow[to].borrow_mut().pop_front();
+            match next {
+                Some(message) => {
+                    if self.senders.send_to(to, message).await.is_err() {
+                        return;
+                    }
+                }
+                None => {
+                    std::future::poll_fn(|cx| {
+                        if self.overflow[to].borrow().is_empty() {
+                            self.overflow_waker[to].set(Some(cx.waker().clone()));
+                            Poll::Pending
+                        } else {
+                            Poll::Ready(())
+                        }
+                    })
+                    .await
+                }
+            }
+        }
+    }
+}
+
+pub struct ResponseFuture {
+    slot: Rc<Slot>,
+}
+
+impl Future for ResponseFuture {
+    type Output = Response;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response> {
+        match self.slot.response.borrow_mut().take() {
+            Some(response) => Poll::Ready(response),
+            None => {
+                self.slot.waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        }
+    }
+}

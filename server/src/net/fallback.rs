@@ -1,0 +1,105 @@
+//! The glommio TcpStream path (`--io glommio`): readiness-based, a `recv` and a `send`
+//! syscall per request. Kept as the measured baseline for the io_uring ring and as a fallback
+//! for kernels without multishot recv or provided-buffer rings.
+
+use std::cell::RefCell;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::rc::Rc;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+
+use crate::clients::ConnState;
+use crate::context::ShardCtx;
+use crate::globals::unix_ms;
+use crate::session::{self, Pump, Session, OUTPUT_BUFFER_BYTES_MAX};
+
+const READ_BYTES: usize = 16 * 1024;
+
+pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
+    // SAFETY: the listener fd is ours and handed over whole.
+    let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
+    loop {
+        if ctx.globals.shutting_down() {
+            return;
+        }
+        let accepted = futures_lite::future::or(
+            async { Some(listener.accept().await) },
+            async {
+                glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+                None
+            },
+        )
+        .await;
+        match accepted {
+            None => continue,
+            Some(Ok(stream)) => {
+                if !ctx.globals.admit_client() {
+                    let mut stream = stream;
+                    let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+                    continue;
+                }
+                let ctx = ctx.clone();
+                glommio::spawn_local(async move { serve(ctx, stream).await }).detach();
+            }
+            Some(Err(err)) => tracing::warn!("accept failed: {err}"),
+        }
+    }
+}
+
+async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let fd = stream.as_raw_fd();
+    let authenticated = ctx.globals.requirepass.lock().expect("requirepass").is_none();
+    let state = Rc::new(RefCell::new(ConnState::new(
+        ctx.globals.next_client_id(),
+        fd,
+        stream.peer_addr().map_or_else(|_| "?:0".into(), |a| a.to_string()),
+        stream.local_addr().map_or_else(|_| "?:0".into(), |a| a.to_string()),
+        unix_ms(),
+        authenticated,
+    )));
+    let id = state.borrow().id;
+    ctx.clients.borrow_mut().add(state.clone());
+    let mut session = Session::new(state.clone(), ctx.globals.config.proto_max_bulk_len);
+    let mut buf = vec![0u8; READ_BYTES];
+    let mut out = Vec::new();
+    'conn: loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        ctx.tick();
+        session.input.extend_from_slice(&buf[..n]);
+        if session.input_overflowed() {
+            break;
+        }
+        loop {
+            match session.pump(&ctx, &mut out) {
+                Pump::Idle => break,
+                Pump::Close => {
+                    let _ = stream.write_all(&out).await;
+                    break 'conn;
+                }
+                Pump::Batch(batch) => {
+                    let more = session::run_batch(ctx.clone(), state.clone(), batch).await;
+                    out.extend_from_slice(&more);
+                }
+            }
+            if out.len() > OUTPUT_BUFFER_BYTES_MAX {
+                break 'conn;
+            }
+        }
+        if !out.is_empty() {
+            if stream.write_all(&out).await.is_err() {
+                break;
+            }
+            out.clear();
+        }
+        if state.borrow().close_requested {
+            break;
+        }
+    }
+    ctx.clients.borrow_mut().remove(id);
+    ctx.globals.release_client();
+}

@@ -1,0 +1,65 @@
+//! The network paths. `uring` is the completion-based io_uring ring each shard owns (the
+//! default); `fallback` is glommio's readiness-based TcpStream, kept as a measured baseline
+//! and for kernels without the ring features. Both drive a [`crate::session::Session`].
+
+pub mod bufring;
+pub mod fallback;
+pub mod uring;
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Backlog of each shard's listening socket.
+pub const LISTEN_BACKLOG: i32 = 1024;
+
+/// Binds one SO_REUSEPORT listener per shard on the same address, so the kernel spreads
+/// connections over shards. Port 0 picks a free port once, shared by all. Returns the
+/// listeners and the port.
+pub fn bind_listeners(bind: &str, port: u16, count: usize) -> io::Result<(Vec<OwnedFd>, u16)> {
+    let addr: SocketAddr = (bind, port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
+    let mut listeners = Vec::with_capacity(count);
+    let mut addr = addr;
+    for _ in 0..count {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nodelay(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(LISTEN_BACKLOG)?;
+        if addr.port() == 0 {
+            addr = socket.local_addr()?.as_socket().expect("inet socket");
+        }
+        // SAFETY: into_raw_fd hands over sole ownership of a valid socket fd.
+        listeners.push(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) });
+    }
+    Ok((listeners, addr.port()))
+}
+
+/// Formats a socket address from getpeername/getsockname.
+pub fn socket_addr(fd: RawFd, peer: bool) -> String {
+    // SAFETY: the fd is a live socket; from_raw_fd's Socket is forgotten, never closed here.
+    let socket = std::mem::ManuallyDrop::new(unsafe { Socket::from_raw_fd(fd) });
+    let addr = if peer { socket.peer_addr() } else { socket.local_addr() };
+    addr.ok().and_then(|a| a.as_socket()).map_or_else(|| "?:0".to_string(), |a| a.to_string())
+}
+
+/// Sets TCP_NODELAY on an accepted socket: replies are batched per turn already.
+pub fn set_nodelay(fd: RawFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with a valid pointer to an int on a live socket.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! Start-up and shutdown: kernel checks, listeners, one pinned glommio executor per shard
+//! (placement stated explicitly, in one place), the cross-shard mesh, and signal handling.
+
+use std::os::fd::OwnedFd;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{CpuSet, Latency, LocalExecutorPoolBuilder, PoolPlacement, Shares};
+
+use crate::config::{Config, IoMode};
+use crate::context::ShardCtx;
+use crate::globals::Globals;
+use crate::mesh::{Mesh, Message, CHANNEL_CAPACITY};
+use crate::net;
+
+/// Memory glommio registers per executor for its own I/O buffers (locked memory).
+pub const GLOMMIO_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
+/// How often an idle shard wakes to expire keys and refresh its clock.
+pub const CRON_PERIOD: Duration = Duration::from_millis(100);
+/// The driver's task queue latency: the most other tasks (cross-shard messages, timers)
+/// wait while the network loop is busy.
+pub const NET_LATENCY: Duration = Duration::from_millis(1);
+
+/// The CPUs this process may run on, in order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: sched_getaffinity fills a zeroed cpu_set_t of the size we pass.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &set)).collect()
+    }
+}
+
+/// Raises RLIMIT_MEMLOCK, which glommio's registered buffers need: to unlimited where
+/// allowed (root with CAP_SYS_RESOURCE), else to the hard limit.
+fn raise_memlock() {
+    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: getrlimit/setrlimit with valid structs.
+    unsafe {
+        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) == 0 {
+            return;
+        }
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit);
+            let needed = (GLOMMIO_IO_MEMORY_BYTES as u64 + (1 << 20)) * 4;
+            if limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < needed {
+                tracing::warn!(
+                    "locked-memory limit is {} KiB; if start-up fails, raise it (linux-setup/README.md)",
+                    limit.rlim_cur / 1024
+                );
+            }
+        }
+    }
+}
+
+pub fn run(config: Config) -> Result<(), String> {
+    let cpus = if config.cpus.is_empty() { allowed_cpus() } else { config.cpus.clone() };
+    let shard_count = config.shards.unwrap_or(cpus.len()).max(1);
+    let mut io = config.io;
+    if io == IoMode::Uring {
+        if let Err(missing) = net::uring::check_kernel() {
+            tracing::warn!("{missing}; falling back to --io glommio (readiness-based, slower)");
+            io = IoMode::Glommio;
+        }
+    }
+    raise_memlock();
+    // SAFETY: ignoring SIGPIPE process-wide; sends use MSG_NOSIGNAL anyway.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+
+    let (listeners, port) = net::bind_listeners(&config.bind, config.port, shard_count)
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
+    let mut config = config;
+    config.io = io;
+    let globals = Arc::new(Globals::new(config.clone(), shard_count));
+    globals.port.store(port, std::sync::atomic::Ordering::Relaxed);
+    spawn_signal_thread(globals.clone())?;
+
+    let listeners: Arc<Mutex<Vec<Option<OwnedFd>>>> =
+        Arc::new(Mutex::new(listeners.into_iter().map(Some).collect()));
+    let placement: Vec<CpuSet> = (0..shard_count)
+        .map(|i| CpuSet::online().map(|set| set.filter(|l| l.cpu == cpus[i % cpus.len()])))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("cannot read the CPU topology: {e}"))?;
+    let mesh = MeshBuilder::<Message, _>::full(shard_count, CHANNEL_CAPACITY);
+    tracing::info!(
+        shards = shard_count,
+        io = ?io,
+        cpus = ?(0..shard_count).map(|i| cpus[i % cpus.len()]).collect::<Vec<_>>(),
+        "WeTask {} listening on {}:{port}",
+        env!("CARGO_PKG_VERSION"),
+        config.bind,
+    );
+    let handles = LocalExecutorPoolBuilder::new(PoolPlacement::Custom(placement))
+        .name("wetask-shard")
+        .io_memory(GLOMMIO_IO_MEMORY_BYTES)
+        .on_all_shards(move || {
+            let (globals, listeners, mesh) = (globals.clone(), listeners.clone(), mesh.clone());
+            async move { shard_main(globals, listeners, mesh).await }
+        })
+        .map_err(|e| format!("cannot start the shard executors: {e}"))?;
+    let mut failure = None;
+    for result in handles.join_all() {
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => failure = Some(err),
+            Err(err) => failure = Some(format!("a shard executor failed: {err}")),
+        }
+    }
+    match failure {
+        Some(err) => Err(err),
+        None => {
+            tracing::info!("all shards drained; bye");
+            Ok(())
+        }
+    }
+}
+
+fn spawn_signal_thread(globals: Arc<Globals>) -> Result<(), String> {
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT])
+        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    std::thread::Builder::new()
+        .name("wetask-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                tracing::info!(signal, "signal received; draining");
+                globals.begin_shutdown();
+            }
+        })
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+    Ok(())
+}
+
+async fn shard_main(
+    globals: Arc<Globals>,
+    listeners: Arc<Mutex<Vec<Option<OwnedFd>>>>,
+    mesh: MeshBuilder<Message, glommio::channels::channel_mesh::Full>,
+) -> Result<(), String> {
+    let shard_count = globals.shard_count;
+    let (id, mesh, receivers) = if shard_count > 1 {
+        let (senders, receivers) = mesh.join().await.map_err(|_| "cannot join the shard mesh".to_string())?;
+        (senders.peer_id(), Some(Rc::new(Mesh::new(senders))), Some(receivers))
+    } else {
+        (0, None, None)
+    };
+    let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
+    if let (Some(mesh), Some(mut receivers)) = (mesh, receivers) {
+        for (peer, receiver) in receivers.streams() {
+            glommio::spawn_local(ctx.clone().serve_peer(peer, receiver)).detach();
+        }
+        for peer in (0..shard_count).filter(|&p| p != id) {
+            glommio::spawn_local(mesh.clone().run_overflow_sender(peer)).detach();
+        }
+    }
+    let cron_ctx = ctx.clone();
+    glommio::spawn_local(async move {
+        while !cron_ctx.globals.shutting_down() {
+            glommio::timer::sleep(CRON_PERIOD).await;
+            cron_ctx.tick();
+        }
+    })
+    .detach();
+    let listener = listeners.lock().expect("listeners")[id].take().expect("one listener per shard");
+    match globals.config.io {
+        IoMode::Uring => {
+            let net = net::uring::Net::new(ctx, listener).map_err(|e| format!("shard {id}: io_uring set-up failed: {e}"))?;
+            let queue = glommio::executor().create_task_queue(Shares::default(), Latency::Matters(NET_LATENCY), "net");
+            glommio::spawn_local_into(net.run(), queue)
+                .map_err(|e| format!("shard {id}: cannot spawn the network loop: {e}"))?
+                .await;
+        }
+        IoMode::Glommio => net::fallback::run(ctx, listener).await,
+    }
+    Ok(())
+}

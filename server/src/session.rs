@@ -1,0 +1,109 @@
+//! The transport-independent half of a connection: its read buffer, its decoder, its state,
+//! and the pump that turns buffered bytes into replies. Both network paths (the io_uring
+//! ring and the glommio fallback) drive a `Session` the same way:
+//!
+//! 1. append received bytes to `input`;
+//! 2. `pump`: decode every complete command and run it inline while it needs only this
+//!    shard, encoding replies straight into the output buffer;
+//! 3. when a command needs another shard, `pump` hands it and every later complete command
+//!    back as a batch, which the transport runs in a task with [`dispatch::run_batch`],
+//!    then pumps again.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use wetask_protocol::{encode, encode_error, CommandDecoder, Limits, ProtocolError};
+
+use crate::clients::ConnState;
+use crate::context::ShardCtx;
+use crate::dispatch;
+
+/// The most bytes a client may have buffered but not yet executed (Redis's
+/// `client-query-buffer-limit`).
+pub const QUERY_BUFFER_BYTES_MAX: usize = 1024 * 1024 * 1024;
+/// The most reply bytes queued for a client that does not read them.
+pub const OUTPUT_BUFFER_BYTES_MAX: usize = 1024 * 1024 * 1024;
+
+pub enum Pump {
+    /// Everything buffered ran; wait for more input.
+    Idle,
+    /// These commands need other shards: run them with `dispatch::run_batch`.
+    Batch(Vec<Vec<Bytes>>),
+    /// Close once the output so far is sent.
+    Close,
+}
+
+pub struct Session {
+    pub state: Rc<RefCell<ConnState>>,
+    pub input: BytesMut,
+    decoder: CommandDecoder,
+    /// A protocol error met while collecting a batch, reported after the batch's replies.
+    held_error: Option<ProtocolError>,
+}
+
+impl Session {
+    pub fn new(state: Rc<RefCell<ConnState>>, bulk_bytes_max: usize) -> Self {
+        let limits = Limits { bulk_bytes_max, ..Limits::default() };
+        Session { state, input: BytesMut::new(), decoder: CommandDecoder::new(limits), held_error: None }
+    }
+
+    pub fn input_overflowed(&self) -> bool {
+        self.input.len() > QUERY_BUFFER_BYTES_MAX
+    }
+
+    fn protocol_error(&mut self, err: &ProtocolError, out: &mut Vec<u8>) -> Pump {
+        tracing::debug!(client = self.state.borrow().id, "protocol error: {err}");
+        encode_error(out, err.reply_text().as_bytes());
+        self.state.borrow_mut().close_requested = true;
+        self.input.clear();
+        Pump::Close
+    }
+
+    /// Runs every buffered command that can run inline; see the module docs.
+    pub fn pump(&mut self, ctx: &Rc<ShardCtx>, out: &mut Vec<u8>) -> Pump {
+        if let Some(err) = self.held_error.take() {
+            return self.protocol_error(&err, out);
+        }
+        loop {
+            if self.state.borrow().close_requested {
+                return Pump::Close;
+            }
+            let args = match self.decoder.decode(&mut self.input) {
+                Ok(Some(args)) => args,
+                Ok(None) => return Pump::Idle,
+                Err(err) => return self.protocol_error(&err, out),
+            };
+            match dispatch::try_inline(ctx, &self.state, &args) {
+                Some(frame) => {
+                    let state = self.state.borrow();
+                    if !state.skip_reply {
+                        encode(out, &frame, state.protocol);
+                    }
+                }
+                None => return Pump::Batch(self.collect_batch(args)),
+            }
+        }
+    }
+
+    fn collect_batch(&mut self, first: Vec<Bytes>) -> Vec<Vec<Bytes>> {
+        let mut batch = vec![first];
+        loop {
+            match self.decoder.decode(&mut self.input) {
+                Ok(Some(args)) => batch.push(args),
+                Ok(None) => return batch,
+                Err(err) => {
+                    self.held_error = Some(err);
+                    return batch;
+                }
+            }
+        }
+    }
+}
+
+/// Runs a batch that needs other shards; replies go to `out` in order.
+pub async fn run_batch(ctx: Rc<ShardCtx>, state: Rc<RefCell<ConnState>>, batch: Vec<Vec<Bytes>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    dispatch::run_batch(&ctx, &state, batch, &mut out).await;
+    out
+}

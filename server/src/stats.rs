@@ -1,0 +1,77 @@
+//! Per-shard counters for INFO. Each shard counts its own commands with plain cells (no
+//! atomics on the hot path); INFO gathers a report from every shard.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+
+#[derive(Default, Clone, Copy, Debug)]
+pub struct CommandCounts {
+    pub calls: u64,
+    pub failed: u64,
+    pub rejected: u64,
+}
+
+#[derive(Default)]
+pub struct ShardStats {
+    pub commands: Cell<u64>,
+    pub per_command: RefCell<BTreeMap<&'static str, CommandCounts>>,
+    pub net_input_bytes: Cell<u64>,
+    pub net_output_bytes: Cell<u64>,
+}
+
+impl ShardStats {
+    pub fn record(&self, name: &'static str, failed: bool) {
+        self.commands.set(self.commands.get() + 1);
+        let mut map = self.per_command.borrow_mut();
+        let counts = map.entry(name).or_default();
+        counts.calls += 1;
+        counts.failed += u64::from(failed);
+    }
+
+    pub fn record_rejected(&self, name: &'static str) {
+        self.per_command.borrow_mut().entry(name).or_default().rejected += 1;
+    }
+
+    pub fn reset(&self) {
+        self.commands.set(0);
+        self.per_command.borrow_mut().clear();
+        self.net_input_bytes.set(0);
+        self.net_output_bytes.set(0);
+    }
+}
+
+/// What one shard reports to INFO.
+#[derive(Default, Clone, Debug)]
+pub struct ShardReport {
+    pub commands: u64,
+    pub per_command: BTreeMap<&'static str, CommandCounts>,
+    pub keyspace: Vec<(usize, usize, usize)>,
+    pub expired_keys: u64,
+    pub net_input_bytes: u64,
+    pub net_output_bytes: u64,
+}
+
+impl ShardReport {
+    pub fn merge(&mut self, other: ShardReport) {
+        self.commands += other.commands;
+        for (name, counts) in other.per_command {
+            let mine = self.per_command.entry(name).or_default();
+            mine.calls += counts.calls;
+            mine.failed += counts.failed;
+            mine.rejected += counts.rejected;
+        }
+        for (db, keys, volatile) in other.keyspace {
+            match self.keyspace.iter_mut().find(|(d, _, _)| *d == db) {
+                Some(entry) => {
+                    entry.1 += keys;
+                    entry.2 += volatile;
+                }
+                None => self.keyspace.push((db, keys, volatile)),
+            }
+        }
+        self.keyspace.sort();
+        self.expired_keys += other.expired_keys;
+        self.net_input_bytes += other.net_input_bytes;
+        self.net_output_bytes += other.net_output_bytes;
+    }
+}
