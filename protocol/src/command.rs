@@ -7,7 +7,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::inline::split_inline;
-use crate::line::{find_crlf, parse_length, terminator_len};
+use crate::line::{find_crlf, parse_i64, parse_length, terminator_len};
 use crate::{Limits, ProtocolError, LINE_BYTES_MAX};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +64,7 @@ impl CommandDecoder {
                     }
                     if buf[0] == b'*' {
                         let Some(count) = self.header(buf)? else { return Ok(None) };
+                        // `*0` and any negative count are empty requests: Redis skips them.
                         if count > self.limits.array_len_max as i64 {
                             return Err(ProtocolError::InvalidMultibulkLength);
                         }
@@ -72,7 +73,6 @@ impl CommandDecoder {
                             self.args = Vec::with_capacity(count.min(64));
                             self.state = State::Headers { remaining: count };
                         }
-                        // `*0` and `*-1` are empty requests: Redis skips them.
                     } else {
                         match self.inline(buf)? {
                             None => return Ok(None),
@@ -131,7 +131,12 @@ impl CommandDecoder {
         } else {
             ProtocolError::InvalidBulkLength
         };
-        let value = parse_length(&buf[1..end], err)?;
+        let digits = &buf[1..end];
+        let value = if kind == b'*' {
+            parse_i64(digits).ok_or(err)?
+        } else {
+            parse_length(digits, err)?
+        };
         buf.advance(end + terminator_len(buf, end));
         self.scanned = 0;
         Ok(Some(value))
@@ -203,7 +208,7 @@ mod tests {
     #[test]
     fn rejects_bad_lengths_with_redis_texts() {
         let err = |input: &[u8]| decode_all(input).unwrap_err().to_string();
-        assert_eq!(err(b"*-5\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(decode_all(b"*-5\r\n*0\r\nPING\r\n").unwrap(), vec![vec![Bytes::from("PING")]]);
         assert_eq!(err(b"*99999999999\r\n"), "Protocol error: invalid multibulk length");
         assert_eq!(err(b"*1\r\n$-3\r\n"), "Protocol error: invalid bulk length");
         assert_eq!(err(b"*1\r\n$999999999999\r\n"), "Protocol error: invalid bulk length");

@@ -136,6 +136,8 @@ pub struct Net {
     _eventfd: OwnedFd,
     eventfd_file: Rc<BufferedFile>,
     event_read: RefCell<Option<EventRead>>,
+    /// Replies of cross-shard batches that finished, for the driver to hand out.
+    finished: RefCell<Vec<(u32, u32, Vec<u8>)>>,
 }
 
 struct Inner {
@@ -184,6 +186,7 @@ impl Net {
             _eventfd: eventfd,
             eventfd_file,
             event_read: RefCell::new(None),
+            finished: RefCell::new(Vec::new()),
         }))
     }
 
@@ -263,6 +266,7 @@ impl Net {
 
     /// One turn: submit, reap every completion, run what it enabled. Returns work done.
     fn turn(self: &Rc<Self>) -> usize {
+        let finished = self.collect_finished();
         self.enter();
         let completions: Vec<cqueue::Entry> = {
             let mut ring = self.ring.borrow_mut();
@@ -271,7 +275,7 @@ impl Net {
         for completion in &completions {
             self.complete(completion);
         }
-        completions.len()
+        completions.len() + finished
     }
 
     fn complete(self: &Rc<Self>, completion: &cqueue::Entry) {
@@ -442,17 +446,27 @@ impl Net {
         self.close_if_done(conn);
     }
 
-    fn finish_batch(self: &Rc<Self>, index: u32, generation: u32, out: Vec<u8>) {
-        {
-            let mut inner = self.inner.borrow_mut();
-            let Some(conn) = live_conn(&mut inner.conns, index, generation) else { return };
+    /// Queues a finished batch's replies for the driver. Never touches `inner` itself: the
+    /// task may run while the driver holds it (glommio can run a woken task right away).
+    fn finish_batch(&self, index: u32, generation: u32, out: Vec<u8>) {
+        self.finished.borrow_mut().push((index, generation, out));
+        self.notify.notify();
+    }
+
+    /// Hands finished batches' replies to their connections and pumps what arrived since.
+    fn collect_finished(self: &Rc<Self>) -> usize {
+        let finished = std::mem::take(&mut *self.finished.borrow_mut());
+        let count = finished.len();
+        let mut inner = self.inner.borrow_mut();
+        let inner = &mut *inner;
+        for (index, generation, out) in finished {
+            let Some(conn) = live_conn(&mut inner.conns, index, generation) else { continue };
             conn.busy = false;
             conn.out.extend_from_slice(&out);
             self.pump(index, conn);
-            let inner = &mut *inner;
             self.maybe_free(inner, index, generation);
         }
-        self.notify.notify();
+        count
     }
 
     /// Starts closing once a close was asked for and every reply has left.

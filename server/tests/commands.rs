@@ -1,0 +1,244 @@
+//! End-to-end command tests against the real binary: routing across shards, connection
+//! commands, RESP3, auth, and shutdown. Each scenario runs on the io_uring path with one and
+//! two shards, and on the glommio fallback.
+
+mod common;
+
+use common::*;
+use wetask_protocol::Frame;
+
+fn each_server(scenario: fn(&Server)) {
+    for args in [
+        &["--shards", "2"][..],
+        &["--shards", "1"][..],
+        &["--shards", "2", "--io", "glommio"][..],
+    ] {
+        let server = Server::start(args);
+        scenario(&server);
+    }
+}
+
+#[test]
+fn strings_and_keys_across_shards() {
+    each_server(|server| {
+        let mut c = server.client();
+        assert_eq!(c.cmd("FLUSHALL"), ok());
+        // Enough keys that both shards own some.
+        let mut mset = vec!["MSET".to_string()];
+        for i in 0..50 {
+            mset.push(format!("key:{i}"));
+            mset.push(format!("value:{i}"));
+        }
+        assert_eq!(c.cmd(&mset.join(" ")), ok());
+        assert_eq!(c.cmd("DBSIZE"), int(50));
+        let mget = c.cmd("MGET key:0 nope key:49 key:7");
+        assert_eq!(mget, array(vec![bulk("value:0"), Frame::Null, bulk("value:49"), bulk("value:7")]));
+        assert_eq!(c.cmd("EXISTS key:1 key:2 nope key:1"), int(3));
+        assert_eq!(c.cmd("DEL key:1 key:2 nope"), int(2));
+        assert_eq!(c.cmd("KEYS key:4*").clone(), c.cmd("KEYS key:4*"));
+        assert_eq!(sorted_strings(c.cmd("KEYS key:4?")).len(), 10);
+        // RENAME, COPY and MSETNX whose keys sit on different shards: no CROSSSLOT.
+        for i in 0..10 {
+            let from = format!("key:{}", 10 + i);
+            let to = format!("moved:{i}");
+            assert_eq!(c.cmd(&format!("RENAME {from} {to}")), ok());
+            assert_eq!(c.cmd(&format!("GET {to}")), bulk(&format!("value:{}", 10 + i)));
+            assert_eq!(c.cmd(&format!("EXISTS {from}")), int(0));
+            assert_eq!(c.cmd(&format!("COPY {to} copy:{i}")), int(1));
+            assert_eq!(c.cmd(&format!("COPY {to} copy:{i}")), int(0));
+            assert_eq!(c.cmd(&format!("RENAMENX copy:{i} {to}")), int(0));
+        }
+        assert_eq!(c.cmd("RENAME missing other"), err("ERR no such key"));
+        assert_eq!(c.cmd("MSETNX a:1 x a:2 y a:3 z"), int(1));
+        assert_eq!(c.cmd("MSETNX a:4 x a:2 y"), int(0));
+        assert_eq!(c.cmd("EXISTS a:4"), int(0));
+        assert_eq!(c.cmd("SET counter 10"), ok());
+        assert_eq!(c.cmd("INCRBY counter 5"), int(15));
+        assert_eq!(c.cmd("PEXPIRE counter 100000"), int(1));
+        let Frame::Integer(ttl) = c.cmd("TTL counter") else { panic!() };
+        assert!((99..=100).contains(&ttl), "ttl {ttl}");
+        assert_eq!(c.cmd("TYPE counter"), Frame::simple("string"));
+        assert_eq!(c.cmd("SET short v PX 30"), ok());
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert_eq!(c.cmd("GET short"), Frame::Null);
+    });
+}
+
+#[test]
+fn scan_visits_every_key_once_per_shard_walk() {
+    each_server(|server| {
+        let mut c = server.client();
+        c.cmd("FLUSHALL");
+        for i in 0..300 {
+            c.cmd(&format!("SET scan:{i} v"));
+        }
+        c.cmd("SET other x");
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor = "0".to_string();
+        let mut rounds = 0;
+        loop {
+            let reply = c.cmd(&format!("SCAN {cursor} MATCH scan:* COUNT 25"));
+            let Frame::Array(parts) = reply else { panic!("{reply:?}") };
+            cursor = String::from_utf8(parts[0].as_bytes().unwrap().to_vec()).unwrap();
+            for key in sorted_strings(parts[1].clone()) {
+                seen.insert(key);
+            }
+            rounds += 1;
+            if cursor == "0" {
+                break;
+            }
+            assert!(rounds < 1000, "SCAN never finished");
+        }
+        assert_eq!(seen.len(), 300);
+        assert!(!seen.contains("other"));
+        assert_eq!(c.cmd("SCAN abc"), err("ERR invalid cursor"));
+        assert_eq!(c.cmd("SCAN 0 COUNT 0"), err("ERR syntax error"));
+        assert!(c.cmd("RANDOMKEY").as_bytes().is_some());
+    });
+}
+
+#[test]
+fn pipelines_mixing_shards_keep_reply_order() {
+    each_server(|server| {
+        let mut c = server.client();
+        let mut wire = Vec::new();
+        for i in 0..200 {
+            wire.extend_from_slice(format!("SET p:{i} {i}\r\nGET p:{i}\r\n").as_bytes());
+            if i % 50 == 0 {
+                wire.extend_from_slice(b"SELECT 1\r\nSET p:x one\r\nSELECT 0\r\nPING\r\n");
+            }
+        }
+        wire.extend_from_slice(b"GET p:x\r\n");
+        c.raw(&wire);
+        for i in 0..200 {
+            assert_eq!(c.read().unwrap(), ok());
+            assert_eq!(c.read().unwrap(), bulk(&i.to_string()));
+            if i % 50 == 0 {
+                assert_eq!(c.read().unwrap(), ok());
+                assert_eq!(c.read().unwrap(), ok());
+                assert_eq!(c.read().unwrap(), ok());
+                assert_eq!(c.read().unwrap(), Frame::simple("PONG"));
+            }
+        }
+        assert_eq!(c.read().unwrap(), Frame::Null, "db 0 must not see db 1's key");
+    });
+}
+
+#[test]
+fn connection_commands() {
+    each_server(|server| {
+        let mut c = server.client();
+        assert_eq!(c.cmd("PING"), Frame::simple("PONG"));
+        assert_eq!(c.cmd("PING hi"), bulk("hi"));
+        assert_eq!(c.cmd("ECHO hello"), bulk("hello"));
+        assert_eq!(c.cmd("SELECT 16"), err("ERR DB index is out of range"));
+        assert_eq!(c.cmd("SELECT x"), err("ERR value is not an integer or out of range"));
+        assert_eq!(c.cmd("CLIENT SETNAME worker-1"), ok());
+        assert_eq!(c.cmd("CLIENT GETNAME"), bulk("worker-1"));
+        assert_eq!(c.cmd_args(&[b"CLIENT", b"SETNAME", b"has space"]),
+            err("ERR Client names cannot contain spaces, newlines or special characters."));
+        let Frame::Integer(id) = c.cmd("CLIENT ID") else { panic!() };
+        let mut other = server.client();
+        other.cmd("CLIENT SETNAME victim");
+        let list = c.cmd("CLIENT LIST");
+        let text = String::from_utf8(list.as_bytes().unwrap().to_vec()).unwrap();
+        assert!(text.contains(&format!("id={id} ")), "{text}");
+        assert!(text.contains("name=victim"), "{text}");
+        let Frame::Integer(other_id) = other.cmd("CLIENT ID") else { panic!() };
+        assert_eq!(c.cmd(&format!("CLIENT KILL ID {other_id}")), int(1));
+        assert!(other.closed());
+        assert_eq!(c.cmd("CLIENT SETINFO LIB-NAME tests"), ok());
+        assert_eq!(c.cmd("CLIENT NOPE"), err("ERR unknown subcommand 'NOPE'. Try CLIENT HELP."));
+        assert_eq!(c.cmd("NOSUCH a b"),
+            err("ERR unknown command 'NOSUCH', with args beginning with: 'a' 'b' "));
+        assert_eq!(c.cmd("GET"), err("ERR wrong number of arguments for 'get' command"));
+        let Frame::Integer(count) = c.cmd("COMMAND COUNT") else { panic!() };
+        assert_eq!(count as usize, wetask_shards::COMMANDS.len());
+        let Frame::Array(info) = c.cmd("COMMAND INFO get nosuch") else { panic!() };
+        assert_eq!(info[1], Frame::NullArray);
+        let Frame::Array(get) = &info[0] else { panic!() };
+        assert_eq!(get[1], int(2));
+        let config = c.cmd("CONFIG GET maxclients");
+        assert_eq!(config, array(vec![bulk("maxclients"), bulk("10000")]));
+        assert_eq!(c.cmd("CONFIG GET nothing-like-this"), array(vec![]));
+        let Frame::Array(time) = c.cmd("TIME") else { panic!() };
+        assert_eq!(time.len(), 2);
+        c.cmd("SET k v");
+        let info = c.cmd("INFO");
+        let text = String::from_utf8(info.as_bytes().unwrap().to_vec()).unwrap();
+        assert!(text.contains("redis_version:"), "{text}");
+        assert!(text.contains("connected_clients:"), "{text}");
+        assert!(text.contains("db0:keys="), "{text}");
+        let stats = c.cmd("INFO commandstats");
+        let text = String::from_utf8(stats.as_bytes().unwrap().to_vec()).unwrap();
+        assert!(text.contains("cmdstat_set:calls="), "{text}");
+        assert_eq!(c.cmd("QUIT"), ok());
+        assert!(c.closed());
+    });
+}
+
+#[test]
+fn hello_switches_to_resp3() {
+    let server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    let reply = c.cmd("HELLO 3");
+    let Frame::Map(pairs) = reply else { panic!("{reply:?}") };
+    assert!(pairs.contains(&(bulk("proto"), int(3))));
+    assert_eq!(c.cmd("GET missing"), Frame::Null);
+    c.raw(b"GET missing\r\n");
+    assert_eq!(c.read(), Some(Frame::Null));
+    assert_eq!(c.cmd("HELLO 4"), err("NOPROTO unsupported protocol version"));
+    let Frame::Map(_) = c.cmd("CONFIG GET port") else { panic!("RESP3 CONFIG GET is a map") };
+    assert_eq!(c.cmd("HELLO 2").clone(), c.cmd("HELLO 2"));
+    let Frame::Array(_) = c.cmd("CONFIG GET port") else { panic!("RESP2 CONFIG GET is flat") };
+}
+
+#[test]
+fn requirepass_gates_commands() {
+    let server = Server::start(&["--shards", "2", "--requirepass", "s3cret"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET k"), err("NOAUTH Authentication required."));
+    assert_eq!(c.cmd("AUTH wrong"), err("WRONGPASS invalid username-password pair or user is disabled."));
+    assert_eq!(c.cmd("AUTH s3cret"), ok());
+    assert_eq!(c.cmd("SET k v"), ok());
+    let mut d = server.client();
+    let Frame::Map(_) = d.cmd("HELLO 3 AUTH default s3cret SETNAME n") else { panic!() };
+    assert_eq!(d.cmd("GET k"), bulk("v"));
+    assert_eq!(d.cmd("CLIENT GETNAME"), bulk("n"));
+    assert_eq!(d.cmd("RESET"), Frame::simple("RESET"));
+    assert_eq!(d.cmd("GET k"), err("NOAUTH Authentication required."));
+}
+
+#[test]
+fn shutdown_and_sigterm_exit_cleanly() {
+    let server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    c.cmd("SET k v");
+    assert!(server.terminate().success());
+
+    let mut server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    c.send(&[b"SHUTDOWN"]);
+    assert!(c.closed(), "SHUTDOWN closes without a reply");
+    assert!(server.wait().success());
+}
+
+#[test]
+fn config_file_and_maxclients() {
+    let dir = std::env::temp_dir().join(format!("wetask-conf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("wetask.conf");
+    std::fs::write(&path, "# test\nmaxclients 2\nshards 1\n").unwrap();
+    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let mut a = server.client();
+    let mut b = server.client();
+    assert_eq!(a.cmd("PING"), Frame::simple("PONG"));
+    assert_eq!(b.cmd("PING"), Frame::simple("PONG"));
+    let mut c = server.client();
+    assert_eq!(c.read(), Some(err("ERR max number of clients reached")));
+    drop(b);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let mut d = server.client();
+    assert_eq!(d.cmd("PING"), Frame::simple("PONG"));
+    assert_eq!(a.cmd("CONFIG GET shards"), array(vec![bulk("shards"), bulk("1")]));
+}

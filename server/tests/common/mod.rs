@@ -1,0 +1,161 @@
+//! Test support: start the real `wetask` binary on a free port and talk RESP to it.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use wetask_protocol::{encode, Frame, FrameDecoder, Protocol};
+
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Server {
+    pub fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wetask"))
+            .args(["--port", "0", "--log-level", "info"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start wetask");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let port = loop {
+            let line = lines.next().expect("wetask exited before listening").expect("log line");
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let addr = rest.split_whitespace().next().expect("address");
+                break addr.rsplit(':').next().unwrap().parse().expect("port");
+            }
+        };
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, port }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.port)
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.wait()
+    }
+
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "server did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Client {
+    pub stream: TcpStream,
+    decoder: FrameDecoder,
+    buf: BytesMut,
+    pub protocol: Protocol,
+}
+
+impl Client {
+    pub fn connect(port: u16) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Client { stream, decoder: FrameDecoder::default(), buf: BytesMut::new(), protocol: Protocol::Resp2 }
+    }
+
+    pub fn send(&mut self, args: &[&[u8]]) {
+        let frame = Frame::Array(args.iter().map(|a| Frame::Bulk(bytes::Bytes::copy_from_slice(a))).collect());
+        let mut out = Vec::new();
+        encode(&mut out, &frame, Protocol::Resp2);
+        self.stream.write_all(&out).expect("write");
+    }
+
+    /// Writes raw bytes. Errors are ignored: a server that closes on bad input may reset
+    /// the connection before all of a large hostile write is taken.
+    pub fn raw(&mut self, bytes: &[u8]) {
+        let _ = self.stream.write_all(bytes);
+    }
+
+    /// The next reply, or None when the server closed the connection.
+    pub fn read(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(frame) = self.decoder.decode(&mut self.buf).expect("valid reply") {
+                return Some(frame);
+            }
+            let mut chunk = [0u8; 16384];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("read failed: {e}"),
+            }
+        }
+    }
+
+    /// Sends a command written as space-separated words and returns its reply.
+    pub fn cmd(&mut self, line: &str) -> Frame {
+        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        self.send(&args);
+        self.read().expect("a reply")
+    }
+
+    pub fn cmd_args(&mut self, args: &[&[u8]]) -> Frame {
+        self.send(args);
+        self.read().expect("a reply")
+    }
+
+    pub fn closed(&mut self) -> bool {
+        self.read().is_none()
+    }
+}
+
+pub fn bulk(s: &str) -> Frame {
+    Frame::Bulk(bytes::Bytes::copy_from_slice(s.as_bytes()))
+}
+
+pub fn int(n: i64) -> Frame {
+    Frame::Integer(n)
+}
+
+pub fn ok() -> Frame {
+    Frame::ok()
+}
+
+pub fn err(s: &str) -> Frame {
+    Frame::error(s)
+}
+
+pub fn array(items: Vec<Frame>) -> Frame {
+    Frame::Array(items)
+}
+
+/// Bulk strings of an array reply, sorted.
+pub fn sorted_strings(frame: Frame) -> Vec<String> {
+    let Frame::Array(items) = frame else { panic!("not an array: {frame:?}") };
+    let mut out: Vec<String> = items
+        .into_iter()
+        .map(|f| String::from_utf8(f.as_bytes().expect("string").to_vec()).unwrap())
+        .collect();
+    out.sort();
+    out
+}
