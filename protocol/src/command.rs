@@ -36,7 +36,12 @@ impl Default for CommandDecoder {
 
 impl CommandDecoder {
     pub fn new(limits: Limits) -> Self {
-        CommandDecoder { limits, state: State::Start, args: Vec::new(), scanned: 0 }
+        CommandDecoder {
+            limits,
+            state: State::Start,
+            args: Vec::new(),
+            scanned: 0,
+        }
     }
 
     /// Bytes still missing before the bulk being read is complete, so the caller can size
@@ -63,7 +68,9 @@ impl CommandDecoder {
                         return Ok(None);
                     }
                     if buf[0] == b'*' {
-                        let Some(count) = self.header(buf)? else { return Ok(None) };
+                        let Some(count) = self.header(buf)? else {
+                            return Ok(None);
+                        };
                         // `*0` and any negative count are empty requests: Redis skips them.
                         if count > self.limits.array_len_max as i64 {
                             return Err(ProtocolError::InvalidMultibulkLength);
@@ -92,11 +99,16 @@ impl CommandDecoder {
                     if buf[0] != b'$' {
                         return Err(ProtocolError::ExpectedBulk(buf[0]));
                     }
-                    let Some(len) = self.header(buf)? else { return Ok(None) };
+                    let Some(len) = self.header(buf)? else {
+                        return Ok(None);
+                    };
                     if len < 0 || len as usize > self.limits.bulk_bytes_max {
                         return Err(ProtocolError::InvalidBulkLength);
                     }
-                    self.state = State::Body { len: len as usize, remaining };
+                    self.state = State::Body {
+                        len: len as usize,
+                        remaining,
+                    };
                 }
                 State::Body { len, remaining } => {
                     if buf.len() < len + 2 {
@@ -107,7 +119,9 @@ impl CommandDecoder {
                     }
                     self.args.push(buf.split_to(len).freeze());
                     buf.advance(2);
-                    self.state = State::Headers { remaining: remaining - 1 };
+                    self.state = State::Headers {
+                        remaining: remaining - 1,
+                    };
                 }
             }
         }
@@ -179,8 +193,8 @@ mod tests {
 
     #[test]
     fn decodes_pipelined_multibulk_and_inline() {
-        let cmds = decode_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n\r\n*1\r\n$4\r\nPING\r\n")
-            .unwrap();
+        let cmds =
+            decode_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\n\r\n*1\r\n$4\r\nPING\r\n").unwrap();
         assert_eq!(cmds.len(), 3);
         assert_eq!(cmds[0], vec![Bytes::from("GET"), Bytes::from("k")]);
         assert_eq!(cmds[1], vec![Bytes::from("PING")]);
@@ -208,13 +222,28 @@ mod tests {
     #[test]
     fn rejects_bad_lengths_with_redis_texts() {
         let err = |input: &[u8]| decode_all(input).unwrap_err().to_string();
-        assert_eq!(decode_all(b"*-5\r\n*0\r\nPING\r\n").unwrap(), vec![vec![Bytes::from("PING")]]);
-        assert_eq!(err(b"*99999999999\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(
+            decode_all(b"*-5\r\n*0\r\nPING\r\n").unwrap(),
+            vec![vec![Bytes::from("PING")]]
+        );
+        assert_eq!(
+            err(b"*99999999999\r\n"),
+            "Protocol error: invalid multibulk length"
+        );
         assert_eq!(err(b"*1\r\n$-3\r\n"), "Protocol error: invalid bulk length");
-        assert_eq!(err(b"*1\r\n$999999999999\r\n"), "Protocol error: invalid bulk length");
-        assert_eq!(err(b"*1\r\n*1\r\n"), "Protocol error: expected '$', got '*'");
+        assert_eq!(
+            err(b"*1\r\n$999999999999\r\n"),
+            "Protocol error: invalid bulk length"
+        );
+        assert_eq!(
+            err(b"*1\r\n*1\r\n"),
+            "Protocol error: expected '$', got '*'"
+        );
         assert_eq!(err(b"*x\r\n"), "Protocol error: invalid multibulk length");
-        assert_eq!(err(b"*1\r\n$1\r\nab\r\n"), "Protocol error: bulk string not terminated");
+        assert_eq!(
+            err(b"*1\r\n$1\r\nab\r\n"),
+            "Protocol error: bulk string not terminated"
+        );
     }
 
     #[test]
@@ -222,8 +251,11 @@ mod tests {
         let long = vec![b'a'; INLINE_LIMIT_PLUS_ONE];
         assert_eq!(decode_all(&long).unwrap_err(), ProtocolError::TooBigInline);
         let mut header = b"*1".to_vec();
-        header.extend(std::iter::repeat(b'1').take(LINE_BYTES_MAX + 1));
-        assert_eq!(decode_all(&header).unwrap_err(), ProtocolError::TooBigCountString);
+        header.extend(std::iter::repeat_n(b'1', LINE_BYTES_MAX + 1));
+        assert_eq!(
+            decode_all(&header).unwrap_err(),
+            ProtocolError::TooBigCountString
+        );
     }
     const INLINE_LIMIT_PLUS_ONE: usize = crate::INLINE_BYTES_MAX + 1;
 

@@ -134,7 +134,10 @@ mod tests {
     #[test]
     fn downgrades_resp3_types_for_resp2() {
         let map = Frame::Map(vec![(Frame::bulk("a"), Frame::Integer(1))]);
-        assert_eq!(enc(map.clone(), Protocol::Resp2), b"*2\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(
+            enc(map.clone(), Protocol::Resp2),
+            b"*2\r\n$1\r\na\r\n:1\r\n"
+        );
         assert_eq!(enc(map, Protocol::Resp3), b"%1\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(enc(Frame::Null, Protocol::Resp2), b"$-1\r\n");
         assert_eq!(enc(Frame::NullArray, Protocol::Resp2), b"*-1\r\n");

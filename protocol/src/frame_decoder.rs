@@ -43,7 +43,10 @@ pub struct FrameDecoder {
 
 impl FrameDecoder {
     pub fn new(limits: Limits) -> Self {
-        FrameDecoder { limits, ..FrameDecoder::default() }
+        FrameDecoder {
+            limits,
+            ..FrameDecoder::default()
+        }
     }
 
     /// Decodes the next whole frame from the front of `buf`. `Ok(None)` means "need more".
@@ -78,17 +81,17 @@ impl FrameDecoder {
     /// completes. Returns the top-level frame once it is whole.
     fn attach(&mut self, mut frame: Frame) -> Option<Frame> {
         loop {
-            let Some(top) = self.stack.last_mut() else { return Some(frame) };
+            let Some(top) = self.stack.last_mut() else {
+                return Some(frame);
+            };
             top.items.push(frame);
             top.remaining -= 1;
             if top.remaining > 0 {
                 return None;
             }
             let done = self.stack.pop().expect("top exists");
-            frame = match finish(done) {
-                Some(frame) => frame,
-                None => return None, // an attribute: dropped, it is not an element
-            };
+            // An attribute finishes as None: it is dropped, it is not an element.
+            frame = finish(done)?;
         }
     }
 
@@ -171,7 +174,11 @@ impl FrameDecoder {
             AggregateKind::Map | AggregateKind::Attribute => count * 2,
             _ => count,
         };
-        let pending = Pending { kind, remaining: elements, items: Vec::new() };
+        let pending = Pending {
+            kind,
+            remaining: elements,
+            items: Vec::new(),
+        };
         if elements == 0 {
             return Ok(match finish(pending) {
                 Some(frame) => Step::Leaf(frame),
@@ -181,7 +188,10 @@ impl FrameDecoder {
         if self.stack.len() >= self.limits.nesting_depth_max {
             return Err(ProtocolError::TooDeep);
         }
-        self.stack.push(Pending { items: Vec::with_capacity(elements.min(1024)), ..pending });
+        self.stack.push(Pending {
+            items: Vec::with_capacity(elements.min(1024)),
+            ..pending
+        });
         Ok(Step::Continue)
     }
 }
@@ -228,7 +238,9 @@ fn parse_double(text: &[u8]) -> Result<f64, ProtocolError> {
         "inf" | "+inf" => Ok(f64::INFINITY),
         "-inf" => Ok(f64::NEG_INFINITY),
         "nan" => Ok(f64::NAN),
-        _ => text.parse().map_err(|_| ProtocolError::Malformed("invalid double")),
+        _ => text
+            .parse()
+            .map_err(|_| ProtocolError::Malformed("invalid double")),
     }
 }
 
@@ -244,7 +256,9 @@ mod tests {
 
     #[test]
     fn decodes_resp3_types() {
-        let frame = decode_one(b"%1\r\n+k\r\n~2\r\n#t\r\n,1.5\r\n").unwrap().unwrap();
+        let frame = decode_one(b"%1\r\n+k\r\n~2\r\n#t\r\n,1.5\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(
             frame,
             Frame::Map(vec![(

@@ -42,10 +42,11 @@ fn after_quote(line: &[u8], i: usize) -> Result<usize, ProtocolError> {
 fn double_quoted(line: &[u8], mut i: usize, out: &mut Vec<u8>) -> Result<usize, ProtocolError> {
     while i < line.len() {
         match line[i] {
-            b'\\' if i + 3 < line.len()
-                && line[i + 1] == b'x'
-                && line[i + 2].is_ascii_hexdigit()
-                && line[i + 3].is_ascii_hexdigit() =>
+            b'\\'
+                if i + 3 < line.len()
+                    && line[i + 1] == b'x'
+                    && line[i + 2].is_ascii_hexdigit()
+                    && line[i + 3].is_ascii_hexdigit() =>
             {
                 let hex = std::str::from_utf8(&line[i + 2..i + 4]).unwrap_or("0");
                 out.push(u8::from_str_radix(hex, 16).unwrap_or(0));
@@ -96,18 +97,27 @@ mod tests {
     #[test]
     fn splits_with_quotes_and_escapes() {
         let args = split_inline(br#"SET "a b\x41\n" 'it\'s'  plain"#).unwrap();
-        assert_eq!(args, vec![
-            Bytes::from("SET"),
-            Bytes::from("a bA\n"),
-            Bytes::from("it's"),
-            Bytes::from("plain")
-        ]);
+        assert_eq!(
+            args,
+            vec![
+                Bytes::from("SET"),
+                Bytes::from("a bA\n"),
+                Bytes::from("it's"),
+                Bytes::from("plain")
+            ]
+        );
         assert_eq!(split_inline(b"  ").unwrap().len(), 0);
     }
 
     #[test]
     fn rejects_unbalanced_quotes() {
-        assert_eq!(split_inline(b"GET \"abc").unwrap_err(), ProtocolError::UnbalancedQuotes);
-        assert_eq!(split_inline(b"GET 'a'b").unwrap_err(), ProtocolError::UnbalancedQuotes);
+        assert_eq!(
+            split_inline(b"GET \"abc").unwrap_err(),
+            ProtocolError::UnbalancedQuotes
+        );
+        assert_eq!(
+            split_inline(b"GET 'a'b").unwrap_err(),
+            ProtocolError::UnbalancedQuotes
+        );
     }
 }

@@ -31,7 +31,14 @@ pub struct ConnState {
 }
 
 impl ConnState {
-    pub fn new(id: u64, fd: RawFd, addr: String, laddr: String, now_ms: u64, authenticated: bool) -> Self {
+    pub fn new(
+        id: u64,
+        fd: RawFd,
+        addr: String,
+        laddr: String,
+        now_ms: u64,
+        authenticated: bool,
+    ) -> Self {
         ConnState {
             id,
             fd,
@@ -53,7 +60,11 @@ impl ConnState {
 
     /// One `CLIENT LIST` line (without the newline).
     pub fn describe(&self, now_ms: u64) -> String {
-        let text = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+        let text = |b: &Option<Bytes>| {
+            b.as_ref()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
         format!(
             "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 multi=-1 cmd={} user=default resp={} lib-name={} lib-ver={}",
             self.id,

@@ -34,7 +34,12 @@ pub fn needs_all_shards(spec: &CommandSpec, args: &[Bytes]) -> bool {
     }
 }
 
-pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
+pub async fn run(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+) -> Frame {
     match spec.name {
         "ping" => ping(args),
         "echo" => Frame::Bulk(args[1].clone()),
@@ -58,8 +63,14 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, spec: &'stat
             ])
         }
         "shutdown" => shutdown(ctx, &mut conn.borrow_mut(), args),
-        "scan" => scan(ctx, conn.borrow().db, args).await,
-        "randomkey" => randomkey(ctx, conn.borrow().db).await,
+        "scan" => {
+            let db = conn.borrow().db;
+            scan(ctx, db, args).await
+        }
+        "randomkey" => {
+            let db = conn.borrow().db;
+            randomkey(ctx, db).await
+        }
         other => Frame::error(format!("ERR '{other}' is not handled by this server")),
     }
 }
@@ -107,7 +118,11 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
             Some(2) => Protocol::Resp2,
             Some(3) => Protocol::Resp3,
             Some(_) => return Frame::static_error("NOPROTO unsupported protocol version"),
-            None => return Frame::static_error("ERR Protocol version is not an integer or out of range"),
+            None => {
+                return Frame::static_error(
+                    "ERR Protocol version is not an integer or out of range",
+                )
+            }
         };
         i = 2;
     }
@@ -146,7 +161,10 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
     Frame::Map(vec![
         (text("server"), text("redis")),
         (text("version"), text(REDIS_COMPAT_VERSION)),
-        (text("proto"), Frame::Integer(if protocol == Protocol::Resp3 { 3 } else { 2 })),
+        (
+            text("proto"),
+            Frame::Integer(if protocol == Protocol::Resp3 { 3 } else { 2 }),
+        ),
         (text("id"), Frame::Integer(conn.id as i64)),
         (text("mode"), text("standalone")),
         (text("role"), text("master")),
@@ -158,7 +176,12 @@ fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
     conn.db = 0;
     conn.protocol = Protocol::Resp2;
     conn.name = None;
-    conn.authenticated = ctx.globals.requirepass.lock().expect("requirepass").is_none();
+    conn.authenticated = ctx
+        .globals
+        .requirepass
+        .lock()
+        .expect("requirepass")
+        .is_none();
     Frame::simple("RESET")
 }
 
@@ -175,7 +198,10 @@ fn select(conn: &mut ConnState, args: &[Bytes]) -> Frame {
 
 fn shutdown(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
     for arg in &args[1..] {
-        if !["nosave", "save", "now", "force", "abort"].iter().any(|o| is(arg, o)) {
+        if !["nosave", "save", "now", "force", "abort"]
+            .iter()
+            .any(|o| is(arg, o))
+        {
             return Frame::static_error(SYNTAX);
         }
         if is(arg, "abort") {
@@ -250,11 +276,24 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
         return client_kill(ctx, conn, args).await;
     }
     if is(sub, "help") {
-        let lines = ["CLIENT <subcommand> [<arg> ...]. Subcommands are:", "ID", "GETNAME",
-            "SETNAME <name>", "SETINFO <LIB-NAME|LIB-VER> <value>", "INFO", "LIST [TYPE normal] [ID <id> ...]",
+        let lines = [
+            "CLIENT <subcommand> [<arg> ...]. Subcommands are:",
+            "ID",
+            "GETNAME",
+            "SETNAME <name>",
+            "SETINFO <LIB-NAME|LIB-VER> <value>",
+            "INFO",
+            "LIST [TYPE normal] [ID <id> ...]",
             "KILL <ip:port> | KILL [ID <id>] [ADDR <ip:port>] [LADDR <ip:port>] [SKIPME yes|no]",
-            "NO-EVICT <on|off>", "NO-TOUCH <on|off>"];
-        return Frame::Array(lines.iter().map(|l| Frame::Simple(Bytes::from_static(l.as_bytes()))).collect());
+            "NO-EVICT <on|off>",
+            "NO-TOUCH <on|off>",
+        ];
+        return Frame::Array(
+            lines
+                .iter()
+                .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+                .collect(),
+        );
     }
     unknown_subcommand("client", sub)
 }
@@ -297,7 +336,8 @@ async fn client_list(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
             .lines()
             .filter(|line| {
                 let id = line.split(' ').next().and_then(|f| f.strip_prefix("id="));
-                id.and_then(|id| id.parse::<u64>().ok()).is_some_and(|id| ids.contains(&id))
+                id.and_then(|id| id.parse::<u64>().ok())
+                    .is_some_and(|id| ids.contains(&id))
             })
             .map(|line| format!("{line}\n"))
             .collect();
@@ -308,7 +348,11 @@ async fn client_list(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
 async fn client_kill(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
     let caller = conn.borrow().id;
     let old_style = args.len() == 3;
-    let mut filter = KillFilter { caller, skip_me: !old_style, ..KillFilter::default() };
+    let mut filter = KillFilter {
+        caller,
+        skip_me: !old_style,
+        ..KillFilter::default()
+    };
     if old_style {
         filter.addr = Some(String::from_utf8_lossy(&args[2]).into_owned());
     } else {
@@ -323,11 +367,13 @@ async fn client_kill(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
                 },
                 a if is(a, "addr") => filter.addr = Some(text),
                 a if is(a, "laddr") => filter.laddr = Some(text),
-                a if is(a, "skipme") => filter.skip_me = match text.to_ascii_lowercase().as_str() {
-                    "yes" => true,
-                    "no" => false,
-                    _ => return Frame::static_error(SYNTAX),
-                },
+                a if is(a, "skipme") => {
+                    filter.skip_me = match text.to_ascii_lowercase().as_str() {
+                        "yes" => true,
+                        "no" => false,
+                        _ => return Frame::static_error(SYNTAX),
+                    }
+                }
                 a if is(a, "user") => {
                     if text != "default" {
                         return Frame::Integer(0);
@@ -348,9 +394,19 @@ async fn client_kill(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
     }
     let pending: Vec<_> = (0..ctx.shard_count)
         .filter(|&s| s != ctx.id)
-        .map(|s| ctx.request(s, Request::ClientKill { filter: filter.clone() }))
+        .map(|s| {
+            ctx.request(
+                s,
+                Request::ClientKill {
+                    filter: filter.clone(),
+                },
+            )
+        })
         .collect();
-    let mut killed = ctx.clients.borrow().kill(&filter, Some(&mut conn.borrow_mut()));
+    let mut killed = ctx
+        .clients
+        .borrow()
+        .kill(&filter, Some(&mut conn.borrow_mut()));
     for future in pending {
         if let Response::Count(n) = future.await {
             killed += n;
@@ -373,12 +429,29 @@ fn command_info(spec: &CommandSpec) -> Frame {
         .filter(|(bit, _)| spec.has(*bit))
         .map(|(_, name)| Frame::Simple(Bytes::from_static(name.as_bytes())))
         .collect();
-    let mut categories = vec![format!("@{}", match spec.group {
-        "generic" => "keyspace",
-        other => other,
-    })];
-    categories.push(if spec.has(flag::WRITE) { "@write" } else { "@read" }.to_string());
-    categories.push(if spec.has(flag::FAST) { "@fast" } else { "@slow" }.to_string());
+    let mut categories = vec![format!(
+        "@{}",
+        match spec.group {
+            "generic" => "keyspace",
+            other => other,
+        }
+    )];
+    categories.push(
+        if spec.has(flag::WRITE) {
+            "@write"
+        } else {
+            "@read"
+        }
+        .to_string(),
+    );
+    categories.push(
+        if spec.has(flag::FAST) {
+            "@fast"
+        } else {
+            "@slow"
+        }
+        .to_string(),
+    );
     Frame::Array(vec![
         Frame::Bulk(Bytes::from_static(spec.name.as_bytes())),
         Frame::Integer(i64::from(spec.arity)),
@@ -386,7 +459,12 @@ fn command_info(spec: &CommandSpec) -> Frame {
         Frame::Integer(i64::from(spec.first_key)),
         Frame::Integer(i64::from(spec.last_key)),
         Frame::Integer(i64::from(spec.step)),
-        Frame::Set(categories.into_iter().map(|c| Frame::Simple(Bytes::from(c))).collect()),
+        Frame::Set(
+            categories
+                .into_iter()
+                .map(|c| Frame::Simple(Bytes::from(c)))
+                .collect(),
+        ),
         Frame::Set(Vec::new()),
         Frame::Array(Vec::new()),
         Frame::Array(Vec::new()),
@@ -414,7 +492,11 @@ fn command(args: &[Bytes]) -> Frame {
         if args.len() == 2 {
             return Frame::Array(COMMANDS.iter().map(command_info).collect());
         }
-        Frame::Array(named().map(|s| s.map_or(Frame::NullArray, command_info)).collect())
+        Frame::Array(
+            named()
+                .map(|s| s.map_or(Frame::NullArray, command_info))
+                .collect(),
+        )
     } else if is(sub, "docs") {
         let pick: Vec<&CommandSpec> = if args.len() == 2 {
             COMMANDS.iter().collect()
@@ -423,11 +505,21 @@ fn command(args: &[Bytes]) -> Frame {
         };
         Frame::Map(
             pick.into_iter()
-                .map(|s| (Frame::Bulk(Bytes::from_static(s.name.as_bytes())), command_docs(s)))
+                .map(|s| {
+                    (
+                        Frame::Bulk(Bytes::from_static(s.name.as_bytes())),
+                        command_docs(s),
+                    )
+                })
                 .collect(),
         )
     } else if is(sub, "list") && args.len() == 2 {
-        Frame::Array(COMMANDS.iter().map(|s| Frame::Bulk(Bytes::from_static(s.name.as_bytes()))).collect())
+        Frame::Array(
+            COMMANDS
+                .iter()
+                .map(|s| Frame::Bulk(Bytes::from_static(s.name.as_bytes())))
+                .collect(),
+        )
     } else {
         unknown_subcommand("command", sub)
     }
@@ -440,9 +532,22 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
         ("bind", g.config.bind.clone()),
         ("port", g.port.load(Ordering::Relaxed).to_string()),
         ("databases", DATABASES.to_string()),
-        ("maxclients", g.maxclients.load(Ordering::Relaxed).to_string()),
-        ("requirepass", g.requirepass.lock().expect("requirepass").clone().unwrap_or_default()),
-        ("proto-max-bulk-len", g.config.proto_max_bulk_len.to_string()),
+        (
+            "maxclients",
+            g.maxclients.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "requirepass",
+            g.requirepass
+                .lock()
+                .expect("requirepass")
+                .clone()
+                .unwrap_or_default(),
+        ),
+        (
+            "proto-max-bulk-len",
+            g.config.proto_max_bulk_len.to_string(),
+        ),
         ("save", String::new()),
         ("appendonly", "no".into()),
         ("maxmemory", "0".into()),
@@ -461,7 +566,10 @@ async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         let params = config_params(ctx);
         let mut pairs = Vec::new();
         for (name, value) in &params {
-            if args[2..].iter().any(|p| wetask_shards::glob::glob_match(&p.to_ascii_lowercase(), name.as_bytes())) {
+            if args[2..]
+                .iter()
+                .any(|p| wetask_shards::glob::glob_match(&p.to_ascii_lowercase(), name.as_bytes()))
+            {
                 pairs.push((
                     Frame::Bulk(Bytes::from_static(name.as_bytes())),
                     Frame::Bulk(Bytes::from(value.clone())),
@@ -470,7 +578,7 @@ async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         }
         return Frame::Map(pairs);
     }
-    if is(sub, "set") && args.len() >= 4 && args.len() % 2 == 0 {
+    if is(sub, "set") && args.len() >= 4 && args.len().is_multiple_of(2) {
         return config_set(ctx, &args[2..]);
     }
     if is(sub, "resetstat") && args.len() == 2 {
@@ -485,7 +593,10 @@ async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         return Frame::ok();
     }
     if is(sub, "get") || is(sub, "set") || is(sub, "resetstat") {
-        return wrong_arity(&format!("config|{}", String::from_utf8_lossy(sub).to_ascii_lowercase()));
+        return wrong_arity(&format!(
+            "config|{}",
+            String::from_utf8_lossy(sub).to_ascii_lowercase()
+        ));
     }
     unknown_subcommand("config", sub)
 }
@@ -502,9 +613,9 @@ fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
             "maxclients" => match value.parse::<usize>() {
                 Ok(n) if n > 0 => ctx.globals.maxclients.store(n, Ordering::Relaxed),
                 _ => {
-                    return Frame::error(format!(
-                        "ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument couldn't be parsed into an integer"
-                    ))
+                    return Frame::static_error(
+                        "ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument couldn't be parsed into an integer",
+                    )
                 }
             },
             _ if config_params(ctx).iter().any(|(p, _)| *p == name) => {
@@ -525,7 +636,10 @@ fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
 /// SCAN across shards: the cursor's low part (mod the shard count) names the shard, the rest
 /// is that shard's own position cursor.
 async fn scan(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
-    let Some(cursor) = std::str::from_utf8(&args[1]).ok().and_then(|s| s.parse::<u64>().ok()) else {
+    let Some(cursor) = std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
         return Frame::static_error("ERR invalid cursor");
     };
     let mut count = 10usize;
@@ -543,7 +657,9 @@ async fn scan(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
                 None => return Frame::static_error(wetask_shards::errors::NOT_INTEGER),
             },
             a if is(a, "match") => filter.pattern = Some(value.clone()),
-            a if is(a, "type") => filter.type_name = Some(String::from_utf8_lossy(value).into_owned()),
+            a if is(a, "type") => {
+                filter.type_name = Some(String::from_utf8_lossy(value).into_owned())
+            }
             _ => return Frame::static_error(SYNTAX),
         }
         i += 2;
@@ -554,7 +670,18 @@ async fn scan(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
     let (next, keys) = if shard == ctx.id {
         ctx.shard.borrow_mut().scan(db, position, count, &filter)
     } else {
-        match ctx.request(shard, Request::Scan { db, cursor: position, count, filter }).await {
+        match ctx
+            .request(
+                shard,
+                Request::Scan {
+                    db,
+                    cursor: position,
+                    count,
+                    filter,
+                },
+            )
+            .await
+        {
             Response::Scan(next, keys) => (next, keys),
             _ => (0, Vec::new()),
         }

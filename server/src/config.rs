@@ -16,7 +16,11 @@ pub enum IoMode {
 }
 
 #[derive(Parser, Clone, Debug)]
-#[command(name = "wetask", version, about = "WeTask: a thread-per-core Redis-compatible server and task engine")]
+#[command(
+    name = "wetask",
+    version,
+    about = "WeTask: a thread-per-core Redis-compatible server and task engine"
+)]
 #[command(args_override_self = true)]
 pub struct Config {
     /// Address to listen on.
@@ -56,7 +60,9 @@ impl Config {
     pub fn load() -> Result<Config, String> {
         let cli: Vec<String> = std::env::args().collect();
         let first = Config::try_parse_from(&cli).map_err(|e| e.to_string())?;
-        let Some(path) = &first.config else { return Ok(first) };
+        let Some(path) = &first.config else {
+            return Ok(first);
+        };
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
         let mut args = vec![cli[0].clone()];
@@ -78,7 +84,10 @@ fn file_args(text: &str) -> Result<Vec<String>, String> {
             .split_once(char::is_whitespace)
             .ok_or_else(|| format!("config line {}: expected `name value`", number + 1))?;
         if name == "config" {
-            return Err(format!("config line {}: a config file cannot include another", number + 1));
+            return Err(format!(
+                "config line {}: a config file cannot include another",
+                number + 1
+            ));
         }
         args.push(format!("--{}", name.replace('_', "-")));
         args.push(value.trim().trim_matches('"').to_string());
@@ -92,14 +101,26 @@ mod tests {
 
     #[test]
     fn file_lines_become_flags() {
-        let args = file_args("# comment\nport 7000\nrequirepass \"s3cret\"\n\nmax_clients 5").unwrap();
-        assert_eq!(args, ["--port", "7000", "--requirepass", "s3cret", "--max-clients", "5"]);
+        let args =
+            file_args("# comment\nport 7000\nrequirepass \"s3cret\"\n\nmax_clients 5").unwrap();
+        assert_eq!(
+            args,
+            [
+                "--port",
+                "7000",
+                "--requirepass",
+                "s3cret",
+                "--max-clients",
+                "5"
+            ]
+        );
         assert!(file_args("lonely").is_err());
     }
 
     #[test]
     fn later_flags_override_earlier_ones() {
-        let config = Config::try_parse_from(["wetask", "--port", "7000", "--port", "7001"]).unwrap();
+        let config =
+            Config::try_parse_from(["wetask", "--port", "7000", "--port", "7001"]).unwrap();
         assert_eq!(config.port, 7001);
     }
 }

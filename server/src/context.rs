@@ -55,7 +55,10 @@ impl ShardCtx {
 
     pub fn request(&self, to: usize, request: Request) -> ResponseFuture {
         debug_assert_ne!(to, self.id, "local work never goes through the mesh");
-        self.mesh.as_ref().expect("mesh exists when there are several shards").request(self.id, to, request)
+        self.mesh
+            .as_ref()
+            .expect("mesh exists when there are several shards")
+            .request(self.id, to, request)
     }
 
     pub fn report(&self) -> ShardReport {
@@ -72,6 +75,8 @@ impl ShardCtx {
 
     /// Serves a request from another shard, synchronously, on this shard's state.
     pub fn serve(&self, request: Request) -> Response {
+        // A parked shard's coarse clock may be up to a cron period old: refresh it first.
+        self.tick();
         let mut shard = self.shard.borrow_mut();
         match request {
             Request::Exec { db, commands } => Response::Frames(
@@ -87,13 +92,21 @@ impl ShardCtx {
             ),
             Request::Take { db, key } => Response::Entry(shard.take_entry(db, &key)),
             Request::Clone { db, key } => Response::Entry(shard.clone_entry(db, &key)),
-            Request::Put { db, key, entry, replace } => {
-                Response::Bool(shard.put_entry(db, &key, entry, replace))
-            }
+            Request::Put {
+                db,
+                key,
+                entry,
+                replace,
+            } => Response::Bool(shard.put_entry(db, &key, entry, replace)),
             Request::Exists { db, keys } => {
                 Response::Count(keys.iter().filter(|k| shard.exists(db, k)).count())
             }
-            Request::Scan { db, cursor, count, filter } => {
+            Request::Scan {
+                db,
+                cursor,
+                count,
+                filter,
+            } => {
                 let (next, keys) = shard.scan(db, cursor, count, &filter);
                 Response::Scan(next, keys)
             }
@@ -114,7 +127,11 @@ impl ShardCtx {
     }
 
     /// The receiver loop for messages from one peer shard.
-    pub async fn serve_peer(self: Rc<Self>, peer: usize, receiver: glommio::channels::shared_channel::ConnectedReceiver<crate::mesh::Message>) {
+    pub async fn serve_peer(
+        self: Rc<Self>,
+        peer: usize,
+        receiver: glommio::channels::shared_channel::ConnectedReceiver<crate::mesh::Message>,
+    ) {
         use crate::mesh::Message;
         while let Some(message) = receiver.recv().await {
             let mesh = self.mesh.as_ref().expect("mesh");

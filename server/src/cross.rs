@@ -28,7 +28,16 @@ async fn on(ctx: &ShardCtx, to: usize, request: Request) -> Response {
 
 async fn take(ctx: &ShardCtx, db: usize, key: &Bytes) -> Option<Entry> {
     let owner = shard_of(key, ctx.shard_count);
-    match on(ctx, owner, Request::Take { db, key: key.clone() }).await {
+    match on(
+        ctx,
+        owner,
+        Request::Take {
+            db,
+            key: key.clone(),
+        },
+    )
+    .await
+    {
         Response::Entry(entry) => entry,
         _ => None,
     }
@@ -36,7 +45,16 @@ async fn take(ctx: &ShardCtx, db: usize, key: &Bytes) -> Option<Entry> {
 
 async fn clone(ctx: &ShardCtx, db: usize, key: &Bytes) -> Option<Entry> {
     let owner = shard_of(key, ctx.shard_count);
-    match on(ctx, owner, Request::Clone { db, key: key.clone() }).await {
+    match on(
+        ctx,
+        owner,
+        Request::Clone {
+            db,
+            key: key.clone(),
+        },
+    )
+    .await
+    {
         Response::Entry(entry) => entry,
         _ => None,
     }
@@ -44,13 +62,29 @@ async fn clone(ctx: &ShardCtx, db: usize, key: &Bytes) -> Option<Entry> {
 
 async fn put(ctx: &ShardCtx, db: usize, key: &Bytes, entry: Entry, replace: bool) -> bool {
     let owner = shard_of(key, ctx.shard_count);
-    let request = Request::Put { db, key: key.clone(), entry, replace };
+    let request = Request::Put {
+        db,
+        key: key.clone(),
+        entry,
+        replace,
+    };
     matches!(on(ctx, owner, request).await, Response::Bool(true))
 }
 
 async fn exists(ctx: &ShardCtx, db: usize, key: &Bytes) -> bool {
     let owner = shard_of(key, ctx.shard_count);
-    matches!(on(ctx, owner, Request::Exists { db, keys: vec![key.clone()] }).await, Response::Count(1))
+    matches!(
+        on(
+            ctx,
+            owner,
+            Request::Exists {
+                db,
+                keys: vec![key.clone()]
+            }
+        )
+        .await,
+        Response::Count(1)
+    )
 }
 
 pub async fn run(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
@@ -92,13 +126,17 @@ async fn copy(ctx: &ShardCtx, db: usize, args: &[Bytes]) -> Frame {
         Ok(opts) => opts,
         Err(err) => return err,
     };
-    let Some(entry) = clone(ctx, db, &args[1]).await else { return Frame::Integer(0) };
+    let Some(entry) = clone(ctx, db, &args[1]).await else {
+        return Frame::Integer(0);
+    };
     let target_db = opts.db.unwrap_or(db);
-    Frame::Integer(i64::from(put(ctx, target_db, &args[2], entry, opts.replace).await))
+    Frame::Integer(i64::from(
+        put(ctx, target_db, &args[2], entry, opts.replace).await,
+    ))
 }
 
 async fn msetnx(ctx: &ShardCtx, db: usize, args: &[Bytes]) -> Frame {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return wrong_arity("msetnx");
     }
     for pair in args[1..].chunks(2) {

@@ -22,22 +22,31 @@ use crate::clients::ConnState;
 use crate::commands;
 use crate::context::ShardCtx;
 use crate::cross;
-use crate::mesh::{Request, Response};
+use crate::mesh::{Request, Response, ShardCommands};
 
 pub const NOAUTH: &str = "NOAUTH Authentication required.";
 
 /// Polls a future once; `None` if it would wait.
 pub fn poll_once<F: Future>(future: F) -> Option<F::Output> {
     let mut future = pin!(future);
-    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
         Poll::Ready(value) => Some(value),
         Poll::Pending => None,
     }
 }
 
 /// Looks the command up and checks arity and authentication.
-fn precheck(ctx: &ShardCtx, conn: &ConnState, args: &[Bytes]) -> Result<&'static CommandSpec, Frame> {
-    let Some(spec) = lookup(&args[0]) else { return Err(unknown_command(args)) };
+fn precheck(
+    ctx: &ShardCtx,
+    conn: &ConnState,
+    args: &[Bytes],
+) -> Result<&'static CommandSpec, Frame> {
+    let Some(spec) = lookup(&args[0]) else {
+        return Err(unknown_command(args));
+    };
     if !conn.authenticated && !spec.has(flag::NO_AUTH) {
         ctx.stats.record_rejected(spec.name);
         return Err(Frame::static_error(NOAUTH));
@@ -50,7 +59,10 @@ fn precheck(ctx: &ShardCtx, conn: &ConnState, args: &[Bytes]) -> Result<&'static
 }
 
 fn spec_index(spec: &'static CommandSpec) -> usize {
-    COMMANDS.iter().position(|c| std::ptr::eq(c, spec)).expect("spec comes from the table")
+    COMMANDS
+        .iter()
+        .position(|c| std::ptr::eq(c, spec))
+        .expect("spec comes from the table")
 }
 
 /// True when running `args` needs another shard (and so a task, not an inline call).
@@ -58,19 +70,25 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
     if ctx.shard_count == 1 {
         return false;
     }
-    let Some(spec) = lookup(&args[0]).filter(|s| s.arity_ok(args.len())) else { return false };
+    let Some(spec) = lookup(&args[0]).filter(|s| s.arity_ok(args.len())) else {
+        return false;
+    };
     match spec.route {
         Route::Server => commands::needs_all_shards(spec, args),
         Route::AllShards(_) => true,
-        Route::Keyed | Route::Split(_) => {
-            spec.key_positions(args.len()).any(|i| shard_of(&args[i], ctx.shard_count) != ctx.id)
-        }
+        Route::Keyed | Route::Split(_) => spec
+            .key_positions(args.len())
+            .any(|i| shard_of(&args[i], ctx.shard_count) != ctx.id),
     }
 }
 
 /// Runs a command inline when it needs no other shard: the fast path. `None` means the
 /// caller must run [`execute`] in a task.
-pub fn try_inline(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Option<Frame> {
+pub fn try_inline(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    args: &[Bytes],
+) -> Option<Frame> {
     if needs_remote(ctx, args) {
         return None;
     }
@@ -107,7 +125,13 @@ fn local(ctx: &ShardCtx, db: usize, spec: &CommandSpec, args: &[Bytes]) -> Frame
     ctx.shard.borrow_mut().execute(db, spec, args)
 }
 
-async fn remote(ctx: &ShardCtx, to: usize, db: usize, spec: &'static CommandSpec, args: Vec<Bytes>) -> Frame {
+async fn remote(
+    ctx: &ShardCtx,
+    to: usize,
+    db: usize,
+    spec: &'static CommandSpec,
+    args: Vec<Bytes>,
+) -> Frame {
     let commands = vec![(spec_index(spec), args)];
     match ctx.request(to, Request::Exec { db, commands }).await {
         Response::Frames(mut frames) if frames.len() == 1 => frames.pop().expect("one frame"),
@@ -116,7 +140,9 @@ async fn remote(ctx: &ShardCtx, to: usize, db: usize, spec: &'static CommandSpec
 }
 
 async fn keyed(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
-    let mut owners = spec.key_positions(args.len()).map(|i| shard_of(&args[i], ctx.shard_count));
+    let mut owners = spec
+        .key_positions(args.len())
+        .map(|i| shard_of(&args[i], ctx.shard_count));
     let first = owners.next().unwrap_or(ctx.id);
     if owners.any(|s| s != first) {
         return cross::run(ctx, db, spec, args).await;
@@ -129,14 +155,27 @@ async fn keyed(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[By
 }
 
 /// Splits a multi-key command into one sub-command per shard and merges the replies.
-async fn split(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[Bytes], merge: Merge) -> Frame {
+async fn split(
+    ctx: &ShardCtx,
+    db: usize,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    merge: Merge,
+) -> Frame {
     let step = spec.step.max(1) as usize;
     // shard -> (sub-command arguments, positions of its keys among all keys)
     let mut parts: BTreeMap<usize, (Vec<Bytes>, Vec<usize>)> = BTreeMap::new();
     for (key_number, i) in spec.key_positions(args.len()).enumerate() {
-        let owner = if ctx.shard_count == 1 { ctx.id } else { shard_of(&args[i], ctx.shard_count) };
-        let part = parts.entry(owner).or_insert_with(|| (vec![args[0].clone()], Vec::new()));
-        part.0.extend(args[i..(i + step).min(args.len())].iter().cloned());
+        let owner = if ctx.shard_count == 1 {
+            ctx.id
+        } else {
+            shard_of(&args[i], ctx.shard_count)
+        };
+        let part = parts
+            .entry(owner)
+            .or_insert_with(|| (vec![args[0].clone()], Vec::new()));
+        part.0
+            .extend(args[i..(i + step).min(args.len())].iter().cloned());
         part.1.push(key_number);
     }
     if parts.len() <= 1 && parts.keys().all(|&s| s == ctx.id) {
@@ -149,7 +188,10 @@ async fn split(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[By
             replies.push((local(ctx, db, spec, &sub), positions));
         } else {
             let commands = vec![(spec_index(spec), sub)];
-            pending.push((ctx.request(owner, Request::Exec { db, commands }), positions));
+            pending.push((
+                ctx.request(owner, Request::Exec { db, commands }),
+                positions,
+            ));
         }
     }
     for (future, positions) in pending {
@@ -168,7 +210,10 @@ fn merge_replies(merge: Merge, replies: Vec<(Frame, Vec<usize>)>) -> Frame {
     }
     match merge {
         Merge::Sum => Frame::Integer(
-            replies.iter().map(|(f, _)| if let Frame::Integer(n) = f { *n } else { 0 }).sum(),
+            replies
+                .iter()
+                .map(|(f, _)| if let Frame::Integer(n) = f { *n } else { 0 })
+                .sum(),
         ),
         Merge::Ok => Frame::ok(),
         Merge::Concat => Frame::Array(
@@ -195,7 +240,13 @@ fn merge_replies(merge: Merge, replies: Vec<(Frame, Vec<usize>)>) -> Frame {
     }
 }
 
-async fn all_shards(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[Bytes], merge: Merge) -> Frame {
+async fn all_shards(
+    ctx: &ShardCtx,
+    db: usize,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    merge: Merge,
+) -> Frame {
     let mut pending = Vec::new();
     for to in (0..ctx.shard_count).filter(|&s| s != ctx.id) {
         let commands = vec![(spec_index(spec), args.to_vec())];
@@ -212,7 +263,11 @@ async fn all_shards(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args:
 
 /// The single shard a simple keyed command runs on, if it is one (used to batch a
 /// pipeline's remote commands into one message per shard).
-fn simple_target(ctx: &ShardCtx, conn: &ConnState, args: &[Bytes]) -> Option<(usize, &'static CommandSpec)> {
+fn simple_target(
+    ctx: &ShardCtx,
+    conn: &ConnState,
+    args: &[Bytes],
+) -> Option<(usize, &'static CommandSpec)> {
     let spec = lookup(&args[0])?;
     if spec.route != Route::Keyed || !spec.arity_ok(args.len()) {
         return None;
@@ -220,7 +275,9 @@ fn simple_target(ctx: &ShardCtx, conn: &ConnState, args: &[Bytes]) -> Option<(us
     if !conn.authenticated && !spec.has(flag::NO_AUTH) {
         return None;
     }
-    let mut owners = spec.key_positions(args.len()).map(|i| shard_of(&args[i], ctx.shard_count));
+    let mut owners = spec
+        .key_positions(args.len())
+        .map(|i| shard_of(&args[i], ctx.shard_count));
     let first = owners.next()?;
     owners.all(|s| s == first).then_some((first, spec))
 }
@@ -228,7 +285,12 @@ fn simple_target(ctx: &ShardCtx, conn: &ConnState, args: &[Bytes]) -> Option<(us
 /// Runs a pipeline's commands in order, encoding replies into `out`. Runs of simple keyed
 /// commands are grouped into one message per destination shard; anything else runs alone.
 /// Returns when done or when the connection asked to close.
-pub async fn run_batch(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, commands: Vec<Vec<Bytes>>, out: &mut Vec<u8>) {
+pub async fn run_batch(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    commands: Vec<Vec<Bytes>>,
+    out: &mut Vec<u8>,
+) {
     let mut i = 0;
     while i < commands.len() {
         let (db, protocol) = {
@@ -261,9 +323,14 @@ pub async fn run_batch(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, comman
     }
 }
 
-async fn run_segment(ctx: &ShardCtx, db: usize, targets: &[(usize, &'static CommandSpec)], commands: &[Vec<Bytes>]) -> Vec<Frame> {
+async fn run_segment(
+    ctx: &ShardCtx,
+    db: usize,
+    targets: &[(usize, &'static CommandSpec)],
+    commands: &[Vec<Bytes>],
+) -> Vec<Frame> {
     let mut frames: Vec<Option<Frame>> = vec![None; commands.len()];
-    let mut groups: BTreeMap<usize, (Vec<(usize, Vec<Bytes>)>, Vec<usize>)> = BTreeMap::new();
+    let mut groups: BTreeMap<usize, (ShardCommands, Vec<usize>)> = BTreeMap::new();
     for (n, ((owner, spec), args)) in targets.iter().zip(commands).enumerate() {
         if *owner == ctx.id {
             let frame = local(ctx, db, spec, args);
@@ -277,7 +344,12 @@ async fn run_segment(ctx: &ShardCtx, db: usize, targets: &[(usize, &'static Comm
     }
     let pending: Vec<_> = groups
         .into_iter()
-        .map(|(owner, (cmds, slots))| (ctx.request(owner, Request::Exec { db, commands: cmds }), slots))
+        .map(|(owner, (cmds, slots))| {
+            (
+                ctx.request(owner, Request::Exec { db, commands: cmds }),
+                slots,
+            )
+        })
         .collect();
     for (future, slots) in pending {
         if let Response::Frames(replies) = future.await {

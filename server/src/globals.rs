@@ -70,7 +70,9 @@ impl Globals {
         let max = self.maxclients.load(Ordering::Relaxed);
         let admitted = self
             .connected_clients
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
             .is_ok();
         if admitted {
             self.total_connections.fetch_add(1, Ordering::Relaxed);
@@ -87,9 +89,13 @@ impl Globals {
 
 /// Wall-clock unix milliseconds.
 pub fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 pub fn unix_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }

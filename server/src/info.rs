@@ -14,7 +14,14 @@ use crate::context::ShardCtx;
 use crate::mesh::{Request, Response};
 use crate::stats::ShardReport;
 
-const SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "keyspace", "commandstats"];
+const SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "stats",
+    "keyspace",
+    "commandstats",
+];
 const DEFAULT_SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "keyspace"];
 
 async fn gather(ctx: &ShardCtx) -> ShardReport {
@@ -62,7 +69,11 @@ pub async fn info(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
 /// Resident set size in bytes, from /proc/self/statm.
 pub fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
     pages * page

@@ -14,7 +14,11 @@ fn main() {
     };
     let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(ansi).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi)
+        .init();
     if let Err(message) = wetask_server::runtime::run(config) {
         tracing::error!("{message}");
         std::process::exit(1);

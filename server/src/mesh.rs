@@ -21,20 +21,49 @@ use wetask_shards::{Entry, ScanFilter};
 /// Per-pair channel capacity.
 pub const CHANNEL_CAPACITY: usize = 1024;
 
+/// Commands for one shard: (index into the command table, arguments), run in order.
+pub type ShardCommands = Vec<(usize, Vec<Bytes>)>;
+
 /// Work one shard asks of another.
 pub enum Request {
     /// Run these commands, in order, on the given database. `spec` indexes the command table.
-    Exec { db: usize, commands: Vec<(usize, Vec<Bytes>)> },
-    Take { db: usize, key: Bytes },
-    Clone { db: usize, key: Bytes },
-    Put { db: usize, key: Bytes, entry: Entry, replace: bool },
-    Exists { db: usize, keys: Vec<Bytes> },
-    Scan { db: usize, cursor: u64, count: usize, filter: ScanFilter },
-    RandomKey { db: usize },
+    Exec {
+        db: usize,
+        commands: Vec<(usize, Vec<Bytes>)>,
+    },
+    Take {
+        db: usize,
+        key: Bytes,
+    },
+    Clone {
+        db: usize,
+        key: Bytes,
+    },
+    Put {
+        db: usize,
+        key: Bytes,
+        entry: Entry,
+        replace: bool,
+    },
+    Exists {
+        db: usize,
+        keys: Vec<Bytes>,
+    },
+    Scan {
+        db: usize,
+        cursor: u64,
+        count: usize,
+        filter: ScanFilter,
+    },
+    RandomKey {
+        db: usize,
+    },
     Stats,
     ResetStats,
     ClientList,
-    ClientKill { filter: crate::clients::KillFilter },
+    ClientKill {
+        filter: crate::clients::KillFilter,
+    },
 }
 
 pub enum Response {
@@ -49,8 +78,15 @@ pub enum Response {
 }
 
 pub enum Message {
-    Request { from: usize, id: u64, request: Request },
-    Response { id: u64, response: Response },
+    Request {
+        from: usize,
+        id: u64,
+        request: Request,
+    },
+    Response {
+        id: u64,
+        response: Response,
+    },
 }
 
 #[derive(Default)]

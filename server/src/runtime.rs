@@ -31,14 +31,19 @@ fn allowed_cpus() -> Vec<usize> {
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return vec![0];
         }
-        (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &set)).collect()
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
     }
 }
 
 /// Raises RLIMIT_MEMLOCK, which glommio's registered buffers need: to unlimited where
 /// allowed (root with CAP_SYS_RESOURCE), else to the hard limit.
 fn raise_memlock() {
-    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
     // SAFETY: getrlimit/setrlimit with valid structs.
     unsafe {
         if libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) == 0 {
@@ -60,7 +65,11 @@ fn raise_memlock() {
 }
 
 pub fn run(config: Config) -> Result<(), String> {
-    let cpus = if config.cpus.is_empty() { allowed_cpus() } else { config.cpus.clone() };
+    let cpus = if config.cpus.is_empty() {
+        allowed_cpus()
+    } else {
+        config.cpus.clone()
+    };
     let shard_count = config.shards.unwrap_or(cpus.len()).max(1);
     let mut io = config.io;
     if io == IoMode::Uring {
@@ -78,7 +87,9 @@ pub fn run(config: Config) -> Result<(), String> {
     let mut config = config;
     config.io = io;
     let globals = Arc::new(Globals::new(config.clone(), shard_count));
-    globals.port.store(port, std::sync::atomic::Ordering::Relaxed);
+    globals
+        .port
+        .store(port, std::sync::atomic::Ordering::Relaxed);
     spawn_signal_thread(globals.clone())?;
 
     let listeners: Arc<Mutex<Vec<Option<OwnedFd>>>> =
@@ -143,8 +154,15 @@ async fn shard_main(
 ) -> Result<(), String> {
     let shard_count = globals.shard_count;
     let (id, mesh, receivers) = if shard_count > 1 {
-        let (senders, receivers) = mesh.join().await.map_err(|_| "cannot join the shard mesh".to_string())?;
-        (senders.peer_id(), Some(Rc::new(Mesh::new(senders))), Some(receivers))
+        let (senders, receivers) = mesh
+            .join()
+            .await
+            .map_err(|_| "cannot join the shard mesh".to_string())?;
+        (
+            senders.peer_id(),
+            Some(Rc::new(Mesh::new(senders))),
+            Some(receivers),
+        )
     } else {
         (0, None, None)
     };
@@ -165,11 +183,18 @@ async fn shard_main(
         }
     })
     .detach();
-    let listener = listeners.lock().expect("listeners")[id].take().expect("one listener per shard");
+    let listener = listeners.lock().expect("listeners")[id]
+        .take()
+        .expect("one listener per shard");
     match globals.config.io {
         IoMode::Uring => {
-            let net = net::uring::Net::new(ctx, listener).map_err(|e| format!("shard {id}: io_uring set-up failed: {e}"))?;
-            let queue = glommio::executor().create_task_queue(Shares::default(), Latency::Matters(NET_LATENCY), "net");
+            let net = net::uring::Net::new(ctx, listener)
+                .map_err(|e| format!("shard {id}: io_uring set-up failed: {e}"))?;
+            let queue = glommio::executor().create_task_queue(
+                Shares::default(),
+                Latency::Matters(NET_LATENCY),
+                "net",
+            );
             glommio::spawn_local_into(net.run(), queue)
                 .map_err(|e| format!("shard {id}: cannot spawn the network loop: {e}"))?
                 .await;

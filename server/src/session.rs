@@ -44,8 +44,16 @@ pub struct Session {
 
 impl Session {
     pub fn new(state: Rc<RefCell<ConnState>>, bulk_bytes_max: usize) -> Self {
-        let limits = Limits { bulk_bytes_max, ..Limits::default() };
-        Session { state, input: BytesMut::new(), decoder: CommandDecoder::new(limits), held_error: None }
+        let limits = Limits {
+            bulk_bytes_max,
+            ..Limits::default()
+        };
+        Session {
+            state,
+            input: BytesMut::new(),
+            decoder: CommandDecoder::new(limits),
+            held_error: None,
+        }
     }
 
     pub fn input_overflowed(&self) -> bool {
@@ -102,7 +110,11 @@ impl Session {
 }
 
 /// Runs a batch that needs other shards; replies go to `out` in order.
-pub async fn run_batch(ctx: Rc<ShardCtx>, state: Rc<RefCell<ConnState>>, batch: Vec<Vec<Bytes>>) -> Vec<u8> {
+pub async fn run_batch(
+    ctx: Rc<ShardCtx>,
+    state: Rc<RefCell<ConnState>>,
+    batch: Vec<Vec<Bytes>>,
+) -> Vec<u8> {
     let mut out = Vec::new();
     dispatch::run_batch(&ctx, &state, batch, &mut out).await;
     out

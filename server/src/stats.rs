@@ -29,7 +29,11 @@ impl ShardStats {
     }
 
     pub fn record_rejected(&self, name: &'static str) {
-        self.per_command.borrow_mut().entry(name).or_default().rejected += 1;
+        self.per_command
+            .borrow_mut()
+            .entry(name)
+            .or_default()
+            .rejected += 1;
     }
 
     pub fn reset(&self) {

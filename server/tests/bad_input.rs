@@ -16,7 +16,12 @@ fn protocol_error(text: &str) -> Frame {
 fn case(server: &Server, bytes: &[u8], reply: Frame, stays_open: bool) {
     let mut c = server.client();
     c.raw(bytes);
-    assert_eq!(c.read(), Some(reply), "reply to {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(40)]));
+    assert_eq!(
+        c.read(),
+        Some(reply),
+        "reply to {:?}",
+        String::from_utf8_lossy(&bytes[..bytes.len().min(40)])
+    );
     if stays_open {
         assert_eq!(c.cmd("PING"), Frame::simple("PONG"));
     } else {
@@ -32,14 +37,49 @@ fn bad_input_gets_errors_and_harms_nobody() {
         for i in 0..20 {
             assert_eq!(bystander.cmd(&format!("SET safe:{i} {i}")), ok());
         }
-        case(&server, b"*1\r\n$-5\r\n", protocol_error("invalid bulk length"), false);
-        case(&server, b"*1\r\n$99999999999999\r\n", protocol_error("invalid bulk length"), false);
-        case(&server, b"*1\r\n$9999999999999999999999\r\n", protocol_error("invalid bulk length"), false);
-        case(&server, b"*99999999999\r\n", protocol_error("invalid multibulk length"), false);
-        case(&server, b"*abc\r\n", protocol_error("invalid multibulk length"), false);
-        case(&server, b"*2\r\n$3\r\nGETT\r\n", protocol_error("bulk string not terminated"), false);
+        case(
+            &server,
+            b"*1\r\n$-5\r\n",
+            protocol_error("invalid bulk length"),
+            false,
+        );
+        case(
+            &server,
+            b"*1\r\n$99999999999999\r\n",
+            protocol_error("invalid bulk length"),
+            false,
+        );
+        case(
+            &server,
+            b"*1\r\n$9999999999999999999999\r\n",
+            protocol_error("invalid bulk length"),
+            false,
+        );
+        case(
+            &server,
+            b"*99999999999\r\n",
+            protocol_error("invalid multibulk length"),
+            false,
+        );
+        case(
+            &server,
+            b"*abc\r\n",
+            protocol_error("invalid multibulk length"),
+            false,
+        );
+        case(
+            &server,
+            b"*2\r\n$3\r\nGETT\r\n",
+            protocol_error("bulk string not terminated"),
+            false,
+        );
         // Negative and zero counts are empty requests in Redis: skipped, not errors.
-        case(&server, b"*-5\r\n*0\r\nPING\r\n", Frame::simple("PONG"), true);
+        case(
+            &server,
+            b"*-5\r\n*0\r\nPING\r\n",
+            Frame::simple("PONG"),
+            true,
+        );
         // Garbage without a type byte is an inline command: unknown, and the connection lives.
         case(
             &server,
@@ -47,15 +87,35 @@ fn bad_input_gets_errors_and_harms_nobody() {
             err("ERR unknown command '\u{1}\u{2}garbage', with args beginning with: 'bytes' "),
             true,
         );
-        case(&server, b"GET \"unbalanced\r\n", protocol_error("unbalanced quotes in request"), false);
+        case(
+            &server,
+            b"GET \"unbalanced\r\n",
+            protocol_error("unbalanced quotes in request"),
+            false,
+        );
         let deep = b"*1\r\n".repeat(10_000);
-        case(&server, &deep, protocol_error("expected '$', got '*'"), false);
+        case(
+            &server,
+            &deep,
+            protocol_error("expected '$', got '*'"),
+            false,
+        );
         let mut unterminated = vec![b'a'; 1024 * 1024];
         unterminated.extend_from_slice(b" more");
-        case(&server, &unterminated, protocol_error("too big inline request"), false);
+        case(
+            &server,
+            &unterminated,
+            protocol_error("too big inline request"),
+            false,
+        );
         let mut header = b"*1\r\n$".to_vec();
         header.extend(std::iter::repeat_n(b'1', 70_000));
-        case(&server, &header, protocol_error("too big count string"), false);
+        case(
+            &server,
+            &header,
+            protocol_error("too big count string"),
+            false,
+        );
 
         // Half a frame, then a hang-up.
         let mut half = server.client();
@@ -71,7 +131,10 @@ fn bad_input_gets_errors_and_harms_nobody() {
         assert_eq!(slow.read(), Some(ok()));
 
         for i in 0..20 {
-            assert_eq!(bystander.cmd(&format!("GET safe:{i}")), bulk(&i.to_string()));
+            assert_eq!(
+                bystander.cmd(&format!("GET safe:{i}")),
+                bulk(&i.to_string())
+            );
         }
         assert_eq!(bystander.cmd("DBSIZE"), int(21));
     }
@@ -80,7 +143,12 @@ fn bad_input_gets_errors_and_harms_nobody() {
 #[test]
 fn oversized_values_are_refused_by_the_configured_limit() {
     let server = Server::start(&["--shards", "1", "--proto-max-bulk-len", "1024"]);
-    case(&server, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2048\r\n", protocol_error("invalid bulk length"), false);
+    case(
+        &server,
+        b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2048\r\n",
+        protocol_error("invalid bulk length"),
+        false,
+    );
     let mut c = server.client();
     let value = vec![b'x'; 1000];
     assert_eq!(c.cmd_args(&[b"SET", b"k", &value]), ok());

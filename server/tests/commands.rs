@@ -32,7 +32,15 @@ fn strings_and_keys_across_shards() {
         assert_eq!(c.cmd(&mset.join(" ")), ok());
         assert_eq!(c.cmd("DBSIZE"), int(50));
         let mget = c.cmd("MGET key:0 nope key:49 key:7");
-        assert_eq!(mget, array(vec![bulk("value:0"), Frame::Null, bulk("value:49"), bulk("value:7")]));
+        assert_eq!(
+            mget,
+            array(vec![
+                bulk("value:0"),
+                Frame::Null,
+                bulk("value:49"),
+                bulk("value:7")
+            ])
+        );
         assert_eq!(c.cmd("EXISTS key:1 key:2 nope key:1"), int(3));
         assert_eq!(c.cmd("DEL key:1 key:2 nope"), int(2));
         assert_eq!(c.cmd("KEYS key:4*").clone(), c.cmd("KEYS key:4*"));
@@ -42,7 +50,10 @@ fn strings_and_keys_across_shards() {
             let from = format!("key:{}", 10 + i);
             let to = format!("moved:{i}");
             assert_eq!(c.cmd(&format!("RENAME {from} {to}")), ok());
-            assert_eq!(c.cmd(&format!("GET {to}")), bulk(&format!("value:{}", 10 + i)));
+            assert_eq!(
+                c.cmd(&format!("GET {to}")),
+                bulk(&format!("value:{}", 10 + i))
+            );
             assert_eq!(c.cmd(&format!("EXISTS {from}")), int(0));
             assert_eq!(c.cmd(&format!("COPY {to} copy:{i}")), int(1));
             assert_eq!(c.cmd(&format!("COPY {to} copy:{i}")), int(0));
@@ -55,7 +66,9 @@ fn strings_and_keys_across_shards() {
         assert_eq!(c.cmd("SET counter 10"), ok());
         assert_eq!(c.cmd("INCRBY counter 5"), int(15));
         assert_eq!(c.cmd("PEXPIRE counter 100000"), int(1));
-        let Frame::Integer(ttl) = c.cmd("TTL counter") else { panic!() };
+        let Frame::Integer(ttl) = c.cmd("TTL counter") else {
+            panic!()
+        };
         assert!((99..=100).contains(&ttl), "ttl {ttl}");
         assert_eq!(c.cmd("TYPE counter"), Frame::simple("string"));
         assert_eq!(c.cmd("SET short v PX 30"), ok());
@@ -78,7 +91,9 @@ fn scan_visits_every_key_once_per_shard_walk() {
         let mut rounds = 0;
         loop {
             let reply = c.cmd(&format!("SCAN {cursor} MATCH scan:* COUNT 25"));
-            let Frame::Array(parts) = reply else { panic!("{reply:?}") };
+            let Frame::Array(parts) = reply else {
+                panic!("{reply:?}")
+            };
             cursor = String::from_utf8(parts[0].as_bytes().unwrap().to_vec()).unwrap();
             for key in sorted_strings(parts[1].clone()) {
                 seen.insert(key);
@@ -120,7 +135,11 @@ fn pipelines_mixing_shards_keep_reply_order() {
                 assert_eq!(c.read().unwrap(), Frame::simple("PONG"));
             }
         }
-        assert_eq!(c.read().unwrap(), Frame::Null, "db 0 must not see db 1's key");
+        assert_eq!(
+            c.read().unwrap(),
+            Frame::Null,
+            "db 0 must not see db 1's key"
+        );
     });
 }
 
@@ -132,36 +151,61 @@ fn connection_commands() {
         assert_eq!(c.cmd("PING hi"), bulk("hi"));
         assert_eq!(c.cmd("ECHO hello"), bulk("hello"));
         assert_eq!(c.cmd("SELECT 16"), err("ERR DB index is out of range"));
-        assert_eq!(c.cmd("SELECT x"), err("ERR value is not an integer or out of range"));
+        assert_eq!(
+            c.cmd("SELECT x"),
+            err("ERR value is not an integer or out of range")
+        );
         assert_eq!(c.cmd("CLIENT SETNAME worker-1"), ok());
         assert_eq!(c.cmd("CLIENT GETNAME"), bulk("worker-1"));
-        assert_eq!(c.cmd_args(&[b"CLIENT", b"SETNAME", b"has space"]),
-            err("ERR Client names cannot contain spaces, newlines or special characters."));
-        let Frame::Integer(id) = c.cmd("CLIENT ID") else { panic!() };
+        assert_eq!(
+            c.cmd_args(&[b"CLIENT", b"SETNAME", b"has space"]),
+            err("ERR Client names cannot contain spaces, newlines or special characters.")
+        );
+        let Frame::Integer(id) = c.cmd("CLIENT ID") else {
+            panic!()
+        };
         let mut other = server.client();
         other.cmd("CLIENT SETNAME victim");
         let list = c.cmd("CLIENT LIST");
         let text = String::from_utf8(list.as_bytes().unwrap().to_vec()).unwrap();
         assert!(text.contains(&format!("id={id} ")), "{text}");
         assert!(text.contains("name=victim"), "{text}");
-        let Frame::Integer(other_id) = other.cmd("CLIENT ID") else { panic!() };
+        let Frame::Integer(other_id) = other.cmd("CLIENT ID") else {
+            panic!()
+        };
         assert_eq!(c.cmd(&format!("CLIENT KILL ID {other_id}")), int(1));
         assert!(other.closed());
         assert_eq!(c.cmd("CLIENT SETINFO LIB-NAME tests"), ok());
-        assert_eq!(c.cmd("CLIENT NOPE"), err("ERR unknown subcommand 'NOPE'. Try CLIENT HELP."));
-        assert_eq!(c.cmd("NOSUCH a b"),
-            err("ERR unknown command 'NOSUCH', with args beginning with: 'a' 'b' "));
-        assert_eq!(c.cmd("GET"), err("ERR wrong number of arguments for 'get' command"));
-        let Frame::Integer(count) = c.cmd("COMMAND COUNT") else { panic!() };
+        assert_eq!(
+            c.cmd("CLIENT NOPE"),
+            err("ERR unknown subcommand 'NOPE'. Try CLIENT HELP.")
+        );
+        assert_eq!(
+            c.cmd("NOSUCH a b"),
+            err("ERR unknown command 'NOSUCH', with args beginning with: 'a' 'b' ")
+        );
+        assert_eq!(
+            c.cmd("GET"),
+            err("ERR wrong number of arguments for 'get' command")
+        );
+        let Frame::Integer(count) = c.cmd("COMMAND COUNT") else {
+            panic!()
+        };
         assert_eq!(count as usize, wetask_shards::COMMANDS.len());
-        let Frame::Array(info) = c.cmd("COMMAND INFO get nosuch") else { panic!() };
+        let Frame::Array(info) = c.cmd("COMMAND INFO get nosuch") else {
+            panic!()
+        };
         assert_eq!(info[1], Frame::NullArray);
-        let Frame::Array(get) = &info[0] else { panic!() };
+        let Frame::Array(get) = &info[0] else {
+            panic!()
+        };
         assert_eq!(get[1], int(2));
         let config = c.cmd("CONFIG GET maxclients");
         assert_eq!(config, array(vec![bulk("maxclients"), bulk("10000")]));
         assert_eq!(c.cmd("CONFIG GET nothing-like-this"), array(vec![]));
-        let Frame::Array(time) = c.cmd("TIME") else { panic!() };
+        let Frame::Array(time) = c.cmd("TIME") else {
+            panic!()
+        };
         assert_eq!(time.len(), 2);
         c.cmd("SET k v");
         let info = c.cmd("INFO");
@@ -182,15 +226,24 @@ fn hello_switches_to_resp3() {
     let server = Server::start(&["--shards", "2"]);
     let mut c = server.client();
     let reply = c.cmd("HELLO 3");
-    let Frame::Map(pairs) = reply else { panic!("{reply:?}") };
+    let Frame::Map(pairs) = reply else {
+        panic!("{reply:?}")
+    };
     assert!(pairs.contains(&(bulk("proto"), int(3))));
     assert_eq!(c.cmd("GET missing"), Frame::Null);
     c.raw(b"GET missing\r\n");
     assert_eq!(c.read(), Some(Frame::Null));
-    assert_eq!(c.cmd("HELLO 4"), err("NOPROTO unsupported protocol version"));
-    let Frame::Map(_) = c.cmd("CONFIG GET port") else { panic!("RESP3 CONFIG GET is a map") };
+    assert_eq!(
+        c.cmd("HELLO 4"),
+        err("NOPROTO unsupported protocol version")
+    );
+    let Frame::Map(_) = c.cmd("CONFIG GET port") else {
+        panic!("RESP3 CONFIG GET is a map")
+    };
     assert_eq!(c.cmd("HELLO 2").clone(), c.cmd("HELLO 2"));
-    let Frame::Array(_) = c.cmd("CONFIG GET port") else { panic!("RESP2 CONFIG GET is flat") };
+    let Frame::Array(_) = c.cmd("CONFIG GET port") else {
+        panic!("RESP2 CONFIG GET is flat")
+    };
 }
 
 #[test]
@@ -198,11 +251,16 @@ fn requirepass_gates_commands() {
     let server = Server::start(&["--shards", "2", "--requirepass", "s3cret"]);
     let mut c = server.client();
     assert_eq!(c.cmd("GET k"), err("NOAUTH Authentication required."));
-    assert_eq!(c.cmd("AUTH wrong"), err("WRONGPASS invalid username-password pair or user is disabled."));
+    assert_eq!(
+        c.cmd("AUTH wrong"),
+        err("WRONGPASS invalid username-password pair or user is disabled.")
+    );
     assert_eq!(c.cmd("AUTH s3cret"), ok());
     assert_eq!(c.cmd("SET k v"), ok());
     let mut d = server.client();
-    let Frame::Map(_) = d.cmd("HELLO 3 AUTH default s3cret SETNAME n") else { panic!() };
+    let Frame::Map(_) = d.cmd("HELLO 3 AUTH default s3cret SETNAME n") else {
+        panic!()
+    };
     assert_eq!(d.cmd("GET k"), bulk("v"));
     assert_eq!(d.cmd("CLIENT GETNAME"), bulk("n"));
     assert_eq!(d.cmd("RESET"), Frame::simple("RESET"));
@@ -240,5 +298,8 @@ fn config_file_and_maxclients() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     let mut d = server.client();
     assert_eq!(d.cmd("PING"), Frame::simple("PONG"));
-    assert_eq!(a.cmd("CONFIG GET shards"), array(vec![bulk("shards"), bulk("1")]));
+    assert_eq!(
+        a.cmd("CONFIG GET shards"),
+        array(vec![bulk("shards"), bulk("1")])
+    );
 }

@@ -20,7 +20,10 @@ struct Model {
 
 impl Model {
     fn new() -> Self {
-        Model { dbs: (0..16).map(|_| BTreeMap::new()).collect(), db: 0 }
+        Model {
+            dbs: (0..16).map(|_| BTreeMap::new()).collect(),
+            db: 0,
+        }
     }
     fn cur(&mut self) -> &mut BTreeMap<String, (String, bool)> {
         &mut self.dbs[self.db]
@@ -82,7 +85,12 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn command(op: &Op) -> String {
     let keys = |ks: &[u8]| ks.iter().map(|k| key(*k)).collect::<Vec<_>>().join(" ");
-    let pairs = |ps: &[(u8, u8)]| ps.iter().map(|(k, v)| format!("{} {}", key(*k), value(*v))).collect::<Vec<_>>().join(" ");
+    let pairs = |ps: &[(u8, u8)]| {
+        ps.iter()
+            .map(|(k, v)| format!("{} {}", key(*k), value(*v)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     match op {
         Op::Set(k, v) => format!("SET {} {}", key(*k), value(*v)),
         Op::SetEx(k, v) => format!("SET {} {} EX 1000", key(*k), value(*v)),
@@ -122,9 +130,19 @@ fn expect(m: &mut Model, op: &Op) -> Frame {
             }
             ok()
         }
-        Op::MGet(ks) => array(ks.iter().map(|k| m.cur().get(&key(*k)).map_or(Frame::Null, |(v, _)| bulk(v))).collect()),
-        Op::Del(ks) => int(ks.iter().filter(|k| m.cur().remove(&key(**k)).is_some()).count() as i64),
-        Op::Exists(ks) => int(ks.iter().filter(|k| m.cur().contains_key(&key(**k))).count() as i64),
+        Op::MGet(ks) => array(
+            ks.iter()
+                .map(|k| m.cur().get(&key(*k)).map_or(Frame::Null, |(v, _)| bulk(v)))
+                .collect(),
+        ),
+        Op::Del(ks) => int(ks
+            .iter()
+            .filter(|k| m.cur().remove(&key(**k)).is_some())
+            .count() as i64),
+        Op::Exists(ks) => int(ks
+            .iter()
+            .filter(|k| m.cur().contains_key(&key(**k)))
+            .count() as i64),
         Op::Incr(k) => {
             let entry = m.cur().entry(key(*k)).or_insert(("0".into(), false));
             match entry.0.parse::<i64>() {
@@ -142,7 +160,9 @@ fn expect(m: &mut Model, op: &Op) -> Frame {
         }
         Op::Rename(a, b) | Op::RenameNx(a, b) => {
             let nx = matches!(op, Op::RenameNx(..));
-            let Some(entry) = m.cur().get(&key(*a)).cloned() else { return err("ERR no such key") };
+            let Some(entry) = m.cur().get(&key(*a)).cloned() else {
+                return err("ERR no such key");
+            };
             if a == b {
                 return if nx { int(0) } else { ok() };
             }
@@ -161,7 +181,9 @@ fn expect(m: &mut Model, op: &Op) -> Frame {
             if a == b {
                 return err("ERR source and destination objects are the same");
             }
-            let Some(entry) = m.cur().get(&key(*a)).cloned() else { return int(0) };
+            let Some(entry) = m.cur().get(&key(*a)).cloned() else {
+                return int(0);
+            };
             if m.cur().contains_key(&key(*b)) {
                 return int(0);
             }
@@ -213,7 +235,10 @@ fn check(c: &mut Client, ops: &[Op]) -> Result<(), TestCaseError> {
     prop_assert_eq!(c.cmd("SELECT 0"), ok());
     prop_assert_eq!(c.cmd("FLUSHALL"), ok());
     let mut model = Model::new();
-    let wire: String = ops.iter().map(|op| format!("{}\r\n", command(op))).collect();
+    let wire: String = ops
+        .iter()
+        .map(|op| format!("{}\r\n", command(op)))
+        .collect();
     c.raw(wire.as_bytes());
     for op in ops {
         let expected = expect(&mut model, op);
@@ -229,7 +254,10 @@ fn check(c: &mut Client, ops: &[Op]) -> Result<(), TestCaseError> {
 #[test]
 fn two_shard_server_matches_model() {
     let server = Server::start(&["--shards", "2"]);
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 48, ..ProptestConfig::default() });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 48,
+        ..ProptestConfig::default()
+    });
     let result = runner.run(&proptest::collection::vec(op(), 1..60), |ops| {
         let mut c = server.client();
         check(&mut c, &ops)

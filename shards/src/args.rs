@@ -40,7 +40,9 @@ pub fn int_arg(bytes: &[u8]) -> Result<i64, Frame> {
 /// Parses a float like Redis's `string2ld`: no spaces, no NaN, `inf` allowed.
 pub fn parse_f64(bytes: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(bytes).ok()?;
-    if text.is_empty() || text.starts_with(char::is_whitespace) || text.ends_with(char::is_whitespace)
+    if text.is_empty()
+        || text.starts_with(char::is_whitespace)
+        || text.ends_with(char::is_whitespace)
     {
         return None;
     }

@@ -2,8 +2,7 @@
 
 use wetask_protocol::Frame;
 
-pub const WRONGTYPE: &str =
-    "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 pub const NOT_FLOAT: &str = "ERR value is not a valid float";
 pub const SYNTAX: &str = "ERR syntax error";
@@ -16,7 +15,9 @@ pub const DB_INDEX_RANGE: &str = "ERR DB index is out of range";
 pub const SAME_OBJECT: &str = "ERR source and destination objects are the same";
 
 pub fn wrong_arity(name: &str) -> Frame {
-    Frame::error(format!("ERR wrong number of arguments for '{name}' command"))
+    Frame::error(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
 }
 
 pub fn invalid_expire(name: &str) -> Frame {
@@ -25,7 +26,10 @@ pub fn invalid_expire(name: &str) -> Frame {
 
 /// `ERR unknown command 'x', with args beginning with: 'a' 'b' ` (Redis 7's text).
 pub fn unknown_command(args: &[bytes::Bytes]) -> Frame {
-    let mut text = format!("ERR unknown command '{}', with args beginning with: ", shown(&args[0]));
+    let mut text = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        shown(&args[0])
+    );
     for arg in &args[1..] {
         text.push_str(&format!("'{}' ", shown(arg)));
     }

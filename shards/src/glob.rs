@@ -73,7 +73,10 @@ fn class(pattern: &[u8], start: usize, c: u8) -> Option<(bool, usize)> {
             matched |= pattern[i + 1] == c;
             i += 2;
         } else if i + 2 < pattern.len() && pattern[i + 1] == b'-' && pattern[i + 2] != b']' {
-            let (low, high) = (pattern[i].min(pattern[i + 2]), pattern[i].max(pattern[i + 2]));
+            let (low, high) = (
+                pattern[i].min(pattern[i + 2]),
+                pattern[i].max(pattern[i + 2]),
+            );
             matched |= (low..=high).contains(&c);
             i += 3;
         } else {

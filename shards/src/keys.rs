@@ -12,14 +12,20 @@ use crate::shard::{Ctx, DATABASES};
 
 pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let now = ctx.now_ms;
-    let removed = args[1..].iter().filter(|k| ctx.db().remove_live(k, now).is_some()).count();
+    let removed = args[1..]
+        .iter()
+        .filter(|k| ctx.db().remove_live(k, now).is_some())
+        .count();
     Frame::Integer(removed as i64)
 }
 
 /// EXISTS and TOUCH: a key named twice counts twice, as in Redis.
 pub fn exists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let now = ctx.now_ms;
-    let found = args[1..].iter().filter(|k| ctx.db().contains(k, now)).count();
+    let found = args[1..]
+        .iter()
+        .filter(|k| ctx.db().contains(k, now))
+        .count();
     Frame::Integer(found as i64)
 }
 
@@ -53,12 +59,20 @@ fn expire_flags(args: &[Bytes]) -> Result<ExpireFlags, Frame> {
         ));
     }
     if flags.gt && flags.lt {
-        return Err(Frame::static_error("ERR GT and LT options at the same time are not compatible"));
+        return Err(Frame::static_error(
+            "ERR GT and LT options at the same time are not compatible",
+        ));
     }
     Ok(flags)
 }
 
-fn expire_generic(ctx: &mut Ctx<'_>, args: &[Bytes], unit_ms: i64, relative: bool, cmd: &str) -> Frame {
+fn expire_generic(
+    ctx: &mut Ctx<'_>,
+    args: &[Bytes],
+    unit_ms: i64,
+    relative: bool,
+    cmd: &str,
+) -> Frame {
     let when = match int_arg(&args[2]) {
         Ok(when) => when,
         Err(err) => return err,
@@ -68,11 +82,16 @@ fn expire_generic(ctx: &mut Ctx<'_>, args: &[Bytes], unit_ms: i64, relative: boo
         Err(err) => return err,
     };
     let base = if relative { ctx.now_ms as i64 } else { 0 };
-    let Some(at) = when.checked_mul(unit_ms).and_then(|ms| ms.checked_add(base)) else {
+    let Some(at) = when
+        .checked_mul(unit_ms)
+        .and_then(|ms| ms.checked_add(base))
+    else {
         return invalid_expire(cmd);
     };
     let now = ctx.now_ms;
-    let Some(entry) = ctx.db().get(&args[1], now) else { return Frame::Integer(0) };
+    let Some(entry) = ctx.db().get(&args[1], now) else {
+        return Frame::Integer(0);
+    };
     let current = entry.expire_at_ms;
     let has_ttl = current != NO_EXPIRY;
     let refused = (flags.nx && has_ttl)
@@ -145,13 +164,22 @@ pub fn persist(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 
 pub fn type_of(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let now = ctx.now_ms;
-    let name = ctx.db().get(&args[1], now).map_or("none", |e| e.value.type_name());
+    let name = ctx
+        .db()
+        .get(&args[1], now)
+        .map_or("none", |e| e.value.type_name());
     Frame::simple(name)
 }
 
 pub fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let now = ctx.now_ms;
-    Frame::Array(ctx.db().keys(&args[1], now).into_iter().map(Frame::Bulk).collect())
+    Frame::Array(
+        ctx.db()
+            .keys(&args[1], now)
+            .into_iter()
+            .map(Frame::Bulk)
+            .collect(),
+    )
 }
 
 fn rename_generic(ctx: &mut Ctx<'_>, args: &[Bytes], nx: bool) -> Frame {
@@ -190,7 +218,10 @@ pub struct CopyOptions {
 }
 
 pub fn copy_options(args: &[Bytes]) -> Result<CopyOptions, Frame> {
-    let mut opts = CopyOptions { db: None, replace: false };
+    let mut opts = CopyOptions {
+        db: None,
+        replace: false,
+    };
     let mut i = 3;
     while i < args.len() {
         if is(&args[i], "replace") {

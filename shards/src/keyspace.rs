@@ -39,7 +39,10 @@ pub const NO_EXPIRY: u64 = 0;
 
 impl Entry {
     pub fn new(value: Value) -> Self {
-        Entry { value, expire_at_ms: NO_EXPIRY }
+        Entry {
+            value,
+            expire_at_ms: NO_EXPIRY,
+        }
     }
 
     pub fn is_expired(&self, now_ms: u64) -> bool {
@@ -131,7 +134,9 @@ impl Db {
 
     /// Sets or clears (`NO_EXPIRY`) the TTL of an existing key.
     pub fn set_expiry(&mut self, key: &[u8], expire_at_ms: u64) {
-        let Some((_, owned, entry)) = self.entries.get_full_mut(key) else { return };
+        let Some((_, owned, entry)) = self.entries.get_full_mut(key) else {
+            return;
+        };
         entry.expire_at_ms = expire_at_ms;
         if expire_at_ms == NO_EXPIRY {
             self.volatile.swap_remove(key);
@@ -196,7 +201,13 @@ impl Db {
     /// One SCAN step. `cursor` 0 starts; otherwise it is one past the highest position not yet
     /// visited. Visits about `count` positions, from high to low, and returns the next cursor
     /// (0 when done) and the matching keys.
-    pub fn scan(&self, cursor: u64, count: usize, filter: &ScanFilter, now_ms: u64) -> (u64, Vec<Bytes>) {
+    pub fn scan(
+        &self,
+        cursor: u64,
+        count: usize,
+        filter: &ScanFilter,
+        now_ms: u64,
+    ) -> (u64, Vec<Bytes>) {
         let len = self.entries.len() as u64;
         let mut upper = if cursor == 0 { len } else { cursor.min(len) };
         let mut keys = Vec::new();
@@ -246,7 +257,13 @@ mod tests {
     #[test]
     fn lazy_expiry_hides_and_removes() {
         let mut db = Db::default();
-        db.insert(b"k", Entry { expire_at_ms: 100, ..string("v") });
+        db.insert(
+            b"k",
+            Entry {
+                expire_at_ms: 100,
+                ..string("v")
+            },
+        );
         assert_eq!(db.volatile_len(), 1);
         assert!(db.get(b"k", 99).is_some());
         assert!(db.get(b"k", 100).is_none());
@@ -259,7 +276,13 @@ mod tests {
         let mut db = Db::default();
         for i in 0..100 {
             let at = if i % 2 == 0 { 50 } else { 500 };
-            db.insert(format!("k{i}").as_bytes(), Entry { expire_at_ms: at, ..string("v") });
+            db.insert(
+                format!("k{i}").as_bytes(),
+                Entry {
+                    expire_at_ms: at,
+                    ..string("v")
+                },
+            );
         }
         db.insert(b"forever", string("v"));
         for _ in 0..50 {

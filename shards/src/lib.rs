@@ -4,6 +4,7 @@
 //! [`table::COMMANDS`].
 
 pub mod args;
+pub mod compat;
 pub mod errors;
 pub mod glob;
 pub mod keys;

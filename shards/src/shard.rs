@@ -60,7 +60,11 @@ impl Shard {
     pub fn execute(&mut self, db: usize, spec: &CommandSpec, args: &[Bytes]) -> Frame {
         debug_assert!(spec.arity_ok(args.len()));
         let handler = spec.handler.expect("server commands never reach a shard");
-        let mut ctx = Ctx { dbs: &mut self.dbs, db, now_ms: self.now_ms };
+        let mut ctx = Ctx {
+            dbs: &mut self.dbs,
+            db,
+            now_ms: self.now_ms,
+        };
         handler(&mut ctx, args)
     }
 
@@ -103,7 +107,13 @@ impl Shard {
         self.dbs[db].contains(key, now)
     }
 
-    pub fn scan(&mut self, db: usize, cursor: u64, count: usize, filter: &ScanFilter) -> (u64, Vec<Bytes>) {
+    pub fn scan(
+        &mut self,
+        db: usize,
+        cursor: u64,
+        count: usize,
+        filter: &ScanFilter,
+    ) -> (u64, Vec<Bytes>) {
         self.dbs[db].scan(cursor, count, filter, self.now_ms)
     }
 

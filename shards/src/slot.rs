@@ -9,7 +9,11 @@ pub fn crc16(bytes: &[u8]) -> u16 {
     for &byte in bytes {
         crc ^= u16::from(byte) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
         }
     }
     crc
@@ -47,7 +51,10 @@ mod tests {
         assert_eq!(crc16(b"123456789"), 0x31C3);
         assert_eq!(key_slot(b"foo"), 12182);
         assert_eq!(key_slot(b"bar"), 5061);
-        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
+        assert_eq!(
+            key_slot(b"{user1000}.following"),
+            key_slot(b"{user1000}.followers")
+        );
         assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
         assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");
         assert_eq!(hash_tag(b"foo{{bar}}zap"), b"{bar");

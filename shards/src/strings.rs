@@ -18,7 +18,10 @@ fn owned(bytes: &[u8]) -> Bytes {
 }
 
 fn string_entry(value: &[u8], expire_at_ms: u64) -> Entry {
-    Entry { value: Value::Str(owned(value)), expire_at_ms }
+    Entry {
+        value: Value::Str(owned(value)),
+        expire_at_ms,
+    }
 }
 
 /// The string at `key`: `Ok(None)` when missing, WRONGTYPE when it holds another type.
@@ -53,13 +56,23 @@ enum Ttl {
 }
 
 /// Converts an EX/PX/EXAT/PXAT argument to absolute unix ms, with Redis's checks.
-fn expire_at(arg: &[u8], unit_ms: i64, relative: bool, now_ms: u64, cmd: &str) -> Result<u64, Frame> {
+fn expire_at(
+    arg: &[u8],
+    unit_ms: i64,
+    relative: bool,
+    now_ms: u64,
+    cmd: &str,
+) -> Result<u64, Frame> {
     let value = int_arg(arg)?;
     if value <= 0 || value > i64::MAX / unit_ms {
         return Err(invalid_expire(cmd));
     }
     let ms = value * unit_ms;
-    let at = if relative { ms.checked_add(now_ms as i64) } else { Some(ms) };
+    let at = if relative {
+        ms.checked_add(now_ms as i64)
+    } else {
+        Some(ms)
+    };
     match at {
         Some(at) if at > 0 => Ok(at as u64),
         _ => Err(invalid_expire(cmd)),
@@ -89,7 +102,12 @@ struct SetOptions {
 }
 
 fn parse_set_options(args: &[Bytes], now_ms: u64) -> Result<SetOptions, Frame> {
-    let mut opts = SetOptions { nx: false, xx: false, get: false, ttl: Ttl::Clear };
+    let mut opts = SetOptions {
+        nx: false,
+        xx: false,
+        get: false,
+        ttl: Ttl::Clear,
+    };
     let mut expiry_seen = false;
     let mut pending_expiry: Option<Result<u64, Frame>> = None;
     let mut i = 3;
@@ -193,7 +211,7 @@ pub fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 pub fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return wrong_arity("mset");
     }
     for pair in args[1..].chunks(2) {
@@ -203,11 +221,14 @@ pub fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 pub fn msetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return wrong_arity("msetnx");
     }
     let now = ctx.now_ms;
-    if args[1..].chunks(2).any(|pair| ctx.db().contains(&pair[0], now)) {
+    if args[1..]
+        .chunks(2)
+        .any(|pair| ctx.db().contains(&pair[0], now))
+    {
         return Frame::Integer(0);
     }
     for pair in args[1..].chunks(2) {
@@ -375,8 +396,16 @@ pub fn getrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if len == 0 || (start < 0 && end < 0 && start > end) {
         return Frame::Bulk(Bytes::new());
     }
-    let start = if start < 0 { (len + start).max(0) } else { start };
-    let end = if end < 0 { (len + end).max(0) } else { end.min(len - 1) };
+    let start = if start < 0 {
+        (len + start).max(0)
+    } else {
+        start
+    };
+    let end = if end < 0 {
+        (len + end).max(0)
+    } else {
+        end.min(len - 1)
+    };
     if start > end || start >= len {
         return Frame::Bulk(Bytes::new());
     }

@@ -115,6 +115,7 @@ use flag::*;
 use Merge::*;
 use Route::*;
 
+#[allow(clippy::too_many_arguments)] // one argument per table column
 const fn row(
     name: &'static str,
     arity: i32,
@@ -238,7 +239,12 @@ mod tests {
         assert_eq!(index().len(), COMMANDS.len());
         for spec in COMMANDS {
             assert_eq!(spec.name, spec.name.to_ascii_lowercase());
-            assert_eq!(spec.route == Server, spec.handler.is_none(), "{}", spec.name);
+            assert_eq!(
+                spec.route == Server,
+                spec.handler.is_none(),
+                "{}",
+                spec.name
+            );
             assert!(spec.arity != 0, "{}", spec.name);
         }
         assert_eq!(lookup(b"GeT").unwrap().name, "get");
@@ -252,6 +258,12 @@ mod tests {
         let del = lookup(b"del").unwrap();
         assert_eq!(del.key_positions(4).collect::<Vec<_>>(), vec![1, 2, 3]);
         assert_eq!(lookup(b"ping").unwrap().key_positions(1).count(), 0);
-        assert_eq!(lookup(b"copy").unwrap().key_positions(5).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(
+            lookup(b"copy")
+                .unwrap()
+                .key_positions(5)
+                .collect::<Vec<_>>(),
+            vec![1, 2]
+        );
     }
 }

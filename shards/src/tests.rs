@@ -10,7 +10,10 @@ use wetask_protocol::Frame;
 use crate::Shard;
 
 fn run(shard: &mut Shard, line: &str) -> Frame {
-    let args: Vec<Bytes> = line.split(' ').map(|s| Bytes::copy_from_slice(s.as_bytes())).collect();
+    let args: Vec<Bytes> = line
+        .split(' ')
+        .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+        .collect();
     shard.execute_args(0, &args)
 }
 
@@ -38,8 +41,14 @@ fn set_options() {
     assert_eq!(run(&mut s, "SET k x NX XX"), err("ERR syntax error"));
     assert_eq!(run(&mut s, "SET k x EX 10 PX 10"), err("ERR syntax error"));
     assert_eq!(run(&mut s, "SET k x EX"), err("ERR syntax error"));
-    assert_eq!(run(&mut s, "SET k x EX 0"), err("ERR invalid expire time in 'set' command"));
-    assert_eq!(run(&mut s, "SET k x EX abc"), err("ERR value is not an integer or out of range"));
+    assert_eq!(
+        run(&mut s, "SET k x EX 0"),
+        err("ERR invalid expire time in 'set' command")
+    );
+    assert_eq!(
+        run(&mut s, "SET k x EX abc"),
+        err("ERR value is not an integer or out of range")
+    );
     assert_eq!(run(&mut s, "SET k x EX 10"), Frame::ok());
     assert_eq!(run(&mut s, "PTTL k"), Frame::Integer(10_000));
     assert_eq!(run(&mut s, "SET k y KEEPTTL"), Frame::ok());
@@ -48,7 +57,10 @@ fn set_options() {
     assert_eq!(run(&mut s, "TTL k"), Frame::Integer(-1));
     assert_eq!(run(&mut s, "SET k z PXAT 5000"), Frame::ok());
     assert_eq!(run(&mut s, "PEXPIRETIME k"), Frame::Integer(5000));
-    assert_eq!(run(&mut s, "set"), err("ERR wrong number of arguments for 'set' command"));
+    assert_eq!(
+        run(&mut s, "set"),
+        err("ERR wrong number of arguments for 'set' command")
+    );
 }
 
 #[test]
@@ -60,17 +72,35 @@ fn counters() {
     assert_eq!(run(&mut s, "DECR c"), Frame::Integer(39));
     assert_eq!(run(&mut s, "GET c"), bulk("39"));
     run(&mut s, "SET big 9223372036854775807");
-    assert_eq!(run(&mut s, "INCR big"), err("ERR increment or decrement would overflow"));
+    assert_eq!(
+        run(&mut s, "INCR big"),
+        err("ERR increment or decrement would overflow")
+    );
     run(&mut s, "SET word abc");
-    assert_eq!(run(&mut s, "INCR word"), err("ERR value is not an integer or out of range"));
-    assert_eq!(run(&mut s, "INCRBY c x"), err("ERR value is not an integer or out of range"));
+    assert_eq!(
+        run(&mut s, "INCR word"),
+        err("ERR value is not an integer or out of range")
+    );
+    assert_eq!(
+        run(&mut s, "INCRBY c x"),
+        err("ERR value is not an integer or out of range")
+    );
     run(&mut s, "SET f 10.5");
     assert_eq!(run(&mut s, "INCRBYFLOAT f 0.1"), bulk("10.6"));
     assert_eq!(run(&mut s, "INCRBYFLOAT f -5.6"), bulk("5"));
-    assert_eq!(run(&mut s, "INCRBYFLOAT f x"), err("ERR value is not a valid float"));
-    assert_eq!(run(&mut s, "INCRBYFLOAT word 1"), err("ERR value is not a valid float"));
+    assert_eq!(
+        run(&mut s, "INCRBYFLOAT f x"),
+        err("ERR value is not a valid float")
+    );
+    assert_eq!(
+        run(&mut s, "INCRBYFLOAT word 1"),
+        err("ERR value is not a valid float")
+    );
     run(&mut s, "SET f 1e308");
-    assert_eq!(run(&mut s, "INCRBYFLOAT f 1e308"), err("ERR increment would produce NaN or Infinity"));
+    assert_eq!(
+        run(&mut s, "INCRBYFLOAT f 1e308"),
+        err("ERR increment would produce NaN or Infinity")
+    );
 }
 
 #[test]
@@ -87,8 +117,14 @@ fn ranges_and_append() {
     assert_eq!(run(&mut s, "SETRANGE k 5 Redis"), Frame::Integer(10));
     assert_eq!(run(&mut s, "GET k"), bulk("HelloRedis"));
     assert_eq!(run(&mut s, "SETRANGE pad 3 x"), Frame::Integer(4));
-    assert_eq!(run(&mut s, "GET pad"), Frame::Bulk(Bytes::from_static(b"\0\0\0x")));
-    assert_eq!(run(&mut s, "SETRANGE k -1 x"), err("ERR offset is out of range"));
+    assert_eq!(
+        run(&mut s, "GET pad"),
+        Frame::Bulk(Bytes::from_static(b"\0\0\0x"))
+    );
+    assert_eq!(
+        run(&mut s, "SETRANGE k -1 x"),
+        err("ERR offset is out of range")
+    );
     assert_eq!(run(&mut s, "STRLEN missing"), Frame::Integer(0));
 }
 
@@ -96,8 +132,14 @@ fn ranges_and_append() {
 fn get_family_and_multi_key() {
     let mut s = shard_at(0);
     assert_eq!(run(&mut s, "MSET a 1 b 2"), Frame::ok());
-    assert_eq!(run(&mut s, "MSET a 1 b"), err("ERR wrong number of arguments for 'mset' command"));
-    assert_eq!(run(&mut s, "MGET a x b"), Frame::Array(vec![bulk("1"), Frame::Null, bulk("2")]));
+    assert_eq!(
+        run(&mut s, "MSET a 1 b"),
+        err("ERR wrong number of arguments for 'mset' command")
+    );
+    assert_eq!(
+        run(&mut s, "MGET a x b"),
+        Frame::Array(vec![bulk("1"), Frame::Null, bulk("2")])
+    );
     assert_eq!(run(&mut s, "MSETNX a 9 c 3"), Frame::Integer(0));
     assert_eq!(run(&mut s, "MSETNX c 3 d 4"), Frame::Integer(1));
     assert_eq!(run(&mut s, "GETSET a 10"), bulk("1"));
@@ -110,7 +152,10 @@ fn get_family_and_multi_key() {
     assert_eq!(run(&mut s, "GETEX a PERSIST"), bulk("1"));
     assert_eq!(run(&mut s, "TTL a"), Frame::Integer(-1));
     assert_eq!(run(&mut s, "GETEX a PERSIST EX 1"), err("ERR syntax error"));
-    assert_eq!(run(&mut s, "SETEX e 0 v"), err("ERR invalid expire time in 'setex' command"));
+    assert_eq!(
+        run(&mut s, "SETEX e 0 v"),
+        err("ERR invalid expire time in 'setex' command")
+    );
     assert_eq!(run(&mut s, "PSETEX e 100 v"), Frame::ok());
     assert_eq!(run(&mut s, "PTTL e"), Frame::Integer(100));
 }
@@ -125,11 +170,18 @@ fn expiry_commands() {
     assert_eq!(run(&mut s, "EXPIRE k 50 LT"), Frame::Integer(1));
     assert_eq!(run(&mut s, "TTL k"), Frame::Integer(50));
     assert_eq!(run(&mut s, "EXPIRETIME k"), Frame::Integer(60));
-    assert_eq!(run(&mut s, "EXPIRE k 1 NX XX"), err(
-        "ERR NX and XX, GT or LT options at the same time are not compatible"));
-    assert_eq!(run(&mut s, "EXPIRE k 1 GT LT"), err(
-        "ERR GT and LT options at the same time are not compatible"));
-    assert_eq!(run(&mut s, "EXPIRE k 1 FOO"), err("ERR Unsupported option FOO"));
+    assert_eq!(
+        run(&mut s, "EXPIRE k 1 NX XX"),
+        err("ERR NX and XX, GT or LT options at the same time are not compatible")
+    );
+    assert_eq!(
+        run(&mut s, "EXPIRE k 1 GT LT"),
+        err("ERR GT and LT options at the same time are not compatible")
+    );
+    assert_eq!(
+        run(&mut s, "EXPIRE k 1 FOO"),
+        err("ERR Unsupported option FOO")
+    );
     assert_eq!(run(&mut s, "PERSIST k"), Frame::Integer(1));
     assert_eq!(run(&mut s, "PERSIST k"), Frame::Integer(0));
     assert_eq!(run(&mut s, "EXPIRE k 10 GT"), Frame::Integer(0));
@@ -142,8 +194,10 @@ fn expiry_commands() {
     assert_eq!(run(&mut s, "EXPIRE k -1"), Frame::Integer(1));
     assert_eq!(run(&mut s, "EXISTS k"), Frame::Integer(0));
     assert_eq!(run(&mut s, "EXPIRE k 10"), Frame::Integer(0));
-    assert_eq!(run(&mut s, "EXPIRE k 9223372036854775807"), err(
-        "ERR invalid expire time in 'expire' command"));
+    assert_eq!(
+        run(&mut s, "EXPIRE k 9223372036854775807"),
+        err("ERR invalid expire time in 'expire' command")
+    );
 }
 
 #[test]
@@ -177,11 +231,20 @@ fn generic_key_commands() {
     assert_eq!(run(&mut s, "RENAMENX c y"), Frame::Integer(1));
     assert_eq!(run(&mut s, "COPY y z"), Frame::Integer(0));
     assert_eq!(run(&mut s, "COPY y z REPLACE"), Frame::Integer(1));
-    assert_eq!(run(&mut s, "COPY y y"), err("ERR source and destination objects are the same"));
+    assert_eq!(
+        run(&mut s, "COPY y y"),
+        err("ERR source and destination objects are the same")
+    );
     assert_eq!(run(&mut s, "COPY y y DB 3"), Frame::Integer(1));
-    assert_eq!(run(&mut s, "COPY y y DB 16"), err("ERR DB index is out of range"));
+    assert_eq!(
+        run(&mut s, "COPY y y DB 16"),
+        err("ERR DB index is out of range")
+    );
     let y = Bytes::from_static(b"y");
-    assert_eq!(s.execute_args(3, &[Bytes::from_static(b"GET"), y]), bulk("3"));
+    assert_eq!(
+        s.execute_args(3, &[Bytes::from_static(b"GET"), y]),
+        bulk("3")
+    );
     let mut keys = match run(&mut s, "KEYS *") {
         Frame::Array(keys) => keys,
         other => panic!("{other:?}"),

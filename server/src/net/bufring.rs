@@ -20,8 +20,16 @@ pub struct BufRing {
 
 impl BufRing {
     /// Maps and registers a ring of `count` buffers (a power of two) of `buffer_bytes` each.
-    pub fn register(ring: &IoUring, group: u16, count: u16, buffer_bytes: usize) -> io::Result<BufRing> {
-        assert!(count.is_power_of_two(), "buffer count must be a power of two");
+    pub fn register(
+        ring: &IoUring,
+        group: u16,
+        count: u16,
+        buffer_bytes: usize,
+    ) -> io::Result<BufRing> {
+        assert!(
+            count.is_power_of_two(),
+            "buffer count must be a power of two"
+        );
         let entries_bytes = usize::from(count) * std::mem::size_of::<BufRingEntry>();
         // SAFETY: an anonymous private mapping; checked for failure below.
         let map = unsafe {
@@ -48,7 +56,10 @@ impl BufRing {
         };
         // SAFETY: the mapping is page-aligned, sized for `count` entries, and outlives the
         // registration (it is unregistered before it is unmapped, in Drop).
-        unsafe { ring.submitter().register_buf_ring_with_flags(map as u64, count, group, 0)? };
+        unsafe {
+            ring.submitter()
+                .register_buf_ring_with_flags(map as u64, count, group, 0)?
+        };
         for id in 0..count {
             bufring.push(id);
         }

@@ -23,20 +23,19 @@ pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
         if ctx.globals.shutting_down() {
             return;
         }
-        let accepted = futures_lite::future::or(
-            async { Some(listener.accept().await) },
-            async {
-                glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
-                None
-            },
-        )
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+            None
+        })
         .await;
         match accepted {
             None => continue,
             Some(Ok(stream)) => {
                 if !ctx.globals.admit_client() {
                     let mut stream = stream;
-                    let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+                    let _ = stream
+                        .write_all(b"-ERR max number of clients reached\r\n")
+                        .await;
                     continue;
                 }
                 let ctx = ctx.clone();
@@ -50,12 +49,21 @@ pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
 async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
-    let authenticated = ctx.globals.requirepass.lock().expect("requirepass").is_none();
+    let authenticated = ctx
+        .globals
+        .requirepass
+        .lock()
+        .expect("requirepass")
+        .is_none();
     let state = Rc::new(RefCell::new(ConnState::new(
         ctx.globals.next_client_id(),
         fd,
-        stream.peer_addr().map_or_else(|_| "?:0".into(), |a| a.to_string()),
-        stream.local_addr().map_or_else(|_| "?:0".into(), |a| a.to_string()),
+        stream
+            .peer_addr()
+            .map_or_else(|_| "?:0".into(), |a| a.to_string()),
+        stream
+            .local_addr()
+            .map_or_else(|_| "?:0".into(), |a| a.to_string()),
         unix_ms(),
         authenticated,
     )));

@@ -45,8 +45,14 @@ pub fn bind_listeners(bind: &str, port: u16, count: usize) -> io::Result<(Vec<Ow
 pub fn socket_addr(fd: RawFd, peer: bool) -> String {
     // SAFETY: the fd is a live socket; from_raw_fd's Socket is forgotten, never closed here.
     let socket = std::mem::ManuallyDrop::new(unsafe { Socket::from_raw_fd(fd) });
-    let addr = if peer { socket.peer_addr() } else { socket.local_addr() };
-    addr.ok().and_then(|a| a.as_socket()).map_or_else(|| "?:0".to_string(), |a| a.to_string())
+    let addr = if peer {
+        socket.peer_addr()
+    } else {
+        socket.local_addr()
+    };
+    addr.ok()
+        .and_then(|a| a.as_socket())
+        .map_or_else(|| "?:0".to_string(), |a| a.to_string())
 }
 
 /// Sets TCP_NODELAY on an accepted socket: replies are batched per turn already.

@@ -60,10 +60,14 @@ fn split_user_data(data: u64) -> (u64, u32, u32) {
 /// Checks that this kernel has what the ring needs; the error says what is missing.
 pub fn check_kernel() -> Result<(), String> {
     let ring = build_ring(8).map_err(|e| {
-        format!("io_uring with SINGLE_ISSUER|DEFER_TASKRUN is unavailable ({e}); Linux 6.1+ is needed")
+        format!(
+            "io_uring with SINGLE_ISSUER|DEFER_TASKRUN is unavailable ({e}); Linux 6.1+ is needed"
+        )
     })?;
     let mut probe = io_uring::Probe::new();
-    ring.submitter().register_probe(&mut probe).map_err(|e| format!("io_uring probe failed: {e}"))?;
+    ring.submitter()
+        .register_probe(&mut probe)
+        .map_err(|e| format!("io_uring probe failed: {e}"))?;
     let mut missing = Vec::new();
     for (code, name) in [
         (opcode::AcceptMulti::CODE, "multishot ACCEPT"),
@@ -243,10 +247,13 @@ impl Net {
         if pending > 0 || ring.submission().taskrun() || ring.completion().is_empty() {
             // SAFETY: a plain io_uring_enter with no argument struct.
             let result = unsafe {
-                ring.submitter().enter::<libc::sigset_t>(pending as u32, 0, sys_getevents(), None)
+                ring.submitter()
+                    .enter::<libc::sigset_t>(pending as u32, 0, sys_getevents(), None)
             };
             if let Err(err) = result {
-                if err.raw_os_error() != Some(libc::EINTR) && err.raw_os_error() != Some(libc::EBUSY) {
+                if err.raw_os_error() != Some(libc::EINTR)
+                    && err.raw_os_error() != Some(libc::EBUSY)
+                {
                     tracing::error!("io_uring_enter failed: {err}");
                 }
             }
@@ -310,7 +317,12 @@ impl Net {
             let reply = b"-ERR max number of clients reached\r\n";
             // SAFETY: a best-effort send and close of the fd we were just handed.
             unsafe {
-                libc::send(fd, reply.as_ptr().cast(), reply.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
+                libc::send(
+                    fd,
+                    reply.as_ptr().cast(),
+                    reply.len(),
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                );
                 libc::close(fd);
             }
             return;
@@ -318,7 +330,12 @@ impl Net {
         set_nodelay(fd);
         let ctx = &self.ctx;
         let id = ctx.globals.next_client_id();
-        let authenticated = ctx.globals.requirepass.lock().expect("requirepass").is_none();
+        let authenticated = ctx
+            .globals
+            .requirepass
+            .lock()
+            .expect("requirepass")
+            .is_none();
         let state = Rc::new(RefCell::new(ConnState::new(
             id,
             fd,
@@ -368,14 +385,22 @@ impl Net {
         }
         if result > 0 {
             let id = cqueue::buffer_select(flags).expect("recv with a provided buffer");
-            conn.session.input.extend_from_slice(inner.bufs.bytes(id, result as usize));
+            conn.session
+                .input
+                .extend_from_slice(inner.bufs.bytes(id, result as usize));
             inner.bufs.recycle(id);
-            self.ctx.stats.net_input_bytes.set(self.ctx.stats.net_input_bytes.get() + result as u64);
+            self.ctx
+                .stats
+                .net_input_bytes
+                .set(self.ctx.stats.net_input_bytes.get() + result as u64);
             if !conn.recv_armed && !conn.closing {
                 self.arm_recv(index, conn, inner.bufs.group());
             }
             if conn.session.input_overflowed() {
-                tracing::warn!(client = conn.session.state.borrow().id, "query buffer limit reached; closing");
+                tracing::warn!(
+                    client = conn.session.state.borrow().id,
+                    "query buffer limit reached; closing"
+                );
                 self.begin_close(conn);
             } else {
                 self.pump(index, conn);
@@ -394,14 +419,19 @@ impl Net {
     fn on_send(self: &Rc<Self>, index: u32, generation: u32, result: i32) {
         let mut inner = self.inner.borrow_mut();
         let inner = &mut *inner;
-        let Some(conn) = live_conn(&mut inner.conns, index, generation) else { return };
+        let Some(conn) = live_conn(&mut inner.conns, index, generation) else {
+            return;
+        };
         conn.send_in_flight = false;
         if result < 0 {
             conn.sending.clear();
             conn.out.clear();
             self.begin_close(conn);
         } else {
-            self.ctx.stats.net_output_bytes.set(self.ctx.stats.net_output_bytes.get() + result as u64);
+            self.ctx
+                .stats
+                .net_output_bytes
+                .set(self.ctx.stats.net_output_bytes.get() + result as u64);
             conn.sent += result as usize;
             if conn.sent < conn.sending.len() {
                 self.submit_send(index, conn);
@@ -437,7 +467,10 @@ impl Net {
             }
         }
         if conn.out.len() > OUTPUT_BUFFER_BYTES_MAX {
-            tracing::warn!(client = conn.session.state.borrow().id, "output buffer limit reached; closing");
+            tracing::warn!(
+                client = conn.session.state.borrow().id,
+                "output buffer limit reached; closing"
+            );
             conn.out.clear();
             self.begin_close(conn);
             return;
@@ -460,7 +493,9 @@ impl Net {
         let mut inner = self.inner.borrow_mut();
         let inner = &mut *inner;
         for (index, generation, out) in finished {
-            let Some(conn) = live_conn(&mut inner.conns, index, generation) else { continue };
+            let Some(conn) = live_conn(&mut inner.conns, index, generation) else {
+                continue;
+            };
             conn.busy = false;
             conn.out.extend_from_slice(&out);
             self.pump(index, conn);
@@ -490,7 +525,9 @@ impl Net {
 
     /// Frees a closing connection's slot once the kernel holds none of its buffers.
     fn maybe_free(&self, inner: &mut Inner, index: u32, generation: u32) {
-        let Some(conn) = live_conn(&mut inner.conns, index, generation) else { return };
+        let Some(conn) = live_conn(&mut inner.conns, index, generation) else {
+            return;
+        };
         if !(conn.closing && !conn.recv_armed && !conn.send_in_flight && !conn.busy) {
             return;
         }
@@ -553,7 +590,11 @@ impl Net {
         {
             let mut inner = self.inner.borrow_mut();
             if inner.accepting {
-                self.push(opcode::AsyncCancel::new(user_data(OP_ACCEPT, 0, 0)).build().user_data(user_data(OP_CANCEL, 0, 0)));
+                self.push(
+                    opcode::AsyncCancel::new(user_data(OP_ACCEPT, 0, 0))
+                        .build()
+                        .user_data(user_data(OP_CANCEL, 0, 0)),
+                );
             }
             for (index, slot) in inner.conns.iter_mut().enumerate() {
                 if let Some(conn) = slot {
@@ -575,7 +616,10 @@ impl Net {
 }
 
 fn live_conn(conns: &mut [Option<Conn>], index: u32, generation: u32) -> Option<&mut Conn> {
-    conns.get_mut(index as usize)?.as_mut().filter(|c| c.generation == generation)
+    conns
+        .get_mut(index as usize)?
+        .as_mut()
+        .filter(|c| c.generation == generation)
 }
 
 /// IORING_ENTER_GETEVENTS: run deferred task work (DEFER_TASKRUN) and post completions.

@@ -27,7 +27,10 @@ impl Server {
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let port = loop {
-            let line = lines.next().expect("wetask exited before listening").expect("log line");
+            let line = lines
+                .next()
+                .expect("wetask exited before listening")
+                .expect("log line");
             if let Some(rest) = line.split("listening on ").nth(1) {
                 let addr = rest.split_whitespace().next().expect("address");
                 break addr.rsplit(':').next().unwrap().parse().expect("port");
@@ -78,13 +81,24 @@ pub struct Client {
 impl Client {
     pub fn connect(port: u16) -> Client {
         let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         stream.set_nodelay(true).unwrap();
-        Client { stream, decoder: FrameDecoder::default(), buf: BytesMut::new(), protocol: Protocol::Resp2 }
+        Client {
+            stream,
+            decoder: FrameDecoder::default(),
+            buf: BytesMut::new(),
+            protocol: Protocol::Resp2,
+        }
     }
 
     pub fn send(&mut self, args: &[&[u8]]) {
-        let frame = Frame::Array(args.iter().map(|a| Frame::Bulk(bytes::Bytes::copy_from_slice(a))).collect());
+        let frame = Frame::Array(
+            args.iter()
+                .map(|a| Frame::Bulk(bytes::Bytes::copy_from_slice(a)))
+                .collect(),
+        );
         let mut out = Vec::new();
         encode(&mut out, &frame, Protocol::Resp2);
         self.stream.write_all(&out).expect("write");
@@ -151,7 +165,9 @@ pub fn array(items: Vec<Frame>) -> Frame {
 
 /// Bulk strings of an array reply, sorted.
 pub fn sorted_strings(frame: Frame) -> Vec<String> {
-    let Frame::Array(items) = frame else { panic!("not an array: {frame:?}") };
+    let Frame::Array(items) = frame else {
+        panic!("not an array: {frame:?}")
+    };
     let mut out: Vec<String> = items
         .into_iter()
         .map(|f| String::from_utf8(f.as_bytes().expect("string").to_vec()).unwrap())

@@ -1,0 +1,42 @@
+"""Start the real wetask binary on a free port for the redis-py tests."""
+
+import os
+import re
+import signal
+import subprocess
+import threading
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BINARY = os.environ.get("WETASK_BIN", os.path.join(ROOT, "target", "debug", "wetask"))
+
+
+class Server:
+    def __init__(self, *args):
+        self.proc = subprocess.Popen(
+            [BINARY, "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.port = None
+        for line in self.proc.stdout:
+            match = re.search(r"listening on [^ ]+:(\d+)", line)
+            if match:
+                self.port = int(match.group(1))
+                break
+        assert self.port, "wetask did not start"
+        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            assert self.proc.wait(timeout=10) == 0
+
+
+@pytest.fixture(scope="session", params=["1", "2"], ids=["shards1", "shards2"])
+def server(request):
+    srv = Server("--shards", request.param)
+    yield srv
+    srv.stop()
