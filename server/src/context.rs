@@ -70,6 +70,8 @@ impl ShardCtx {
             expired_keys: shard.expired_keys(),
             net_input_bytes: self.stats.net_input_bytes.get(),
             net_output_bytes: self.stats.net_output_bytes.get(),
+            ring_enters: self.stats.ring_enters.get(),
+            ring_parks: self.stats.ring_parks.get(),
         }
     }
 

@@ -117,13 +117,15 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
         "stats" => {
             let _ = write!(
                 out,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_parks:{}\r\n",
                 g.total_connections.load(Ordering::Relaxed),
                 report.commands,
                 report.net_input_bytes,
                 report.net_output_bytes,
                 g.rejected_connections.load(Ordering::Relaxed),
                 report.expired_keys,
+                report.ring_enters,
+                report.ring_parks,
             );
         }
         "keyspace" => {

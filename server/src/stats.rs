@@ -17,6 +17,9 @@ pub struct ShardStats {
     pub per_command: RefCell<BTreeMap<&'static str, CommandCounts>>,
     pub net_input_bytes: Cell<u64>,
     pub net_output_bytes: Cell<u64>,
+    /// io_uring_enter calls on the network ring, and times the driver parked.
+    pub ring_enters: Cell<u64>,
+    pub ring_parks: Cell<u64>,
 }
 
 impl ShardStats {
@@ -41,6 +44,8 @@ impl ShardStats {
         self.per_command.borrow_mut().clear();
         self.net_input_bytes.set(0);
         self.net_output_bytes.set(0);
+        self.ring_enters.set(0);
+        self.ring_parks.set(0);
     }
 }
 
@@ -53,6 +58,8 @@ pub struct ShardReport {
     pub expired_keys: u64,
     pub net_input_bytes: u64,
     pub net_output_bytes: u64,
+    pub ring_enters: u64,
+    pub ring_parks: u64,
 }
 
 impl ShardReport {
@@ -77,5 +84,7 @@ impl ShardReport {
         self.expired_keys += other.expired_keys;
         self.net_input_bytes += other.net_input_bytes;
         self.net_output_bytes += other.net_output_bytes;
+        self.ring_enters += other.ring_enters;
+        self.ring_parks += other.ring_parks;
     }
 }
