@@ -48,6 +48,9 @@ const IDLE_SPIN: Duration = Duration::from_micros(20);
 /// Write buffers above this size are released when they empty.
 const KEEP_BUFFER_BYTES_MAX: usize = 1024 * 1024;
 
+/// IORING_ENTER_GETEVENTS: run deferred task work (DEFER_TASKRUN) and post completions.
+const IORING_ENTER_GETEVENTS: u32 = 1;
+
 const OP_ACCEPT: u64 = 1;
 const OP_RECV: u64 = 2;
 const OP_SEND: u64 = 3;
@@ -257,7 +260,7 @@ impl Net {
             // SAFETY: a plain io_uring_enter with no argument struct.
             let result = unsafe {
                 ring.submitter()
-                    .enter::<libc::sigset_t>(pending as u32, 0, sys_getevents(), None)
+                    .enter::<libc::sigset_t>(pending as u32, 0, IORING_ENTER_GETEVENTS, None)
             };
             if let Err(err) = result {
                 if err.raw_os_error() != Some(libc::EINTR)
@@ -649,10 +652,5 @@ fn live_conn(conns: &mut [Option<Conn>], index: u32, generation: u32) -> Option<
         .get_mut(index as usize)?
         .as_mut()
         .filter(|c| c.generation == generation)
-}
-
-/// IORING_ENTER_GETEVENTS: run deferred task work (DEFER_TASKRUN) and post completions.
-fn sys_getevents() -> u32 {
-    1
 }
 
