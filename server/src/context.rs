@@ -15,6 +15,9 @@ use crate::stats::{ShardReport, ShardStats};
 /// Keys sampled by active expiry per loop turn, across this shard's databases.
 pub const ACTIVE_EXPIRE_SAMPLES_PER_TURN: usize = 64;
 
+/// A peer's request held while another operation owns the lock: (from, id, token, request).
+type DeferredRequest = (usize, u64, Option<u64>, Request);
+
 pub struct ShardCtx {
     pub id: usize,
     pub shard_count: usize,
@@ -24,6 +27,11 @@ pub struct ShardCtx {
     pub clients: RefCell<Clients>,
     pub stats: ShardStats,
     last_expire_ms: std::cell::Cell<u64>,
+    /// The token of the cross-shard operation holding this shard, if any (DESIGN §2.4).
+    lock: std::cell::Cell<Option<u64>>,
+    unlock_wakers: RefCell<Vec<std::task::Waker>>,
+    deferred: RefCell<std::collections::VecDeque<DeferredRequest>>,
+    tokens_issued: std::cell::Cell<u64>,
 }
 
 impl ShardCtx {
@@ -37,6 +45,10 @@ impl ShardCtx {
             clients: RefCell::new(Clients::default()),
             stats: ShardStats::default(),
             last_expire_ms: std::cell::Cell::new(0),
+            lock: std::cell::Cell::new(None),
+            unlock_wakers: RefCell::new(Vec::new()),
+            deferred: RefCell::new(std::collections::VecDeque::new()),
+            tokens_issued: std::cell::Cell::new(0),
         }
     }
 
@@ -54,11 +66,96 @@ impl ShardCtx {
     }
 
     pub fn request(&self, to: usize, request: Request) -> ResponseFuture {
+        self.request_as(to, None, request)
+    }
+
+    /// A request on behalf of the cross-shard operation holding lock `token`.
+    pub fn request_as(&self, to: usize, token: Option<u64>, request: Request) -> ResponseFuture {
         debug_assert_ne!(to, self.id, "local work never goes through the mesh");
-        self.mesh
+        let mesh = self
+            .mesh
             .as_ref()
-            .expect("mesh exists when there are several shards")
-            .request(self.id, to, request)
+            .expect("mesh exists when there are several shards");
+        mesh.request(self.id, to, token, request)
+    }
+
+    /// True while a cross-shard operation holds this shard's lock.
+    pub fn is_locked(&self) -> bool {
+        self.lock.get().is_some()
+    }
+
+    /// A fresh token for one cross-shard operation.
+    pub fn new_token(&self) -> u64 {
+        let count = self.tokens_issued.get() + 1;
+        self.tokens_issued.set(count);
+        ((self.id as u64) << 48) | count
+    }
+
+    /// Waits until no cross-shard operation holds this shard's lock.
+    pub async fn wait_unlocked(&self) {
+        std::future::poll_fn(|cx| {
+            if self.lock.get().is_none() {
+                std::task::Poll::Ready(())
+            } else {
+                self.unlock_wakers.borrow_mut().push(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Takes this shard's lock for `token`, waiting for any holder to release it.
+    pub async fn lock_local(&self, token: u64) {
+        loop {
+            self.wait_unlocked().await;
+            if self.lock.get().is_none() {
+                self.lock.set(Some(token));
+                return;
+            }
+        }
+    }
+
+    /// Releases the lock held by `token`, wakes local waiters, then serves the requests that
+    /// arrived meanwhile, in order, until one of them takes the lock again.
+    pub fn unlock(&self, token: u64) {
+        debug_assert_eq!(self.lock.get(), Some(token), "unlock by a non-holder");
+        self.lock.set(None);
+        for waker in self.unlock_wakers.borrow_mut().drain(..) {
+            waker.wake();
+        }
+        while self.lock.get().is_none() {
+            let next = self.deferred.borrow_mut().pop_front();
+            let Some((from, id, token, request)) = next else {
+                break;
+            };
+            self.handle_request(from, id, token, request);
+        }
+    }
+
+    /// A request from a peer: lock traffic, or work served now unless another operation
+    /// holds the lock, in which case it waits in `deferred`.
+    fn handle_request(&self, from: usize, id: u64, token: Option<u64>, request: Request) {
+        let mesh = self.mesh.as_ref().expect("mesh");
+        let held_by_other = matches!(self.lock.get(), Some(holder) if Some(holder) != token);
+        match request {
+            Request::Unlock => {
+                self.unlock(token.expect("unlock carries its token"));
+                mesh.respond(from, id, Response::Bool(true));
+            }
+            request if held_by_other => {
+                self.deferred
+                    .borrow_mut()
+                    .push_back((from, id, token, request));
+            }
+            Request::Lock => {
+                self.lock.set(token);
+                mesh.respond(from, id, Response::Bool(true));
+            }
+            request => {
+                let response = self.serve(request);
+                mesh.respond(from, id, response);
+            }
+        }
     }
 
     pub fn report(&self) -> ShardReport {
@@ -125,6 +222,7 @@ impl ShardCtx {
             Request::ClientKill { filter } => {
                 Response::Count(self.clients.borrow().kill(&filter, None))
             }
+            Request::Lock | Request::Unlock => unreachable!("lock traffic never reaches serve"),
         }
     }
 
@@ -138,10 +236,12 @@ impl ShardCtx {
         while let Some(message) = receiver.recv().await {
             let mesh = self.mesh.as_ref().expect("mesh");
             match message {
-                Message::Request { from, id, request } => {
-                    let response = self.serve(request);
-                    mesh.respond(from, id, response);
-                }
+                Message::Request {
+                    from,
+                    id,
+                    token,
+                    request,
+                } => self.handle_request(from, id, token, request),
                 Message::Response { id, response } => mesh.complete(id, response),
             }
         }

@@ -2,10 +2,10 @@
 //! Standalone clients never get CROSSSLOT; the coordinating shard moves entries between
 //! owners through the mesh.
 //!
-//! Atomicity today: each step is atomic on its shard and steps run in a fixed order, but a
-//! client on a third connection can observe the moment between steps (for RENAME, neither
-//! key present). Shard locking in ascending order (DESIGN §2.4) replaces this with
-//! all-or-nothing visibility; see the foundation issue's notes.
+//! Atomicity: the coordinator first locks every involved shard, in ascending shard order so
+//! that concurrent coordinators cannot deadlock (DESIGN §2.4). A locked shard runs only
+//! the steps carrying the coordinator's token; its own clients' commands and other shards'
+//! requests wait until the unlock. So no client ever sees the moment between two steps.
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
@@ -17,20 +17,66 @@ use wetask_shards::{shard_of, Entry, Value};
 use crate::context::ShardCtx;
 use crate::mesh::{Request, Response};
 
-/// Runs `request` on shard `to`, locally when `to` is this shard.
-async fn on(ctx: &ShardCtx, to: usize, request: Request) -> Response {
-    if to == ctx.id {
-        ctx.serve(request)
-    } else {
-        ctx.request(to, request).await
+/// The locks one cross-shard operation holds.
+struct Held<'a> {
+    ctx: &'a ShardCtx,
+    token: u64,
+    shards: Vec<usize>,
+}
+
+impl Held<'_> {
+    /// Locks the shards owning `keys`, lowest shard first.
+    async fn lock<'a>(ctx: &'a ShardCtx, keys: impl Iterator<Item = &Bytes>) -> Held<'a> {
+        let mut shards: Vec<usize> = keys.map(|k| shard_of(k, ctx.shard_count)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let token = ctx.new_token();
+        for &shard in &shards {
+            if shard == ctx.id {
+                ctx.lock_local(token).await;
+            } else {
+                ctx.request_as(shard, Some(token), Request::Lock).await;
+            }
+        }
+        Held { ctx, token, shards }
+    }
+
+    async fn unlock(self) {
+        let mut pending = Vec::new();
+        for &shard in &self.shards {
+            if shard == self.ctx.id {
+                self.ctx.unlock(self.token);
+            } else {
+                pending.push(
+                    self.ctx
+                        .request_as(shard, Some(self.token), Request::Unlock),
+                );
+            }
+        }
+        for future in pending {
+            future.await;
+        }
     }
 }
 
-async fn take(ctx: &ShardCtx, db: usize, key: &Bytes) -> Option<Entry> {
-    let owner = shard_of(key, ctx.shard_count);
-    match on(
-        ctx,
-        owner,
+/// Runs `request` on shard `to` under the held locks, locally when `to` is this shard.
+async fn on(held: &Held<'_>, to: usize, request: Request) -> Response {
+    if to == held.ctx.id {
+        held.ctx.serve(request)
+    } else {
+        held.ctx.request_as(to, Some(held.token), request).await
+    }
+}
+
+/// The owner of `key` runs `request`, under the held locks.
+async fn on_owner(held: &Held<'_>, key: &Bytes, request: Request) -> Response {
+    on(held, shard_of(key, held.ctx.shard_count), request).await
+}
+
+async fn take(held: &Held<'_>, db: usize, key: &Bytes) -> Option<Entry> {
+    match on_owner(
+        held,
+        key,
         Request::Take {
             db,
             key: key.clone(),
@@ -43,11 +89,10 @@ async fn take(ctx: &ShardCtx, db: usize, key: &Bytes) -> Option<Entry> {
     }
 }
 
-async fn clone(ctx: &ShardCtx, db: usize, key: &Bytes) -> Option<Entry> {
-    let owner = shard_of(key, ctx.shard_count);
-    match on(
-        ctx,
-        owner,
+async fn clone(held: &Held<'_>, db: usize, key: &Bytes) -> Option<Entry> {
+    match on_owner(
+        held,
+        key,
         Request::Clone {
             db,
             key: key.clone(),
@@ -60,60 +105,51 @@ async fn clone(ctx: &ShardCtx, db: usize, key: &Bytes) -> Option<Entry> {
     }
 }
 
-async fn put(ctx: &ShardCtx, db: usize, key: &Bytes, entry: Entry, replace: bool) -> bool {
-    let owner = shard_of(key, ctx.shard_count);
+async fn put(held: &Held<'_>, db: usize, key: &Bytes, entry: Entry, replace: bool) -> bool {
     let request = Request::Put {
         db,
         key: key.clone(),
         entry,
         replace,
     };
-    matches!(on(ctx, owner, request).await, Response::Bool(true))
+    matches!(on_owner(held, key, request).await, Response::Bool(true))
 }
 
-async fn exists(ctx: &ShardCtx, db: usize, key: &Bytes) -> bool {
-    let owner = shard_of(key, ctx.shard_count);
-    matches!(
-        on(
-            ctx,
-            owner,
-            Request::Exists {
-                db,
-                keys: vec![key.clone()]
-            }
-        )
-        .await,
-        Response::Count(1)
-    )
+async fn exists(held: &Held<'_>, db: usize, key: &Bytes) -> bool {
+    let request = Request::Exists {
+        db,
+        keys: vec![key.clone()],
+    };
+    matches!(on_owner(held, key, request).await, Response::Count(1))
 }
 
 pub async fn run(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
-    match spec.name {
-        "rename" => rename(ctx, db, args, false).await,
-        "renamenx" => rename(ctx, db, args, true).await,
-        "copy" => copy(ctx, db, args).await,
-        "msetnx" => msetnx(ctx, db, args).await,
-        other => Frame::error(format!("ERR '{other}' cannot span shards")),
+    if spec.name == "msetnx" && args.len().is_multiple_of(2) {
+        return wrong_arity("msetnx");
     }
+    let keys: Vec<&Bytes> = spec.key_positions(args.len()).map(|i| &args[i]).collect();
+    let held = Held::lock(ctx, keys.into_iter()).await;
+    let reply = match spec.name {
+        "rename" => rename(&held, db, args, false).await,
+        "renamenx" => rename(&held, db, args, true).await,
+        "copy" => copy(&held, db, args).await,
+        "msetnx" => msetnx(&held, db, args).await,
+        other => Frame::error(format!("ERR '{other}' cannot span shards")),
+    };
+    held.unlock().await;
+    reply
 }
 
-async fn rename(ctx: &ShardCtx, db: usize, args: &[Bytes], nx: bool) -> Frame {
+async fn rename(held: &Held<'_>, db: usize, args: &[Bytes], nx: bool) -> Frame {
     let (from, to) = (&args[1], &args[2]);
-    if nx && exists(ctx, db, to).await {
-        return if exists(ctx, db, from).await {
-            Frame::Integer(0)
-        } else {
-            Frame::static_error(NO_SUCH_KEY)
-        };
-    }
-    let Some(entry) = take(ctx, db, from).await else {
+    if !exists(held, db, from).await {
         return Frame::static_error(NO_SUCH_KEY);
-    };
-    if !put(ctx, db, to, entry.clone(), !nx).await {
-        // The target appeared meanwhile: give the source its value back.
-        put(ctx, db, from, entry, false).await;
+    }
+    if nx && exists(held, db, to).await {
         return Frame::Integer(0);
     }
+    let entry = take(held, db, from).await.expect("present under the lock");
+    put(held, db, to, entry, true).await;
     if nx {
         Frame::Integer(1)
     } else {
@@ -121,32 +157,29 @@ async fn rename(ctx: &ShardCtx, db: usize, args: &[Bytes], nx: bool) -> Frame {
     }
 }
 
-async fn copy(ctx: &ShardCtx, db: usize, args: &[Bytes]) -> Frame {
+async fn copy(held: &Held<'_>, db: usize, args: &[Bytes]) -> Frame {
     let opts = match copy_options(args) {
         Ok(opts) => opts,
         Err(err) => return err,
     };
-    let Some(entry) = clone(ctx, db, &args[1]).await else {
+    let Some(entry) = clone(held, db, &args[1]).await else {
         return Frame::Integer(0);
     };
     let target_db = opts.db.unwrap_or(db);
     Frame::Integer(i64::from(
-        put(ctx, target_db, &args[2], entry, opts.replace).await,
+        put(held, target_db, &args[2], entry, opts.replace).await,
     ))
 }
 
-async fn msetnx(ctx: &ShardCtx, db: usize, args: &[Bytes]) -> Frame {
-    if args.len().is_multiple_of(2) {
-        return wrong_arity("msetnx");
-    }
+async fn msetnx(held: &Held<'_>, db: usize, args: &[Bytes]) -> Frame {
     for pair in args[1..].chunks(2) {
-        if exists(ctx, db, &pair[0]).await {
+        if exists(held, db, &pair[0]).await {
             return Frame::Integer(0);
         }
     }
     for pair in args[1..].chunks(2) {
         let entry = Entry::new(Value::Str(Bytes::copy_from_slice(&pair[1])));
-        put(ctx, db, &pair[0], entry, true).await;
+        put(held, db, &pair[0], entry, true).await;
     }
     Frame::Integer(1)
 }

@@ -89,7 +89,8 @@ pub fn try_inline(
     conn: &Rc<RefCell<ConnState>>,
     args: &[Bytes],
 ) -> Option<Frame> {
-    if needs_remote(ctx, args) {
+    // While a cross-shard operation holds this shard, everything waits in a task.
+    if ctx.is_locked() || needs_remote(ctx, args) {
         return None;
     }
     let frame = poll_once(execute(ctx, conn, args));
@@ -99,6 +100,9 @@ pub fn try_inline(
 
 /// Runs one command, wherever its keys live.
 pub async fn execute(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
+    // Local work below runs before the first await, so it never interleaves with a
+    // cross-shard operation that locks this shard.
+    ctx.wait_unlocked().await;
     let (spec, db) = {
         let mut state = conn.borrow_mut();
         match precheck(ctx, &state, args) {
@@ -329,6 +333,7 @@ async fn run_segment(
     targets: &[(usize, &'static CommandSpec)],
     commands: &[Vec<Bytes>],
 ) -> Vec<Frame> {
+    ctx.wait_unlocked().await;
     let mut frames: Vec<Option<Frame>> = vec![None; commands.len()];
     let mut groups: BTreeMap<usize, (ShardCommands, Vec<usize>)> = BTreeMap::new();
     for (n, ((owner, spec), args)) in targets.iter().zip(commands).enumerate() {

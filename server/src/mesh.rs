@@ -29,7 +29,7 @@ pub enum Request {
     /// Run these commands, in order, on the given database. `spec` indexes the command table.
     Exec {
         db: usize,
-        commands: Vec<(usize, Vec<Bytes>)>,
+        commands: ShardCommands,
     },
     Take {
         db: usize,
@@ -64,6 +64,10 @@ pub enum Request {
     ClientKill {
         filter: crate::clients::KillFilter,
     },
+    /// Take the shard's lock for the message's token; answered once granted.
+    Lock,
+    /// Release the lock held by the message's token.
+    Unlock,
 }
 
 pub enum Response {
@@ -78,9 +82,12 @@ pub enum Response {
 }
 
 pub enum Message {
+    /// `token` names the cross-shard operation holding locks that this request belongs to;
+    /// a locked shard serves only requests carrying its lock's token and defers the rest.
     Request {
         from: usize,
         id: u64,
+        token: Option<u64>,
         request: Request,
     },
     Response {
@@ -117,12 +124,26 @@ impl Mesh {
     }
 
     /// Sends `request` to shard `to` now and returns a future for its response.
-    pub fn request(&self, from: usize, to: usize, request: Request) -> ResponseFuture {
+    pub fn request(
+        &self,
+        from: usize,
+        to: usize,
+        token: Option<u64>,
+        request: Request,
+    ) -> ResponseFuture {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let slot = Rc::new(Slot::default());
         self.pending.borrow_mut().insert(id, slot.clone());
-        self.send(to, Message::Request { from, id, request });
+        self.send(
+            to,
+            Message::Request {
+                from,
+                id,
+                token,
+                request,
+            },
+        );
         ResponseFuture { slot }
     }
 

@@ -68,8 +68,9 @@ pub fn render() -> String {
     out.push_str("\n## Notes\n\n");
     out.push_str(
         "- `RENAME`, `RENAMENX`, `COPY` and `MSETNX` whose keys live on different shards never\n  \
-         reply CROSSSLOT. Each step is atomic on its shard, but another client can observe the\n  \
-         moment between steps (for RENAME: neither key present) until shard locking lands.\n\
+         reply CROSSSLOT, and are atomic: the involved shards are locked in ascending order.\n\
+         - `MGET`, `MSET`, `DEL`, `EXISTS` and `TOUCH` over several shards run as one sub-command\n  \
+         per shard: each part is atomic, the whole is not (Redis's MSET is atomic as a whole).\n\
          - `INFO commandstats` reports calls, rejected and failed calls, not time spent.\n\
          - `INFO memory` reports the process RSS as `used_memory`.\n\
          - `CONFIG SET` changes `requirepass` and `maxclients`; other listed parameters are\n  \

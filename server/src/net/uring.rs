@@ -259,8 +259,12 @@ impl Net {
             enters.set(enters.get() + 1);
             // SAFETY: a plain io_uring_enter with no argument struct.
             let result = unsafe {
-                ring.submitter()
-                    .enter::<libc::sigset_t>(pending as u32, 0, IORING_ENTER_GETEVENTS, None)
+                ring.submitter().enter::<libc::sigset_t>(
+                    pending as u32,
+                    0,
+                    IORING_ENTER_GETEVENTS,
+                    None,
+                )
             };
             if let Err(err) = result {
                 if err.raw_os_error() != Some(libc::EINTR)
@@ -611,7 +615,10 @@ impl Net {
                 self.set_eventfd(false);
                 continue;
             }
-            self.ctx.stats.ring_parks.set(self.ctx.stats.ring_parks.get() + 1);
+            self.ctx
+                .stats
+                .ring_parks
+                .set(self.ctx.stats.ring_parks.get() + 1);
             self.park().await;
             self.set_eventfd(false);
         }
@@ -653,4 +660,3 @@ fn live_conn(conns: &mut [Option<Conn>], index: u32, generation: u32) -> Option<
         .as_mut()
         .filter(|c| c.generation == generation)
 }
-
