@@ -9,7 +9,8 @@ import threading
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.environ.get("WETASK_BIN", os.path.join(ROOT, "target", "debug", "wetask"))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+BINARY = os.environ.get("WETASK_BIN", os.path.join(TARGET, "debug", "wetask"))
 
 
 class Server:
