@@ -7,8 +7,8 @@
 use bytes::{Buf, Bytes, BytesMut};
 
 use crate::inline::split_inline;
-use crate::line::{find_crlf, parse_i64, parse_length, terminator_len};
-use crate::{Limits, ProtocolError, LINE_BYTES_MAX};
+use crate::line::{line_end, parse_i64, parse_length, terminator_len};
+use crate::{Limits, ProtocolError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -130,15 +130,8 @@ impl CommandDecoder {
     /// Reads a `*n` or `$n` header line, consuming it. `None` when incomplete.
     fn header(&mut self, buf: &mut BytesMut) -> Result<Option<i64>, ProtocolError> {
         let kind = buf[0];
-        let end = match find_crlf(buf, self.scanned.max(1)) {
-            Ok(end) => end,
-            Err(scanned) => {
-                if scanned > LINE_BYTES_MAX {
-                    return Err(ProtocolError::TooBigCountString);
-                }
-                self.scanned = scanned;
-                return Ok(None);
-            }
+        let Some(end) = line_end(buf, &mut self.scanned)? else {
+            return Ok(None);
         };
         let err = if kind == b'*' {
             ProtocolError::InvalidMultibulkLength
@@ -152,7 +145,6 @@ impl CommandDecoder {
             parse_length(digits, err)?
         };
         buf.advance(end + terminator_len(buf, end));
-        self.scanned = 0;
         Ok(Some(value))
     }
 
@@ -251,7 +243,7 @@ mod tests {
         let long = vec![b'a'; INLINE_LIMIT_PLUS_ONE];
         assert_eq!(decode_all(&long).unwrap_err(), ProtocolError::TooBigInline);
         let mut header = b"*1".to_vec();
-        header.extend(std::iter::repeat_n(b'1', LINE_BYTES_MAX + 1));
+        header.extend(std::iter::repeat_n(b'1', crate::LINE_BYTES_MAX + 1));
         assert_eq!(
             decode_all(&header).unwrap_err(),
             ProtocolError::TooBigCountString

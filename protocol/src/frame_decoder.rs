@@ -7,8 +7,8 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use crate::line::{find_crlf, parse_i64, parse_length, terminator_len};
-use crate::{Frame, Limits, ProtocolError, LINE_BYTES_MAX};
+use crate::line::{line_end, parse_i64, parse_length, terminator_len};
+use crate::{Frame, Limits, ProtocolError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AggregateKind {
@@ -99,17 +99,9 @@ impl FrameDecoder {
         if buf.is_empty() {
             return Ok(None);
         }
-        let end = match find_crlf(buf, self.scanned.max(1)) {
-            Ok(end) => end,
-            Err(scanned) => {
-                if scanned > LINE_BYTES_MAX {
-                    return Err(ProtocolError::TooBigCountString);
-                }
-                self.scanned = scanned;
-                return Ok(None);
-            }
+        let Some(end) = line_end(buf, &mut self.scanned)? else {
+            return Ok(None);
         };
-        self.scanned = 0;
         let kind = buf[0];
         if end == 0 {
             return Err(ProtocolError::UnknownType(kind));

@@ -28,3 +28,4 @@ pub use limits::{
     Limits, ARRAY_LEN_MAX, BULK_BYTES_MAX_DEFAULT, INLINE_BYTES_MAX, LINE_BYTES_MAX,
     NESTING_DEPTH_MAX,
 };
+pub use line::parse_i64;

@@ -1,6 +1,6 @@
 //! Shared helpers for CRLF-terminated header lines.
 
-use crate::ProtocolError;
+use crate::{ProtocolError, LINE_BYTES_MAX};
 
 /// Finds the `\r\n` ending the line that starts at 0, searching from `scanned` so that a
 /// line arriving in pieces is never rescanned. Returns the index of `\r`, or the new scan
@@ -30,20 +30,22 @@ pub(crate) fn terminator_len(buf: &[u8], end: usize) -> usize {
     }
 }
 
-/// Parses a signed decimal integer with no sign tricks or spaces, as Redis's `string2ll`.
-pub(crate) fn parse_i64(digits: &[u8]) -> Option<i64> {
-    if digits.is_empty() || digits.len() > 20 {
+/// Parses a signed 64-bit integer exactly as Redis's `string2ll`: optional `-`, no `+`, no
+/// spaces, no leading zeros (so `-0` and `01` are refused). Shared by the decoders and every
+/// command argument.
+pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
+    if bytes.is_empty() || bytes.len() > 20 {
         return None;
     }
-    let (negative, rest) = match digits[0] {
-        b'-' => (true, &digits[1..]),
-        _ => (false, digits),
+    let (negative, digits) = match bytes[0] {
+        b'-' => (true, &bytes[1..]),
+        _ => (false, bytes),
     };
-    if rest.is_empty() || (rest.len() > 1 && rest[0] == b'0') {
+    if digits.is_empty() || (digits[0] == b'0' && (digits.len() > 1 || negative)) {
         return None;
     }
     let mut value: i64 = 0;
-    for &b in rest {
+    for &b in digits {
         if !b.is_ascii_digit() {
             return None;
         }
@@ -55,6 +57,23 @@ pub(crate) fn parse_i64(digits: &[u8]) -> Option<i64> {
         };
     }
     Some(value)
+}
+
+/// Finds the end of the header line at the front of `buf`, resuming the search where the
+/// last call stopped (`scanned`). `Ok(None)` means incomplete; a line longer than
+/// [`LINE_BYTES_MAX`] is an error.
+pub(crate) fn line_end(buf: &[u8], scanned: &mut usize) -> Result<Option<usize>, ProtocolError> {
+    match find_crlf(buf, (*scanned).max(1)) {
+        Ok(end) => {
+            *scanned = 0;
+            Ok(Some(end))
+        }
+        Err(seen) if seen > LINE_BYTES_MAX => Err(ProtocolError::TooBigCountString),
+        Err(seen) => {
+            *scanned = seen;
+            Ok(None)
+        }
+    }
 }
 
 /// Parses a length header (`*n` or `$n`) into -1 or a non-negative count, or fails with `err`.
@@ -77,6 +96,7 @@ mod tests {
         assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
         assert_eq!(parse_i64(b"9223372036854775808"), None);
         assert_eq!(parse_i64(b"01"), None);
+        assert_eq!(parse_i64(b"-0"), None);
         assert_eq!(parse_i64(b"+1"), None);
         assert_eq!(parse_i64(b" 1"), None);
         assert_eq!(parse_i64(b"-"), None);

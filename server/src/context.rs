@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use wetask_shards::Shard;
 
-use crate::clients::Clients;
+use crate::clients::{Clients, ConnState};
 use crate::globals::{unix_ms, Globals};
 use crate::mesh::{Mesh, Request, Response, ResponseFuture};
 use crate::stats::{ShardReport, ShardStats};
@@ -77,6 +77,26 @@ impl ShardCtx {
             .as_ref()
             .expect("mesh exists when there are several shards");
         mesh.request(self.id, to, token, request)
+    }
+
+    /// Creates and registers the state of a newly accepted connection.
+    pub fn new_connection(&self, fd: std::os::fd::RawFd) -> Rc<RefCell<ConnState>> {
+        let authenticated = self
+            .globals
+            .requirepass
+            .lock()
+            .expect("requirepass")
+            .is_none();
+        let state = Rc::new(RefCell::new(ConnState::new(
+            self.globals.next_client_id(),
+            fd,
+            crate::net::socket_addr(fd, true),
+            crate::net::socket_addr(fd, false),
+            unix_ms(),
+            authenticated,
+        )));
+        self.clients.borrow_mut().add(state.clone());
+        state
     }
 
     /// True while a cross-shard operation holds this shard's lock.

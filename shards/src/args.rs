@@ -5,33 +5,7 @@ use wetask_protocol::Frame;
 
 use crate::errors::{NOT_FLOAT, NOT_INTEGER};
 
-/// Parses a signed 64-bit integer the way Redis's `string2ll` does (no spaces, no `+`, no
-/// leading zeros).
-pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
-    if bytes.is_empty() || bytes.len() > 20 {
-        return None;
-    }
-    let (negative, digits) = match bytes[0] {
-        b'-' => (true, &bytes[1..]),
-        _ => (false, bytes),
-    };
-    if digits.is_empty() || (digits[0] == b'0' && (digits.len() > 1 || negative)) {
-        return None;
-    }
-    let mut value: i64 = 0;
-    for &b in digits {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        let digit = i64::from(b - b'0');
-        value = if negative {
-            value.checked_mul(10)?.checked_sub(digit)?
-        } else {
-            value.checked_mul(10)?.checked_add(digit)?
-        };
-    }
-    Some(value)
-}
+pub use wetask_protocol::parse_i64;
 
 pub fn int_arg(bytes: &[u8]) -> Result<i64, Frame> {
     parse_i64(bytes).ok_or_else(|| Frame::static_error(NOT_INTEGER))

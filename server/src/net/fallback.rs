@@ -2,16 +2,13 @@
 //! syscall per request. Kept as the measured baseline for the io_uring ring and as a fallback
 //! for kernels without multishot recv or provided-buffer rings.
 
-use std::cell::RefCell;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::rc::Rc;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 
-use crate::clients::ConnState;
 use crate::context::ShardCtx;
-use crate::globals::unix_ms;
 use crate::session::{self, Pump, Session, OUTPUT_BUFFER_BYTES_MAX};
 
 const READ_BYTES: usize = 16 * 1024;
@@ -49,26 +46,8 @@ pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
 async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
-    let authenticated = ctx
-        .globals
-        .requirepass
-        .lock()
-        .expect("requirepass")
-        .is_none();
-    let state = Rc::new(RefCell::new(ConnState::new(
-        ctx.globals.next_client_id(),
-        fd,
-        stream
-            .peer_addr()
-            .map_or_else(|_| "?:0".into(), |a| a.to_string()),
-        stream
-            .local_addr()
-            .map_or_else(|_| "?:0".into(), |a| a.to_string()),
-        unix_ms(),
-        authenticated,
-    )));
+    let state = ctx.new_connection(fd);
     let id = state.borrow().id;
-    ctx.clients.borrow_mut().add(state.clone());
     let mut session = Session::new(state.clone(), ctx.globals.config.proto_max_bulk_len);
     let mut buf = vec![0u8; READ_BYTES];
     let mut out = Vec::new();

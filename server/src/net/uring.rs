@@ -22,11 +22,9 @@ use std::time::{Duration, Instant};
 use glommio::io::BufferedFile;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::clients::ConnState;
 use crate::context::ShardCtx;
-use crate::globals::unix_ms;
 use crate::net::bufring::BufRing;
-use crate::net::{set_nodelay, socket_addr};
+use crate::net::set_nodelay;
 use crate::session::{self, Pump, Session, OUTPUT_BUFFER_BYTES_MAX};
 
 /// Submission queue entries per shard ring.
@@ -345,22 +343,7 @@ impl Net {
         }
         set_nodelay(fd);
         let ctx = &self.ctx;
-        let id = ctx.globals.next_client_id();
-        let authenticated = ctx
-            .globals
-            .requirepass
-            .lock()
-            .expect("requirepass")
-            .is_none();
-        let state = Rc::new(RefCell::new(ConnState::new(
-            id,
-            fd,
-            socket_addr(fd, true),
-            socket_addr(fd, false),
-            unix_ms(),
-            authenticated,
-        )));
-        ctx.clients.borrow_mut().add(state.clone());
+        let state = ctx.new_connection(fd);
         let generation = inner.next_generation;
         inner.next_generation = inner.next_generation.wrapping_add(1) & 0x00FF_FFFF;
         let mut conn = Conn {
