@@ -1,0 +1,177 @@
+//! Paired comparisons: two servers take turns (A B A B ...) on the same CPU for every
+//! workload, and each metric is summarised as the median and min–max of the per-pair ratios
+//! B / A. Used by `vs-redis` (A = Redis, B = WeTask) and `gate` (A = baseline, B = current).
+
+use std::collections::BTreeMap;
+use std::io;
+
+use crate::metrics::{higher_is_better, label, Metrics, Spread};
+use crate::servers::{Server, ServerKind};
+use crate::workloads::{self, Kind, RunOptions, Workload};
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Pair {
+    pub a: Metrics,
+    pub b: Metrics,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MetricSummary {
+    pub a: Spread,
+    pub b: Spread,
+    /// B / A per pair.
+    pub ratio: Spread,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct WorkloadReport {
+    pub name: String,
+    pub about: String,
+    pub pairs: Vec<Pair>,
+    pub summary: BTreeMap<String, MetricSummary>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Report {
+    pub a_label: String,
+    pub b_label: String,
+    pub a_version: String,
+    pub b_version: String,
+    pub machine: String,
+    pub options: RunOptions,
+    pub workloads: Vec<WorkloadReport>,
+}
+
+/// `nproc`, CPU model and kernel, for the report header.
+pub fn machine() -> String {
+    // Online CPUs, not this (pinned) thread's affinity.
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| t.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cpus} CPUs, {model}, Linux {}", kernel.trim())
+}
+
+fn summarise(pairs: &[Pair]) -> BTreeMap<String, MetricSummary> {
+    let mut out = BTreeMap::new();
+    let Some(first) = pairs.first() else { return out };
+    for name in first.a.0.keys() {
+        let column = |side: fn(&Pair) -> &Metrics| -> Vec<f64> {
+            pairs.iter().filter_map(|p| side(p).get(name)).collect()
+        };
+        let ratios: Vec<f64> = pairs
+            .iter()
+            .filter_map(|p| Some(p.b.get(name)? / p.a.get(name)?))
+            .collect();
+        if let (Some(a), Some(b), Some(ratio)) =
+            (Spread::of(&column(|p| &p.a)), Spread::of(&column(|p| &p.b)), Spread::of(&ratios))
+        {
+            out.insert(name.clone(), MetricSummary { a, b, ratio });
+        }
+    }
+    out
+}
+
+/// Runs every workload for `pairs` pairs. `progress` hears one line per sample.
+pub fn run(
+    a: &ServerKind,
+    b: &ServerKind,
+    workloads: &[&Workload],
+    pairs: usize,
+    opts: &RunOptions,
+    progress: &mut dyn FnMut(&str),
+) -> io::Result<Report> {
+    let (a_version, b_version) = {
+        let (sa, sb) = (Server::start(a, opts.server_cpu)?, Server::start(b, opts.server_cpu)?);
+        let versions = (sa.version()?, sb.version()?);
+        sa.stop();
+        sb.stop();
+        versions
+    };
+    let mut reports = Vec::new();
+    for workload in workloads {
+        let mut samples = Vec::new();
+        match workload.kind {
+            Kind::Load { mix, value_bytes, .. } => {
+                let servers = [Server::start(a, opts.server_cpu)?, Server::start(b, opts.server_cpu)?];
+                if mix == crate::loadgen::Mix::Get {
+                    for server in &servers {
+                        workloads::preload(server, opts.keyspace, value_bytes)?;
+                    }
+                }
+                for pair in 0..pairs {
+                    let ma = workloads::measure_load(&servers[0], workload.kind, opts)?;
+                    let mb = workloads::measure_load(&servers[1], workload.kind, opts)?;
+                    progress(&format!("{} pair {}/{}: {}", workload.name, pair + 1, pairs, brief(&ma, &mb)));
+                    samples.push(Pair { a: ma, b: mb });
+                }
+                for server in servers {
+                    server.stop();
+                }
+            }
+            Kind::Boot | Kind::Memory { .. } => {
+                for pair in 0..pairs {
+                    let ma = workloads::measure_fresh(a, workload.kind, opts)?;
+                    let mb = workloads::measure_fresh(b, workload.kind, opts)?;
+                    progress(&format!("{} pair {}/{}: {}", workload.name, pair + 1, pairs, brief(&ma, &mb)));
+                    samples.push(Pair { a: ma, b: mb });
+                }
+            }
+        }
+        reports.push(WorkloadReport {
+            name: workload.name.to_string(),
+            about: workload.about.to_string(),
+            summary: summarise(&samples),
+            pairs: samples,
+        });
+    }
+    Ok(Report {
+        a_label: a.label().to_string(),
+        b_label: b.label().to_string(),
+        a_version,
+        b_version,
+        machine: machine(),
+        options: opts.clone(),
+        workloads: reports,
+    })
+}
+
+fn brief(a: &Metrics, b: &Metrics) -> String {
+    a.0.iter()
+        .filter(|(k, _)| matches!(k.as_str(), "ops_per_sec" | "cpu_us_per_op" | "boot_ms" | "bytes_per_key"))
+        .map(|(k, va)| format!("{} {:.2} vs {:.2}", label(k), va, b.get(k).unwrap_or(f64::NAN)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The metrics shown in the table, in order.
+const SHOWN: &[&str] = &["ops_per_sec", "p99_us", "cpu_us_per_op", "p50_us", "boot_ms", "bytes_per_key"];
+
+/// The readable table: one row per workload and metric.
+pub fn table(report: &Report) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<13} {:<17} {:>14} {:>14}   {} / {} ratio: median (min–max)\n",
+        "workload", "metric", report.a_label, report.b_label, report.b_label, report.a_label
+    ));
+    for w in &report.workloads {
+        for metric in SHOWN {
+            let Some(s) = w.summary.get(*metric) else { continue };
+            let better = if higher_is_better(metric) { "higher is better" } else { "lower is better" };
+            out.push_str(&format!(
+                "{:<13} {:<17} {:>14.2} {:>14.2}   {:.2} ({:.2}–{:.2})  {better}\n",
+                w.name,
+                label(metric),
+                s.a.median,
+                s.b.median,
+                s.ratio.median,
+                s.ratio.min,
+                s.ratio.max
+            ));
+        }
+    }
+    out
+}
