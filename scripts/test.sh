@@ -12,3 +12,15 @@ ulimit -l unlimited 2>/dev/null || ulimit -l "$(ulimit -H -l)" 2>/dev/null || tr
 cargo build --workspace --all-targets
 cargo test --workspace
 .venv/bin/python -m pytest -q tests/python
+
+# A smoke run of every bench workload against the debug server: checks the harness works,
+# not speed (a few hundred requests each, one pair).
+target="${CARGO_TARGET_DIR:-target}"
+smoke=$("$target/debug/wetask-bench" vs-redis --pairs 1 --workloads all --ops 300 \
+    --warmup-ms 0 --duration-ms 10000 --keyspace 1000 --memory-keys 300 \
+    --wetask "$target/debug/wetask" --server-cpu 0 --load-cpu "$(( $(nproc) > 1 ? 1 : 0 ))" 2>/dev/null)
+echo "$smoke"
+for workload in $("$target/debug/wetask-bench" list | awk '{print $1}'); do
+    grep -q "^$workload " <<<"$smoke" || { echo "bench smoke: no result for $workload"; exit 1; }
+done
+echo "bench smoke: every workload reported"
