@@ -8,14 +8,25 @@ use plotters::prelude::*;
 use crate::compare::Report;
 use crate::metrics::label;
 
-const CHARTED: &[&str] = &["ops_per_sec", "cpu_us_per_op", "p99_us", "boot_ms", "bytes_per_key"];
+const CHARTED: &[&str] = &[
+    "ops_per_sec",
+    "cpu_us_per_op",
+    "p99_us",
+    "boot_ms",
+    "bytes_per_key",
+];
 
 pub fn write_svg(report: &Report, path: &Path) -> Result<(), String> {
     let mut rows: Vec<(String, f64, f64, f64)> = Vec::new();
     for w in &report.workloads {
         for metric in CHARTED {
             if let Some(s) = w.summary.get(*metric) {
-                rows.push((format!("{} {}", w.name, label(metric)), s.ratio.median, s.ratio.min, s.ratio.max));
+                rows.push((
+                    format!("{} {}", w.name, label(metric)),
+                    s.ratio.median,
+                    s.ratio.min,
+                    s.ratio.max,
+                ));
             }
         }
     }
@@ -27,7 +38,10 @@ pub fn write_svg(report: &Report, path: &Path) -> Result<(), String> {
     let root = SVGBackend::new(path, (900, height)).into_drawing_area();
     let err = |e: DrawingAreaErrorKind<std::io::Error>| e.to_string();
     root.fill(&WHITE).map_err(err)?;
-    let caption = format!("{} / {} (median of paired ratios, whiskers min–max)", report.b_label, report.a_label);
+    let caption = format!(
+        "{} / {} (median of paired ratios, whiskers min–max)",
+        report.b_label, report.a_label
+    );
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 16))
         .margin(10)
@@ -60,7 +74,10 @@ pub fn write_svg(report: &Report, path: &Path) -> Result<(), String> {
         }))
         .map_err(err)?;
     chart
-        .draw_series(std::iter::once(PathElement::new(vec![(1.0, 0.0), (1.0, rows.len() as f64)], RED)))
+        .draw_series(std::iter::once(PathElement::new(
+            vec![(1.0, 0.0), (1.0, rows.len() as f64)],
+            RED,
+        )))
         .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())

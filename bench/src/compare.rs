@@ -49,7 +49,11 @@ pub fn machine() -> String {
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|t| t.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!("{cpus} CPUs, {model}, Linux {}", kernel.trim())
@@ -57,7 +61,9 @@ pub fn machine() -> String {
 
 fn summarise(pairs: &[Pair]) -> BTreeMap<String, MetricSummary> {
     let mut out = BTreeMap::new();
-    let Some(first) = pairs.first() else { return out };
+    let Some(first) = pairs.first() else {
+        return out;
+    };
     for name in first.a.0.keys() {
         let column = |side: fn(&Pair) -> &Metrics| -> Vec<f64> {
             pairs.iter().filter_map(|p| side(p).get(name)).collect()
@@ -66,9 +72,11 @@ fn summarise(pairs: &[Pair]) -> BTreeMap<String, MetricSummary> {
             .iter()
             .filter_map(|p| Some(p.b.get(name)? / p.a.get(name)?))
             .collect();
-        if let (Some(a), Some(b), Some(ratio)) =
-            (Spread::of(&column(|p| &p.a)), Spread::of(&column(|p| &p.b)), Spread::of(&ratios))
-        {
+        if let (Some(a), Some(b), Some(ratio)) = (
+            Spread::of(&column(|p| &p.a)),
+            Spread::of(&column(|p| &p.b)),
+            Spread::of(&ratios),
+        ) {
             out.insert(name.clone(), MetricSummary { a, b, ratio });
         }
     }
@@ -85,7 +93,10 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> io::Result<Report> {
     let (a_version, b_version) = {
-        let (sa, sb) = (Server::start(a, opts.server_cpu)?, Server::start(b, opts.server_cpu)?);
+        let (sa, sb) = (
+            Server::start(a, opts.server_cpu)?,
+            Server::start(b, opts.server_cpu)?,
+        );
         let versions = (sa.version()?, sb.version()?);
         sa.stop();
         sb.stop();
@@ -95,8 +106,13 @@ pub fn run(
     for workload in workloads {
         let mut samples = Vec::new();
         match workload.kind {
-            Kind::Load { mix, value_bytes, .. } => {
-                let servers = [Server::start(a, opts.server_cpu)?, Server::start(b, opts.server_cpu)?];
+            Kind::Load {
+                mix, value_bytes, ..
+            } => {
+                let servers = [
+                    Server::start(a, opts.server_cpu)?,
+                    Server::start(b, opts.server_cpu)?,
+                ];
                 if mix == crate::loadgen::Mix::Get {
                     for server in &servers {
                         workloads::preload(server, opts.keyspace, value_bytes)?;
@@ -105,7 +121,13 @@ pub fn run(
                 for pair in 0..pairs {
                     let ma = workloads::measure_load(&servers[0], workload.kind, opts)?;
                     let mb = workloads::measure_load(&servers[1], workload.kind, opts)?;
-                    progress(&format!("{} pair {}/{}: {}", workload.name, pair + 1, pairs, brief(&ma, &mb)));
+                    progress(&format!(
+                        "{} pair {}/{}: {}",
+                        workload.name,
+                        pair + 1,
+                        pairs,
+                        brief(&ma, &mb)
+                    ));
                     samples.push(Pair { a: ma, b: mb });
                 }
                 for server in servers {
@@ -116,7 +138,13 @@ pub fn run(
                 for pair in 0..pairs {
                     let ma = workloads::measure_fresh(a, workload.kind, opts)?;
                     let mb = workloads::measure_fresh(b, workload.kind, opts)?;
-                    progress(&format!("{} pair {}/{}: {}", workload.name, pair + 1, pairs, brief(&ma, &mb)));
+                    progress(&format!(
+                        "{} pair {}/{}: {}",
+                        workload.name,
+                        pair + 1,
+                        pairs,
+                        brief(&ma, &mb)
+                    ));
                     samples.push(Pair { a: ma, b: mb });
                 }
             }
@@ -141,14 +169,33 @@ pub fn run(
 
 fn brief(a: &Metrics, b: &Metrics) -> String {
     a.0.iter()
-        .filter(|(k, _)| matches!(k.as_str(), "ops_per_sec" | "cpu_us_per_op" | "boot_ms" | "bytes_per_key"))
-        .map(|(k, va)| format!("{} {:.2} vs {:.2}", label(k), va, b.get(k).unwrap_or(f64::NAN)))
+        .filter(|(k, _)| {
+            matches!(
+                k.as_str(),
+                "ops_per_sec" | "cpu_us_per_op" | "boot_ms" | "bytes_per_key"
+            )
+        })
+        .map(|(k, va)| {
+            format!(
+                "{} {:.2} vs {:.2}",
+                label(k),
+                va,
+                b.get(k).unwrap_or(f64::NAN)
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
 /// The metrics shown in the table, in order.
-const SHOWN: &[&str] = &["ops_per_sec", "p99_us", "cpu_us_per_op", "p50_us", "boot_ms", "bytes_per_key"];
+const SHOWN: &[&str] = &[
+    "ops_per_sec",
+    "p99_us",
+    "cpu_us_per_op",
+    "p50_us",
+    "boot_ms",
+    "bytes_per_key",
+];
 
 /// The readable table: one row per workload and metric.
 pub fn table(report: &Report) -> String {
@@ -159,8 +206,14 @@ pub fn table(report: &Report) -> String {
     ));
     for w in &report.workloads {
         for metric in SHOWN {
-            let Some(s) = w.summary.get(*metric) else { continue };
-            let better = if higher_is_better(metric) { "higher is better" } else { "lower is better" };
+            let Some(s) = w.summary.get(*metric) else {
+                continue;
+            };
+            let better = if higher_is_better(metric) {
+                "higher is better"
+            } else {
+                "lower is better"
+            };
             out.push_str(&format!(
                 "{:<13} {:<17} {:>14.2} {:>14.2}   {:.2} ({:.2}–{:.2})  {better}\n",
                 w.name,

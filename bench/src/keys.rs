@@ -79,7 +79,11 @@ mod tests {
         }
         let mut top: Vec<i32> = counts.values().copied().collect();
         top.sort_unstable_by(|a, b| b.cmp(a));
-        assert!(top[0] > 1000, "the hottest key should take about 10% of picks: {}", top[0]);
+        assert!(
+            top[0] > 1000,
+            "the hottest key should take about 10% of picks: {}",
+            top[0]
+        );
         let uniform = KeyChooser::new(10_000, Distribution::Uniform);
         assert!((0..1000).all(|_| uniform.next() < 10_000));
     }

@@ -131,7 +131,8 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
         std_stream.set_nodelay(true)?;
         std_stream.set_nonblocking(true)?;
         let mut stream = TcpStream::from_std(std_stream);
-        poll.registry().register(&mut stream, Token(i), Interest::READABLE)?;
+        poll.registry()
+            .register(&mut stream, Token(i), Interest::READABLE)?;
         conns.push(Conn {
             stream,
             out: Vec::new(),
@@ -150,7 +151,8 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
         next_sequential: 0,
         turn: 0,
     };
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+    let mut latency =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
     let start = Instant::now();
     let mut measuring = spec.warmup.is_zero();
     let mut measure_start = start;
@@ -159,8 +161,8 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
     let mut events = Events::with_capacity(1024);
     let mut scratch = vec![0u8; 64 * 1024];
 
-    for i in 0..conns.len() {
-        issue(&mut conns[i], &mut generator, spec.pipeline, &poll, i)?;
+    for (i, conn) in conns.iter_mut().enumerate() {
+        issue(conn, &mut generator, spec.pipeline, &poll, i)?;
         issued += spec.pipeline as u64;
     }
     loop {
@@ -175,7 +177,9 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
         }
         if measuring && !stopping {
             let by_ops = spec.ops.is_some_and(|n| issued >= n);
-            let by_time = spec.duration.is_some_and(|d| now.duration_since(measure_start) >= d);
+            let by_time = spec
+                .duration
+                .is_some_and(|d| now.duration_since(measure_start) >= d);
             stopping = by_ops || by_time;
         }
         if stopping && conns.iter().all(|c| c.awaiting == 0) {
@@ -193,7 +197,12 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
             }
             loop {
                 match conn.stream.read(&mut scratch) {
-                    Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed a connection")),
+                    Ok(0) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "server closed a connection",
+                        ))
+                    }
                     Ok(n) => conn.input.extend_from_slice(&scratch[..n]),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) => return Err(e),
@@ -224,10 +233,22 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
             }
         }
     }
-    Ok(LoadResult { ops, total_ops, errors, elapsed: measure_start.elapsed(), latency_us: latency })
+    Ok(LoadResult {
+        ops,
+        total_ops,
+        errors,
+        elapsed: measure_start.elapsed(),
+        latency_us: latency,
+    })
 }
 
-fn issue(conn: &mut Conn, generator: &mut Generator<'_>, pipeline: usize, poll: &Poll, index: usize) -> io::Result<()> {
+fn issue(
+    conn: &mut Conn,
+    generator: &mut Generator<'_>,
+    pipeline: usize,
+    poll: &Poll,
+    index: usize,
+) -> io::Result<()> {
     conn.out.clear();
     conn.written = 0;
     for _ in 0..pipeline {
@@ -247,7 +268,8 @@ fn flush(conn: &mut Conn, poll: &Poll, index: usize) -> io::Result<()> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if !conn.want_write {
                     let both = Interest::READABLE | Interest::WRITABLE;
-                    poll.registry().reregister(&mut conn.stream, Token(index), both)?;
+                    poll.registry()
+                        .reregister(&mut conn.stream, Token(index), both)?;
                     conn.want_write = true;
                 }
                 return Ok(());
@@ -256,7 +278,8 @@ fn flush(conn: &mut Conn, poll: &Poll, index: usize) -> io::Result<()> {
         }
     }
     if conn.want_write {
-        poll.registry().reregister(&mut conn.stream, Token(index), Interest::READABLE)?;
+        poll.registry()
+            .reregister(&mut conn.stream, Token(index), Interest::READABLE)?;
         conn.want_write = false;
     }
     Ok(())

@@ -51,8 +51,16 @@ impl Spread {
         }
         sorted.sort_by(f64::total_cmp);
         let n = sorted.len();
-        let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
-        Some(Spread { median, min: sorted[0], max: sorted[n - 1] })
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        Some(Spread {
+            median,
+            min: sorted[0],
+            max: sorted[n - 1],
+        })
     }
 }
 

@@ -67,27 +67,47 @@ impl Server {
             }
             ServerKind::Redis { binary } => {
                 let mut c = Command::new(binary);
-                c.args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"]);
+                c.args([
+                    "--port",
+                    &port.to_string(),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ]);
                 c
             }
         };
-        command.stdout(Stdio::null()).stderr(Stdio::null()).stdin(Stdio::null());
+        command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .stdin(Stdio::null());
         // SAFETY: the pre-exec hook only calls sched_setaffinity, which is async-signal-safe.
         unsafe { command.pre_exec(move || pin_to(cpu)) };
         let started = Instant::now();
         let child = command.spawn()?;
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let mut server = Server { child, addr, boot: Duration::ZERO };
+        let mut server = Server {
+            child,
+            addr,
+            boot: Duration::ZERO,
+        };
         loop {
             if ping(addr).is_ok() {
                 server.boot = started.elapsed();
                 return Ok(server);
             }
             if started.elapsed() > START_TIMEOUT {
-                return Err(io::Error::new(io::ErrorKind::TimedOut, format!("{} did not answer PING", kind.label())));
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{} did not answer PING", kind.label()),
+                ));
             }
             if let Some(status) = server.child.try_wait()? {
-                return Err(io::Error::other(format!("{} exited at start: {status}", kind.label())));
+                return Err(io::Error::other(format!(
+                    "{} exited at start: {status}",
+                    kind.label()
+                )));
             }
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -100,8 +120,13 @@ impl Server {
     /// utime + stime of every thread, in microseconds.
     pub fn cpu_time_us(&self) -> io::Result<f64> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
-        let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-        let ticks: f64 = fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        let ticks: f64 =
+            fields[11].parse::<f64>().unwrap_or(0.0) + fields[12].parse::<f64>().unwrap_or(0.0);
         // SAFETY: sysconf has no preconditions.
         let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
         Ok(ticks * 1e6 / per_second)
@@ -110,7 +135,11 @@ impl Server {
     /// Resident set size in bytes.
     pub fn rss_bytes(&self) -> io::Result<u64> {
         let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.pid()))?;
-        let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        let pages: u64 = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
         Ok(pages * page)
@@ -120,11 +149,17 @@ impl Server {
     pub fn version(&self) -> io::Result<String> {
         let info = command(self.addr, b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")?;
         let field = |name: &str| {
-            info.lines().find_map(|l| l.strip_prefix(&format!("{name}:")).map(|v| v.trim().to_string()))
+            info.lines().find_map(|l| {
+                l.strip_prefix(&format!("{name}:"))
+                    .map(|v| v.trim().to_string())
+            })
         };
         Ok(match field("wetask_version") {
             Some(v) => format!("wetask {v}"),
-            None => format!("redis {}", field("redis_version").unwrap_or_else(|| "?".into())),
+            None => format!(
+                "redis {}",
+                field("redis_version").unwrap_or_else(|| "?".into())
+            ),
         })
     }
 
@@ -180,10 +215,15 @@ fn command(addr: SocketAddr, bytes: &[u8]) -> io::Result<String> {
 
 /// True once `reply` holds one whole simple or bulk reply.
 fn complete(reply: &[u8]) -> bool {
-    let Some(end) = reply.windows(2).position(|w| w == b"\r\n") else { return false };
+    let Some(end) = reply.windows(2).position(|w| w == b"\r\n") else {
+        return false;
+    };
     match reply[0] {
         b'$' | b'=' => {
-            let len: usize = std::str::from_utf8(&reply[1..end]).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+            let len: usize = std::str::from_utf8(&reply[1..end])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
             reply.len() >= end + 2 + len + 2
         }
         _ => true,

@@ -16,7 +16,12 @@ use crate::servers::{Server, ServerKind};
 
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
-    Load { mix: Mix, connections: usize, pipeline: usize, value_bytes: usize },
+    Load {
+        mix: Mix,
+        connections: usize,
+        pipeline: usize,
+        value_bytes: usize,
+    },
     /// Process start to the first PONG.
     Boot,
     /// RSS growth per key after loading `--memory-keys` keys of `value_bytes`.
@@ -31,33 +36,103 @@ pub struct Workload {
 }
 
 const fn load(mix: Mix, connections: usize, pipeline: usize, value_bytes: usize) -> Kind {
-    Kind::Load { mix, connections, pipeline, value_bytes }
+    Kind::Load {
+        mix,
+        connections,
+        pipeline,
+        value_bytes,
+    }
 }
 
 pub static WORKLOADS: &[Workload] = &[
-    Workload { name: "set-64b-c16", group: "kv", about: "unary SET, 64 B values, 16 connections", kind: load(Mix::Set, 16, 1, 64) },
-    Workload { name: "get-64b-c16", group: "kv", about: "unary GET, 64 B values, 16 connections", kind: load(Mix::Get, 16, 1, 64) },
-    Workload { name: "set-64b-c64", group: "kv", about: "unary SET, 64 B values, 64 connections", kind: load(Mix::Set, 64, 1, 64) },
-    Workload { name: "get-64b-c64", group: "kv", about: "unary GET, 64 B values, 64 connections", kind: load(Mix::Get, 64, 1, 64) },
-    Workload { name: "set-1k-c16", group: "kv", about: "unary SET, 1 KiB values, 16 connections", kind: load(Mix::Set, 16, 1, 1024) },
-    Workload { name: "get-1k-c16", group: "kv", about: "unary GET, 1 KiB values, 16 connections", kind: load(Mix::Get, 16, 1, 1024) },
-    Workload { name: "set-1k-c64", group: "kv", about: "unary SET, 1 KiB values, 64 connections", kind: load(Mix::Set, 64, 1, 1024) },
-    Workload { name: "get-1k-c64", group: "kv", about: "unary GET, 1 KiB values, 64 connections", kind: load(Mix::Get, 64, 1, 1024) },
-    Workload { name: "mixed-p10", group: "mixed", about: "SET/GET/DEL pipelines of 10, 16 connections", kind: load(Mix::SetGetDel, 16, 10, 64) },
-    Workload { name: "mixed-p1000", group: "mixed", about: "SET/GET/DEL pipelines of 1000, 16 connections", kind: load(Mix::SetGetDel, 16, 1000, 64) },
-    Workload { name: "boot", group: "boot", about: "process start to first PONG", kind: Kind::Boot },
-    Workload { name: "memory-64b", group: "memory", about: "RSS growth per key, 64 B values", kind: Kind::Memory { value_bytes: 64 } },
+    Workload {
+        name: "set-64b-c16",
+        group: "kv",
+        about: "unary SET, 64 B values, 16 connections",
+        kind: load(Mix::Set, 16, 1, 64),
+    },
+    Workload {
+        name: "get-64b-c16",
+        group: "kv",
+        about: "unary GET, 64 B values, 16 connections",
+        kind: load(Mix::Get, 16, 1, 64),
+    },
+    Workload {
+        name: "set-64b-c64",
+        group: "kv",
+        about: "unary SET, 64 B values, 64 connections",
+        kind: load(Mix::Set, 64, 1, 64),
+    },
+    Workload {
+        name: "get-64b-c64",
+        group: "kv",
+        about: "unary GET, 64 B values, 64 connections",
+        kind: load(Mix::Get, 64, 1, 64),
+    },
+    Workload {
+        name: "set-1k-c16",
+        group: "kv",
+        about: "unary SET, 1 KiB values, 16 connections",
+        kind: load(Mix::Set, 16, 1, 1024),
+    },
+    Workload {
+        name: "get-1k-c16",
+        group: "kv",
+        about: "unary GET, 1 KiB values, 16 connections",
+        kind: load(Mix::Get, 16, 1, 1024),
+    },
+    Workload {
+        name: "set-1k-c64",
+        group: "kv",
+        about: "unary SET, 1 KiB values, 64 connections",
+        kind: load(Mix::Set, 64, 1, 1024),
+    },
+    Workload {
+        name: "get-1k-c64",
+        group: "kv",
+        about: "unary GET, 1 KiB values, 64 connections",
+        kind: load(Mix::Get, 64, 1, 1024),
+    },
+    Workload {
+        name: "mixed-p10",
+        group: "mixed",
+        about: "SET/GET/DEL pipelines of 10, 16 connections",
+        kind: load(Mix::SetGetDel, 16, 10, 64),
+    },
+    Workload {
+        name: "mixed-p1000",
+        group: "mixed",
+        about: "SET/GET/DEL pipelines of 1000, 16 connections",
+        kind: load(Mix::SetGetDel, 16, 1000, 64),
+    },
+    Workload {
+        name: "boot",
+        group: "boot",
+        about: "process start to first PONG",
+        kind: Kind::Boot,
+    },
+    Workload {
+        name: "memory-64b",
+        group: "memory",
+        about: "RSS growth per key, 64 B values",
+        kind: Kind::Memory { value_bytes: 64 },
+    },
 ];
 
 /// Picks workloads by name or group (`kv`, `mixed`, `boot`, `memory`, `all`).
 pub fn select(names: &[String]) -> Result<Vec<&'static Workload>, String> {
     let mut picked: Vec<&'static Workload> = Vec::new();
     for name in names {
-        let matches: Vec<_> =
-            WORKLOADS.iter().filter(|w| name == "all" || w.name == name || w.group == name).collect();
+        let matches: Vec<_> = WORKLOADS
+            .iter()
+            .filter(|w| name == "all" || w.name == name || w.group == name)
+            .collect();
         if matches.is_empty() {
             let known: Vec<_> = WORKLOADS.iter().map(|w| w.name).collect();
-            return Err(format!("unknown workload '{name}'; known: all, kv, mixed, boot, memory, {}", known.join(", ")));
+            return Err(format!(
+                "unknown workload '{name}'; known: all, kv, mixed, boot, memory, {}",
+                known.join(", ")
+            ));
         }
         for w in matches {
             if !picked.iter().any(|p| p.name == w.name) {
@@ -97,14 +172,23 @@ pub fn preload(server: &Server, count: u64, value_bytes: usize) -> io::Result<()
     };
     let result = loadgen::run(&spec)?;
     if result.errors > 0 {
-        return Err(io::Error::other(format!("{} errors while loading keys", result.errors)));
+        return Err(io::Error::other(format!(
+            "{} errors while loading keys",
+            result.errors
+        )));
     }
     Ok(())
 }
 
 /// One sample of a `Kind::Load` workload against a running, preloaded server.
 pub fn measure_load(server: &Server, kind: Kind, opts: &RunOptions) -> io::Result<Metrics> {
-    let Kind::Load { mix, connections, pipeline, value_bytes } = kind else {
+    let Kind::Load {
+        mix,
+        connections,
+        pipeline,
+        value_bytes,
+    } = kind
+    else {
         unreachable!("measure_load takes load workloads")
     };
     let spec = LoadSpec {
@@ -123,20 +207,35 @@ pub fn measure_load(server: &Server, kind: Kind, opts: &RunOptions) -> io::Resul
     let result = loadgen::run(&spec)?;
     let cpu_after = server.cpu_time_us()?;
     if result.errors > 0 {
-        return Err(io::Error::other(format!("{} error replies during the run", result.errors)));
+        return Err(io::Error::other(format!(
+            "{} error replies during the run",
+            result.errors
+        )));
     }
     let mut metrics = Metrics::default();
     metrics.set("ops_per_sec", result.ops_per_sec());
-    for (name, quantile) in [("p50_us", 0.5), ("p95_us", 0.95), ("p99_us", 0.99), ("p999_us", 0.999)] {
+    for (name, quantile) in [
+        ("p50_us", 0.5),
+        ("p95_us", 0.95),
+        ("p99_us", 0.99),
+        ("p999_us", 0.999),
+    ] {
         metrics.set(name, result.latency_us.value_at_quantile(quantile) as f64);
     }
     // The CPU delta spans the warm-up too, so divide by every request answered in it.
-    metrics.set("cpu_us_per_op", (cpu_after - cpu_before) / result.total_ops.max(1) as f64);
+    metrics.set(
+        "cpu_us_per_op",
+        (cpu_after - cpu_before) / result.total_ops.max(1) as f64,
+    );
     Ok(metrics)
 }
 
 /// One sample of a workload that needs its own fresh server (boot, memory).
-pub fn measure_fresh(server_kind: &ServerKind, kind: Kind, opts: &RunOptions) -> io::Result<Metrics> {
+pub fn measure_fresh(
+    server_kind: &ServerKind,
+    kind: Kind,
+    opts: &RunOptions,
+) -> io::Result<Metrics> {
     let server = Server::start(server_kind, opts.server_cpu)?;
     let mut metrics = Metrics::default();
     match kind {
@@ -145,7 +244,10 @@ pub fn measure_fresh(server_kind: &ServerKind, kind: Kind, opts: &RunOptions) ->
             let before = server.rss_bytes()?;
             preload(&server, opts.memory_keys, value_bytes)?;
             let after = server.rss_bytes()?;
-            metrics.set("bytes_per_key", after.saturating_sub(before) as f64 / opts.memory_keys.max(1) as f64);
+            metrics.set(
+                "bytes_per_key",
+                after.saturating_sub(before) as f64 / opts.memory_keys.max(1) as f64,
+            );
         }
         Kind::Load { .. } => unreachable!("load workloads share a running server"),
     }
