@@ -1,5 +1,5 @@
 # One task runner for the usual chores. `make test` is the README's test command.
-.PHONY: check test fuzz run compat
+.PHONY: check test bench gate fuzz run compat
 
 check:
 	cargo fmt --all -- --check
@@ -7,6 +7,16 @@ check:
 
 test:
 	./scripts/test.sh
+
+# Paired comparison with Redis on this machine (see docs/BENCHMARKS.md).
+bench:
+	cargo build --release --workspace
+	./target/release/wetask-bench vs-redis --pairs 5 --workloads all --wetask target/release/wetask
+
+# Did we get slower than the previous commit?
+gate:
+	cargo build --release -p wetask-bench
+	./target/release/wetask-bench gate --baseline HEAD~1 --workloads kv,mixed --pairs 6
 
 run:
 	cargo run --release -p wetask-server --bin wetask

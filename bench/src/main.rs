@@ -76,7 +76,7 @@ struct Shared {
     #[arg(long, value_enum, default_value_t = Distribution::Uniform)]
     distribution: Distribution,
     /// Pin the load generator to this CPU.
-    #[arg(long = "load-cpu", default_value_t = 1)]
+    #[arg(long = "load-cpu", visible_alias = "cpu", default_value_t = 1)]
     load_cpu: usize,
 }
 
