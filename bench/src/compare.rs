@@ -104,7 +104,7 @@ pub fn run(
     };
     let mut reports = Vec::new();
     for workload in workloads {
-        let mut samples = Vec::new();
+        let samples;
         match workload.kind {
             Kind::Load {
                 mix, value_bytes, ..
@@ -118,35 +118,18 @@ pub fn run(
                         workloads::preload(server, opts.keyspace, value_bytes)?;
                     }
                 }
-                for pair in 0..pairs {
-                    let ma = workloads::measure_load(&servers[0], workload.kind, opts)?;
-                    let mb = workloads::measure_load(&servers[1], workload.kind, opts)?;
-                    progress(&format!(
-                        "{} pair {}/{}: {}",
-                        workload.name,
-                        pair + 1,
-                        pairs,
-                        brief(&ma, &mb)
-                    ));
-                    samples.push(Pair { a: ma, b: mb });
-                }
+                samples = take_pairs(workload.name, pairs, progress, |side| {
+                    workloads::measure_load(&servers[side], workload.kind, opts)
+                })?;
                 for server in servers {
                     server.stop();
                 }
             }
             Kind::Boot | Kind::Memory { .. } => {
-                for pair in 0..pairs {
-                    let ma = workloads::measure_fresh(a, workload.kind, opts)?;
-                    let mb = workloads::measure_fresh(b, workload.kind, opts)?;
-                    progress(&format!(
-                        "{} pair {}/{}: {}",
-                        workload.name,
-                        pair + 1,
-                        pairs,
-                        brief(&ma, &mb)
-                    ));
-                    samples.push(Pair { a: ma, b: mb });
-                }
+                let kinds = [a, b];
+                samples = take_pairs(workload.name, pairs, progress, |side| {
+                    workloads::measure_fresh(kinds[side], workload.kind, opts)
+                })?;
             }
         }
         reports.push(WorkloadReport {
@@ -165,6 +148,26 @@ pub fn run(
         options: opts.clone(),
         workloads: reports,
     })
+}
+
+/// Takes `pairs` pairs of samples, A (side 0) then B (side 1), reporting each pair.
+fn take_pairs(
+    name: &str,
+    pairs: usize,
+    progress: &mut dyn FnMut(&str),
+    mut sample: impl FnMut(usize) -> io::Result<Metrics>,
+) -> io::Result<Vec<Pair>> {
+    let mut out = Vec::with_capacity(pairs);
+    for pair in 0..pairs {
+        let (a, b) = (sample(0)?, sample(1)?);
+        progress(&format!(
+            "{name} pair {}/{pairs}: {}",
+            pair + 1,
+            brief(&a, &b)
+        ));
+        out.push(Pair { a, b });
+    }
+    Ok(out)
 }
 
 fn brief(a: &Metrics, b: &Metrics) -> String {

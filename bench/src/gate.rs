@@ -47,33 +47,31 @@ pub fn build_baseline(root: &Path, rev: &str) -> Result<PathBuf, String> {
         src.display()
     );
     run(Command::new("sh").args(["-c", &archive]))?;
-    let target = dir.join("target");
-    run(Command::new("cargo")
-        .current_dir(&src)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "wetask-server",
-            "--bin",
-            "wetask",
-            "--target-dir",
-        ])
-        .arg(&target))?;
-    Ok(target.join("release").join("wetask"))
+    build_server(&src, Some(&dir.join("target")))
 }
 
 /// Builds the working tree's server in release mode. Returns the binary.
 pub fn build_current(root: &Path) -> Result<PathBuf, String> {
-    run(Command::new("cargo").current_dir(root).args([
+    build_server(root, None)
+}
+
+/// `cargo build --release` of the server in `workspace`, optionally into `target_dir`.
+fn build_server(workspace: &Path, target_dir: Option<&Path>) -> Result<PathBuf, String> {
+    let mut command = Command::new("cargo");
+    command.current_dir(workspace).args([
         "build",
         "--release",
         "-p",
         "wetask-server",
         "--bin",
         "wetask",
-    ]))?;
-    Ok(root.join("target").join("release").join("wetask"))
+    ]);
+    if let Some(dir) = target_dir {
+        command.arg("--target-dir").arg(dir);
+    }
+    run(&mut command)?;
+    let target = target_dir.map_or_else(|| workspace.join("target"), Path::to_path_buf);
+    Ok(target.join("release").join("wetask"))
 }
 
 /// Share of pairs that must be worse than parity for a slowdown to count. Identical builds
