@@ -44,82 +44,36 @@ const fn load(mix: Mix, connections: usize, pipeline: usize, value_bytes: usize)
     }
 }
 
+const fn row(name: &'static str, group: &'static str, about: &'static str, kind: Kind) -> Workload {
+    Workload {
+        name,
+        group,
+        about,
+        kind,
+    }
+}
+
+#[rustfmt::skip]
 pub static WORKLOADS: &[Workload] = &[
-    Workload {
-        name: "set-64b-c16",
-        group: "kv",
-        about: "unary SET, 64 B values, 16 connections",
-        kind: load(Mix::Set, 16, 1, 64),
-    },
-    Workload {
-        name: "get-64b-c16",
-        group: "kv",
-        about: "unary GET, 64 B values, 16 connections",
-        kind: load(Mix::Get, 16, 1, 64),
-    },
-    Workload {
-        name: "set-64b-c64",
-        group: "kv",
-        about: "unary SET, 64 B values, 64 connections",
-        kind: load(Mix::Set, 64, 1, 64),
-    },
-    Workload {
-        name: "get-64b-c64",
-        group: "kv",
-        about: "unary GET, 64 B values, 64 connections",
-        kind: load(Mix::Get, 64, 1, 64),
-    },
-    Workload {
-        name: "set-1k-c16",
-        group: "kv",
-        about: "unary SET, 1 KiB values, 16 connections",
-        kind: load(Mix::Set, 16, 1, 1024),
-    },
-    Workload {
-        name: "get-1k-c16",
-        group: "kv",
-        about: "unary GET, 1 KiB values, 16 connections",
-        kind: load(Mix::Get, 16, 1, 1024),
-    },
-    Workload {
-        name: "set-1k-c64",
-        group: "kv",
-        about: "unary SET, 1 KiB values, 64 connections",
-        kind: load(Mix::Set, 64, 1, 1024),
-    },
-    Workload {
-        name: "get-1k-c64",
-        group: "kv",
-        about: "unary GET, 1 KiB values, 64 connections",
-        kind: load(Mix::Get, 64, 1, 1024),
-    },
-    Workload {
-        name: "mixed-p10",
-        group: "mixed",
-        about: "SET/GET/DEL pipelines of 10, 16 connections",
-        kind: load(Mix::SetGetDel, 16, 10, 64),
-    },
-    Workload {
-        name: "mixed-p1000",
-        group: "mixed",
-        about: "SET/GET/DEL pipelines of 1000, 16 connections",
-        kind: load(Mix::SetGetDel, 16, 1000, 64),
-    },
-    Workload {
-        name: "boot",
-        group: "boot",
-        about: "process start to first PONG",
-        kind: Kind::Boot,
-    },
-    Workload {
-        name: "memory-64b",
-        group: "memory",
-        about: "RSS growth per key, 64 B values",
-        kind: Kind::Memory { value_bytes: 64 },
-    },
+    row("set-64b-c16", "kv", "unary SET, 64 B values, 16 connections", load(Mix::Set, 16, 1, 64)),
+    row("get-64b-c16", "kv", "unary GET, 64 B values, 16 connections", load(Mix::Get, 16, 1, 64)),
+    row("set-64b-c64", "kv", "unary SET, 64 B values, 64 connections", load(Mix::Set, 64, 1, 64)),
+    row("get-64b-c64", "kv", "unary GET, 64 B values, 64 connections", load(Mix::Get, 64, 1, 64)),
+    row("set-64b-c256", "kv", "unary SET, 64 B values, 256 connections", load(Mix::Set, 256, 1, 64)),
+    row("get-64b-c256", "kv", "unary GET, 64 B values, 256 connections", load(Mix::Get, 256, 1, 64)),
+    row("set-1k-c16", "kv", "unary SET, 1 KiB values, 16 connections", load(Mix::Set, 16, 1, 1024)),
+    row("get-1k-c16", "kv", "unary GET, 1 KiB values, 16 connections", load(Mix::Get, 16, 1, 1024)),
+    row("set-1k-c64", "kv", "unary SET, 1 KiB values, 64 connections", load(Mix::Set, 64, 1, 1024)),
+    row("get-1k-c64", "kv", "unary GET, 1 KiB values, 64 connections", load(Mix::Get, 64, 1, 1024)),
+    row("set-64b-p16", "pipeline", "SET pipelines of 16, 64 B values, 16 connections", load(Mix::Set, 16, 16, 64)),
+    row("get-64b-p16", "pipeline", "GET pipelines of 16, 64 B values, 16 connections", load(Mix::Get, 16, 16, 64)),
+    row("mixed-p10", "mixed", "SET/GET/DEL pipelines of 10, 16 connections", load(Mix::SetGetDel, 16, 10, 64)),
+    row("mixed-p1000", "mixed", "SET/GET/DEL pipelines of 1000, 16 connections", load(Mix::SetGetDel, 16, 1000, 64)),
+    row("boot", "boot", "process start to first PONG", Kind::Boot),
+    row("memory-64b", "memory", "RSS growth per key, 64 B values", Kind::Memory { value_bytes: 64 }),
 ];
 
-/// Picks workloads by name or group (`kv`, `mixed`, `boot`, `memory`, `all`).
+/// Picks workloads by name or group (`kv`, `pipeline`, `mixed`, `boot`, `memory`, `all`).
 pub fn select(names: &[String]) -> Result<Vec<&'static Workload>, String> {
     let mut picked: Vec<&'static Workload> = Vec::new();
     for name in names {
@@ -130,7 +84,7 @@ pub fn select(names: &[String]) -> Result<Vec<&'static Workload>, String> {
         if matches.is_empty() {
             let known: Vec<_> = WORKLOADS.iter().map(|w| w.name).collect();
             return Err(format!(
-                "unknown workload '{name}'; known: all, kv, mixed, boot, memory, {}",
+                "unknown workload '{name}'; known: all, kv, pipeline, mixed, boot, memory, {}",
                 known.join(", ")
             ));
         }
