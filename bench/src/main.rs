@@ -55,6 +55,15 @@ enum Cmd {
         #[command(flatten)]
         compare: CompareArgs,
     },
+    /// WeTask against itself with a different shard count (default: --shards 2 against 1),
+    /// every shard pinned to the server CPU: the cost of cross-shard hops on the same load.
+    VsShards {
+        /// Shard count of the baseline side.
+        #[arg(long, default_value_t = 1)]
+        baseline_shards: usize,
+        #[command(flatten)]
+        compare: CompareArgs,
+    },
     /// List the workloads.
     List,
 }
@@ -153,6 +162,7 @@ fn main() -> ExitCode {
         }
         Cmd::Run(args) => report(run_once(&args)),
         Cmd::VsRedis(args) => report(vs_redis(&args)),
+        Cmd::VsShards { baseline_shards, compare } => report(vs_shards(baseline_shards, &compare)),
         Cmd::Gate {
             baseline,
             threshold,
@@ -271,6 +281,18 @@ fn vs_redis(args: &CompareArgs) -> Result<(), String> {
         );
         return Err("void run: identical server versions".into());
     }
+    print!("{}", compare::table(&report));
+    Ok(())
+}
+
+fn vs_shards(baseline_shards: usize, args: &CompareArgs) -> Result<(), String> {
+    let binary = wetask_binary(args)?;
+    let base = ServerKind::Wetask { binary: binary.clone(), shards: baseline_shards };
+    let candidate = ServerKind::Wetask { binary, shards: args.shards.max(2) };
+    let mut report = compare(&base, &candidate, args)?;
+    report.a_label = format!("{baseline_shards} shard(s)");
+    report.b_label = format!("{} shards", args.shards.max(2));
+    header(&report, args.pairs);
     print!("{}", compare::table(&report));
     Ok(())
 }
