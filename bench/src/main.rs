@@ -162,7 +162,10 @@ fn main() -> ExitCode {
         }
         Cmd::Run(args) => report(run_once(&args)),
         Cmd::VsRedis(args) => report(vs_redis(&args)),
-        Cmd::VsShards { baseline_shards, compare } => report(vs_shards(baseline_shards, &compare)),
+        Cmd::VsShards {
+            baseline_shards,
+            compare,
+        } => report(vs_shards(baseline_shards, &compare)),
         Cmd::Gate {
             baseline,
             threshold,
@@ -287,8 +290,14 @@ fn vs_redis(args: &CompareArgs) -> Result<(), String> {
 
 fn vs_shards(baseline_shards: usize, args: &CompareArgs) -> Result<(), String> {
     let binary = wetask_binary(args)?;
-    let base = ServerKind::Wetask { binary: binary.clone(), shards: baseline_shards };
-    let candidate = ServerKind::Wetask { binary, shards: args.shards.max(2) };
+    let base = ServerKind::Wetask {
+        binary: binary.clone(),
+        shards: baseline_shards,
+    };
+    let candidate = ServerKind::Wetask {
+        binary,
+        shards: args.shards.max(2),
+    };
     let mut report = compare(&base, &candidate, args)?;
     report.a_label = format!("{baseline_shards} shard(s)");
     report.b_label = format!("{} shards", args.shards.max(2));

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use indexmap::{IndexMap, IndexSet};
 
 use crate::glob::glob_match;
+use crate::key::Key;
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -52,8 +53,8 @@ impl Entry {
 
 #[derive(Default)]
 pub struct Db {
-    entries: IndexMap<Bytes, Entry, Hasher>,
-    volatile: IndexSet<Bytes, Hasher>,
+    entries: IndexMap<Key, Entry, Hasher>,
+    volatile: IndexSet<Key, Hasher>,
     expired_count: u64,
 }
 
@@ -105,7 +106,7 @@ impl Db {
                 }
             }
             None => {
-                let owned = Bytes::copy_from_slice(key);
+                let owned = Key::new(key);
                 if has_ttl {
                     self.volatile.insert(owned.clone());
                 }
@@ -160,9 +161,12 @@ impl Db {
             let index = fastrand::usize(..self.volatile.len());
             let key = self.volatile.get_index(index).expect("in range").clone();
             sampled += 1;
-            let dead = self.entries.get(&key).is_some_and(|e| e.is_expired(now_ms));
+            let dead = self
+                .entries
+                .get(key.as_slice())
+                .is_some_and(|e| e.is_expired(now_ms));
             if dead {
-                self.remove(&key);
+                self.remove(key.as_slice());
                 self.expired_count += 1;
                 expired += 1;
             }
@@ -179,10 +183,10 @@ impl Db {
             let index = fastrand::usize(..self.entries.len());
             let (key, entry) = self.entries.get_index(index).expect("in range");
             if !entry.is_expired(now_ms) {
-                return Some(key.clone());
+                return Some(key.to_bytes());
             }
             let key = key.clone();
-            self.remove(&key);
+            self.remove(key.as_slice());
             self.expired_count += 1;
         }
         None
@@ -193,8 +197,10 @@ impl Db {
         let all = pattern == b"*";
         self.entries
             .iter()
-            .filter(|(key, entry)| !entry.is_expired(now_ms) && (all || glob_match(pattern, key)))
-            .map(|(key, _)| key.clone())
+            .filter(|(key, entry)| {
+                !entry.is_expired(now_ms) && (all || glob_match(pattern, key.as_slice()))
+            })
+            .map(|(key, _)| key.to_bytes())
             .collect()
     }
 
@@ -216,10 +222,10 @@ impl Db {
             upper -= 1;
             visited += 1;
             let (key, entry) = self.entries.get_index(upper as usize).expect("in range");
-            if entry.is_expired(now_ms) || !filter.accepts(key, entry) {
+            if entry.is_expired(now_ms) || !filter.accepts(key.as_slice(), entry) {
                 continue;
             }
-            keys.push(key.clone());
+            keys.push(key.to_bytes());
         }
         (upper, keys)
     }

@@ -7,6 +7,7 @@ pub mod args;
 pub mod compat;
 pub mod errors;
 pub mod glob;
+pub mod key;
 pub mod keys;
 pub mod keyspace;
 pub mod shard;
