@@ -110,6 +110,7 @@ pub fn encode(out: &mut Vec<u8>, frame: &Frame, protocol: Protocol) {
             out.extend_from_slice(b"\r\n");
         }
         Frame::BulkError(text) => encode_error(out, text),
+        Frame::Written => {}
     }
 }
 

@@ -32,6 +32,9 @@ pub enum Frame {
     Map(Vec<(Frame, Frame)>),
     Set(Vec<Frame>),
     Push(Vec<Frame>),
+    /// The reply was already encoded into the connection's output buffer by a local fast
+    /// path (a GET copying straight from the stored value); encoding it writes nothing.
+    Written,
 }
 
 impl Frame {

@@ -88,18 +88,25 @@ pub fn try_inline(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
     args: &[Bytes],
+    out: &mut Vec<u8>,
 ) -> Option<Frame> {
     // While a cross-shard operation holds this shard, everything waits in a task.
     if ctx.is_locked() || needs_remote(ctx, args) {
         return None;
     }
-    let frame = poll_once(execute(ctx, conn, args));
+    let frame = poll_once(execute(ctx, conn, args, Some(out)));
     debug_assert!(frame.is_some(), "a local command waited");
     frame
 }
 
-/// Runs one command, wherever its keys live.
-pub async fn execute(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
+/// Runs one command, wherever its keys live. With `direct`, a command that runs wholly on
+/// this shard may encode its reply straight into that buffer and return `Frame::Written`.
+pub async fn execute(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    args: &[Bytes],
+    direct: Option<&mut Vec<u8>>,
+) -> Frame {
     // Local work below runs before the first await, so it never interleaves with a
     // cross-shard operation that locks this shard.
     ctx.wait_unlocked().await;
@@ -115,7 +122,7 @@ pub async fn execute(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
     };
     let frame = match spec.route {
         Route::Server => commands::run(ctx, conn, spec, args).await,
-        Route::Keyed => keyed(ctx, db, spec, args).await,
+        Route::Keyed => keyed(ctx, db, spec, args, direct).await,
         Route::Split(merge) => split(ctx, db, spec, args, merge).await,
         Route::AllShards(merge) => all_shards(ctx, db, spec, args, merge).await,
     };
@@ -143,7 +150,13 @@ async fn remote(
     }
 }
 
-async fn keyed(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
+async fn keyed(
+    ctx: &ShardCtx,
+    db: usize,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    direct: Option<&mut Vec<u8>>,
+) -> Frame {
     let mut owners = spec
         .key_positions(args.len())
         .map(|i| shard_of(&args[i], ctx.shard_count));
@@ -152,7 +165,11 @@ async fn keyed(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[By
         return cross::run(ctx, db, spec, args).await;
     }
     if first == ctx.id || ctx.shard_count == 1 {
-        local(ctx, db, spec, args)
+        let mut shard = ctx.shard.borrow_mut();
+        match direct {
+            Some(out) => shard.execute_into(db, spec, args, out),
+            None => shard.execute(db, spec, args),
+        }
     } else {
         remote(ctx, first, db, spec, args.to_vec()).await
     }
@@ -312,7 +329,7 @@ pub async fn run_batch(
             }
         }
         if segment.len() < 2 {
-            let frame = execute(ctx, conn, &commands[i]).await;
+            let frame = execute(ctx, conn, &commands[i], None).await;
             let protocol = conn.borrow().protocol;
             encode(out, &frame, protocol);
             i += 1;

@@ -82,7 +82,7 @@ impl Session {
                 Ok(None) => return Pump::Idle,
                 Err(err) => return self.protocol_error(&err, out),
             };
-            match dispatch::try_inline(ctx, &self.state, &args) {
+            match dispatch::try_inline(ctx, &self.state, &args, out) {
                 Some(frame) => {
                     let state = self.state.borrow();
                     if !state.skip_reply {

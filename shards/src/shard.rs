@@ -18,6 +18,10 @@ pub struct Ctx<'a> {
     pub dbs: &'a mut [Db],
     pub db: usize,
     pub now_ms: u64,
+    /// The connection's output buffer when the reply goes straight to a local client: a
+    /// handler may encode a bulk reply into it from the stored bytes (no reference-count
+    /// traffic on the value) and return `Frame::Written`. `None` for replies that travel.
+    pub out: Option<&'a mut Vec<u8>>,
 }
 
 impl Ctx<'_> {
@@ -58,12 +62,35 @@ impl Shard {
 
     /// Runs a command whose spec the caller already looked up and arity-checked.
     pub fn execute(&mut self, db: usize, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+        self.run(db, spec, args, None)
+    }
+
+    /// Like [`Shard::execute`], for a reply that goes straight into `out` (a local client's
+    /// output buffer); the result may be `Frame::Written`.
+    pub fn execute_into(
+        &mut self,
+        db: usize,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        out: &mut Vec<u8>,
+    ) -> Frame {
+        self.run(db, spec, args, Some(out))
+    }
+
+    fn run(
+        &mut self,
+        db: usize,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        out: Option<&mut Vec<u8>>,
+    ) -> Frame {
         debug_assert!(spec.arity_ok(args.len()));
         let handler = spec.handler.expect("server commands never reach a shard");
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
             db,
             now_ms: self.now_ms,
+            out,
         };
         handler(&mut ctx, args)
     }

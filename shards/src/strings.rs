@@ -44,7 +44,19 @@ fn reply_of(result: Result<Option<Bytes>, Frame>) -> Frame {
 }
 
 pub fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    reply_of(read_string(ctx, &args[1]))
+    let now = ctx.now_ms;
+    let Some(entry) = ctx.dbs[ctx.db].get(&args[1], now) else {
+        return Frame::Null;
+    };
+    match &entry.value {
+        Value::Str(value) => match ctx.out.as_deref_mut() {
+            Some(out) => {
+                wetask_protocol::encode_bulk(out, value);
+                Frame::Written
+            }
+            None => Frame::Bulk(value.clone()),
+        },
+    }
 }
 
 /// How a command sets a key's expiry.
