@@ -182,7 +182,7 @@ impl ShardCtx {
         let shard = self.shard.borrow();
         ShardReport {
             commands: self.stats.commands.get(),
-            per_command: self.stats.per_command.borrow().clone(),
+            per_command: self.stats.per_command(),
             keyspace: shard.keyspace_summary(),
             expired_keys: shard.expired_keys(),
             net_input_bytes: self.stats.net_input_bytes.get(),
@@ -204,7 +204,7 @@ impl ShardCtx {
                     .map(|(spec, args)| {
                         let spec = &wetask_shards::COMMANDS[*spec];
                         let frame = shard.execute(db, spec, args);
-                        self.stats.record(spec.name, frame.is_error());
+                        self.stats.record(spec, frame.is_error());
                         frame
                     })
                     .collect(),

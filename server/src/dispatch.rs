@@ -16,7 +16,7 @@ use bytes::Bytes;
 use wetask_protocol::{encode, Frame};
 use wetask_shards::errors::{unknown_command, wrong_arity};
 use wetask_shards::table::{flag, CommandSpec, Merge, Route};
-use wetask_shards::{lookup, shard_of, COMMANDS};
+use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
 use crate::commands;
@@ -48,21 +48,14 @@ fn precheck(
         return Err(unknown_command(args));
     };
     if !conn.authenticated && !spec.has(flag::NO_AUTH) {
-        ctx.stats.record_rejected(spec.name);
+        ctx.stats.record_rejected(spec);
         return Err(Frame::static_error(NOAUTH));
     }
     if !spec.arity_ok(args.len()) {
-        ctx.stats.record_rejected(spec.name);
+        ctx.stats.record_rejected(spec);
         return Err(wrong_arity(spec.name));
     }
     Ok(spec)
-}
-
-fn spec_index(spec: &'static CommandSpec) -> usize {
-    COMMANDS
-        .iter()
-        .position(|c| std::ptr::eq(c, spec))
-        .expect("spec comes from the table")
 }
 
 /// True when running `args` needs another shard (and so a task, not an inline call).
@@ -127,7 +120,7 @@ pub async fn execute(
         Route::AllShards(merge) => all_shards(ctx, db, spec, args, merge).await,
     };
     if spec.route != Route::Server || !frame.is_error() {
-        ctx.stats.record(spec.name, frame.is_error());
+        ctx.stats.record(spec, frame.is_error());
     }
     frame
 }
@@ -143,7 +136,7 @@ async fn remote(
     spec: &'static CommandSpec,
     args: Vec<Bytes>,
 ) -> Frame {
-    let commands = vec![(spec_index(spec), args)];
+    let commands = vec![(spec.index(), args)];
     match ctx.request(to, Request::Exec { db, commands }).await {
         Response::Frames(mut frames) if frames.len() == 1 => frames.pop().expect("one frame"),
         _ => Frame::static_error("ERR internal error: unexpected shard response"),
@@ -208,7 +201,7 @@ async fn split(
         if owner == ctx.id {
             replies.push((local(ctx, db, spec, &sub), positions));
         } else {
-            let commands = vec![(spec_index(spec), sub)];
+            let commands = vec![(spec.index(), sub)];
             pending.push((
                 ctx.request(owner, Request::Exec { db, commands }),
                 positions,
@@ -270,7 +263,7 @@ async fn all_shards(
 ) -> Frame {
     let mut pending = Vec::new();
     for to in (0..ctx.shard_count).filter(|&s| s != ctx.id) {
-        let commands = vec![(spec_index(spec), args.to_vec())];
+        let commands = vec![(spec.index(), args.to_vec())];
         pending.push(ctx.request(to, Request::Exec { db, commands }));
     }
     let mut replies = vec![(local(ctx, db, spec, args), Vec::new())];
@@ -356,11 +349,11 @@ async fn run_segment(
     for (n, ((owner, spec), args)) in targets.iter().zip(commands).enumerate() {
         if *owner == ctx.id {
             let frame = local(ctx, db, spec, args);
-            ctx.stats.record(spec.name, frame.is_error());
+            ctx.stats.record(spec, frame.is_error());
             frames[n] = Some(frame);
         } else {
             let group = groups.entry(*owner).or_default();
-            group.0.push((spec_index(spec), args.clone()));
+            group.0.push((spec.index(), args.clone()));
             group.1.push(n);
         }
     }

@@ -4,6 +4,8 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
+use wetask_shards::{CommandSpec, COMMANDS};
+
 #[derive(Default, Clone, Copy, Debug)]
 pub struct CommandCounts {
     pub calls: u64,
@@ -11,10 +13,10 @@ pub struct CommandCounts {
     pub rejected: u64,
 }
 
-#[derive(Default)]
 pub struct ShardStats {
     pub commands: Cell<u64>,
-    pub per_command: RefCell<BTreeMap<&'static str, CommandCounts>>,
+    /// Indexed by the command's row in the command table: O(1) per command.
+    per_command: RefCell<Vec<CommandCounts>>,
     pub net_input_bytes: Cell<u64>,
     pub net_output_bytes: Cell<u64>,
     /// io_uring_enter calls on the network ring, and times the driver parked.
@@ -22,26 +24,46 @@ pub struct ShardStats {
     pub ring_parks: Cell<u64>,
 }
 
+impl Default for ShardStats {
+    fn default() -> Self {
+        ShardStats {
+            commands: Cell::new(0),
+            per_command: RefCell::new(vec![CommandCounts::default(); COMMANDS.len()]),
+            net_input_bytes: Cell::new(0),
+            net_output_bytes: Cell::new(0),
+            ring_enters: Cell::new(0),
+            ring_parks: Cell::new(0),
+        }
+    }
+}
+
 impl ShardStats {
-    pub fn record(&self, name: &'static str, failed: bool) {
+    pub fn record(&self, spec: &'static CommandSpec, failed: bool) {
         self.commands.set(self.commands.get() + 1);
-        let mut map = self.per_command.borrow_mut();
-        let counts = map.entry(name).or_default();
+        let mut counts = self.per_command.borrow_mut();
+        let counts = &mut counts[spec.index()];
         counts.calls += 1;
         counts.failed += u64::from(failed);
     }
 
-    pub fn record_rejected(&self, name: &'static str) {
-        self.per_command
-            .borrow_mut()
-            .entry(name)
-            .or_default()
-            .rejected += 1;
+    pub fn record_rejected(&self, spec: &'static CommandSpec) {
+        self.per_command.borrow_mut()[spec.index()].rejected += 1;
+    }
+
+    /// Counters of the commands called at least once, by name.
+    pub fn per_command(&self) -> BTreeMap<&'static str, CommandCounts> {
+        let counts = self.per_command.borrow();
+        COMMANDS
+            .iter()
+            .zip(counts.iter())
+            .filter(|(_, c)| c.calls + c.rejected > 0)
+            .map(|(spec, c)| (spec.name, *c))
+            .collect()
     }
 
     pub fn reset(&self) {
         self.commands.set(0);
-        self.per_command.borrow_mut().clear();
+        self.per_command.borrow_mut().fill(CommandCounts::default());
         self.net_input_bytes.set(0);
         self.net_output_bytes.set(0);
         self.ring_enters.set(0);

@@ -212,9 +212,26 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE, NONE, Server, None, SV, "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];
 
-fn index() -> &'static HashMap<&'static [u8], &'static CommandSpec> {
-    static INDEX: OnceLock<HashMap<&'static [u8], &'static CommandSpec>> = OnceLock::new();
+type NameIndex = HashMap<&'static [u8], &'static CommandSpec, foldhash::fast::FixedState>;
+
+/// Name -> spec, hashed with foldhash: the lookup runs once per command.
+fn index() -> &'static NameIndex {
+    static INDEX: OnceLock<NameIndex> = OnceLock::new();
     INDEX.get_or_init(|| COMMANDS.iter().map(|c| (c.name.as_bytes(), c)).collect())
+}
+
+impl CommandSpec {
+    /// This row's position in [`COMMANDS`], in O(1): it identifies the command in mesh
+    /// messages and indexes per-command counters.
+    pub fn index(&'static self) -> usize {
+        let offset = (self as *const CommandSpec as usize) - (COMMANDS.as_ptr() as usize);
+        let index = offset / std::mem::size_of::<CommandSpec>();
+        debug_assert!(
+            std::ptr::eq(&COMMANDS[index], self),
+            "spec comes from the table"
+        );
+        index
+    }
 }
 
 /// Looks a command up by name, case-insensitively, without allocating.
@@ -248,6 +265,9 @@ mod tests {
             assert!(spec.arity != 0, "{}", spec.name);
         }
         assert_eq!(lookup(b"GeT").unwrap().name, "get");
+        for (i, spec) in COMMANDS.iter().enumerate() {
+            assert_eq!(spec.index(), i);
+        }
         assert!(lookup(b"nosuch").is_none());
     }
 
