@@ -61,15 +61,27 @@ impl CommandDecoder {
     /// Decodes the next whole command from the front of `buf`, consuming its bytes. Returns
     /// `Ok(None)` when more bytes are needed. After an error the connection must be closed.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        let mut args = Vec::new();
+        Ok(self.decode_into(buf, &mut args)?.then_some(args))
+    }
+
+    /// Like [`CommandDecoder::decode`], but hands the arguments over in `args` (cleared
+    /// first) and keeps the vector it had: a caller that reuses `args` and clears it after
+    /// each command decodes with no allocation per command.
+    pub fn decode_into(
+        &mut self,
+        buf: &mut BytesMut,
+        args: &mut Vec<Bytes>,
+    ) -> Result<bool, ProtocolError> {
         loop {
             match self.state {
                 State::Start => {
                     if buf.is_empty() {
-                        return Ok(None);
+                        return Ok(false);
                     }
                     if buf[0] == b'*' {
                         let Some(count) = self.header(buf)? else {
-                            return Ok(None);
+                            return Ok(false);
                         };
                         // `*0` and any negative count are empty requests: Redis skips them.
                         if count > self.limits.array_len_max as i64 {
@@ -77,30 +89,36 @@ impl CommandDecoder {
                         }
                         if count > 0 {
                             let count = count as usize;
-                            self.args = Vec::with_capacity(count.min(64));
+                            self.args.clear();
+                            self.args.reserve(count.min(64));
                             self.state = State::Headers { remaining: count };
                         }
                     } else {
                         match self.inline(buf)? {
-                            None => return Ok(None),
-                            Some(args) if args.is_empty() => continue,
-                            Some(args) => return Ok(Some(args)),
+                            None => return Ok(false),
+                            Some(words) if words.is_empty() => continue,
+                            Some(words) => {
+                                *args = words;
+                                return Ok(true);
+                            }
                         }
                     }
                 }
                 State::Headers { remaining: 0 } => {
                     self.state = State::Start;
-                    return Ok(Some(std::mem::take(&mut self.args)));
+                    args.clear();
+                    std::mem::swap(&mut self.args, args);
+                    return Ok(true);
                 }
                 State::Headers { remaining } => {
                     if buf.is_empty() {
-                        return Ok(None);
+                        return Ok(false);
                     }
                     if buf[0] != b'$' {
                         return Err(ProtocolError::ExpectedBulk(buf[0]));
                     }
                     let Some(len) = self.header(buf)? else {
-                        return Ok(None);
+                        return Ok(false);
                     };
                     if len < 0 || len as usize > self.limits.bulk_bytes_max {
                         return Err(ProtocolError::InvalidBulkLength);
@@ -112,7 +130,7 @@ impl CommandDecoder {
                 }
                 State::Body { len, remaining } => {
                     if buf.len() < len + 2 {
-                        return Ok(None);
+                        return Ok(false);
                     }
                     if &buf[len..len + 2] != b"\r\n" {
                         return Err(ProtocolError::Malformed("bulk string not terminated"));

@@ -38,6 +38,8 @@ pub struct Session {
     pub state: Rc<RefCell<ConnState>>,
     pub input: BytesMut,
     decoder: CommandDecoder,
+    /// The command being run; reused so decoding allocates nothing per command.
+    args: Vec<Bytes>,
     /// A protocol error met while collecting a batch, reported after the batch's replies.
     held_error: Option<ProtocolError>,
 }
@@ -52,6 +54,7 @@ impl Session {
             state,
             input: BytesMut::new(),
             decoder: CommandDecoder::new(limits),
+            args: Vec::new(),
             held_error: None,
         }
     }
@@ -77,19 +80,27 @@ impl Session {
             if self.state.borrow().close_requested {
                 return Pump::Close;
             }
-            let args = match self.decoder.decode(&mut self.input) {
-                Ok(Some(args)) => args,
-                Ok(None) => return Pump::Idle,
+            match self.decoder.decode_into(&mut self.input, &mut self.args) {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Let go of the arguments: they share the read buffer, which can only
+                    // be reused in place once nothing else holds it.
+                    self.args.clear();
+                    return Pump::Idle;
+                }
                 Err(err) => return self.protocol_error(&err, out),
-            };
-            match dispatch::try_inline(ctx, &self.state, &args, out) {
+            }
+            match dispatch::try_inline(ctx, &self.state, &self.args, out) {
                 Some(frame) => {
                     let state = self.state.borrow();
                     if !state.skip_reply {
                         encode(out, &frame, state.protocol);
                     }
                 }
-                None => return Pump::Batch(self.collect_batch(args)),
+                None => {
+                    let first = std::mem::take(&mut self.args);
+                    return Pump::Batch(self.collect_batch(first));
+                }
             }
         }
     }
