@@ -539,6 +539,19 @@ impl Net {
         inner.free.push(index);
     }
 
+    /// Gives the shard's other tasks their turn. Cross-shard batch tasks and the mesh
+    /// receivers share the driver's task queue (glommio spawns into the running queue), so
+    /// `yield_if_needed`, which only yields to *other* queues, would starve them for as long
+    /// as the ring stays busy: a busy two-shard server once stalled its cross-shard clients
+    /// for minutes. With one shard there are no such tasks.
+    async fn let_others_run(&self) {
+        if self.ctx.shard_count > 1 {
+            futures_lite::future::yield_now().await;
+        } else {
+            glommio::yield_if_needed().await;
+        }
+    }
+
     /// Spins up to `limit` for deferred completions or a notification; true if work came.
     fn spin_for_work(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
@@ -584,12 +597,13 @@ impl Net {
             }
             self.ctx.tick();
             if self.turn() > 0 || self.notify.flag.replace(false) {
-                glommio::yield_if_needed().await;
+                self.let_others_run().await;
                 continue;
             }
             // Dry. Work often arrives within microseconds under load: watch the ring's
             // TASKRUN flag (shared memory, no syscall) for a moment before paying for a park.
             if self.spin_for_work(IDLE_SPIN) {
+                self.let_others_run().await;
                 continue;
             }
             // Still dry: re-enable the eventfd, look once more, then park.
