@@ -275,15 +275,18 @@ async fn all_shards(
     merge_replies(merge, replies)
 }
 
-/// The single shard a simple keyed command runs on, if it is one (used to batch a
-/// pipeline's remote commands into one message per shard).
+/// The single shard a command runs on wholly, if there is one (used to batch a pipeline's
+/// remote commands into one message per shard).
 fn simple_target(
     ctx: &ShardCtx,
     conn: &ConnState,
     args: &[Bytes],
 ) -> Option<(usize, &'static CommandSpec)> {
     let spec = lookup(&args[0])?;
-    if spec.route != Route::Keyed || !spec.arity_ok(args.len()) {
+    // A split command (DEL, MGET, MSET ...) whose keys all live on one shard is a plain
+    // keyed command there: its handler sees every key and replies for the whole command.
+    let keyed = matches!(spec.route, Route::Keyed | Route::Split(_));
+    if !keyed || !spec.arity_ok(args.len()) {
         return None;
     }
     if !conn.authenticated && !spec.has(flag::NO_AUTH) {
