@@ -167,24 +167,12 @@ async fn shard_main(
         (0, None, None)
     };
     let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
-    // The network loop, its cross-shard batch tasks and the mesh tasks share one queue, so
-    // the loop's `yield_now` hands the core straight to them (see `Net::let_others_run`).
-    let net_queue = glommio::executor().create_task_queue(
-        Shares::default(),
-        Latency::Matters(NET_LATENCY),
-        "net",
-    );
-    let spawn_err = |e| format!("shard {id}: cannot spawn a task: {e}");
     if let (Some(mesh), Some(mut receivers)) = (mesh, receivers) {
         for (peer, receiver) in receivers.streams() {
-            glommio::spawn_local_into(ctx.clone().serve_peer(peer, receiver), net_queue)
-                .map_err(spawn_err)?
-                .detach();
+            glommio::spawn_local(ctx.clone().serve_peer(peer, receiver)).detach();
         }
         for peer in (0..shard_count).filter(|&p| p != id) {
-            glommio::spawn_local_into(mesh.clone().run_overflow_sender(peer), net_queue)
-                .map_err(spawn_err)?
-                .detach();
+            glommio::spawn_local(mesh.clone().run_overflow_sender(peer)).detach();
         }
     }
     let cron_ctx = ctx.clone();
@@ -202,8 +190,15 @@ async fn shard_main(
         IoMode::Uring => {
             let net = net::uring::Net::new(ctx, listener)
                 .map_err(|e| format!("shard {id}: io_uring set-up failed: {e}"))?;
+            // The loop's own queue: its cross-shard batch tasks land here too, since glommio
+            // spawns into the running queue (see `Net::let_others_run`).
+            let net_queue = glommio::executor().create_task_queue(
+                Shares::default(),
+                Latency::Matters(NET_LATENCY),
+                "net",
+            );
             glommio::spawn_local_into(net.run(), net_queue)
-                .map_err(spawn_err)?
+                .map_err(|e| format!("shard {id}: cannot spawn the network loop: {e}"))?
                 .await;
         }
         IoMode::Glommio => net::fallback::run(ctx, listener).await,

@@ -14,6 +14,8 @@ fn each_server(scenario: fn(&Server)) {
         &["--shards", "2", "--io", "glommio"][..],
     ] {
         let server = Server::start(args);
+        // Printed only when a scenario fails: which network path and shard count it was.
+        println!("server {args:?} on port {}", server.port);
         scenario(&server);
     }
 }

@@ -25,12 +25,22 @@ pub fn bind_listeners(bind: &str, port: u16, count: usize) -> io::Result<(Vec<Ow
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
     let mut listeners = Vec::with_capacity(count);
     let mut addr = addr;
-    for _ in 0..count {
+    for shard in 0..count {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
         socket.set_reuse_address(true)?;
-        socket.set_reuse_port(true)?;
+        // The first listener binds *without* SO_REUSEPORT, so the port is ours alone: an
+        // explicit port held by another process fails with "address in use" (as Redis
+        // does), and port 0 gets a port no other SO_REUSEPORT group holds. Two servers run
+        // as the same user could otherwise silently share a port and split its clients.
+        // Then SO_REUSEPORT is turned on and the other shards' listeners join it.
+        if shard > 0 {
+            socket.set_reuse_port(true)?;
+        }
         socket.set_nodelay(true)?;
         socket.bind(&addr.into())?;
+        if shard == 0 {
+            socket.set_reuse_port(true)?;
+        }
         socket.listen(LISTEN_BACKLOG)?;
         if addr.port() == 0 {
             addr = socket.local_addr()?.as_socket().expect("inet socket");

@@ -539,17 +539,14 @@ impl Net {
         inner.free.push(index);
     }
 
-    /// Gives the shard's other tasks their turn. Cross-shard batch tasks and the mesh
-    /// receivers share the driver's task queue (glommio spawns into the running queue), so
-    /// `yield_if_needed`, which only yields to *other* queues, would starve them for as long
-    /// as the ring stays busy: a busy two-shard server once stalled its cross-shard clients
-    /// for minutes. With one shard there are no such tasks.
+    /// Gives the shard's other tasks their turn when glommio says so. KNOWN GAP: the
+    /// cross-shard batch tasks run in this loop's own task queue (glommio spawns into the
+    /// running queue) and `yield_if_needed` only yields to *other* queues, so under a load
+    /// that never lets the ring go dry, those tasks starve (docs/perf-notes.md). Yielding
+    /// with `yield_now` fixed the starvation but made glommio panic ("already borrowed" in
+    /// its task queue) in about one test run in ten, so it is not used yet.
     async fn let_others_run(&self) {
-        if self.ctx.shard_count > 1 {
-            futures_lite::future::yield_now().await;
-        } else {
-            glommio::yield_if_needed().await;
-        }
+        glommio::yield_if_needed().await;
     }
 
     /// Spins up to `limit` for deferred completions or a notification; true if work came.
