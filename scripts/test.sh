@@ -31,3 +31,17 @@ for workload in $("$target/debug/wetask-bench" list | awk '{print $1}'); do
     grep -q "^$workload " <<<"$smoke" || { echo "bench smoke: no result for $workload"; exit 1; }
 done
 echo "bench smoke: every workload reported"
+
+# Liveness under sustained cross-shard load: 256 connections pipelining SET/GET/DEL at a
+# two-shard server for 3 s must all be answered. A ring driver that never yielded to its
+# cross-shard batch tasks hung this for minutes (generous limit; it takes about 3 s).
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$target/debug/wetask" --port "$port" --shards 2 --log-level error >/dev/null 2>&1 &
+server=$!
+for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+if ! timeout 60 "$target/debug/wetask-bench" run --addr "127.0.0.1:$port" --connections 256 \
+        --pipeline 8 --mix mixed --duration-ms 3000 --warmup-ms 0 --cpu "$(( $(nproc) > 1 ? 1 : 0 ))"; then
+    kill "$server"; echo "two-shard sustained load: clients were not answered"; exit 1
+fi
+kill "$server"; wait "$server" 2>/dev/null || true
+echo "two-shard sustained load: every request answered"

@@ -539,14 +539,17 @@ impl Net {
         inner.free.push(index);
     }
 
-    /// Gives the shard's other tasks their turn when glommio says so. KNOWN GAP: the
-    /// cross-shard batch tasks run in this loop's own task queue (glommio spawns into the
-    /// running queue) and `yield_if_needed` only yields to *other* queues, so under a load
-    /// that never lets the ring go dry, those tasks starve (docs/perf-notes.md). Yielding
-    /// with `yield_now` fixed the starvation but made glommio panic ("already borrowed" in
-    /// its task queue) in about one test run in ten, so it is not used yet.
+    /// Gives the shard's other tasks their turn. Cross-shard batch tasks share this loop's
+    /// task queue (glommio spawns into the running queue), and `yield_if_needed` only
+    /// yields to *other* queues, so with several shards the loop yields within its queue
+    /// after every busy turn; otherwise a ring that never goes dry starves those tasks
+    /// (docs/perf-notes.md). With one shard there are no such tasks.
     async fn let_others_run(&self) {
-        glommio::yield_if_needed().await;
+        if self.ctx.shard_count > 1 {
+            futures_lite::future::yield_now().await;
+        } else {
+            glommio::yield_if_needed().await;
+        }
     }
 
     /// Spins up to `limit` for deferred completions or a notification; true if work came.
