@@ -410,6 +410,7 @@ impl Net {
             }
         } else {
             // End of file, or an error: the client is gone.
+            tracing::debug!(result, more = cqueue::more(flags), "recv ended");
             self.begin_close(conn);
         }
         self.maybe_free(inner, index, generation);
@@ -515,6 +516,11 @@ impl Net {
         if conn.closing {
             return;
         }
+        tracing::debug!(
+            client = conn.session.state.borrow().id,
+            requested = conn.session.state.borrow().close_requested,
+            "closing connection"
+        );
         conn.closing = true;
         conn.session.state.borrow_mut().close_requested = true;
         // Shutting the socket down ends the multishot recv (and any send) with a completion.
