@@ -22,7 +22,7 @@ use crate::clients::ConnState;
 use crate::commands;
 use crate::context::ShardCtx;
 use crate::cross;
-use crate::mesh::{Request, Response, ShardCommands};
+use crate::mesh::{Request, Response, ResponseFuture, ShardCommands};
 
 pub const NOAUTH: &str = "NOAUTH Authentication required.";
 
@@ -129,15 +129,21 @@ fn local(ctx: &ShardCtx, db: usize, spec: &CommandSpec, args: &[Bytes]) -> Frame
     ctx.shard.borrow_mut().execute(db, spec, args)
 }
 
-async fn remote(
+/// Sends one command to shard `to`; read its reply with [`single_reply`].
+fn send_one(
     ctx: &ShardCtx,
     to: usize,
     db: usize,
     spec: &'static CommandSpec,
     args: Vec<Bytes>,
-) -> Frame {
+) -> ResponseFuture {
     let commands = vec![(spec.index(), args)];
-    match ctx.request(to, Request::Exec { db, commands }).await {
+    ctx.request(to, Request::Exec { db, commands })
+}
+
+/// The reply to a [`send_one`]: its single frame, or an error for any other response.
+fn single_reply(response: Response) -> Frame {
+    match response {
         Response::Frames(mut frames) if frames.len() == 1 => frames.pop().expect("one frame"),
         _ => Frame::static_error("ERR internal error: unexpected shard response"),
     }
@@ -164,7 +170,7 @@ async fn keyed(
             None => shard.execute(db, spec, args),
         }
     } else {
-        remote(ctx, first, db, spec, args.to_vec()).await
+        single_reply(send_one(ctx, first, db, spec, args.to_vec()).await)
     }
 }
 
@@ -201,19 +207,11 @@ async fn split(
         if owner == ctx.id {
             replies.push((local(ctx, db, spec, &sub), positions));
         } else {
-            let commands = vec![(spec.index(), sub)];
-            pending.push((
-                ctx.request(owner, Request::Exec { db, commands }),
-                positions,
-            ));
+            pending.push((send_one(ctx, owner, db, spec, sub), positions));
         }
     }
     for (future, positions) in pending {
-        let frame = match future.await {
-            Response::Frames(mut frames) => frames.pop().unwrap_or(Frame::Null),
-            _ => Frame::static_error("ERR internal error: unexpected shard response"),
-        };
-        replies.push((frame, positions));
+        replies.push((single_reply(future.await), positions));
     }
     merge_replies(merge, replies)
 }
@@ -261,16 +259,13 @@ async fn all_shards(
     args: &[Bytes],
     merge: Merge,
 ) -> Frame {
-    let mut pending = Vec::new();
-    for to in (0..ctx.shard_count).filter(|&s| s != ctx.id) {
-        let commands = vec![(spec.index(), args.to_vec())];
-        pending.push(ctx.request(to, Request::Exec { db, commands }));
-    }
+    let pending: Vec<_> = (0..ctx.shard_count)
+        .filter(|&s| s != ctx.id)
+        .map(|to| send_one(ctx, to, db, spec, args.to_vec()))
+        .collect();
     let mut replies = vec![(local(ctx, db, spec, args), Vec::new())];
     for future in pending {
-        if let Response::Frames(mut frames) = future.await {
-            replies.push((frames.pop().unwrap_or(Frame::Null), Vec::new()));
-        }
+        replies.push((single_reply(future.await), Vec::new()));
     }
     merge_replies(merge, replies)
 }
