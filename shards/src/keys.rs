@@ -14,7 +14,7 @@ pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let now = ctx.now_ms;
     let removed = args[1..]
         .iter()
-        .filter(|k| ctx.db().remove_live(k, now).is_some())
+        .filter(|k| ctx.db().delete_live(k, now))
         .count();
     Frame::Integer(removed as i64)
 }
@@ -167,7 +167,7 @@ pub fn type_of(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let name = ctx
         .db()
         .get(&args[1], now)
-        .map_or("none", |e| e.value.type_name());
+        .map_or("none", |e| e.type_name());
     Frame::simple(name)
 }
 
@@ -252,7 +252,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if target_db == ctx.db && from == to {
         return Frame::static_error(SAME_OBJECT);
     }
-    let Some(entry) = ctx.db().get(from, now).map(|e| e.clone()) else {
+    let Some(entry) = ctx.db().get(from, now).map(|e| e.to_entry()) else {
         return Frame::Integer(0);
     };
     let target = &mut ctx.dbs[target_db];

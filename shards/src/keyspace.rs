@@ -1,21 +1,29 @@
 //! One database of one shard: the key table, values, and expiry.
 //!
-//! Keys live in an insertion-indexed map so that a random key, an expiry sample and a SCAN
-//! step are O(1) by position. Removal swaps the last entry into the hole; SCAN walks
-//! positions from high to low so that a swap only ever moves an unvisited key into a
-//! visited position's place as a *duplicate*, never skipping a key present throughout
-//! (Redis's SCAN guarantee). Keys with a TTL are also kept in `volatile`, the set that
-//! active expiry samples, as Redis samples its `expires` dict.
+//! Every key is one [`Node`] (key and short value in one allocation), held in `nodes` by
+//! position; `table` is a hash table of those positions (4 bytes each), searched by the key's
+//! hash. Memory per key is the node, 8 bytes in `nodes` and about 10 in `table`
+//! (docs/perf-notes.md, "Keyspace layout", says where every byte goes).
+//!
+//! Positions make a random key, an expiry sample and a SCAN step O(1). Removal swaps the last
+//! node into the hole; SCAN walks positions from high to low so that a swap only ever moves an
+//! unvisited key into a visited position's place as a *duplicate*, never skipping a key present
+//! throughout (Redis's SCAN guarantee). Keys with a TTL carry a flag in their node and their
+//! expiry in `expires`, the side table that active expiry samples (as Redis samples its
+//! `expires` dict); a key without a TTL never touches it.
 
 use bytes::Bytes;
-use indexmap::{IndexMap, IndexSet};
+use hashbrown::HashTable;
+use indexmap::IndexMap;
 
 use crate::glob::glob_match;
 use crate::key::Key;
+use crate::node::{Node, ValueRef};
 
 type Hasher = foldhash::fast::RandomState;
 
-/// The value of a key. Later families add their own variants here.
+/// The value of a key, detached from the keyspace (handed between shards, or built by a
+/// command). Later families add their own variants here.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Str(Bytes),
@@ -29,7 +37,8 @@ impl Value {
     }
 }
 
-/// A stored value and its absolute expiry in unix milliseconds (`NO_EXPIRY` for none).
+/// A value and its absolute expiry in unix milliseconds (`NO_EXPIRY` for none), detached
+/// from the keyspace: what a cross-shard RENAME or COPY carries.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
     pub value: Value,
@@ -45,30 +54,84 @@ impl Entry {
             expire_at_ms: NO_EXPIRY,
         }
     }
+}
 
-    pub fn is_expired(&self, now_ms: u64) -> bool {
-        self.expire_at_ms != NO_EXPIRY && self.expire_at_ms <= now_ms
+/// Most keys one database holds (positions are 32-bit).
+pub const KEYS_PER_DB_MAX: usize = u32::MAX as usize;
+
+/// A live key in the table, borrowed to read or change its value.
+pub struct EntryMut<'a> {
+    node: &'a mut Node,
+    pub expire_at_ms: u64,
+}
+
+impl EntryMut<'_> {
+    pub fn value(&self) -> ValueRef<'_> {
+        self.node.value()
+    }
+
+    /// The bytes of a string value; `None` when the key holds another type.
+    pub fn str_bytes(&self) -> Option<&[u8]> {
+        self.node.str_bytes()
+    }
+
+    /// A string value as `Bytes` for a reply that outlives this borrow: a long string is
+    /// shared, a short one copied. `None` when the key holds another type.
+    pub fn str_shared(&self) -> Option<Bytes> {
+        match self.node.value() {
+            ValueRef::Inline(bytes) => Some(Bytes::copy_from_slice(bytes)),
+            ValueRef::Typed(Value::Str(bytes)) => Some(bytes.clone()),
+        }
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        self.node.type_name()
+    }
+
+    /// The value, for types stored as a `Value`; `None` for an inline string.
+    pub fn typed_mut(&mut self) -> Option<&mut Value> {
+        self.node.typed_mut()
+    }
+
+    /// Replaces the value with a string, keeping the TTL.
+    pub fn set_str(&mut self, value: &[u8]) {
+        self.node.set_str(value);
+    }
+
+    /// Replaces the value, keeping the TTL.
+    pub fn set_value(&mut self, value: Value) {
+        self.node.set_value(value);
+    }
+
+    /// A detached copy of the value and its expiry.
+    pub fn to_entry(&self) -> Entry {
+        Entry {
+            value: self.node.to_value(),
+            expire_at_ms: self.expire_at_ms,
+        }
     }
 }
 
 #[derive(Default)]
 pub struct Db {
-    entries: IndexMap<Key, Entry, Hasher>,
-    volatile: IndexSet<Key, Hasher>,
+    table: HashTable<u32>,
+    nodes: Vec<Node>,
+    expires: IndexMap<Key, u64, Hasher>,
+    hasher: Hasher,
     expired_count: u64,
 }
 
 impl Db {
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.nodes.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.nodes.is_empty()
     }
 
     pub fn volatile_len(&self) -> usize {
-        self.volatile.len()
+        self.expires.len()
     }
 
     /// Keys removed because their TTL passed (lazily or by sampling).
@@ -76,79 +139,177 @@ impl Db {
         self.expired_count
     }
 
-    /// The live entry for `key`, removing it first if it has expired (lazy expiry).
-    pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
-        let index = self.entries.get_index_of(key)?;
-        if self.entries[index].is_expired(now_ms) {
-            self.remove(key);
+    fn hash(&self, key: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(key)
+    }
+
+    /// The position of `key`, live or not.
+    fn find(&self, key: &[u8]) -> Option<usize> {
+        let hash = self.hash(key);
+        let nodes = &self.nodes;
+        self.table
+            .find(hash, |&pos| nodes[pos as usize].key() == key)
+            .map(|&pos| pos as usize)
+    }
+
+    fn expiry_at(&self, pos: usize) -> u64 {
+        let node = &self.nodes[pos];
+        if !node.has_ttl() {
+            return NO_EXPIRY;
+        }
+        *self
+            .expires
+            .get(node.key())
+            .expect("a flagged key has an expiry")
+    }
+
+    /// The position of `key` if it is live, removing it first if it has expired (lazy expiry).
+    fn find_live(&mut self, key: &[u8], now_ms: u64) -> Option<(usize, u64)> {
+        let pos = self.find(key)?;
+        let at = self.expiry_at(pos);
+        if at != NO_EXPIRY && at <= now_ms {
+            self.remove_at(pos);
             self.expired_count += 1;
             return None;
         }
-        Some(&mut self.entries[index])
+        Some((pos, at))
+    }
+
+    /// The live entry for `key`, removing it first if it has expired (lazy expiry).
+    pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<EntryMut<'_>> {
+        let (pos, expire_at_ms) = self.find_live(key, now_ms)?;
+        Some(EntryMut {
+            node: &mut self.nodes[pos],
+            expire_at_ms,
+        })
     }
 
     pub fn contains(&mut self, key: &[u8], now_ms: u64) -> bool {
-        self.get(key, now_ms).is_some()
+        self.find_live(key, now_ms).is_some()
     }
 
-    /// Stores `entry` under `key`, replacing any old value and its TTL. The key bytes are
-    /// copied so the stored key never pins a network read buffer.
+    fn push(&mut self, node: Node) -> usize {
+        assert!(self.nodes.len() < KEYS_PER_DB_MAX, "database full");
+        let pos = self.nodes.len();
+        let hash = self.hash(node.key());
+        self.nodes.push(node);
+        let (nodes, hasher) = (&self.nodes, &self.hasher);
+        self.table.insert_unique(hash, pos as u32, |&p| {
+            use std::hash::BuildHasher;
+            hasher.hash_one(nodes[p as usize].key())
+        });
+        pos
+    }
+
+    fn set_expiry_at(&mut self, pos: usize, expire_at_ms: u64) {
+        let node = &mut self.nodes[pos];
+        if expire_at_ms == NO_EXPIRY {
+            if node.has_ttl() {
+                node.set_ttl_flag(false);
+                self.expires.swap_remove(node.key());
+            }
+        } else {
+            node.set_ttl_flag(true);
+            match self.expires.get_mut(node.key()) {
+                Some(at) => *at = expire_at_ms,
+                None => {
+                    self.expires.insert(Key::new(node.key()), expire_at_ms);
+                }
+            }
+        }
+    }
+
+    /// Stores the string `value` under `key` with the given expiry, replacing any old value
+    /// and TTL. Both are copied, so the keyspace never pins a network read buffer.
+    pub fn set_str(&mut self, key: &[u8], value: &[u8], expire_at_ms: u64) {
+        let pos = match self.find(key) {
+            Some(pos) => {
+                self.nodes[pos].set_str(value);
+                pos
+            }
+            None => self.push(Node::new_str(key, value)),
+        };
+        self.set_expiry_at(pos, expire_at_ms);
+    }
+
+    /// Stores `entry` under `key`, replacing any old value and its TTL.
     pub fn insert(&mut self, key: &[u8], entry: Entry) {
-        let has_ttl = entry.expire_at_ms != NO_EXPIRY;
-        match self.entries.get_index_of(key) {
-            Some(index) => {
-                self.entries[index] = entry;
-                if has_ttl {
-                    let owned = self.entries.get_index(index).expect("present").0.clone();
-                    self.volatile.insert(owned);
-                } else {
-                    self.volatile.swap_remove(key);
-                }
+        let pos = match self.find(key) {
+            Some(pos) => {
+                self.nodes[pos].set_value(entry.value);
+                pos
             }
-            None => {
-                let owned = Key::new(key);
-                if has_ttl {
-                    self.volatile.insert(owned.clone());
-                }
-                self.entries.insert(owned, entry);
-            }
-        }
+            None => self.push(Node::new(key, entry.value)),
+        };
+        self.set_expiry_at(pos, entry.expire_at_ms);
     }
 
+    /// Takes the node at `pos` out of both tables; the last node moves into its place.
+    fn remove_at(&mut self, pos: usize) -> Node {
+        let hash = self.hash(self.nodes[pos].key());
+        self.table
+            .find_entry(hash, |&p| p as usize == pos)
+            .expect("every node is in the table")
+            .remove();
+        let last = self.nodes.len() - 1;
+        let node = self.nodes.swap_remove(pos);
+        if pos != last {
+            let moved = self.hash(self.nodes[pos].key());
+            *self
+                .table
+                .find_mut(moved, |&p| p as usize == last)
+                .expect("every node is in the table") = pos as u32;
+        }
+        if node.has_ttl() {
+            self.expires.swap_remove(node.key());
+        }
+        node
+    }
+
+    /// Removes `key` (live or expired) and hands its entry over.
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
-        let entry = self.entries.swap_remove(key)?;
-        if entry.expire_at_ms != NO_EXPIRY {
-            self.volatile.swap_remove(key);
-        }
-        Some(entry)
+        let pos = self.find(key)?;
+        let expire_at_ms = self.expiry_at(pos);
+        let node = self.remove_at(pos);
+        Some(Entry {
+            value: node.to_value(),
+            expire_at_ms,
+        })
     }
 
-    /// Removes a live key; an expired one counts as absent.
+    /// Removes a live key and hands its entry over; an expired one counts as absent.
     pub fn remove_live(&mut self, key: &[u8], now_ms: u64) -> Option<Entry> {
-        let entry = self.remove(key)?;
-        if entry.is_expired(now_ms) {
-            self.expired_count += 1;
-            return None;
+        let (pos, expire_at_ms) = self.find_live(key, now_ms)?;
+        let node = self.remove_at(pos);
+        Some(Entry {
+            value: node.to_value(),
+            expire_at_ms,
+        })
+    }
+
+    /// Deletes a live key, returning whether there was one (DEL: nothing is copied out).
+    pub fn delete_live(&mut self, key: &[u8], now_ms: u64) -> bool {
+        match self.find_live(key, now_ms) {
+            Some((pos, _)) => {
+                self.remove_at(pos);
+                true
+            }
+            None => false,
         }
-        Some(entry)
     }
 
     /// Sets or clears (`NO_EXPIRY`) the TTL of an existing key.
     pub fn set_expiry(&mut self, key: &[u8], expire_at_ms: u64) {
-        let Some((_, owned, entry)) = self.entries.get_full_mut(key) else {
-            return;
-        };
-        entry.expire_at_ms = expire_at_ms;
-        if expire_at_ms == NO_EXPIRY {
-            self.volatile.swap_remove(key);
-        } else {
-            self.volatile.insert(owned.clone());
+        if let Some(pos) = self.find(key) {
+            self.set_expiry_at(pos, expire_at_ms);
         }
     }
 
     pub fn clear(&mut self) {
-        self.entries = IndexMap::default();
-        self.volatile = IndexSet::default();
+        self.table = HashTable::new();
+        self.nodes = Vec::new();
+        self.expires = IndexMap::default();
     }
 
     /// Samples up to `samples` keys with a TTL and removes the expired ones. Returns
@@ -157,16 +318,13 @@ impl Db {
     pub fn expire_sample(&mut self, now_ms: u64, samples: usize) -> (usize, usize) {
         let mut sampled = 0;
         let mut expired = 0;
-        while sampled < samples && !self.volatile.is_empty() {
-            let index = fastrand::usize(..self.volatile.len());
-            let key = self.volatile.get_index(index).expect("in range").clone();
+        while sampled < samples && !self.expires.is_empty() {
+            let index = fastrand::usize(..self.expires.len());
+            let (key, &at) = self.expires.get_index(index).expect("in range");
             sampled += 1;
-            let dead = self
-                .entries
-                .get(key.as_slice())
-                .is_some_and(|e| e.is_expired(now_ms));
-            if dead {
-                self.remove(key.as_slice());
+            if at <= now_ms {
+                let pos = self.find(key.as_slice()).expect("an expiry has its key");
+                self.remove_at(pos);
                 self.expired_count += 1;
                 expired += 1;
             }
@@ -174,19 +332,22 @@ impl Db {
         (sampled, expired)
     }
 
+    fn is_expired_at(&self, pos: usize, now_ms: u64) -> bool {
+        let at = self.expiry_at(pos);
+        at != NO_EXPIRY && at <= now_ms
+    }
+
     /// A random live key, trying a bounded number of times to skip expired ones.
     pub fn random_key(&mut self, now_ms: u64) -> Option<Bytes> {
         for _ in 0..100 {
-            if self.entries.is_empty() {
+            if self.nodes.is_empty() {
                 return None;
             }
-            let index = fastrand::usize(..self.entries.len());
-            let (key, entry) = self.entries.get_index(index).expect("in range");
-            if !entry.is_expired(now_ms) {
-                return Some(key.to_bytes());
+            let pos = fastrand::usize(..self.nodes.len());
+            if !self.is_expired_at(pos, now_ms) {
+                return Some(Bytes::copy_from_slice(self.nodes[pos].key()));
             }
-            let key = key.clone();
-            self.remove(key.as_slice());
+            self.remove_at(pos);
             self.expired_count += 1;
         }
         None
@@ -195,12 +356,12 @@ impl Db {
     /// Every live key matching `pattern`.
     pub fn keys(&self, pattern: &[u8], now_ms: u64) -> Vec<Bytes> {
         let all = pattern == b"*";
-        self.entries
-            .iter()
-            .filter(|(key, entry)| {
-                !entry.is_expired(now_ms) && (all || glob_match(pattern, key.as_slice()))
+        (0..self.nodes.len())
+            .filter(|&pos| {
+                !self.is_expired_at(pos, now_ms)
+                    && (all || glob_match(pattern, self.nodes[pos].key()))
             })
-            .map(|(key, _)| key.to_bytes())
+            .map(|pos| Bytes::copy_from_slice(self.nodes[pos].key()))
             .collect()
     }
 
@@ -214,20 +375,35 @@ impl Db {
         filter: &ScanFilter,
         now_ms: u64,
     ) -> (u64, Vec<Bytes>) {
-        let len = self.entries.len() as u64;
+        let len = self.nodes.len() as u64;
         let mut upper = if cursor == 0 { len } else { cursor.min(len) };
         let mut keys = Vec::new();
         let mut visited = 0;
         while upper > 0 && visited < count.max(1) {
             upper -= 1;
             visited += 1;
-            let (key, entry) = self.entries.get_index(upper as usize).expect("in range");
-            if entry.is_expired(now_ms) || !filter.accepts(key.as_slice(), entry) {
+            let pos = upper as usize;
+            let node = &self.nodes[pos];
+            if self.is_expired_at(pos, now_ms) || !filter.accepts(node.key(), node.type_name()) {
                 continue;
             }
-            keys.push(key.to_bytes());
+            keys.push(Bytes::copy_from_slice(node.key()));
         }
         (upper, keys)
+    }
+
+    /// Checks that the two tables agree (tests and debug assertions).
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) {
+        assert_eq!(self.table.len(), self.nodes.len());
+        for (pos, node) in self.nodes.iter().enumerate() {
+            assert_eq!(self.find(node.key()), Some(pos));
+            assert_eq!(node.has_ttl(), self.expires.contains_key(node.key()));
+        }
+        assert_eq!(
+            self.expires.len(),
+            self.nodes.iter().filter(|n| n.has_ttl()).count()
+        );
     }
 }
 
@@ -239,14 +415,14 @@ pub struct ScanFilter {
 }
 
 impl ScanFilter {
-    fn accepts(&self, key: &[u8], entry: &Entry) -> bool {
+    fn accepts(&self, key: &[u8], type_name: &str) -> bool {
         if let Some(pattern) = &self.pattern {
             if !glob_match(pattern, key) {
                 return false;
             }
         }
         match &self.type_name {
-            Some(name) => name.eq_ignore_ascii_case(entry.value.type_name()),
+            Some(name) => name.eq_ignore_ascii_case(type_name),
             None => true,
         }
     }
@@ -320,6 +496,115 @@ mod tests {
         }
         for i in (0..1000).step_by(2) {
             assert!(seen.contains(format!("k{i}").as_bytes()), "missed k{i}");
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Set(u8, usize),
+        Remove(u8),
+        Delete(u8),
+        Expire(u8, u64),
+        Persist(u8),
+        Sample,
+        Random,
+        Tick,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        // Value lengths straddle the inline limit so both node kinds and the in-place
+        // overwrite are exercised; key numbers collide often.
+        let len = prop_oneof![0usize..4, Just(64usize), 1020usize..1030];
+        prop_oneof![
+            4 => (any::<u8>(), len).prop_map(|(k, l)| Op::Set(k % 40, l)),
+            1 => any::<u8>().prop_map(|k| Op::Remove(k % 40)),
+            1 => any::<u8>().prop_map(|k| Op::Delete(k % 40)),
+            2 => (any::<u8>(), 1u64..20).prop_map(|(k, t)| Op::Expire(k % 40, t)),
+            1 => any::<u8>().prop_map(|k| Op::Persist(k % 40)),
+            1 => Just(Op::Sample),
+            1 => Just(Op::Random),
+            1 => Just(Op::Tick),
+        ]
+    }
+
+    fn name(k: u8) -> Vec<u8> {
+        // Some names are longer than an inline `Key`, for the expiry table.
+        if k.is_multiple_of(3) {
+            format!("a-rather-long-key-name-number-{k}").into_bytes()
+        } else {
+            format!("k{k}").into_bytes()
+        }
+    }
+
+    proptest::proptest! {
+        /// The two tables, the TTL flags and the expiry side table always agree, and the
+        /// database holds what a plain map model says it holds.
+        #[test]
+        fn db_matches_a_map_model(ops in proptest::collection::vec(op(), 1..300)) {
+            let mut db = Db::default();
+            let mut model: std::collections::HashMap<Vec<u8>, (Vec<u8>, u64)> = Default::default();
+            let mut now = 100u64;
+            for op in ops {
+                model.retain(|_, (_, at)| *at == NO_EXPIRY || *at > now);
+                match op {
+                    Op::Set(k, len) => {
+                        let value: Vec<u8> = (0..len).map(|i| (i as u8) ^ k).collect();
+                        db.set_str(&name(k), &value, NO_EXPIRY);
+                        model.insert(name(k), (value, NO_EXPIRY));
+                    }
+                    Op::Remove(k) => {
+                        let got = db.remove_live(&name(k), now);
+                        let want = model.remove(&name(k));
+                        proptest::prop_assert_eq!(
+                            got.map(|e| (e.value, e.expire_at_ms)),
+                            want.map(|(v, at)| (Value::Str(Bytes::from(v)), at))
+                        );
+                    }
+                    Op::Delete(k) => {
+                        proptest::prop_assert_eq!(db.delete_live(&name(k), now), model.remove(&name(k)).is_some());
+                    }
+                    Op::Expire(k, ttl) => {
+                        if db.contains(&name(k), now) {
+                            db.set_expiry(&name(k), now + ttl);
+                        }
+                        if let Some((_, at)) = model.get_mut(&name(k)) {
+                            *at = now + ttl;
+                        }
+                    }
+                    Op::Persist(k) => {
+                        if db.contains(&name(k), now) {
+                            db.set_expiry(&name(k), NO_EXPIRY);
+                        }
+                        if let Some((_, at)) = model.get_mut(&name(k)) {
+                            *at = NO_EXPIRY;
+                        }
+                    }
+                    Op::Sample => {
+                        db.expire_sample(now, 5);
+                    }
+                    Op::Random => {
+                        let key = db.random_key(now);
+                        proptest::prop_assert_eq!(key.is_none(), model.is_empty());
+                        if let Some(key) = key {
+                            proptest::prop_assert!(model.contains_key(&key[..]));
+                        }
+                    }
+                    Op::Tick => now += 7,
+                }
+                db.check_invariants();
+            }
+            model.retain(|_, (_, at)| *at == NO_EXPIRY || *at > now);
+            let mut live = db.keys(b"*", now);
+            live.sort();
+            let mut want: Vec<Vec<u8>> = model.keys().cloned().collect();
+            want.sort();
+            proptest::prop_assert_eq!(live.iter().map(|k| k.to_vec()).collect::<Vec<_>>(), want);
+            for (key, (value, at)) in &model {
+                let entry = db.get(key, now).expect("live in the model");
+                proptest::prop_assert_eq!(entry.str_bytes(), Some(&value[..]));
+                proptest::prop_assert_eq!(entry.expire_at_ms, *at);
+            }
         }
     }
 }

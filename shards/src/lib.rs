@@ -10,6 +10,7 @@ pub mod glob;
 pub mod key;
 pub mod keys;
 pub mod keyspace;
+pub mod node;
 pub mod shard;
 pub mod slot;
 pub mod strings;

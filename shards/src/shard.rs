@@ -115,7 +115,7 @@ impl Shard {
     /// A copy of a key's entry (for a cross-shard COPY).
     pub fn clone_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
         let now = self.now_ms;
-        self.dbs[db].get(key, now).map(|e| e.clone())
+        self.dbs[db].get(key, now).map(|e| e.to_entry())
     }
 
     /// Stores an entry handed over from another shard. With `replace` false it refuses

@@ -7,30 +7,20 @@ use wetask_protocol::Frame;
 
 use crate::args::{float_arg, format_f64, int_arg, is, parse_f64, parse_i64};
 use crate::errors::*;
-use crate::keyspace::{Entry, Value, NO_EXPIRY};
+use crate::keyspace::NO_EXPIRY;
 use crate::shard::Ctx;
 
 /// Largest string a command may build (Redis's `proto-max-bulk-len` default).
 pub const STRING_BYTES_MAX: usize = 512 * 1024 * 1024;
-
-fn owned(bytes: &[u8]) -> Bytes {
-    Bytes::copy_from_slice(bytes)
-}
-
-fn string_entry(value: &[u8], expire_at_ms: u64) -> Entry {
-    Entry {
-        value: Value::Str(owned(value)),
-        expire_at_ms,
-    }
-}
 
 /// The string at `key`: `Ok(None)` when missing, WRONGTYPE when it holds another type.
 fn read_string(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Bytes>, Frame> {
     let now = ctx.now_ms;
     match ctx.db().get(key, now) {
         None => Ok(None),
-        Some(entry) => match &entry.value {
-            Value::Str(s) => Ok(Some(s.clone())),
+        Some(entry) => match entry.str_shared() {
+            Some(value) => Ok(Some(value)),
+            None => Err(Frame::static_error(WRONGTYPE)),
         },
     }
 }
@@ -48,14 +38,15 @@ pub fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let Some(entry) = ctx.dbs[ctx.db].get(&args[1], now) else {
         return Frame::Null;
     };
-    match &entry.value {
-        Value::Str(value) => match ctx.out.as_deref_mut() {
-            Some(out) => {
-                wetask_protocol::encode_bulk(out, value);
-                Frame::Written
-            }
-            None => Frame::Bulk(value.clone()),
-        },
+    let Some(value) = entry.str_bytes() else {
+        return Frame::static_error(WRONGTYPE);
+    };
+    match ctx.out.as_deref_mut() {
+        Some(out) => {
+            wetask_protocol::encode_bulk(out, value);
+            Frame::Written
+        }
+        None => Frame::Bulk(entry.str_shared().expect("a string")),
     }
 }
 
@@ -159,22 +150,26 @@ pub fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Err(err) => return err,
     };
     let key = &args[1];
-    let old = match read_string(ctx, key) {
-        Ok(old) => old,
-        // A non-string old value only matters when GET must return it.
-        Err(err) if opts.get => return err,
-        Err(_) => None,
+    // The old value is read only when GET must return it (a non-string is then an error).
+    let old = match opts.get {
+        true => match read_string(ctx, key) {
+            Ok(old) => old,
+            Err(err) => return err,
+        },
+        false => None,
     };
     let now = ctx.now_ms;
-    let exists = old.is_some() || ctx.db().contains(key, now);
-    let blocked = (opts.nx && exists) || (opts.xx && !exists);
+    let blocked = (opts.nx || opts.xx) && {
+        let exists = old.is_some() || ctx.db().contains(key, now);
+        (opts.nx && exists) || (opts.xx && !exists)
+    };
     if !blocked {
         let expire_at_ms = match opts.ttl {
             Ttl::Clear => NO_EXPIRY,
             Ttl::At(at) => at,
             Ttl::Keep => ctx.db().get(key, now).map_or(NO_EXPIRY, |e| e.expire_at_ms),
         };
-        ctx.db().insert(key, string_entry(&args[2], expire_at_ms));
+        ctx.db().set_str(key, &args[2], expire_at_ms);
     }
     match (opts.get, blocked) {
         (true, _) => reply_of(Ok(old)),
@@ -188,14 +183,14 @@ pub fn setnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if ctx.db().contains(&args[1], now) {
         return Frame::Integer(0);
     }
-    ctx.db().insert(&args[1], string_entry(&args[2], NO_EXPIRY));
+    ctx.db().set_str(&args[1], &args[2], NO_EXPIRY);
     Frame::Integer(1)
 }
 
 fn set_with_ttl(ctx: &mut Ctx<'_>, args: &[Bytes], unit_ms: i64, cmd: &str) -> Frame {
     match expire_at(&args[2], unit_ms, true, ctx.now_ms, cmd) {
         Ok(at) => {
-            ctx.db().insert(&args[1], string_entry(&args[3], at));
+            ctx.db().set_str(&args[1], &args[3], at);
             Frame::ok()
         }
         Err(err) => err,
@@ -227,7 +222,7 @@ pub fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         return wrong_arity("mset");
     }
     for pair in args[1..].chunks(2) {
-        ctx.db().insert(&pair[0], string_entry(&pair[1], NO_EXPIRY));
+        ctx.db().set_str(&pair[0], &pair[1], NO_EXPIRY);
     }
     Frame::ok()
 }
@@ -244,7 +239,7 @@ pub fn msetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         return Frame::Integer(0);
     }
     for pair in args[1..].chunks(2) {
-        ctx.db().insert(&pair[0], string_entry(&pair[1], NO_EXPIRY));
+        ctx.db().set_str(&pair[0], &pair[1], NO_EXPIRY);
     }
     Frame::Integer(1)
 }
@@ -254,7 +249,7 @@ pub fn getset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Ok(old) => old,
         Err(err) => return err,
     };
-    ctx.db().insert(&args[1], string_entry(&args[2], NO_EXPIRY));
+    ctx.db().set_str(&args[1], &args[2], NO_EXPIRY);
     reply_of(Ok(old))
 }
 
@@ -305,8 +300,8 @@ pub fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 fn store_keeping_ttl(ctx: &mut Ctx<'_>, key: &[u8], value: Bytes) {
     let now = ctx.now_ms;
     match ctx.db().get(key, now) {
-        Some(entry) => entry.value = Value::Str(value),
-        None => ctx.db().insert(key, Entry::new(Value::Str(value))),
+        Some(mut entry) => entry.set_str(&value),
+        None => ctx.db().set_str(key, &value, NO_EXPIRY),
     }
 }
 
