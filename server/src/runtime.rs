@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::channels::channel_mesh::{Full, MeshBuilder};
 use glommio::{CpuSet, Latency, LocalExecutorPoolBuilder, PoolPlacement, Shares};
 
 use crate::config::{Config, IoMode};
@@ -98,7 +98,17 @@ pub fn run(config: Config) -> Result<(), String> {
         .map(|i| CpuSet::online().map(|set| set.filter(|l| l.cpu == cpus[i % cpus.len()])))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("cannot read the CPU topology: {e}"))?;
-    let mesh = MeshBuilder::<Message, _>::full(shard_count, CHANNEL_CAPACITY);
+    // glommio 0.9's `MeshBuilder` is `Send` but shares its peer list through an `Rc`, so
+    // cloning it on the shard threads raced on the reference count: heap corruption in about
+    // one two-shard start in fifteen (found with AddressSanitizer; docs/perf-notes.md). Every
+    // clone is made here, on this thread, before any shard starts; each shard takes one. The
+    // shards' concurrent drops at the end of `join` can then only lose a decrement (the peer
+    // list, a few bytes, is never freed), never free it early.
+    let builders: Vec<Option<MeshBuilder<Message, Full>>> = {
+        let mesh = MeshBuilder::<Message, _>::full(shard_count, CHANNEL_CAPACITY);
+        (0..shard_count).map(|_| Some(mesh.clone())).collect()
+    };
+    let builders = Arc::new(Mutex::new(builders));
     tracing::info!(
         shards = shard_count,
         io = ?io,
@@ -111,7 +121,13 @@ pub fn run(config: Config) -> Result<(), String> {
         .name("wetask-shard")
         .io_memory(GLOMMIO_IO_MEMORY_BYTES)
         .on_all_shards(move || {
-            let (globals, listeners, mesh) = (globals.clone(), listeners.clone(), mesh.clone());
+            let (globals, listeners) = (globals.clone(), listeners.clone());
+            let mesh = builders
+                .lock()
+                .expect("mesh builders")
+                .iter_mut()
+                .find_map(Option::take)
+                .expect("one mesh builder per shard");
             async move { shard_main(globals, listeners, mesh).await }
         })
         .map_err(|e| format!("cannot start the shard executors: {e}"))?;
@@ -150,7 +166,7 @@ fn spawn_signal_thread(globals: Arc<Globals>) -> Result<(), String> {
 async fn shard_main(
     globals: Arc<Globals>,
     listeners: Arc<Mutex<Vec<Option<OwnedFd>>>>,
-    mesh: MeshBuilder<Message, glommio::channels::channel_mesh::Full>,
+    mesh: MeshBuilder<Message, Full>,
 ) -> Result<(), String> {
     let shard_count = globals.shard_count;
     let (id, mesh, receivers) = if shard_count > 1 {

@@ -18,7 +18,8 @@ pub struct Server {
 impl Server {
     pub fn start(args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_wetask"))
-            .args(["--port", "0", "--log-level", "info"])
+            .args(["--port", "0", "--log-level"])
+            .arg(std::env::var("WETASK_TEST_LOG_LEVEL").unwrap_or_else(|_| "info".into()))
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -36,8 +37,19 @@ impl Server {
                 break addr.rsplit(':').next().unwrap().parse().expect("port");
             }
         };
-        // Keep draining the log so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        // Keep draining the log so the server never blocks on a full pipe; keep it in
+        // $WETASK_TEST_LOG_DIR/wetask-PORT.log when that is set (for chasing a flaky test).
+        let mut keep = std::env::var_os("WETASK_TEST_LOG_DIR").map(|dir| {
+            let path = std::path::Path::new(&dir).join(format!("wetask-{port}.log"));
+            std::fs::File::create(path).expect("test log file")
+        });
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if let Some(file) = keep.as_mut() {
+                    let _ = writeln!(file, "{line}");
+                }
+            }
+        });
         Server { child, port }
     }
 
