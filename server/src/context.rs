@@ -189,6 +189,8 @@ impl ShardCtx {
             net_output_bytes: self.stats.net_output_bytes.get(),
             ring_enters: self.stats.ring_enters.get(),
             ring_parks: self.stats.ring_parks.get(),
+            mesh_envelopes: self.mesh.as_ref().map_or(0, |m| m.envelopes_sent.get()),
+            mesh_messages: self.mesh.as_ref().map_or(0, |m| m.messages_sent.get()),
         }
     }
 
@@ -250,20 +252,24 @@ impl ShardCtx {
     pub async fn serve_peer(
         self: Rc<Self>,
         peer: usize,
-        receiver: glommio::channels::shared_channel::ConnectedReceiver<crate::mesh::Message>,
+        receiver: glommio::channels::shared_channel::ConnectedReceiver<crate::mesh::Envelope>,
     ) {
         use crate::mesh::Message;
-        while let Some(message) = receiver.recv().await {
+        while let Some(envelope) = receiver.recv().await {
             let mesh = self.mesh.as_ref().expect("mesh");
-            match message {
-                Message::Request {
-                    from,
-                    id,
-                    token,
-                    request,
-                } => self.handle_request(from, id, token, request),
-                Message::Response { id, response } => mesh.complete(id, response),
+            for message in envelope {
+                match message {
+                    Message::Request {
+                        from,
+                        id,
+                        token,
+                        request,
+                    } => self.handle_request(from, id, token, request),
+                    Message::Response { id, response } => mesh.complete(id, response),
+                }
             }
+            // The replies to a whole envelope leave together, now.
+            mesh.flush_to(peer);
         }
         tracing::debug!(shard = self.id, peer, "peer channel closed");
     }

@@ -11,6 +11,9 @@ use crate::config::Config;
 pub struct Globals {
     pub config: Config,
     pub shard_count: usize,
+    /// Some CPU runs more than one shard. A shard then never spins waiting for work: the
+    /// spin would only hold off the shard that shares its CPU (docs/perf-notes.md).
+    pub cpus_shared: bool,
     pub requirepass: Mutex<Option<String>>,
     pub maxclients: AtomicUsize,
     pub connected_clients: AtomicUsize,
@@ -25,8 +28,9 @@ pub struct Globals {
 }
 
 impl Globals {
-    pub fn new(config: Config, shard_count: usize) -> Self {
+    pub fn new(config: Config, shard_count: usize, cpus_shared: bool) -> Self {
         Globals {
+            cpus_shared,
             requirepass: Mutex::new(config.requirepass.clone()),
             maxclients: AtomicUsize::new(config.maxclients),
             shard_count,

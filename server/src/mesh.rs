@@ -2,9 +2,16 @@
 //! channel mesh). A request carries owned values and a request id; the owning shard runs it
 //! synchronously on its own state and sends a response back with the same id.
 //!
+//! Messages are not sent one by one: each goes into the outbox for its peer, and the outbox
+//! leaves as one [`Envelope`] when it is flushed, at the latest once every task that was
+//! runnable when the first message was queued has run (the flusher task, woken by that first
+//! message, queues up behind them). So all the cross-shard commands of one loop turn, over
+//! every connection, cost one channel message and at most one wake-up per peer, and so do
+//! their replies (docs/perf-notes.md, "Cross-shard batching").
+//!
 //! Deadlock rule (DESIGN §2): nobody ever awaits a full outbound channel while holding up its
-//! own inbound one. Sends that find the channel full go to a local overflow queue that a
-//! per-peer sender task drains, so receiver tasks never block and always keep draining.
+//! own inbound one. An envelope that finds the channel full goes to a local overflow queue
+//! that a per-peer sender task drains, so receiver tasks never block and always keep draining.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -81,6 +88,9 @@ pub enum Response {
     Text(String),
 }
 
+/// What one channel message carries: every message queued for that peer since the last flush.
+pub type Envelope = Vec<Message>;
+
 pub enum Message {
     /// `token` names the cross-shard operation holding locks that this request belongs to;
     /// a locked shard serves only requests carrying its lock's token and defers the rest.
@@ -104,22 +114,35 @@ struct Slot {
 
 /// This shard's end of the mesh.
 pub struct Mesh {
-    senders: Senders<Message>,
-    overflow: Vec<RefCell<VecDeque<Message>>>,
+    senders: Senders<Envelope>,
+    /// Messages queued per peer, not yet flushed.
+    outbox: Vec<RefCell<Envelope>>,
+    /// Set when an outbox gained its first message; cleared by `flush`.
+    dirty: Cell<bool>,
+    flusher_waker: Cell<Option<Waker>>,
+    overflow: Vec<RefCell<VecDeque<Envelope>>>,
     overflow_waker: Vec<Cell<Option<Waker>>>,
     pending: RefCell<HashMap<u64, Rc<Slot>>>,
     next_id: Cell<u64>,
+    /// Envelopes sent, and messages in them (INFO: mesh_envelopes, mesh_messages).
+    pub envelopes_sent: Cell<u64>,
+    pub messages_sent: Cell<u64>,
 }
 
 impl Mesh {
-    pub fn new(senders: Senders<Message>) -> Self {
+    pub fn new(senders: Senders<Envelope>) -> Self {
         let peers = senders.nr_consumers();
         Mesh {
             senders,
+            outbox: (0..peers).map(|_| RefCell::new(Vec::new())).collect(),
+            dirty: Cell::new(false),
+            flusher_waker: Cell::new(None),
             overflow: (0..peers).map(|_| RefCell::new(VecDeque::new())).collect(),
             overflow_waker: (0..peers).map(|_| Cell::new(None)).collect(),
             pending: RefCell::new(HashMap::new()),
             next_id: Cell::new(1),
+            envelopes_sent: Cell::new(0),
+            messages_sent: Cell::new(0),
         }
     }
 
@@ -162,23 +185,67 @@ impl Mesh {
     }
 
     fn send(&self, to: usize, message: Message) {
+        self.outbox[to].borrow_mut().push(message);
+        if !self.dirty.replace(true) {
+            if let Some(waker) = self.flusher_waker.take() {
+                waker.wake();
+            }
+        }
+    }
+
+    /// Sends every queued message, one envelope per peer.
+    pub fn flush(&self) {
+        if !self.dirty.replace(false) {
+            return;
+        }
+        for to in 0..self.outbox.len() {
+            self.flush_to(to);
+        }
+    }
+
+    /// Sends the messages queued for `to` as one envelope.
+    pub fn flush_to(&self, to: usize) {
+        let envelope = std::mem::take(&mut *self.outbox[to].borrow_mut());
+        if envelope.is_empty() {
+            return;
+        }
+        self.envelopes_sent.set(self.envelopes_sent.get() + 1);
+        self.messages_sent
+            .set(self.messages_sent.get() + envelope.len() as u64);
         let mut queue = self.overflow[to].borrow_mut();
         if queue.is_empty() {
-            match self.senders.try_send_to(to, message) {
+            match self.senders.try_send_to(to, envelope) {
                 Ok(()) => return,
-                Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(message))) => {
-                    queue.push_back(message)
-                }
+                Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(
+                    envelope,
+                ))) => queue.push_back(envelope),
                 Err(err) => {
                     tracing::error!("mesh send to shard {to} failed: {err}");
                     return;
                 }
             }
         } else {
-            queue.push_back(message);
+            queue.push_back(envelope);
         }
         if let Some(waker) = self.overflow_waker[to].take() {
             waker.wake();
+        }
+    }
+
+    /// Flushes the outboxes whenever they gain messages, forever (one task per shard, in the
+    /// network loop's task queue so that it runs behind the connection tasks that queue).
+    pub async fn run_flusher(self: Rc<Self>) {
+        loop {
+            std::future::poll_fn(|cx| {
+                if self.dirty.get() {
+                    Poll::Ready(())
+                } else {
+                    self.flusher_waker.set(Some(cx.waker().clone()));
+                    Poll::Pending
+                }
+            })
+            .await;
+            self.flush();
         }
     }
 
@@ -187,8 +254,8 @@ impl Mesh {
         loop {
             let next = self.overflow[to].borrow_mut().pop_front();
             match next {
-                Some(message) => {
-                    if self.senders.send_to(to, message).await.is_err() {
+                Some(envelope) => {
+                    if self.senders.send_to(to, envelope).await.is_err() {
                         return;
                     }
                 }

@@ -12,7 +12,7 @@ use glommio::{CpuSet, Latency, LocalExecutorPoolBuilder, PoolPlacement, Shares};
 use crate::config::{Config, IoMode};
 use crate::context::ShardCtx;
 use crate::globals::Globals;
-use crate::mesh::{Mesh, Message, CHANNEL_CAPACITY};
+use crate::mesh::{Envelope, Mesh, CHANNEL_CAPACITY};
 use crate::net;
 
 /// Memory glommio registers per executor for its own I/O buffers (locked memory).
@@ -86,7 +86,10 @@ pub fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
     let mut config = config;
     config.io = io;
-    let globals = Arc::new(Globals::new(config.clone(), shard_count));
+    let distinct_cpus: std::collections::BTreeSet<usize> =
+        cpus.iter().take(shard_count).copied().collect();
+    let cpus_shared = distinct_cpus.len() < shard_count;
+    let globals = Arc::new(Globals::new(config.clone(), shard_count, cpus_shared));
     globals
         .port
         .store(port, std::sync::atomic::Ordering::Relaxed);
@@ -104,8 +107,8 @@ pub fn run(config: Config) -> Result<(), String> {
     // clone is made here, on this thread, before any shard starts; each shard takes one. The
     // shards' concurrent drops at the end of `join` can then only lose a decrement (the peer
     // list, a few bytes, is never freed), never free it early.
-    let builders: Vec<Option<MeshBuilder<Message, Full>>> = {
-        let mesh = MeshBuilder::<Message, _>::full(shard_count, CHANNEL_CAPACITY);
+    let builders: Vec<Option<MeshBuilder<Envelope, Full>>> = {
+        let mesh = MeshBuilder::<Envelope, _>::full(shard_count, CHANNEL_CAPACITY);
         (0..shard_count).map(|_| Some(mesh.clone())).collect()
     };
     let builders = Arc::new(Mutex::new(builders));
@@ -166,7 +169,7 @@ fn spawn_signal_thread(globals: Arc<Globals>) -> Result<(), String> {
 async fn shard_main(
     globals: Arc<Globals>,
     listeners: Arc<Mutex<Vec<Option<OwnedFd>>>>,
-    mesh: MeshBuilder<Message, Full>,
+    mesh: MeshBuilder<Envelope, Full>,
 ) -> Result<(), String> {
     let shard_count = globals.shard_count;
     let (id, mesh, receivers) = if shard_count > 1 {

@@ -82,6 +82,8 @@ pub struct ShardReport {
     pub net_output_bytes: u64,
     pub ring_enters: u64,
     pub ring_parks: u64,
+    pub mesh_envelopes: u64,
+    pub mesh_messages: u64,
 }
 
 impl ShardReport {
@@ -108,5 +110,7 @@ impl ShardReport {
         self.net_output_bytes += other.net_output_bytes;
         self.ring_enters += other.ring_enters;
         self.ring_parks += other.ring_parks;
+        self.mesh_envelopes += other.mesh_envelopes;
+        self.mesh_messages += other.mesh_messages;
     }
 }

@@ -16,6 +16,9 @@ const READ_BYTES: usize = 16 * 1024;
 pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
     // SAFETY: the listener fd is ours and handed over whole.
     let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
+    if let Some(mesh) = &ctx.mesh {
+        glommio::spawn_local(mesh.clone().run_flusher()).detach();
+    }
     loop {
         if ctx.globals.shutting_down() {
             return;

@@ -595,6 +595,11 @@ impl Net {
 
     /// The shard's network loop; returns once shutdown has drained the clients.
     pub async fn run(self: Rc<Self>) {
+        // Spawned from here, the mesh flusher shares this loop's task queue and so runs
+        // behind the connection tasks whose cross-shard commands it sends.
+        if let Some(mesh) = &self.ctx.mesh {
+            glommio::spawn_local(mesh.clone().run_flusher()).detach();
+        }
         self.arm_accept(&mut self.inner.borrow_mut());
         loop {
             if self.ctx.globals.shutting_down() {
@@ -608,7 +613,7 @@ impl Net {
             }
             // Dry. Work often arrives within microseconds under load: watch the ring's
             // TASKRUN flag (shared memory, no syscall) for a moment before paying for a park.
-            if self.spin_for_work(IDLE_SPIN) {
+            if !self.ctx.globals.cpus_shared && self.spin_for_work(IDLE_SPIN) {
                 self.let_others_run().await;
                 continue;
             }
