@@ -75,6 +75,34 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
     }
 }
 
+/// Prefetches the keyspace entries of a window of pipelined commands (the first key of each
+/// keyed command that lives on this shard) before they run; see `Db::prefetch`.
+pub fn prefetch_keys(ctx: &ShardCtx, db: usize, window: &[Vec<Bytes>]) {
+    const KEYS_MAX: usize = crate::session::WINDOW_COMMANDS_MAX;
+    let mut keys: [&[u8]; KEYS_MAX] = [&[]; KEYS_MAX];
+    let mut count = 0;
+    for args in window.iter().take(KEYS_MAX) {
+        let Some(spec) = lookup(&args[0]) else {
+            continue;
+        };
+        let first = spec.first_key;
+        if !matches!(spec.route, Route::Keyed | Route::Split(_)) || first < 1 {
+            continue;
+        }
+        let Some(key) = args.get(first as usize) else {
+            continue;
+        };
+        if ctx.shard_count > 1 && shard_of(key, ctx.shard_count) != ctx.id {
+            continue;
+        }
+        keys[count] = key;
+        count += 1;
+    }
+    if count > 1 && db < wetask_shards::shard::DATABASES {
+        ctx.shard.borrow().prefetch(db, &keys[..count]);
+    }
+}
+
 /// Runs a command inline when it needs no other shard: the fast path. `None` means the
 /// caller must run [`execute`] in a task.
 pub fn try_inline(

@@ -34,12 +34,16 @@ pub enum Pump {
     Close,
 }
 
+/// Most commands decoded ahead of running them, so that their keys are prefetched together.
+pub const WINDOW_COMMANDS_MAX: usize = 16;
+
 pub struct Session {
     pub state: Rc<RefCell<ConnState>>,
     pub input: BytesMut,
     decoder: CommandDecoder,
-    /// The command being run; reused so decoding allocates nothing per command.
-    args: Vec<Bytes>,
+    /// Commands decoded but not yet run; the vectors are reused so decoding allocates
+    /// nothing per command.
+    window: Vec<Vec<Bytes>>,
     /// A protocol error met while collecting a batch, reported after the batch's replies.
     held_error: Option<ProtocolError>,
 }
@@ -54,7 +58,7 @@ impl Session {
             state,
             input: BytesMut::new(),
             decoder: CommandDecoder::new(limits),
-            args: Vec::new(),
+            window: Vec::new(),
             held_error: None,
         }
     }
@@ -71,6 +75,34 @@ impl Session {
         Pump::Close
     }
 
+    /// Decodes up to `WINDOW_COMMANDS_MAX` buffered commands into the window; returns how
+    /// many, and the protocol error that stopped it, if one did.
+    fn fill_window(&mut self) -> (usize, Option<ProtocolError>) {
+        let mut n = 0;
+        while n < WINDOW_COMMANDS_MAX {
+            if self.window.len() == n {
+                self.window.push(Vec::new());
+            }
+            match self
+                .decoder
+                .decode_into(&mut self.input, &mut self.window[n])
+            {
+                Ok(true) => n += 1,
+                Ok(false) => break,
+                Err(err) => return (n, Some(err)),
+            }
+        }
+        (n, None)
+    }
+
+    /// Lets go of the window's arguments: they share the read buffer, which can only be
+    /// reused in place once nothing else holds it.
+    fn clear_window(&mut self, n: usize) {
+        for args in &mut self.window[..n] {
+            args.clear();
+        }
+    }
+
     /// Runs every buffered command that can run inline; see the module docs.
     pub fn pump(&mut self, ctx: &Rc<ShardCtx>, out: &mut Vec<u8>) -> Pump {
         if let Some(err) = self.held_error.take() {
@@ -80,40 +112,53 @@ impl Session {
             if self.state.borrow().close_requested {
                 return Pump::Close;
             }
-            match self.decoder.decode_into(&mut self.input, &mut self.args) {
-                Ok(true) => {}
-                Ok(false) => {
-                    // Let go of the arguments: they share the read buffer, which can only
-                    // be reused in place once nothing else holds it.
-                    self.args.clear();
-                    return Pump::Idle;
-                }
-                Err(err) => return self.protocol_error(&err, out),
+            let (n, error) = self.fill_window();
+            if n > 1 {
+                dispatch::prefetch_keys(ctx, self.state.borrow().db, &self.window[..n]);
             }
-            match dispatch::try_inline(ctx, &self.state, &self.args, out) {
-                Some(frame) => {
-                    let state = self.state.borrow();
-                    if !state.skip_reply {
-                        encode(out, &frame, state.protocol);
+            for i in 0..n {
+                if self.state.borrow().close_requested {
+                    self.clear_window(n);
+                    return Pump::Close;
+                }
+                match dispatch::try_inline(ctx, &self.state, &self.window[i], out) {
+                    Some(frame) => {
+                        let state = self.state.borrow();
+                        if !state.skip_reply {
+                            encode(out, &frame, state.protocol);
+                        }
+                    }
+                    None => {
+                        let mut batch: Vec<Vec<Bytes>> =
+                            self.window[i..n].iter_mut().map(std::mem::take).collect();
+                        self.clear_window(n);
+                        match error {
+                            Some(err) => self.held_error = Some(err),
+                            None => self.collect_batch(&mut batch),
+                        }
+                        return Pump::Batch(batch);
                     }
                 }
-                None => {
-                    let first = std::mem::take(&mut self.args);
-                    return Pump::Batch(self.collect_batch(first));
-                }
+            }
+            self.clear_window(n);
+            if let Some(err) = error {
+                return self.protocol_error(&err, out);
+            }
+            if n == 0 {
+                return Pump::Idle;
             }
         }
     }
 
-    fn collect_batch(&mut self, first: Vec<Bytes>) -> Vec<Vec<Bytes>> {
-        let mut batch = vec![first];
+    /// Adds every further complete command to a batch bound for other shards.
+    fn collect_batch(&mut self, batch: &mut Vec<Vec<Bytes>>) {
         loop {
             match self.decoder.decode(&mut self.input) {
                 Ok(Some(args)) => batch.push(args),
-                Ok(None) => return batch,
+                Ok(None) => return,
                 Err(err) => {
                     self.held_error = Some(err);
-                    return batch;
+                    return;
                 }
             }
         }

@@ -154,3 +154,52 @@ fn oversized_values_are_refused_by_the_configured_limit() {
     assert_eq!(c.cmd_args(&[b"SET", b"k", &value]), ok());
     assert_eq!(c.cmd("STRLEN k"), int(1000));
 }
+
+/// Commands before a protocol error or a QUIT in the same read all run and answer, in order;
+/// nothing after them runs. Pipelines are decoded ahead in windows (for key prefetch), so this
+/// pins down that decoding ahead never runs, drops or reorders a command. With two shards the
+/// keys `{a}…` and `{b}…` live on different shards, so the cross-shard batch path is covered.
+#[test]
+fn commands_before_an_error_or_quit_run_in_order_and_nothing_after() {
+    for shards in ["1", "2"] {
+        let server = Server::start(&["--shards", shards]);
+        let mut wire = Vec::new();
+        for i in 0..40 {
+            let key = if i % 2 == 0 { "{a}k" } else { "{b}k" };
+            wire.extend_from_slice(format!("INCR {key}\r\n").as_bytes());
+        }
+        let mut quitter = server.client();
+        let mut with_quit = wire.clone();
+        with_quit.extend_from_slice(b"QUIT\r\nSET {a}after 1\r\nSET {b}after 1\r\n");
+        quitter.raw(&with_quit);
+        for i in 0..40 {
+            assert_eq!(
+                quitter.read(),
+                Some(Frame::Integer(i / 2 + 1)),
+                "shards {shards}, reply {i}"
+            );
+        }
+        assert_eq!(quitter.read(), Some(ok()));
+        assert!(quitter.closed());
+
+        let mut broken = server.client();
+        let mut with_error = wire.clone();
+        with_error.extend_from_slice(b"*1\r\n$-5\r\nSET {a}after 1\r\n");
+        broken.raw(&with_error);
+        for i in 0..40 {
+            assert_eq!(
+                broken.read(),
+                Some(Frame::Integer(20 + i / 2 + 1)),
+                "shards {shards}, reply {i}"
+            );
+        }
+        assert_eq!(broken.read(), Some(protocol_error("invalid bulk length")));
+        assert!(broken.closed());
+
+        let mut check = server.client();
+        assert_eq!(
+            check.cmd("MGET {a}k {b}k {a}after {b}after"),
+            Frame::Array(vec![bulk("40"), bulk("40"), Frame::Null, Frame::Null])
+        );
+    }
+}

@@ -144,6 +144,29 @@ impl Db {
         self.hasher.hash_one(key)
     }
 
+    /// Brings the table entries and nodes of `keys` into the cache ahead of their commands
+    /// (Valkey 8's batch prefetch). A pipelined batch otherwise pays three dependent cache
+    /// misses per key in turn (table, `nodes[pos]`, node); here the first misses of every
+    /// key overlap, then the second, then the third. Only a hint: a wrong guess (a tag
+    /// collision, a missing key) costs a wasted prefetch, nothing else.
+    pub fn prefetch(&self, keys: &[&[u8]]) {
+        const BATCH_MAX: usize = 32;
+        let mut found = [u32::MAX; BATCH_MAX];
+        let keys = &keys[..keys.len().min(BATCH_MAX)];
+        for (slot, key) in found.iter_mut().zip(keys) {
+            let hash = self.hash(key);
+            if let Some(&pos) = self.table.iter_hash(hash).next() {
+                *slot = pos;
+                prefetch_read(self.nodes.as_ptr().wrapping_add(pos as usize).cast());
+            }
+        }
+        for &pos in &found[..keys.len()] {
+            if let Some(node) = self.nodes.get(pos as usize) {
+                prefetch_read(node.as_ptr());
+            }
+        }
+    }
+
     /// The position of `key`, live or not.
     fn find(&self, key: &[u8]) -> Option<usize> {
         let hash = self.hash(key);
@@ -405,6 +428,18 @@ impl Db {
             self.nodes.iter().filter(|n| n.has_ttl()).count()
         );
     }
+}
+
+/// A cache prefetch hint for the line holding `ptr`; never faults, whatever the address.
+#[inline(always)]
+fn prefetch_read(ptr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it does not dereference `ptr` and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(ptr.cast(), std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
 }
 
 /// SCAN's MATCH and TYPE options.

@@ -121,6 +121,11 @@ impl Node {
         Node(ptr)
     }
 
+    /// The start of the node's allocation (for a cache prefetch).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.0.as_ptr()
+    }
+
     fn key_word(&self) -> u32 {
         // SAFETY: every node starts with its header.
         unsafe { *(self.0.as_ptr() as *const u32) }

@@ -106,6 +106,11 @@ impl Shard {
         self.execute(db, spec, args)
     }
 
+    /// Prefetches the keyspace entries of `keys` in database `db` (see [`Db::prefetch`]).
+    pub fn prefetch(&self, db: usize, keys: &[&[u8]]) {
+        self.dbs[db].prefetch(keys);
+    }
+
     /// Removes a key and hands its entry over (the first half of a cross-shard move).
     pub fn take_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
         let now = self.now_ms;
