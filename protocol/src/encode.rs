@@ -34,7 +34,7 @@ pub fn encode_null(out: &mut Vec<u8>, protocol: Protocol) {
     }
 }
 
-fn header(out: &mut Vec<u8>, kind: u8, len: usize) {
+pub(crate) fn header(out: &mut Vec<u8>, kind: u8, len: usize) {
     out.push(kind);
     out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
     out.extend_from_slice(b"\r\n");

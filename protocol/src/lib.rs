@@ -6,6 +6,8 @@
 //!   bench load generator and the tests.
 //! * [`Frame`] plus [`encode`] write every reply type, downgrading RESP3-only types when the
 //!   connection speaks RESP2.
+//! * [`Output`] queues a connection's replies, referencing large payloads instead of copying
+//!   them, for a vectored send.
 //!
 //! No runtime and no engine types live here: the server and the shards depend on this
 //! crate, never the other way round.
@@ -18,6 +20,7 @@ mod frame_decoder;
 mod inline;
 mod limits;
 mod line;
+mod output;
 
 pub use command::CommandDecoder;
 pub use encode::{encode, encode_bulk, encode_error, encode_integer, encode_null, encode_simple};
@@ -29,3 +32,4 @@ pub use limits::{
     NESTING_DEPTH_MAX,
 };
 pub use line::parse_i64;
+pub use output::{encode_bulk_shared, encode_output, Output, SPLICE_BYTES_MIN};

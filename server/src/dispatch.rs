@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
-use wetask_protocol::{encode, Frame};
+use wetask_protocol::{encode_output, Frame, Output};
 use wetask_shards::errors::{unknown_command, wrong_arity};
 use wetask_shards::table::{flag, CommandSpec, Merge, Route};
 use wetask_shards::{lookup, shard_of};
@@ -109,7 +109,7 @@ pub fn try_inline(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
     args: &[Bytes],
-    out: &mut Vec<u8>,
+    out: &mut Output,
 ) -> Option<Frame> {
     // While a cross-shard operation holds this shard, everything waits in a task.
     if ctx.is_locked() || needs_remote(ctx, args) {
@@ -126,7 +126,7 @@ pub async fn execute(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
     args: &[Bytes],
-    direct: Option<&mut Vec<u8>>,
+    direct: Option<&mut Output>,
 ) -> Frame {
     // Local work below runs before the first await, so it never interleaves with a
     // cross-shard operation that locks this shard.
@@ -182,7 +182,7 @@ async fn keyed(
     db: usize,
     spec: &'static CommandSpec,
     args: &[Bytes],
-    direct: Option<&mut Vec<u8>>,
+    direct: Option<&mut Output>,
 ) -> Frame {
     let mut owners = spec
         .key_positions(args.len())
@@ -329,7 +329,7 @@ pub async fn run_batch(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
     commands: Vec<Vec<Bytes>>,
-    out: &mut Vec<u8>,
+    out: &mut Output,
 ) {
     let mut i = 0;
     while i < commands.len() {
@@ -350,13 +350,13 @@ pub async fn run_batch(
         if segment.len() < 2 {
             let frame = execute(ctx, conn, &commands[i], None).await;
             let protocol = conn.borrow().protocol;
-            encode(out, &frame, protocol);
+            encode_output(out, &frame, protocol);
             i += 1;
             continue;
         }
         let frames = run_segment(ctx, db, &segment, &commands[i..i + segment.len()]).await;
         for frame in &frames {
-            encode(out, frame, protocol);
+            encode_output(out, frame, protocol);
         }
         conn.borrow_mut().last_command = segment.last().expect("non-empty").1.name;
         i += segment.len();

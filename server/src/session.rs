@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use wetask_protocol::{encode, encode_error, CommandDecoder, Limits, ProtocolError};
+use wetask_protocol::{encode_error, encode_output, CommandDecoder, Limits, Output, ProtocolError};
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;
@@ -67,7 +67,7 @@ impl Session {
         self.input.len() > QUERY_BUFFER_BYTES_MAX
     }
 
-    fn protocol_error(&mut self, err: &ProtocolError, out: &mut Vec<u8>) -> Pump {
+    fn protocol_error(&mut self, err: &ProtocolError, out: &mut Output) -> Pump {
         tracing::debug!(client = self.state.borrow().id, "protocol error: {err}");
         encode_error(out, err.reply_text().as_bytes());
         self.state.borrow_mut().close_requested = true;
@@ -104,7 +104,7 @@ impl Session {
     }
 
     /// Runs every buffered command that can run inline; see the module docs.
-    pub fn pump(&mut self, ctx: &Rc<ShardCtx>, out: &mut Vec<u8>) -> Pump {
+    pub fn pump(&mut self, ctx: &Rc<ShardCtx>, out: &mut Output) -> Pump {
         if let Some(err) = self.held_error.take() {
             return self.protocol_error(&err, out);
         }
@@ -125,7 +125,7 @@ impl Session {
                     Some(frame) => {
                         let state = self.state.borrow();
                         if !state.skip_reply {
-                            encode(out, &frame, state.protocol);
+                            encode_output(out, &frame, state.protocol);
                         }
                     }
                     None => {
@@ -170,8 +170,8 @@ pub async fn run_batch(
     ctx: Rc<ShardCtx>,
     state: Rc<RefCell<ConnState>>,
     batch: Vec<Vec<Bytes>>,
-) -> Vec<u8> {
-    let mut out = Vec::new();
+) -> Output {
+    let mut out = Output::default();
     dispatch::run_batch(&ctx, &state, batch, &mut out).await;
     out
 }

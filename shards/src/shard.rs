@@ -2,7 +2,7 @@
 //! Everything here is synchronous and owned by one core; the server decides what runs where.
 
 use bytes::Bytes;
-use wetask_protocol::Frame;
+use wetask_protocol::{Frame, Output};
 
 use crate::errors::{unknown_command, wrong_arity};
 use crate::keyspace::{Db, Entry, ScanFilter};
@@ -21,7 +21,7 @@ pub struct Ctx<'a> {
     /// The connection's output buffer when the reply goes straight to a local client: a
     /// handler may encode a bulk reply into it from the stored bytes (no reference-count
     /// traffic on the value) and return `Frame::Written`. `None` for replies that travel.
-    pub out: Option<&'a mut Vec<u8>>,
+    pub out: Option<&'a mut Output>,
 }
 
 impl Ctx<'_> {
@@ -72,7 +72,7 @@ impl Shard {
         db: usize,
         spec: &CommandSpec,
         args: &[Bytes],
-        out: &mut Vec<u8>,
+        out: &mut Output,
     ) -> Frame {
         self.run(db, spec, args, Some(out))
     }
@@ -82,7 +82,7 @@ impl Shard {
         db: usize,
         spec: &CommandSpec,
         args: &[Bytes],
-        out: Option<&mut Vec<u8>>,
+        out: Option<&mut Output>,
     ) -> Frame {
         debug_assert!(spec.arity_ok(args.len()));
         let handler = spec.handler.expect("server commands never reach a shard");

@@ -7,7 +7,8 @@ use wetask_protocol::Frame;
 
 use crate::args::{float_arg, format_f64, int_arg, is, parse_f64, parse_i64};
 use crate::errors::*;
-use crate::keyspace::NO_EXPIRY;
+use crate::keyspace::{Value, NO_EXPIRY};
+use crate::node::ValueRef;
 use crate::shard::Ctx;
 
 /// Largest string a command may build (Redis's `proto-max-bulk-len` default).
@@ -42,10 +43,18 @@ pub fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         return Frame::static_error(WRONGTYPE);
     };
     match ctx.out.as_deref_mut() {
-        Some(out) => {
-            wetask_protocol::encode_bulk(out, value);
-            Frame::Written
-        }
+        // A long string is stored as shared `Bytes`: the reply references it (a vectored
+        // send, no copy); a short one is copied from the node.
+        Some(out) => match entry.value() {
+            ValueRef::Typed(Value::Str(shared)) => {
+                wetask_protocol::encode_bulk_shared(out, shared);
+                Frame::Written
+            }
+            _ => {
+                wetask_protocol::encode_bulk(out, value);
+                Frame::Written
+            }
+        },
         None => Frame::Bulk(entry.str_shared().expect("a string")),
     }
 }

@@ -7,6 +7,7 @@ use std::rc::Rc;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
+use wetask_protocol::Output;
 
 use crate::context::ShardCtx;
 use crate::session::{self, Pump, Session, OUTPUT_BUFFER_BYTES_MAX};
@@ -46,6 +47,19 @@ pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
     }
 }
 
+/// Writes queued replies, referenced payloads included, in order.
+async fn write_output(stream: &mut TcpStream, out: &Output) -> std::io::Result<()> {
+    let mut pieces: Vec<&[u8]> = Vec::new();
+    out.for_each_slice(0, |piece| {
+        pieces.push(piece);
+        true
+    });
+    for piece in pieces {
+        stream.write_all(piece).await?;
+    }
+    Ok(())
+}
+
 async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
@@ -53,7 +67,7 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
     let id = state.borrow().id;
     let mut session = Session::new(state.clone(), ctx.globals.config.proto_max_bulk_len);
     let mut buf = vec![0u8; READ_BYTES];
-    let mut out = Vec::new();
+    let mut out = Output::default();
     'conn: loop {
         let n = match stream.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -68,12 +82,12 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
             match session.pump(&ctx, &mut out) {
                 Pump::Idle => break,
                 Pump::Close => {
-                    let _ = stream.write_all(&out).await;
+                    let _ = write_output(&mut stream, &out).await;
                     break 'conn;
                 }
                 Pump::Batch(batch) => {
                     let more = session::run_batch(ctx.clone(), state.clone(), batch).await;
-                    out.extend_from_slice(&more);
+                    out.append(more);
                 }
             }
             if out.len() > OUTPUT_BUFFER_BYTES_MAX {
@@ -81,7 +95,7 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
             }
         }
         if !out.is_empty() {
-            if stream.write_all(&out).await.is_err() {
+            if write_output(&mut stream, &out).await.is_err() {
                 break;
             }
             out.clear();

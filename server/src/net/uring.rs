@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 use glommio::io::BufferedFile;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
+use wetask_protocol::Output;
+
 use crate::context::ShardCtx;
 use crate::net::bufring::BufRing;
 use crate::net::set_nodelay;
@@ -106,9 +108,12 @@ struct Conn {
     generation: u32,
     session: Session,
     /// Replies being collected.
-    out: Vec<u8>,
+    out: Output,
     /// Replies handed to the kernel; never touched while `send_in_flight`.
-    sending: Vec<u8>,
+    sending: Output,
+    /// The iovecs and message header of a vectored send of `sending` (used when it references
+    /// large payloads); boxed so their addresses stay put while the kernel holds them.
+    vectored: Box<Vectored>,
     sent: usize,
     send_in_flight: bool,
     recv_armed: bool,
@@ -116,6 +121,25 @@ struct Conn {
     busy: bool,
     /// The socket was shut down; the slot frees once no operation is in flight.
     closing: bool,
+}
+
+/// Most iovecs handed to one send; a longer output goes out over several sends.
+const SEND_IOVECS_MAX: usize = 64;
+
+/// A vectored send's iovecs and header, owned by the connection.
+struct Vectored {
+    iovecs: Vec<libc::iovec>,
+    header: libc::msghdr,
+}
+
+impl Default for Vectored {
+    fn default() -> Self {
+        Vectored {
+            iovecs: Vec::with_capacity(SEND_IOVECS_MAX),
+            // SAFETY: an all-zero msghdr is a valid empty header.
+            header: unsafe { std::mem::zeroed() },
+        }
+    }
 }
 
 /// A waker slot other tasks use to rouse the parked driver.
@@ -146,7 +170,7 @@ pub struct Net {
     eventfd_file: Rc<BufferedFile>,
     event_read: RefCell<Option<EventRead>>,
     /// Replies of cross-shard batches that finished, for the driver to hand out.
-    finished: RefCell<Vec<(u32, u32, Vec<u8>)>>,
+    finished: RefCell<Vec<(u32, u32, Output)>>,
 }
 
 struct Inner {
@@ -236,12 +260,29 @@ impl Net {
     }
 
     fn submit_send(&self, index: u32, conn: &mut Conn) {
-        let rest = &conn.sending[conn.sent..];
-        let entry = opcode::Send::new(types::Fd(conn.fd), rest.as_ptr(), rest.len() as u32)
-            .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data(user_data(OP_SEND, index, conn.generation));
-        self.push(entry);
+        let entry = if conn.sending.has_spliced() {
+            // Large payloads are referenced, not copied: send everything as one iovec list.
+            let vectored = &mut *conn.vectored;
+            vectored.iovecs.clear();
+            conn.sending.for_each_slice(conn.sent, |piece| {
+                vectored.iovecs.push(libc::iovec {
+                    iov_base: piece.as_ptr() as *mut libc::c_void,
+                    iov_len: piece.len(),
+                });
+                vectored.iovecs.len() < SEND_IOVECS_MAX
+            });
+            vectored.header.msg_iov = vectored.iovecs.as_mut_ptr();
+            vectored.header.msg_iovlen = vectored.iovecs.len();
+            opcode::SendMsg::new(types::Fd(conn.fd), &vectored.header)
+                .flags(libc::MSG_NOSIGNAL as u32)
+                .build()
+        } else {
+            let rest = &conn.sending[conn.sent..];
+            opcode::Send::new(types::Fd(conn.fd), rest.as_ptr(), rest.len() as u32)
+                .flags(libc::MSG_NOSIGNAL)
+                .build()
+        };
+        self.push(entry.user_data(user_data(OP_SEND, index, conn.generation)));
         conn.send_in_flight = true;
     }
 
@@ -350,8 +391,9 @@ impl Net {
             fd,
             generation,
             session: Session::new(state, ctx.globals.config.proto_max_bulk_len),
-            out: Vec::new(),
-            sending: Vec::new(),
+            out: Output::default(),
+            sending: Output::default(),
+            vectored: Box::default(),
             sent: 0,
             send_in_flight: false,
             recv_armed: false,
@@ -438,7 +480,7 @@ impl Net {
             } else {
                 conn.sending.clear();
                 if conn.sending.capacity() > KEEP_BUFFER_BYTES_MAX {
-                    conn.sending = Vec::new();
+                    conn.sending = Output::default();
                 }
                 self.flush(index, conn);
                 self.close_if_done(conn);
@@ -481,7 +523,7 @@ impl Net {
 
     /// Queues a finished batch's replies for the driver. Never touches `inner` itself: the
     /// task may run while the driver holds it (glommio can run a woken task right away).
-    fn finish_batch(&self, index: u32, generation: u32, out: Vec<u8>) {
+    fn finish_batch(&self, index: u32, generation: u32, out: Output) {
         self.finished.borrow_mut().push((index, generation, out));
         self.notify.notify();
     }
@@ -497,7 +539,7 @@ impl Net {
                 continue;
             };
             conn.busy = false;
-            conn.out.extend_from_slice(&out);
+            conn.out.append(out);
             self.pump(index, conn);
             self.maybe_free(inner, index, generation);
         }
