@@ -15,6 +15,7 @@ pub mod shard;
 pub mod slot;
 pub mod strings;
 pub mod table;
+pub mod tasks;
 
 pub use keyspace::{Entry, ScanFilter, Value};
 pub use shard::{Shard, DATABASES};

@@ -41,9 +41,58 @@ pub fn shard_of(key: &[u8], shard_count: usize) -> usize {
     usize::from(key_slot(key)) % shard_count
 }
 
+/// A short string whose slot is `slot`: `{tag}` in a name routes it to that slot. Task ids
+/// carry their queue's tag, so an id finds its queue's shard with no lookup, and
+/// cluster-aware clients route it too.
+pub fn slot_tag(slot: u16) -> &'static [u8] {
+    static TAGS: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        let mut tags: Vec<Vec<u8>> = vec![Vec::new(); usize::from(SLOT_COUNT)];
+        let mut missing = usize::from(SLOT_COUNT);
+        let mut candidate = vec![0usize];
+        while missing > 0 {
+            let tag: Vec<u8> = candidate.iter().map(|&i| ALPHABET[i]).collect();
+            let slot = usize::from(crc16(&tag) % SLOT_COUNT);
+            if tags[slot].is_empty() {
+                tags[slot] = tag;
+                missing -= 1;
+            }
+            // Next candidate: count in base 62, growing a digit on overflow.
+            let mut digit = 0;
+            loop {
+                if digit == candidate.len() {
+                    candidate.push(0);
+                    break;
+                }
+                candidate[digit] += 1;
+                if candidate[digit] < ALPHABET.len() {
+                    break;
+                }
+                candidate[digit] = 0;
+                digit += 1;
+            }
+        }
+        tags
+    });
+    &tags[usize::from(slot % SLOT_COUNT)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_slot_has_a_short_tag_that_routes_to_it() {
+        let mut longest = 0;
+        for slot in 0..SLOT_COUNT {
+            let tag = slot_tag(slot);
+            longest = longest.max(tag.len());
+            let name = [b"{".as_slice(), tag, b"}suffix"].concat();
+            assert_eq!(key_slot(&name), slot);
+        }
+        assert!(longest <= 4, "tags stay short: {longest}");
+    }
 
     #[test]
     fn matches_redis_cluster_slots() {

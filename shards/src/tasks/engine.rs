@@ -1,0 +1,847 @@
+//! `Engine`: one shard's tasks. Queues of ready tasks ordered by (priority, order), the
+//! scheduled set (delays and retry backoffs), leases by expiry and by owner, the dead set, and
+//! finished tasks kept for a bounded time. Pure and synchronous: the caller passes the time
+//! and the client id; `advance` applies everything that time implies (due tasks, expired
+//! leases, deadlines, retention) and every command calls it first.
+//!
+//! Invariants (checked by `check_invariants` in tests after every step of a model proptest):
+//! a task is in exactly one of a queue's ready set, the scheduled set, the lease set, or a
+//! terminal state; a leased task is in its owner's lease index; every task reaches one
+//! terminal state once and is counted there once.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+
+use bytes::Bytes;
+
+use super::model::*;
+use crate::slot::{key_slot, slot_tag};
+
+/// Why a task command was refused; `text` is the error reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskError {
+    NoSuchTask,
+    /// ACK, FAIL or EXTEND from a client that does not hold the lease (it expired, was
+    /// requeued, or went to another worker).
+    NotLeased,
+    Finished,
+    IdExists,
+    /// REQUEUE of a task that is not dead.
+    NotDead,
+    QueueFull,
+    TooLarge(&'static str),
+}
+
+impl TaskError {
+    pub fn text(&self) -> String {
+        match self {
+            TaskError::NoSuchTask => "ERR no such task".into(),
+            TaskError::NotLeased => {
+                "ERR task is not leased to this client (the lease expired or moved)".into()
+            }
+            TaskError::Finished => "ERR task already finished".into(),
+            TaskError::IdExists => "ERR task id already exists".into(),
+            TaskError::NotDead => "ERR only a dead task can be requeued".into(),
+            TaskError::QueueFull => {
+                format!("ERR queue is full ({QUEUE_TASKS_MAX} tasks waiting)")
+            }
+            TaskError::TooLarge(what) => format!("ERR {what} too large"),
+        }
+    }
+}
+
+/// A task handed to a worker by `fetch`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leased {
+    pub id: Bytes,
+    pub queue: Bytes,
+    pub payload: Bytes,
+    pub attempt: u32,
+    pub origin: Option<Origin>,
+}
+
+/// A fallback task to submit (possibly on another shard) after a task died.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fallback {
+    pub queue: Bytes,
+    pub payload: Bytes,
+    pub origin: Origin,
+}
+
+/// FAIL's retry choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// Retry with the task's backoff while attempts remain.
+    Backoff,
+    /// Retry after this many ms while attempts remain.
+    In(u64),
+    /// Dead now.
+    Never,
+}
+
+/// What became of a failed task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailOutcome {
+    RetryAt(u64),
+    Dead,
+}
+
+/// Engine-wide counters (INFO tasks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub submitted: u64,
+    pub acked: u64,
+    pub failed: u64,
+    pub retried: u64,
+    pub dead: u64,
+    pub cancelled: u64,
+    pub fallbacks: u64,
+    pub leases_lost: u64,
+}
+
+/// A queue's numbers (TASK.STATS, INFO tasks).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    pub queued: usize,
+    pub scheduled: usize,
+    pub leased: usize,
+    pub dead: usize,
+    pub oldest_age_ms: u64,
+    pub submitted: u64,
+    pub acked: u64,
+    pub failed: u64,
+    pub paused: bool,
+    pub concurrency: Option<u32>,
+    pub rate: Option<(u32, u64)>,
+}
+
+#[derive(Default, Debug)]
+struct Queue {
+    ready: BTreeMap<(Reverse<i64>, i64), Bytes>,
+    /// (submitted_ms, order) of ready tasks, for the age of the oldest.
+    ready_by_age: BTreeSet<(u64, i64)>,
+    scheduled: usize,
+    leased: usize,
+    dead: VecDeque<Bytes>,
+    paused: bool,
+    concurrency: Option<u32>,
+    /// (at most n, per window ms), counted in fixed windows.
+    rate: Option<(u32, u64)>,
+    window_start_ms: u64,
+    window_used: u32,
+    submitted: u64,
+    acked: u64,
+    failed: u64,
+}
+
+impl Queue {
+    fn waiting(&self) -> usize {
+        self.ready.len() + self.scheduled
+    }
+
+    /// Whether one more lease is allowed now (concurrency and rate limits).
+    fn may_lease(&mut self, now_ms: u64) -> bool {
+        if self.paused || self.ready.is_empty() {
+            return false;
+        }
+        if matches!(self.concurrency, Some(max) if self.leased >= max as usize) {
+            return false;
+        }
+        if let Some((max, per_ms)) = self.rate {
+            if now_ms >= self.window_start_ms.saturating_add(per_ms) {
+                self.window_start_ms = now_ms;
+                self.window_used = 0;
+            }
+            if self.window_used >= max {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[derive(Default, Debug)]
+pub struct Engine {
+    tasks: HashMap<Bytes, Task>,
+    queues: HashMap<Bytes, Queue>,
+    scheduled: BTreeSet<(u64, Bytes)>,
+    leases: BTreeSet<(u64, Bytes)>,
+    by_owner: HashMap<u64, HashSet<Bytes>>,
+    deadlines: BTreeSet<(u64, Bytes)>,
+    /// Finished tasks by the time they are forgotten.
+    retained: BTreeSet<(u64, Bytes)>,
+    /// (queue, unique key) -> (id, window end).
+    unique: HashMap<(Bytes, Bytes), (Bytes, u64)>,
+    fallbacks: Vec<Fallback>,
+    next_order: i64,
+    next_head: i64,
+    next_id: u64,
+    retention_ms: u64,
+    totals: Totals,
+}
+
+fn too_long(name: &[u8]) -> bool {
+    name.len() > NAME_BYTES_MAX
+}
+
+impl Engine {
+    pub fn new(retention_ms: u64) -> Self {
+        Engine {
+            retention_ms,
+            next_head: -1,
+            ..Engine::default()
+        }
+    }
+
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    pub fn get(&self, id: &[u8]) -> Option<&Task> {
+        self.tasks.get(id)
+    }
+
+    /// Tasks known, live or retained.
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// Fallback tasks created since the last call, for the caller to submit where their
+    /// queues live.
+    pub fn take_fallbacks(&mut self) -> Vec<Fallback> {
+        std::mem::take(&mut self.fallbacks)
+    }
+
+    /// The id a new task in `queue` gets: the queue's slot tag, so the id routes to the
+    /// queue's shard, then a sequence number.
+    fn new_id(&mut self, queue: &[u8]) -> Bytes {
+        self.next_id += 1;
+        let tag = slot_tag(key_slot(queue));
+        let mut id = Vec::with_capacity(tag.len() + 16);
+        id.push(b'{');
+        id.extend_from_slice(tag);
+        id.push(b'}');
+        id.extend_from_slice(format!("{:x}", self.next_id).as_bytes());
+        Bytes::from(id)
+    }
+
+    /// A caller's ID, given the queue's tag unless it already routes to the queue's slot.
+    fn custom_id(queue: &[u8], id: &Bytes) -> Bytes {
+        let slot = key_slot(queue);
+        if key_slot(id) == slot {
+            return id.clone();
+        }
+        let tag = slot_tag(slot);
+        Bytes::from([b"{".as_slice(), tag, b"}", id].concat())
+    }
+
+    pub fn submit(
+        &mut self,
+        queue: &[u8],
+        payload: Bytes,
+        options: SubmitOptions,
+        now_ms: u64,
+    ) -> Result<(Bytes, bool), TaskError> {
+        self.submit_with_origin(queue, payload, options, None, now_ms)
+    }
+
+    /// Submits a fallback task taken from `take_fallbacks`.
+    pub fn submit_fallback(&mut self, fallback: Fallback, now_ms: u64) -> Result<Bytes, TaskError> {
+        let (id, _) = self.submit_with_origin(
+            &fallback.queue,
+            fallback.payload,
+            SubmitOptions::default(),
+            Some(fallback.origin),
+            now_ms,
+        )?;
+        self.totals.fallbacks += 1;
+        Ok(id)
+    }
+
+    fn submit_with_origin(
+        &mut self,
+        queue: &[u8],
+        payload: Bytes,
+        options: SubmitOptions,
+        origin: Option<Origin>,
+        now_ms: u64,
+    ) -> Result<(Bytes, bool), TaskError> {
+        self.advance(now_ms);
+        if too_long(queue) {
+            return Err(TaskError::TooLarge("queue name"));
+        }
+        if payload.len() > PAYLOAD_BYTES_MAX {
+            return Err(TaskError::TooLarge("payload"));
+        }
+        let queue = Bytes::copy_from_slice(queue);
+        if let Some((key, _)) = &options.unique {
+            if too_long(key) {
+                return Err(TaskError::TooLarge("unique key"));
+            }
+            if let Some((id, until)) = self.unique.get(&(queue.clone(), key.clone())) {
+                let live = self.tasks.get(id).is_some_and(|t| !t.state.is_terminal());
+                if live || now_ms < *until {
+                    return Ok((id.clone(), false));
+                }
+            }
+        }
+        if self.queues.get(&queue).map_or(0, Queue::waiting) >= QUEUE_TASKS_MAX {
+            return Err(TaskError::QueueFull);
+        }
+        let id = match &options.id {
+            Some(id) if too_long(id) => return Err(TaskError::TooLarge("task id")),
+            Some(id) => {
+                let id = Engine::custom_id(&queue, id);
+                if self.tasks.contains_key(&id) {
+                    return Err(TaskError::IdExists);
+                }
+                id
+            }
+            None => self.new_id(&queue),
+        };
+        if let Some((key, window)) = &options.unique {
+            let until = now_ms.saturating_add(*window);
+            self.unique
+                .insert((queue.clone(), key.clone()), (id.clone(), until));
+        }
+        self.next_order += 1;
+        let mut task = Task {
+            id: id.clone(),
+            queue: queue.clone(),
+            payload,
+            state: State::Queued,
+            attempts: 0,
+            last_error: None,
+            result: None,
+            submitted_ms: now_ms,
+            finished_ms: None,
+            order: self.next_order,
+            options,
+            origin,
+        };
+        if let Some(deadline) = task.options.deadline_ms {
+            self.deadlines.insert((deadline, id.clone()));
+        }
+        let q = self.queues.entry(queue).or_default();
+        q.submitted += 1;
+        self.totals.submitted += 1;
+        match task.options.due_ms {
+            Some(due) if due > now_ms => {
+                task.state = State::Scheduled { due_ms: due };
+                q.scheduled += 1;
+                self.scheduled.insert((due, id.clone()));
+            }
+            _ => {
+                q.ready
+                    .insert((Reverse(task.options.priority), task.order), id.clone());
+                q.ready_by_age.insert((task.submitted_ms, task.order));
+            }
+        }
+        self.tasks.insert(id.clone(), task);
+        Ok((id, true))
+    }
+
+    /// Leases up to `count` tasks from `queues`, taking from the first queue before the next.
+    pub fn fetch(
+        &mut self,
+        queues: &[Bytes],
+        count: usize,
+        lease_ms: Option<u64>,
+        owner: u64,
+        now_ms: u64,
+    ) -> Vec<Leased> {
+        self.advance(now_ms);
+        let mut leased = Vec::new();
+        for name in queues {
+            while leased.len() < count {
+                let Some(q) = self.queues.get_mut(name) else {
+                    break;
+                };
+                if !q.may_lease(now_ms) {
+                    break;
+                }
+                let (_, id) = q.ready.pop_first().expect("may_lease saw a ready task");
+                q.leased += 1;
+                if q.rate.is_some() {
+                    q.window_used += 1;
+                }
+                let task = self.tasks.get_mut(&id).expect("a ready task exists");
+                q.ready_by_age.remove(&(task.submitted_ms, task.order));
+                let lease = lease_ms
+                    .or(task.options.lease_ms)
+                    .unwrap_or(LEASE_MS_DEFAULT)
+                    .min(LEASE_MS_MAX);
+                let until_ms = now_ms.saturating_add(lease);
+                task.state = State::Leased { owner, until_ms };
+                task.attempts += 1;
+                self.leases.insert((until_ms, id.clone()));
+                self.by_owner.entry(owner).or_default().insert(id.clone());
+                leased.push(Leased {
+                    id,
+                    queue: task.queue.clone(),
+                    payload: task.payload.clone(),
+                    attempt: task.attempts,
+                    origin: task.origin.clone(),
+                });
+            }
+        }
+        leased
+    }
+
+    /// Whether a fetch of `queues` would lease something now (for blocked fetches).
+    pub fn has_ready(&mut self, queues: &[Bytes], now_ms: u64) -> bool {
+        self.advance(now_ms);
+        queues.iter().any(|name| {
+            self.queues
+                .get_mut(name)
+                .is_some_and(|q| q.may_lease(now_ms))
+        })
+    }
+
+    /// Checks that `owner` holds the lease on `id`, and takes the lease away.
+    fn take_lease(&mut self, id: &[u8], owner: u64, now_ms: u64) -> Result<(), TaskError> {
+        self.advance(now_ms);
+        let task = self.tasks.get(id).ok_or(TaskError::NoSuchTask)?;
+        match task.state {
+            State::Leased {
+                owner: holder,
+                until_ms,
+            } if holder == owner => {
+                let (id, queue) = (task.id.clone(), task.queue.clone());
+                self.leases.remove(&(until_ms, id.clone()));
+                self.release_owner_index(owner, &id);
+                if let Some(q) = self.queues.get_mut(&queue) {
+                    q.leased -= 1;
+                }
+                Ok(())
+            }
+            ref state if state.is_terminal() => Err(TaskError::Finished),
+            _ => Err(TaskError::NotLeased),
+        }
+    }
+
+    fn release_owner_index(&mut self, owner: u64, id: &Bytes) {
+        if let Some(ids) = self.by_owner.get_mut(&owner) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_owner.remove(&owner);
+            }
+        }
+    }
+
+    pub fn ack(
+        &mut self,
+        id: &[u8],
+        owner: u64,
+        result: Option<Bytes>,
+        now_ms: u64,
+    ) -> Result<(), TaskError> {
+        if result.as_ref().is_some_and(|r| r.len() > PAYLOAD_BYTES_MAX) {
+            return Err(TaskError::TooLarge("result"));
+        }
+        self.take_lease(id, owner, now_ms)?;
+        let task = self.tasks.get_mut(id).expect("checked");
+        task.result = result;
+        if let Some(q) = self.queues.get_mut(&task.queue) {
+            q.acked += 1;
+        }
+        self.totals.acked += 1;
+        self.finish(id, State::Done, now_ms);
+        Ok(())
+    }
+
+    pub fn fail(
+        &mut self,
+        id: &[u8],
+        owner: u64,
+        error: Option<Bytes>,
+        retry: Retry,
+        now_ms: u64,
+    ) -> Result<FailOutcome, TaskError> {
+        if error.as_ref().is_some_and(|e| e.len() > PAYLOAD_BYTES_MAX) {
+            return Err(TaskError::TooLarge("error"));
+        }
+        self.take_lease(id, owner, now_ms)?;
+        let task = self.tasks.get_mut(id).expect("checked");
+        task.last_error = error;
+        if let Some(q) = self.queues.get_mut(&task.queue) {
+            q.failed += 1;
+        }
+        self.totals.failed += 1;
+        let attempts_left = task.attempts <= task.options.retries;
+        let delay = match retry {
+            Retry::Never => None,
+            _ if !attempts_left => None,
+            Retry::In(ms) => Some(ms),
+            Retry::Backoff => Some(backoff_ms(
+                task.options.backoff_base_ms,
+                task.options.backoff_cap_ms,
+                task.attempts,
+                fastrand::f64(),
+            )),
+        };
+        match delay {
+            Some(ms) => {
+                let due = now_ms.saturating_add(ms);
+                self.totals.retried += 1;
+                self.schedule(id, due);
+                Ok(FailOutcome::RetryAt(due))
+            }
+            None => {
+                self.die(id, now_ms);
+                Ok(FailOutcome::Dead)
+            }
+        }
+    }
+
+    /// Extends `owner`'s lease on `id` to `ms` from now; returns the new expiry.
+    pub fn extend(
+        &mut self,
+        id: &[u8],
+        owner: u64,
+        ms: u64,
+        now_ms: u64,
+    ) -> Result<u64, TaskError> {
+        self.take_lease(id, owner, now_ms)?;
+        let until_ms = now_ms.saturating_add(ms.min(LEASE_MS_MAX));
+        let task = self.tasks.get_mut(id).expect("checked");
+        task.state = State::Leased { owner, until_ms };
+        let id = task.id.clone();
+        if let Some(q) = self.queues.get_mut(&task.queue) {
+            q.leased += 1;
+        }
+        self.leases.insert((until_ms, id.clone()));
+        self.by_owner.entry(owner).or_default().insert(id);
+        Ok(until_ms)
+    }
+
+    /// Cancels a task that has not finished, wherever it is (a leased task's worker then
+    /// gets an error on ACK).
+    pub fn cancel(&mut self, id: &[u8], now_ms: u64) -> Result<(), TaskError> {
+        self.advance(now_ms);
+        let task = self.tasks.get(id).ok_or(TaskError::NoSuchTask)?;
+        if task.state.is_terminal() {
+            return Err(TaskError::Finished);
+        }
+        self.unplace(id);
+        self.totals.cancelled += 1;
+        self.finish(id, State::Cancelled, now_ms);
+        Ok(())
+    }
+
+    /// Requeues, at the head of their queues, every task leased by `owner` (its connection
+    /// closed). A task whose attempts are spent dies instead. Returns how many were leased.
+    pub fn release_owner(&mut self, owner: u64, now_ms: u64) -> usize {
+        let Some(ids) = self.by_owner.remove(&owner) else {
+            return 0;
+        };
+        let count = ids.len();
+        for id in ids {
+            if let Some(task) = self.tasks.get(&id) {
+                if let State::Leased { until_ms, .. } = task.state {
+                    self.leases.remove(&(until_ms, id.clone()));
+                    if let Some(q) = self.queues.get_mut(&task.queue) {
+                        q.leased -= 1;
+                    }
+                    self.lose_lease(&id, now_ms);
+                }
+            }
+        }
+        count
+    }
+
+    /// A lease ended without ACK or FAIL (expiry or disconnect): that counts as an attempt.
+    /// The task goes back to the head of its queue, or dies when its attempts are spent.
+    fn lose_lease(&mut self, id: &Bytes, now_ms: u64) {
+        self.totals.leases_lost += 1;
+        let task = self.tasks.get_mut(id).expect("a leased task exists");
+        if task.last_error.is_none() {
+            task.last_error = Some(Bytes::from_static(b"lease lost"));
+        }
+        if task.attempts > task.options.retries {
+            self.die(id, now_ms);
+            return;
+        }
+        task.order = self.next_head;
+        self.next_head -= 1;
+        task.state = State::Queued;
+        let q = self.queues.entry(task.queue.clone()).or_default();
+        q.ready
+            .insert((Reverse(task.options.priority), task.order), id.clone());
+        q.ready_by_age.insert((task.submitted_ms, task.order));
+    }
+
+    /// Takes a non-terminal task out of whichever set holds it (not the lease index's owner
+    /// side, which `release_owner_index` handles).
+    fn unplace(&mut self, id: &[u8]) {
+        let task = self.tasks.get(id).expect("present");
+        let id = task.id.clone();
+        let q = self.queues.entry(task.queue.clone()).or_default();
+        match task.state {
+            State::Queued => {
+                q.ready
+                    .remove(&(Reverse(task.options.priority), task.order));
+                q.ready_by_age.remove(&(task.submitted_ms, task.order));
+            }
+            State::Scheduled { due_ms } => {
+                q.scheduled -= 1;
+                self.scheduled.remove(&(due_ms, id));
+            }
+            State::Leased { owner, until_ms } => {
+                q.leased -= 1;
+                self.leases.remove(&(until_ms, id.clone()));
+                self.release_owner_index(owner, &id);
+            }
+            _ => {}
+        }
+    }
+
+    fn schedule(&mut self, id: &[u8], due_ms: u64) {
+        let task = self.tasks.get_mut(id).expect("present");
+        task.state = State::Scheduled { due_ms };
+        self.queues.entry(task.queue.clone()).or_default().scheduled += 1;
+        self.scheduled.insert((due_ms, task.id.clone()));
+    }
+
+    /// Moves a task to the dead set and queues its fallback, if it has one.
+    fn die(&mut self, id: &[u8], now_ms: u64) {
+        self.totals.dead += 1;
+        let task = self.tasks.get(id).expect("present");
+        let q = self.queues.entry(task.queue.clone()).or_default();
+        q.dead.push_back(task.id.clone());
+        if q.dead.len() > DEAD_PER_QUEUE_MAX {
+            q.dead.pop_front();
+        }
+        if let Some(queue) = task.options.fallback.clone() {
+            self.fallbacks.push(Fallback {
+                queue,
+                payload: task.payload.clone(),
+                origin: Origin {
+                    id: task.id.clone(),
+                    queue: task.queue.clone(),
+                    error: task.last_error.clone(),
+                    attempts: task.attempts,
+                },
+            });
+        }
+        self.finish(id, State::Dead, now_ms);
+    }
+
+    /// Enters a terminal state and schedules the task to be forgotten.
+    fn finish(&mut self, id: &[u8], state: State, now_ms: u64) {
+        let task = self.tasks.get_mut(id).expect("present");
+        task.state = state;
+        task.finished_ms = Some(now_ms);
+        if let Some(deadline) = task.options.deadline_ms {
+            self.deadlines.remove(&(deadline, task.id.clone()));
+        }
+        let window_end = task
+            .options
+            .unique
+            .as_ref()
+            .map_or(0, |(_, window)| task.submitted_ms.saturating_add(*window));
+        let forget_at = now_ms.saturating_add(self.retention_ms).max(window_end);
+        self.retained.insert((forget_at, task.id.clone()));
+    }
+
+    /// Applies the passage of time up to `now_ms`.
+    pub fn advance(&mut self, now_ms: u64) {
+        while let Some((due, _)) = self.scheduled.first() {
+            if *due > now_ms {
+                break;
+            }
+            let (_, id) = self.scheduled.pop_first().expect("non-empty");
+            let task = self.tasks.get_mut(&id).expect("a scheduled task exists");
+            task.state = State::Queued;
+            let q = self.queues.entry(task.queue.clone()).or_default();
+            q.scheduled -= 1;
+            q.ready
+                .insert((Reverse(task.options.priority), task.order), id);
+            q.ready_by_age.insert((task.submitted_ms, task.order));
+        }
+        while let Some((until, _)) = self.leases.first() {
+            if *until > now_ms {
+                break;
+            }
+            let (_, id) = self.leases.pop_first().expect("non-empty");
+            let task = self.tasks.get(&id).expect("a leased task exists");
+            if let State::Leased { owner, .. } = task.state {
+                if let Some(q) = self.queues.get_mut(&task.queue) {
+                    q.leased -= 1;
+                }
+                self.release_owner_index(owner, &id);
+                self.lose_lease(&id, now_ms);
+            }
+        }
+        while let Some((deadline, _)) = self.deadlines.first() {
+            if *deadline > now_ms {
+                break;
+            }
+            let (_, id) = self.deadlines.pop_first().expect("non-empty");
+            self.unplace(&id);
+            if let Some(task) = self.tasks.get_mut(&id) {
+                task.last_error = Some(Bytes::from_static(b"TTL expired"));
+            }
+            self.die(&id, now_ms);
+        }
+        while let Some((at, _)) = self.retained.first() {
+            if *at > now_ms {
+                break;
+            }
+            let (_, id) = self.retained.pop_first().expect("non-empty");
+            if let Some(task) = self.tasks.remove(&id) {
+                if let Some((key, _)) = &task.options.unique {
+                    let slot = (task.queue.clone(), key.clone());
+                    if self
+                        .unique
+                        .get(&slot)
+                        .is_some_and(|(owner, _)| *owner == id)
+                    {
+                        self.unique.remove(&slot);
+                    }
+                }
+                if let Some(q) = self.queues.get_mut(&task.queue) {
+                    if task.state == State::Dead {
+                        q.dead.retain(|dead| *dead != id);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn queue_stats(&self, queue: &[u8], now_ms: u64) -> Option<QueueStats> {
+        let q = self.queues.get(queue)?;
+        let oldest_age_ms = q
+            .ready_by_age
+            .first()
+            .map_or(0, |(at, _)| now_ms.saturating_sub(*at));
+        Some(QueueStats {
+            queued: q.ready.len(),
+            scheduled: q.scheduled,
+            leased: q.leased,
+            dead: q.dead.len(),
+            oldest_age_ms,
+            submitted: q.submitted,
+            acked: q.acked,
+            failed: q.failed,
+            paused: q.paused,
+            concurrency: q.concurrency,
+            rate: q.rate,
+        })
+    }
+
+    /// Every queue this shard has seen, sorted.
+    pub fn queue_names(&self) -> Vec<Bytes> {
+        let mut names: Vec<Bytes> = self.queues.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The dead tasks of `queue`, oldest first.
+    pub fn dead(&self, queue: &[u8]) -> Vec<Bytes> {
+        self.queues
+            .get(queue)
+            .map_or_else(Vec::new, |q| q.dead.iter().cloned().collect())
+    }
+
+    /// Puts a dead task back in its queue with fresh attempts.
+    pub fn requeue(&mut self, id: &[u8], now_ms: u64) -> Result<(), TaskError> {
+        self.advance(now_ms);
+        let task = self.tasks.get(id).ok_or(TaskError::NoSuchTask)?;
+        if task.state != State::Dead {
+            return Err(TaskError::NotDead);
+        }
+        let id = task.id.clone();
+        self.retained.retain(|(_, retained)| *retained != id);
+        let task = self.tasks.get_mut(&id).expect("present");
+        task.state = State::Queued;
+        task.attempts = 0;
+        task.finished_ms = None;
+        self.next_order += 1;
+        task.order = self.next_order;
+        let q = self.queues.entry(task.queue.clone()).or_default();
+        q.dead.retain(|dead| *dead != id);
+        q.ready
+            .insert((Reverse(task.options.priority), task.order), id);
+        q.ready_by_age.insert((task.submitted_ms, task.order));
+        Ok(())
+    }
+
+    /// Requeues every dead task of `queue`; returns how many.
+    pub fn requeue_queue(&mut self, queue: &[u8], now_ms: u64) -> usize {
+        self.dead(queue)
+            .iter()
+            .filter(|id| self.requeue(id, now_ms).is_ok())
+            .count()
+    }
+
+    pub fn set_paused(&mut self, queue: &[u8], paused: bool) {
+        self.queues
+            .entry(Bytes::copy_from_slice(queue))
+            .or_default()
+            .paused = paused;
+    }
+
+    /// Sets (or with `None`, clears) a queue's concurrency and rate limits.
+    pub fn set_limits(&mut self, queue: &[u8], concurrency: Option<u32>, rate: Option<(u32, u64)>) {
+        let q = self
+            .queues
+            .entry(Bytes::copy_from_slice(queue))
+            .or_default();
+        q.concurrency = concurrency;
+        if q.rate != rate {
+            q.rate = rate;
+            q.window_used = 0;
+            q.window_start_ms = 0;
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) {
+        let mut ready = 0;
+        for (name, q) in &self.queues {
+            assert_eq!(q.ready.len(), q.ready_by_age.len(), "queue {name:?}");
+            ready += q.ready.len();
+            for id in q.ready.values() {
+                assert_eq!(self.tasks[id].state, State::Queued);
+            }
+            let leased = self
+                .tasks
+                .values()
+                .filter(|t| t.queue == *name && matches!(t.state, State::Leased { .. }))
+                .count();
+            assert_eq!(q.leased, leased, "queue {name:?} leased count");
+        }
+        let queued = self
+            .tasks
+            .values()
+            .filter(|t| t.state == State::Queued)
+            .count();
+        assert_eq!(ready, queued);
+        let scheduled = self
+            .tasks
+            .values()
+            .filter(|t| matches!(t.state, State::Scheduled { .. }))
+            .count();
+        assert_eq!(self.scheduled.len(), scheduled);
+        let leased: Vec<_> = self
+            .tasks
+            .values()
+            .filter_map(|t| match t.state {
+                State::Leased { owner, until_ms } => Some((owner, until_ms, t.id.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(self.leases.len(), leased.len());
+        for (owner, until, id) in leased {
+            assert!(self.leases.contains(&(until, id.clone())));
+            assert!(self.by_owner[&owner].contains(&id));
+        }
+        let indexed: usize = self.by_owner.values().map(HashSet::len).sum();
+        assert_eq!(indexed, self.leases.len());
+    }
+}

@@ -1,0 +1,13 @@
+//! The task engine (`TASK.*`): a task is submitted, leased to one worker, acknowledged or
+//! failed and retried with backoff, and in the end done, dead (with an optional fallback
+//! task) or cancelled. `model` says what a task is, with the documented defaults and limits;
+//! `engine` is one shard's state machine. Pure and synchronous, like the rest of this crate:
+//! the server routes commands here and supplies the time and the client id.
+
+pub mod engine;
+pub mod model;
+#[cfg(test)]
+mod tests;
+
+pub use engine::{Engine, FailOutcome, Fallback, Leased, QueueStats, Retry, TaskError, Totals};
+pub use model::{Origin, State, SubmitOptions, Task};

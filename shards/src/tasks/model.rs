@@ -1,0 +1,160 @@
+//! What a task is: its state, the options it was submitted with, and the documented defaults
+//! and limits (docs/TASKS.md repeats them; a test keeps the two in step later).
+
+use bytes::Bytes;
+
+/// Lease given by a fetch that names none.
+pub const LEASE_MS_DEFAULT: u64 = 30_000;
+/// Longest lease a fetch or an extension may ask for.
+pub const LEASE_MS_MAX: u64 = 24 * 3_600_000;
+/// Retries after the first attempt when SUBMIT names none (so 4 attempts in all).
+pub const RETRIES_DEFAULT: u32 = 3;
+/// Most retries a task may ask for.
+pub const RETRIES_MAX: u32 = 1_000;
+/// Backoff before the first retry, doubled each time (with jitter), when SUBMIT names none.
+pub const BACKOFF_BASE_MS_DEFAULT: u64 = 1_000;
+/// Longest backoff, when SUBMIT names none.
+pub const BACKOFF_CAP_MS_DEFAULT: u64 = 3_600_000;
+/// How long a finished task (done, dead, cancelled) and its result stay readable.
+pub const RETENTION_MS_DEFAULT: u64 = 3_600_000;
+/// Largest payload, result or error text.
+pub const PAYLOAD_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Most tasks waiting in one queue (queued and scheduled); a submit beyond it is refused.
+pub const QUEUE_TASKS_MAX: usize = 10_000_000;
+/// Most tasks one fetch may lease.
+pub const FETCH_COUNT_MAX: usize = 1_000;
+/// Most dead tasks kept per queue; the oldest are dropped first.
+pub const DEAD_PER_QUEUE_MAX: usize = 100_000;
+/// Longest queue name, id or unique key.
+pub const NAME_BYTES_MAX: usize = 1024;
+
+/// Where a task is in its life. Terminal states are `Done`, `Dead` and `Cancelled`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for `due_ms` (a DELAY/AT, or a retry's backoff).
+    Scheduled {
+        due_ms: u64,
+    },
+    /// In its queue, ready to lease.
+    Queued,
+    /// Leased to client `owner` until `until_ms`.
+    Leased {
+        owner: u64,
+        until_ms: u64,
+    },
+    Done,
+    Dead,
+    Cancelled,
+}
+
+impl State {
+    pub fn name(&self) -> &'static str {
+        match self {
+            State::Scheduled { .. } => "scheduled",
+            State::Queued => "queued",
+            State::Leased { .. } => "leased",
+            State::Done => "done",
+            State::Dead => "dead",
+            State::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, State::Done | State::Dead | State::Cancelled)
+    }
+}
+
+/// SUBMIT's options, defaults applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubmitOptions {
+    pub id: Option<Bytes>,
+    /// Higher runs first; equal priorities run in submission order.
+    pub priority: i64,
+    /// Absolute time the task becomes ready (DELAY or AT); `None` for now.
+    pub due_ms: Option<u64>,
+    pub retries: u32,
+    pub backoff_base_ms: u64,
+    pub backoff_cap_ms: u64,
+    /// Lease for this task when the fetch names none.
+    pub lease_ms: Option<u64>,
+    /// The task dies if it has not finished by this absolute time.
+    pub deadline_ms: Option<u64>,
+    pub fallback: Option<Bytes>,
+    /// (key, window): a second submit with the key while the first task is live, or within
+    /// `window` ms of its submission, returns the first id.
+    pub unique: Option<(Bytes, u64)>,
+}
+
+impl Default for SubmitOptions {
+    fn default() -> Self {
+        SubmitOptions {
+            id: None,
+            priority: 0,
+            due_ms: None,
+            retries: RETRIES_DEFAULT,
+            backoff_base_ms: BACKOFF_BASE_MS_DEFAULT,
+            backoff_cap_ms: BACKOFF_CAP_MS_DEFAULT,
+            lease_ms: None,
+            deadline_ms: None,
+            fallback: None,
+            unique: None,
+        }
+    }
+}
+
+/// What a fallback task carries about the task that died.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub id: Bytes,
+    pub queue: Bytes,
+    pub error: Option<Bytes>,
+    pub attempts: u32,
+}
+
+/// One task.
+#[derive(Clone, Debug)]
+pub struct Task {
+    pub id: Bytes,
+    pub queue: Bytes,
+    pub payload: Bytes,
+    pub options: SubmitOptions,
+    pub state: State,
+    /// Attempts started (leases handed out).
+    pub attempts: u32,
+    pub last_error: Option<Bytes>,
+    pub result: Option<Bytes>,
+    pub submitted_ms: u64,
+    /// When it entered a terminal state.
+    pub finished_ms: Option<u64>,
+    /// Its place in its queue: (priority, order). Smaller order runs first; a requeue after
+    /// a lost lease takes an order below every other, so it goes back to the head.
+    pub order: i64,
+    /// Set on a fallback task: the task whose death created it.
+    pub origin: Option<Origin>,
+}
+
+/// The backoff before retry number `retry` (1 for the first retry): `base * 2^(retry-1)`,
+/// capped, with up to 25% jitter taken off so that a burst of failures does not retry in
+/// lockstep. `jitter` is a uniform draw in [0, 1).
+pub fn backoff_ms(base_ms: u64, cap_ms: u64, retry: u32, jitter: f64) -> u64 {
+    let exponent = retry.saturating_sub(1).min(62);
+    let full = base_ms.saturating_mul(1u64 << exponent).min(cap_ms);
+    let off = (full as f64 * 0.25 * jitter.clamp(0.0, 1.0)) as u64;
+    full - off
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_is_capped_and_jittered_down_only() {
+        assert_eq!(backoff_ms(1000, 60_000, 1, 0.0), 1000);
+        assert_eq!(backoff_ms(1000, 60_000, 2, 0.0), 2000);
+        assert_eq!(backoff_ms(1000, 60_000, 5, 0.0), 16_000);
+        assert_eq!(backoff_ms(1000, 60_000, 10, 0.0), 60_000);
+        assert_eq!(backoff_ms(1000, 60_000, 200, 0.0), 60_000);
+        assert_eq!(backoff_ms(1000, 60_000, 1, 0.999), 751);
+        assert_eq!(backoff_ms(u64::MAX, u64::MAX, 63, 0.0), u64::MAX);
+    }
+}

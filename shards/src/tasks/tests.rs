@@ -1,0 +1,486 @@
+//! The engine's rules, one test each, and a model proptest of random interleavings.
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::engine::*;
+use super::model::*;
+use crate::slot::key_slot;
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+fn engine() -> Engine {
+    Engine::new(RETENTION_MS_DEFAULT)
+}
+
+fn submit(e: &mut Engine, queue: &str, payload: &str, now: u64) -> Bytes {
+    e.submit(queue.as_bytes(), b(payload), SubmitOptions::default(), now)
+        .expect("submit")
+        .0
+}
+
+const W1: u64 = 1;
+const W2: u64 = 2;
+
+#[test]
+fn ids_route_to_their_queue_slot() {
+    let mut e = engine();
+    let id = submit(&mut e, "emails", "x", 0);
+    assert_eq!(key_slot(&id), key_slot(b"emails"));
+    let custom = SubmitOptions {
+        id: Some(b("job-7")),
+        ..SubmitOptions::default()
+    };
+    let (id, _) = e.submit(b"emails", b("x"), custom.clone(), 0).unwrap();
+    assert_eq!(key_slot(&id), key_slot(b"emails"));
+    assert!(id.ends_with(b"job-7"));
+    assert_eq!(
+        e.submit(b"emails", b("x"), custom, 0),
+        Err(TaskError::IdExists)
+    );
+}
+
+#[test]
+fn fetch_is_strict_queue_order_then_priority_then_fifo() {
+    let mut e = engine();
+    let low = submit(&mut e, "b", "low", 0);
+    let high = e
+        .submit(
+            b"b",
+            b("high"),
+            SubmitOptions {
+                priority: 5,
+                ..Default::default()
+            },
+            0,
+        )
+        .unwrap()
+        .0;
+    let a1 = submit(&mut e, "a", "a1", 0);
+    let a2 = submit(&mut e, "a", "a2", 0);
+    let got: Vec<Bytes> = e
+        .fetch(&[b("a"), b("b")], 10, None, W1, 0)
+        .into_iter()
+        .map(|l| l.id)
+        .collect();
+    assert_eq!(got, vec![a1, a2, high, low]);
+    assert!(e.fetch(&[b("a"), b("b")], 10, None, W2, 0).is_empty());
+}
+
+#[test]
+fn ack_finishes_and_keeps_the_result_for_the_retention_time() {
+    let mut e = Engine::new(1000);
+    let id = submit(&mut e, "q", "p", 0);
+    let leased = e.fetch(&[b("q")], 1, None, W1, 0);
+    assert_eq!(leased[0].attempt, 1);
+    assert_eq!(
+        e.ack(&id, W2, None, 1),
+        Err(TaskError::NotLeased),
+        "another client"
+    );
+    e.ack(&id, W1, Some(b("42")), 1).unwrap();
+    assert_eq!(e.get(&id).unwrap().state, State::Done);
+    assert_eq!(e.get(&id).unwrap().result, Some(b("42")));
+    assert_eq!(e.ack(&id, W1, None, 2), Err(TaskError::Finished));
+    e.advance(1000);
+    assert!(e.get(&id).is_some());
+    e.advance(1001);
+    assert!(e.get(&id).is_none(), "forgotten after the retention time");
+    assert!(e.is_empty());
+}
+
+#[test]
+fn an_expired_lease_requeues_at_the_head_counts_an_attempt_and_stales_the_old_ack() {
+    let mut e = engine();
+    let first = submit(&mut e, "q", "1", 0);
+    let second = submit(&mut e, "q", "2", 0);
+    e.fetch(&[b("q")], 1, Some(100), W1, 0);
+    e.advance(100);
+    assert_eq!(e.get(&first).unwrap().state, State::Queued);
+    let again = e.fetch(&[b("q")], 1, None, W2, 100);
+    assert_eq!(
+        again[0].id, first,
+        "back at the head, before the second task"
+    );
+    assert_eq!(again[0].attempt, 2);
+    assert_eq!(e.ack(&first, W1, None, 101), Err(TaskError::NotLeased));
+    assert_eq!(e.extend(&first, W1, 1000, 101), Err(TaskError::NotLeased));
+    e.ack(&first, W2, None, 101).unwrap();
+    assert_eq!(e.fetch(&[b("q")], 1, None, W1, 102)[0].id, second);
+    assert_eq!(e.totals().leases_lost, 1);
+}
+
+#[test]
+fn extend_moves_the_lease_expiry() {
+    let mut e = engine();
+    let id = submit(&mut e, "q", "p", 0);
+    e.fetch(&[b("q")], 1, Some(100), W1, 0);
+    assert_eq!(e.extend(&id, W1, 500, 50), Ok(550));
+    e.advance(549);
+    assert!(matches!(e.get(&id).unwrap().state, State::Leased { .. }));
+    e.advance(550);
+    assert_eq!(e.get(&id).unwrap().state, State::Queued);
+}
+
+#[test]
+fn a_closed_connection_requeues_its_tasks_at_once() {
+    let mut e = engine();
+    let id = submit(&mut e, "q", "p", 0);
+    e.fetch(&[b("q")], 1, None, W1, 0);
+    assert_eq!(e.release_owner(W1, 5), 1);
+    assert_eq!(e.get(&id).unwrap().state, State::Queued);
+    assert_eq!(e.fetch(&[b("q")], 1, None, W2, 5)[0].attempt, 2);
+}
+
+#[test]
+fn failures_retry_with_backoff_then_die_and_submit_the_fallback() {
+    let mut e = engine();
+    let options = SubmitOptions {
+        retries: 1,
+        backoff_base_ms: 100,
+        fallback: Some(b("rescue")),
+        ..SubmitOptions::default()
+    };
+    let (id, _) = e.submit(b"q", b("payload"), options, 0).unwrap();
+    e.fetch(&[b("q")], 1, None, W1, 0);
+    let outcome = e
+        .fail(&id, W1, Some(b("boom")), Retry::Backoff, 10)
+        .unwrap();
+    let FailOutcome::RetryAt(at) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(
+        (85..=110).contains(&at),
+        "backoff 100 ms less up to 25% jitter: {at}"
+    );
+    assert!(e.fetch(&[b("q")], 1, None, W1, at - 1).is_empty());
+    assert_eq!(e.fetch(&[b("q")], 1, None, W1, at)[0].attempt, 2);
+    assert_eq!(
+        e.fail(&id, W1, Some(b("boom 2")), Retry::Backoff, at + 1),
+        Ok(FailOutcome::Dead)
+    );
+    assert_eq!(e.dead(b"q"), vec![id.clone()]);
+    let fallbacks = e.take_fallbacks();
+    assert_eq!(fallbacks.len(), 1);
+    let rescue = e.submit_fallback(fallbacks[0].clone(), at + 1).unwrap();
+    let leased = e.fetch(&[b("rescue")], 1, None, W2, at + 1);
+    assert_eq!(leased[0].id, rescue);
+    assert_eq!(leased[0].payload, b("payload"));
+    let origin = leased[0].origin.clone().unwrap();
+    assert_eq!(
+        (origin.id, origin.error, origin.attempts),
+        (id, Some(b("boom 2")), 2)
+    );
+    let totals = e.totals();
+    assert_eq!(
+        (totals.failed, totals.retried, totals.dead, totals.fallbacks),
+        (2, 1, 1, 1)
+    );
+}
+
+#[test]
+fn noretry_and_retryin() {
+    let mut e = engine();
+    let id = submit(&mut e, "q", "p", 0);
+    e.fetch(&[b("q")], 1, None, W1, 0);
+    assert_eq!(
+        e.fail(&id, W1, None, Retry::In(5), 0),
+        Ok(FailOutcome::RetryAt(5))
+    );
+    e.fetch(&[b("q")], 1, None, W1, 5);
+    assert_eq!(
+        e.fail(&id, W1, None, Retry::Never, 6),
+        Ok(FailOutcome::Dead)
+    );
+    e.requeue(&id, 7).unwrap();
+    assert!(e.dead(b"q").is_empty());
+    let leased = e.fetch(&[b("q")], 1, None, W1, 7);
+    assert_eq!(
+        leased[0].attempt, 1,
+        "a requeued dead task starts its attempts again"
+    );
+    assert_eq!(e.requeue(&id, 8), Err(TaskError::NotDead));
+}
+
+#[test]
+fn delays_deadlines_and_cancel() {
+    let mut e = engine();
+    let delayed = e
+        .submit(
+            b"q",
+            b("later"),
+            SubmitOptions {
+                due_ms: Some(100),
+                ..Default::default()
+            },
+            0,
+        )
+        .unwrap()
+        .0;
+    assert!(e.fetch(&[b("q")], 1, None, W1, 99).is_empty());
+    let doomed = e
+        .submit(
+            b"q",
+            b("ttl"),
+            SubmitOptions {
+                deadline_ms: Some(50),
+                ..Default::default()
+            },
+            0,
+        )
+        .unwrap()
+        .0;
+    e.advance(50);
+    assert_eq!(e.get(&doomed).unwrap().state, State::Dead);
+    assert_eq!(e.get(&doomed).unwrap().last_error, Some(b("TTL expired")));
+    e.cancel(&delayed, 60).unwrap();
+    assert_eq!(e.cancel(&delayed, 61), Err(TaskError::Finished));
+    assert!(e.fetch(&[b("q")], 1, None, W1, 200).is_empty());
+    assert_eq!(e.cancel(b"nope", 0), Err(TaskError::NoSuchTask));
+}
+
+#[test]
+fn unique_returns_the_live_task_or_the_one_inside_its_window() {
+    let mut e = engine();
+    let unique = |window| SubmitOptions {
+        unique: Some((b("user-1"), window)),
+        ..SubmitOptions::default()
+    };
+    let (first, created) = e.submit(b"q", b("a"), unique(1000), 0).unwrap();
+    assert!(created);
+    assert_eq!(
+        e.submit(b"q", b("b"), unique(1000), 10).unwrap(),
+        (first.clone(), false)
+    );
+    e.fetch(&[b("q")], 1, None, W1, 10);
+    e.ack(&first, W1, None, 20).unwrap();
+    assert_eq!(
+        e.submit(b"q", b("c"), unique(1000), 999).unwrap(),
+        (first.clone(), false)
+    );
+    let (later, created) = e.submit(b"q", b("d"), unique(1000), 1000).unwrap();
+    assert!(created && later != first);
+    assert!(
+        e.submit(b"other", b("e"), unique(1000), 1000).unwrap().1,
+        "per queue"
+    );
+}
+
+#[test]
+fn pause_concurrency_and_rate_limits() {
+    let mut e = engine();
+    for i in 0..10 {
+        submit(&mut e, "q", &i.to_string(), 0);
+    }
+    e.set_paused(b"q", true);
+    assert!(e.fetch(&[b("q")], 5, None, W1, 0).is_empty());
+    e.set_paused(b"q", false);
+    e.set_limits(b"q", Some(2), None);
+    assert_eq!(e.fetch(&[b("q")], 5, None, W1, 0).len(), 2);
+    assert!(e.fetch(&[b("q")], 5, None, W2, 0).is_empty());
+    e.set_limits(b"q", None, Some((3, 100)));
+    assert_eq!(e.fetch(&[b("q")], 5, None, W1, 0).len(), 3);
+    assert!(e.fetch(&[b("q")], 5, None, W1, 99).is_empty());
+    assert_eq!(e.fetch(&[b("q")], 5, None, W1, 100).len(), 3);
+    let stats = e.queue_stats(b"q", 100).unwrap();
+    assert_eq!((stats.queued, stats.leased), (2, 8));
+    assert_eq!(stats.oldest_age_ms, 100);
+}
+
+#[test]
+fn limits_are_enforced() {
+    let mut e = engine();
+    let huge = Bytes::from(vec![0u8; PAYLOAD_BYTES_MAX + 1]);
+    assert_eq!(
+        e.submit(b"q", huge.clone(), SubmitOptions::default(), 0),
+        Err(TaskError::TooLarge("payload"))
+    );
+    let long = vec![b'q'; NAME_BYTES_MAX + 1];
+    assert_eq!(
+        e.submit(&long, b("p"), SubmitOptions::default(), 0),
+        Err(TaskError::TooLarge("queue name"))
+    );
+    let id = submit(&mut e, "q", "p", 0);
+    e.fetch(&[b("q")], 1, None, W1, 0);
+    assert_eq!(
+        e.ack(&id, W1, Some(huge), 0),
+        Err(TaskError::TooLarge("result"))
+    );
+}
+
+/// One step of the model proptest.
+#[derive(Clone, Debug)]
+enum Op {
+    Submit {
+        queue: u8,
+        retries: u32,
+        delay: Option<u64>,
+    },
+    Fetch {
+        worker: u64,
+        queues: Vec<u8>,
+        count: usize,
+        lease: u64,
+    },
+    Ack {
+        worker: u64,
+        pick: usize,
+    },
+    Fail {
+        worker: u64,
+        pick: usize,
+        never: bool,
+    },
+    Extend {
+        worker: u64,
+        pick: usize,
+        ms: u64,
+    },
+    Cancel {
+        pick: usize,
+    },
+    Disconnect {
+        worker: u64,
+    },
+    Advance {
+        ms: u64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let worker = 1u64..4;
+    prop_oneof![
+        3 => (0u8..3, 0u32..3, proptest::option::weighted(0.2, 1u64..50))
+            .prop_map(|(queue, retries, delay)| Op::Submit { queue, retries, delay }),
+        3 => (worker.clone(), proptest::collection::vec(0u8..3, 1..3), 1usize..4, 1u64..60)
+            .prop_map(|(worker, queues, count, lease)| Op::Fetch { worker, queues, count, lease }),
+        2 => (worker.clone(), any::<usize>()).prop_map(|(worker, pick)| Op::Ack { worker, pick }),
+        1 => (worker.clone(), any::<usize>(), any::<bool>())
+            .prop_map(|(worker, pick, never)| Op::Fail { worker, pick, never }),
+        1 => (worker.clone(), any::<usize>(), 1u64..60)
+            .prop_map(|(worker, pick, ms)| Op::Extend { worker, pick, ms }),
+        1 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
+        1 => worker.prop_map(|worker| Op::Disconnect { worker }),
+        2 => (1u64..40).prop_map(|ms| Op::Advance { ms }),
+    ]
+}
+
+proptest! {
+    /// Random interleavings of every operation against a simple model: no task is lost, none
+    /// is leased to two workers at once, and every task ends done, dead or cancelled, counted
+    /// once.
+    #[test]
+    fn engine_keeps_every_task_and_leases_each_to_one_worker(ops in proptest::collection::vec(op(), 1..200)) {
+        // Retention far beyond the test's clock: finished tasks stay inspectable.
+        let mut e = Engine::new(u64::MAX / 4);
+        let mut now = 0u64;
+        let mut ids: Vec<Bytes> = Vec::new();
+        // The model: which worker holds which task, per our own bookkeeping of replies.
+        let mut held: std::collections::HashMap<Bytes, u64> = Default::default();
+        let mut finished: std::collections::HashMap<Bytes, State> = Default::default();
+        for op in ops {
+            match op {
+                Op::Submit { queue, retries, delay } => {
+                    let options = SubmitOptions {
+                        retries,
+                        backoff_base_ms: 5,
+                        due_ms: delay.map(|d| now + d),
+                        ..SubmitOptions::default()
+                    };
+                    let (id, created) = e.submit(&[b'q', queue], b("p"), options, now).unwrap();
+                    prop_assert!(created);
+                    ids.push(id);
+                }
+                Op::Fetch { worker, queues, count, lease } => {
+                    let names: Vec<Bytes> = queues.iter().map(|q| Bytes::copy_from_slice(&[b'q', *q])).collect();
+                    let before: std::collections::HashMap<Bytes, State> =
+                        ids.iter().map(|id| (id.clone(), e.get(id).unwrap().state.clone())).collect();
+                    for leased in e.fetch(&names, count, Some(lease), worker, now) {
+                        let was = &before[&leased.id];
+                        prop_assert!(!was.is_terminal(), "a finished task was leased");
+                        prop_assert!(
+                            !matches!(was, State::Leased { until_ms, .. } if *until_ms > now),
+                            "a task leased to a live worker was leased again"
+                        );
+                        held.insert(leased.id.clone(), worker);
+                    }
+                }
+                Op::Ack { worker, pick } if !ids.is_empty() => {
+                    let id = ids[pick % ids.len()].clone();
+                    let holds = matches!(e.get(&id).unwrap().state, State::Leased { owner, .. } if owner == worker);
+                    let result = e.ack(&id, worker, None, now);
+                    prop_assert_eq!(result.is_ok(), holds, "ack by holder succeeds, others fail");
+                    if holds {
+                        prop_assert!(finished.insert(id.clone(), State::Done).is_none());
+                        held.remove(&id);
+                    }
+                }
+                Op::Fail { worker, pick, never } if !ids.is_empty() => {
+                    let id = ids[pick % ids.len()].clone();
+                    let holds = matches!(e.get(&id).unwrap().state, State::Leased { owner, .. } if owner == worker);
+                    let retry = if never { Retry::Never } else { Retry::Backoff };
+                    let result = e.fail(&id, worker, None, retry, now);
+                    prop_assert_eq!(result.is_ok(), holds);
+                    held.remove(&id);
+                    if result == Ok(FailOutcome::Dead) {
+                        prop_assert!(finished.insert(id.clone(), State::Dead).is_none());
+                    }
+                }
+                Op::Extend { worker, pick, ms } if !ids.is_empty() => {
+                    let id = ids[pick % ids.len()].clone();
+                    let holds = matches!(e.get(&id).unwrap().state, State::Leased { owner, until_ms } if owner == worker && until_ms > now);
+                    prop_assert_eq!(e.extend(&id, worker, ms, now).is_ok(), holds);
+                }
+                Op::Cancel { pick } if !ids.is_empty() => {
+                    let id = ids[pick % ids.len()].clone();
+                    let live = !e.get(&id).unwrap().state.is_terminal();
+                    prop_assert_eq!(e.cancel(&id, now).is_ok(), live);
+                    if live {
+                        prop_assert!(finished.insert(id.clone(), State::Cancelled).is_none());
+                        held.remove(&id);
+                    }
+                }
+                Op::Disconnect { worker } => {
+                    e.release_owner(worker, now);
+                    held.retain(|_, w| *w != worker);
+                }
+                Op::Advance { ms } => {
+                    now += ms;
+                    e.advance(now);
+                }
+                _ => {}
+            }
+            e.check_invariants();
+            // Deaths by lost leases happen inside the engine: learn them from its state.
+            for id in &ids {
+                let state = e.get(id).expect("no task is lost").state.clone();
+                if state.is_terminal() {
+                    let recorded = finished.entry(id.clone()).or_insert(state.clone());
+                    prop_assert_eq!(&*recorded, &state, "a finished task changed state");
+                }
+            }
+        }
+        // Drain: keep fetching and acking (with time passing) until every task is finished.
+        for round in 0..1000u64 {
+            now += 100;
+            for worker in 1..4 {
+                e.release_owner(worker, now);
+            }
+            let names: Vec<Bytes> = (0..3u8).map(|q| Bytes::copy_from_slice(&[b'q', q])).collect();
+            for leased in e.fetch(&names, 100, Some(1000), 9, now) {
+                e.ack(&leased.id, 9, None, now).unwrap();
+            }
+            if ids.iter().all(|id| e.get(id).unwrap().state.is_terminal()) {
+                break;
+            }
+            prop_assert!(round < 999, "tasks never finished");
+        }
+        let totals = e.totals();
+        let terminal = ids.iter().filter(|id| e.get(id).unwrap().state.is_terminal()).count() as u64;
+        prop_assert_eq!(terminal, ids.len() as u64);
+        prop_assert_eq!(totals.acked + totals.dead + totals.cancelled, ids.len() as u64, "each counted once");
+        prop_assert_eq!(totals.submitted, ids.len() as u64);
+    }
+}
