@@ -28,6 +28,9 @@ pub struct ConnState {
     pub close_requested: bool,
     /// Set by a successful SHUTDOWN: the connection closes without a reply, as in Redis.
     pub skip_reply: bool,
+    /// Shards this client fetched tasks from (bit per shard): their leases are released
+    /// there when the connection closes.
+    pub task_shards: u64,
 }
 
 impl ConnState {
@@ -55,6 +58,7 @@ impl ConnState {
             last_command: "NULL",
             close_requested: false,
             skip_reply: false,
+            task_shards: 0,
         }
     }
 

@@ -41,6 +41,7 @@ pub async fn run(
     args: &[Bytes],
 ) -> Frame {
     match spec.name {
+        "task.fetch" => crate::task_fetch::run(ctx, conn, args).await,
         "ping" => ping(args),
         "echo" => Frame::Bulk(args[1].clone()),
         "hello" => hello(ctx, &mut conn.borrow_mut(), args),

@@ -62,6 +62,49 @@ impl ShardCtx {
         if now != self.last_expire_ms.get() {
             self.last_expire_ms.set(now);
             shard.active_expire(ACTIVE_EXPIRE_SAMPLES_PER_TURN);
+            // Due tasks, expired leases, deadlines, retention: at most once per ms too.
+            shard.tasks.advance(now);
+        }
+        let fallbacks = shard.tasks.take_fallbacks();
+        drop(shard);
+        for fallback in fallbacks {
+            self.route_fallback(fallback, now);
+        }
+    }
+
+    /// Submits a dead task's fallback on the shard that owns the fallback queue.
+    fn route_fallback(&self, fallback: wetask_shards::tasks::Fallback, now_ms: u64) {
+        let owner = if self.shard_count == 1 {
+            self.id
+        } else {
+            wetask_shards::shard_of(&fallback.queue, self.shard_count)
+        };
+        if owner == self.id {
+            let mut shard = self.shard.borrow_mut();
+            if let Err(err) = shard.tasks.submit_fallback(fallback, now_ms) {
+                tracing::warn!("fallback task refused: {}", err.text());
+            }
+        } else {
+            // Fire and forget: the peer submits it when the envelope arrives.
+            drop(self.request(owner, Request::SubmitFallback { fallback }));
+        }
+    }
+
+    /// A connection is gone: forget it and requeue every task leased to it, on every shard
+    /// it fetched from.
+    pub fn connection_closed(&self, state: &ConnState) {
+        self.clients.borrow_mut().remove(state.id);
+        for shard in 0..self.shard_count.min(64) {
+            if state.task_shards & (1 << shard) == 0 {
+                continue;
+            }
+            if shard == self.id {
+                let mut local = self.shard.borrow_mut();
+                let now = local.now_ms();
+                local.tasks.release_owner(state.id, now);
+            } else {
+                drop(self.request(shard, Request::ReleaseLeases { client: state.id }));
+            }
         }
     }
 
@@ -191,6 +234,16 @@ impl ShardCtx {
             ring_parks: self.stats.ring_parks.get(),
             mesh_envelopes: self.mesh.as_ref().map_or(0, |m| m.envelopes_sent.get()),
             mesh_messages: self.mesh.as_ref().map_or(0, |m| m.messages_sent.get()),
+            tasks: shard.tasks.totals(),
+            queues: shard
+                .tasks
+                .queue_names()
+                .into_iter()
+                .filter_map(|name| {
+                    let stats = shard.tasks.queue_stats(&name, shard.now_ms())?;
+                    Some((name, stats))
+                })
+                .collect(),
         }
     }
 
@@ -200,17 +253,45 @@ impl ShardCtx {
         self.tick();
         let mut shard = self.shard.borrow_mut();
         match request {
-            Request::Exec { db, commands } => Response::Frames(
+            Request::Exec {
+                db,
+                client,
+                commands,
+            } => Response::Frames(
                 commands
                     .iter()
                     .map(|(spec, args)| {
                         let spec = &wetask_shards::COMMANDS[*spec];
-                        let frame = shard.execute(db, spec, args);
+                        let frame = shard.execute(db, client, spec, args);
                         self.stats.record(spec, frame.is_error());
                         frame
                     })
                     .collect(),
             ),
+            Request::TaskFetch {
+                client,
+                queues,
+                count,
+                lease_ms,
+            } => {
+                let now = shard.now_ms();
+                Response::Frames(
+                    shard
+                        .tasks
+                        .fetch(&queues, count, lease_ms, client, now)
+                        .into_iter()
+                        .map(wetask_shards::tasks::commands::leased_frame)
+                        .collect(),
+                )
+            }
+            Request::ReleaseLeases { client } => {
+                let now = shard.now_ms();
+                Response::Count(shard.tasks.release_owner(client, now))
+            }
+            Request::SubmitFallback { fallback } => {
+                let now = shard.now_ms();
+                Response::Bool(shard.tasks.submit_fallback(fallback, now).is_ok())
+            }
             Request::Take { db, key } => Response::Entry(shard.take_entry(db, &key)),
             Request::Clone { db, key } => Response::Entry(shard.clone_entry(db, &key)),
             Request::Put {

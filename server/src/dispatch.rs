@@ -67,6 +67,7 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
         return false;
     };
     match spec.route {
+        Route::Server if spec.name == "task.fetch" => crate::task_fetch::needs_remote(ctx, args),
         Route::Server => commands::needs_all_shards(spec, args),
         Route::AllShards(_) => true,
         Route::Keyed | Route::Split(_) => spec
@@ -131,21 +132,22 @@ pub async fn execute(
     // Local work below runs before the first await, so it never interleaves with a
     // cross-shard operation that locks this shard.
     ctx.wait_unlocked().await;
-    let (spec, db) = {
+    let (spec, db, client) = {
         let mut state = conn.borrow_mut();
         match precheck(ctx, &state, args) {
             Ok(spec) => {
                 state.last_command = spec.name;
-                (spec, state.db)
+                (spec, state.db, state.id)
             }
             Err(err) => return err,
         }
     };
+    let at = Target { db, client };
     let frame = match spec.route {
         Route::Server => commands::run(ctx, conn, spec, args).await,
-        Route::Keyed => keyed(ctx, db, spec, args, direct).await,
-        Route::Split(merge) => split(ctx, db, spec, args, merge).await,
-        Route::AllShards(merge) => all_shards(ctx, db, spec, args, merge).await,
+        Route::Keyed => keyed(ctx, at, spec, args, direct).await,
+        Route::Split(merge) => split(ctx, at, spec, args, merge).await,
+        Route::AllShards(merge) => all_shards(ctx, at, spec, args, merge).await,
     };
     if spec.route != Route::Server || !frame.is_error() {
         ctx.stats.record(spec, frame.is_error());
@@ -153,24 +155,38 @@ pub async fn execute(
     frame
 }
 
-fn local(ctx: &ShardCtx, db: usize, spec: &CommandSpec, args: &[Bytes]) -> Frame {
-    ctx.shard.borrow_mut().execute(db, spec, args)
+/// Where a command runs: the connection's database, and the client it runs for.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    pub db: usize,
+    pub client: u64,
+}
+
+fn local(ctx: &ShardCtx, at: Target, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+    ctx.shard.borrow_mut().execute(at.db, at.client, spec, args)
 }
 
 /// Sends one command to shard `to`; read its reply with [`single_reply`].
-fn send_one(
+pub fn send_one(
     ctx: &ShardCtx,
     to: usize,
-    db: usize,
+    at: Target,
     spec: &'static CommandSpec,
     args: Vec<Bytes>,
 ) -> ResponseFuture {
     let commands = vec![(spec.index(), args)];
-    ctx.request(to, Request::Exec { db, commands })
+    ctx.request(
+        to,
+        Request::Exec {
+            db: at.db,
+            client: at.client,
+            commands,
+        },
+    )
 }
 
 /// The reply to a [`send_one`]: its single frame, or an error for any other response.
-fn single_reply(response: Response) -> Frame {
+pub fn single_reply(response: Response) -> Frame {
     match response {
         Response::Frames(mut frames) if frames.len() == 1 => frames.pop().expect("one frame"),
         _ => Frame::static_error("ERR internal error: unexpected shard response"),
@@ -179,7 +195,7 @@ fn single_reply(response: Response) -> Frame {
 
 async fn keyed(
     ctx: &ShardCtx,
-    db: usize,
+    at: Target,
     spec: &'static CommandSpec,
     args: &[Bytes],
     direct: Option<&mut Output>,
@@ -189,23 +205,23 @@ async fn keyed(
         .map(|i| shard_of(&args[i], ctx.shard_count));
     let first = owners.next().unwrap_or(ctx.id);
     if owners.any(|s| s != first) {
-        return cross::run(ctx, db, spec, args).await;
+        return cross::run(ctx, at.db, spec, args).await;
     }
     if first == ctx.id || ctx.shard_count == 1 {
         let mut shard = ctx.shard.borrow_mut();
         match direct {
-            Some(out) => shard.execute_into(db, spec, args, out),
-            None => shard.execute(db, spec, args),
+            Some(out) => shard.execute_into(at.db, at.client, spec, args, out),
+            None => shard.execute(at.db, at.client, spec, args),
         }
     } else {
-        single_reply(send_one(ctx, first, db, spec, args.to_vec()).await)
+        single_reply(send_one(ctx, first, at, spec, args.to_vec()).await)
     }
 }
 
 /// Splits a multi-key command into one sub-command per shard and merges the replies.
 async fn split(
     ctx: &ShardCtx,
-    db: usize,
+    at: Target,
     spec: &'static CommandSpec,
     args: &[Bytes],
     merge: Merge,
@@ -227,15 +243,15 @@ async fn split(
         part.1.push(key_number);
     }
     if parts.len() <= 1 && parts.keys().all(|&s| s == ctx.id) {
-        return local(ctx, db, spec, args);
+        return local(ctx, at, spec, args);
     }
     let mut pending = Vec::new();
     let mut replies = Vec::new();
     for (owner, (sub, positions)) in parts {
         if owner == ctx.id {
-            replies.push((local(ctx, db, spec, &sub), positions));
+            replies.push((local(ctx, at, spec, &sub), positions));
         } else {
-            pending.push((send_one(ctx, owner, db, spec, sub), positions));
+            pending.push((send_one(ctx, owner, at, spec, sub), positions));
         }
     }
     for (future, positions) in pending {
@@ -282,16 +298,16 @@ fn merge_replies(merge: Merge, replies: Vec<(Frame, Vec<usize>)>) -> Frame {
 
 async fn all_shards(
     ctx: &ShardCtx,
-    db: usize,
+    at: Target,
     spec: &'static CommandSpec,
     args: &[Bytes],
     merge: Merge,
 ) -> Frame {
     let pending: Vec<_> = (0..ctx.shard_count)
         .filter(|&s| s != ctx.id)
-        .map(|to| send_one(ctx, to, db, spec, args.to_vec()))
+        .map(|to| send_one(ctx, to, at, spec, args.to_vec()))
         .collect();
-    let mut replies = vec![(local(ctx, db, spec, args), Vec::new())];
+    let mut replies = vec![(local(ctx, at, spec, args), Vec::new())];
     for future in pending {
         replies.push((single_reply(future.await), Vec::new()));
     }
@@ -333,12 +349,16 @@ pub async fn run_batch(
 ) {
     let mut i = 0;
     while i < commands.len() {
-        let (db, protocol) = {
+        let (at, protocol) = {
             let state = conn.borrow();
             if state.close_requested {
                 return;
             }
-            (state.db, state.protocol)
+            let at = Target {
+                db: state.db,
+                client: state.id,
+            };
+            (at, state.protocol)
         };
         let mut segment = Vec::new();
         while i + segment.len() < commands.len() {
@@ -354,7 +374,7 @@ pub async fn run_batch(
             i += 1;
             continue;
         }
-        let frames = run_segment(ctx, db, &segment, &commands[i..i + segment.len()]).await;
+        let frames = run_segment(ctx, at, &segment, &commands[i..i + segment.len()]).await;
         for frame in &frames {
             encode_output(out, frame, protocol);
         }
@@ -365,7 +385,7 @@ pub async fn run_batch(
 
 async fn run_segment(
     ctx: &ShardCtx,
-    db: usize,
+    at: Target,
     targets: &[(usize, &'static CommandSpec)],
     commands: &[Vec<Bytes>],
 ) -> Vec<Frame> {
@@ -374,7 +394,7 @@ async fn run_segment(
     let mut groups: BTreeMap<usize, (ShardCommands, Vec<usize>)> = BTreeMap::new();
     for (n, ((owner, spec), args)) in targets.iter().zip(commands).enumerate() {
         if *owner == ctx.id {
-            let frame = local(ctx, db, spec, args);
+            let frame = local(ctx, at, spec, args);
             ctx.stats.record(spec, frame.is_error());
             frames[n] = Some(frame);
         } else {
@@ -387,7 +407,14 @@ async fn run_segment(
         .into_iter()
         .map(|(owner, (cmds, slots))| {
             (
-                ctx.request(owner, Request::Exec { db, commands: cmds }),
+                ctx.request(
+                    owner,
+                    Request::Exec {
+                        db: at.db,
+                        client: at.client,
+                        commands: cmds,
+                    },
+                ),
                 slots,
             )
         })

@@ -19,10 +19,11 @@ const SECTIONS: &[&str] = &[
     "clients",
     "memory",
     "stats",
+    "tasks",
     "keyspace",
     "commandstats",
 ];
-const DEFAULT_SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "keyspace"];
+const DEFAULT_SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "tasks", "keyspace"];
 
 async fn gather(ctx: &ShardCtx) -> ShardReport {
     let pending: Vec<_> = (0..ctx.shard_count)
@@ -129,6 +130,27 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
                 report.mesh_envelopes,
                 report.mesh_messages,
             );
+        }
+        "tasks" => {
+            let t = &report.tasks;
+            let _ = write!(
+                out,
+                "# Tasks\r\ntasks_submitted:{}\r\ntasks_acked:{}\r\ntasks_failed:{}\r\ntasks_retried:{}\r\ntasks_dead:{}\r\ntasks_cancelled:{}\r\ntasks_fallbacks:{}\r\ntasks_leases_lost:{}\r\n",
+                t.submitted, t.acked, t.failed, t.retried, t.dead, t.cancelled, t.fallbacks, t.leases_lost,
+            );
+            for (name, q) in &report.queues {
+                let _ = write!(
+                    out,
+                    "queue:{}:queued={},scheduled={},leased={},dead={},oldest_age_ms={},paused={}\r\n",
+                    String::from_utf8_lossy(name),
+                    q.queued,
+                    q.scheduled,
+                    q.leased,
+                    q.dead,
+                    q.oldest_age_ms,
+                    u8::from(q.paused),
+                );
+            }
         }
         "keyspace" => {
             out.push_str("# Keyspace\r\n");

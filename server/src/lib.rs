@@ -15,3 +15,4 @@ mod net;
 pub mod runtime;
 mod session;
 mod stats;
+mod task_fetch;

@@ -36,7 +36,23 @@ pub enum Request {
     /// Run these commands, in order, on the given database. `spec` indexes the command table.
     Exec {
         db: usize,
+        client: u64,
         commands: ShardCommands,
+    },
+    /// Lease up to `count` tasks from these queues (all on the receiving shard) to `client`.
+    TaskFetch {
+        client: u64,
+        queues: Vec<Bytes>,
+        count: usize,
+        lease_ms: Option<u64>,
+    },
+    /// `client`'s connection closed: requeue every task leased to it.
+    ReleaseLeases {
+        client: u64,
+    },
+    /// Submit a fallback task to a queue on the receiving shard.
+    SubmitFallback {
+        fallback: wetask_shards::tasks::Fallback,
     },
     Take {
         db: usize,

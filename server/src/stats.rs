@@ -84,6 +84,9 @@ pub struct ShardReport {
     pub ring_parks: u64,
     pub mesh_envelopes: u64,
     pub mesh_messages: u64,
+    pub tasks: wetask_shards::tasks::Totals,
+    /// Every queue with its numbers (a queue lives on one shard).
+    pub queues: Vec<(bytes::Bytes, wetask_shards::tasks::QueueStats)>,
 }
 
 impl ShardReport {
@@ -112,5 +115,8 @@ impl ShardReport {
         self.ring_parks += other.ring_parks;
         self.mesh_envelopes += other.mesh_envelopes;
         self.mesh_messages += other.mesh_messages;
+        self.tasks.add(&other.tasks);
+        self.queues.extend(other.queues);
+        self.queues.sort_by(|a, b| a.0.cmp(&b.0));
     }
 }

@@ -7,6 +7,7 @@ use wetask_protocol::{Frame, Output};
 use crate::errors::{unknown_command, wrong_arity};
 use crate::keyspace::{Db, Entry, ScanFilter};
 use crate::table::{lookup, CommandSpec};
+use crate::tasks::Engine;
 
 /// Databases per shard (`SELECT 0..=15`).
 pub const DATABASES: usize = 16;
@@ -22,6 +23,11 @@ pub struct Ctx<'a> {
     /// handler may encode a bulk reply into it from the stored bytes (no reference-count
     /// traffic on the value) and return `Frame::Written`. `None` for replies that travel.
     pub out: Option<&'a mut Output>,
+    /// The shard's task engine (`TASK.*`).
+    pub tasks: &'a mut Engine,
+    /// The client the command runs for: it owns the leases a FETCH hands out. 0 for work
+    /// that runs for no client (tests, internal requests).
+    pub client: u64,
 }
 
 impl Ctx<'_> {
@@ -33,6 +39,7 @@ impl Ctx<'_> {
 pub struct Shard {
     pub id: usize,
     dbs: Vec<Db>,
+    pub tasks: Engine,
     now_ms: u64,
     expire_cursor_db: usize,
 }
@@ -42,6 +49,7 @@ impl Shard {
         Shard {
             id,
             dbs: (0..DATABASES).map(|_| Db::default()).collect(),
+            tasks: crate::tasks::commands::new_engine(),
             now_ms: 0,
             expire_cursor_db: 0,
         }
@@ -61,8 +69,8 @@ impl Shard {
     }
 
     /// Runs a command whose spec the caller already looked up and arity-checked.
-    pub fn execute(&mut self, db: usize, spec: &CommandSpec, args: &[Bytes]) -> Frame {
-        self.run(db, spec, args, None)
+    pub fn execute(&mut self, db: usize, client: u64, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+        self.run(db, client, spec, args, None)
     }
 
     /// Like [`Shard::execute`], for a reply that goes straight into `out` (a local client's
@@ -70,16 +78,18 @@ impl Shard {
     pub fn execute_into(
         &mut self,
         db: usize,
+        client: u64,
         spec: &CommandSpec,
         args: &[Bytes],
         out: &mut Output,
     ) -> Frame {
-        self.run(db, spec, args, Some(out))
+        self.run(db, client, spec, args, Some(out))
     }
 
     fn run(
         &mut self,
         db: usize,
+        client: u64,
         spec: &CommandSpec,
         args: &[Bytes],
         out: Option<&mut Output>,
@@ -91,6 +101,8 @@ impl Shard {
             db,
             now_ms: self.now_ms,
             out,
+            tasks: &mut self.tasks,
+            client,
         };
         handler(&mut ctx, args)
     }
@@ -103,7 +115,7 @@ impl Shard {
         if !spec.arity_ok(args.len()) {
             return wrong_arity(spec.name);
         }
-        self.execute(db, spec, args)
+        self.execute(db, 0, spec, args)
     }
 
     /// Prefetches the keyspace entries of `keys` in database `db` (see [`Db::prefetch`]).

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 
 use crate::shard::Ctx;
+use crate::tasks::commands as tasks;
 use crate::{keys, strings};
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
@@ -149,6 +150,7 @@ const S: &str = "string";
 const G: &str = "generic";
 const C: &str = "connection";
 const SV: &str = "server";
+const T: &str = "tasks";
 
 pub static COMMANDS: &[CommandSpec] = &[
     // strings
@@ -196,6 +198,21 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("dbsize", 1, READONLY | FAST, NONE, AllShards(Sum), Some(keys::dbsize), SV, "Returns the number of keys in the database."),
     row("flushdb", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushdb), SV, "Remove all keys from the current database."),
     row("flushall", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushall), SV, "Removes all keys from all databases."),
+    // tasks
+    row("task.submit", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(tasks::submit), T, "Submits a task to a queue; returns its id."),
+    row("task.fetch", -2, WRITE | FAST, NONE, Server, None, T, "Leases tasks from queues in order, after acknowledging finished ones."),
+    row("task.ack", -2, WRITE | FAST, ONE, Keyed, Some(tasks::ack), T, "Finishes a leased task, with an optional result."),
+    row("task.fail", -2, WRITE | FAST, ONE, Keyed, Some(tasks::fail), T, "Fails a leased task: retried with backoff while attempts remain, else dead."),
+    row("task.extend", 3, WRITE | FAST, ONE, Keyed, Some(tasks::extend), T, "Extends the lease on a task."),
+    row("task.get", 2, READONLY | FAST, ONE, Keyed, Some(tasks::get), T, "Returns a task's state, attempts, payload, result and error."),
+    row("task.cancel", 2, WRITE | FAST, ONE, Keyed, Some(tasks::cancel), T, "Cancels a task that has not finished."),
+    row("task.dead", 2, READONLY, ONE, Keyed, Some(tasks::dead), T, "Lists the dead tasks of a queue."),
+    row("task.requeue", 2, WRITE, ONE, Keyed, Some(tasks::requeue), T, "Puts a dead task, or every dead task of a queue, back in its queue."),
+    row("task.pause", 2, WRITE | FAST, ONE, Keyed, Some(tasks::pause), T, "Stops leasing from a queue."),
+    row("task.resume", 2, WRITE | FAST, ONE, Keyed, Some(tasks::resume), T, "Resumes leasing from a queue."),
+    row("task.limit", -2, WRITE, ONE, Keyed, Some(tasks::limit), T, "Sets or shows a queue's concurrency and rate limits."),
+    row("task.stats", 2, READONLY, ONE, Keyed, Some(tasks::stats), T, "Returns a queue's counts and the age of its oldest waiting task."),
+    row("task.queues", 1, READONLY, NONE, AllShards(Concat), Some(tasks::queues), T, "Lists the queues."),
     // connection and server
     row("ping", -1, FAST | STALE, NONE, Server, None, C, "Returns the server's liveliness response."),
     row("echo", 2, FAST, NONE, Server, None, C, "Returns the given string."),

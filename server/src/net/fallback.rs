@@ -64,7 +64,6 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
     let state = ctx.new_connection(fd);
-    let id = state.borrow().id;
     let mut session = Session::new(state.clone(), ctx.globals.config.proto_max_bulk_len);
     let mut buf = vec![0u8; READ_BYTES];
     let mut out = Output::default();
@@ -104,6 +103,6 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
             break;
         }
     }
-    ctx.clients.borrow_mut().remove(id);
+    ctx.connection_closed(&state.borrow());
     ctx.globals.release_client();
 }

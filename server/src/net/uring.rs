@@ -579,8 +579,7 @@ impl Net {
             return;
         }
         let conn = inner.conns[index as usize].take().expect("live");
-        let id = conn.session.state.borrow().id;
-        self.ctx.clients.borrow_mut().remove(id);
+        self.ctx.connection_closed(&conn.session.state.borrow());
         self.ctx.globals.release_client();
         // SAFETY: closing our own fd; no operation on it is in flight any more.
         unsafe { libc::close(conn.fd) };

@@ -99,6 +99,20 @@ pub struct Totals {
     pub leases_lost: u64,
 }
 
+impl Totals {
+    /// Adds another shard's counters.
+    pub fn add(&mut self, other: &Totals) {
+        self.submitted += other.submitted;
+        self.acked += other.acked;
+        self.failed += other.failed;
+        self.retried += other.retried;
+        self.dead += other.dead;
+        self.cancelled += other.cancelled;
+        self.fallbacks += other.fallbacks;
+        self.leases_lost += other.leases_lost;
+    }
+}
+
 /// A queue's numbers (TASK.STATS, INFO tasks).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueStats {

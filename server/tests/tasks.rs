@@ -1,0 +1,256 @@
+//! TASK.* through the real server: the worker cycle, leases that expire or die with their
+//! connection, retries into the dead set and a fallback queue on another shard, and errors.
+//! Queues `{a}…` and `{b}…` live on different shards when there are two.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use wetask_protocol::Frame;
+
+fn servers() -> Vec<Server> {
+    vec![
+        Server::start(&["--shards", "1"]),
+        Server::start(&["--shards", "2"]),
+        Server::start(&["--shards", "2", "--io", "glommio"]),
+    ]
+}
+
+fn id_of(frame: Frame) -> Bytes {
+    match frame {
+        Frame::Bulk(id) => id,
+        other => panic!("expected an id, got {other:?}"),
+    }
+}
+
+/// FETCH's reply as (id, queue, payload, attempt, rest).
+fn tasks_of(frame: Frame) -> Vec<(Bytes, Bytes, Bytes, i64, Vec<Frame>)> {
+    let Frame::Array(items) = frame else {
+        panic!("expected an array, got {frame:?}")
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let Frame::Array(mut fields) = item else {
+                panic!("expected a task array")
+            };
+            let rest = fields.split_off(4);
+            let mut it = fields.into_iter();
+            let (
+                Some(Frame::Bulk(id)),
+                Some(Frame::Bulk(queue)),
+                Some(Frame::Bulk(payload)),
+                Some(Frame::Integer(attempt)),
+            ) = (it.next(), it.next(), it.next(), it.next())
+            else {
+                panic!("malformed task")
+            };
+            (id, queue, payload, attempt, rest)
+        })
+        .collect()
+}
+
+fn field(frame: &Frame, name: &str) -> Frame {
+    let Frame::Array(items) = frame else {
+        panic!("expected a flat map, got {frame:?}")
+    };
+    items
+        .chunks(2)
+        .find(|pair| pair[0] == bulk(name))
+        .map(|pair| pair[1].clone())
+        .unwrap_or_else(|| panic!("no field {name}"))
+}
+
+#[test]
+fn worker_cycle_in_queue_order_with_fused_acks() {
+    for server in servers() {
+        let mut producer = server.client();
+        let mut worker = server.client();
+        let b1 = id_of(producer.cmd("TASK.SUBMIT {b}jobs one"));
+        let a1 = id_of(producer.cmd("TASK.SUBMIT {a}jobs two"));
+        let a2 = id_of(producer.cmd("TASK.SUBMIT {a}jobs three PRIORITY 9"));
+        let got = tasks_of(worker.cmd("TASK.FETCH {a}jobs {b}jobs COUNT 10"));
+        let ids: Vec<Bytes> = got.iter().map(|t| t.0.clone()).collect();
+        assert_eq!(
+            ids,
+            vec![a2.clone(), a1.clone(), b1.clone()],
+            "queue order, then priority"
+        );
+        assert_eq!(got[0].2, Bytes::from_static(b"three"));
+        assert_eq!(got[0].3, 1);
+        // One command per task: the next fetch acknowledges the previous ones.
+        let mut line = b"TASK.FETCH {a}jobs {b}jobs ACK ".to_vec();
+        line.extend_from_slice(&a2);
+        line.push(b' ');
+        line.extend_from_slice(&b1);
+        let args: Vec<&[u8]> = line.split(|&c| c == b' ').collect();
+        assert_eq!(worker.cmd_args(&args), Frame::Array(vec![]));
+        assert_eq!(worker.cmd_args(&[b"TASK.ACK", &a1, b"RESULT", b"42"]), ok());
+        let info = producer.cmd_args(&[b"TASK.GET", &a1]);
+        assert_eq!(field(&info, "state"), bulk("done"));
+        assert_eq!(field(&info, "result"), bulk("42"));
+        assert_eq!(
+            field(&producer.cmd_args(&[b"TASK.GET", &b1]), "state"),
+            bulk("done")
+        );
+        let stats = producer.cmd("TASK.STATS {a}jobs");
+        assert_eq!(field(&stats, "acked"), Frame::Integer(2));
+        assert_eq!(field(&stats, "queued"), Frame::Integer(0));
+        let Frame::Array(mut queues) = producer.cmd("TASK.QUEUES") else {
+            panic!()
+        };
+        queues.sort_by_key(|q| format!("{q:?}"));
+        assert_eq!(queues, vec![bulk("{a}jobs"), bulk("{b}jobs")]);
+        let Frame::Bulk(info) = producer.cmd("INFO tasks") else {
+            panic!("INFO replies a bulk string in RESP2")
+        };
+        let info = String::from_utf8_lossy(&info).to_string();
+        assert!(
+            info.contains("tasks_submitted:3\r\ntasks_acked:3\r\n"),
+            "{info}"
+        );
+        assert!(
+            info.contains("queue:{a}jobs:queued=0,scheduled=0,leased=0,dead=0"),
+            "{info}"
+        );
+    }
+}
+
+#[test]
+fn expired_leases_are_redelivered_and_stale_acks_refused() {
+    for server in servers() {
+        let mut producer = server.client();
+        let mut slow = server.client();
+        let mut fast = server.client();
+        let id = id_of(producer.cmd("TASK.SUBMIT {b}q work"));
+        let first = tasks_of(slow.cmd("TASK.FETCH {b}q LEASE 50"));
+        assert_eq!(first[0].0, id);
+        std::thread::sleep(Duration::from_millis(120));
+        let second = tasks_of(fast.cmd("TASK.FETCH {b}q"));
+        assert_eq!(
+            (second[0].0.clone(), second[0].3),
+            (id.clone(), 2),
+            "redelivered, attempt 2"
+        );
+        let stale = slow.cmd_args(&[b"TASK.ACK", &id]);
+        assert!(
+            matches!(&stale, Frame::Error(e) if e.starts_with(b"ERR task is not leased")),
+            "{stale:?}"
+        );
+        assert!(matches!(
+            slow.cmd_args(&[b"TASK.EXTEND", &id, b"1000"]),
+            Frame::Error(_)
+        ));
+        assert_eq!(fast.cmd_args(&[b"TASK.ACK", &id]), ok());
+    }
+}
+
+#[test]
+fn a_dead_workers_tasks_are_redelivered_at_once() {
+    for server in servers() {
+        let mut producer = server.client();
+        let id = id_of(producer.cmd("TASK.SUBMIT {a}q work LEASE 60000"));
+        let mut doomed = server.client();
+        assert_eq!(tasks_of(doomed.cmd("TASK.FETCH {a}q"))[0].0, id);
+        let mut other = server.client();
+        drop(doomed);
+        let start = Instant::now();
+        let redelivered = loop {
+            let got = tasks_of(other.cmd("TASK.FETCH {a}q"));
+            if let Some(task) = got.into_iter().next() {
+                break task;
+            }
+            assert!(start.elapsed() < Duration::from_secs(2), "not redelivered");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        println!("redelivered after {:?}", start.elapsed());
+        assert!(start.elapsed() < Duration::from_millis(500));
+        assert_eq!((redelivered.0, redelivered.3), (id, 2));
+    }
+}
+
+#[test]
+fn failures_retry_then_die_into_a_fallback_on_another_shard() {
+    for server in servers() {
+        let mut c = server.client();
+        let id = id_of(c.cmd("TASK.SUBMIT {a}q payload RETRIES 1 BACKOFF 10 FALLBACK {b}rescue"));
+        tasks_of(c.cmd("TASK.FETCH {a}q"));
+        let Frame::Array(outcome) = c.cmd_args(&[b"TASK.FAIL", &id, b"ERROR", b"boom"]) else {
+            panic!()
+        };
+        assert_eq!(outcome[0], bulk("retry"));
+        std::thread::sleep(Duration::from_millis(30));
+        let again = tasks_of(c.cmd("TASK.FETCH {a}q"));
+        assert_eq!(again[0].3, 2);
+        let Frame::Array(outcome) = c.cmd_args(&[b"TASK.FAIL", &id, b"ERROR", b"boom 2"]) else {
+            panic!()
+        };
+        assert_eq!(outcome, vec![bulk("dead")]);
+        assert_eq!(
+            c.cmd("TASK.DEAD {a}q"),
+            Frame::Array(vec![Frame::Bulk(id.clone())])
+        );
+        let start = Instant::now();
+        let rescue = loop {
+            if let Some(task) = tasks_of(c.cmd("TASK.FETCH {b}rescue")).into_iter().next() {
+                break task;
+            }
+            assert!(start.elapsed() < Duration::from_secs(2), "no fallback task");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(rescue.2, Bytes::from_static(b"payload"));
+        assert_eq!(
+            rescue.4,
+            vec![
+                Frame::Bulk(id.clone()),
+                bulk("{a}q"),
+                bulk("boom 2"),
+                Frame::Integer(2)
+            ]
+        );
+        assert_eq!(c.cmd_args(&[b"TASK.REQUEUE", &id]), Frame::Integer(1));
+        assert_eq!(tasks_of(c.cmd("TASK.FETCH {a}q"))[0].3, 1);
+    }
+}
+
+#[test]
+fn task_errors_are_clear_and_harmless() {
+    for server in servers() {
+        let mut c = server.client();
+        assert_eq!(c.cmd("TASK.ACK {a}nope"), err("ERR no such task"));
+        assert_eq!(c.cmd("TASK.GET {a}nope"), Frame::Null);
+        assert_eq!(c.cmd("TASK.SUBMIT q p BOGUS 1"), err("ERR syntax error"));
+        assert_eq!(
+            c.cmd("TASK.SUBMIT q p RETRIES -1"),
+            err("ERR RETRIES must be zero or positive")
+        );
+        assert_eq!(
+            c.cmd("TASK.SUBMIT q p DELAY x"),
+            err("ERR value is not an integer or out of range")
+        );
+        assert_eq!(
+            c.cmd("TASK.SUBMIT q"),
+            err("ERR wrong number of arguments for 'task.submit' command")
+        );
+        assert_eq!(
+            c.cmd("TASK.FETCH q COUNT 0"),
+            err("ERR COUNT must be 1..1000")
+        );
+        assert_eq!(c.cmd("TASK.FETCH q ACK"), err("ERR syntax error"));
+        assert_eq!(c.cmd("TASK.FETCH q ACK {a}nope"), err("ERR no such task"));
+        let id = id_of(c.cmd("TASK.SUBMIT q p"));
+        assert_eq!(
+            c.cmd_args(&[b"TASK.ACK", &id]),
+            err("ERR task is not leased to this client (the lease expired or moved)")
+        );
+        assert_eq!(c.cmd_args(&[b"TASK.CANCEL", &id]), ok());
+        assert_eq!(
+            c.cmd_args(&[b"TASK.CANCEL", &id]),
+            err("ERR task already finished")
+        );
+        assert_eq!(c.cmd("TASK.FETCH q"), Frame::Array(vec![]));
+        assert_eq!(c.cmd("PING"), Frame::simple("PONG"));
+    }
+}

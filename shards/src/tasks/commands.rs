@@ -1,0 +1,507 @@
+//! The `TASK.*` command handlers: argument parsing and replies around the [`Engine`]. Each
+//! runs on the shard that owns its queue or task id (an id carries its queue's slot tag); the
+//! server routes them, splits a FETCH over queues on several shards, and supplies the client
+//! id that owns leases (`Ctx::client`).
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+
+use super::engine::{Engine, FailOutcome, Leased, Retry, TaskError};
+use super::model::*;
+use crate::args::{int_arg, is};
+use crate::errors::SYNTAX;
+use crate::shard::Ctx;
+
+fn error(err: TaskError) -> Frame {
+    Frame::error(err.text())
+}
+
+/// A non-negative integer option value.
+fn count_arg(arg: Option<&Bytes>, what: &str) -> Result<u64, Frame> {
+    let Some(arg) = arg else {
+        return Err(Frame::static_error(SYNTAX));
+    };
+    match int_arg(arg)? {
+        n if n >= 0 => Ok(n as u64),
+        _ => Err(Frame::error(format!("ERR {what} must be zero or positive"))),
+    }
+}
+
+fn text(s: &str) -> Frame {
+    Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+fn opt_bulk(bytes: &Option<Bytes>) -> Frame {
+    bytes
+        .as_ref()
+        .map_or(Frame::Null, |b| Frame::Bulk(b.clone()))
+}
+
+/// TASK.SUBMIT queue payload [ID id] [PRIORITY p] [DELAY ms | AT unix-ms] [RETRIES n]
+/// [BACKOFF base-ms [cap-ms]] [LEASE ms] [TTL ms] [FALLBACK queue] [UNIQUE key [FOR ms]]
+pub fn submit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let now = ctx.now_ms;
+    let options = match submit_options(&args[3..], now) {
+        Ok(options) => options,
+        Err(err) => return err,
+    };
+    match ctx.tasks.submit(&args[1], args[2].clone(), options, now) {
+        Ok((id, _)) => Frame::Bulk(id),
+        Err(err) => error(err),
+    }
+}
+
+fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOptions, Frame> {
+    let mut options = SubmitOptions::default();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        let next = args.get(i + 1);
+        if is(arg, "id") {
+            options.id = Some(next.ok_or(Frame::static_error(SYNTAX))?.clone());
+        } else if is(arg, "priority") {
+            options.priority = int_arg(next.ok_or(Frame::static_error(SYNTAX))?)?;
+        } else if is(arg, "delay") {
+            options.due_ms = Some(now_ms.saturating_add(count_arg(next, "DELAY")?));
+        } else if is(arg, "at") {
+            options.due_ms = Some(count_arg(next, "AT")?);
+        } else if is(arg, "retries") {
+            let retries = count_arg(next, "RETRIES")?;
+            if retries > u64::from(RETRIES_MAX) {
+                return Err(Frame::error(format!(
+                    "ERR RETRIES is at most {RETRIES_MAX}"
+                )));
+            }
+            options.retries = retries as u32;
+        } else if is(arg, "backoff") {
+            options.backoff_base_ms = count_arg(next, "BACKOFF")?;
+            options.backoff_cap_ms = BACKOFF_CAP_MS_DEFAULT.max(options.backoff_base_ms);
+            if let Some(cap) = args.get(i + 2).filter(|a| int_arg(a).is_ok()) {
+                options.backoff_cap_ms = count_arg(Some(cap), "BACKOFF cap")?;
+                i += 1;
+            }
+        } else if is(arg, "lease") {
+            let lease = count_arg(next, "LEASE")?;
+            if lease == 0 || lease > LEASE_MS_MAX {
+                return Err(Frame::error(format!(
+                    "ERR LEASE must be 1..{LEASE_MS_MAX} ms"
+                )));
+            }
+            options.lease_ms = Some(lease);
+        } else if is(arg, "ttl") {
+            options.deadline_ms = Some(now_ms.saturating_add(count_arg(next, "TTL")?));
+        } else if is(arg, "fallback") {
+            options.fallback = Some(next.ok_or(Frame::static_error(SYNTAX))?.clone());
+        } else if is(arg, "unique") {
+            let key = next.ok_or(Frame::static_error(SYNTAX))?.clone();
+            let mut window = 0;
+            if args.get(i + 2).is_some_and(|a| is(a, "for")) {
+                window = count_arg(args.get(i + 3), "FOR")?;
+                i += 2;
+            }
+            options.unique = Some((key, window));
+        } else {
+            return Err(Frame::static_error(SYNTAX));
+        }
+        i += 2;
+    }
+    Ok(options)
+}
+
+/// FETCH's parsed arguments.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FetchArgs {
+    pub queues: Vec<Bytes>,
+    pub count: usize,
+    pub lease_ms: Option<u64>,
+    pub acks: Vec<Bytes>,
+}
+
+/// Parses TASK.FETCH queue [queue ...] [COUNT n] [LEASE ms] [ACK id ...]. The queues run up
+/// to the first option word; ACK takes every argument after it.
+pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
+    let option = |a: &Bytes| is(a, "count") || is(a, "lease") || is(a, "ack");
+    let queues_end = args[1..]
+        .iter()
+        .position(option)
+        .map_or(args.len(), |p| p + 1);
+    let queues: Vec<Bytes> = args[1..queues_end].to_vec();
+    if queues.is_empty() {
+        return Err(Frame::error(
+            "ERR wrong number of arguments for 'task.fetch' command",
+        ));
+    }
+    let mut parsed = FetchArgs {
+        queues,
+        count: 1,
+        lease_ms: None,
+        acks: Vec::new(),
+    };
+    let mut i = queues_end;
+    while i < args.len() {
+        let next = args.get(i + 1);
+        if is(&args[i], "count") {
+            let count = count_arg(next, "COUNT")?;
+            if count == 0 || count > FETCH_COUNT_MAX as u64 {
+                return Err(Frame::error(format!(
+                    "ERR COUNT must be 1..{FETCH_COUNT_MAX}"
+                )));
+            }
+            parsed.count = count as usize;
+        } else if is(&args[i], "lease") {
+            let lease = count_arg(next, "LEASE")?;
+            if lease == 0 || lease > LEASE_MS_MAX {
+                return Err(Frame::error(format!(
+                    "ERR LEASE must be 1..{LEASE_MS_MAX} ms"
+                )));
+            }
+            parsed.lease_ms = Some(lease);
+        } else if is(&args[i], "ack") {
+            parsed.acks = args[i + 1..].to_vec();
+            if parsed.acks.is_empty() {
+                return Err(Frame::static_error(SYNTAX));
+            }
+            break;
+        } else {
+            return Err(Frame::static_error(SYNTAX));
+        }
+        i += 2;
+    }
+    Ok(parsed)
+}
+
+/// One leased task as FETCH replies it: `[id, queue, payload, attempt]`, and for a fallback
+/// task also `[origin id, origin queue, origin error, origin attempts]`.
+pub fn leased_frame(leased: Leased) -> Frame {
+    let mut items = vec![
+        Frame::Bulk(leased.id),
+        Frame::Bulk(leased.queue),
+        Frame::Bulk(leased.payload),
+        Frame::Integer(i64::from(leased.attempt)),
+    ];
+    if let Some(origin) = leased.origin {
+        items.push(Frame::Bulk(origin.id));
+        items.push(Frame::Bulk(origin.queue));
+        items.push(opt_bulk(&origin.error));
+        items.push(Frame::Integer(i64::from(origin.attempts)));
+    }
+    Frame::Array(items)
+}
+
+/// TASK.FETCH with every queue and acknowledged id on this shard: the ACKs first (an
+/// unknown or stale one fails the whole command before anything is leased), then the lease.
+pub fn fetch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let fetch = match parse_fetch(args) {
+        Ok(fetch) => fetch,
+        Err(err) => return err,
+    };
+    for id in &fetch.acks {
+        if let Err(err) = ctx.tasks.ack(id, ctx.client, None, ctx.now_ms) {
+            return error(err);
+        }
+    }
+    Frame::Array(
+        ctx.tasks
+            .fetch(
+                &fetch.queues,
+                fetch.count,
+                fetch.lease_ms,
+                ctx.client,
+                ctx.now_ms,
+            )
+            .into_iter()
+            .map(leased_frame)
+            .collect(),
+    )
+}
+
+/// TASK.ACK id [RESULT bytes]
+pub fn ack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let result = match &args[2..] {
+        [] => None,
+        [word, result] if is(word, "result") => Some(result.clone()),
+        _ => return Frame::static_error(SYNTAX),
+    };
+    match ctx.tasks.ack(&args[1], ctx.client, result, ctx.now_ms) {
+        Ok(()) => Frame::ok(),
+        Err(err) => error(err),
+    }
+}
+
+/// TASK.FAIL id [ERROR msg] [RETRYIN ms | NORETRY]: replies `retry` with the unix ms of the
+/// next attempt, or `dead`.
+pub fn fail(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let mut message = None;
+    let mut retry = Retry::Backoff;
+    let mut i = 2;
+    while i < args.len() {
+        if is(&args[i], "error") && i + 1 < args.len() {
+            message = Some(args[i + 1].clone());
+            i += 2;
+        } else if is(&args[i], "retryin") && retry == Retry::Backoff {
+            match count_arg(args.get(i + 1), "RETRYIN") {
+                Ok(ms) => retry = Retry::In(ms),
+                Err(err) => return err,
+            }
+            i += 2;
+        } else if is(&args[i], "noretry") && retry == Retry::Backoff {
+            retry = Retry::Never;
+            i += 1;
+        } else {
+            return Frame::static_error(SYNTAX);
+        }
+    }
+    match ctx
+        .tasks
+        .fail(&args[1], ctx.client, message, retry, ctx.now_ms)
+    {
+        Ok(FailOutcome::RetryAt(at)) => {
+            Frame::Array(vec![text("retry"), Frame::Integer(at as i64)])
+        }
+        Ok(FailOutcome::Dead) => Frame::Array(vec![text("dead")]),
+        Err(err) => error(err),
+    }
+}
+
+/// TASK.EXTEND id ms: replies the lease's new expiry (unix ms).
+pub fn extend(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let ms = match count_arg(args.get(2), "lease") {
+        Ok(0) => return Frame::error(format!("ERR lease must be 1..{LEASE_MS_MAX} ms")),
+        Ok(ms) => ms,
+        Err(err) => return err,
+    };
+    match ctx.tasks.extend(&args[1], ctx.client, ms, ctx.now_ms) {
+        Ok(until) => Frame::Integer(until as i64),
+        Err(err) => error(err),
+    }
+}
+
+/// TASK.GET id: the task's fields as a map (nil for an unknown or forgotten id).
+pub fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    ctx.tasks.advance(ctx.now_ms);
+    let Some(task) = ctx.tasks.get(&args[1]) else {
+        return Frame::Null;
+    };
+    let opt_ms = |ms: Option<u64>| ms.map_or(Frame::Null, |ms| Frame::Integer(ms as i64));
+    let due = match task.state {
+        State::Scheduled { due_ms } => Some(due_ms),
+        _ => None,
+    };
+    let lease = match task.state {
+        State::Leased { until_ms, .. } => Some(until_ms),
+        _ => None,
+    };
+    Frame::Map(vec![
+        (text("id"), Frame::Bulk(task.id.clone())),
+        (text("queue"), Frame::Bulk(task.queue.clone())),
+        (text("state"), text(task.state.name())),
+        (text("attempts"), Frame::Integer(i64::from(task.attempts))),
+        (
+            text("retries"),
+            Frame::Integer(i64::from(task.options.retries)),
+        ),
+        (text("priority"), Frame::Integer(task.options.priority)),
+        (text("payload"), Frame::Bulk(task.payload.clone())),
+        (text("result"), opt_bulk(&task.result)),
+        (text("error"), opt_bulk(&task.last_error)),
+        (text("submitted"), Frame::Integer(task.submitted_ms as i64)),
+        (text("due"), opt_ms(due)),
+        (text("lease_until"), opt_ms(lease)),
+        (text("finished"), opt_ms(task.finished_ms)),
+    ])
+}
+
+/// TASK.CANCEL id
+pub fn cancel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    match ctx.tasks.cancel(&args[1], ctx.now_ms) {
+        Ok(()) => Frame::ok(),
+        Err(err) => error(err),
+    }
+}
+
+/// TASK.DEAD queue: the ids of its dead tasks, oldest first.
+pub fn dead(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    ctx.tasks.advance(ctx.now_ms);
+    Frame::Array(
+        ctx.tasks
+            .dead(&args[1])
+            .into_iter()
+            .map(Frame::Bulk)
+            .collect(),
+    )
+}
+
+/// TASK.REQUEUE id|queue: puts one dead task, or every dead task of a queue, back; replies
+/// how many.
+pub fn requeue(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let now = ctx.now_ms;
+    if ctx.tasks.get(&args[1]).is_some() {
+        return match ctx.tasks.requeue(&args[1], now) {
+            Ok(()) => Frame::Integer(1),
+            Err(err) => error(err),
+        };
+    }
+    Frame::Integer(ctx.tasks.requeue_queue(&args[1], now) as i64)
+}
+
+pub fn pause(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    ctx.tasks.set_paused(&args[1], true);
+    Frame::ok()
+}
+
+pub fn resume(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    ctx.tasks.set_paused(&args[1], false);
+    Frame::ok()
+}
+
+/// TASK.LIMIT queue [CONCURRENCY n | CONCURRENCY NONE] [RATE n PER ms | RATE NONE]. With no
+/// option it replies the current limits. An option not named keeps its current value.
+pub fn limit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let now = ctx.now_ms;
+    let current = ctx.tasks.queue_stats(&args[1], now).unwrap_or_default();
+    let (mut concurrency, mut rate) = (current.concurrency, current.rate);
+    let mut i = 2;
+    while i < args.len() {
+        let next = args.get(i + 1);
+        if is(&args[i], "concurrency") && next.is_some_and(|n| is(n, "none")) {
+            concurrency = None;
+            i += 2;
+        } else if is(&args[i], "concurrency") {
+            match count_arg(next, "CONCURRENCY") {
+                Ok(n) if n > 0 && n <= u64::from(u32::MAX) => concurrency = Some(n as u32),
+                Ok(_) => return Frame::error("ERR CONCURRENCY must be positive"),
+                Err(err) => return err,
+            }
+            i += 2;
+        } else if is(&args[i], "rate") && next.is_some_and(|n| is(n, "none")) {
+            rate = None;
+            i += 2;
+        } else if is(&args[i], "rate") && args.get(i + 2).is_some_and(|p| is(p, "per")) {
+            let n = match count_arg(next, "RATE") {
+                Ok(n) if n > 0 && n <= u64::from(u32::MAX) => n as u32,
+                Ok(_) => return Frame::error("ERR RATE must be positive"),
+                Err(err) => return err,
+            };
+            match count_arg(args.get(i + 3), "PER") {
+                Ok(per) if per > 0 => rate = Some((n, per)),
+                Ok(_) => return Frame::error("ERR PER must be positive"),
+                Err(err) => return err,
+            }
+            i += 4;
+        } else {
+            return Frame::static_error(SYNTAX);
+        }
+    }
+    ctx.tasks.set_limits(&args[1], concurrency, rate);
+    Frame::Map(vec![
+        (
+            text("concurrency"),
+            concurrency.map_or(Frame::Null, |n| Frame::Integer(i64::from(n))),
+        ),
+        (
+            text("rate"),
+            rate.map_or(Frame::Null, |(n, _)| Frame::Integer(i64::from(n))),
+        ),
+        (
+            text("per"),
+            rate.map_or(Frame::Null, |(_, per)| Frame::Integer(per as i64)),
+        ),
+    ])
+}
+
+/// TASK.STATS queue: its counts as a map.
+pub fn stats(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    ctx.tasks.advance(ctx.now_ms);
+    let s = ctx
+        .tasks
+        .queue_stats(&args[1], ctx.now_ms)
+        .unwrap_or_default();
+    let int = |n: u64| Frame::Integer(n as i64);
+    Frame::Map(vec![
+        (text("queued"), int(s.queued as u64)),
+        (text("scheduled"), int(s.scheduled as u64)),
+        (text("leased"), int(s.leased as u64)),
+        (text("dead"), int(s.dead as u64)),
+        (text("oldest_age_ms"), int(s.oldest_age_ms)),
+        (text("submitted"), int(s.submitted)),
+        (text("acked"), int(s.acked)),
+        (text("failed"), int(s.failed)),
+        (text("paused"), int(u64::from(s.paused))),
+    ])
+}
+
+/// TASK.QUEUES (one shard's part): the names of the queues it holds.
+pub fn queues(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> Frame {
+    Frame::Array(
+        ctx.tasks
+            .queue_names()
+            .into_iter()
+            .map(Frame::Bulk)
+            .collect(),
+    )
+}
+
+/// The engine a shard's task commands see.
+pub fn new_engine() -> Engine {
+    Engine::new(RETENTION_MS_DEFAULT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<Bytes> {
+        line.split(' ')
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn fetch_arguments() {
+        let parsed = parse_fetch(&args("task.fetch a b COUNT 3 LEASE 500 ACK x y")).unwrap();
+        assert_eq!(parsed.queues, args("a b"));
+        assert_eq!((parsed.count, parsed.lease_ms), (3, Some(500)));
+        assert_eq!(parsed.acks, args("x y"));
+        assert!(parse_fetch(&args("task.fetch COUNT 3")).is_err());
+        assert!(parse_fetch(&args("task.fetch a COUNT 0")).is_err());
+        assert!(parse_fetch(&args("task.fetch a COUNT x")).is_err());
+        assert!(parse_fetch(&args("task.fetch a ACK")).is_err());
+        assert!(parse_fetch(&args("task.fetch a LEASE 0")).is_err());
+    }
+
+    #[test]
+    fn submit_options_parse_and_refuse_bad_input() {
+        let options = submit_options(
+            &args("ID x PRIORITY -2 DELAY 100 RETRIES 5 BACKOFF 10 20 LEASE 9 TTL 50 FALLBACK f UNIQUE u FOR 30")[..],
+            1000,
+        )
+        .unwrap();
+        assert_eq!(options.id, Some(Bytes::from_static(b"x")));
+        assert_eq!(options.priority, -2);
+        assert_eq!(options.due_ms, Some(1100));
+        assert_eq!(
+            (
+                options.retries,
+                options.backoff_base_ms,
+                options.backoff_cap_ms
+            ),
+            (5, 10, 20)
+        );
+        assert_eq!(
+            (options.lease_ms, options.deadline_ms),
+            (Some(9), Some(1050))
+        );
+        assert_eq!(options.fallback, Some(Bytes::from_static(b"f")));
+        assert_eq!(options.unique, Some((Bytes::from_static(b"u"), 30)));
+        for bad in [
+            "DELAY -1",
+            "RETRIES 1001",
+            "LEASE 0",
+            "BOGUS 1",
+            "PRIORITY",
+            "UNIQUE u FOR",
+        ] {
+            assert!(submit_options(&args(bad), 0).is_err(), "{bad}");
+        }
+    }
+}
