@@ -32,6 +32,10 @@ pub struct ShardCtx {
     unlock_wakers: RefCell<Vec<std::task::Waker>>,
     deferred: RefCell<std::collections::VecDeque<DeferredRequest>>,
     tokens_issued: std::cell::Cell<u64>,
+    /// Blocked fetches waiting on this shard's queues (`task_wait`).
+    pub parked: RefCell<Vec<crate::task_wait::Parked>>,
+    /// The engine epoch the parked fetches were last tried at.
+    pub parked_epoch: std::cell::Cell<u64>,
 }
 
 impl ShardCtx {
@@ -49,6 +53,8 @@ impl ShardCtx {
             unlock_wakers: RefCell::new(Vec::new()),
             deferred: RefCell::new(std::collections::VecDeque::new()),
             tokens_issued: std::cell::Cell::new(0),
+            parked: RefCell::new(Vec::new()),
+            parked_epoch: std::cell::Cell::new(0),
         }
     }
 
@@ -70,6 +76,7 @@ impl ShardCtx {
         for fallback in fallbacks {
             self.route_fallback(fallback, now);
         }
+        self.serve_parked();
     }
 
     /// Submits a dead task's fallback on the shard that owns the fallback queue.
@@ -90,10 +97,22 @@ impl ShardCtx {
         }
     }
 
+    /// A connection is closing: let go of its blocked fetch everywhere, so the fetch returns
+    /// and the connection can be freed (its leases are released when it is).
+    pub fn connection_closing(&self, state: &ConnState) {
+        self.unpark_client(state.id);
+        for shard in 0..self.shard_count.min(64) {
+            if shard != self.id && state.task_shards & (1 << shard) != 0 {
+                drop(self.request(shard, Request::TaskUnpark { client: state.id }));
+            }
+        }
+    }
+
     /// A connection is gone: forget it and requeue every task leased to it, on every shard
     /// it fetched from.
     pub fn connection_closed(&self, state: &ConnState) {
         self.clients.borrow_mut().remove(state.id);
+        self.unpark_client(state.id);
         for shard in 0..self.shard_count.min(64) {
             if state.task_shards & (1 << shard) == 0 {
                 continue;
@@ -214,6 +233,35 @@ impl ShardCtx {
                 self.lock.set(token);
                 mesh.respond(from, id, Response::Bool(true));
             }
+            Request::TaskFetchBlocking {
+                client,
+                queues,
+                count,
+                lease_ms,
+                deadline_ms,
+            } => {
+                self.tick();
+                self.park_fetch(crate::task_wait::Parked {
+                    client,
+                    queues,
+                    count,
+                    lease_ms,
+                    deadline_ms,
+                    reply: crate::task_wait::Reply::Peer { from, id },
+                });
+            }
+            Request::TaskUnpark { client } => {
+                self.unpark_client(client);
+                mesh.respond(from, id, Response::Bool(true));
+            }
+            Request::ReleaseLeases { client } => {
+                self.unpark_client(client);
+                let mut shard = self.shard.borrow_mut();
+                let now = shard.now_ms();
+                let count = shard.tasks.release_owner(client, now);
+                drop(shard);
+                mesh.respond(from, id, Response::Count(count));
+            }
             request => {
                 let response = self.serve(request);
                 mesh.respond(from, id, response);
@@ -284,9 +332,14 @@ impl ShardCtx {
                         .collect(),
                 )
             }
-            Request::ReleaseLeases { client } => {
+            Request::TaskUnlease { client, ids } => {
                 let now = shard.now_ms();
-                Response::Count(shard.tasks.release_owner(client, now))
+                Response::Count(shard.tasks.unlease(&ids, client, now))
+            }
+            Request::ReleaseLeases { .. }
+            | Request::TaskFetchBlocking { .. }
+            | Request::TaskUnpark { .. } => {
+                unreachable!("handled in handle_request")
             }
             Request::SubmitFallback { fallback } => {
                 let now = shard.now_ms();
@@ -349,7 +402,9 @@ impl ShardCtx {
                     Message::Response { id, response } => mesh.complete(id, response),
                 }
             }
-            // The replies to a whole envelope leave together, now.
+            // Work that arrived may unblock parked fetches; then the replies to a whole
+            // envelope leave together, now.
+            self.tick();
             mesh.flush_to(peer);
         }
         tracing::debug!(shard = self.id, peer, "peer channel closed");

@@ -58,16 +58,19 @@ fn precheck(
     Ok(spec)
 }
 
-/// True when running `args` needs another shard (and so a task, not an inline call).
+/// True when running `args` needs another shard, or may wait (and so a task, not an inline
+/// call).
 pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
-    if ctx.shard_count == 1 {
-        return false;
-    }
     let Some(spec) = lookup(&args[0]).filter(|s| s.arity_ok(args.len())) else {
         return false;
     };
+    if spec.route == Route::Server && spec.name == "task.fetch" {
+        return crate::task_fetch::needs_remote(ctx, args);
+    }
+    if ctx.shard_count == 1 {
+        return false;
+    }
     match spec.route {
-        Route::Server if spec.name == "task.fetch" => crate::task_fetch::needs_remote(ctx, args),
         Route::Server => commands::needs_all_shards(spec, args),
         Route::AllShards(_) => true,
         Route::Keyed | Route::Split(_) => spec

@@ -16,3 +16,4 @@ pub mod runtime;
 mod session;
 mod stats;
 mod task_fetch;
+mod task_wait;

@@ -46,6 +46,24 @@ pub enum Request {
         count: usize,
         lease_ms: Option<u64>,
     },
+    /// Like `TaskFetch`, but when nothing can be leased the request is held (parked) until
+    /// something can, or until `deadline_ms`.
+    TaskFetchBlocking {
+        client: u64,
+        queues: Vec<Bytes>,
+        count: usize,
+        lease_ms: Option<u64>,
+        deadline_ms: Option<u64>,
+    },
+    /// Let go of `client`'s parked fetches (each is answered with nothing).
+    TaskUnpark {
+        client: u64,
+    },
+    /// Hand back tasks leased to `client` that it never received.
+    TaskUnlease {
+        client: u64,
+        ids: Vec<Bytes>,
+    },
     /// `client`'s connection closed: requeue every task leased to it.
     ReleaseLeases {
         client: u64,

@@ -7,17 +7,21 @@
 //! connection, so its leases are released there when the connection closes.
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::Poll;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::tasks::commands::{leased_frame, parse_fetch};
+use wetask_shards::tasks::commands::{leased_frame, parse_fetch, FetchArgs};
 use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;
 use crate::dispatch::{send_one, single_reply, Target};
 use crate::mesh::{Request, Response};
+use crate::task_wait::{LocalSlot, LocalWait, Parked, Reply};
 
 fn owner(ctx: &ShardCtx, name: &[u8]) -> usize {
     if ctx.shard_count == 1 {
@@ -27,14 +31,18 @@ fn owner(ctx: &ShardCtx, name: &[u8]) -> usize {
     }
 }
 
-/// True when a FETCH names a queue or acknowledges an id on another shard.
+/// True when a FETCH names a queue or acknowledges an id on another shard, or may block:
+/// then it runs in a task, which can wait.
 pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
     match parse_fetch(args) {
-        Ok(fetch) => fetch
-            .queues
-            .iter()
-            .chain(&fetch.acks)
-            .any(|name| owner(ctx, name) != ctx.id),
+        Ok(fetch) => {
+            fetch.block_ms.is_some()
+                || fetch
+                    .queues
+                    .iter()
+                    .chain(&fetch.acks)
+                    .any(|name| owner(ctx, name) != ctx.id)
+        }
         // A malformed FETCH is answered here with its error.
         Err(_) => false,
     }
@@ -100,5 +108,124 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
         }
         i = end;
     }
-    Frame::Array(leased)
+    match fetch.block_ms {
+        Some(block_ms) if leased.is_empty() => block(ctx, at.client, &fetch, block_ms).await,
+        _ => Frame::Array(leased),
+    }
+}
+
+type Wait = Pin<Box<dyn Future<Output = Vec<Frame>>>>;
+
+/// Waits until one of the queues' shards leases something (or the time is up); see the
+/// module docs of `task_wait`.
+async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64) -> Frame {
+    let now = ctx.shard.borrow().now_ms();
+    let deadline_ms = (block_ms > 0).then(|| now.saturating_add(block_ms));
+    // One parked fetch per shard, its queues in the order named.
+    let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
+    for queue in &fetch.queues {
+        let shard = owner(ctx, queue);
+        match groups.iter_mut().find(|(s, _)| *s == shard) {
+            Some((_, queues)) => queues.push(queue.clone()),
+            None => groups.push((shard, vec![queue.clone()])),
+        }
+    }
+    let mut waits: Vec<Option<Wait>> = Vec::new();
+    for (shard, queues) in &groups {
+        if *shard == ctx.id {
+            let slot = Rc::new(LocalSlot::default());
+            ctx.park_fetch(Parked {
+                client,
+                queues: queues.clone(),
+                count: fetch.count,
+                lease_ms: fetch.lease_ms,
+                deadline_ms,
+                reply: Reply::Local(slot.clone()),
+            });
+            waits.push(Some(Box::pin(LocalWait(slot))));
+        } else {
+            let response = ctx.request(
+                *shard,
+                Request::TaskFetchBlocking {
+                    client,
+                    queues: queues.clone(),
+                    count: fetch.count,
+                    lease_ms: fetch.lease_ms,
+                    deadline_ms,
+                },
+            );
+            waits.push(Some(Box::pin(async move {
+                match response.await {
+                    Response::Frames(frames) => frames,
+                    _ => Vec::new(),
+                }
+            })));
+        }
+    }
+    let (first, mut delivered) = first_ready(&mut waits).await;
+    // Let the other shards go; what they leased meanwhile comes back in their answers.
+    for (i, (shard, _)) in groups.iter().enumerate() {
+        if i == first {
+            continue;
+        }
+        if *shard == ctx.id {
+            ctx.unpark_client(client);
+        } else {
+            drop(ctx.request(*shard, Request::TaskUnpark { client }));
+        }
+    }
+    for wait in waits.iter_mut().filter_map(Option::take) {
+        delivered.extend(wait.await);
+    }
+    if let Some(error) = delivered.iter().find(|f| f.is_error()).cloned() {
+        let leased: Vec<Frame> = delivered.into_iter().filter(|f| !f.is_error()).collect();
+        hand_back(ctx, client, leased);
+        return error;
+    }
+    if delivered.len() > fetch.count {
+        let extra = delivered.split_off(fetch.count);
+        hand_back(ctx, client, extra);
+    }
+    Frame::Array(delivered)
+}
+
+/// Resolves to the first of `waits` to finish (taking it out of the list) and its answer.
+async fn first_ready(waits: &mut [Option<Wait>]) -> (usize, Vec<Frame>) {
+    std::future::poll_fn(|cx| {
+        for (i, slot) in waits.iter_mut().enumerate() {
+            if let Some(wait) = slot {
+                if let Poll::Ready(frames) = wait.as_mut().poll(cx) {
+                    *slot = None;
+                    return Poll::Ready((i, frames));
+                }
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Gives back leased tasks the client will not receive (each task frame starts with its id).
+fn hand_back(ctx: &ShardCtx, client: u64, tasks: Vec<Frame>) {
+    let mut by_shard: Vec<(usize, Vec<Bytes>)> = Vec::new();
+    for task in tasks {
+        let Frame::Array(fields) = task else { continue };
+        let Some(Frame::Bulk(id)) = fields.into_iter().next() else {
+            continue;
+        };
+        let shard = owner(ctx, &id);
+        match by_shard.iter_mut().find(|(s, _)| *s == shard) {
+            Some((_, ids)) => ids.push(id),
+            None => by_shard.push((shard, vec![id])),
+        }
+    }
+    for (shard, ids) in by_shard {
+        if shard == ctx.id {
+            let mut local = ctx.shard.borrow_mut();
+            let now = local.now_ms();
+            local.tasks.unlease(&ids, client, now);
+        } else {
+            drop(ctx.request(shard, Request::TaskUnlease { client, ids }));
+        }
+    }
 }

@@ -565,6 +565,10 @@ impl Net {
         );
         conn.closing = true;
         conn.session.state.borrow_mut().close_requested = true;
+        if conn.busy {
+            // A blocked TASK.FETCH holds the connection; let it go so the slot can free.
+            self.ctx.connection_closing(&conn.session.state.borrow());
+        }
         // Shutting the socket down ends the multishot recv (and any send) with a completion.
         // SAFETY: shutdown on our own live socket.
         unsafe { libc::shutdown(conn.fd, libc::SHUT_RDWR) };

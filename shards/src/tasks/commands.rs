@@ -114,13 +114,15 @@ pub struct FetchArgs {
     pub queues: Vec<Bytes>,
     pub count: usize,
     pub lease_ms: Option<u64>,
+    /// BLOCK ms: wait this long for a task when there is none (0: for ever).
+    pub block_ms: Option<u64>,
     pub acks: Vec<Bytes>,
 }
 
-/// Parses TASK.FETCH queue [queue ...] [COUNT n] [LEASE ms] [ACK id ...]. The queues run up
-/// to the first option word; ACK takes every argument after it.
+/// Parses TASK.FETCH queue [queue ...] [COUNT n] [LEASE ms] [BLOCK ms] [ACK id ...]. The
+/// queues run up to the first option word; ACK takes every argument after it.
 pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
-    let option = |a: &Bytes| is(a, "count") || is(a, "lease") || is(a, "ack");
+    let option = |a: &Bytes| is(a, "count") || is(a, "lease") || is(a, "block") || is(a, "ack");
     let queues_end = args[1..]
         .iter()
         .position(option)
@@ -135,6 +137,7 @@ pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
         queues,
         count: 1,
         lease_ms: None,
+        block_ms: None,
         acks: Vec::new(),
     };
     let mut i = queues_end;
@@ -156,6 +159,8 @@ pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
                 )));
             }
             parsed.lease_ms = Some(lease);
+        } else if is(&args[i], "block") {
+            parsed.block_ms = Some(count_arg(next, "BLOCK")?);
         } else if is(&args[i], "ack") {
             parsed.acks = args[i + 1..].to_vec();
             if parsed.acks.is_empty() {
@@ -186,33 +191,6 @@ pub fn leased_frame(leased: Leased) -> Frame {
         items.push(Frame::Integer(i64::from(origin.attempts)));
     }
     Frame::Array(items)
-}
-
-/// TASK.FETCH with every queue and acknowledged id on this shard: the ACKs first (an
-/// unknown or stale one fails the whole command before anything is leased), then the lease.
-pub fn fetch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let fetch = match parse_fetch(args) {
-        Ok(fetch) => fetch,
-        Err(err) => return err,
-    };
-    for id in &fetch.acks {
-        if let Err(err) = ctx.tasks.ack(id, ctx.client, None, ctx.now_ms) {
-            return error(err);
-        }
-    }
-    Frame::Array(
-        ctx.tasks
-            .fetch(
-                &fetch.queues,
-                fetch.count,
-                fetch.lease_ms,
-                ctx.client,
-                ctx.now_ms,
-            )
-            .into_iter()
-            .map(leased_frame)
-            .collect(),
-    )
 }
 
 /// TASK.ACK id [RESULT bytes]
@@ -458,9 +436,14 @@ mod tests {
 
     #[test]
     fn fetch_arguments() {
-        let parsed = parse_fetch(&args("task.fetch a b COUNT 3 LEASE 500 ACK x y")).unwrap();
+        let parsed =
+            parse_fetch(&args("task.fetch a b COUNT 3 LEASE 500 BLOCK 0 ACK x y")).unwrap();
         assert_eq!(parsed.queues, args("a b"));
-        assert_eq!((parsed.count, parsed.lease_ms), (3, Some(500)));
+        assert_eq!(
+            (parsed.count, parsed.lease_ms, parsed.block_ms),
+            (3, Some(500), Some(0))
+        );
+        assert!(parse_fetch(&args("task.fetch a BLOCK -1")).is_err());
         assert_eq!(parsed.acks, args("x y"));
         assert!(parse_fetch(&args("task.fetch COUNT 3")).is_err());
         assert!(parse_fetch(&args("task.fetch a COUNT 0")).is_err());

@@ -192,6 +192,8 @@ pub struct Engine {
     next_id: u64,
     retention_ms: u64,
     totals: Totals,
+    /// Bumped by every change that can let a fetch lease something it could not before.
+    epoch: u64,
 }
 
 fn too_long(name: &[u8]) -> bool {
@@ -209,6 +211,12 @@ impl Engine {
 
     pub fn totals(&self) -> Totals {
         self.totals
+    }
+
+    /// Changes whenever a blocked fetch might now succeed (a task became ready, a lease or a
+    /// limit freed up); blocked fetches are retried only when it moved.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     pub fn get(&self, id: &[u8]) -> Option<&Task> {
@@ -353,6 +361,7 @@ impl Engine {
                 q.ready
                     .insert((Reverse(task.options.priority), task.order), id.clone());
                 q.ready_by_age.insert((task.submitted_ms, task.order));
+                self.epoch += 1;
             }
         }
         self.tasks.insert(id.clone(), task);
@@ -425,6 +434,7 @@ impl Engine {
                 owner: holder,
                 until_ms,
             } if holder == owner => {
+                self.epoch += 1;
                 let (id, queue) = (task.id.clone(), task.queue.clone());
                 self.leases.remove(&(until_ms, id.clone()));
                 self.release_owner_index(owner, &id);
@@ -568,9 +578,34 @@ impl Engine {
         count
     }
 
+    /// Hands back tasks leased to `owner` that never reached it (a blocked fetch that won
+    /// on several shards at once keeps only what it can deliver): they go back to the head of
+    /// their queues and the attempt is not counted. Returns how many were handed back.
+    pub fn unlease(&mut self, ids: &[Bytes], owner: u64, now_ms: u64) -> usize {
+        let mut count = 0;
+        for id in ids {
+            if self.take_lease(id, owner, now_ms).is_err() {
+                continue;
+            }
+            let task = self.tasks.get_mut(id).expect("checked");
+            task.attempts -= 1;
+            task.order = self.next_head;
+            self.next_head -= 1;
+            task.state = State::Queued;
+            let q = self.queues.entry(task.queue.clone()).or_default();
+            q.ready
+                .insert((Reverse(task.options.priority), task.order), id.clone());
+            q.ready_by_age.insert((task.submitted_ms, task.order));
+            self.epoch += 1;
+            count += 1;
+        }
+        count
+    }
+
     /// A lease ended without ACK or FAIL (expiry or disconnect): that counts as an attempt.
     /// The task goes back to the head of its queue, or dies when its attempts are spent.
     fn lose_lease(&mut self, id: &Bytes, now_ms: u64) {
+        self.epoch += 1;
         self.totals.leases_lost += 1;
         let task = self.tasks.get_mut(id).expect("a leased task exists");
         if task.last_error.is_none() {
@@ -676,6 +711,7 @@ impl Engine {
             q.ready
                 .insert((Reverse(task.options.priority), task.order), id);
             q.ready_by_age.insert((task.submitted_ms, task.order));
+            self.epoch += 1;
         }
         while let Some((until, _)) = self.leases.first() {
             if *until > now_ms {
@@ -782,6 +818,7 @@ impl Engine {
         q.ready
             .insert((Reverse(task.options.priority), task.order), id);
         q.ready_by_age.insert((task.submitted_ms, task.order));
+        self.epoch += 1;
         Ok(())
     }
 
@@ -794,6 +831,7 @@ impl Engine {
     }
 
     pub fn set_paused(&mut self, queue: &[u8], paused: bool) {
+        self.epoch += 1;
         self.queues
             .entry(Bytes::copy_from_slice(queue))
             .or_default()
@@ -802,6 +840,7 @@ impl Engine {
 
     /// Sets (or with `None`, clears) a queue's concurrency and rate limits.
     pub fn set_limits(&mut self, queue: &[u8], concurrency: Option<u32>, rate: Option<(u32, u64)>) {
+        self.epoch += 1;
         let q = self
             .queues
             .entry(Bytes::copy_from_slice(queue))

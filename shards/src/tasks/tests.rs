@@ -125,6 +125,28 @@ fn extend_moves_the_lease_expiry() {
 }
 
 #[test]
+fn unlease_hands_back_undelivered_tasks_without_counting_an_attempt() {
+    let mut e = engine();
+    let first = submit(&mut e, "q", "1", 0);
+    let second = submit(&mut e, "q", "2", 0);
+    let ids: Vec<Bytes> = e
+        .fetch(&[b("q")], 2, None, W1, 0)
+        .into_iter()
+        .map(|l| l.id)
+        .collect();
+    assert_eq!(
+        e.unlease(&ids[1..], W2, 0),
+        0,
+        "only the holder can hand back"
+    );
+    assert_eq!(e.unlease(&ids[1..], W1, 0), 1);
+    let again = e.fetch(&[b("q")], 1, None, W2, 0);
+    assert_eq!((again[0].id.clone(), again[0].attempt), (second, 1));
+    assert!(matches!(e.get(&first).unwrap().state, State::Leased { .. }));
+    e.check_invariants();
+}
+
+#[test]
 fn a_closed_connection_requeues_its_tasks_at_once() {
     let mut e = engine();
     let id = submit(&mut e, "q", "p", 0);
