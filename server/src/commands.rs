@@ -42,6 +42,7 @@ pub async fn run(
 ) -> Frame {
     match spec.name {
         "task.fetch" => crate::task_fetch::run(ctx, conn, args).await,
+        "task.wait" => crate::task_fetch::wait(ctx, conn, args).await,
         "ping" => ping(args),
         "echo" => Frame::Bulk(args[1].clone()),
         "hello" => hello(ctx, &mut conn.borrow_mut(), args),

@@ -243,12 +243,32 @@ impl ShardCtx {
                 self.tick();
                 self.park_fetch(crate::task_wait::Parked {
                     client,
-                    queues,
-                    count,
-                    lease_ms,
+                    want: crate::task_wait::Want::Fetch {
+                        queues,
+                        count,
+                        lease_ms,
+                    },
                     deadline_ms,
                     reply: crate::task_wait::Reply::Peer { from, id },
                 });
+            }
+            Request::TaskWait {
+                client,
+                id: task,
+                deadline_ms,
+            } => {
+                self.tick();
+                if self.shard.borrow().tasks.get(&task).is_none() {
+                    let error = wetask_protocol::Frame::static_error("ERR no such task");
+                    mesh.respond(from, id, Response::Frames(vec![error]));
+                } else {
+                    self.park_fetch(crate::task_wait::Parked {
+                        client,
+                        want: crate::task_wait::Want::Finish { id: task },
+                        deadline_ms,
+                        reply: crate::task_wait::Reply::Peer { from, id },
+                    });
+                }
             }
             Request::TaskUnpark { client } => {
                 self.unpark_client(client);
@@ -337,6 +357,7 @@ impl ShardCtx {
                 Response::Count(shard.tasks.unlease(&ids, client, now))
             }
             Request::ReleaseLeases { .. }
+            | Request::TaskWait { .. }
             | Request::TaskFetchBlocking { .. }
             | Request::TaskUnpark { .. } => {
                 unreachable!("handled in handle_request")

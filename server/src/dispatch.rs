@@ -67,6 +67,9 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
     if spec.route == Route::Server && spec.name == "task.fetch" {
         return crate::task_fetch::needs_remote(ctx, args);
     }
+    if spec.name == "task.wait" {
+        return true;
+    }
     if ctx.shard_count == 1 {
         return false;
     }

@@ -55,6 +55,13 @@ pub enum Request {
         lease_ms: Option<u64>,
         deadline_ms: Option<u64>,
     },
+    /// TASK.WAIT on the receiving shard: held until the task finishes or `deadline_ms`; an
+    /// unknown id is answered at once with an error.
+    TaskWait {
+        client: u64,
+        id: Bytes,
+        deadline_ms: Option<u64>,
+    },
     /// Let go of `client`'s parked fetches (each is answered with nothing).
     TaskUnpark {
         client: u64,

@@ -21,7 +21,7 @@ use crate::clients::ConnState;
 use crate::context::ShardCtx;
 use crate::dispatch::{send_one, single_reply, Target};
 use crate::mesh::{Request, Response};
-use crate::task_wait::{LocalSlot, LocalWait, Parked, Reply};
+use crate::task_wait::{LocalSlot, LocalWait, Parked, Reply, Want};
 
 fn owner(ctx: &ShardCtx, name: &[u8]) -> usize {
     if ctx.shard_count == 1 {
@@ -136,9 +136,11 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
             let slot = Rc::new(LocalSlot::default());
             ctx.park_fetch(Parked {
                 client,
-                queues: queues.clone(),
-                count: fetch.count,
-                lease_ms: fetch.lease_ms,
+                want: Want::Fetch {
+                    queues: queues.clone(),
+                    count: fetch.count,
+                    lease_ms: fetch.lease_ms,
+                },
                 deadline_ms,
                 reply: Reply::Local(slot.clone()),
             });
@@ -228,4 +230,57 @@ fn hand_back(ctx: &ShardCtx, client: u64, tasks: Vec<Frame>) {
             drop(ctx.request(shard, Request::TaskUnlease { client, ids }));
         }
     }
+}
+
+/// TASK.WAIT id [TIMEOUT ms]: waits on the task's shard until it finishes, then replies its
+/// fields as TASK.GET does; nil when the time runs out; an error for an unknown id.
+pub async fn wait(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
+    let timeout_ms = match &args[2..] {
+        [] => 0,
+        [word, ms] if wetask_shards::args::is(word, "timeout") => {
+            match wetask_shards::args::int_arg(ms) {
+                Ok(ms) if ms >= 0 => ms as u64,
+                Ok(_) => return Frame::static_error("ERR TIMEOUT must be zero or positive"),
+                Err(err) => return err,
+            }
+        }
+        _ => return Frame::static_error(wetask_shards::errors::SYNTAX),
+    };
+    let client = conn.borrow().id;
+    let id = args[1].clone();
+    let now = ctx.shard.borrow().now_ms();
+    let deadline_ms = (timeout_ms > 0).then(|| now.saturating_add(timeout_ms));
+    let shard = owner(ctx, &id);
+    let frames = if shard == ctx.id {
+        if ctx.shard.borrow().tasks.get(&id).is_none() {
+            return Frame::static_error("ERR no such task");
+        }
+        let slot = Rc::new(LocalSlot::default());
+        ctx.park_fetch(Parked {
+            client,
+            want: Want::Finish { id },
+            deadline_ms,
+            reply: Reply::Local(slot.clone()),
+        });
+        LocalWait(slot).await
+    } else {
+        if shard < 64 {
+            conn.borrow_mut().task_shards |= 1 << shard;
+        }
+        match ctx
+            .request(
+                shard,
+                Request::TaskWait {
+                    client,
+                    id,
+                    deadline_ms,
+                },
+            )
+            .await
+        {
+            Response::Frames(frames) => frames,
+            _ => Vec::new(),
+        }
+    };
+    frames.into_iter().next().unwrap_or(Frame::Null)
 }

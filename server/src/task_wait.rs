@@ -1,4 +1,4 @@
-//! Blocked fetches (TASK.FETCH … BLOCK ms). A blocked fetch parks on every shard that owns one
+//! Blocked fetches (TASK.FETCH … BLOCK ms) and TASK.WAIT. A blocked fetch parks on every shard that owns one
 //! of its queues: as a held mesh request from another shard, or a local slot. A shard retries
 //! its parked fetches, oldest first, whenever its engine's epoch moved (a task became ready, a
 //! lease or a limit freed up) or a parked fetch's deadline passed, and answers each one that
@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::tasks::commands::leased_frame;
+use wetask_shards::tasks::commands::{leased_frame, task_frame};
 
 use crate::context::ShardCtx;
 use crate::mesh::Response;
@@ -30,11 +30,21 @@ pub enum Reply {
     Local(Rc<LocalSlot>),
 }
 
+/// What a parked command waits for.
+pub enum Want {
+    /// TASK.FETCH … BLOCK: something to lease from these queues.
+    Fetch {
+        queues: Vec<Bytes>,
+        count: usize,
+        lease_ms: Option<u64>,
+    },
+    /// TASK.WAIT: the task to finish (answered with its fields, or nil on time-out).
+    Finish { id: Bytes },
+}
+
 pub struct Parked {
     pub client: u64,
-    pub queues: Vec<Bytes>,
-    pub count: usize,
-    pub lease_ms: Option<u64>,
+    pub want: Want,
     /// Unix ms when it gives up empty-handed; `None` waits for ever.
     pub deadline_ms: Option<u64>,
     pub reply: Reply,
@@ -125,16 +135,27 @@ impl ShardCtx {
             let mut i = 0;
             while i < parked.len() {
                 let p = &parked[i];
-                let leased = shard
-                    .tasks
-                    .fetch(&p.queues, p.count, p.lease_ms, p.client, now);
                 let expired = p.deadline_ms.is_some_and(|d| now >= d);
-                if leased.is_empty() && !expired {
-                    i += 1;
-                    continue;
+                let answer: Option<Vec<Frame>> = match &p.want {
+                    Want::Fetch {
+                        queues,
+                        count,
+                        lease_ms,
+                    } => {
+                        let leased = shard.tasks.fetch(queues, *count, *lease_ms, p.client, now);
+                        (!leased.is_empty() || expired)
+                            .then(|| leased.into_iter().map(leased_frame).collect())
+                    }
+                    Want::Finish { id } => match shard.tasks.get(id) {
+                        Some(task) if task.state.is_terminal() => Some(vec![task_frame(task)]),
+                        None => Some(vec![Frame::Null]),
+                        _ => expired.then(|| vec![Frame::Null]),
+                    },
+                };
+                match answer {
+                    Some(frames) => answers.push((parked.remove(i).reply, frames)),
+                    None => i += 1,
                 }
-                let p = parked.remove(i);
-                answers.push((p.reply, leased.into_iter().map(leased_frame).collect()));
             }
             self.parked_epoch.set(shard.tasks.epoch());
         }

@@ -391,3 +391,47 @@ fn blocked_workers_share_the_work_without_duplicates() {
         }
     }
 }
+
+#[test]
+fn wait_returns_when_the_task_finishes() {
+    for server in servers() {
+        let mut producer = server.client();
+        for queue in ["{a}w", "{b}w"] {
+            let id = id_of(producer.cmd(&format!("TASK.SUBMIT {queue} job")));
+            let port = server.port;
+            let waited_id = id.clone();
+            let waiter = std::thread::spawn(move || {
+                let mut c = Client::connect(port);
+                c.cmd_args(&[b"TASK.WAIT", &waited_id, b"TIMEOUT", b"5000"])
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            let mut worker = server.client();
+            let got = tasks_of(worker.cmd(&format!("TASK.FETCH {queue}")));
+            assert_eq!(
+                worker.cmd_args(&[b"TASK.ACK", &got[0].0, b"RESULT", b"ok!"]),
+                ok()
+            );
+            let finished = waiter.join().unwrap();
+            assert_eq!(field(&finished, "state"), bulk("done"));
+            assert_eq!(field(&finished, "result"), bulk("ok!"));
+            // Already finished: at once.
+            assert_eq!(
+                field(&producer.cmd_args(&[b"TASK.WAIT", &id]), "state"),
+                bulk("done")
+            );
+        }
+        let pending = id_of(producer.cmd("TASK.SUBMIT {a}w later"));
+        let start = Instant::now();
+        assert_eq!(
+            producer.cmd_args(&[b"TASK.WAIT", &pending, b"TIMEOUT", b"100"]),
+            Frame::Null
+        );
+        assert!(start.elapsed() >= Duration::from_millis(100));
+        assert_eq!(producer.cmd("TASK.WAIT {a}nope"), err("ERR no such task"));
+        assert_eq!(producer.cmd("TASK.WAIT {b}nope"), err("ERR no such task"));
+        assert_eq!(
+            producer.cmd_args(&[b"TASK.WAIT", &pending, b"TIMEOUT"]),
+            err("ERR syntax error")
+        );
+    }
+}

@@ -205,6 +205,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.fail", -2, WRITE | FAST, ONE, Keyed, Some(tasks::fail), T, "Fails a leased task: retried with backoff while attempts remain, else dead."),
     row("task.extend", 3, WRITE | FAST, ONE, Keyed, Some(tasks::extend), T, "Extends the lease on a task."),
     row("task.get", 2, READONLY | FAST, ONE, Keyed, Some(tasks::get), T, "Returns a task's state, attempts, payload, result and error."),
+    row("task.wait", -2, READONLY, NONE, Server, None, T, "Waits until a task finishes and returns its fields."),
     row("task.cancel", 2, WRITE | FAST, ONE, Keyed, Some(tasks::cancel), T, "Cancels a task that has not finished."),
     row("task.dead", 2, READONLY, ONE, Keyed, Some(tasks::dead), T, "Lists the dead tasks of a queue."),
     row("task.requeue", 2, WRITE, ONE, Keyed, Some(tasks::requeue), T, "Puts a dead task, or every dead task of a queue, back in its queue."),

@@ -257,9 +257,11 @@ pub fn extend(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 /// TASK.GET id: the task's fields as a map (nil for an unknown or forgotten id).
 pub fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     ctx.tasks.advance(ctx.now_ms);
-    let Some(task) = ctx.tasks.get(&args[1]) else {
-        return Frame::Null;
-    };
+    ctx.tasks.get(&args[1]).map_or(Frame::Null, task_frame)
+}
+
+/// A task's fields as TASK.GET and TASK.WAIT reply them.
+pub fn task_frame(task: &Task) -> Frame {
     let opt_ms = |ms: Option<u64>| ms.map_or(Frame::Null, |ms| Frame::Integer(ms as i64));
     let due = match task.state {
         State::Scheduled { due_ms } => Some(due_ms),

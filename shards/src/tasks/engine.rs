@@ -682,6 +682,7 @@ impl Engine {
 
     /// Enters a terminal state and schedules the task to be forgotten.
     fn finish(&mut self, id: &[u8], state: State, now_ms: u64) {
+        self.epoch += 1;
         let task = self.tasks.get_mut(id).expect("present");
         task.state = state;
         task.finished_ms = Some(now_ms);
