@@ -1,0 +1,106 @@
+"""TASK.* from redis-py: the worked example of docs/TASKS.md, and workers killed with
+SIGKILL in the middle of tasks."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import redis
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_worked_example(server):
+    # --- the example from docs/TASKS.md ---
+    r = redis.Redis(port=server.port)
+    ids = [r.execute_command("TASK.SUBMIT", "emails", f"hello {n}", "RETRIES", 2) for n in range(3)]
+
+    done = []
+    previous = []
+    while True:
+        # One command per task: acknowledge the previous task and lease the next.
+        args = ["TASK.FETCH", "emails", "BLOCK", 200]
+        if previous:
+            args += ["ACK", *previous]
+        tasks = r.execute_command(*args)
+        if not tasks:
+            break
+        task_id, queue, payload, attempt = tasks[0][:4]
+        done.append(payload.decode())
+        previous = [task_id]
+    # --- end of the example ---
+    assert done == ["hello 0", "hello 1", "hello 2"]
+    for task_id in ids:
+        info = r.execute_command("TASK.GET", task_id)
+        fields = dict(zip(info[::2], info[1::2])) if isinstance(info, list) else info
+        assert fields[b"state"] == b"done"
+
+
+def test_killed_workers_lose_no_task(server, tmp_path):
+    r = redis.Redis(port=server.port)
+    queue = f"crash-{server.port}"
+    total = 120
+    ids = [r.execute_command("TASK.SUBMIT", queue, "x" * n, "RETRIES", 5) for n in range(total)]
+    logs = []
+    workers = []
+
+    def spawn(n):
+        log = tmp_path / f"worker-{n}.log"
+        logs.append(log)
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "task_worker.py"),
+                                 str(server.port), queue, str(log), "15"])
+        workers.append(proc)
+        return proc, log
+
+    victims = [spawn(n) for n in range(2)]
+    for n in range(2, 4):
+        spawn(n)
+    time.sleep(0.6)
+
+    # Kill two workers with SIGKILL mid-task, and time how long their task takes to come back.
+    redelivery_ms = []
+    for proc, log in victims:
+        started = [line.split()[1] for line in log.read_text().splitlines() if line.startswith("start")]
+        acked = {line.split()[1] for line in log.read_text().splitlines() if line.startswith("acked")}
+        in_flight = [t for t in started if t not in acked]
+        proc.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        proc.wait()
+        if in_flight:
+            task_id = in_flight[-1]
+            while True:
+                info = r.execute_command("TASK.GET", task_id)
+                fields = dict(zip(info[::2], info[1::2])) if isinstance(info, list) else info
+                if int(fields[b"attempts"]) >= 2 or fields[b"state"] == b"done":
+                    redelivery_ms.append((time.monotonic() - killed_at) * 1000)
+                    break
+                assert time.monotonic() - killed_at < 5, "a killed worker's task never came back"
+                time.sleep(0.001)
+    for n in range(4, 6):
+        spawn(n)
+
+    deadline = time.monotonic() + 60
+    while True:
+        states = []
+        for task_id in ids:
+            info = r.execute_command("TASK.GET", task_id)
+            fields = dict(zip(info[::2], info[1::2])) if isinstance(info, list) else info
+            states.append(fields[b"state"])
+        if all(s == b"done" for s in states):
+            break
+        assert time.monotonic() < deadline, f"unfinished: {sum(s != b'done' for s in states)}"
+        time.sleep(0.05)
+    for proc in workers:
+        proc.kill()
+        proc.wait()
+
+    acked = []
+    for log in logs:
+        if log.exists():  # a worker started late may have found nothing left to do
+            acked += [line.split()[1] for line in log.read_text().splitlines() if line.startswith("acked")]
+    assert sorted(acked) == sorted(i.decode() for i in ids), "every task acknowledged exactly once"
+    print(f"redelivery after SIGKILL: {[round(ms, 1) for ms in redelivery_ms]} ms")
+    assert redelivery_ms, "no worker was killed mid-task"
+    assert max(redelivery_ms) < 1000
