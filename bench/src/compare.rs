@@ -125,6 +125,19 @@ pub fn run(
                     server.stop();
                 }
             }
+            Kind::Tasks { .. } => {
+                let servers = [
+                    Server::start(a, opts.server_cpu)?,
+                    Server::start(b, opts.server_cpu)?,
+                ];
+                let redis = [a.label() == "redis", b.label() == "redis"];
+                samples = take_pairs(workload.name, pairs, progress, |side| {
+                    workloads::measure_tasks(&servers[side], redis[side], workload.kind, opts)
+                })?;
+                for server in servers {
+                    server.stop();
+                }
+            }
             Kind::Boot | Kind::Memory { .. } => {
                 let kinds = [a, b];
                 samples = take_pairs(workload.name, pairs, progress, |side| {

@@ -2,9 +2,8 @@
 //! code path. `Kind::Load` rows drive the load generator against a running server;
 //! `Boot` and `Memory` start a fresh server for each sample.
 //!
-//! Extension point: the task-engine issue adds a `Kind::Tasks` variant (producer plus
-//! workers over `TASK.*`, against Redis LPUSH+BRPOP and LMOVE+LREM) and its rows; the
-//! runner and the report need no other change.
+//! `Kind::Tasks` rows run a job flow (`taskflow`): WeTask runs `TASK.*`, Redis the row's
+//! list-based flow, so the ratio compares the two ways of running the same jobs.
 
 use std::io;
 use std::time::Duration;
@@ -13,6 +12,7 @@ use crate::keys::Distribution;
 use crate::loadgen::{self, LoadSpec, Mix};
 use crate::metrics::Metrics;
 use crate::servers::{Server, ServerKind};
+use crate::taskflow::{self, Flow, FlowSpec};
 
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
@@ -26,6 +26,13 @@ pub enum Kind {
     Boot,
     /// RSS growth per key after loading `--memory-keys` keys of `value_bytes`.
     Memory { value_bytes: usize },
+    /// Producers submit jobs, workers take them one at a time: WeTask with `TASK.*`, Redis
+    /// with `redis_flow`.
+    Tasks {
+        redis_flow: Flow,
+        producers: usize,
+        workers: usize,
+    },
 }
 
 pub struct Workload {
@@ -69,6 +76,8 @@ pub static WORKLOADS: &[Workload] = &[
     row("get-64b-p16", "pipeline", "GET pipelines of 16, 64 B values, 16 connections", load(Mix::Get, 16, 16, 64)),
     row("mixed-p10", "mixed", "SET/GET/DEL pipelines of 10, 16 connections", load(Mix::SetGetDel, 16, 10, 64)),
     row("mixed-p1000", "mixed", "SET/GET/DEL pipelines of 1000, 16 connections", load(Mix::SetGetDel, 16, 1000, 64)),
+    row("tasks-vs-brpop", "tasks", "jobs, 4 producers and 8 workers; Redis: LPUSH + BRPOP", Kind::Tasks { redis_flow: Flow::Brpop, producers: 4, workers: 8 }),
+    row("tasks-vs-lmove", "tasks", "jobs, 4 producers and 8 workers; Redis: LPUSH + BLMOVE + LREM", Kind::Tasks { redis_flow: Flow::Lmove, producers: 4, workers: 8 }),
     row("boot", "boot", "process start to first PONG", Kind::Boot),
     row("memory-64b", "memory", "RSS growth per key, 64 B values", Kind::Memory { value_bytes: 64 }),
 ];
@@ -84,7 +93,7 @@ pub fn select(names: &[String]) -> Result<Vec<&'static Workload>, String> {
         if matches.is_empty() {
             let known: Vec<_> = WORKLOADS.iter().map(|w| w.name).collect();
             return Err(format!(
-                "unknown workload '{name}'; known: all, kv, pipeline, mixed, boot, memory, {}",
+                "unknown workload '{name}'; known: all, kv, pipeline, mixed, tasks, boot, memory, {}",
                 known.join(", ")
             ));
         }
@@ -203,8 +212,58 @@ pub fn measure_fresh(
                 after.saturating_sub(before) as f64 / opts.memory_keys.max(1) as f64,
             );
         }
-        Kind::Load { .. } => unreachable!("load workloads share a running server"),
+        Kind::Load { .. } | Kind::Tasks { .. } => {
+            unreachable!("load and task workloads share a running server")
+        }
     }
     server.stop();
+    Ok(metrics)
+}
+
+/// One sample of a `Kind::Tasks` workload: WeTask runs `TASK.*`, Redis the row's flow.
+pub fn measure_tasks(
+    server: &Server,
+    redis: bool,
+    kind: Kind,
+    opts: &RunOptions,
+) -> io::Result<Metrics> {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let Kind::Tasks {
+        redis_flow,
+        producers,
+        workers,
+    } = kind
+    else {
+        unreachable!("measure_tasks takes task workloads")
+    };
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let spec = FlowSpec {
+        addr: server.addr,
+        flow: if redis { redis_flow } else { Flow::Tasks },
+        producers,
+        workers,
+        warmup: opts.warmup,
+        duration: opts.duration.unwrap_or(Duration::from_secs(3)),
+        jobs: opts.ops,
+        queue: format!("bench:jobs:{}:{run}", std::process::id()),
+    };
+    let cpu_before = server.cpu_time_us()?;
+    let result = taskflow::run(spec)?;
+    let cpu_after = server.cpu_time_us()?;
+    if result.errors > 0 {
+        return Err(io::Error::other(format!(
+            "{} error replies during the job flow",
+            result.errors
+        )));
+    }
+    let mut metrics = Metrics::default();
+    metrics.set("ops_per_sec", result.jobs_per_sec());
+    for (name, quantile) in [("p50_us", 0.5), ("p99_us", 0.99)] {
+        metrics.set(name, result.latency_us.value_at_quantile(quantile) as f64);
+    }
+    metrics.set(
+        "cpu_us_per_op",
+        (cpu_after - cpu_before) / result.total_jobs.max(1) as f64,
+    );
     Ok(metrics)
 }

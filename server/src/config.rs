@@ -47,6 +47,9 @@ pub struct Config {
     /// Largest bulk string a client may send.
     #[arg(long, default_value_t = BULK_BYTES_MAX_DEFAULT)]
     pub proto_max_bulk_len: usize,
+    /// How long a finished task (and its result) stays readable, in ms (docs/TASKS.md).
+    #[arg(long, default_value_t = wetask_shards::tasks::model::RETENTION_MS_DEFAULT)]
+    pub task_retention_ms: u64,
     /// Log filter (`tracing` env-filter syntax), e.g. `info` or `wetask=debug`.
     #[arg(long, default_value = "info")]
     pub log_level: String,

@@ -43,7 +43,11 @@ impl ShardCtx {
         ShardCtx {
             id,
             shard_count: globals.shard_count,
-            shard: RefCell::new(Shard::new(id)),
+            shard: RefCell::new({
+                let mut shard = Shard::new(id);
+                shard.tasks = wetask_shards::tasks::Engine::new(globals.config.task_retention_ms);
+                shard
+            }),
             mesh,
             globals,
             clients: RefCell::new(Clients::default()),

@@ -36,12 +36,21 @@ fn owner(ctx: &ShardCtx, name: &[u8]) -> usize {
 pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
     match parse_fetch(args) {
         Ok(fetch) => {
-            fetch.block_ms.is_some()
-                || fetch
-                    .queues
-                    .iter()
-                    .chain(&fetch.acks)
-                    .any(|name| owner(ctx, name) != ctx.id)
+            let remote = fetch
+                .queues
+                .iter()
+                .chain(&fetch.acks)
+                .any(|name| owner(ctx, name) != ctx.id);
+            // A local blocking fetch that can lease now runs inline like any other; only
+            // one that may have to wait needs a task. (Its ACKs run first and cannot make
+            // a task ready for it... except its own, which then counts as not ready: it
+            // simply takes the task path.)
+            remote
+                || (fetch.block_ms.is_some() && {
+                    let mut shard = ctx.shard.borrow_mut();
+                    let now = shard.now_ms();
+                    !shard.tasks.has_ready(&fetch.queues, now)
+                })
         }
         // A malformed FETCH is answered here with its error.
         Err(_) => false,

@@ -15,6 +15,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use bytes::Bytes;
 
 use super::model::*;
+
+/// Task ids and queue names come from clients; foldhash is seeded per process.
+type Hasher = foldhash::fast::RandomState;
 use crate::slot::{key_slot, slot_tag};
 
 /// Why a task command was refused; `text` is the error reply.
@@ -176,16 +179,16 @@ impl Queue {
 
 #[derive(Default, Debug)]
 pub struct Engine {
-    tasks: HashMap<Bytes, Task>,
-    queues: HashMap<Bytes, Queue>,
+    tasks: HashMap<Bytes, Task, Hasher>,
+    queues: HashMap<Bytes, Queue, Hasher>,
     scheduled: BTreeSet<(u64, Bytes)>,
     leases: BTreeSet<(u64, Bytes)>,
-    by_owner: HashMap<u64, HashSet<Bytes>>,
+    by_owner: HashMap<u64, HashSet<Bytes, Hasher>, Hasher>,
     deadlines: BTreeSet<(u64, Bytes)>,
     /// Finished tasks by the time they are forgotten.
     retained: BTreeSet<(u64, Bytes)>,
     /// (queue, unique key) -> (id, window end).
-    unique: HashMap<(Bytes, Bytes), (Bytes, u64)>,
+    unique: HashMap<(Bytes, Bytes), (Bytes, u64), Hasher>,
     fallbacks: Vec<Fallback>,
     next_order: i64,
     next_head: i64,
@@ -740,25 +743,26 @@ impl Engine {
             self.die(&id, now_ms);
         }
         while let Some((at, _)) = self.retained.first() {
-            if *at > now_ms {
+            if *at > now_ms && self.retained.len() <= RETAINED_TASKS_MAX {
                 break;
             }
             let (_, id) = self.retained.pop_first().expect("non-empty");
-            if let Some(task) = self.tasks.remove(&id) {
-                if let Some((key, _)) = &task.options.unique {
-                    let slot = (task.queue.clone(), key.clone());
-                    if self
-                        .unique
-                        .get(&slot)
-                        .is_some_and(|(owner, _)| *owner == id)
-                    {
-                        self.unique.remove(&slot);
-                    }
+            self.forget(&id);
+        }
+    }
+
+    /// Drops a finished task for good (its retention ended, or the cap was reached).
+    fn forget(&mut self, id: &Bytes) {
+        if let Some(task) = self.tasks.remove(id) {
+            if let Some((key, _)) = &task.options.unique {
+                let slot = (task.queue.clone(), key.clone());
+                if self.unique.get(&slot).is_some_and(|(owner, _)| owner == id) {
+                    self.unique.remove(&slot);
                 }
-                if let Some(q) = self.queues.get_mut(&task.queue) {
-                    if task.state == State::Dead {
-                        q.dead.retain(|dead| *dead != id);
-                    }
+            }
+            if let Some(q) = self.queues.get_mut(&task.queue) {
+                if task.state == State::Dead {
+                    q.dead.retain(|dead| dead != id);
                 }
             }
         }
@@ -895,7 +899,7 @@ impl Engine {
             assert!(self.leases.contains(&(until, id.clone())));
             assert!(self.by_owner[&owner].contains(&id));
         }
-        let indexed: usize = self.by_owner.values().map(HashSet::len).sum();
+        let indexed: usize = self.by_owner.values().map(|ids| ids.len()).sum();
         assert_eq!(indexed, self.leases.len());
     }
 }
