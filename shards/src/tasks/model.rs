@@ -19,7 +19,7 @@ pub const BACKOFF_CAP_MS_DEFAULT: u64 = 3_600_000;
 pub const RETENTION_MS_DEFAULT: u64 = 600_000;
 /// Most finished tasks one shard keeps; past it the oldest finished are forgotten first, so
 /// memory stays bounded however fast tasks finish.
-pub const RETAINED_TASKS_MAX: usize = 1_000_000;
+pub const RETAINED_TASKS_MAX: usize = 100_000;
 /// Largest payload, result or error text.
 pub const PAYLOAD_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Most tasks waiting in one queue (queued and scheduled); a submit beyond it is refused.
