@@ -12,6 +12,12 @@ use crate::args::{int_arg, is};
 use crate::errors::SYNTAX;
 use crate::shard::Ctx;
 
+/// A copy of an argument that the engine keeps: arguments share the connection's read buffer,
+/// and a stored slice would pin all of it.
+fn owned(arg: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(arg)
+}
+
 fn error(err: TaskError) -> Frame {
     Frame::error(err.text())
 }
@@ -45,7 +51,7 @@ pub fn submit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Ok(options) => options,
         Err(err) => return err,
     };
-    match ctx.tasks.submit(&args[1], args[2].clone(), options, now) {
+    match ctx.tasks.submit(&args[1], owned(&args[2]), options, now) {
         Ok((id, _)) => Frame::Bulk(id),
         Err(err) => error(err),
     }
@@ -58,7 +64,7 @@ fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOptions, Frame> {
         let arg = &args[i];
         let next = args.get(i + 1);
         if is(arg, "id") {
-            options.id = Some(next.ok_or(Frame::static_error(SYNTAX))?.clone());
+            options.id = Some(owned(next.ok_or(Frame::static_error(SYNTAX))?));
         } else if is(arg, "priority") {
             options.priority = int_arg(next.ok_or(Frame::static_error(SYNTAX))?)?;
         } else if is(arg, "delay") {
@@ -91,9 +97,9 @@ fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOptions, Frame> {
         } else if is(arg, "ttl") {
             options.deadline_ms = Some(now_ms.saturating_add(count_arg(next, "TTL")?));
         } else if is(arg, "fallback") {
-            options.fallback = Some(next.ok_or(Frame::static_error(SYNTAX))?.clone());
+            options.fallback = Some(owned(next.ok_or(Frame::static_error(SYNTAX))?));
         } else if is(arg, "unique") {
-            let key = next.ok_or(Frame::static_error(SYNTAX))?.clone();
+            let key = owned(next.ok_or(Frame::static_error(SYNTAX))?);
             let mut window = 0;
             if args.get(i + 2).is_some_and(|a| is(a, "for")) {
                 window = count_arg(args.get(i + 3), "FOR")?;
@@ -127,7 +133,7 @@ pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
         .iter()
         .position(option)
         .map_or(args.len(), |p| p + 1);
-    let queues: Vec<Bytes> = args[1..queues_end].to_vec();
+    let queues: Vec<Bytes> = args[1..queues_end].iter().map(owned).collect();
     if queues.is_empty() {
         return Err(Frame::error(
             "ERR wrong number of arguments for 'task.fetch' command",
@@ -197,7 +203,7 @@ pub fn leased_frame(leased: Leased) -> Frame {
 pub fn ack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let result = match &args[2..] {
         [] => None,
-        [word, result] if is(word, "result") => Some(result.clone()),
+        [word, result] if is(word, "result") => Some(owned(result)),
         _ => return Frame::static_error(SYNTAX),
     };
     match ctx.tasks.ack(&args[1], ctx.client, result, ctx.now_ms) {
@@ -214,7 +220,7 @@ pub fn fail(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let mut i = 2;
     while i < args.len() {
         if is(&args[i], "error") && i + 1 < args.len() {
-            message = Some(args[i + 1].clone());
+            message = Some(owned(&args[i + 1]));
             i += 2;
         } else if is(&args[i], "retryin") && retry == Retry::Backoff {
             match count_arg(args.get(i + 1), "RETRYIN") {
