@@ -100,7 +100,17 @@ def test_killed_workers_lose_no_task(server, tmp_path):
     for log in logs:
         if log.exists():  # a worker started late may have found nothing left to do
             acked += [line.split()[1] for line in log.read_text().splitlines() if line.startswith("acked")]
-    assert sorted(acked) == sorted(i.decode() for i in ids), "every task acknowledged exactly once"
+    assert len(acked) == len(set(acked)), "a task was acknowledged twice"
+    # A victim may be killed after the server took its ACK but before it logged it: such a
+    # task is done (checked above) without an "acked" line, and must be a victim's last one.
+    victims_last = set()
+    for _, log in victims:
+        lines = log.read_text().splitlines()
+        started = [line.split()[1] for line in lines if line.startswith("start")]
+        if started:
+            victims_last.add(started[-1])
+    missing = {i.decode() for i in ids} - set(acked)
+    assert missing <= victims_last, f"tasks done by nobody: {missing - victims_last}"
     print(f"redelivery after SIGKILL: {[round(ms, 1) for ms in redelivery_ms]} ms")
     assert redelivery_ms, "no worker was killed mid-task"
     assert max(redelivery_ms) < 1000
