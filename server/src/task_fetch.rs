@@ -130,13 +130,15 @@ type Wait = Pin<Box<dyn Future<Output = Vec<Frame>>>>;
 async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64) -> Frame {
     let now = ctx.shard.borrow().now_ms();
     let deadline_ms = (block_ms > 0).then(|| now.saturating_add(block_ms));
-    // One parked fetch per shard, its queues in the order named.
+    // One parked fetch per shard, its queues in the order named. The names are copied: a
+    // parked fetch must not pin the connection's read buffer.
     let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
     for queue in &fetch.queues {
         let shard = owner(ctx, queue);
+        let queue = Bytes::copy_from_slice(queue);
         match groups.iter_mut().find(|(s, _)| *s == shard) {
-            Some((_, queues)) => queues.push(queue.clone()),
-            None => groups.push((shard, vec![queue.clone()])),
+            Some((_, queues)) => queues.push(queue),
+            None => groups.push((shard, vec![queue])),
         }
     }
     let mut waits: Vec<Option<Wait>> = Vec::new();

@@ -133,7 +133,7 @@ pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
         .iter()
         .position(option)
         .map_or(args.len(), |p| p + 1);
-    let queues: Vec<Bytes> = args[1..queues_end].iter().map(owned).collect();
+    let queues: Vec<Bytes> = args[1..queues_end].to_vec();
     if queues.is_empty() {
         return Err(Frame::error(
             "ERR wrong number of arguments for 'task.fetch' command",

@@ -302,7 +302,11 @@ impl Engine {
         if payload.len() > PAYLOAD_BYTES_MAX {
             return Err(TaskError::TooLarge("payload"));
         }
-        let queue = Bytes::copy_from_slice(queue);
+        // The queue's stored name is shared by its tasks: no copy per submit.
+        let queue = match self.queues.get_key_value(queue) {
+            Some((name, _)) => name.clone(),
+            None => Bytes::copy_from_slice(queue),
+        };
         if let Some((key, _)) = &options.unique {
             if too_long(key) {
                 return Err(TaskError::TooLarge("unique key"));
