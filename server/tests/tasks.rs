@@ -435,3 +435,121 @@ fn wait_returns_when_the_task_finishes() {
         );
     }
 }
+
+/// Every SUBMIT, FETCH, FAIL, LIMIT and admin option over the wire, on every server kind.
+#[test]
+fn every_option_over_the_wire() {
+    for server in servers() {
+        let mut c = server.client();
+        let now_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64
+        };
+        // ID (gets the queue's tag), PRIORITY, DELAY, AT.
+        let custom = id_of(c.cmd("TASK.SUBMIT {a}o one ID mine PRIORITY -1"));
+        assert!(custom.ends_with(b"mine"));
+        assert_eq!(
+            c.cmd("TASK.SUBMIT {a}o dup ID mine"),
+            err("ERR task id already exists")
+        );
+        let high = id_of(c.cmd("TASK.SUBMIT {a}o two PRIORITY 5"));
+        let delayed = id_of(c.cmd("TASK.SUBMIT {a}o later DELAY 150"));
+        let at = now_ms() + 150;
+        let timed = id_of(c.cmd(&format!("TASK.SUBMIT {{a}}o at AT {at}")));
+        let got: Vec<Bytes> = tasks_of(c.cmd("TASK.FETCH {a}o COUNT 10"))
+            .into_iter()
+            .map(|t| t.0)
+            .collect();
+        assert_eq!(
+            got,
+            vec![high.clone(), custom.clone()],
+            "priority first; delayed ones wait"
+        );
+        assert_eq!(
+            field(&c.cmd_args(&[b"TASK.GET", &delayed]), "state"),
+            bulk("scheduled")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let got: Vec<Bytes> = tasks_of(c.cmd("TASK.FETCH {a}o COUNT 10"))
+            .into_iter()
+            .map(|t| t.0)
+            .collect();
+        assert_eq!(got, vec![delayed.clone(), timed.clone()]);
+        // LEASE on submit, EXTEND.
+        let leased = id_of(c.cmd("TASK.SUBMIT {b}o p LEASE 300"));
+        tasks_of(c.cmd("TASK.FETCH {b}o"));
+        let until = c.cmd_args(&[b"TASK.EXTEND", &leased, b"60000"]);
+        assert!(
+            matches!(until, Frame::Integer(ms) if ms as u64 > now_ms() + 50_000),
+            "{until:?}"
+        );
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(
+            c.cmd_args(&[b"TASK.ACK", &leased]),
+            ok(),
+            "the extension kept the lease"
+        );
+        // TTL: dies when not finished in time.
+        let doomed = id_of(c.cmd("TASK.SUBMIT {b}o p TTL 50"));
+        std::thread::sleep(Duration::from_millis(120));
+        let info = c.cmd_args(&[b"TASK.GET", &doomed]);
+        assert_eq!(field(&info, "state"), bulk("dead"));
+        assert_eq!(field(&info, "error"), bulk("TTL expired"));
+        // UNIQUE … FOR.
+        let first = id_of(c.cmd("TASK.SUBMIT {b}u p UNIQUE k FOR 100000"));
+        assert_eq!(id_of(c.cmd("TASK.SUBMIT {b}u q UNIQUE k")), first);
+        // FAIL … RETRYIN and NORETRY.
+        let flaky = id_of(c.cmd("TASK.SUBMIT {a}f p"));
+        tasks_of(c.cmd("TASK.FETCH {a}f"));
+        let Frame::Array(outcome) = c.cmd_args(&[b"TASK.FAIL", &flaky, b"RETRYIN", b"0"]) else {
+            panic!()
+        };
+        assert_eq!(outcome[0], bulk("retry"));
+        tasks_of(c.cmd("TASK.FETCH {a}f"));
+        assert_eq!(
+            c.cmd_args(&[b"TASK.FAIL", &flaky, b"NORETRY"]),
+            Frame::Array(vec![bulk("dead")])
+        );
+        assert_eq!(
+            c.cmd_args(&[b"TASK.FAIL", &flaky, b"NORETRY"]),
+            err("ERR task already finished")
+        );
+        // REQUEUE by queue, CANCEL of a queued task.
+        assert_eq!(c.cmd("TASK.REQUEUE {a}f"), Frame::Integer(1));
+        assert_eq!(c.cmd_args(&[b"TASK.CANCEL", &flaky]), ok());
+        // PAUSE / RESUME.
+        c.cmd("TASK.SUBMIT {b}p p");
+        assert_eq!(c.cmd("TASK.PAUSE {b}p"), ok());
+        assert_eq!(c.cmd("TASK.FETCH {b}p"), Frame::Array(vec![]));
+        assert_eq!(
+            field(&c.cmd("TASK.STATS {b}p"), "paused"),
+            Frame::Integer(1)
+        );
+        assert_eq!(c.cmd("TASK.RESUME {b}p"), ok());
+        assert_eq!(tasks_of(c.cmd("TASK.FETCH {b}p")).len(), 1);
+        // LIMIT CONCURRENCY and RATE.
+        for i in 0..6 {
+            c.cmd(&format!("TASK.SUBMIT {{a}}l t{i}"));
+        }
+        let limits = c.cmd("TASK.LIMIT {a}l CONCURRENCY 2");
+        assert_eq!(field(&limits, "concurrency"), Frame::Integer(2));
+        assert_eq!(tasks_of(c.cmd("TASK.FETCH {a}l COUNT 5")).len(), 2);
+        let limits = c.cmd("TASK.LIMIT {a}l CONCURRENCY NONE RATE 1 PER 100000");
+        assert_eq!(field(&limits, "concurrency"), Frame::Null);
+        assert_eq!(field(&limits, "rate"), Frame::Integer(1));
+        assert_eq!(tasks_of(c.cmd("TASK.FETCH {a}l COUNT 5")).len(), 1);
+        assert_eq!(tasks_of(c.cmd("TASK.FETCH {a}l COUNT 5")).len(), 0);
+        assert_eq!(
+            c.cmd("TASK.LIMIT {a}l RATE 0 PER 5"),
+            err("ERR RATE must be positive")
+        );
+        assert_eq!(c.cmd("TASK.LIMIT {a}l BOGUS"), err("ERR syntax error"));
+        assert_eq!(
+            field(&c.cmd("TASK.LIMIT {a}l RATE NONE"), "rate"),
+            Frame::Null
+        );
+        assert_eq!(tasks_of(c.cmd("TASK.FETCH {a}l COUNT 5")).len(), 3);
+    }
+}
