@@ -128,7 +128,9 @@ type Wait = Pin<Box<dyn Future<Output = Vec<Frame>>>>;
 /// Waits until one of the queues' shards leases something (or the time is up); see the
 /// module docs of `task_wait`.
 async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64) -> Frame {
-    let now = ctx.shard.borrow().now_ms();
+    // The real clock, not the shard's coarse one (which may lag): a deadline must never
+    // come early.
+    let now = crate::globals::unix_ms();
     let deadline_ms = (block_ms > 0).then(|| now.saturating_add(block_ms));
     // One parked fetch per shard, its queues in the order named. The names are copied: a
     // parked fetch must not pin the connection's read buffer.
@@ -259,7 +261,9 @@ pub async fn wait(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byt
     };
     let client = conn.borrow().id;
     let id = args[1].clone();
-    let now = ctx.shard.borrow().now_ms();
+    // The real clock, not the shard's coarse one (which may lag): a deadline must never
+    // come early.
+    let now = crate::globals::unix_ms();
     let deadline_ms = (timeout_ms > 0).then(|| now.saturating_add(timeout_ms));
     let shard = owner(ctx, &id);
     let frames = if shard == ctx.id {

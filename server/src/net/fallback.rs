@@ -21,17 +21,26 @@ pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
         glommio::spawn_local(mesh.clone().run_flusher()).detach();
     }
     loop {
-        if ctx.globals.shutting_down() {
-            return;
-        }
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
-            None
-        })
-        .await;
+        // One accept future lives until it yields a connection; the timer around it only
+        // lets the loop look at the shutdown flag. Dropping an accept whose io_uring
+        // operation had already completed would lose that connection: its client would wait
+        // for ever (seen under CPU contention).
+        let mut accept = Box::pin(listener.accept());
+        let accepted = loop {
+            if ctx.globals.shutting_down() {
+                return;
+            }
+            let polled = futures_lite::future::or(async { Some((&mut accept).await) }, async {
+                glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+                None
+            })
+            .await;
+            if let Some(result) = polled {
+                break result;
+            }
+        };
         match accepted {
-            None => continue,
-            Some(Ok(stream)) => {
+            Ok(stream) => {
                 if !ctx.globals.admit_client() {
                     let mut stream = stream;
                     let _ = stream
@@ -42,7 +51,7 @@ pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
                 let ctx = ctx.clone();
                 glommio::spawn_local(async move { serve(ctx, stream).await }).detach();
             }
-            Some(Err(err)) => tracing::warn!("accept failed: {err}"),
+            Err(err) => tracing::warn!("accept failed: {err}"),
         }
     }
 }
