@@ -347,14 +347,19 @@ impl ShardCtx {
                 lease_ms,
             } => {
                 let now = shard.now_ms();
-                Response::Frames(
-                    shard
-                        .tasks
-                        .fetch(&queues, count, lease_ms, client, now)
-                        .into_iter()
-                        .map(wetask_shards::tasks::commands::leased_frame)
-                        .collect(),
-                )
+                let got = shard.tasks.fetch(&queues, count, lease_ms, client, now);
+                match shard.tasks.in_flight_full(&queues) {
+                    Some(full) if got.is_empty() => {
+                        Response::Frames(vec![wetask_shards::tasks::commands::in_flight_error(
+                            full,
+                        )])
+                    }
+                    _ => Response::Frames(
+                        got.into_iter()
+                            .map(wetask_shards::tasks::commands::leased_frame)
+                            .collect(),
+                    ),
+                }
             }
             Request::TaskUnlease { client, ids } => {
                 let now = shard.now_ms();

@@ -14,7 +14,7 @@ use std::task::Poll;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::tasks::commands::{leased_frame, parse_fetch, FetchArgs};
+use wetask_shards::tasks::commands::{in_flight_error, leased_frame, parse_fetch, FetchArgs};
 use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
@@ -102,6 +102,11 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
             let got = local
                 .tasks
                 .fetch(&queues, count, fetch.lease_ms, at.client, now);
+            if got.is_empty() && leased.is_empty() {
+                if let Some(full) = local.tasks.in_flight_full(&queues) {
+                    return in_flight_error(full);
+                }
+            }
             leased.extend(got.into_iter().map(leased_frame));
         } else {
             let request = Request::TaskFetch {
@@ -111,7 +116,15 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
                 lease_ms: fetch.lease_ms,
             };
             match ctx.request(shard, request).await {
-                Response::Frames(frames) => leased.extend(frames),
+                Response::Frames(frames) => {
+                    if let Some(error) = frames.iter().find(|f| f.is_error()) {
+                        if leased.is_empty() {
+                            return error.clone();
+                        }
+                        continue;
+                    }
+                    leased.extend(frames)
+                }
                 _ => return Frame::static_error("ERR internal error: unexpected shard response"),
             }
         }

@@ -427,6 +427,14 @@ pub fn queues(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> Frame {
     )
 }
 
+/// The error for a fetch that leased nothing because `queue` is at its in-flight limit.
+pub fn in_flight_error(queue: &[u8]) -> Frame {
+    Frame::error(format!(
+        "ERR queue '{}' has {IN_FLIGHT_PER_QUEUE_MAX} tasks in flight; ACK or FAIL some first",
+        String::from_utf8_lossy(queue)
+    ))
+}
+
 /// The engine a shard's task commands see.
 pub fn new_engine() -> Engine {
     Engine::new(RETENTION_MS_DEFAULT)

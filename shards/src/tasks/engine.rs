@@ -157,11 +157,13 @@ impl Queue {
     }
 
     /// Whether one more lease is allowed now (concurrency and rate limits).
-    fn may_lease(&mut self, now_ms: u64) -> bool {
+    fn may_lease(&mut self, now_ms: u64, in_flight_max: usize) -> bool {
         if self.paused || self.ready.is_empty() {
             return false;
         }
-        if matches!(self.concurrency, Some(max) if self.leased >= max as usize) {
+        if matches!(self.concurrency, Some(max) if self.leased >= max as usize)
+            || self.leased >= in_flight_max
+        {
             return false;
         }
         if let Some((max, per_ms)) = self.rate {
@@ -197,6 +199,8 @@ pub struct Engine {
     totals: Totals,
     /// Bumped by every change that can let a fetch lease something it could not before.
     epoch: u64,
+    /// `IN_FLIGHT_PER_QUEUE_MAX`, lowered in tests.
+    in_flight_max: usize,
 }
 
 fn too_long(name: &[u8]) -> bool {
@@ -208,6 +212,7 @@ impl Engine {
         Engine {
             retention_ms,
             next_head: -1,
+            in_flight_max: IN_FLIGHT_PER_QUEUE_MAX,
             ..Engine::default()
         }
     }
@@ -391,7 +396,7 @@ impl Engine {
                 let Some(q) = self.queues.get_mut(name) else {
                     break;
                 };
-                if !q.may_lease(now_ms) {
+                if !q.may_lease(now_ms, self.in_flight_max) {
                     break;
                 }
                 let (_, id) = q.ready.pop_first().expect("may_lease saw a ready task");
@@ -422,13 +427,24 @@ impl Engine {
         leased
     }
 
+    /// The first of `queues` that has ready tasks but already `IN_FLIGHT_PER_QUEUE_MAX`
+    /// leased (a fetch that got nothing reports it as an error).
+    pub fn in_flight_full<'a>(&self, queues: &'a [Bytes]) -> Option<&'a Bytes> {
+        queues.iter().find(|name| {
+            self.queues
+                .get(*name)
+                .is_some_and(|q| !q.ready.is_empty() && q.leased >= self.in_flight_max)
+        })
+    }
+
     /// Whether a fetch of `queues` would lease something now (for blocked fetches).
     pub fn has_ready(&mut self, queues: &[Bytes], now_ms: u64) -> bool {
         self.advance(now_ms);
+        let max = self.in_flight_max;
         queues.iter().any(|name| {
             self.queues
                 .get_mut(name)
-                .is_some_and(|q| q.may_lease(now_ms))
+                .is_some_and(|q| q.may_lease(now_ms, max))
         })
     }
 
@@ -860,6 +876,11 @@ impl Engine {
             q.window_used = 0;
             q.window_start_ms = 0;
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_in_flight_max(&mut self, max: usize) {
+        self.in_flight_max = max;
     }
 
     #[cfg(test)]

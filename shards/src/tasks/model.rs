@@ -24,6 +24,9 @@ pub const RETAINED_TASKS_MAX: usize = 100_000;
 pub const PAYLOAD_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Most tasks waiting in one queue (queued and scheduled); a submit beyond it is refused.
 pub const QUEUE_TASKS_MAX: usize = 10_000_000;
+/// Most tasks of one queue leased at once; a fetch that finds nothing else to lease because
+/// of it gets an error.
+pub const IN_FLIGHT_PER_QUEUE_MAX: usize = 1_000_000;
 /// Most tasks one fetch may lease.
 pub const FETCH_COUNT_MAX: usize = 1_000;
 /// Most dead tasks kept per queue; the oldest are dropped first.

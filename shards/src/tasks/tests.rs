@@ -312,6 +312,20 @@ fn pause_concurrency_and_rate_limits() {
 }
 
 #[test]
+fn the_in_flight_limit_holds_back_leases_and_is_reported() {
+    let mut e = engine();
+    e.set_in_flight_max(2);
+    for i in 0..3 {
+        submit(&mut e, "q", &i.to_string(), 0);
+    }
+    assert_eq!(e.fetch(&[b("q")], 5, None, W1, 0).len(), 2);
+    assert!(e.fetch(&[b("q")], 5, None, W1, 0).is_empty());
+    assert_eq!(e.in_flight_full(&[b("other"), b("q")]), Some(&b("q")));
+    e.release_owner(W1, 1);
+    assert_eq!(e.in_flight_full(&[b("q")]), None);
+}
+
+#[test]
 fn limits_are_enforced() {
     let mut e = engine();
     let huge = Bytes::from(vec![0u8; PAYLOAD_BYTES_MAX + 1]);
