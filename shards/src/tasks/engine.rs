@@ -71,6 +71,17 @@ pub struct Fallback {
     pub origin: Origin,
 }
 
+/// Where a task that becomes ready goes in its queue (within its priority).
+#[derive(Clone, Copy)]
+enum Place {
+    /// Where its order already puts it (a new or delayed task, a retry).
+    Keep,
+    /// Before every other: a lease that was lost or handed back.
+    Head,
+    /// After every other: a dead task requeued.
+    Tail,
+}
+
 /// FAIL's retry choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Retry {
@@ -370,10 +381,9 @@ impl Engine {
                 self.scheduled.insert((due, id.clone()));
             }
             _ => {
-                q.ready
-                    .insert((Reverse(task.options.priority), task.order), id.clone());
-                q.ready_by_age.insert((task.submitted_ms, task.order));
-                self.epoch += 1;
+                self.tasks.insert(id.clone(), task);
+                self.make_ready(&id, Place::Keep);
+                return Ok((id, true));
             }
         }
         self.tasks.insert(id.clone(), task);
@@ -610,16 +620,8 @@ impl Engine {
             if self.take_lease(id, owner, now_ms).is_err() {
                 continue;
             }
-            let task = self.tasks.get_mut(id).expect("checked");
-            task.attempts -= 1;
-            task.order = self.next_head;
-            self.next_head -= 1;
-            task.state = State::Queued;
-            let q = self.queues.entry(task.queue.clone()).or_default();
-            q.ready
-                .insert((Reverse(task.options.priority), task.order), id.clone());
-            q.ready_by_age.insert((task.submitted_ms, task.order));
-            self.epoch += 1;
+            self.tasks.get_mut(id).expect("checked").attempts -= 1;
+            self.make_ready(id, Place::Head);
             count += 1;
         }
         count
@@ -638,13 +640,31 @@ impl Engine {
             self.die(id, now_ms);
             return;
         }
-        task.order = self.next_head;
-        self.next_head -= 1;
+        self.make_ready(id, Place::Head);
+    }
+
+    /// Puts a task in its queue's ready set and marks it queued.
+    fn make_ready(&mut self, id: &[u8], place: Place) {
+        let task = self.tasks.get_mut(id).expect("present");
+        match place {
+            Place::Keep => {}
+            Place::Head => {
+                task.order = self.next_head;
+                self.next_head -= 1;
+            }
+            Place::Tail => {
+                self.next_order += 1;
+                task.order = self.next_order;
+            }
+        }
         task.state = State::Queued;
         let q = self.queues.entry(task.queue.clone()).or_default();
-        q.ready
-            .insert((Reverse(task.options.priority), task.order), id.clone());
+        q.ready.insert(
+            (Reverse(task.options.priority), task.order),
+            task.id.clone(),
+        );
         q.ready_by_age.insert((task.submitted_ms, task.order));
+        self.epoch += 1;
     }
 
     /// Takes a non-terminal task out of whichever set holds it (not the lease index's owner
@@ -712,13 +732,20 @@ impl Engine {
         if let Some(deadline) = task.options.deadline_ms {
             self.deadlines.remove(&(deadline, task.id.clone()));
         }
+        let forget_at = Engine::forget_at(task, self.retention_ms);
+        self.retained.insert((forget_at, task.id.clone()));
+    }
+
+    /// When a finished task is forgotten: after the retention time, or at the end of its
+    /// UNIQUE window if that is later. Derived, so a requeue finds its `retained` entry.
+    fn forget_at(task: &Task, retention_ms: u64) -> u64 {
+        let finished = task.finished_ms.expect("a finished task");
         let window_end = task
             .options
             .unique
             .as_ref()
             .map_or(0, |(_, window)| task.submitted_ms.saturating_add(*window));
-        let forget_at = now_ms.saturating_add(self.retention_ms).max(window_end);
-        self.retained.insert((forget_at, task.id.clone()));
+        finished.saturating_add(retention_ms).max(window_end)
     }
 
     /// Applies the passage of time up to `now_ms`.
@@ -728,14 +755,9 @@ impl Engine {
                 break;
             }
             let (_, id) = self.scheduled.pop_first().expect("non-empty");
-            let task = self.tasks.get_mut(&id).expect("a scheduled task exists");
-            task.state = State::Queued;
-            let q = self.queues.entry(task.queue.clone()).or_default();
-            q.scheduled -= 1;
-            q.ready
-                .insert((Reverse(task.options.priority), task.order), id);
-            q.ready_by_age.insert((task.submitted_ms, task.order));
-            self.epoch += 1;
+            let queue = &self.tasks.get(&id).expect("a scheduled task exists").queue;
+            self.queues.get_mut(queue).expect("its queue").scheduled -= 1;
+            self.make_ready(&id, Place::Keep);
         }
         while let Some((until, _)) = self.leases.first() {
             if *until > now_ms {
@@ -831,28 +853,36 @@ impl Engine {
             return Err(TaskError::NotDead);
         }
         let id = task.id.clone();
-        self.retained.retain(|(_, retained)| *retained != id);
-        let task = self.tasks.get_mut(&id).expect("present");
-        task.state = State::Queued;
-        task.attempts = 0;
-        task.finished_ms = None;
-        self.next_order += 1;
-        task.order = self.next_order;
-        let q = self.queues.entry(task.queue.clone()).or_default();
-        q.dead.retain(|dead| *dead != id);
-        q.ready
-            .insert((Reverse(task.options.priority), task.order), id);
-        q.ready_by_age.insert((task.submitted_ms, task.order));
-        self.epoch += 1;
+        if let Some(q) = self.queues.get_mut(&task.queue) {
+            q.dead.retain(|dead| *dead != id);
+        }
+        self.revive(&id);
         Ok(())
     }
 
     /// Requeues every dead task of `queue`; returns how many.
     pub fn requeue_queue(&mut self, queue: &[u8], now_ms: u64) -> usize {
-        self.dead(queue)
-            .iter()
-            .filter(|id| self.requeue(id, now_ms).is_ok())
-            .count()
+        self.advance(now_ms);
+        let Some(q) = self.queues.get_mut(queue) else {
+            return 0;
+        };
+        let dead = std::mem::take(&mut q.dead);
+        let count = dead.len();
+        for id in dead {
+            self.revive(&id);
+        }
+        count
+    }
+
+    /// A dead task, already out of its queue's dead list, back at the end of its queue with
+    /// fresh attempts.
+    fn revive(&mut self, id: &Bytes) {
+        let task = self.tasks.get_mut(id).expect("a dead task is known");
+        let forget_at = Engine::forget_at(task, self.retention_ms);
+        task.attempts = 0;
+        task.finished_ms = None;
+        self.retained.remove(&(forget_at, id.clone()));
+        self.make_ready(id, Place::Tail);
     }
 
     pub fn set_paused(&mut self, queue: &[u8], paused: bool) {
@@ -923,6 +953,20 @@ impl Engine {
         for (owner, until, id) in leased {
             assert!(self.leases.contains(&(until, id.clone())));
             assert!(self.by_owner[&owner].contains(&id));
+        }
+        let finished: Vec<&Task> = self
+            .tasks
+            .values()
+            .filter(|t| t.state.is_terminal())
+            .collect();
+        assert_eq!(
+            self.retained.len(),
+            finished.len(),
+            "one retention entry per finished task"
+        );
+        for task in finished {
+            let key = (Engine::forget_at(task, self.retention_ms), task.id.clone());
+            assert!(self.retained.contains(&key));
         }
         let indexed: usize = self.by_owner.values().map(|ids| ids.len()).sum();
         assert_eq!(indexed, self.leases.len());

@@ -377,6 +377,9 @@ enum Op {
     Cancel {
         pick: usize,
     },
+    Requeue {
+        pick: usize,
+    },
     Disconnect {
         worker: u64,
     },
@@ -398,6 +401,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (worker.clone(), any::<usize>(), 1u64..60)
             .prop_map(|(worker, pick, ms)| Op::Extend { worker, pick, ms }),
         1 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
+        1 => any::<usize>().prop_map(|pick| Op::Requeue { pick }),
         1 => worker.prop_map(|worker| Op::Disconnect { worker }),
         2 => (1u64..40).prop_map(|ms| Op::Advance { ms }),
     ]
@@ -416,6 +420,7 @@ proptest! {
         // The model: which worker holds which task, per our own bookkeeping of replies.
         let mut held: std::collections::HashMap<Bytes, u64> = Default::default();
         let mut finished: std::collections::HashMap<Bytes, State> = Default::default();
+        let mut requeued = 0u64;
         for op in ops {
             match op {
                 Op::Submit { queue, retries, delay } => {
@@ -478,6 +483,15 @@ proptest! {
                         held.remove(&id);
                     }
                 }
+                Op::Requeue { pick } if !ids.is_empty() => {
+                    let id = ids[pick % ids.len()].clone();
+                    let dead = e.get(&id).unwrap().state == State::Dead;
+                    prop_assert_eq!(e.requeue(&id, now).is_ok(), dead);
+                    if dead {
+                        finished.remove(&id);
+                        requeued += 1;
+                    }
+                }
                 Op::Disconnect { worker } => {
                     e.release_owner(worker, now);
                     held.retain(|_, w| *w != worker);
@@ -516,7 +530,12 @@ proptest! {
         let totals = e.totals();
         let terminal = ids.iter().filter(|id| e.get(id).unwrap().state.is_terminal()).count() as u64;
         prop_assert_eq!(terminal, ids.len() as u64);
-        prop_assert_eq!(totals.acked + totals.dead + totals.cancelled, ids.len() as u64, "each counted once");
+        // A requeued dead task lives again, so it reaches a terminal state once more.
+        prop_assert_eq!(
+            totals.acked + totals.dead + totals.cancelled,
+            ids.len() as u64 + requeued,
+            "each life counted once"
+        );
         prop_assert_eq!(totals.submitted, ids.len() as u64);
     }
 }
