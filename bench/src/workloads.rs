@@ -175,22 +175,35 @@ pub fn measure_load(server: &Server, kind: Kind, opts: &RunOptions) -> io::Resul
             result.errors
         )));
     }
+    Ok(run_metrics(
+        result.ops_per_sec(),
+        &result.latency_us,
+        cpu_after - cpu_before,
+        result.total_ops,
+    ))
+}
+
+/// What a sample against a running server reports: throughput, latency quantiles, and
+/// server CPU per operation. The CPU delta spans the warm-up too, so it is divided by every
+/// operation answered in it (`total_ops`).
+fn run_metrics(
+    ops_per_sec: f64,
+    latency_us: &hdrhistogram::Histogram<u64>,
+    cpu_us: f64,
+    total_ops: u64,
+) -> Metrics {
     let mut metrics = Metrics::default();
-    metrics.set("ops_per_sec", result.ops_per_sec());
+    metrics.set("ops_per_sec", ops_per_sec);
     for (name, quantile) in [
         ("p50_us", 0.5),
         ("p95_us", 0.95),
         ("p99_us", 0.99),
         ("p999_us", 0.999),
     ] {
-        metrics.set(name, result.latency_us.value_at_quantile(quantile) as f64);
+        metrics.set(name, latency_us.value_at_quantile(quantile) as f64);
     }
-    // The CPU delta spans the warm-up too, so divide by every request answered in it.
-    metrics.set(
-        "cpu_us_per_op",
-        (cpu_after - cpu_before) / result.total_ops.max(1) as f64,
-    );
-    Ok(metrics)
+    metrics.set("cpu_us_per_op", cpu_us / total_ops.max(1) as f64);
+    metrics
 }
 
 /// One sample of a workload that needs its own fresh server (boot, memory).
@@ -256,14 +269,10 @@ pub fn measure_tasks(
             result.errors
         )));
     }
-    let mut metrics = Metrics::default();
-    metrics.set("ops_per_sec", result.jobs_per_sec());
-    for (name, quantile) in [("p50_us", 0.5), ("p99_us", 0.99)] {
-        metrics.set(name, result.latency_us.value_at_quantile(quantile) as f64);
-    }
-    metrics.set(
-        "cpu_us_per_op",
-        (cpu_after - cpu_before) / result.total_jobs.max(1) as f64,
-    );
-    Ok(metrics)
+    Ok(run_metrics(
+        result.jobs_per_sec(),
+        &result.latency_us,
+        cpu_after - cpu_before,
+        result.total_jobs,
+    ))
 }

@@ -28,12 +28,19 @@ pub struct ConnState {
     pub close_requested: bool,
     /// Set by a successful SHUTDOWN: the connection closes without a reply, as in Redis.
     pub skip_reply: bool,
-    /// Shards this client fetched tasks from (bit per shard): their leases are released
-    /// there when the connection closes.
-    pub task_shards: u64,
+    /// Shards this client fetched or waited on tasks from: its leases and parked commands
+    /// there are released when the connection closes.
+    pub task_shards: Vec<usize>,
 }
 
 impl ConnState {
+    /// Remembers that this client holds, or may come to hold, task state on `shard`.
+    pub fn note_task_shard(&mut self, shard: usize) {
+        if !self.task_shards.contains(&shard) {
+            self.task_shards.push(shard);
+        }
+    }
+
     pub fn new(
         id: u64,
         fd: RawFd,
@@ -58,7 +65,7 @@ impl ConnState {
             last_command: "NULL",
             close_requested: false,
             skip_reply: false,
-            task_shards: 0,
+            task_shards: Vec::new(),
         }
     }
 

@@ -24,12 +24,16 @@ use crate::mesh::{Request, Response};
 pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
-/// Server commands that must hear from every shard.
-pub fn needs_all_shards(spec: &CommandSpec, args: &[Bytes]) -> bool {
+/// True when a server command must run in a task rather than inline: it may wait (a
+/// blocking TASK.FETCH, TASK.WAIT), or must hear from other shards.
+pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    let several = ctx.shard_count > 1;
     match spec.name {
-        "info" | "scan" | "randomkey" => true,
-        "client" => is(&args[1], "list") || is(&args[1], "kill"),
-        "config" => is(&args[1], "resetstat"),
+        "task.fetch" => crate::task_fetch::needs_remote(ctx, args),
+        "task.wait" => true,
+        "info" | "scan" | "randomkey" => several,
+        "client" => several && (is(&args[1], "list") || is(&args[1], "kill")),
+        "config" => several && is(&args[1], "resetstat"),
         _ => false,
     }
 }

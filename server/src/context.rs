@@ -105,10 +105,8 @@ impl ShardCtx {
     /// and the connection can be freed (its leases are released when it is).
     pub fn connection_closing(&self, state: &ConnState) {
         self.unpark_client(state.id);
-        for shard in 0..self.shard_count.min(64) {
-            if shard != self.id && state.task_shards & (1 << shard) != 0 {
-                drop(self.request(shard, Request::TaskUnpark { client: state.id }));
-            }
+        for &shard in state.task_shards.iter().filter(|&&s| s != self.id) {
+            drop(self.request(shard, Request::TaskUnpark { client: state.id }));
         }
     }
 
@@ -117,10 +115,7 @@ impl ShardCtx {
     pub fn connection_closed(&self, state: &ConnState) {
         self.clients.borrow_mut().remove(state.id);
         self.unpark_client(state.id);
-        for shard in 0..self.shard_count.min(64) {
-            if state.task_shards & (1 << shard) == 0 {
-                continue;
-            }
+        for &shard in &state.task_shards {
             if shard == self.id {
                 let mut local = self.shard.borrow_mut();
                 let now = local.now_ms();
@@ -347,19 +342,15 @@ impl ShardCtx {
                 lease_ms,
             } => {
                 let now = shard.now_ms();
-                let got = shard.tasks.fetch(&queues, count, lease_ms, client, now);
-                match shard.tasks.in_flight_full(&queues) {
-                    Some(full) if got.is_empty() => {
-                        Response::Frames(vec![wetask_shards::tasks::commands::in_flight_error(
-                            full,
-                        )])
-                    }
-                    _ => Response::Frames(
-                        got.into_iter()
-                            .map(wetask_shards::tasks::commands::leased_frame)
-                            .collect(),
-                    ),
-                }
+                let fetched = wetask_shards::tasks::commands::fetch_frames(
+                    &mut shard.tasks,
+                    &queues,
+                    count,
+                    lease_ms,
+                    client,
+                    now,
+                );
+                Response::Frames(fetched.unwrap_or_else(|error| vec![error]))
             }
             Request::TaskUnlease { client, ids } => {
                 let now = shard.now_ms();

@@ -64,17 +64,9 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
     let Some(spec) = lookup(&args[0]).filter(|s| s.arity_ok(args.len())) else {
         return false;
     };
-    if spec.route == Route::Server && spec.name == "task.fetch" {
-        return crate::task_fetch::needs_remote(ctx, args);
-    }
-    if spec.name == "task.wait" {
-        return true;
-    }
-    if ctx.shard_count == 1 {
-        return false;
-    }
     match spec.route {
-        Route::Server => commands::needs_all_shards(spec, args),
+        Route::Server => commands::needs_task(ctx, spec, args),
+        _ if ctx.shard_count == 1 => false,
         Route::AllShards(_) => true,
         Route::Keyed | Route::Split(_) => spec
             .key_positions(args.len())

@@ -14,7 +14,7 @@ use std::task::Poll;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::tasks::commands::{in_flight_error, leased_frame, parse_fetch, FetchArgs};
+use wetask_shards::tasks::commands::{fetch_frames, parse_fetch, FetchArgs};
 use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
@@ -84,6 +84,8 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
         }
     }
     let mut leased = Vec::new();
+    // A queue at its in-flight limit: reported only if the whole FETCH leased nothing.
+    let mut held_back = None;
     let mut i = 0;
     while i < fetch.queues.len() && leased.len() < fetch.count {
         let shard = owner(ctx, &fetch.queues[i]);
@@ -93,21 +95,18 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
         }
         let queues = fetch.queues[i..end].to_vec();
         let count = fetch.count - leased.len();
-        if shard < 64 {
-            conn.borrow_mut().task_shards |= 1 << shard;
-        }
-        if shard == ctx.id {
+        conn.borrow_mut().note_task_shard(shard);
+        let got = if shard == ctx.id {
             let mut local = ctx.shard.borrow_mut();
             let now = local.now_ms();
-            let got = local
-                .tasks
-                .fetch(&queues, count, fetch.lease_ms, at.client, now);
-            if got.is_empty() && leased.is_empty() {
-                if let Some(full) = local.tasks.in_flight_full(&queues) {
-                    return in_flight_error(full);
-                }
-            }
-            leased.extend(got.into_iter().map(leased_frame));
+            fetch_frames(
+                &mut local.tasks,
+                &queues,
+                count,
+                fetch.lease_ms,
+                at.client,
+                now,
+            )
         } else {
             let request = Request::TaskFetch {
                 client: at.client,
@@ -116,24 +115,41 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
                 lease_ms: fetch.lease_ms,
             };
             match ctx.request(shard, request).await {
-                Response::Frames(frames) => {
-                    if let Some(error) = frames.iter().find(|f| f.is_error()) {
-                        if leased.is_empty() {
-                            return error.clone();
-                        }
-                        continue;
-                    }
-                    leased.extend(frames)
-                }
+                Response::Frames(frames) => match frames.iter().find(|f| f.is_error()) {
+                    Some(error) => Err(error.clone()),
+                    None => Ok(frames),
+                },
                 _ => return Frame::static_error("ERR internal error: unexpected shard response"),
             }
+        };
+        match got {
+            Ok(frames) => leased.extend(frames),
+            Err(error) => held_back = held_back.or(Some(error)),
         }
         i = end;
     }
-    match fetch.block_ms {
-        Some(block_ms) if leased.is_empty() => block(ctx, at.client, &fetch, block_ms).await,
+    match (fetch.block_ms, held_back) {
+        (_, Some(error)) if leased.is_empty() => error,
+        (Some(block_ms), _) if leased.is_empty() => block(ctx, at.client, &fetch, block_ms).await,
         _ => Frame::Array(leased),
     }
+}
+
+/// Names grouped by the shard that owns them, shards in order of first appearance and names
+/// in their order within each.
+fn group_by_shard(
+    ctx: &ShardCtx,
+    names: impl IntoIterator<Item = Bytes>,
+) -> Vec<(usize, Vec<Bytes>)> {
+    let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
+    for name in names {
+        let shard = owner(ctx, &name);
+        match groups.iter_mut().find(|(s, _)| *s == shard) {
+            Some((_, names)) => names.push(name),
+            None => groups.push((shard, vec![name])),
+        }
+    }
+    groups
 }
 
 type Wait = Pin<Box<dyn Future<Output = Vec<Frame>>>>;
@@ -147,15 +163,8 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
     let deadline_ms = (block_ms > 0).then(|| now.saturating_add(block_ms));
     // One parked fetch per shard, its queues in the order named. The names are copied: a
     // parked fetch must not pin the connection's read buffer.
-    let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
-    for queue in &fetch.queues {
-        let shard = owner(ctx, queue);
-        let queue = Bytes::copy_from_slice(queue);
-        match groups.iter_mut().find(|(s, _)| *s == shard) {
-            Some((_, queues)) => queues.push(queue),
-            None => groups.push((shard, vec![queue])),
-        }
-    }
+    let copies = fetch.queues.iter().map(|q| Bytes::copy_from_slice(q));
+    let groups = group_by_shard(ctx, copies);
     let mut waits: Vec<Option<Wait>> = Vec::new();
     for (shard, queues) in &groups {
         if *shard == ctx.id {
@@ -235,19 +244,14 @@ async fn first_ready(waits: &mut [Option<Wait>]) -> (usize, Vec<Frame>) {
 
 /// Gives back leased tasks the client will not receive (each task frame starts with its id).
 fn hand_back(ctx: &ShardCtx, client: u64, tasks: Vec<Frame>) {
-    let mut by_shard: Vec<(usize, Vec<Bytes>)> = Vec::new();
-    for task in tasks {
-        let Frame::Array(fields) = task else { continue };
-        let Some(Frame::Bulk(id)) = fields.into_iter().next() else {
-            continue;
-        };
-        let shard = owner(ctx, &id);
-        match by_shard.iter_mut().find(|(s, _)| *s == shard) {
-            Some((_, ids)) => ids.push(id),
-            None => by_shard.push((shard, vec![id])),
-        }
-    }
-    for (shard, ids) in by_shard {
+    let ids = tasks.into_iter().filter_map(|task| match task {
+        Frame::Array(fields) => match fields.into_iter().next() {
+            Some(Frame::Bulk(id)) => Some(id),
+            _ => None,
+        },
+        _ => None,
+    });
+    for (shard, ids) in group_by_shard(ctx, ids) {
         if shard == ctx.id {
             let mut local = ctx.shard.borrow_mut();
             let now = local.now_ms();
@@ -292,9 +296,7 @@ pub async fn wait(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byt
         });
         LocalWait(slot).await
     } else {
-        if shard < 64 {
-            conn.borrow_mut().task_shards |= 1 << shard;
-        }
+        conn.borrow_mut().note_task_shard(shard);
         match ctx
             .request(
                 shard,

@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::tasks::commands::{leased_frame, task_frame};
+use wetask_shards::tasks::commands::{fetch_frames, task_frame};
 
 use crate::context::ShardCtx;
 use crate::mesh::Response;
@@ -142,9 +142,18 @@ impl ShardCtx {
                         count,
                         lease_ms,
                     } => {
-                        let leased = shard.tasks.fetch(queues, *count, *lease_ms, p.client, now);
-                        (!leased.is_empty() || expired)
-                            .then(|| leased.into_iter().map(leased_frame).collect())
+                        // Nothing to lease (or held back by the in-flight limit): keep waiting.
+                        match fetch_frames(
+                            &mut shard.tasks,
+                            queues,
+                            *count,
+                            *lease_ms,
+                            p.client,
+                            now,
+                        ) {
+                            Ok(frames) if !frames.is_empty() => Some(frames),
+                            _ => expired.then(Vec::new),
+                        }
                     }
                     Want::Finish { id } => match shard.tasks.get(id) {
                         Some(task) if task.state.is_terminal() => Some(vec![task_frame(task)]),

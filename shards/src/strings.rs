@@ -39,23 +39,20 @@ pub fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let Some(entry) = ctx.dbs[ctx.db].get(&args[1], now) else {
         return Frame::Null;
     };
-    let Some(value) = entry.str_bytes() else {
-        return Frame::static_error(WRONGTYPE);
-    };
-    match ctx.out.as_deref_mut() {
+    match (ctx.out.as_deref_mut(), entry.value()) {
         // A long string is stored as shared `Bytes`: the reply references it (a vectored
         // send, no copy); a short one is copied from the node.
-        Some(out) => match entry.value() {
-            ValueRef::Typed(Value::Str(shared)) => {
-                wetask_protocol::encode_bulk_shared(out, shared);
-                Frame::Written
-            }
-            _ => {
-                wetask_protocol::encode_bulk(out, value);
-                Frame::Written
-            }
-        },
-        None => Frame::Bulk(entry.str_shared().expect("a string")),
+        (Some(out), ValueRef::Typed(Value::Str(shared))) => {
+            wetask_protocol::encode_bulk_shared(out, shared);
+            Frame::Written
+        }
+        (Some(out), ValueRef::Inline(value)) => {
+            wetask_protocol::encode_bulk(out, value);
+            Frame::Written
+        }
+        (None, _) => entry
+            .str_shared()
+            .map_or_else(|| Frame::static_error(WRONGTYPE), Frame::Bulk),
     }
 }
 

@@ -427,8 +427,27 @@ pub fn queues(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> Frame {
     )
 }
 
+/// Leases from `queues` (all on this shard) as FETCH replies them: the task frames, or the
+/// in-flight error when nothing was leased because one of them is at its limit.
+pub fn fetch_frames(
+    tasks: &mut Engine,
+    queues: &[Bytes],
+    count: usize,
+    lease_ms: Option<u64>,
+    client: u64,
+    now_ms: u64,
+) -> Result<Vec<Frame>, Frame> {
+    let leased = tasks.fetch(queues, count, lease_ms, client, now_ms);
+    if leased.is_empty() {
+        if let Some(full) = tasks.in_flight_full(queues) {
+            return Err(in_flight_error(full));
+        }
+    }
+    Ok(leased.into_iter().map(leased_frame).collect())
+}
+
 /// The error for a fetch that leased nothing because `queue` is at its in-flight limit.
-pub fn in_flight_error(queue: &[u8]) -> Frame {
+fn in_flight_error(queue: &[u8]) -> Frame {
     Frame::error(format!(
         "ERR queue '{}' has {IN_FLIGHT_PER_QUEUE_MAX} tasks in flight; ACK or FAIL some first",
         String::from_utf8_lossy(queue)
