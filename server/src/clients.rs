@@ -31,6 +31,8 @@ pub struct ConnState {
     /// Shards this client fetched or waited on tasks from: its leases and parked commands
     /// there are released when the connection closes.
     pub task_shards: Vec<usize>,
+    /// Shards where this client's blocking list pop is parked (empty when not blocked).
+    pub blocked_on: Vec<usize>,
 }
 
 impl ConnState {
@@ -66,6 +68,7 @@ impl ConnState {
             close_requested: false,
             skip_reply: false,
             task_shards: Vec::new(),
+            blocked_on: Vec::new(),
         }
     }
 

@@ -36,6 +36,9 @@ pub struct ShardCtx {
     pub parked: RefCell<Vec<crate::task_wait::Parked>>,
     /// The engine epoch the parked fetches were last tried at.
     pub parked_epoch: std::cell::Cell<u64>,
+    /// Blocked list pops parked on this shard's keys, by waiter id (`list_block`).
+    pub list_waiters: RefCell<std::collections::HashMap<u64, crate::list_block::ListWaiter>>,
+    pub list_index: RefCell<crate::list_block::ListIndex>,
 }
 
 impl ShardCtx {
@@ -59,6 +62,8 @@ impl ShardCtx {
             tokens_issued: std::cell::Cell::new(0),
             parked: RefCell::new(Vec::new()),
             parked_epoch: std::cell::Cell::new(0),
+            list_waiters: RefCell::new(std::collections::HashMap::new()),
+            list_index: RefCell::new(crate::list_block::ListIndex::default()),
         }
     }
 
@@ -81,6 +86,7 @@ impl ShardCtx {
             self.route_fallback(fallback, now);
         }
         self.serve_parked();
+        self.serve_blocked_lists();
     }
 
     /// Submits a dead task's fallback on the shard that owns the fallback queue.
@@ -107,6 +113,13 @@ impl ShardCtx {
         self.unpark_client(state.id);
         for &shard in state.task_shards.iter().filter(|&&s| s != self.id) {
             drop(self.request(shard, Request::TaskUnpark { client: state.id }));
+        }
+        for &shard in &state.blocked_on {
+            if shard == self.id {
+                self.unpark_list_client(state.id);
+            } else {
+                drop(self.request(shard, Request::ListUnblockClient { client: state.id }));
+            }
         }
     }
 
@@ -273,6 +286,35 @@ impl ShardCtx {
                 self.unpark_client(client);
                 mesh.respond(from, id, Response::Bool(true));
             }
+            Request::ListBlock {
+                waiter,
+                client,
+                db,
+                keys,
+                op,
+                deadline_ms,
+            } => {
+                self.tick();
+                self.park_list(
+                    waiter,
+                    crate::list_block::ListWaiter {
+                        client,
+                        db,
+                        keys,
+                        op,
+                        deadline_ms,
+                        reply: crate::task_wait::Reply::Peer { from, id },
+                    },
+                );
+            }
+            Request::ListUnblock { waiter } => {
+                self.unpark_list(waiter);
+                mesh.respond(from, id, Response::Bool(true));
+            }
+            Request::ListUnblockClient { client } => {
+                self.unpark_list_client(client);
+                mesh.respond(from, id, Response::Bool(true));
+            }
             Request::ReleaseLeases { client } => {
                 self.unpark_client(client);
                 let mut shard = self.shard.borrow_mut();
@@ -357,6 +399,9 @@ impl ShardCtx {
                 Response::Count(shard.tasks.unlease(&ids, client, now))
             }
             Request::ReleaseLeases { .. }
+            | Request::ListBlock { .. }
+            | Request::ListUnblock { .. }
+            | Request::ListUnblockClient { .. }
             | Request::TaskWait { .. }
             | Request::TaskFetchBlocking { .. }
             | Request::TaskUnpark { .. } => {

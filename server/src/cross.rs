@@ -1,6 +1,10 @@
-//! Keyed commands whose keys live on different shards: RENAME, RENAMENX, COPY and MSETNX.
-//! Standalone clients never get CROSSSLOT; the coordinating shard moves entries between
-//! owners through the mesh.
+//! Keyed commands whose keys live on different shards. Standalone clients never get
+//! CROSSSLOT; the coordinating shard moves entries between owners through the mesh.
+//! RENAME, RENAMENX, COPY and MSETNX have their own steps. Every other command (LMOVE, SMOVE,
+//! SINTERSTORE, LMPOP …) is run by *borrowing*: the coordinator takes the entries of the keys
+//! it does not own into its own keyspace, runs the ordinary shard handler there, and puts
+//! whatever the keys hold afterwards back on their owners (a key the command deleted stays
+//! deleted). Values move, they are not copied: a collection travels as one pointer.
 //!
 //! Atomicity: the coordinator first locks every involved shard, in ascending shard order so
 //! that concurrent coordinators cannot deadlock (DESIGN §2.4). A locked shard runs only
@@ -127,14 +131,14 @@ pub async fn run(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[
     if spec.name == "msetnx" && args.len().is_multiple_of(2) {
         return wrong_arity("msetnx");
     }
-    let keys: Vec<&Bytes> = spec.key_positions(args.len()).map(|i| &args[i]).collect();
+    let keys: Vec<&Bytes> = spec.key_positions(args).map(|i| &args[i]).collect();
     let held = Held::lock(ctx, keys.into_iter()).await;
     let reply = match spec.name {
         "rename" => rename(&held, db, args, false).await,
         "renamenx" => rename(&held, db, args, true).await,
         "copy" => copy(&held, db, args).await,
         "msetnx" => msetnx(&held, db, args).await,
-        other => Frame::error(format!("ERR '{other}' cannot span shards")),
+        _ => borrowed(&held, db, spec, args).await,
     };
     held.unlock().await;
     reply
@@ -182,4 +186,30 @@ async fn msetnx(held: &Held<'_>, db: usize, args: &[Bytes]) -> Frame {
         put(held, db, &pair[0], entry, true).await;
     }
     Frame::Integer(1)
+}
+
+/// Runs `spec` on this shard with the entries of its other shards' keys borrowed (see the
+/// module docs).
+async fn borrowed(held: &Held<'_>, db: usize, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
+    let ctx = held.ctx;
+    let mut remote: Vec<Bytes> = Vec::new();
+    for i in spec.key_positions(args) {
+        let key = &args[i];
+        if shard_of(key, ctx.shard_count) != ctx.id && !remote.contains(key) {
+            remote.push(Bytes::copy_from_slice(key));
+        }
+    }
+    for key in &remote {
+        if let Some(entry) = take(held, db, key).await {
+            ctx.shard.borrow_mut().put_entry(db, key, entry, true);
+        }
+    }
+    let frame = ctx.shard.borrow_mut().execute(db, 0, spec, args);
+    for key in &remote {
+        let entry = ctx.shard.borrow_mut().take_entry(db, key);
+        if let Some(entry) = entry {
+            put(held, db, key, entry, true).await;
+        }
+    }
+    frame
 }

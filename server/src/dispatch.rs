@@ -22,6 +22,7 @@ use crate::clients::ConnState;
 use crate::commands;
 use crate::context::ShardCtx;
 use crate::cross;
+use crate::list_block;
 use crate::mesh::{Request, Response, ResponseFuture, ShardCommands};
 
 pub const NOAUTH: &str = "NOAUTH Authentication required.";
@@ -69,7 +70,7 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
         _ if ctx.shard_count == 1 => false,
         Route::AllShards(_) => true,
         Route::Keyed | Route::Split(_) => spec
-            .key_positions(args.len())
+            .key_positions(args)
             .any(|i| shard_of(&args[i], ctx.shard_count) != ctx.id),
     }
 }
@@ -114,6 +115,11 @@ pub fn try_inline(
     if ctx.is_locked() || needs_remote(ctx, args) {
         return None;
     }
+    if let Some(spec) = lookup(&args[0]).filter(|s| s.has(flag::BLOCKING)) {
+        if spec.arity_ok(args.len()) && list_block::may_wait(ctx, conn.borrow().db, spec, args) {
+            return None;
+        }
+    }
     let frame = poll_once(execute(ctx, conn, args, Some(out)));
     debug_assert!(frame.is_some(), "a local command waited");
     frame
@@ -143,6 +149,15 @@ pub async fn execute(
     let at = Target { db, client };
     let frame = match spec.route {
         Route::Server => commands::run(ctx, conn, spec, args).await,
+        Route::Keyed if spec.has(flag::BLOCKING) => {
+            // The attempt runs as the non-blocking command would; only nothing found blocks.
+            let frame = keyed(ctx, at, spec, args, direct).await;
+            if list_block::found_nothing(&frame) {
+                list_block::run_blocked(ctx, conn, spec, args).await
+            } else {
+                frame
+            }
+        }
         Route::Keyed => keyed(ctx, at, spec, args, direct).await,
         Route::Split(merge) => split(ctx, at, spec, args, merge).await,
         Route::AllShards(merge) => all_shards(ctx, at, spec, args, merge).await,
@@ -199,7 +214,7 @@ async fn keyed(
     direct: Option<&mut Output>,
 ) -> Frame {
     let mut owners = spec
-        .key_positions(args.len())
+        .key_positions(args)
         .map(|i| shard_of(&args[i], ctx.shard_count));
     let first = owners.next().unwrap_or(ctx.id);
     if owners.any(|s| s != first) {
@@ -227,7 +242,7 @@ async fn split(
     let step = spec.step.max(1) as usize;
     // shard -> (sub-command arguments, positions of its keys among all keys)
     let mut parts: BTreeMap<usize, (Vec<Bytes>, Vec<usize>)> = BTreeMap::new();
-    for (key_number, i) in spec.key_positions(args.len()).enumerate() {
+    for (key_number, i) in spec.key_positions(args).enumerate() {
         let owner = if ctx.shard_count == 1 {
             ctx.id
         } else {
@@ -323,14 +338,14 @@ fn simple_target(
     // A split command (DEL, MGET, MSET ...) whose keys all live on one shard is a plain
     // keyed command there: its handler sees every key and replies for the whole command.
     let keyed = matches!(spec.route, Route::Keyed | Route::Split(_));
-    if !keyed || !spec.arity_ok(args.len()) {
+    if !keyed || spec.has(flag::BLOCKING) || !spec.arity_ok(args.len()) {
         return None;
     }
     if !conn.authenticated && !spec.has(flag::NO_AUTH) {
         return None;
     }
     let mut owners = spec
-        .key_positions(args.len())
+        .key_positions(args)
         .map(|i| shard_of(&args[i], ctx.shard_count));
     let first = owners.next()?;
     owners.all(|s| s == first).then_some((first, spec))

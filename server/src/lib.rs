@@ -10,6 +10,7 @@ mod cross;
 mod dispatch;
 mod globals;
 mod info;
+mod list_block;
 mod mesh;
 mod net;
 pub mod runtime;

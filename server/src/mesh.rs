@@ -66,6 +66,24 @@ pub enum Request {
     TaskUnpark {
         client: u64,
     },
+    /// Park a blocked list pop on the receiving shard's `keys`: held until one of them
+    /// gives it data (answered with the command's reply) or `deadline_ms` (answered empty).
+    ListBlock {
+        waiter: u64,
+        client: u64,
+        db: usize,
+        keys: Vec<Bytes>,
+        op: crate::list_block::BlockOp,
+        deadline_ms: Option<u64>,
+    },
+    /// Let go of a parked list pop (its held request is answered empty if still parked).
+    ListUnblock {
+        waiter: u64,
+    },
+    /// `client`'s connection is closing: let go of its parked list pop.
+    ListUnblockClient {
+        client: u64,
+    },
     /// Hand back tasks leased to `client` that it never received.
     TaskUnlease {
         client: u64,

@@ -99,7 +99,7 @@ impl ShardCtx {
         self.serve_parked();
     }
 
-    fn answer(&self, reply: Reply, frames: Vec<Frame>) {
+    pub fn answer(&self, reply: Reply, frames: Vec<Frame>) {
         match reply {
             Reply::Peer { from, id } => {
                 let mesh = self

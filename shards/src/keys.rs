@@ -196,6 +196,7 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: &[Bytes], nx: bool) -> Frame {
     }
     let entry = ctx.db().remove(from).expect("checked above");
     ctx.db().insert(to, entry);
+    ctx.signal_ready(to);
     if nx {
         Frame::Integer(1)
     } else {
@@ -260,6 +261,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         return Frame::Integer(0);
     }
     target.insert(to, entry);
+    ctx.blocked.signal(target_db, to);
     Frame::Integer(1)
 }
 

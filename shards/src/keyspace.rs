@@ -20,19 +20,33 @@ use crate::glob::glob_match;
 use crate::key::Key;
 use crate::node::{Node, ValueRef};
 
-type Hasher = foldhash::fast::RandomState;
+pub type Hasher = foldhash::fast::RandomState;
 
 /// The value of a key, detached from the keyspace (handed between shards, or built by a
-/// command). Later families add their own variants here.
+/// command). A collection is boxed so that a `Value` stays 40 bytes (a node's value slot).
+/// A collection is never empty in the keyspace: the command that empties it deletes the key.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     Str(Bytes),
+    List(Box<List>),
+    Hash(Box<Hash>),
+    Set(Box<Set>),
 }
+
+/// A list's elements, head first.
+pub type List = std::collections::VecDeque<Bytes>;
+/// A hash's fields in insertion order; positions give HSCAN and HRANDFIELD their O(1) steps.
+pub type Hash = IndexMap<Bytes, Bytes, Hasher>;
+/// A set's members; positions give SSCAN, SPOP and SRANDMEMBER their O(1) steps.
+pub type Set = indexmap::IndexSet<Bytes, Hasher>;
 
 impl Value {
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::Str(_) => "string",
+            Value::List(_) => "list",
+            Value::Hash(_) => "hash",
+            Value::Set(_) => "set",
         }
     }
 }
@@ -65,7 +79,7 @@ pub struct EntryMut<'a> {
     pub expire_at_ms: u64,
 }
 
-impl EntryMut<'_> {
+impl<'a> EntryMut<'a> {
     pub fn value(&self) -> ValueRef<'_> {
         self.node.value()
     }
@@ -81,6 +95,7 @@ impl EntryMut<'_> {
         match self.node.value() {
             ValueRef::Inline(bytes) => Some(Bytes::copy_from_slice(bytes)),
             ValueRef::Typed(Value::Str(bytes)) => Some(bytes.clone()),
+            ValueRef::Typed(_) => None,
         }
     }
 
@@ -90,6 +105,11 @@ impl EntryMut<'_> {
 
     /// The value, for types stored as a `Value`; `None` for an inline string.
     pub fn typed_mut(&mut self) -> Option<&mut Value> {
+        self.node.typed_mut()
+    }
+
+    /// Like [`EntryMut::typed_mut`], for as long as the entry's borrow of the database.
+    pub fn into_typed_mut(self) -> Option<&'a mut Value> {
         self.node.typed_mut()
     }
 
@@ -296,7 +316,7 @@ impl Db {
         let expire_at_ms = self.expiry_at(pos);
         let node = self.remove_at(pos);
         Some(Entry {
-            value: node.to_value(),
+            value: node.into_value(),
             expire_at_ms,
         })
     }
@@ -306,7 +326,7 @@ impl Db {
         let (pos, expire_at_ms) = self.find_live(key, now_ms)?;
         let node = self.remove_at(pos);
         Some(Entry {
-            value: node.to_value(),
+            value: node.into_value(),
             expire_at_ms,
         })
     }

@@ -4,23 +4,30 @@
 //! [`table::COMMANDS`].
 
 pub mod args;
+pub mod blocking;
 pub mod compat;
 pub mod errors;
 pub mod glob;
+pub mod hashes;
 pub mod key;
 pub mod keys;
 pub mod keyspace;
+pub mod lists;
 pub mod node;
+pub mod sets;
 pub mod shard;
 pub mod slot;
 pub mod strings;
 pub mod table;
 pub mod tasks;
+pub mod typed;
 
 pub use keyspace::{Entry, ScanFilter, Value};
 pub use shard::{Shard, DATABASES};
 pub use slot::{key_slot, shard_of};
 pub use table::{lookup, CommandSpec, Merge, Route, COMMANDS};
 
+#[cfg(test)]
+mod collection_tests;
 #[cfg(test)]
 mod tests;

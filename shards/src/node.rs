@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! inline string: [key_len u32 | value_len u32][key bytes][value bytes]
-//! typed value:   [key_len u32 | TYPED     u32][Value (32 bytes)][key bytes]
+//! typed value:   [key_len u32 | TYPED     u32][Value (40 bytes)][key bytes]
 //! ```
 //!
 //! The top bit of `key_len` says the key has a TTL (kept in the database's side table), so a
@@ -184,6 +184,7 @@ impl Node {
         match self.value() {
             ValueRef::Inline(bytes) => Some(bytes),
             ValueRef::Typed(Value::Str(bytes)) => Some(bytes),
+            ValueRef::Typed(_) => None,
         }
     }
 
@@ -199,6 +200,14 @@ impl Node {
         match self.value() {
             ValueRef::Inline(bytes) => Value::Str(Bytes::copy_from_slice(bytes)),
             ValueRef::Typed(value) => value.clone(),
+        }
+    }
+
+    /// The value, moved out (a collection is not copied); the node is freed.
+    pub fn into_value(mut self) -> Value {
+        match self.typed_mut() {
+            Some(slot) => std::mem::replace(slot, Value::Str(Bytes::new())),
+            None => self.to_value(),
         }
     }
 

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use wetask_protocol::{Frame, Output};
 
+use crate::blocking::Blocked;
 use crate::errors::{unknown_command, wrong_arity};
 use crate::keyspace::{Db, Entry, ScanFilter};
 use crate::table::{lookup, CommandSpec};
@@ -28,11 +29,18 @@ pub struct Ctx<'a> {
     /// The client the command runs for: it owns the leases a FETCH hands out. 0 for work
     /// that runs for no client (tests, internal requests).
     pub client: u64,
+    /// Keys with blocked clients; a command that adds to a list signals its key here.
+    pub blocked: &'a mut Blocked,
 }
 
 impl Ctx<'_> {
     pub fn db(&mut self) -> &mut Db {
         &mut self.dbs[self.db]
+    }
+
+    /// Notes that `key` (in the selected database) got data a blocked client may want.
+    pub fn signal_ready(&mut self, key: &[u8]) {
+        self.blocked.signal(self.db, key);
     }
 }
 
@@ -40,6 +48,8 @@ pub struct Shard {
     pub id: usize,
     dbs: Vec<Db>,
     pub tasks: Engine,
+    /// Keys with blocked clients (BLPOP …), and those that got data.
+    pub blocked: Blocked,
     now_ms: u64,
     expire_cursor_db: usize,
 }
@@ -50,6 +60,7 @@ impl Shard {
             id,
             dbs: (0..DATABASES).map(|_| Db::default()).collect(),
             tasks: crate::tasks::commands::new_engine(),
+            blocked: Blocked::default(),
             now_ms: 0,
             expire_cursor_db: 0,
         }
@@ -103,6 +114,7 @@ impl Shard {
             out,
             tasks: &mut self.tasks,
             client,
+            blocked: &mut self.blocked,
         };
         handler(&mut ctx, args)
     }
@@ -143,6 +155,7 @@ impl Shard {
             return false;
         }
         self.dbs[db].insert(key, entry);
+        self.blocked.signal(db, key);
         true
     }
 

@@ -50,6 +50,7 @@ pub fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             wetask_protocol::encode_bulk(out, value);
             Frame::Written
         }
+        (Some(_), ValueRef::Typed(_)) => Frame::static_error(WRONGTYPE),
         (None, _) => entry
             .str_shared()
             .map_or_else(|| Frame::static_error(WRONGTYPE), Frame::Bulk),

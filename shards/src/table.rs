@@ -11,9 +11,12 @@ use wetask_protocol::Frame;
 
 use crate::shard::Ctx;
 use crate::tasks::commands as tasks;
-use crate::{keys, strings};
+use crate::{hashes, keys, lists, sets, strings};
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
+
+/// Finds the key positions of a command whose keys follow a count.
+pub type KeyFinder = fn(&[Bytes]) -> Vec<usize>;
 
 /// Command flags, as `COMMAND INFO` reports them.
 pub mod flag {
@@ -81,6 +84,10 @@ pub struct CommandSpec {
     pub handler: Option<Handler>,
     pub group: &'static str,
     pub summary: &'static str,
+    /// For commands whose keys follow a count (LMPOP, SINTERCARD …): their positions,
+    /// computed from the arguments (Redis's `movablekeys`). Empty when the count is invalid:
+    /// the handler then replies with the error.
+    pub movable_keys: Option<KeyFinder>,
 }
 
 impl CommandSpec {
@@ -97,8 +104,18 @@ impl CommandSpec {
         self.flags & flag != 0
     }
 
-    /// The key argument positions for an argument list of length `argc`.
-    pub fn key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
+    /// The key argument positions in `args`.
+    pub fn key_positions(&self, args: &[Bytes]) -> KeyPositions {
+        match self.movable_keys {
+            Some(find) => KeyPositions::Listed(find(args).into_iter()),
+            None => KeyPositions::Fixed(self.fixed_key_positions(args.len())),
+        }
+    }
+
+    fn fixed_key_positions(
+        &self,
+        argc: usize,
+    ) -> std::iter::StepBy<std::ops::RangeInclusive<usize>> {
         let (first, step) = (self.first_key.max(0) as usize, self.step.max(1) as usize);
         let last = if self.first_key <= 0 {
             0
@@ -107,8 +124,28 @@ impl CommandSpec {
         } else {
             (self.last_key as usize).min(argc.saturating_sub(1))
         };
-        let active = self.first_key > 0;
-        (first..=last).step_by(step).filter(move |_| active)
+        if self.first_key <= 0 {
+            #[allow(clippy::reversed_empty_ranges)] // deliberately empty
+            return (1..=0).step_by(1);
+        }
+        (first..=last).step_by(step)
+    }
+}
+
+/// The key positions of one command's arguments.
+pub enum KeyPositions {
+    Fixed(std::iter::StepBy<std::ops::RangeInclusive<usize>>),
+    Listed(std::vec::IntoIter<usize>),
+}
+
+impl Iterator for KeyPositions {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        match self {
+            KeyPositions::Fixed(range) => range.next(),
+            KeyPositions::Listed(list) => list.next(),
+        }
     }
 }
 
@@ -138,7 +175,30 @@ const fn row(
         handler,
         group,
         summary,
+        movable_keys: None,
     }
+}
+
+impl CommandSpec {
+    /// This row, with its keys found by `find` (Redis's `movablekeys`).
+    const fn movable(self, find: KeyFinder) -> CommandSpec {
+        CommandSpec {
+            movable_keys: Some(find),
+            ..self
+        }
+    }
+}
+
+fn lmpop_keys(args: &[Bytes]) -> Vec<usize> {
+    lists::mpop_keys(args, 1)
+}
+
+fn blmpop_keys(args: &[Bytes]) -> Vec<usize> {
+    lists::mpop_keys(args, 2)
+}
+
+fn sintercard_keys(args: &[Bytes]) -> Vec<usize> {
+    sets::sintercard_keys(args)
 }
 
 const NONE: (i32, i32, i32) = (0, 0, 0);
@@ -151,6 +211,13 @@ const G: &str = "generic";
 const C: &str = "connection";
 const SV: &str = "server";
 const T: &str = "tasks";
+const L: &str = "list";
+const H: &str = "hash";
+const ST: &str = "set";
+/// BLPOP-like: every argument but the last (the timeout) is a key.
+const ALL_BUT_LAST: (i32, i32, i32) = (1, -2, 1);
+/// Keys found by the row's `movable` function (after a count): none fixed.
+const MOVABLE: (i32, i32, i32) = (0, 0, 0);
 
 pub static COMMANDS: &[CommandSpec] = &[
     // strings
@@ -174,6 +241,64 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::incrbyfloat), S, "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist."),
     row("getrange", 4, READONLY, ONE, Keyed, Some(strings::getrange), S, "Returns a substring of the string stored at a key."),
     row("setrange", 4, WRITE | DENYOOM, ONE, Keyed, Some(strings::setrange), S, "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist."),
+    // lists
+    row("lpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::lpush), L, "Prepends one or more elements to a list. Creates the key if it doesn't exist."),
+    row("rpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::rpush), L, "Appends one or more elements to a list. Creates the key if it doesn't exist."),
+    row("lpushx", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::lpushx), L, "Prepends one or more elements to a list only when the list exists."),
+    row("rpushx", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::rpushx), L, "Appends an element to a list only when the list exists."),
+    row("lpop", -2, WRITE | FAST, ONE, Keyed, Some(lists::lpop), L, "Returns the first elements in a list after removing it. Deletes the list if the last element was popped."),
+    row("rpop", -2, WRITE | FAST, ONE, Keyed, Some(lists::rpop), L, "Returns and removes the last elements of a list. Deletes the list if the last element was popped."),
+    row("llen", 2, READONLY | FAST, ONE, Keyed, Some(lists::llen), L, "Returns the length of a list."),
+    row("lrange", 4, READONLY, ONE, Keyed, Some(lists::lrange), L, "Returns a range of elements from a list."),
+    row("lindex", 3, READONLY, ONE, Keyed, Some(lists::lindex), L, "Returns an element from a list by its index."),
+    row("lset", 4, WRITE | DENYOOM, ONE, Keyed, Some(lists::lset), L, "Sets the value of an element in a list by its index."),
+    row("linsert", 5, WRITE | DENYOOM, ONE, Keyed, Some(lists::linsert), L, "Inserts an element before or after another element in a list."),
+    row("lrem", 4, WRITE, ONE, Keyed, Some(lists::lrem), L, "Removes elements from a list. Deletes the list if the last element was removed."),
+    row("ltrim", 4, WRITE, ONE, Keyed, Some(lists::ltrim), L, "Removes elements from both ends a list. Deletes the list if all elements were trimmed."),
+    row("lpos", -3, READONLY, ONE, Keyed, Some(lists::lpos), L, "Returns the index of matching elements in a list."),
+    row("lmove", 5, WRITE | DENYOOM, TWO, Keyed, Some(lists::lmove), L, "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved."),
+    row("rpoplpush", 3, WRITE | DENYOOM, TWO, Keyed, Some(lists::rpoplpush), L, "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped."),
+    row("lmpop", -4, WRITE, MOVABLE, Keyed, Some(lists::lmpop), L, "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.").movable(lmpop_keys),
+    row("blpop", -3, WRITE | BLOCKING, ALL_BUT_LAST, Keyed, Some(lists::blpop), L, "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped."),
+    row("brpop", -3, WRITE | BLOCKING, ALL_BUT_LAST, Keyed, Some(lists::brpop), L, "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped."),
+    row("blmove", 6, WRITE | DENYOOM | BLOCKING, TWO, Keyed, Some(lists::blmove), L, "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved."),
+    row("brpoplpush", 4, WRITE | DENYOOM | BLOCKING, TWO, Keyed, Some(lists::brpoplpush), L, "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped."),
+    row("blmpop", -5, WRITE | BLOCKING, MOVABLE, Keyed, Some(lists::blmpop), L, "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.").movable(blmpop_keys),
+    // hashes
+    row("hset", -4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(hashes::hset), H, "Creates or modifies the value of a field in a hash."),
+    row("hmset", -4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(hashes::hmset), H, "Sets the values of multiple fields."),
+    row("hsetnx", 4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(hashes::hsetnx), H, "Sets the value of a field in a hash only when the field doesn't exist."),
+    row("hget", 3, READONLY | FAST, ONE, Keyed, Some(hashes::hget), H, "Returns the value of a field in a hash."),
+    row("hmget", -3, READONLY | FAST, ONE, Keyed, Some(hashes::hmget), H, "Returns the values of all fields in a hash."),
+    row("hdel", -3, WRITE | FAST, ONE, Keyed, Some(hashes::hdel), H, "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain."),
+    row("hlen", 2, READONLY | FAST, ONE, Keyed, Some(hashes::hlen), H, "Returns the number of fields in a hash."),
+    row("hstrlen", 3, READONLY | FAST, ONE, Keyed, Some(hashes::hstrlen), H, "Returns the length of the value of a field."),
+    row("hexists", 3, READONLY | FAST, ONE, Keyed, Some(hashes::hexists), H, "Determines whether a field exists in a hash."),
+    row("hkeys", 2, READONLY, ONE, Keyed, Some(hashes::hkeys), H, "Returns all fields in a hash."),
+    row("hvals", 2, READONLY, ONE, Keyed, Some(hashes::hvals), H, "Returns all values in a hash."),
+    row("hgetall", 2, READONLY, ONE, Keyed, Some(hashes::hgetall), H, "Returns all fields and values in a hash."),
+    row("hincrby", 4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(hashes::hincrby), H, "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist."),
+    row("hincrbyfloat", 4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(hashes::hincrbyfloat), H, "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist."),
+    row("hrandfield", -2, READONLY, ONE, Keyed, Some(hashes::hrandfield), H, "Returns one or more random fields from a hash."),
+    row("hscan", -3, READONLY, ONE, Keyed, Some(hashes::hscan), H, "Iterates over fields and values of a hash."),
+    // sets
+    row("sadd", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(sets::sadd), ST, "Adds one or more members to a set. Creates the key if it doesn't exist."),
+    row("srem", -3, WRITE | FAST, ONE, Keyed, Some(sets::srem), ST, "Removes one or more members from a set. Deletes the set if the last member was removed."),
+    row("smembers", 2, READONLY, ONE, Keyed, Some(sets::smembers), ST, "Returns all members of a set."),
+    row("sismember", 3, READONLY | FAST, ONE, Keyed, Some(sets::sismember), ST, "Determines whether a member belongs to a set."),
+    row("smismember", -3, READONLY | FAST, ONE, Keyed, Some(sets::smismember), ST, "Determines whether multiple members belong to a set."),
+    row("scard", 2, READONLY | FAST, ONE, Keyed, Some(sets::scard), ST, "Returns the number of members in a set."),
+    row("spop", -2, WRITE | FAST, ONE, Keyed, Some(sets::spop), ST, "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped."),
+    row("srandmember", -2, READONLY, ONE, Keyed, Some(sets::srandmember), ST, "Get one or multiple random members from a set"),
+    row("smove", 4, WRITE | FAST, TWO, Keyed, Some(sets::smove), ST, "Moves a member from one set to another."),
+    row("sinter", -2, READONLY, ALL, Keyed, Some(sets::sinter), ST, "Returns the intersect of multiple sets."),
+    row("sunion", -2, READONLY, ALL, Keyed, Some(sets::sunion), ST, "Returns the union of multiple sets."),
+    row("sdiff", -2, READONLY, ALL, Keyed, Some(sets::sdiff), ST, "Returns the difference of multiple sets."),
+    row("sinterstore", -3, WRITE | DENYOOM, ALL, Keyed, Some(sets::sinterstore), ST, "Stores the intersect of multiple sets in a key."),
+    row("sunionstore", -3, WRITE | DENYOOM, ALL, Keyed, Some(sets::sunionstore), ST, "Stores the union of multiple sets in a key."),
+    row("sdiffstore", -3, WRITE | DENYOOM, ALL, Keyed, Some(sets::sdiffstore), ST, "Stores the difference of multiple sets in a key."),
+    row("sintercard", -3, READONLY, MOVABLE, Keyed, Some(sets::sintercard), ST, "Returns the number of members of the intersect of multiple sets.").movable(sintercard_keys),
+    row("sscan", -3, READONLY, ONE, Keyed, Some(sets::sscan), ST, "Iterates over members of a set."),
     // keys
     row("del", -2, WRITE, ALL, Split(Sum), Some(keys::del), G, "Deletes one or more keys."),
     row("unlink", -2, WRITE | FAST, ALL, Split(Sum), Some(keys::del), G, "Asynchronously deletes one or more keys."),
@@ -292,15 +417,38 @@ mod tests {
     #[test]
     fn key_positions_follow_first_last_step() {
         let mset = lookup(b"mset").unwrap();
-        assert_eq!(mset.key_positions(5).collect::<Vec<_>>(), vec![1, 3]);
+        let args = |n: usize| vec![Bytes::from_static(b"x"); n];
+        assert_eq!(mset.key_positions(&args(5)).collect::<Vec<_>>(), vec![1, 3]);
         let del = lookup(b"del").unwrap();
-        assert_eq!(del.key_positions(4).collect::<Vec<_>>(), vec![1, 2, 3]);
-        assert_eq!(lookup(b"ping").unwrap().key_positions(1).count(), 0);
+        assert_eq!(
+            del.key_positions(&args(4)).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(lookup(b"ping").unwrap().key_positions(&args(1)).count(), 0);
         assert_eq!(
             lookup(b"copy")
                 .unwrap()
-                .key_positions(5)
+                .key_positions(&args(5))
                 .collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        let lmpop = lookup(b"lmpop").unwrap();
+        let lmpop_args: Vec<Bytes> = ["lmpop", "2", "a", "b", "left"]
+            .iter()
+            .map(|s| Bytes::from(*s))
+            .collect();
+        assert_eq!(
+            lmpop.key_positions(&lmpop_args).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
+        let bad: Vec<Bytes> = ["lmpop", "9", "a", "left"]
+            .iter()
+            .map(|s| Bytes::from(*s))
+            .collect();
+        assert_eq!(lmpop.key_positions(&bad).count(), 0);
+        let blpop = lookup(b"blpop").unwrap();
+        assert_eq!(
+            blpop.key_positions(&args(4)).collect::<Vec<_>>(),
             vec![1, 2]
         );
     }

@@ -1,0 +1,536 @@
+//! Blocking list pops: BLPOP, BRPOP, BLMPOP, BLMOVE and BRPOPLPUSH, with keys on any shard.
+//!
+//! A blocking pop first runs as its non-blocking self through the ordinary routing (across
+//! shards under the coordinator's locks when its keys span several). If that found nothing,
+//! the connection's shard (the *home*) parks one waiter on every shard that owns some of its
+//! keys: locally, or as a held mesh request. Each owner queues the waiter on its keys
+//! (`wetask_shards::blocking`), and when a key gets data it serves that key's waiters oldest
+//! first, each with the same pop it would have run, right where the data is. The first
+//! answer wins; the home then asks the other owners to let go, and pushes back to where it
+//! came from anything another owner popped meanwhile, so no element is lost.
+//!
+//! Deadlines are kept by the owners (checked every loop turn), as for blocked task fetches.
+//! A BLMOVE whose destination is on another shard than its source pops on the source's shard
+//! and pushes from the home: between the two the element is in neither list (a window of one
+//! mesh round trip; Redis has none). Inside MULTI or a script a blocking pop never blocks.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::Poll;
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+use wetask_shards::lists::{parse_ends, parse_mpop, parse_timeout, End};
+use wetask_shards::table::CommandSpec;
+use wetask_shards::{lookup, shard_of};
+
+use crate::clients::ConnState;
+use crate::context::ShardCtx;
+use crate::mesh::{Request, Response};
+use crate::task_wait::{LocalSlot, LocalWait, Reply};
+
+/// Most waiters parked on one shard at once; beyond it a blocking pop is refused.
+pub const LIST_WAITERS_MAX: usize = 100_000;
+
+/// What a waiter pops when its key has data.
+#[derive(Clone, Debug)]
+pub enum BlockOp {
+    /// BLPOP/BRPOP (`count` None: replies `[key, element]`) and BLMPOP (`count` Some:
+    /// replies `[key, [elements]]`).
+    Pop { end: End, count: Option<usize> },
+    /// BLMOVE/BRPOPLPUSH from the waiter's one key to `dst`.
+    Move { dst: Bytes, from: End, to: End },
+}
+
+/// A blocked pop parked on an owner shard.
+pub struct ListWaiter {
+    pub client: u64,
+    pub db: usize,
+    /// Its keys that this shard owns, in the order the command named them.
+    pub keys: Vec<Bytes>,
+    pub op: BlockOp,
+    pub deadline_ms: Option<u64>,
+    pub reply: Reply,
+}
+
+fn owner(ctx: &ShardCtx, key: &[u8]) -> usize {
+    if ctx.shard_count == 1 {
+        ctx.id
+    } else {
+        shard_of(key, ctx.shard_count)
+    }
+}
+
+/// True when a BLMOVE's destination lives on another shard than its source: the source's
+/// owner then only pops, and the home pushes.
+fn move_spans_shards(ctx: &ShardCtx, src: &[u8], dst: &[u8]) -> bool {
+    owner(ctx, src) != owner(ctx, dst)
+}
+
+/// The parsed blocking command: its keys, what to pop, and its timeout.
+pub struct Blocking {
+    pub keys: Vec<Bytes>,
+    pub op: BlockOp,
+    pub timeout_ms: u64,
+}
+
+/// Parses a blocking list command (arity already checked).
+pub fn parse(spec: &CommandSpec, args: &[Bytes]) -> Result<Blocking, Frame> {
+    let copy = |b: &Bytes| Bytes::copy_from_slice(b);
+    match spec.name {
+        "blpop" | "brpop" => Ok(Blocking {
+            timeout_ms: parse_timeout(&args[args.len() - 1])?,
+            keys: args[1..args.len() - 1].iter().map(copy).collect(),
+            op: BlockOp::Pop {
+                end: if spec.name == "blpop" {
+                    End::Left
+                } else {
+                    End::Right
+                },
+                count: None,
+            },
+        }),
+        "blmpop" => {
+            let timeout_ms = parse_timeout(&args[1])?;
+            let mpop = parse_mpop(args, 2)?;
+            Ok(Blocking {
+                timeout_ms,
+                keys: mpop.keys.iter().map(copy).collect(),
+                op: BlockOp::Pop {
+                    end: mpop.end,
+                    count: Some(mpop.count),
+                },
+            })
+        }
+        "blmove" | "brpoplpush" => {
+            let (from, to, timeout) = if spec.name == "blmove" {
+                let (from, to) = parse_ends(&args[3], &args[4])?;
+                (from, to, &args[5])
+            } else {
+                (End::Right, End::Left, &args[3])
+            };
+            Ok(Blocking {
+                timeout_ms: parse_timeout(timeout)?,
+                keys: vec![copy(&args[1])],
+                op: BlockOp::Move {
+                    dst: copy(&args[2]),
+                    from,
+                    to,
+                },
+            })
+        }
+        other => Err(Frame::error(format!(
+            "ERR '{other}' is not a blocking list command"
+        ))),
+    }
+}
+
+/// True when the non-blocking attempt's reply means "nothing there": then the command blocks.
+pub fn found_nothing(frame: &Frame) -> bool {
+    matches!(frame, Frame::Null | Frame::NullArray)
+}
+
+/// True when a blocking pop run on this shard may have to wait (so it cannot run inline):
+/// none of its source keys exists here. A malformed one is answered inline with its error.
+pub fn may_wait(ctx: &ShardCtx, db: usize, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    if !spec.has(wetask_shards::table::flag::BLOCKING) {
+        return false;
+    }
+    let Ok(blocking) = parse(spec, args) else {
+        return false;
+    };
+    let mut shard = ctx.shard.borrow_mut();
+    !blocking.keys.iter().any(|key| shard.exists(db, key))
+}
+
+/// A blocking pop whose attempt found nothing: parks it (see the module docs) and notes on
+/// the connection where, so that closing the connection lets go of it.
+pub async fn run_blocked(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    spec: &CommandSpec,
+    args: &[Bytes],
+) -> Frame {
+    let blocking = match parse(spec, args) {
+        Ok(blocking) => blocking,
+        Err(err) => return err,
+    };
+    let (client, db) = {
+        let mut state = conn.borrow_mut();
+        state.blocked_on = blocking.keys.iter().map(|k| owner(ctx, k)).collect();
+        state.blocked_on.sort_unstable();
+        state.blocked_on.dedup();
+        (state.id, state.db)
+    };
+    let frame = block(ctx, client, db, blocking).await;
+    conn.borrow_mut().blocked_on.clear();
+    frame
+}
+
+type Wait = Pin<Box<dyn Future<Output = Vec<Frame>>>>;
+
+/// Parks the blocking pop on its keys' owners and waits for the first answer; `nothing` is
+/// the reply on time-out (nil of the command's kind).
+async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -> Frame {
+    let now = crate::globals::unix_ms();
+    let deadline_ms = (blocking.timeout_ms > 0).then(|| now.saturating_add(blocking.timeout_ms));
+    let waiter = ctx.new_token();
+    let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
+    for key in blocking.keys {
+        let shard = owner(ctx, &key);
+        match groups.iter_mut().find(|(s, _)| *s == shard) {
+            Some((_, keys)) => {
+                if !keys.contains(&key) {
+                    keys.push(key)
+                }
+            }
+            None => groups.push((shard, vec![key])),
+        }
+    }
+    let mut waits: Vec<Option<Wait>> = Vec::new();
+    for (shard, keys) in &groups {
+        if *shard == ctx.id {
+            let slot = Rc::new(LocalSlot::default());
+            ctx.park_list(
+                waiter,
+                ListWaiter {
+                    client,
+                    db,
+                    keys: keys.clone(),
+                    op: blocking.op.clone(),
+                    deadline_ms,
+                    reply: Reply::Local(slot.clone()),
+                },
+            );
+            waits.push(Some(Box::pin(LocalWait(slot))));
+        } else {
+            let response = ctx.request(
+                *shard,
+                Request::ListBlock {
+                    waiter,
+                    client,
+                    db,
+                    keys: keys.clone(),
+                    op: blocking.op.clone(),
+                    deadline_ms,
+                },
+            );
+            waits.push(Some(Box::pin(async move {
+                match response.await {
+                    Response::Frames(frames) => frames,
+                    _ => Vec::new(),
+                }
+            })));
+        }
+    }
+    let (first, answer) = first_ready(&mut waits).await;
+    for (i, (shard, _)) in groups.iter().enumerate() {
+        if i == first {
+            continue;
+        }
+        if *shard == ctx.id {
+            ctx.unpark_list(waiter);
+        } else {
+            drop(ctx.request(*shard, Request::ListUnblock { waiter }));
+        }
+    }
+    let mut answers: Vec<Vec<Frame>> = vec![answer];
+    for wait in waits.iter_mut().filter_map(Option::take) {
+        answers.push(wait.await);
+    }
+    // The first element answered is the reply; any other is handed back. An error (a
+    // refused park) is the reply only when no element came.
+    let mut reply: Option<Frame> = None;
+    let mut error: Option<Frame> = None;
+    for frame in answers.into_iter().flatten() {
+        let frame = finish(ctx, db, &blocking.op, frame).await;
+        if frame.is_error() {
+            error = error.or(Some(frame));
+        } else if reply.is_none() {
+            reply = Some(frame);
+        } else {
+            hand_back(ctx, db, &blocking.op, frame).await;
+        }
+    }
+    if let Some(reply) = reply.or(error) {
+        return reply;
+    }
+    match blocking.op {
+        BlockOp::Move { .. } => Frame::Null,
+        BlockOp::Pop { .. } => Frame::NullArray,
+    }
+}
+
+/// Completes an owner's answer: for a BLMOVE across shards, pushes the popped element to
+/// its destination (from here, through the ordinary routing).
+async fn finish(ctx: &Rc<ShardCtx>, db: usize, op: &BlockOp, frame: Frame) -> Frame {
+    let BlockOp::Move { dst, from, to } = op else {
+        return frame;
+    };
+    let Frame::Array(mut parts) = frame else {
+        return frame;
+    };
+    // An owner that only popped answers [src, element]; one that moved answers the element.
+    let (Some(Frame::Bulk(element)), Some(Frame::Bulk(src))) = (parts.pop(), parts.pop()) else {
+        return Frame::static_error("ERR internal error: unexpected blocked move answer");
+    };
+    let pushed = run_routed(ctx, db, &push_args(*to, dst.clone(), vec![element.clone()])).await;
+    if pushed.is_error() {
+        // The destination is not a list: the element goes back where it came from.
+        let back = run_routed(ctx, db, &push_args(*from, src, vec![element])).await;
+        if back.is_error() {
+            tracing::warn!("could not hand back a popped element: {back:?}");
+        }
+        return pushed;
+    }
+    Frame::Bulk(element)
+}
+
+/// Puts back an element (or elements) that was popped for a client that will not get it, at
+/// the end it came from, in its original order.
+async fn hand_back(ctx: &Rc<ShardCtx>, db: usize, op: &BlockOp, frame: Frame) {
+    let (key, elements, end) = match (op, frame) {
+        (BlockOp::Pop { end, count: None }, Frame::Array(parts)) => match &parts[..] {
+            [Frame::Bulk(key), Frame::Bulk(element)] => (key.clone(), vec![element.clone()], *end),
+            _ => return,
+        },
+        (BlockOp::Pop { end, .. }, Frame::Array(parts)) => match &parts[..] {
+            [Frame::Bulk(key), Frame::Array(items)] => (
+                key.clone(),
+                items.iter().filter_map(|f| f.as_bytes().cloned()).collect(),
+                *end,
+            ),
+            _ => return,
+        },
+        // A move already landed in its destination: nothing to hand back.
+        _ => return,
+    };
+    // The first popped goes back last, so it ends up where it was.
+    let args = push_args(end, key, elements.into_iter().rev().collect());
+    let result = run_routed(ctx, db, &args).await;
+    if result.is_error() {
+        tracing::warn!("could not hand back a popped element: {result:?}");
+    }
+}
+
+/// LPUSH or RPUSH (by `end`) of `elements` to `key`.
+fn push_args(end: End, key: Bytes, elements: Vec<Bytes>) -> Vec<Bytes> {
+    let push: &'static [u8] = if end == End::Left { b"lpush" } else { b"rpush" };
+    let mut args = vec![Bytes::from_static(push), key];
+    args.extend(elements);
+    args
+}
+
+/// Runs a keyed command on its owner (this shard or a peer).
+async fn run_routed(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
+    let spec = lookup(&args[0]).expect("an internal command is in the table");
+    let shard = owner(ctx, &args[1]);
+    let at = crate::dispatch::Target { db, client: 0 };
+    if shard == ctx.id {
+        ctx.wait_unlocked().await;
+        ctx.shard.borrow_mut().execute(db, 0, spec, args)
+    } else {
+        crate::dispatch::single_reply(
+            crate::dispatch::send_one(ctx, shard, at, spec, args.to_vec()).await,
+        )
+    }
+}
+
+/// Resolves to the first of `waits` to finish (taking it out of the list) and its answer.
+async fn first_ready(waits: &mut [Option<Wait>]) -> (usize, Vec<Frame>) {
+    std::future::poll_fn(|cx| {
+        for (i, slot) in waits.iter_mut().enumerate() {
+            if let Some(wait) = slot {
+                if let Poll::Ready(frames) = wait.as_mut().poll(cx) {
+                    *slot = None;
+                    return Poll::Ready((i, frames));
+                }
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+impl ShardCtx {
+    /// Parks a waiter on this shard's keys, then looks at them at once: data may have
+    /// arrived between the command's attempt and now.
+    pub fn park_list(&self, waiter: u64, parked: ListWaiter) {
+        if self.list_waiters.borrow().len() >= LIST_WAITERS_MAX {
+            let error = Frame::error(format!(
+                "ERR too many blocked clients on one shard ({LIST_WAITERS_MAX})"
+            ));
+            self.answer(parked.reply, vec![error]);
+            return;
+        }
+        {
+            let mut shard = self.shard.borrow_mut();
+            for key in &parked.keys {
+                shard.blocked.watch(parked.db, key, waiter);
+                shard.blocked.signal(parked.db, key);
+            }
+        }
+        let mut index = self.list_index.borrow_mut();
+        if let Some(deadline) = parked.deadline_ms {
+            index.deadlines.insert((deadline, waiter));
+        }
+        index.by_client.insert(parked.client, waiter);
+        drop(index);
+        self.list_waiters.borrow_mut().insert(waiter, parked);
+        self.serve_blocked_lists();
+    }
+
+    /// Takes a served or abandoned waiter out of every index; its keys forget it.
+    fn remove_list_waiter(&self, waiter: u64) -> Option<ListWaiter> {
+        let parked = self.list_waiters.borrow_mut().remove(&waiter)?;
+        let mut shard = self.shard.borrow_mut();
+        for key in &parked.keys {
+            shard.blocked.unwatch(parked.db, key, waiter);
+        }
+        let mut index = self.list_index.borrow_mut();
+        if let Some(deadline) = parked.deadline_ms {
+            index.deadlines.remove(&(deadline, waiter));
+        }
+        if index.by_client.get(&parked.client) == Some(&waiter) {
+            index.by_client.remove(&parked.client);
+        }
+        Some(parked)
+    }
+
+    /// Takes a waiter off its keys, answering it with nothing if it was still parked.
+    pub fn unpark_list(&self, waiter: u64) {
+        if let Some(parked) = self.remove_list_waiter(waiter) {
+            self.answer(parked.reply, Vec::new());
+        }
+    }
+
+    /// Lets go of `client`'s waiter (its connection is closing).
+    pub fn unpark_list_client(&self, client: u64) {
+        let waiter = self.list_index.borrow().by_client.get(&client).copied();
+        if let Some(waiter) = waiter {
+            self.unpark_list(waiter);
+        }
+    }
+
+    /// Serves the waiters of keys that got data, oldest first per key, and answers those
+    /// whose deadline passed. Called every loop turn; cheap when nothing is blocked.
+    pub fn serve_blocked_lists(&self) {
+        if self.list_waiters.borrow().is_empty() || self.is_locked() {
+            return;
+        }
+        // A move into a key with waiters signals that key again: go round until quiet
+        // (bounded, in case two moves feed each other).
+        for _ in 0..16 {
+            let ready = self.shard.borrow_mut().blocked.take_ready();
+            if ready.is_empty() {
+                break;
+            }
+            for (db, key) in ready {
+                self.serve_key(db, &key);
+            }
+        }
+        self.expire_list_waiters();
+    }
+
+    fn serve_key(&self, db: usize, key: &Bytes) {
+        let waiters = self.shard.borrow().blocked.waiters(db, key);
+        for waiter in waiters {
+            let answer = {
+                let list_waiters = self.list_waiters.borrow();
+                let Some(parked) = list_waiters.get(&waiter) else {
+                    continue;
+                };
+                self.pop_for(parked, key)
+            };
+            match answer {
+                Some(frame) => {
+                    let parked = self.remove_list_waiter(waiter).expect("present above");
+                    self.answer(parked.reply, vec![frame]);
+                }
+                // The key is empty (or no longer a list): later waiters get nothing either.
+                None => break,
+            }
+        }
+    }
+
+    /// Runs a waiter's pop on `key`; `None` when there is nothing to take.
+    fn pop_for(&self, parked: &ListWaiter, key: &Bytes) -> Option<Frame> {
+        let mut shard = self.shard.borrow_mut();
+        let command: Vec<Bytes> = match &parked.op {
+            BlockOp::Pop { end, count } => {
+                vec![
+                    Bytes::from_static(b"lmpop"),
+                    Bytes::from_static(b"1"),
+                    key.clone(),
+                    Bytes::from_static(end.name()),
+                    Bytes::from_static(b"COUNT"),
+                    Bytes::from(count.unwrap_or(1).to_string()),
+                ]
+            }
+            BlockOp::Move { dst, from, to } => {
+                if move_spans_shards(self, key, dst) {
+                    // Only the pop happens here; the home pushes (see `finish`).
+                    vec![
+                        Bytes::from_static(b"lmpop"),
+                        Bytes::from_static(b"1"),
+                        key.clone(),
+                        Bytes::from_static(from.name()),
+                    ]
+                } else {
+                    vec![
+                        Bytes::from_static(b"lmove"),
+                        key.clone(),
+                        dst.clone(),
+                        Bytes::from_static(from.name()),
+                        Bytes::from_static(to.name()),
+                    ]
+                }
+            }
+        };
+        let spec = lookup(&command[0]).expect("in the table");
+        let frame = shard.execute(parked.db, parked.client, spec, &command);
+        if found_nothing(&frame) || frame.is_error() {
+            return None;
+        }
+        // Shape the reply as the blocking command's own.
+        Some(match (&parked.op, frame) {
+            (BlockOp::Pop { count: None, .. }, Frame::Array(mut parts)) => {
+                let Some(Frame::Array(mut items)) = parts.pop() else {
+                    return None;
+                };
+                Frame::Array(vec![Frame::Bulk(key.clone()), items.pop()?])
+            }
+            (BlockOp::Move { dst, .. }, Frame::Array(mut parts))
+                if move_spans_shards(self, key, dst) =>
+            {
+                let Some(Frame::Array(mut items)) = parts.pop() else {
+                    return None;
+                };
+                Frame::Array(vec![Frame::Bulk(key.clone()), items.pop()?])
+            }
+            (_, frame) => frame,
+        })
+    }
+
+    fn expire_list_waiters(&self) {
+        let now = self.shard.borrow().now_ms();
+        loop {
+            let first = self.list_index.borrow().deadlines.first().copied();
+            match first {
+                Some((deadline, waiter)) if deadline <= now => self.unpark_list(waiter),
+                _ => break,
+            }
+        }
+    }
+}
+
+/// The ways a shard finds its parked list waiters besides by id.
+#[derive(Default)]
+pub struct ListIndex {
+    /// (deadline, waiter), soonest first.
+    pub deadlines: std::collections::BTreeSet<(u64, u64)>,
+    /// A client's parked waiter (a connection runs one blocking command at a time).
+    pub by_client: std::collections::HashMap<u64, u64>,
+}
