@@ -41,13 +41,36 @@ pub(crate) fn header(out: &mut Vec<u8>, kind: u8, len: usize) {
 }
 
 /// Formats a double the way Redis's RESP3 `,` replies and RESP2 bulk doubles do.
-pub(crate) fn format_double(value: f64) -> String {
+/// Formats a double as Redis 7.0 replies it (C's `%.17g`): 17 significant digits, trailing
+/// zeros dropped, an exponent below 1e-4 or from 1e17 up; `inf`, `-inf`, `nan`.
+pub fn format_double(value: f64) -> String {
     if value.is_nan() {
-        "nan".to_string()
-    } else if value.is_infinite() {
-        if value > 0.0 { "inf" } else { "-inf" }.to_string()
+        return "nan".to_string();
+    }
+    if value.is_infinite() {
+        return if value > 0.0 { "inf" } else { "-inf" }.to_string();
+    }
+    if value == 0.0 {
+        return if value.is_sign_negative() { "-0" } else { "0" }.to_string();
+    }
+    // `{:.16e}` rounds to 17 significant digits, as %.17g does, and says the exponent.
+    let scientific = format!("{value:.16e}");
+    let (mantissa, exponent) = scientific.split_once('e').expect("an exponent");
+    let exponent: i32 = exponent.parse().expect("a number");
+    if !(-4..17).contains(&exponent) {
+        let mantissa = trim_fraction(mantissa);
+        let sign = if exponent < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exponent.abs());
+    }
+    let decimals = (16 - exponent).max(0) as usize;
+    trim_fraction(&format!("{value:.decimals$}")).to_string()
+}
+
+fn trim_fraction(text: &str) -> &str {
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
     } else {
-        format!("{value}")
+        text
     }
 }
 
@@ -65,6 +88,17 @@ pub fn encode(out: &mut Vec<u8>, frame: &Frame, protocol: Protocol) {
         Frame::Array(items) => encode_items(out, b'*', items, protocol),
         Frame::Set(items) => encode_items(out, if resp3 { b'~' } else { b'*' }, items, protocol),
         Frame::Push(items) => encode_items(out, if resp3 { b'>' } else { b'*' }, items, protocol),
+        Frame::Pairs(pairs) => {
+            // RESP3: an array of [a, b] arrays; RESP2: one flat array.
+            header(out, b'*', if resp3 { pairs.len() } else { pairs.len() * 2 });
+            for (a, b) in pairs {
+                if resp3 {
+                    header(out, b'*', 2);
+                }
+                encode(out, a, protocol);
+                encode(out, b, protocol);
+            }
+        }
         Frame::Map(pairs) => {
             if resp3 {
                 header(out, b'%', pairs.len());
@@ -144,6 +178,29 @@ mod tests {
         assert_eq!(enc(Frame::NullArray, Protocol::Resp2), b"*-1\r\n");
         assert_eq!(enc(Frame::Null, Protocol::Resp3), b"_\r\n");
         assert_eq!(enc(Frame::Double(1.5), Protocol::Resp2), b"$3\r\n1.5\r\n");
+        for (value, text) in [
+            (1.1, "1.1000000000000001"),
+            (1e21, "1e+21"),
+            (1.5e-7, "1.4999999999999999e-07"),
+            (3.0, "3"),
+            (-2.5, "-2.5"),
+            (0.0001, "0.0001"),
+            (1.2000000000000002, "1.2000000000000002"),
+            (123456789.0, "123456789"),
+            (1e16, "10000000000000000"),
+            (1e17, "1e+17"),
+        ] {
+            assert_eq!(format_double(value), text, "{value}");
+        }
+        let pairs = Frame::Pairs(vec![(Frame::bulk("m"), Frame::Double(2.0))]);
+        assert_eq!(
+            enc(pairs.clone(), Protocol::Resp2),
+            b"*2\r\n$1\r\nm\r\n$1\r\n2\r\n"
+        );
+        assert_eq!(
+            enc(pairs, Protocol::Resp3),
+            b"*1\r\n*2\r\n$1\r\nm\r\n,2\r\n"
+        );
         assert_eq!(enc(Frame::Double(1.5), Protocol::Resp3), b",1.5\r\n");
         assert_eq!(enc(Frame::Boolean(true), Protocol::Resp2), b":1\r\n");
         assert_eq!(enc(Frame::Boolean(false), Protocol::Resp3), b"#f\r\n");

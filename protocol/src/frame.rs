@@ -30,6 +30,9 @@ pub enum Frame {
     Verbatim([u8; 3], Bytes),
     BulkError(Bytes),
     Map(Vec<(Frame, Frame)>),
+    /// Pairs such as member and score: an array of 2-element arrays in RESP3, one flat array
+    /// in RESP2 (ZRANGE … WITHSCORES, HRANDFIELD … WITHVALUES). Never decoded.
+    Pairs(Vec<(Frame, Frame)>),
     Set(Vec<Frame>),
     Push(Vec<Frame>),
     /// The reply was already encoded into the connection's output buffer by a local fast

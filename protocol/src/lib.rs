@@ -23,7 +23,9 @@ mod line;
 mod output;
 
 pub use command::CommandDecoder;
-pub use encode::{encode, encode_bulk, encode_error, encode_integer, encode_null, encode_simple};
+pub use encode::{
+    encode, encode_bulk, encode_error, encode_integer, encode_null, encode_simple, format_double,
+};
 pub use error::ProtocolError;
 pub use frame::{Frame, Protocol};
 pub use frame_decoder::FrameDecoder;

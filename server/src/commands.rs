@@ -430,18 +430,25 @@ async fn client_kill(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
 }
 
 fn command_info(spec: &CommandSpec) -> Frame {
-    let flags = flag::NAMES
+    let mut flags: Vec<Frame> = flag::NAMES
         .iter()
         .filter(|(bit, _)| spec.has(*bit))
         .map(|(_, name)| Frame::Simple(Bytes::from_static(name.as_bytes())))
         .collect();
+    if spec.movable_keys.is_some() {
+        flags.push(Frame::simple("movablekeys"));
+    }
     let mut categories = vec![format!(
         "@{}",
         match spec.group {
             "generic" => "keyspace",
+            "sorted-set" => "sortedset",
             other => other,
         }
     )];
+    if spec.has(flag::BLOCKING) {
+        categories.push("@blocking".to_string());
+    }
     categories.push(
         if spec.has(flag::WRITE) {
             "@write"

@@ -42,6 +42,9 @@ pub enum BlockOp {
     Pop { end: End, count: Option<usize> },
     /// BLMOVE/BRPOPLPUSH from the waiter's one key to `dst`.
     Move { dst: Bytes, from: End, to: End },
+    /// BZPOPMIN/BZPOPMAX (`count` None: replies `[key, member, score]`) and BZMPOP (`count`
+    /// Some: replies `[key, [[member, score], …]]`).
+    ZPop { max: bool, count: Option<usize> },
 }
 
 /// A blocked pop parked on an owner shard.
@@ -121,9 +124,27 @@ pub fn parse(spec: &CommandSpec, args: &[Bytes]) -> Result<Blocking, Frame> {
                 },
             })
         }
-        other => Err(Frame::error(format!(
-            "ERR '{other}' is not a blocking list command"
-        ))),
+        "bzpopmin" | "bzpopmax" => Ok(Blocking {
+            timeout_ms: parse_timeout(&args[args.len() - 1])?,
+            keys: args[1..args.len() - 1].iter().map(copy).collect(),
+            op: BlockOp::ZPop {
+                max: spec.name == "bzpopmax",
+                count: None,
+            },
+        }),
+        "bzmpop" => {
+            let timeout_ms = parse_timeout(&args[1])?;
+            let zmpop = wetask_shards::zsets::parse_zmpop(args, 2)?;
+            Ok(Blocking {
+                timeout_ms,
+                keys: zmpop.keys.iter().map(copy).collect(),
+                op: BlockOp::ZPop {
+                    max: zmpop.max,
+                    count: Some(zmpop.count),
+                },
+            })
+        }
+        other => Err(Frame::error(format!("ERR '{other}' is not a blocking pop"))),
     }
 }
 
@@ -259,7 +280,7 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
     }
     match blocking.op {
         BlockOp::Move { .. } => Frame::Null,
-        BlockOp::Pop { .. } => Frame::NullArray,
+        BlockOp::Pop { .. } | BlockOp::ZPop { .. } => Frame::NullArray,
     }
 }
 
@@ -304,6 +325,39 @@ async fn hand_back(ctx: &Rc<ShardCtx>, db: usize, op: &BlockOp, frame: Frame) {
             ),
             _ => return,
         },
+        (BlockOp::ZPop { .. }, Frame::Array(parts)) => {
+            let pairs: Vec<(Frame, Frame)> = match &parts[..] {
+                [_, member, score] => vec![(member.clone(), score.clone())],
+                [_, Frame::Array(items)] => items
+                    .iter()
+                    .filter_map(|item| match item {
+                        Frame::Array(pair) if pair.len() == 2 => {
+                            Some((pair[0].clone(), pair[1].clone()))
+                        }
+                        _ => None,
+                    })
+                    .collect(),
+                _ => return,
+            };
+            let Some(Frame::Bulk(key)) = parts.first() else {
+                return;
+            };
+            let mut args = vec![Bytes::from_static(b"zadd"), key.clone()];
+            for (member, score) in pairs {
+                let (Frame::Bulk(member), Frame::Double(score)) = (member, score) else {
+                    continue;
+                };
+                args.push(Bytes::from(wetask_protocol::format_double(score)));
+                args.push(member);
+            }
+            if args.len() > 2 {
+                let result = run_routed(ctx, db, &args).await;
+                if result.is_error() {
+                    tracing::warn!("could not hand back popped members: {result:?}");
+                }
+            }
+            return;
+        }
         // A move already landed in its destination: nothing to hand back.
         _ => return,
     };
@@ -459,6 +513,7 @@ impl ShardCtx {
     fn pop_for(&self, parked: &ListWaiter, key: &Bytes) -> Option<Frame> {
         let mut shard = self.shard.borrow_mut();
         let command: Vec<Bytes> = match &parked.op {
+            BlockOp::ZPop { .. } => Vec::new(),
             BlockOp::Pop { end, count } => {
                 vec![
                     Bytes::from_static(b"lmpop"),
@@ -489,6 +544,17 @@ impl ShardCtx {
                 }
             }
         };
+        let command = match &parked.op {
+            BlockOp::ZPop { max, count } => vec![
+                Bytes::from_static(b"zmpop"),
+                Bytes::from_static(b"1"),
+                key.clone(),
+                Bytes::from_static(if *max { b"MAX" } else { b"MIN" }),
+                Bytes::from_static(b"COUNT"),
+                Bytes::from(count.unwrap_or(1).to_string()),
+            ],
+            _ => command,
+        };
         let spec = lookup(&command[0]).expect("in the table");
         let frame = shard.execute(parked.db, parked.client, spec, &command);
         if found_nothing(&frame) || frame.is_error() {
@@ -509,6 +575,17 @@ impl ShardCtx {
                     return None;
                 };
                 Frame::Array(vec![Frame::Bulk(key.clone()), items.pop()?])
+            }
+            (BlockOp::ZPop { count: None, .. }, Frame::Array(mut parts)) => {
+                let Some(Frame::Array(mut items)) = parts.pop() else {
+                    return None;
+                };
+                let Some(Frame::Array(mut pair)) = items.pop() else {
+                    return None;
+                };
+                let score = pair.pop()?;
+                let member = pair.pop()?;
+                Frame::Array(vec![Frame::Bulk(key.clone()), member, score])
             }
             (_, frame) => frame,
         })

@@ -217,15 +217,27 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     };
     read(ctx, args, Frame::Array(Vec::new()), |hash| {
         let picks = random_picks(hash.len(), count);
-        let mut out = Vec::with_capacity(picks.len() * (1 + usize::from(with_values)));
-        for i in picks {
-            let (k, v) = hash.get_index(i).expect("in range");
-            out.push(Frame::Bulk(k.clone()));
-            if with_values {
-                out.push(Frame::Bulk(v.clone()));
-            }
+        let field = |i: usize| hash.get_index(i).expect("in range");
+        if with_values {
+            Frame::Pairs(
+                picks
+                    .into_iter()
+                    .map(|i| {
+                        (
+                            Frame::Bulk(field(i).0.clone()),
+                            Frame::Bulk(field(i).1.clone()),
+                        )
+                    })
+                    .collect(),
+            )
+        } else {
+            Frame::Array(
+                picks
+                    .into_iter()
+                    .map(|i| Frame::Bulk(field(i).0.clone()))
+                    .collect(),
+            )
         }
-        Frame::Array(out)
     })
 }
 

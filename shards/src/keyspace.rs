@@ -31,6 +31,7 @@ pub enum Value {
     List(Box<List>),
     Hash(Box<Hash>),
     Set(Box<Set>),
+    ZSet(Box<crate::zset::ZSet>),
 }
 
 /// A list's elements, head first.
@@ -47,6 +48,7 @@ impl Value {
             Value::List(_) => "list",
             Value::Hash(_) => "hash",
             Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
         }
     }
 }

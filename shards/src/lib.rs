@@ -21,6 +21,8 @@ pub mod strings;
 pub mod table;
 pub mod tasks;
 pub mod typed;
+pub mod zset;
+pub mod zsets;
 
 pub use keyspace::{Entry, ScanFilter, Value};
 pub use shard::{Shard, DATABASES};

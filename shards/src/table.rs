@@ -11,7 +11,7 @@ use wetask_protocol::Frame;
 
 use crate::shard::Ctx;
 use crate::tasks::commands as tasks;
-use crate::{hashes, keys, lists, sets, strings};
+use crate::{hashes, keys, lists, sets, strings, zsets};
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
 
@@ -214,6 +214,7 @@ const T: &str = "tasks";
 const L: &str = "list";
 const H: &str = "hash";
 const ST: &str = "set";
+const Z: &str = "sorted-set";
 /// BLPOP-like: every argument but the last (the timeout) is a key.
 const ALL_BUT_LAST: (i32, i32, i32) = (1, -2, 1);
 /// Keys found by the row's `movable` function (after a count): none fixed.
@@ -299,6 +300,42 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("sdiffstore", -3, WRITE | DENYOOM, ALL, Keyed, Some(sets::sdiffstore), ST, "Stores the difference of multiple sets in a key."),
     row("sintercard", -3, READONLY, MOVABLE, Keyed, Some(sets::sintercard), ST, "Returns the number of members of the intersect of multiple sets.").movable(sintercard_keys),
     row("sscan", -3, READONLY, ONE, Keyed, Some(sets::sscan), ST, "Iterates over members of a set."),
+    // sorted sets
+    row("zadd", -4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(zsets::zadd), Z, "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist."),
+    row("zincrby", 4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(zsets::zincrby), Z, "Increments the score of a member in a sorted set."),
+    row("zrem", -3, WRITE | FAST, ONE, Keyed, Some(zsets::zrem), Z, "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed."),
+    row("zcard", 2, READONLY | FAST, ONE, Keyed, Some(zsets::zcard), Z, "Returns the number of members in a sorted set."),
+    row("zscore", 3, READONLY | FAST, ONE, Keyed, Some(zsets::zscore), Z, "Returns the score of a member in a sorted set."),
+    row("zmscore", -3, READONLY | FAST, ONE, Keyed, Some(zsets::zmscore), Z, "Returns the score of one or more members in a sorted set."),
+    row("zrank", 3, READONLY | FAST, ONE, Keyed, Some(zsets::zrank), Z, "Returns the index of a member in a sorted set ordered by ascending scores."),
+    row("zrevrank", 3, READONLY | FAST, ONE, Keyed, Some(zsets::zrevrank), Z, "Returns the index of a member in a sorted set ordered by descending scores."),
+    row("zcount", 4, READONLY | FAST, ONE, Keyed, Some(zsets::zcount), Z, "Returns the count of members in a sorted set that have scores within a range."),
+    row("zlexcount", 4, READONLY | FAST, ONE, Keyed, Some(zsets::zlexcount), Z, "Returns the number of members in a sorted set within a lexicographical range."),
+    row("zrange", -4, READONLY, ONE, Keyed, Some(zsets::zrange), Z, "Returns members in a sorted set within a range of indexes."),
+    row("zrangestore", -5, WRITE | DENYOOM, TWO, Keyed, Some(zsets::zrangestore), Z, "Stores a range of members from sorted set in a key."),
+    row("zrevrange", -4, READONLY, ONE, Keyed, Some(zsets::zrevrange), Z, "Returns members in a sorted set within a range of indexes in reverse order."),
+    row("zrangebyscore", -4, READONLY, ONE, Keyed, Some(zsets::zrangebyscore), Z, "Returns members in a sorted set within a range of scores."),
+    row("zrevrangebyscore", -4, READONLY, ONE, Keyed, Some(zsets::zrevrangebyscore), Z, "Returns members in a sorted set within a range of scores in reverse order."),
+    row("zrangebylex", -4, READONLY, ONE, Keyed, Some(zsets::zrangebylex), Z, "Returns members in a sorted set within a lexicographical range."),
+    row("zrevrangebylex", -4, READONLY, ONE, Keyed, Some(zsets::zrevrangebylex), Z, "Returns members in a sorted set within a lexicographical range in reverse order."),
+    row("zremrangebyrank", 4, WRITE, ONE, Keyed, Some(zsets::zremrangebyrank), Z, "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed."),
+    row("zremrangebyscore", 4, WRITE, ONE, Keyed, Some(zsets::zremrangebyscore), Z, "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed."),
+    row("zremrangebylex", 4, WRITE, ONE, Keyed, Some(zsets::zremrangebylex), Z, "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed."),
+    row("zpopmin", -2, WRITE | FAST, ONE, Keyed, Some(zsets::zpopmin), Z, "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped."),
+    row("zpopmax", -2, WRITE | FAST, ONE, Keyed, Some(zsets::zpopmax), Z, "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped."),
+    row("bzpopmin", -3, WRITE | FAST | BLOCKING, ALL_BUT_LAST, Keyed, Some(zsets::bzpopmin), Z, "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped."),
+    row("bzpopmax", -3, WRITE | FAST | BLOCKING, ALL_BUT_LAST, Keyed, Some(zsets::bzpopmax), Z, "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise.  Deletes the sorted set if the last element was popped."),
+    row("zmpop", -4, WRITE, MOVABLE, Keyed, Some(zsets::zmpop), Z, "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.").movable(zsets::numkeys_at_1),
+    row("bzmpop", -5, WRITE | BLOCKING, MOVABLE, Keyed, Some(zsets::bzmpop), Z, "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.").movable(zsets::numkeys_at_2),
+    row("zunion", -3, READONLY, MOVABLE, Keyed, Some(zsets::zunion), Z, "Returns the union of multiple sorted sets.").movable(zsets::numkeys_at_1),
+    row("zinter", -3, READONLY, MOVABLE, Keyed, Some(zsets::zinter), Z, "Returns the intersect of multiple sorted sets.").movable(zsets::numkeys_at_1),
+    row("zdiff", -3, READONLY, MOVABLE, Keyed, Some(zsets::zdiff), Z, "Returns the difference between multiple sorted sets.").movable(zsets::numkeys_at_1),
+    row("zintercard", -3, READONLY, MOVABLE, Keyed, Some(zsets::zintercard), Z, "Returns the number of members of the intersect of multiple sorted sets.").movable(zsets::numkeys_at_1),
+    row("zunionstore", -4, WRITE | DENYOOM, MOVABLE, Keyed, Some(zsets::zunionstore), Z, "Stores the union of multiple sorted sets in a key.").movable(zsets::store_keys),
+    row("zinterstore", -4, WRITE | DENYOOM, MOVABLE, Keyed, Some(zsets::zinterstore), Z, "Stores the intersect of multiple sorted sets in a key.").movable(zsets::store_keys),
+    row("zdiffstore", -4, WRITE | DENYOOM, MOVABLE, Keyed, Some(zsets::zdiffstore), Z, "Stores the difference of multiple sorted sets in a key.").movable(zsets::store_keys),
+    row("zrandmember", -2, READONLY, ONE, Keyed, Some(zsets::zrandmember), Z, "Returns one or more random members from a sorted set."),
+    row("zscan", -3, READONLY, ONE, Keyed, Some(zsets::zscan), Z, "Iterates over members and scores of a sorted set."),
     // keys
     row("del", -2, WRITE, ALL, Split(Sum), Some(keys::del), G, "Deletes one or more keys."),
     row("unlink", -2, WRITE | FAST, ALL, Split(Sum), Some(keys::del), G, "Asynchronously deletes one or more keys."),

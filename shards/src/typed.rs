@@ -42,6 +42,7 @@ macro_rules! collection {
 collection!(List, List);
 collection!(Hash, Hash);
 collection!(Set, Set);
+collection!(crate::zset::ZSet, ZSet);
 
 fn wrongtype() -> Frame {
     Frame::static_error(WRONGTYPE)

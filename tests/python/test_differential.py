@@ -1,0 +1,155 @@
+"""Differential tests: the same command scripts against a real redis-server (7.0, installed by
+scripts/setup.sh) and against WeTask, every reply compared, errors by their exact text.
+
+Each script runs on a fresh database in both servers, in RESP2 and in RESP3. Replies that
+Redis itself returns in an unspecified order (SMEMBERS, SINTER …) are compared sorted.
+"""
+
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+import redis
+
+UNORDERED = {
+    "SMEMBERS", "SINTER", "SUNION", "SDIFF", "SPOP", "SRANDMEMBER", "HRANDFIELD",
+    "ZRANDMEMBER", "KEYS",
+}
+
+SCRIPTS = {
+    "lists": [
+        "RPUSH l a b c d e", "LPUSH l z", "LRANGE l 0 -1", "LRANGE l -3 -2", "LRANGE l 5 1",
+        "LINDEX l 2", "LINDEX l -1", "LINDEX l 99", "LLEN l", "LPOP l", "RPOP l 2",
+        "LPOP l 0", "LPOP nope 3", "LPOP nope", "LPOP l -1", "LPOP l x",
+        "LSET l 0 A", "LSET l 99 x", "LSET nope 0 x", "LINSERT l BEFORE A new",
+        "LINSERT l AFTER c new2", "LINSERT l AFTER missing x", "LINSERT nope AFTER a x",
+        "LINSERT l SIDEWAYS a x", "RPUSH l a a b a", "LREM l 2 a", "LREM l -1 a", "LREM l 0 b",
+        "LPOS l a", "LPOS l a RANK -1", "LPOS l a COUNT 0", "LPOS l a RANK 0",
+        "LPOS l a COUNT -1", "LPOS l a MAXLEN -1", "LPOS l a FOO 1", "LPOS nope a",
+        "LPOS nope a COUNT 1", "LTRIM l 1 -2", "LRANGE l 0 -1", "LTRIM l 100 200",
+        "EXISTS l", "RPUSH s 1 2 3", "LMOVE s d LEFT RIGHT", "LMOVE s d RIGHT LEFT",
+        "LMOVE s d UP DOWN", "RPOPLPUSH s d", "RPOPLPUSH s d", "LRANGE d 0 -1",
+        "LMPOP 2 nope d RIGHT COUNT 2", "LMPOP 1 nope LEFT", "LMPOP 0 d LEFT",
+        "LMPOP 1 d LEFT COUNT 0", "LMPOP 2 d LEFT", "LPUSHX nope a", "RPUSHX d x",
+        "SET str v", "LPUSH str a", "LRANGE str 0 1", "LMOVE d str LEFT LEFT", "TYPE d",
+        "BLPOP nope d 0.01", "BRPOP nope 0.01", "BLPOP d x", "BLPOP d -1",
+        "BLMOVE d d2 LEFT LEFT 0.01", "BLMPOP 0.01 2 nope d RIGHT",
+    ],
+    "hashes": [
+        "HSET h a 1 b 2 c 3", "HSET h a 10", "HSET h a", "HMSET h d 4", "HSETNX h a 9",
+        "HSETNX h e 5", "HGET h a", "HGET h zz", "HGET nope a", "HMGET h a zz b",
+        "HMGET nope a", "HLEN h", "HSTRLEN h a", "HEXISTS h a", "HEXISTS h zz", "HKEYS h",
+        "HVALS h", "HGETALL h", "HGETALL nope", "HINCRBY h a 5", "HINCRBY h n -3",
+        "HINCRBY h a x", "HINCRBYFLOAT h f 1.5", "HINCRBYFLOAT h f 0.1", "HINCRBYFLOAT h f x",
+        "HSET h txt hello", "HINCRBY h txt 1", "HINCRBYFLOAT h txt 1",
+        "HSET h big 9223372036854775807", "HINCRBY h big 1", "HDEL h a b zz", "HDEL nope a",
+        "HRANDFIELD nope", "HRANDFIELD nope 2", "HRANDFIELD h 1 FOO", "HSCAN h x",
+        "HSCAN h 0 COUNT 0", "SET str v", "HGET str a", "HSET str a b", "TYPE h",
+    ],
+    "sets": [
+        "SADD s a b c d", "SADD s a e", "SCARD s", "SISMEMBER s a", "SISMEMBER s zz",
+        "SMISMEMBER s a zz", "SREM s a zz", "SMEMBERS s", "SADD t c d f", "SINTER s t",
+        "SINTER s t nope", "SUNION s t", "SDIFF s t", "SDIFF s nope", "SINTERSTORE o s t",
+        "SMEMBERS o", "SUNIONSTORE o s t", "SDIFFSTORE o s s", "EXISTS o",
+        "SINTERCARD 2 s t", "SINTERCARD 2 s t LIMIT 1", "SINTERCARD 0 s", "SINTERCARD 3 s t",
+        "SINTERCARD 1 s LIMIT -1", "SMOVE s t b", "SMOVE s t zz", "SMOVE nope t b",
+        "SPOP nope", "SPOP nope 2", "SPOP s -1", "SRANDMEMBER nope", "SRANDMEMBER nope 3",
+        "SET str v", "SADD str a", "SINTER s str", "SMOVE s str c", "SMOVE str s c", "TYPE s",
+        "SSCAN s abc",
+    ],
+    "sorted sets": [
+        "ZADD z 1 a 2 b 3 c", "ZADD z 1.5 a", "ZADD z NX 9 a 4 d", "ZADD z XX 7 zz",
+        "ZADD z XX CH 8 a", "ZADD z GT 1 a", "ZADD z LT CH 1 a", "ZADD z INCR 2 a",
+        "ZADD z INCR 1 a 2 b", "ZADD z NX XX 1 a", "ZADD z GT LT 1 a", "ZADD z GT NX 1 a",
+        "ZADD z x a", "ZADD z 1", "ZADD z NX INCR 5 a", "ZADD nope XX 1 a", "EXISTS nope",
+        "ZINCRBY z 0.1 b", "ZINCRBY z x b", "ZCARD z", "ZSCORE z a", "ZSCORE z zz",
+        "ZMSCORE z a zz b", "ZRANK z a", "ZREVRANK z a", "ZRANK z zz",
+        "ZADD z 1e21 huge 1.5e-7 tiny -0 neg0 inf top -inf bottom",
+        "ZRANGE z 0 -1", "ZRANGE z 0 -1 WITHSCORES", "ZRANGE z 2 4 REV WITHSCORES",
+        "ZRANGE z (1 +inf BYSCORE", "ZRANGE z +inf (1 BYSCORE REV LIMIT 1 2 WITHSCORES",
+        "ZRANGE z -inf +inf BYSCORE LIMIT 2 -1", "ZRANGE z 0 -1 LIMIT 0 1",
+        "ZRANGE z a b BYSCORE", "ZRANGE z x y", "ZRANGE z - + BYLEX WITHSCORES",
+        "ZRANGEBYSCORE z 1 3 WITHSCORES", "ZRANGEBYSCORE z (1 abc",
+        "ZRANGEBYSCORE z -inf +inf LIMIT 1 2", "ZREVRANGEBYSCORE z +inf -inf WITHSCORES LIMIT 0 3",
+        "ZREVRANGE z 0 2 WITHSCORES", "ZCOUNT z (1 3", "ZCOUNT z -inf +inf", "ZCOUNT z x 1",
+        "ZADD lex 0 a 0 b 0 c 0 d 0 e", "ZRANGEBYLEX lex [b (d", "ZRANGEBYLEX lex - +",
+        "ZREVRANGEBYLEX lex + - LIMIT 1 2", "ZRANGEBYLEX lex b d", "ZLEXCOUNT lex [b +",
+        "ZRANGE lex [c - BYLEX REV", "ZREMRANGEBYLEX lex [a [b", "ZRANGE lex 0 -1",
+        "ZREMRANGEBYRANK z 0 1", "ZREMRANGEBYSCORE z (2 5", "ZRANGE z 0 -1 WITHSCORES",
+        "ZRANGESTORE dst z 0 -1", "ZRANGESTORE dst z 0 -1 WITHSCORES", "ZRANGE dst 0 -1",
+        "ZPOPMIN z", "ZPOPMAX z 2", "ZPOPMIN nope", "ZPOPMIN z -1", "ZPOPMIN nope 2",
+        "ZMPOP 2 nope dst MIN COUNT 2", "ZMPOP 1 nope MAX", "ZMPOP 0 dst MIN", "ZMPOP 1 dst UP",
+        "BZPOPMIN nope dst 0.01", "BZPOPMAX nope 0.01", "BZMPOP 0.01 1 nope MIN",
+        "ZADD a 1 x 2 y 3 z", "ZADD b 10 y 20 z 30 w", "SADD plain y w",
+        "ZUNIONSTORE u 2 a b", "ZRANGE u 0 -1 WITHSCORES",
+        "ZUNIONSTORE u 2 a b WEIGHTS 2 0.5 AGGREGATE MAX", "ZRANGE u 0 -1 WITHSCORES",
+        "ZINTERSTORE i 2 a b AGGREGATE MIN", "ZRANGE i 0 -1 WITHSCORES",
+        "ZINTERSTORE i 2 a plain", "ZRANGE i 0 -1 WITHSCORES", "ZINTERSTORE i 0 a",
+        "ZUNIONSTORE u 3 a b", "ZUNIONSTORE u 2 a b WEIGHTS 1 x", "ZUNIONSTORE u 2 a b AGGREGATE AVG",
+        "ZUNION 2 a b WITHSCORES", "ZINTER 2 a b", "ZDIFF 2 a b WITHSCORES", "ZDIFFSTORE d2 2 a b",
+        "ZRANGE d2 0 -1", "ZINTERCARD 2 a b", "ZINTERCARD 2 a b LIMIT 1", "ZINTERCARD 0 a",
+        "ZINTERCARD 3 a b", "ZINTERCARD 1 a LIMIT -1", "ZINTERSTORE e 2 a nope", "EXISTS e",
+        "SET str v", "ZADD str 1 a", "ZRANGE str 0 1", "ZUNIONSTORE u 2 a str", "TYPE a",
+        "ZRANDMEMBER nope", "ZRANDMEMBER nope 2", "ZSCAN a abc",
+    ],
+    "generic on collections": [
+        "RPUSH l a b", "HSET h f v", "SADD s m", "ZADD z 1 m", "TYPE l", "TYPE h", "TYPE s",
+        "TYPE z", "RENAME l l2", "LRANGE l2 0 -1", "COPY h h2", "HGETALL h2", "DEL s z l2",
+        "EXISTS s z l2 h", "EXPIRE h 100", "TTL h", "GET h", "APPEND h x", "INCR h",
+    ],
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def real_redis():
+    if not shutil.which("redis-server"):
+        pytest.fail("redis-server is missing: scripts/setup.sh installs it")
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        try:
+            redis.Redis(port=port).ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    yield port
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def reply_of(client, line):
+    """The reply to one command, normalised for comparison; errors by their text."""
+    words = line.split(" ")
+    try:
+        reply = client.execute_command(*words)
+    except redis.ResponseError as e:
+        return ("error", str(e))
+    if words[0].upper() in UNORDERED and isinstance(reply, (list, set)):
+        return ("unordered", sorted(map(repr, reply)))
+    if isinstance(reply, set):
+        return ("unordered", sorted(map(repr, reply)))
+    return reply
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.parametrize("family", sorted(SCRIPTS))
+def test_replies_match_redis(server, real_redis, family, protocol):
+    theirs = redis.Redis(port=real_redis, protocol=protocol)
+    ours = redis.Redis(port=server.port, protocol=protocol)
+    theirs.flushall()
+    ours.flushall()
+    for line in SCRIPTS[family]:
+        expected = reply_of(theirs, line)
+        got = reply_of(ours, line)
+        assert got == expected, f"{family} (RESP{protocol}): {line}"
