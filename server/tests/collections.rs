@@ -254,3 +254,29 @@ fn many_waiters_on_two_shards_get_every_element_exactly_once() {
         assert_eq!(pusher.cmd(&format!("EXISTS {a} {b}")), int(0));
     });
 }
+
+#[test]
+fn blocking_sorted_set_pops() {
+    each_server(|server| {
+        let (a, b) = (key_on("zq:a", 0), key_on("zq:b", 1));
+        let mut waiter = server.client();
+        let mut pusher = server.client();
+        waiter.send(&[b"BZPOPMIN", a.as_bytes(), b.as_bytes(), b"5"]);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(pusher.cmd(&format!("ZADD {b} 3 x 1 y")), int(2));
+        assert_eq!(waiter.read().unwrap(), strings(&[&b, "y", "1"]));
+        assert_eq!(pusher.cmd(&format!("ZRANGE {b} 0 -1")), strings(&["x"]));
+        waiter.send(&[b"BZMPOP", b"5", b"1", a.as_bytes(), b"MAX", b"COUNT", b"2"]);
+        std::thread::sleep(Duration::from_millis(50));
+        pusher.cmd(&format!("ZADD {a} 1 p 2 q 3 r"));
+        assert_eq!(
+            waiter.read().unwrap(),
+            array(vec![
+                bulk(&a),
+                array(vec![strings(&["r", "3"]), strings(&["q", "2"])])
+            ])
+        );
+        assert_eq!(waiter.cmd(&format!("BZPOPMAX {b} 0.1")), strings(&[&b, "x", "3"]));
+        assert_eq!(waiter.cmd(&format!("BZPOPMAX {b} 0.1")), Frame::NullArray);
+    });
+}
