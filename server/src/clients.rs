@@ -33,6 +33,12 @@ pub struct ConnState {
     pub task_shards: Vec<usize>,
     /// Shards where this client's blocking list pop is parked (empty when not blocked).
     pub blocked_on: Vec<usize>,
+    /// Commands queued since MULTI; `None` outside a transaction.
+    pub multi: Option<Vec<Vec<Bytes>>>,
+    /// A command was rejected while queueing: EXEC will abort.
+    pub multi_failed: bool,
+    /// Keys this connection WATCHes.
+    pub watched: Vec<crate::transaction::Watched>,
 }
 
 impl ConnState {
@@ -69,6 +75,9 @@ impl ConnState {
             skip_reply: false,
             task_shards: Vec::new(),
             blocked_on: Vec::new(),
+            multi: None,
+            multi_failed: false,
+            watched: Vec::new(),
         }
     }
 

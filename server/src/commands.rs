@@ -31,7 +31,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     match spec.name {
         "task.fetch" => crate::task_fetch::needs_remote(ctx, args),
         "task.wait" => true,
-        "info" | "scan" | "randomkey" => several,
+        "info" | "scan" | "randomkey" | "exec" | "watch" => several,
         "client" => several && (is(&args[1], "list") || is(&args[1], "kill")),
         "config" => several && is(&args[1], "resetstat"),
         _ => false,
@@ -47,6 +47,11 @@ pub async fn run(
     match spec.name {
         "task.fetch" => crate::task_fetch::run(ctx, conn, args).await,
         "task.wait" => crate::task_fetch::wait(ctx, conn, args).await,
+        "multi" => crate::transaction::multi(&mut conn.borrow_mut()),
+        "exec" => crate::transaction::exec(ctx, conn).await,
+        "discard" => crate::transaction::discard(ctx, &mut conn.borrow_mut()),
+        "watch" => crate::transaction::watch(ctx, conn, args).await,
+        "unwatch" => crate::transaction::unwatch(ctx, &mut conn.borrow_mut()),
         "ping" => ping(args),
         "echo" => Frame::Bulk(args[1].clone()),
         "hello" => hello(ctx, &mut conn.borrow_mut(), args),
@@ -61,13 +66,7 @@ pub async fn run(
         "command" => command(args),
         "config" => config(ctx, args).await,
         "info" => info::info(ctx, args).await,
-        "time" => {
-            let now = unix_us();
-            Frame::Array(vec![
-                Frame::Bulk(Bytes::from((now / 1_000_000).to_string())),
-                Frame::Bulk(Bytes::from((now % 1_000_000).to_string())),
-            ])
-        }
+        "time" => time(),
         "shutdown" => shutdown(ctx, &mut conn.borrow_mut(), args),
         "scan" => {
             let db = conn.borrow().db;
@@ -81,7 +80,16 @@ pub async fn run(
     }
 }
 
-fn ping(args: &[Bytes]) -> Frame {
+/// TIME: unix seconds and microseconds.
+pub fn time() -> Frame {
+    let now = unix_us();
+    Frame::Array(vec![
+        Frame::Bulk(Bytes::from((now / 1_000_000).to_string())),
+        Frame::Bulk(Bytes::from((now % 1_000_000).to_string())),
+    ])
+}
+
+pub fn ping(args: &[Bytes]) -> Frame {
     match args.len() {
         1 => Frame::simple("PONG"),
         2 => Frame::Bulk(args[1].clone()),
@@ -179,6 +187,9 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
 }
 
 fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
+    conn.multi = None;
+    conn.multi_failed = false;
+    crate::transaction::release(ctx, std::mem::take(&mut conn.watched));
     conn.db = 0;
     conn.protocol = Protocol::Resp2;
     conn.name = None;

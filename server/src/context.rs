@@ -127,6 +127,7 @@ impl ShardCtx {
     /// it fetched from.
     pub fn connection_closed(&self, state: &ConnState) {
         self.clients.borrow_mut().remove(state.id);
+        crate::transaction::release(self, state.watched.clone());
         self.unpark_client(state.id);
         for &shard in &state.task_shards {
             if shard == self.id {
@@ -412,6 +413,14 @@ impl ShardCtx {
                 Response::Bool(shard.tasks.submit_fallback(fallback, now).is_ok())
             }
             Request::Take { db, key } => Response::Entry(shard.take_entry(db, &key)),
+            Request::Watch { db, key } => Response::Count(shard.watch(db, &key) as usize),
+            Request::WatchVersion { db, key } => {
+                Response::Count(shard.watch_version(db, &key) as usize)
+            }
+            Request::Unwatch { db, key } => {
+                shard.unwatch(db, &key);
+                Response::Bool(true)
+            }
             Request::Clone { db, key } => Response::Entry(shard.clone_entry(db, &key)),
             Request::Put {
                 db,

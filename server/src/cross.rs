@@ -22,16 +22,20 @@ use crate::context::ShardCtx;
 use crate::mesh::{Request, Response};
 
 /// The locks one cross-shard operation holds.
-struct Held<'a> {
-    ctx: &'a ShardCtx,
-    token: u64,
+pub struct Held<'a> {
+    pub ctx: &'a ShardCtx,
+    pub token: u64,
     shards: Vec<usize>,
 }
 
 impl Held<'_> {
     /// Locks the shards owning `keys`, lowest shard first.
     async fn lock<'a>(ctx: &'a ShardCtx, keys: impl Iterator<Item = &Bytes>) -> Held<'a> {
-        let mut shards: Vec<usize> = keys.map(|k| shard_of(k, ctx.shard_count)).collect();
+        Held::lock_shards(ctx, keys.map(|k| shard_of(k, ctx.shard_count)).collect()).await
+    }
+
+    /// Locks `shards`, lowest first.
+    pub async fn lock_shards(ctx: &ShardCtx, mut shards: Vec<usize>) -> Held<'_> {
         shards.sort_unstable();
         shards.dedup();
         let token = ctx.new_token();
@@ -45,7 +49,7 @@ impl Held<'_> {
         Held { ctx, token, shards }
     }
 
-    async fn unlock(self) {
+    pub async fn unlock(self) {
         let mut pending = Vec::new();
         for &shard in &self.shards {
             if shard == self.ctx.id {
@@ -64,7 +68,7 @@ impl Held<'_> {
 }
 
 /// Runs `request` on shard `to` under the held locks, locally when `to` is this shard.
-async fn on(held: &Held<'_>, to: usize, request: Request) -> Response {
+pub async fn on(held: &Held<'_>, to: usize, request: Request) -> Response {
     if to == held.ctx.id {
         held.ctx.serve(request)
     } else {
@@ -191,25 +195,42 @@ async fn msetnx(held: &Held<'_>, db: usize, args: &[Bytes]) -> Frame {
 /// Runs `spec` on this shard with the entries of its other shards' keys borrowed (see the
 /// module docs).
 async fn borrowed(held: &Held<'_>, db: usize, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
-    let ctx = held.ctx;
-    let mut remote: Vec<Bytes> = Vec::new();
-    for i in spec.key_positions(args) {
-        let key = &args[i];
-        if shard_of(key, ctx.shard_count) != ctx.id && !remote.contains(key) {
-            remote.push(Bytes::copy_from_slice(key));
-        }
-    }
-    for key in &remote {
-        if let Some(entry) = take(held, db, key).await {
-            ctx.shard.borrow_mut().put_entry(db, key, entry, true);
-        }
-    }
-    let frame = ctx.shard.borrow_mut().execute(db, 0, spec, args);
-    for key in &remote {
-        let entry = ctx.shard.borrow_mut().take_entry(db, key);
-        if let Some(entry) = entry {
-            put(held, db, key, entry, true).await;
-        }
-    }
+    let keys = spec.key_positions(args).map(|i| (db, args[i].clone()));
+    let borrowed = borrow(held, keys).await;
+    let frame = held.ctx.shard.borrow_mut().execute(db, 0, spec, args);
+    give_back(held, borrowed).await;
     frame
+}
+
+/// Moves the entries of the (database, key) pairs this shard does not own into its own
+/// keyspace, under the held locks; returns the pairs borrowed, for [`give_back`].
+pub async fn borrow(
+    held: &Held<'_>,
+    keys: impl Iterator<Item = (usize, Bytes)>,
+) -> Vec<(usize, Bytes)> {
+    let ctx = held.ctx;
+    let mut remote: Vec<(usize, Bytes)> = Vec::new();
+    for (db, key) in keys {
+        if shard_of(&key, ctx.shard_count) != ctx.id
+            && !remote.iter().any(|(d, k)| *d == db && *k == key)
+        {
+            remote.push((db, Bytes::copy_from_slice(&key)));
+        }
+    }
+    for (db, key) in &remote {
+        if let Some(entry) = take(held, *db, key).await {
+            ctx.shard.borrow_mut().put_entry(*db, key, entry, true);
+        }
+    }
+    remote
+}
+
+/// Puts borrowed keys back on their owners as they are now (a deleted one stays deleted).
+pub async fn give_back(held: &Held<'_>, borrowed: Vec<(usize, Bytes)>) {
+    for (db, key) in borrowed {
+        let entry = held.ctx.shard.borrow_mut().take_entry(db, &key);
+        if let Some(entry) = entry {
+            put(held, db, &key, entry, true).await;
+        }
+    }
 }

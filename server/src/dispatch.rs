@@ -24,6 +24,7 @@ use crate::context::ShardCtx;
 use crate::cross;
 use crate::list_block;
 use crate::mesh::{Request, Response, ResponseFuture, ShardCommands};
+use crate::transaction;
 
 pub const NOAUTH: &str = "NOAUTH Authentication required.";
 
@@ -112,10 +113,15 @@ pub fn try_inline(
     out: &mut Output,
 ) -> Option<Frame> {
     // While a cross-shard operation holds this shard, everything waits in a task.
-    if ctx.is_locked() || needs_remote(ctx, args) {
+    if ctx.is_locked() {
         return None;
     }
-    if let Some(spec) = lookup(&args[0]).filter(|s| s.has(flag::BLOCKING)) {
+    let queueing = conn.borrow().multi.is_some()
+        && lookup(&args[0]).is_some_and(|s| !transaction::controls_transaction(s.name));
+    if !queueing && needs_remote(ctx, args) {
+        return None;
+    }
+    if let Some(spec) = lookup(&args[0]).filter(|s| s.has(flag::BLOCKING) && !queueing) {
         if spec.arity_ok(args.len()) && list_block::may_wait(ctx, conn.borrow().db, spec, args) {
             return None;
         }
@@ -141,9 +147,18 @@ pub async fn execute(
         match precheck(ctx, &state, args) {
             Ok(spec) => {
                 state.last_command = spec.name;
+                if state.multi.is_some() && !transaction::controls_transaction(spec.name) {
+                    return transaction::queue(&mut state, spec, args);
+                }
                 (spec, state.db, state.id)
             }
-            Err(err) => return err,
+            Err(err) => {
+                // A command refused inside MULTI makes its EXEC abort, as in Redis.
+                if state.multi.is_some() {
+                    state.multi_failed = true;
+                }
+                return err;
+            }
         }
     };
     let at = Target { db, client };
@@ -273,7 +288,7 @@ async fn split(
     merge_replies(merge, replies)
 }
 
-fn merge_replies(merge: Merge, replies: Vec<(Frame, Vec<usize>)>) -> Frame {
+pub fn merge_replies(merge: Merge, replies: Vec<(Frame, Vec<usize>)>) -> Frame {
     if let Some((err, _)) = replies.iter().find(|(f, _)| f.is_error()) {
         return err.clone();
     }
@@ -334,6 +349,10 @@ fn simple_target(
     conn: &ConnState,
     args: &[Bytes],
 ) -> Option<(usize, &'static CommandSpec)> {
+    if conn.multi.is_some() {
+        // Inside MULTI every command is queued by `execute`, one by one.
+        return None;
+    }
     let spec = lookup(&args[0])?;
     // A split command (DEL, MGET, MSET ...) whose keys all live on one shard is a plain
     // keyed command there: its handler sees every key and replies for the whole command.

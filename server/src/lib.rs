@@ -18,3 +18,4 @@ mod session;
 mod stats;
 mod task_fetch;
 mod task_wait;
+mod transaction;

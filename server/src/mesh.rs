@@ -101,6 +101,21 @@ pub enum Request {
         db: usize,
         key: Bytes,
     },
+    /// WATCH a key owned by the receiving shard: answered with its version.
+    Watch {
+        db: usize,
+        key: Bytes,
+    },
+    /// The current version of a watched key (EXEC, under the transaction's locks).
+    WatchVersion {
+        db: usize,
+        key: Bytes,
+    },
+    /// One watcher of the key is gone.
+    Unwatch {
+        db: usize,
+        key: Bytes,
+    },
     Clone {
         db: usize,
         key: Bytes,

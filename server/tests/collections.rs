@@ -276,7 +276,10 @@ fn blocking_sorted_set_pops() {
                 array(vec![strings(&["r", "3"]), strings(&["q", "2"])])
             ])
         );
-        assert_eq!(waiter.cmd(&format!("BZPOPMAX {b} 0.1")), strings(&[&b, "x", "3"]));
+        assert_eq!(
+            waiter.cmd(&format!("BZPOPMAX {b} 0.1")),
+            strings(&[&b, "x", "3"])
+        );
         assert_eq!(waiter.cmd(&format!("BZPOPMAX {b} 0.1")), Frame::NullArray);
     });
 }

@@ -50,6 +50,10 @@ pub struct Shard {
     pub tasks: Engine,
     /// Keys with blocked clients (BLPOP …), and those that got data.
     pub blocked: Blocked,
+    /// Keys some client WATCHes: (db, key) -> (version, watchers). A write to one bumps its
+    /// version; EXEC compares the versions its client saw.
+    watched: std::collections::HashMap<(usize, Bytes), (u64, u32)>,
+    watch_epoch: u64,
     now_ms: u64,
     expire_cursor_db: usize,
 }
@@ -61,6 +65,8 @@ impl Shard {
             dbs: (0..DATABASES).map(|_| Db::default()).collect(),
             tasks: crate::tasks::commands::new_engine(),
             blocked: Blocked::default(),
+            watched: std::collections::HashMap::new(),
+            watch_epoch: 0,
             now_ms: 0,
             expire_cursor_db: 0,
         }
@@ -107,6 +113,9 @@ impl Shard {
     ) -> Frame {
         debug_assert!(spec.arity_ok(args.len()));
         let handler = spec.handler.expect("server commands never reach a shard");
+        if !self.watched.is_empty() && spec.has(crate::table::flag::WRITE) {
+            self.touch_written(db, spec, args);
+        }
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
             db,
@@ -117,6 +126,72 @@ impl Shard {
             blocked: &mut self.blocked,
         };
         handler(&mut ctx, args)
+    }
+
+    /// Bumps the version of every watched key a write command names (all of a database's,
+    /// or all, for FLUSHDB and FLUSHALL). A write that changes nothing still counts: EXEC may
+    /// abort when Redis would not, never the other way round.
+    fn touch_written(&mut self, db: usize, spec: &CommandSpec, args: &[Bytes]) {
+        self.watch_epoch += 1;
+        let epoch = self.watch_epoch;
+        match spec.name {
+            "flushall" => self.watched.values_mut().for_each(|v| v.0 = epoch),
+            "flushdb" => self
+                .watched
+                .iter_mut()
+                .filter(|((d, _), _)| *d == db)
+                .for_each(|(_, v)| v.0 = epoch),
+            _ => {
+                for i in spec.key_positions(args) {
+                    if let Some(v) = self.watched.get_mut(&(db, args[i].clone())) {
+                        v.0 = epoch;
+                    }
+                }
+                // COPY … DB n writes another database's key.
+                if spec.name == "copy" {
+                    if let Ok(opts) = crate::keys::copy_options(args) {
+                        if let Some(v) = self
+                            .watched
+                            .get_mut(&(opts.db.unwrap_or(db), args[2].clone()))
+                        {
+                            v.0 = epoch;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn touch_key(&mut self, db: usize, key: &[u8]) {
+        if self.watched.is_empty() {
+            return;
+        }
+        self.watch_epoch += 1;
+        if let Some(v) = self.watched.get_mut(&(db, Bytes::copy_from_slice(key))) {
+            v.0 = self.watch_epoch;
+        }
+    }
+
+    /// WATCH: registers one more watcher of `key` and returns its current version.
+    pub fn watch(&mut self, db: usize, key: &Bytes) -> u64 {
+        let entry = self.watched.entry((db, key.clone())).or_insert((0, 0));
+        entry.1 += 1;
+        entry.0
+    }
+
+    /// The current version of a watched key (0 for one nobody watches).
+    pub fn watch_version(&self, db: usize, key: &Bytes) -> u64 {
+        self.watched.get(&(db, key.clone())).map_or(0, |v| v.0)
+    }
+
+    /// One watcher of `key` is gone (UNWATCH, EXEC, DISCARD or a closed connection).
+    pub fn unwatch(&mut self, db: usize, key: &Bytes) {
+        if let Some(v) = self.watched.get_mut(&(db, key.clone())) {
+            v.1 = v.1.saturating_sub(1);
+            if v.1 == 0 {
+                self.watched.remove(&(db, key.clone()));
+            }
+        }
     }
 
     /// Looks up, checks and runs a command given as a plain argument list (tests, scripts).
@@ -137,6 +212,7 @@ impl Shard {
 
     /// Removes a key and hands its entry over (the first half of a cross-shard move).
     pub fn take_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
+        self.touch_key(db, key);
         let now = self.now_ms;
         self.dbs[db].remove_live(key, now)
     }
@@ -156,6 +232,7 @@ impl Shard {
         }
         self.dbs[db].insert(key, entry);
         self.blocked.signal(db, key);
+        self.touch_key(db, key);
         true
     }
 

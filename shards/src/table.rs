@@ -376,6 +376,12 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.limit", -2, WRITE, ONE, Keyed, Some(tasks::limit), T, "Sets or shows a queue's concurrency and rate limits."),
     row("task.stats", 2, READONLY, ONE, Keyed, Some(tasks::stats), T, "Returns a queue's counts and the age of its oldest waiting task."),
     row("task.queues", 1, READONLY, NONE, AllShards(Concat), Some(tasks::queues), T, "Lists the queues."),
+    // transactions
+    row("multi", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, "transactions", "Starts a transaction."),
+    row("exec", 1, NOSCRIPT | LOADING | STALE, NONE, Server, None, "transactions", "Executes all commands in a transaction."),
+    row("discard", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, "transactions", "Discards a transaction."),
+    row("watch", -2, NOSCRIPT | LOADING | STALE | FAST, ALL, Server, None, "transactions", "Monitors changes to keys to determine the execution of a transaction."),
+    row("unwatch", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, "transactions", "Forgets about watched keys of a transaction."),
     // connection and server
     row("ping", -1, FAST | STALE, NONE, Server, None, C, "Returns the server's liveliness response."),
     row("echo", 2, FAST, NONE, Server, None, C, "Returns the given string."),

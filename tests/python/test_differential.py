@@ -94,6 +94,12 @@ SCRIPTS = {
         "SET str v", "ZADD str 1 a", "ZRANGE str 0 1", "ZUNIONSTORE u 2 a str", "TYPE a",
         "ZRANDMEMBER nope", "ZRANDMEMBER nope 2", "ZSCAN a abc",
     ],
+    "transactions": [
+        "MULTI", "SET a 1", "INCR a", "LPUSH a x", "GET a", "EXEC", "EXEC", "DISCARD",
+        "MULTI", "MULTI", "GET", "SET a 2", "EXEC", "GET a", "WATCH a b", "UNWATCH",
+        "MULTI", "WATCH a", "DISCARD", "MULTI", "PING", "ECHO hi", "SELECT 2", "SET a in2",
+        "SELECT 0", "EXEC", "GET a", "MULTI", "FLUSHDB", "DBSIZE", "EXEC",
+    ],
     "generic on collections": [
         "RPUSH l a b", "HSET h f v", "SADD s m", "ZADD z 1 m", "TYPE l", "TYPE h", "TYPE s",
         "TYPE z", "RENAME l l2", "LRANGE l2 0 -1", "COPY h h2", "HGETALL h2", "DEL s z l2",
@@ -128,6 +134,15 @@ def real_redis():
     proc.wait(timeout=10)
 
 
+def normalise(reply):
+    """Errors nested in replies (EXEC's) compared by their text."""
+    if isinstance(reply, Exception):
+        return ("error", str(reply))
+    if isinstance(reply, list):
+        return [normalise(r) for r in reply]
+    return reply
+
+
 def reply_of(client, line):
     """The reply to one command, normalised for comparison; errors by their text."""
     words = line.split(" ")
@@ -135,6 +150,7 @@ def reply_of(client, line):
         reply = client.execute_command(*words)
     except redis.ResponseError as e:
         return ("error", str(e))
+    reply = normalise(reply)
     if words[0].upper() in UNORDERED and isinstance(reply, (list, set)):
         return ("unordered", sorted(map(repr, reply)))
     if isinstance(reply, set):

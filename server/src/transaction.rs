@@ -1,0 +1,327 @@
+//! Transactions: MULTI, EXEC, DISCARD, WATCH and UNWATCH, over keys on any shards (no
+//! CROSSSLOT).
+//!
+//! Between MULTI and EXEC a connection's commands are checked (name, arity, whether they may
+//! run in a transaction), copied and queued; a rejected one makes EXEC fail with EXECABORT,
+//! as in Redis. EXEC then locks every shard the transaction touches (its keys' owners, its
+//! watched keys' owners, and every shard for a command such as FLUSHALL) in ascending order,
+//! so concurrent transactions cannot deadlock (DESIGN §2.4). Under the locks it compares the
+//! watched keys' versions, borrows the other shards' keys onto this shard (as the cross-shard
+//! coordinator does, `cross::borrow`), runs the queued commands in order, and gives the keys
+//! back before it unlocks. No other client's command runs on a locked shard, so nobody sees
+//! a transaction half applied.
+//!
+//! WATCH registers the key on its owner shard, which bumps the key's version on every write
+//! (`Shard::watch`); EXEC aborts (nil reply) when a version moved.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+use wetask_shards::table::{CommandSpec, Route};
+use wetask_shards::{lookup, shard_of};
+
+use crate::clients::ConnState;
+use crate::context::ShardCtx;
+use crate::cross::{borrow, give_back, on, Held};
+use crate::mesh::{Request, Response};
+
+/// Most commands one transaction may queue.
+pub const QUEUED_COMMANDS_MAX: usize = 100_000;
+/// Most keys one connection may WATCH.
+pub const WATCHED_KEYS_MAX: usize = 10_000;
+
+/// Server commands that may be queued: they need no other shard.
+const SERVER_COMMANDS_IN_MULTI: &[&str] = &["ping", "echo", "time", "select"];
+
+/// Commands that act on the transaction itself and run at once even inside MULTI.
+pub fn controls_transaction(name: &str) -> bool {
+    matches!(
+        name,
+        "exec" | "discard" | "multi" | "watch" | "reset" | "quit"
+    )
+}
+
+/// A watched key: its owner shard, database, name and the version seen at WATCH.
+#[derive(Clone, Debug)]
+pub struct Watched {
+    pub shard: usize,
+    pub db: usize,
+    pub key: Bytes,
+    pub version: u64,
+}
+
+fn owner(ctx: &ShardCtx, key: &[u8]) -> usize {
+    if ctx.shard_count == 1 {
+        ctx.id
+    } else {
+        shard_of(key, ctx.shard_count)
+    }
+}
+
+/// Queues a command inside MULTI (or rejects it, which makes EXEC abort).
+pub fn queue(conn: &mut ConnState, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+    if spec.route == Route::Server && !SERVER_COMMANDS_IN_MULTI.contains(&spec.name) {
+        conn.multi_failed = true;
+        return Frame::static_error("ERR Command not allowed inside a transaction");
+    }
+    let queued = conn.multi.as_mut().expect("inside MULTI");
+    if queued.len() >= QUEUED_COMMANDS_MAX {
+        conn.multi_failed = true;
+        return Frame::error(format!(
+            "ERR too many commands in one transaction ({QUEUED_COMMANDS_MAX})"
+        ));
+    }
+    // Copied: a queued command must not pin the connection's read buffer.
+    queued.push(args.iter().map(|a| Bytes::copy_from_slice(a)).collect());
+    Frame::simple("QUEUED")
+}
+
+pub fn multi(conn: &mut ConnState) -> Frame {
+    if conn.multi.is_some() {
+        return Frame::static_error("ERR MULTI calls can not be nested");
+    }
+    conn.multi = Some(Vec::new());
+    conn.multi_failed = false;
+    Frame::ok()
+}
+
+pub fn discard(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
+    if conn.multi.take().is_none() {
+        return Frame::static_error("ERR DISCARD without MULTI");
+    }
+    conn.multi_failed = false;
+    release(ctx, std::mem::take(&mut conn.watched));
+    Frame::ok()
+}
+
+pub fn unwatch(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
+    release(ctx, std::mem::take(&mut conn.watched));
+    Frame::ok()
+}
+
+/// Forgets watched keys on their owners.
+pub fn release(ctx: &ShardCtx, watched: Vec<Watched>) {
+    for w in watched {
+        if w.shard == ctx.id {
+            ctx.shard.borrow_mut().unwatch(w.db, &w.key);
+        } else {
+            drop(ctx.request(
+                w.shard,
+                Request::Unwatch {
+                    db: w.db,
+                    key: w.key,
+                },
+            ));
+        }
+    }
+}
+
+pub async fn watch(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
+    let db = {
+        let state = conn.borrow();
+        if state.multi.is_some() {
+            return Frame::static_error("ERR WATCH inside MULTI is not allowed");
+        }
+        if state.watched.len() + args.len() - 1 > WATCHED_KEYS_MAX {
+            return Frame::error(format!(
+                "ERR too many watched keys on one connection ({WATCHED_KEYS_MAX})"
+            ));
+        }
+        state.db
+    };
+    for key in &args[1..] {
+        let key = Bytes::copy_from_slice(key);
+        let shard = owner(ctx, &key);
+        let version = if shard == ctx.id {
+            ctx.shard.borrow_mut().watch(db, &key)
+        } else {
+            match ctx
+                .request(
+                    shard,
+                    Request::Watch {
+                        db,
+                        key: key.clone(),
+                    },
+                )
+                .await
+            {
+                Response::Count(version) => version as u64,
+                _ => return Frame::static_error("ERR internal error: unexpected shard response"),
+            }
+        };
+        conn.borrow_mut().watched.push(Watched {
+            shard,
+            db,
+            key,
+            version,
+        });
+    }
+    Frame::ok()
+}
+
+/// The shards a transaction locks, and the (database, key) pairs it borrows.
+struct Plan {
+    shards: Vec<usize>,
+    keys: Vec<(usize, Bytes)>,
+}
+
+fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watched]) -> Plan {
+    let mut shards: Vec<usize> = watched.iter().map(|w| w.shard).collect();
+    let mut keys = Vec::new();
+    let mut db = start_db;
+    for args in queued {
+        let spec = lookup(&args[0]).expect("checked when queued");
+        match spec.route {
+            Route::Server => {
+                if spec.name == "select" {
+                    if let Some(n) = wetask_shards::args::parse_i64(&args[1]) {
+                        if (0..wetask_shards::DATABASES as i64).contains(&n) {
+                            db = n as usize;
+                        }
+                    }
+                }
+            }
+            Route::AllShards(_) => shards.extend(0..ctx.shard_count),
+            Route::Keyed | Route::Split(_) => {
+                for i in spec.key_positions(args) {
+                    shards.push(owner(ctx, &args[i]));
+                    // Task state is not borrowed: task commands run on their owner.
+                    if spec.group != "tasks" {
+                        keys.push((db, args[i].clone()));
+                    }
+                }
+                if spec.name == "copy" {
+                    if let Ok(opts) = wetask_shards::keys::copy_options(args) {
+                        keys.push((opts.db.unwrap_or(db), args[2].clone()));
+                    }
+                }
+            }
+        }
+    }
+    if shards.is_empty() {
+        shards.push(ctx.id);
+    }
+    Plan { shards, keys }
+}
+
+pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
+    let (queued, failed, watched, start_db, client) = {
+        let mut state = conn.borrow_mut();
+        let Some(queued) = state.multi.take() else {
+            return Frame::static_error("ERR EXEC without MULTI");
+        };
+        let failed = std::mem::take(&mut state.multi_failed);
+        (
+            queued,
+            failed,
+            std::mem::take(&mut state.watched),
+            state.db,
+            state.id,
+        )
+    };
+    if failed {
+        release(ctx, watched);
+        return Frame::static_error("EXECABORT Transaction discarded because of previous errors.");
+    }
+    let plan = plan(ctx, start_db, &queued, &watched);
+    let held = Held::lock_shards(ctx, plan.shards).await;
+    for w in &watched {
+        let request = Request::WatchVersion {
+            db: w.db,
+            key: w.key.clone(),
+        };
+        let now = match on(&held, w.shard, request).await {
+            Response::Count(version) => version as u64,
+            _ => u64::MAX,
+        };
+        if now != w.version {
+            held.unlock().await;
+            release(ctx, watched);
+            return Frame::NullArray;
+        }
+    }
+    let borrowed = borrow(&held, plan.keys.into_iter()).await;
+    let mut frames = Vec::with_capacity(queued.len());
+    for args in &queued {
+        let spec = lookup(&args[0]).expect("checked when queued");
+        let db = conn.borrow().db;
+        let frame = run_one(&held, conn, db, client, spec, args).await;
+        ctx.stats.record(spec, frame.is_error());
+        frames.push(frame);
+    }
+    give_back(&held, borrowed).await;
+    held.unlock().await;
+    release(ctx, watched);
+    Frame::Array(frames)
+}
+
+/// Runs one queued command under the transaction's locks.
+async fn run_one(
+    held: &Held<'_>,
+    conn: &Rc<RefCell<ConnState>>,
+    db: usize,
+    client: u64,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+) -> Frame {
+    let ctx = held.ctx;
+    let exec_on = |shard: usize| {
+        on(
+            held,
+            shard,
+            Request::Exec {
+                db,
+                client,
+                commands: vec![(spec.index(), args.to_vec())],
+            },
+        )
+    };
+    match spec.route {
+        Route::Server => match spec.name {
+            "select" => {
+                let mut state = conn.borrow_mut();
+                match wetask_shards::args::parse_i64(&args[1]) {
+                    Some(n) if (0..wetask_shards::DATABASES as i64).contains(&n) => {
+                        state.db = n as usize;
+                        Frame::ok()
+                    }
+                    Some(_) => Frame::static_error(wetask_shards::errors::DB_INDEX_RANGE),
+                    None => Frame::static_error(wetask_shards::errors::NOT_INTEGER),
+                }
+            }
+            "ping" => crate::commands::ping(args),
+            "echo" => Frame::Bulk(args[1].clone()),
+            "time" => crate::commands::time(),
+            _ => Frame::static_error("ERR Command not allowed inside a transaction"),
+        },
+        Route::AllShards(merge) => {
+            let mut replies = Vec::new();
+            for shard in 0..ctx.shard_count {
+                let frame = if shard == ctx.id || ctx.shard_count == 1 {
+                    ctx.shard.borrow_mut().execute(db, client, spec, args)
+                } else {
+                    crate::dispatch::single_reply(exec_on(shard).await)
+                };
+                replies.push((frame, Vec::new()));
+                if ctx.shard_count == 1 {
+                    break;
+                }
+            }
+            crate::dispatch::merge_replies(merge, replies)
+        }
+        _ if spec.group == "tasks" => {
+            let shard = spec
+                .key_positions(args)
+                .next()
+                .map_or(ctx.id, |i| owner(ctx, &args[i]));
+            if shard == ctx.id {
+                ctx.shard.borrow_mut().execute(db, client, spec, args)
+            } else {
+                crate::dispatch::single_reply(exec_on(shard).await)
+            }
+        }
+        _ => ctx.shard.borrow_mut().execute(db, client, spec, args),
+    }
+}
