@@ -145,6 +145,11 @@ pub fn encode(out: &mut Vec<u8>, frame: &Frame, protocol: Protocol) {
         }
         Frame::BulkError(text) => encode_error(out, text),
         Frame::Written => {}
+        Frame::Several(frames) => {
+            for frame in frames {
+                encode(out, frame, protocol);
+            }
+        }
     }
 }
 

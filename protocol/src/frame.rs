@@ -35,6 +35,9 @@ pub enum Frame {
     Pairs(Vec<(Frame, Frame)>),
     Set(Vec<Frame>),
     Push(Vec<Frame>),
+    /// Several replies to one command, sent one after another (SUBSCRIBE a b: one
+    /// confirmation per channel). Never decoded.
+    Several(Vec<Frame>),
     /// The reply was already encoded into the connection's output buffer by a local fast
     /// path (a GET copying straight from the stored value); encoding it writes nothing.
     Written,

@@ -39,6 +39,14 @@ pub struct ConnState {
     pub multi_failed: bool,
     /// Keys this connection WATCHes.
     pub watched: Vec<crate::transaction::Watched>,
+    /// Channels and patterns this connection subscribes to.
+    pub subscriptions: crate::pubsub::Subscriptions,
+    /// Encoded pub/sub messages not yet handed to the transport.
+    pub pushes: wetask_protocol::Output,
+    /// Woken when a push arrives (the glommio fallback waits on it).
+    pub push_waker: Option<std::task::Waker>,
+    /// The io_uring transport's slot for this connection: (index, generation).
+    pub slot: (u32, u32),
 }
 
 impl ConnState {
@@ -78,6 +86,10 @@ impl ConnState {
             multi: None,
             multi_failed: false,
             watched: Vec::new(),
+            subscriptions: Default::default(),
+            pushes: Default::default(),
+            push_waker: None,
+            slot: (0, 0),
         }
     }
 
@@ -128,6 +140,15 @@ impl KillFilter {
     }
 }
 
+/// Marks a connection for closing and shuts its socket down, so its transport sees
+/// end-of-file (CLIENT KILL, a subscriber past its output limit).
+pub fn shut_down(conn: &mut ConnState) {
+    conn.close_requested = true;
+    // SAFETY: shutdown on a socket this shard owns; the fd stays open until the transport
+    // closes it after seeing end-of-file.
+    unsafe { libc::shutdown(conn.fd, libc::SHUT_RDWR) };
+}
+
 #[derive(Default)]
 pub struct Clients {
     by_id: BTreeMap<u64, Rc<RefCell<ConnState>>>,
@@ -137,6 +158,10 @@ impl Clients {
     pub fn add(&mut self, conn: Rc<RefCell<ConnState>>) {
         let id = conn.borrow().id;
         self.by_id.insert(id, conn);
+    }
+
+    pub fn get(&self, id: u64) -> Option<Rc<RefCell<ConnState>>> {
+        self.by_id.get(&id).cloned()
     }
 
     pub fn remove(&mut self, id: u64) {
@@ -178,10 +203,7 @@ impl Clients {
                 },
             };
             if filter.matches(target) {
-                target.close_requested = true;
-                // SAFETY: shutdown on a socket this shard owns; the fd stays open until the
-                // transport closes it after seeing end-of-file.
-                unsafe { libc::shutdown(target.fd, libc::SHUT_RDWR) };
+                shut_down(target);
                 killed += 1;
             }
         }

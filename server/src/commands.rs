@@ -31,7 +31,8 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     match spec.name {
         "task.fetch" => crate::task_fetch::needs_remote(ctx, args),
         "task.wait" => true,
-        "info" | "scan" | "randomkey" | "exec" | "watch" => several,
+        "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
+        "publish" => crate::pubsub::publish_needs_peers(ctx),
         "client" => several && (is(&args[1], "list") || is(&args[1], "kill")),
         "config" => several && is(&args[1], "resetstat"),
         _ => false,
@@ -47,11 +48,20 @@ pub async fn run(
     match spec.name {
         "task.fetch" => crate::task_fetch::run(ctx, conn, args).await,
         "task.wait" => crate::task_fetch::wait(ctx, conn, args).await,
+        "subscribe" => crate::pubsub::subscribe(ctx, &mut conn.borrow_mut(), args, false),
+        "psubscribe" => crate::pubsub::subscribe(ctx, &mut conn.borrow_mut(), args, true),
+        "unsubscribe" => crate::pubsub::unsubscribe(ctx, &mut conn.borrow_mut(), args, false),
+        "punsubscribe" => crate::pubsub::unsubscribe(ctx, &mut conn.borrow_mut(), args, true),
+        "publish" => crate::pubsub::publish(ctx, args).await,
+        "pubsub" => crate::pubsub::pubsub(ctx, args).await,
         "multi" => crate::transaction::multi(&mut conn.borrow_mut()),
         "exec" => crate::transaction::exec(ctx, conn).await,
         "discard" => crate::transaction::discard(ctx, &mut conn.borrow_mut()),
         "watch" => crate::transaction::watch(ctx, conn, args).await,
         "unwatch" => crate::transaction::unwatch(ctx, &mut conn.borrow_mut()),
+        "ping" if crate::pubsub::resp2_subscribed(&conn.borrow()) => {
+            crate::pubsub::subscribed_ping(args)
+        }
         "ping" => ping(args),
         "echo" => Frame::Bulk(args[1].clone()),
         "hello" => hello(ctx, &mut conn.borrow_mut(), args),
@@ -187,6 +197,8 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
 }
 
 fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
+    ctx.drop_subscriptions(conn);
+    conn.subscriptions = Default::default();
     conn.multi = None;
     conn.multi_failed = false;
     crate::transaction::release(ctx, std::mem::take(&mut conn.watched));

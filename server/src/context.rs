@@ -39,6 +39,14 @@ pub struct ShardCtx {
     /// Blocked list pops parked on this shard's keys, by waiter id (`list_block`).
     pub list_waiters: RefCell<std::collections::HashMap<u64, crate::list_block::ListWaiter>>,
     pub list_index: RefCell<crate::list_block::ListIndex>,
+    /// This shard's pub/sub subscriptions.
+    pub pubsub: RefCell<crate::pubsub::Registry>,
+    /// Clients with pushes waiting to be sent, for the transport.
+    pub push_ready: RefCell<Vec<u64>>,
+    /// Wakes the transport when a push arrives (set by the io_uring driver).
+    pub push_hook: RefCell<Option<Box<dyn Fn()>>>,
+    /// Pushes that met their connection busy, settled by the transport.
+    pub deferred_pushes: RefCell<Vec<(u64, wetask_protocol::Frame)>>,
 }
 
 impl ShardCtx {
@@ -64,6 +72,10 @@ impl ShardCtx {
             parked_epoch: std::cell::Cell::new(0),
             list_waiters: RefCell::new(std::collections::HashMap::new()),
             list_index: RefCell::new(crate::list_block::ListIndex::default()),
+            pubsub: RefCell::new(crate::pubsub::Registry::default()),
+            push_ready: RefCell::new(Vec::new()),
+            push_hook: RefCell::new(None),
+            deferred_pushes: RefCell::new(Vec::new()),
         }
     }
 
@@ -128,6 +140,7 @@ impl ShardCtx {
     pub fn connection_closed(&self, state: &ConnState) {
         self.clients.borrow_mut().remove(state.id);
         crate::transaction::release(self, state.watched.clone());
+        self.drop_subscriptions(state);
         self.unpark_client(state.id);
         for &shard in &state.task_shards {
             if shard == self.id {
@@ -413,6 +426,14 @@ impl ShardCtx {
                 Response::Bool(shard.tasks.submit_fallback(fallback, now).is_ok())
             }
             Request::Take { db, key } => Response::Entry(shard.take_entry(db, &key)),
+            Request::Publish { channel, message } => {
+                drop(shard);
+                Response::Count(self.deliver(&channel, &message))
+            }
+            Request::Pubsub(query) => {
+                drop(shard);
+                Response::Pubsub(crate::pubsub::report(self, &query))
+            }
             Request::Watch { db, key } => Response::Count(shard.watch(db, &key) as usize),
             Request::WatchVersion { db, key } => {
                 Response::Count(shard.watch_version(db, &key) as usize)

@@ -57,6 +57,14 @@ fn precheck(
         ctx.stats.record_rejected(spec);
         return Err(wrong_arity(spec.name));
     }
+    if crate::pubsub::resp2_subscribed(conn) && !crate::pubsub::allowed_while_subscribed(spec.name)
+    {
+        ctx.stats.record_rejected(spec);
+        return Err(Frame::error(format!(
+            "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            spec.name
+        )));
+    }
     Ok(spec)
 }
 

@@ -25,6 +25,9 @@ pub struct Globals {
     wake_fds: Mutex<Vec<RawFd>>,
     pub started: Instant,
     pub port: std::sync::atomic::AtomicU16,
+    /// Per shard: how many channels and patterns its clients subscribe to (PUBLISH skips
+    /// shards with none).
+    pub subscriptions: Vec<AtomicUsize>,
 }
 
 impl Globals {
@@ -34,6 +37,7 @@ impl Globals {
             requirepass: Mutex::new(config.requirepass.clone()),
             maxclients: AtomicUsize::new(config.maxclients),
             shard_count,
+            subscriptions: (0..shard_count).map(|_| AtomicUsize::new(0)).collect(),
             connected_clients: AtomicUsize::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),

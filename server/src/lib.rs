@@ -13,6 +13,7 @@ mod info;
 mod list_block;
 mod mesh;
 mod net;
+mod pubsub;
 pub mod runtime;
 mod session;
 mod stats;

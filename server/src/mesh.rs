@@ -101,6 +101,13 @@ pub enum Request {
         db: usize,
         key: Bytes,
     },
+    /// Deliver a published message to the receiving shard's subscribers.
+    Publish {
+        channel: Bytes,
+        message: Bytes,
+    },
+    /// What the receiving shard knows for PUBSUB.
+    Pubsub(crate::pubsub::PubsubQuery),
     /// WATCH a key owned by the receiving shard: answered with its version.
     Watch {
         db: usize,
@@ -160,6 +167,7 @@ pub enum Response {
     Key(Option<Bytes>),
     Stats(crate::stats::ShardReport),
     Text(String),
+    Pubsub(crate::pubsub::PubsubReport),
 }
 
 /// What one channel message carries: every message queued for that peer since the last flush.

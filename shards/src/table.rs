@@ -376,6 +376,13 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.limit", -2, WRITE, ONE, Keyed, Some(tasks::limit), T, "Sets or shows a queue's concurrency and rate limits."),
     row("task.stats", 2, READONLY, ONE, Keyed, Some(tasks::stats), T, "Returns a queue's counts and the age of its oldest waiting task."),
     row("task.queues", 1, READONLY, NONE, AllShards(Concat), Some(tasks::queues), T, "Lists the queues."),
+    // pub/sub
+    row("subscribe", -2, NOSCRIPT | LOADING | STALE, NONE, Server, None, "pubsub", "Listens for messages published to channels."),
+    row("psubscribe", -2, NOSCRIPT | LOADING | STALE, NONE, Server, None, "pubsub", "Listens for messages published to channels that match one or more patterns."),
+    row("unsubscribe", -1, NOSCRIPT | LOADING | STALE, NONE, Server, None, "pubsub", "Stops listening to messages posted to channels."),
+    row("punsubscribe", -1, NOSCRIPT | LOADING | STALE, NONE, Server, None, "pubsub", "Stops listening to messages published to channels that match one or more patterns."),
+    row("publish", 3, LOADING | STALE | FAST, NONE, Server, None, "pubsub", "Posts a message to a channel."),
+    row("pubsub", -2, LOADING | STALE, NONE, Server, None, "pubsub", "A container for Pub/Sub commands."),
     // transactions
     row("multi", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, "transactions", "Starts a transaction."),
     row("exec", 1, NOSCRIPT | LOADING | STALE, NONE, Server, None, "transactions", "Executes all commands in a transaction."),

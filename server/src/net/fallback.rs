@@ -77,9 +77,24 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
     let mut buf = vec![0u8; READ_BYTES];
     let mut out = Output::default();
     'conn: loop {
-        let n = match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        // Published messages go out as they come, between commands.
+        ctx.settle_deferred_pushes();
+        let pushes = std::mem::take(&mut state.borrow_mut().pushes);
+        if !pushes.is_empty() && write_output(&mut stream, &pushes).await.is_err() {
+            break;
+        }
+        if state.borrow().close_requested {
+            break;
+        }
+        let read = futures_lite::future::or(async { Some(stream.read(&mut buf).await) }, async {
+            crate::pubsub::pushes_ready(&state).await;
+            None
+        })
+        .await;
+        let n = match read {
+            None => continue,
+            Some(Ok(0) | Err(_)) => break,
+            Some(Ok(n)) => n,
         };
         ctx.tick();
         session.input.extend_from_slice(&buf[..n]);

@@ -328,7 +328,7 @@ impl Net {
 
     /// One turn: submit, reap every completion, run what it enabled. Returns work done.
     fn turn(self: &Rc<Self>) -> usize {
-        let finished = self.collect_finished();
+        let finished = self.collect_finished() + self.collect_pushes();
         self.enter();
         let completions: Vec<cqueue::Entry> = {
             let mut ring = self.ring.borrow_mut();
@@ -407,6 +407,7 @@ impl Net {
                 (inner.conns.len() - 1) as u32
             }
         };
+        conn.session.state.borrow_mut().slot = (index, generation);
         let group = inner.bufs.group();
         self.arm_recv(index, &mut conn, group);
         inner.conns[index as usize] = Some(conn);
@@ -546,6 +547,47 @@ impl Net {
         count
     }
 
+    /// Moves published messages into their subscribers' output and sends them; a subscriber
+    /// whose output passes the pub/sub limit is disconnected (see `pubsub`).
+    fn collect_pushes(self: &Rc<Self>) -> usize {
+        self.ctx.settle_deferred_pushes();
+        let ready = std::mem::take(&mut *self.ctx.push_ready.borrow_mut());
+        if ready.is_empty() {
+            return 0;
+        }
+        let mut inner = self.inner.borrow_mut();
+        for &client in &ready {
+            let Some(state) = self.ctx.clients.borrow().get(client) else {
+                continue;
+            };
+            let Ok(mut state) = state.try_borrow_mut() else {
+                // Busy right now: look again next turn.
+                self.ctx.push_ready.borrow_mut().push(client);
+                continue;
+            };
+            let (index, generation) = state.slot;
+            let Some(conn) = live_conn(&mut inner.conns, index, generation) else {
+                continue;
+            };
+            let pushes = std::mem::take(&mut state.pushes);
+            if pushes.is_empty() {
+                continue;
+            }
+            conn.out.append(pushes);
+            if conn.out.len() > crate::pubsub::PUBSUB_OUTPUT_BYTES_MAX {
+                tracing::warn!(client, "pubsub output buffer limit reached; closing");
+                conn.out.clear();
+                crate::clients::shut_down(&mut state);
+                drop(state);
+                self.begin_close(conn);
+                continue;
+            }
+            drop(state);
+            self.flush(index, conn);
+        }
+        ready.len()
+    }
+
     /// Starts closing once a close was asked for and every reply has left.
     fn close_if_done(&self, conn: &mut Conn) {
         let requested = conn.session.state.borrow().close_requested;
@@ -646,6 +688,8 @@ impl Net {
             glommio::spawn_local(mesh.clone().run_flusher()).detach();
         }
         self.arm_accept(&mut self.inner.borrow_mut());
+        let net = self.clone();
+        *self.ctx.push_hook.borrow_mut() = Some(Box::new(move || net.notify.notify()));
         loop {
             if self.ctx.globals.shutting_down() {
                 self.drain().await;
