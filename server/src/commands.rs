@@ -33,6 +33,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
         "task.wait" => true,
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
         "publish" => crate::pubsub::publish_needs_peers(ctx),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => true,
         "client" => several && (is(&args[1], "list") || is(&args[1], "kill")),
         "config" => several && is(&args[1], "resetstat"),
         _ => false,
@@ -54,6 +55,10 @@ pub async fn run(
         "punsubscribe" => crate::pubsub::unsubscribe(ctx, &mut conn.borrow_mut(), args, true),
         "publish" => crate::pubsub::publish(ctx, args).await,
         "pubsub" => crate::pubsub::pubsub(ctx, args).await,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
+            crate::scripting::eval(ctx, conn, spec, args).await
+        }
+        "script" => crate::scripting::script(ctx, args),
         "multi" => crate::transaction::multi(&mut conn.borrow_mut()),
         "exec" => crate::transaction::exec(ctx, conn).await,
         "discard" => crate::transaction::discard(ctx, &mut conn.borrow_mut()),

@@ -50,6 +50,10 @@ pub struct Config {
     /// How long a finished task (and its result) stays readable, in ms (docs/TASKS.md).
     #[arg(long, default_value_t = wetask_shards::tasks::model::RETENTION_MS_DEFAULT)]
     pub task_retention_ms: u64,
+    /// Let Lua scripts touch keys they did not declare, on any shard: every script then
+    /// locks every shard while it runs (for clients such as BullMQ; docs/ARCHITECTURE.md).
+    #[arg(long)]
+    pub lua_whole_server: bool,
     /// Log filter (`tracing` env-filter syntax), e.g. `info` or `wetask=debug`.
     #[arg(long, default_value = "info")]
     pub log_level: String,

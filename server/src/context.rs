@@ -47,6 +47,10 @@ pub struct ShardCtx {
     pub push_hook: RefCell<Option<Box<dyn Fn()>>>,
     /// Pushes that met their connection busy, settled by the transport.
     pub deferred_pushes: RefCell<Vec<(u64, wetask_protocol::Frame)>>,
+    /// This shard's Lua state, made by the first script.
+    pub lua: RefCell<Option<mlua::Lua>>,
+    /// The script running on this shard, if any.
+    pub script_run: RefCell<Option<crate::scripting::ScriptRun>>,
 }
 
 impl ShardCtx {
@@ -76,6 +80,8 @@ impl ShardCtx {
             push_ready: RefCell::new(Vec::new()),
             push_hook: RefCell::new(None),
             deferred_pushes: RefCell::new(Vec::new()),
+            lua: RefCell::new(None),
+            script_run: RefCell::new(None),
         }
     }
 

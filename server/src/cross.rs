@@ -49,6 +49,16 @@ impl Held<'_> {
         Held { ctx, token, shards }
     }
 
+    /// The locks a running operation already holds, named by its token (a script's
+    /// `redis.call` acting under its EVAL's locks).
+    pub fn resume(ctx: &ShardCtx, token: u64, shards: Vec<usize>) -> Held<'_> {
+        Held { ctx, token, shards }
+    }
+
+    pub fn shards(&self) -> &[usize] {
+        &self.shards
+    }
+
     pub async fn unlock(self) {
         let mut pending = Vec::new();
         for &shard in &self.shards {

@@ -28,6 +28,8 @@ pub struct Globals {
     /// Per shard: how many channels and patterns its clients subscribe to (PUBLISH skips
     /// shards with none).
     pub subscriptions: Vec<AtomicUsize>,
+    /// Script bodies by SHA1, for EVALSHA on any shard.
+    pub scripts: Mutex<std::collections::HashMap<String, bytes::Bytes>>,
 }
 
 impl Globals {
@@ -38,6 +40,7 @@ impl Globals {
             maxclients: AtomicUsize::new(config.maxclients),
             shard_count,
             subscriptions: (0..shard_count).map(|_| AtomicUsize::new(0)).collect(),
+            scripts: Mutex::new(std::collections::HashMap::new()),
             connected_clients: AtomicUsize::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),

@@ -15,6 +15,7 @@ mod mesh;
 mod net;
 mod pubsub;
 pub mod runtime;
+mod scripting;
 mod session;
 mod stats;
 mod task_fetch;

@@ -192,6 +192,13 @@ const PARTIAL: &[(&str, &str)] = &[
     ("bzpopmin", "as BLPOP (a member handed back keeps its score)"),
     ("bzpopmax", "as BZPOPMIN"),
     ("bzmpop", "as BZPOPMIN"),
+    ("eval", "Lua 5.1 with the base, table, string and math libraries: the cjson, cmsgpack, struct and bit libraries Redis embeds are not there yet; scripts speak RESP2 only (`redis.setresp(3)` is refused); a script running over 5 s is stopped with an error (Redis replies BUSY to others until SCRIPT KILL); a key neither declared nor on a declared key's shard is refused unless the server runs with `--lua-whole-server` (a script that declares no key locks every shard and may use any)"),
+    ("evalsha", "as EVAL"),
+    ("eval_ro", "as EVAL"),
+    ("evalsha_ro", "as EVAL"),
+    ("script", "LOAD, EXISTS, FLUSH and HELP; KILL answers NOTBUSY (a script over its time limit stops by itself)"),
+    ("subscribe", "sharded pub/sub (SSUBSCRIBE, SPUBLISH) is not served yet"),
+    ("watch", "a key counts as changed by any write command naming it, even one that changed nothing, and by a cross-shard command that only read it; a key that expires is not counted as changed"),
 ];
 
 fn family_table(out: &mut String) {

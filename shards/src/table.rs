@@ -197,6 +197,14 @@ fn blmpop_keys(args: &[Bytes]) -> Vec<usize> {
     lists::mpop_keys(args, 2)
 }
 
+/// EVAL's keys: `numkeys` at 2, then the keys.
+fn eval_keys(args: &[Bytes]) -> Vec<usize> {
+    match args.get(2).and_then(|n| crate::args::parse_i64(n)) {
+        Some(n) if n > 0 && (n as usize) <= args.len() - 3 => (3..3 + n as usize).collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn sintercard_keys(args: &[Bytes]) -> Vec<usize> {
     sets::sintercard_keys(args)
 }
@@ -383,6 +391,12 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("punsubscribe", -1, NOSCRIPT | LOADING | STALE, NONE, Server, None, "pubsub", "Stops listening to messages published to channels that match one or more patterns."),
     row("publish", 3, LOADING | STALE | FAST, NONE, Server, None, "pubsub", "Posts a message to a channel."),
     row("pubsub", -2, LOADING | STALE, NONE, Server, None, "pubsub", "A container for Pub/Sub commands."),
+    // scripting
+    row("eval", -3, NOSCRIPT | STALE, MOVABLE, Server, None, "scripting", "Executes a server-side Lua script.").movable(eval_keys),
+    row("evalsha", -3, NOSCRIPT | STALE, MOVABLE, Server, None, "scripting", "Executes a server-side Lua script by SHA1 digest.").movable(eval_keys),
+    row("eval_ro", -3, NOSCRIPT | STALE | READONLY, MOVABLE, Server, None, "scripting", "Executes a read-only server-side Lua script.").movable(eval_keys),
+    row("evalsha_ro", -3, NOSCRIPT | STALE | READONLY, MOVABLE, Server, None, "scripting", "Executes a read-only server-side Lua script by SHA1 digest.").movable(eval_keys),
+    row("script", -2, NOSCRIPT, NONE, Server, None, "scripting", "A container for Lua scripts management commands."),
     // transactions
     row("multi", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, "transactions", "Starts a transaction."),
     row("exec", 1, NOSCRIPT | LOADING | STALE, NONE, Server, None, "transactions", "Executes all commands in a transaction."),

@@ -100,6 +100,31 @@ SCRIPTS = {
         "MULTI", "WATCH a", "DISCARD", "MULTI", "PING", "ECHO hi", "SELECT 2", "SET a in2",
         "SELECT 0", "EXEC", "GET a", "MULTI", "FLUSHDB", "DBSIZE", "EXEC",
     ],
+    "scripting": [
+        "SET s x", "EVAL return\\x20redis.call('lpush',KEYS[1],'a') 1 s",
+        "EVAL return\\x20redis.call('nosuch') 0", "EVAL return\\x20redis.call('get') 0",
+        "EVAL error('boom') 0", "EVAL return\\x20{1,2,3.7,'x',nil,4} 0",
+        "EVAL return\\x20redis.pcall('lpush',KEYS[1],'a') 1 s", "EVAL return\\x20{err='my\\x20error'} 0",
+        "EVAL return\\x20{ok='fine'} 0", "EVAL return\\x20true 0", "EVAL return\\x20false 0",
+        "EVAL return\\x203.99 0", "EVAL syntax\\x20error\\x20here 0", "EVALSHA abc 0",
+        "EVAL return\\x201 -1", "EVAL return\\x201 5 a", "SCRIPT LOAD return\\x201",
+        "EVALSHA e0e1f9fabfc9d4800c877a703b823ac0578ff8db 0",
+        "SCRIPT EXISTS e0e1f9fabfc9d4800c877a703b823ac0578ff8db ffff",
+        "EVAL return\\x20redis.call('subscribe','x') 0", "EVAL return\\x20redis.error_reply('E1\\x20custom') 0",
+        "EVAL return\\x20redis.call('ping') 0", "EVAL return\\x20type(redis.call('get','nokey')) 0",
+        "EVAL return\\x20redis.sha1hex('') 0",
+        "EVAL return\\x20redis.call('incrbyfloat',KEYS[1],1.5) 1 f",
+        "EVAL redis.call('hset',KEYS[1],'a',ARGV[1]);return\\x20redis.call('hgetall',KEYS[1]) 1 h v1",
+        "EVAL return\\x20redis.call('zadd',KEYS[1],1.5,'m') 1 z",
+        "EVAL return\\x20redis.call('zrange',KEYS[1],0,-1,'withscores') 1 z",
+        "EVAL return\\x20redis.call('zscore',KEYS[1],'m') 1 z",
+        "EVAL return\\x20redis.call('set',KEYS[1],'v') 1 k",
+        "EVAL_RO return\\x20redis.call('set',KEYS[1],'v') 1 k",
+        "EVAL_RO return\\x20redis.call('get',KEYS[1]) 1 k",
+        "EVAL return\\x20ARGV 0 a b c", "EVAL return\\x20#KEYS 2 a b",
+        "SCRIPT FLUSH", "SCRIPT EXISTS e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+        "EVALSHA e0e1f9fabfc9d4800c877a703b823ac0578ff8db 0",
+    ],
     "generic on collections": [
         "RPUSH l a b", "HSET h f v", "SADD s m", "ZADD z 1 m", "TYPE l", "TYPE h", "TYPE s",
         "TYPE z", "RENAME l l2", "LRANGE l2 0 -1", "COPY h h2", "HGETALL h2", "DEL s z l2",
@@ -145,7 +170,8 @@ def normalise(reply):
 
 def reply_of(client, line):
     """The reply to one command, normalised for comparison; errors by their text."""
-    words = line.split(" ")
+    # Within one word, \x20 stands for a space (scripts).
+    words = [w.replace("\\x20", " ") for w in line.split(" ")]
     try:
         reply = client.execute_command(*words)
     except redis.ResponseError as e:

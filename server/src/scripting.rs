@@ -1,0 +1,657 @@
+//! Scripting: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT LOAD/EXISTS/FLUSH, with an
+//! embedded Lua 5.1 (mlua, built from source: no system library).
+//!
+//! A script runs atomically on the shards of its declared keys: EVAL locks them (ascending,
+//! as transactions do), borrows the declared keys of other shards onto this shard, runs the
+//! script here, and gives the keys back before it unlocks. `redis.call` runs commands on this
+//! shard's keyspace. A key the script did not declare may be used only when its shard is
+//! locked anyway (the same shard as a declared key: a hash tag such as `{queue}` puts related
+//! keys there); any other undeclared key is refused with a clear error, never touched behind
+//! the locks' back. A script that declares no key locks every shard (Redis lets it use any
+//! key). `--lua-whole-server` makes every script lock every shard instead, so
+//! scripts that build key names at run time (BullMQ's, for one) work unchanged; the price is
+//! that a script then stalls every shard while it runs (docs/ARCHITECTURE.md).
+//!
+//! Conversions follow Redis's RESP2 rules; errors carry Redis 7's `script: <sha>, on
+//! @user_script:<line>.` suffix. A script that runs longer than `SCRIPT_TIME_LIMIT` is
+//! stopped with an error (Redis would reply BUSY to everyone and wait for SCRIPT KILL).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value, VmState};
+use wetask_protocol::{format_double, Frame};
+use wetask_shards::args::{int_arg, is};
+use wetask_shards::table::{flag, CommandSpec, Route};
+use wetask_shards::{lookup, shard_of};
+
+use crate::clients::ConnState;
+use crate::context::ShardCtx;
+use crate::cross::{borrow, give_back, Held};
+use crate::mesh::Request;
+
+/// Longest a script may run before it is stopped.
+pub const SCRIPT_TIME_LIMIT: Duration = Duration::from_secs(5);
+/// Most scripts kept for EVALSHA.
+pub const SCRIPTS_MAX: usize = 100_000;
+/// Most results one `redis.call` reply may nest (arrays in arrays).
+const NESTING_MAX: usize = 64;
+
+/// The SHA1 of a script body, lower-case hex, as EVALSHA names it.
+pub fn sha1_hex(body: &[u8]) -> String {
+    sha1_smol::Sha1::from(body).digest().to_string()
+}
+
+/// What the script now running on this shard may touch.
+pub struct ScriptRun {
+    token: u64,
+    /// Shards locked for this script.
+    shards: Vec<usize>,
+    /// Shards whose keys the script may touch undeclared: those of its declared keys (every
+    /// shard with `--lua-whole-server`). The connection's own shard is locked too, but does
+    /// not count, so the rule does not depend on where a connection landed.
+    open_shards: Vec<usize>,
+    db: usize,
+    client: u64,
+    declared: Vec<Bytes>,
+    borrowed: Vec<(usize, Bytes)>,
+    read_only: bool,
+}
+
+/// An error raised by `redis.call`, carried through Lua untouched.
+#[derive(Debug)]
+struct CallError(String);
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CallError {}
+
+fn owner(ctx: &ShardCtx, key: &[u8]) -> usize {
+    if ctx.shard_count == 1 {
+        ctx.id
+    } else {
+        shard_of(key, ctx.shard_count)
+    }
+}
+
+/// This shard's Lua state, made on first use.
+pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
+    if let Some(lua) = ctx.lua.borrow().as_ref() {
+        return Ok(lua.clone());
+    }
+    let lua = Lua::new_with(
+        StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+        LuaOptions::new(),
+    )?;
+    let globals = lua.globals();
+    for unsafe_name in ["dofile", "loadfile", "print"] {
+        globals.set(unsafe_name, Value::Nil)?;
+    }
+    let redis = lua.create_table()?;
+    let call_ctx = ctx.clone();
+    redis.set(
+        "call",
+        lua.create_async_function(move |lua, args: MultiValue| {
+            let ctx = call_ctx.clone();
+            async move { redis_call(&ctx, &lua, args, false).await }
+        })?,
+    )?;
+    let pcall_ctx = ctx.clone();
+    redis.set(
+        "pcall",
+        lua.create_async_function(move |lua, args: MultiValue| {
+            let ctx = pcall_ctx.clone();
+            async move { redis_call(&ctx, &lua, args, true).await }
+        })?,
+    )?;
+    redis.set(
+        "error_reply",
+        lua.create_function(|lua, text: mlua::String| {
+            let table = lua.create_table()?;
+            table.set("err", text)?;
+            Ok(table)
+        })?,
+    )?;
+    redis.set(
+        "status_reply",
+        lua.create_function(|lua, text: mlua::String| {
+            let table = lua.create_table()?;
+            table.set("ok", text)?;
+            Ok(table)
+        })?,
+    )?;
+    redis.set(
+        "sha1hex",
+        lua.create_function(|_, text: mlua::String| Ok(sha1_hex(&text.as_bytes())))?,
+    )?;
+    redis.set(
+        "log",
+        lua.create_function(|_, (level, text): (i64, mlua::String)| {
+            tracing::info!(level, "script: {}", text.to_string_lossy());
+            Ok(())
+        })?,
+    )?;
+    // Replication knobs of older scripts: accepted, nothing to do.
+    redis.set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
+    redis.set("set_repl", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
+    redis.set(
+        "setresp",
+        lua.create_function(|_, version: i64| {
+            if version == 2 {
+                Ok(())
+            } else {
+                Err(mlua::Error::runtime(
+                    "RESP version must be 2 (WeTask scripts speak RESP2)",
+                ))
+            }
+        })?,
+    )?;
+    for (name, value) in [
+        ("LOG_DEBUG", 0),
+        ("LOG_VERBOSE", 1),
+        ("LOG_NOTICE", 2),
+        ("LOG_WARNING", 3),
+        ("REPL_NONE", 0),
+        ("REPL_AOF", 1),
+        ("REPL_SLAVE", 2),
+        ("REPL_REPLICA", 2),
+        ("REPL_ALL", 3),
+    ] {
+        redis.set(name, value)?;
+    }
+    globals.set("redis", redis)?;
+    *ctx.lua.borrow_mut() = Some(lua.clone());
+    Ok(lua)
+}
+
+/// Converts a Lua argument of `redis.call` to a command argument, as Redis does.
+fn argument(value: &Value) -> Option<Bytes> {
+    match value {
+        Value::String(s) => Some(Bytes::copy_from_slice(&s.as_bytes())),
+        Value::Integer(n) => Some(Bytes::from(n.to_string())),
+        Value::Number(n) => Some(Bytes::from(if n.fract() == 0.0 && n.abs() < 1e17 {
+            format!("{}", *n as i64)
+        } else {
+            format_double(*n)
+        })),
+        _ => None,
+    }
+}
+
+async fn redis_call(
+    ctx: &Rc<ShardCtx>,
+    lua: &Lua,
+    args: MultiValue,
+    protected: bool,
+) -> mlua::Result<Value> {
+    let frame = match call_command(ctx, args).await {
+        Ok(frame) => frame,
+        Err(text) => Frame::error(text),
+    };
+    match frame {
+        Frame::Error(text) if !protected => Err(mlua::Error::external(CallError(
+            String::from_utf8_lossy(&text).into_owned(),
+        ))),
+        frame => frame_to_lua(lua, &frame, 0),
+    }
+}
+
+/// Runs one `redis.call`; an `Err` is the error reply's text.
+async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, String> {
+    let mut argv = Vec::with_capacity(args.len());
+    for value in args.iter() {
+        argv.push(argument(value).ok_or_else(|| {
+            "ERR Lua redis lib command arguments must be strings or integers".to_string()
+        })?);
+    }
+    if argv.is_empty() {
+        return Err("ERR Please specify at least one argument for this redis lib call".into());
+    }
+    let Some(spec) = lookup(&argv[0]) else {
+        return Err("ERR Unknown Redis command called from script".into());
+    };
+    if !spec.arity_ok(argv.len()) {
+        return Err("ERR Wrong number of args calling Redis command from script".into());
+    }
+    if spec.has(flag::NOSCRIPT) {
+        return Err("ERR This Redis command is not allowed from script".into());
+    }
+    let (db, client, token, read_only) = {
+        let run = ctx.script_run.borrow();
+        let run = run.as_ref().ok_or("ERR no script is running")?;
+        (run.db, run.client, run.token, run.read_only)
+    };
+    if read_only && spec.has(flag::WRITE) {
+        return Err("ERR Write commands are not allowed from read-only scripts.".into());
+    }
+    match spec.route {
+        Route::Server => {
+            return match spec.name {
+                "ping" => Ok(crate::commands::ping(&argv)),
+                "echo" => Ok(Frame::Bulk(argv[1].clone())),
+                "time" => Ok(crate::commands::time()),
+                "select" => match wetask_shards::args::parse_i64(&argv[1]) {
+                    Some(n) if (0..wetask_shards::DATABASES as i64).contains(&n) => {
+                        if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
+                            run.db = n as usize;
+                        }
+                        Ok(Frame::ok())
+                    }
+                    _ => Err(wetask_shards::errors::DB_INDEX_RANGE.into()),
+                },
+                _ => Err("ERR This Redis command is not allowed from script".into()),
+            };
+        }
+        Route::AllShards(merge) => {
+            let shards = ctx.script_run.borrow().as_ref().map(|r| r.shards.clone());
+            let shards = shards.unwrap_or_default();
+            if shards.len() < ctx.shard_count {
+                return Err(format!(
+                    "ERR '{}' from a script needs every shard: start the server with --lua-whole-server",
+                    spec.name
+                ));
+            }
+            let held = Held::resume(ctx, token, shards);
+            let mut replies = Vec::new();
+            for shard in 0..ctx.shard_count {
+                let frame = if shard == ctx.id {
+                    ctx.shard.borrow_mut().execute(db, client, spec, &argv)
+                } else {
+                    let request = Request::Exec {
+                        db,
+                        client,
+                        commands: vec![(spec.index(), argv.clone())],
+                    };
+                    crate::dispatch::single_reply(crate::cross::on(&held, shard, request).await)
+                };
+                replies.push((frame, Vec::new()));
+            }
+            return Ok(crate::dispatch::merge_replies(merge, replies));
+        }
+        Route::Keyed | Route::Split(_) => {}
+    }
+    // Every key must be declared, or live on a shard this script holds.
+    let mut needed = Vec::new();
+    for i in spec.key_positions(&argv) {
+        let key = &argv[i];
+        let shard = owner(ctx, key);
+        let run = ctx.script_run.borrow();
+        let run = run.as_ref().expect("checked above");
+        let declared = run.declared.iter().any(|k| k == key);
+        if !declared && !run.open_shards.contains(&shard) {
+            return Err(format!(
+                "ERR Script attempted to access key '{}', which was not declared in KEYS and lives on another shard; declare it, give related keys one hash tag, or start the server with --lua-whole-server",
+                String::from_utf8_lossy(key)
+            ));
+        }
+        let borrowed = run.borrowed.iter().any(|(d, k)| *d == db && k == key);
+        if shard != ctx.id && !borrowed && spec.group != "tasks" {
+            needed.push((db, key.clone()));
+        }
+    }
+    let shards = ctx
+        .script_run
+        .borrow()
+        .as_ref()
+        .map(|r| r.shards.clone())
+        .unwrap_or_default();
+    let held = Held::resume(ctx, token, shards);
+    if !needed.is_empty() {
+        let got = borrow(&held, needed.into_iter()).await;
+        if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
+            run.borrowed.extend(got);
+        }
+    }
+    if spec.group == "tasks" {
+        let shard = spec
+            .key_positions(&argv)
+            .next()
+            .map_or(ctx.id, |i| owner(ctx, &argv[i]));
+        if shard != ctx.id {
+            let request = Request::Exec {
+                db,
+                client,
+                commands: vec![(spec.index(), argv.clone())],
+            };
+            return Ok(crate::dispatch::single_reply(
+                crate::cross::on(&held, shard, request).await,
+            ));
+        }
+    }
+    let frame = ctx.shard.borrow_mut().execute(db, client, spec, &argv);
+    ctx.stats.record(spec, frame.is_error());
+    Ok(frame)
+}
+
+/// A reply as Lua sees it (Redis's RESP2-to-Lua rules).
+fn frame_to_lua(lua: &Lua, frame: &Frame, depth: usize) -> mlua::Result<Value> {
+    if depth > NESTING_MAX {
+        return Err(mlua::Error::runtime("reply nested too deeply"));
+    }
+    let list = |items: &mut dyn Iterator<Item = &Frame>| -> mlua::Result<Value> {
+        let table = lua.create_table()?;
+        for (i, item) in items.enumerate() {
+            table.raw_set(i + 1, frame_to_lua(lua, item, depth + 1)?)?;
+        }
+        Ok(Value::Table(table))
+    };
+    Ok(match frame {
+        Frame::Integer(n) => Value::Integer(*n),
+        Frame::Bulk(b) | Frame::BigNumber(b) | Frame::Verbatim(_, b) => {
+            Value::String(lua.create_string(b)?)
+        }
+        Frame::Double(d) => Value::String(lua.create_string(format_double(*d))?),
+        Frame::Null | Frame::NullArray => Value::Boolean(false),
+        Frame::Boolean(b) => Value::Integer(i64::from(*b)),
+        Frame::Simple(text) => {
+            let table = lua.create_table()?;
+            table.set("ok", lua.create_string(text)?)?;
+            Value::Table(table)
+        }
+        Frame::Error(text) | Frame::BulkError(text) => {
+            let table = lua.create_table()?;
+            table.set("err", lua.create_string(text)?)?;
+            Value::Table(table)
+        }
+        Frame::Array(items) | Frame::Set(items) | Frame::Push(items) | Frame::Several(items) => {
+            list(&mut items.iter())?
+        }
+        Frame::Map(pairs) | Frame::Pairs(pairs) => {
+            list(&mut pairs.iter().flat_map(|(k, v)| [k, v]))?
+        }
+        Frame::Written => Value::Nil,
+    })
+}
+
+/// A script's result as a reply (Redis's Lua-to-RESP rules).
+fn lua_to_frame(value: &Value, depth: usize) -> Frame {
+    if depth > NESTING_MAX {
+        return Frame::static_error("ERR reached lua stack limit");
+    }
+    match value {
+        Value::Nil | Value::Boolean(false) => Frame::Null,
+        Value::Boolean(true) => Frame::Integer(1),
+        Value::Integer(n) => Frame::Integer(*n),
+        Value::Number(n) => Frame::Integer(*n as i64),
+        Value::String(s) => Frame::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
+        Value::Table(table) => {
+            if let Ok(Value::String(err)) = table.raw_get::<Value>("err") {
+                return Frame::Error(Bytes::copy_from_slice(&err.as_bytes()));
+            }
+            if let Ok(Value::String(ok)) = table.raw_get::<Value>("ok") {
+                return Frame::Simple(Bytes::copy_from_slice(&ok.as_bytes()));
+            }
+            let mut items = Vec::new();
+            for i in 1.. {
+                match table.raw_get::<Value>(i) {
+                    Ok(Value::Nil) | Err(_) => break,
+                    Ok(item) => items.push(lua_to_frame(&item, depth + 1)),
+                }
+            }
+            Frame::Array(items)
+        }
+        _ => Frame::Null,
+    }
+}
+
+/// The line a Lua error message points at (`user_script:LINE:`), for Redis's error suffix.
+fn error_line(message: &str) -> Option<u32> {
+    let at = message.find("user_script:")? + "user_script:".len();
+    let digits: String = message[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// A script failure as Redis 7 words it.
+fn script_error(error: &mlua::Error, sha: &str) -> Frame {
+    let mut cause = error;
+    while let mlua::Error::CallbackError { cause: inner, .. } = cause {
+        cause = inner;
+    }
+    let (text, line) = match cause {
+        mlua::Error::ExternalError(e) => match e.downcast_ref::<CallError>() {
+            Some(call) => (call.0.clone(), error_line(&error.to_string())),
+            None => (format!("ERR {e}"), None),
+        },
+        mlua::Error::RuntimeError(message) => {
+            let first = message.lines().next().unwrap_or_default();
+            let line = error_line(first);
+            match first.find("user_script:") {
+                Some(at) => (format!("ERR {}", &first[at..]), line),
+                None => (format!("ERR {first}"), line),
+            }
+        }
+        other => (
+            format!(
+                "ERR {}",
+                other.to_string().lines().next().unwrap_or_default()
+            ),
+            None,
+        ),
+    };
+    Frame::error(format!(
+        "{text} script: {sha}, on @user_script:{}.",
+        line.unwrap_or(1)
+    ))
+}
+
+/// The compiled function for a script body, cached per shard by its SHA.
+fn compiled(lua: &Lua, sha: &str, body: &[u8]) -> Result<Function, Frame> {
+    let name = format!("f_{sha}");
+    if let Ok(function) = lua.named_registry_value::<Function>(&name) {
+        return Ok(function);
+    }
+    let function = lua
+        .load(body)
+        .set_name("@user_script")
+        .into_function()
+        .map_err(|e| {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            let detail = first.find("user_script:").map_or(first, |at| &first[at..]);
+            Frame::error(format!(
+                "ERR Error compiling script (new function): {detail}"
+            ))
+        })?;
+    lua.set_named_registry_value(&name, function.clone())
+        .map_err(|e| Frame::error(format!("ERR {e}")))?;
+    Ok(function)
+}
+
+/// Stores a script body for EVALSHA; returns its SHA.
+fn remember(ctx: &ShardCtx, body: &Bytes) -> Result<String, Frame> {
+    let sha = sha1_hex(body);
+    let mut scripts = ctx.globals.scripts.lock().expect("scripts");
+    if !scripts.contains_key(&sha) {
+        if scripts.len() >= SCRIPTS_MAX {
+            return Err(Frame::error(format!(
+                "ERR too many scripts loaded ({SCRIPTS_MAX}); SCRIPT FLUSH frees them"
+            )));
+        }
+        scripts.insert(sha.clone(), Bytes::copy_from_slice(body));
+    }
+    Ok(sha)
+}
+
+/// EVAL / EVALSHA / EVAL_RO / EVALSHA_RO.
+pub async fn eval(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    spec: &CommandSpec,
+    args: &[Bytes],
+) -> Frame {
+    let by_sha = spec.name.starts_with("evalsha");
+    let read_only = spec.name.ends_with("_ro");
+    let numkeys = match int_arg(&args[2]) {
+        Ok(n) if n < 0 => return Frame::static_error("ERR Number of keys can't be negative"),
+        Ok(n) if n as usize > args.len() - 3 => {
+            return Frame::static_error("ERR Number of keys can't be greater than number of args")
+        }
+        Ok(n) => n as usize,
+        Err(err) => return err,
+    };
+    let (sha, body) = if by_sha {
+        let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+        let body = ctx
+            .globals
+            .scripts
+            .lock()
+            .expect("scripts")
+            .get(&sha)
+            .cloned();
+        match body {
+            Some(body) => (sha, body),
+            None => return Frame::static_error("NOSCRIPT No matching script. Please use EVAL."),
+        }
+    } else {
+        match remember(ctx, &args[1]) {
+            Ok(sha) => (sha, args[1].clone()),
+            Err(err) => return err,
+        }
+    };
+    let lua = match lua(ctx) {
+        Ok(lua) => lua,
+        Err(e) => return Frame::error(format!("ERR cannot start Lua: {e}")),
+    };
+    let function = match compiled(&lua, &sha, &body) {
+        Ok(function) => function,
+        Err(err) => return err,
+    };
+    let keys: Vec<Bytes> = args[3..3 + numkeys]
+        .iter()
+        .map(|k| Bytes::copy_from_slice(k))
+        .collect();
+    let argv: Vec<Bytes> = args[3 + numkeys..]
+        .iter()
+        .map(|a| Bytes::copy_from_slice(a))
+        .collect();
+    let (db, client) = {
+        let state = conn.borrow();
+        (state.db, state.id)
+    };
+    // A script that declares no key at all may still use keys (Redis allows it): it locks
+    // every shard, as `--lua-whole-server` makes every script do.
+    let open_shards: Vec<usize> = if ctx.globals.config.lua_whole_server || keys.is_empty() {
+        (0..ctx.shard_count).collect()
+    } else {
+        keys.iter().map(|k| owner(ctx, k)).collect()
+    };
+    let mut shards = open_shards.clone();
+    shards.push(ctx.id);
+    let held = Held::lock_shards(ctx, shards).await;
+    let borrowed = borrow(&held, keys.iter().map(|k| (db, k.clone()))).await;
+    *ctx.script_run.borrow_mut() = Some(ScriptRun {
+        token: held.token,
+        shards: held.shards().to_vec(),
+        open_shards,
+        db,
+        client,
+        declared: keys.clone(),
+        borrowed,
+        read_only,
+    });
+    let result = run_script(&lua, function, &keys, &argv).await;
+    let run = ctx.script_run.borrow_mut().take().expect("set above");
+    give_back(&held, run.borrowed).await;
+    held.unlock().await;
+    match result {
+        Ok(value) => lua_to_frame(&value, 0),
+        Err(error) => script_error(&error, &sha),
+    }
+}
+
+async fn run_script(
+    lua: &Lua,
+    function: Function,
+    keys: &[Bytes],
+    argv: &[Bytes],
+) -> mlua::Result<Value> {
+    let strings = |items: &[Bytes]| -> mlua::Result<mlua::Table> {
+        let table = lua.create_table()?;
+        for (i, item) in items.iter().enumerate() {
+            table.raw_set(i + 1, lua.create_string(item)?)?;
+        }
+        Ok(table)
+    };
+    let globals = lua.globals();
+    globals.set("KEYS", strings(keys)?)?;
+    globals.set("ARGV", strings(argv)?)?;
+    let thread = lua.create_thread(function)?;
+    let started = Instant::now();
+    thread.set_hook(
+        HookTriggers::new().every_nth_instruction(10_000),
+        move |_, _| {
+            if started.elapsed() > SCRIPT_TIME_LIMIT {
+                Err(mlua::Error::runtime(format!(
+                    "script ran longer than {} s and was stopped",
+                    SCRIPT_TIME_LIMIT.as_secs()
+                )))
+            } else {
+                Ok(VmState::Continue)
+            }
+        },
+    );
+    thread.into_async::<Value>(()).await
+}
+
+/// SCRIPT LOAD | EXISTS | FLUSH | HELP.
+pub fn script(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
+    let sub = &args[1];
+    if is(sub, "load") && args.len() == 3 {
+        let lua = match lua(ctx) {
+            Ok(lua) => lua,
+            Err(e) => return Frame::error(format!("ERR cannot start Lua: {e}")),
+        };
+        let sha = sha1_hex(&args[2]);
+        if let Err(err) = compiled(&lua, &sha, &args[2]) {
+            return err;
+        }
+        match remember(ctx, &args[2]) {
+            Ok(sha) => Frame::Bulk(Bytes::from(sha)),
+            Err(err) => err,
+        }
+    } else if is(sub, "exists") && args.len() >= 3 {
+        let scripts = ctx.globals.scripts.lock().expect("scripts");
+        Frame::Array(
+            args[2..]
+                .iter()
+                .map(|sha| {
+                    let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
+                    Frame::Integer(i64::from(scripts.contains_key(&sha)))
+                })
+                .collect(),
+        )
+    } else if is(sub, "flush") && args.len() <= 3 {
+        if let Some(mode) = args.get(2) {
+            if !is(mode, "sync") && !is(mode, "async") {
+                return Frame::static_error("ERR SCRIPT FLUSH only support SYNC|ASYNC option");
+            }
+        }
+        ctx.globals.scripts.lock().expect("scripts").clear();
+        Frame::ok()
+    } else if is(sub, "help") {
+        Frame::Array(
+            [
+                "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "EXISTS <sha1> [<sha1> ...]",
+                "FLUSH [ASYNC|SYNC]",
+                "LOAD <script>",
+            ]
+            .iter()
+            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+        )
+    } else if is(sub, "kill") {
+        Frame::static_error("NOTBUSY No scripts in execution right now.")
+    } else {
+        wetask_shards::errors::unknown_subcommand("script", sub)
+    }
+}
