@@ -88,6 +88,20 @@ pub fn encode(out: &mut Vec<u8>, frame: &Frame, protocol: Protocol) {
         Frame::Array(items) => encode_items(out, b'*', items, protocol),
         Frame::Set(items) => encode_items(out, if resp3 { b'~' } else { b'*' }, items, protocol),
         Frame::Push(items) => encode_items(out, if resp3 { b'>' } else { b'*' }, items, protocol),
+        Frame::Keyed(pairs) => {
+            if resp3 {
+                header(out, b'%', pairs.len());
+            } else {
+                header(out, b'*', pairs.len());
+            }
+            for (key, value) in pairs {
+                if !resp3 {
+                    header(out, b'*', 2);
+                }
+                encode(out, key, protocol);
+                encode(out, value, protocol);
+            }
+        }
         Frame::Pairs(pairs) => {
             // RESP3: an array of [a, b] arrays; RESP2: one flat array.
             header(out, b'*', if resp3 { pairs.len() } else { pairs.len() * 2 });

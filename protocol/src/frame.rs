@@ -35,6 +35,9 @@ pub enum Frame {
     Pairs(Vec<(Frame, Frame)>),
     Set(Vec<Frame>),
     Push(Vec<Frame>),
+    /// A map in RESP3, an array of `[key, value]` arrays in RESP2 (XREAD's streams). Never
+    /// decoded.
+    Keyed(Vec<(Frame, Frame)>),
     /// Several replies to one command, sent one after another (SUBSCRIBE a b: one
     /// confirmation per channel). Never decoded.
     Several(Vec<Frame>),

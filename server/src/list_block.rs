@@ -45,6 +45,12 @@ pub enum BlockOp {
     /// BZPOPMIN/BZPOPMAX (`count` None: replies `[key, member, score]`) and BZMPOP (`count`
     /// Some: replies `[key, [[member, score], …]]`).
     ZPop { max: bool, count: Option<usize> },
+    /// XREAD … BLOCK: entries after `after` (`None` is `$`, fixed when the read parks on
+    /// the stream's shard). Nothing is consumed: every reader waiting on a stream is served.
+    XRead {
+        after: Vec<(Bytes, Option<wetask_shards::stream::StreamId>)>,
+        count: usize,
+    },
 }
 
 /// A blocked pop parked on an owner shard.
@@ -144,6 +150,19 @@ pub fn parse(spec: &CommandSpec, args: &[Bytes]) -> Result<Blocking, Frame> {
                 },
             })
         }
+        "xread" => {
+            let read = wetask_shards::streams::parse_xread(args)?;
+            // Without BLOCK an XREAD that found nothing answers nil at once.
+            let block_ms = read.block_ms.ok_or(Frame::NullArray)?;
+            Ok(Blocking {
+                timeout_ms: block_ms,
+                keys: read.streams.iter().map(|(k, _)| copy(k)).collect(),
+                op: BlockOp::XRead {
+                    after: read.streams.iter().map(|(k, id)| (copy(k), *id)).collect(),
+                    count: read.count,
+                },
+            })
+        }
         other => Err(Frame::error(format!("ERR '{other}' is not a blocking pop"))),
     }
 }
@@ -162,6 +181,10 @@ pub fn may_wait(ctx: &ShardCtx, db: usize, spec: &CommandSpec, args: &[Bytes]) -
     let Ok(blocking) = parse(spec, args) else {
         return false;
     };
+    // A read of `$` finds nothing now even on an existing stream.
+    if matches!(blocking.op, BlockOp::XRead { .. }) {
+        return true;
+    }
     let mut shard = ctx.shard.borrow_mut();
     !blocking.keys.iter().any(|key| shard.exists(db, key))
 }
@@ -213,6 +236,9 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
     let mut waits: Vec<Option<Wait>> = Vec::new();
     for (shard, keys) in &groups {
         if *shard == ctx.id {
+            // Not while a cross-shard operation holds this shard: its keys may be borrowed
+            // away (an XREAD would take `$` of a stream that is briefly elsewhere).
+            ctx.wait_unlocked().await;
             let slot = Rc::new(LocalSlot::default());
             ctx.park_list(
                 waiter,
@@ -280,7 +306,7 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
     }
     match blocking.op {
         BlockOp::Move { .. } => Frame::Null,
-        BlockOp::Pop { .. } | BlockOp::ZPop { .. } => Frame::NullArray,
+        BlockOp::Pop { .. } | BlockOp::ZPop { .. } | BlockOp::XRead { .. } => Frame::NullArray,
     }
 }
 
@@ -411,7 +437,15 @@ async fn first_ready(waits: &mut [Option<Wait>]) -> (usize, Vec<Frame>) {
 impl ShardCtx {
     /// Parks a waiter on this shard's keys, then looks at them at once: data may have
     /// arrived between the command's attempt and now.
-    pub fn park_list(&self, waiter: u64, parked: ListWaiter) {
+    pub fn park_list(&self, waiter: u64, mut parked: ListWaiter) {
+        if let BlockOp::XRead { after, .. } = &mut parked.op {
+            let mut shard = self.shard.borrow_mut();
+            for (key, id) in after.iter_mut() {
+                if id.is_none() && parked.keys.contains(key) {
+                    *id = Some(shard.stream_last_id(parked.db, key));
+                }
+            }
+        }
         if self.list_waiters.borrow().len() >= LIST_WAITERS_MAX {
             let error = Frame::error(format!(
                 "ERR too many blocked clients on one shard ({LIST_WAITERS_MAX})"
@@ -503,6 +537,14 @@ impl ShardCtx {
                     let parked = self.remove_list_waiter(waiter).expect("present above");
                     self.answer(parked.reply, vec![frame]);
                 }
+                // A read that wants later entries than this one: the next reader may not.
+                None if matches!(
+                    self.list_waiters.borrow().get(&waiter).map(|w| &w.op),
+                    Some(BlockOp::XRead { .. })
+                ) =>
+                {
+                    continue
+                }
                 // The key is empty (or no longer a list): later waiters get nothing either.
                 None => break,
             }
@@ -513,7 +555,7 @@ impl ShardCtx {
     fn pop_for(&self, parked: &ListWaiter, key: &Bytes) -> Option<Frame> {
         let mut shard = self.shard.borrow_mut();
         let command: Vec<Bytes> = match &parked.op {
-            BlockOp::ZPop { .. } => Vec::new(),
+            BlockOp::ZPop { .. } | BlockOp::XRead { .. } => Vec::new(),
             BlockOp::Pop { end, count } => {
                 vec![
                     Bytes::from_static(b"lmpop"),
@@ -544,6 +586,14 @@ impl ShardCtx {
                 }
             }
         };
+        if let BlockOp::XRead { after, count } = &parked.op {
+            let id = after
+                .iter()
+                .find(|(k, _)| k == key)
+                .and_then(|(_, id)| *id)?;
+            let entries = shard.stream_read_after(parked.db, key, id, *count)?;
+            return Some(Frame::Keyed(vec![(Frame::Bulk(key.clone()), entries)]));
+        }
         let command = match &parked.op {
             BlockOp::ZPop { max, count } => vec![
                 Bytes::from_static(b"zmpop"),

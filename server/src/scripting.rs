@@ -365,6 +365,16 @@ fn frame_to_lua(lua: &Lua, frame: &Frame, depth: usize) -> mlua::Result<Value> {
         Frame::Map(pairs) | Frame::Pairs(pairs) => {
             list(&mut pairs.iter().flat_map(|(k, v)| [k, v]))?
         }
+        Frame::Keyed(pairs) => {
+            let table = lua.create_table()?;
+            for (i, (k, v)) in pairs.iter().enumerate() {
+                let pair = lua.create_table()?;
+                pair.raw_set(1, frame_to_lua(lua, k, depth + 1)?)?;
+                pair.raw_set(2, frame_to_lua(lua, v, depth + 1)?)?;
+                table.raw_set(i + 1, pair)?;
+            }
+            Value::Table(table)
+        }
         Frame::Written => Value::Nil,
     })
 }

@@ -283,3 +283,54 @@ fn blocking_sorted_set_pops() {
         assert_eq!(waiter.cmd(&format!("BZPOPMAX {b} 0.1")), Frame::NullArray);
     });
 }
+
+#[test]
+fn xread_block_wakes_every_reader_on_new_entries() {
+    each_server(|server| {
+        let (s, t) = (key_on("stream:s", 0), key_on("stream:t", 1));
+        let mut writer = server.client();
+        writer.cmd(&format!("XADD {s} 1-1 old 1"));
+        let mut readers: Vec<Client> = (0..3).map(|_| server.client()).collect();
+        for r in readers.iter_mut() {
+            r.send(&[
+                b"XREAD",
+                b"BLOCK",
+                b"5000",
+                b"STREAMS",
+                s.as_bytes(),
+                t.as_bytes(),
+                b"$",
+                b"$",
+            ]);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(writer.cmd(&format!("XADD {t} 5-1 f v")), bulk("5-1"));
+        let expected = array(vec![array(vec![
+            bulk(&t),
+            array(vec![array(vec![bulk("5-1"), strings(&["f", "v"])])]),
+        ])]);
+        for r in readers.iter_mut() {
+            assert_eq!(r.read().unwrap(), expected, "every reader gets the entry");
+        }
+        // Reading after a given id answers at once; BLOCK times out with nil.
+        let mut r = server.client();
+        assert_eq!(
+            r.cmd(&format!("XREAD COUNT 10 STREAMS {s} 0")),
+            array(vec![array(vec![
+                bulk(&s),
+                array(vec![array(vec![bulk("1-1"), strings(&["old", "1"])])]),
+            ])])
+        );
+        let started = Instant::now();
+        assert_eq!(
+            r.cmd(&format!("XREAD BLOCK 200 STREAMS {s} $")),
+            Frame::NullArray
+        );
+        assert!(started.elapsed() >= Duration::from_millis(190));
+        assert_eq!(
+            writer.cmd(&format!("XLEN {t}")),
+            int(1),
+            "reading consumes nothing"
+        );
+    });
+}

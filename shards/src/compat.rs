@@ -197,6 +197,9 @@ const PARTIAL: &[(&str, &str)] = &[
     ("eval_ro", "as EVAL"),
     ("evalsha_ro", "as EVAL"),
     ("script", "LOAD, EXISTS, FLUSH and HELP; KILL answers NOTBUSY (a script over its time limit stops by itself)"),
+    ("xread", "no consumer groups (XREADGROUP and the XGROUP family are missing); a blocked `$` read takes the stream's newest id when it parks on the stream's shard, a moment after the command arrives"),
+    ("xadd", "`~` trimming removes whole nodes of 100 entries, as Redis's default `stream-node-max-entries`"),
+    ("xtrim", "as XADD"),
     ("subscribe", "sharded pub/sub (SSUBSCRIBE, SPUBLISH) is not served yet"),
     ("watch", "a key counts as changed by any write command naming it, even one that changed nothing, and by a cross-shard command that only read it; a key that expires is not counted as changed"),
 ];

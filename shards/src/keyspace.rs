@@ -32,6 +32,7 @@ pub enum Value {
     Hash(Box<Hash>),
     Set(Box<Set>),
     ZSet(Box<crate::zset::ZSet>),
+    Stream(Box<crate::stream::Stream>),
 }
 
 /// A list's elements, head first.
@@ -49,6 +50,7 @@ impl Value {
             Value::Hash(_) => "hash",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
+            Value::Stream(_) => "stream",
         }
     }
 }

@@ -17,6 +17,8 @@ pub mod node;
 pub mod sets;
 pub mod shard;
 pub mod slot;
+pub mod stream;
+pub mod streams;
 pub mod strings;
 pub mod table;
 pub mod tasks;

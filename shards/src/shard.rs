@@ -236,6 +236,31 @@ impl Shard {
         true
     }
 
+    /// The newest id of the stream at `key` (0-0 when missing): what XREAD's `$` means.
+    pub fn stream_last_id(&mut self, db: usize, key: &[u8]) -> crate::stream::StreamId {
+        match crate::typed::get::<crate::stream::Stream>(&mut self.dbs[db], key, self.now_ms) {
+            Ok(Some(stream)) => stream.last_id,
+            _ => crate::stream::StreamId::MIN,
+        }
+    }
+
+    /// Up to `count` entries of the stream at `key` after `after`, as XREAD replies them;
+    /// `None` when there are none.
+    pub fn stream_read_after(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        after: crate::stream::StreamId,
+        count: usize,
+    ) -> Option<Frame> {
+        let stream =
+            crate::typed::get::<crate::stream::Stream>(&mut self.dbs[db], key, self.now_ms)
+                .ok()??;
+        let from = after.next()?;
+        let entries = stream.range(from, crate::stream::StreamId::MAX, false, count);
+        (!entries.is_empty()).then(|| crate::streams::entries_frame(entries))
+    }
+
     pub fn exists(&mut self, db: usize, key: &[u8]) -> bool {
         let now = self.now_ms;
         self.dbs[db].contains(key, now)

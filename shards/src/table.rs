@@ -11,7 +11,7 @@ use wetask_protocol::Frame;
 
 use crate::shard::Ctx;
 use crate::tasks::commands as tasks;
-use crate::{hashes, keys, lists, sets, strings, zsets};
+use crate::{hashes, keys, lists, sets, streams, strings, zsets};
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
 
@@ -308,6 +308,14 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("sdiffstore", -3, WRITE | DENYOOM, ALL, Keyed, Some(sets::sdiffstore), ST, "Stores the difference of multiple sets in a key."),
     row("sintercard", -3, READONLY, MOVABLE, Keyed, Some(sets::sintercard), ST, "Returns the number of members of the intersect of multiple sets.").movable(sintercard_keys),
     row("sscan", -3, READONLY, ONE, Keyed, Some(sets::sscan), ST, "Iterates over members of a set."),
+    // streams
+    row("xadd", -5, WRITE | DENYOOM | FAST, ONE, Keyed, Some(streams::xadd), "stream", "Appends a new message to a stream. Creates the key if it doesn't exist."),
+    row("xrange", -4, READONLY, ONE, Keyed, Some(streams::xrange), "stream", "Returns the messages from a stream within a range of IDs."),
+    row("xrevrange", -4, READONLY, ONE, Keyed, Some(streams::xrevrange), "stream", "Returns the messages from a stream within a range of IDs in reverse order."),
+    row("xlen", 2, READONLY | FAST, ONE, Keyed, Some(streams::xlen), "stream", "Return the number of messages in a stream."),
+    row("xdel", -3, WRITE | FAST, ONE, Keyed, Some(streams::xdel), "stream", "Returns the number of messages after removing them from a stream."),
+    row("xtrim", -4, WRITE, ONE, Keyed, Some(streams::xtrim), "stream", "Deletes messages from the beginning of a stream."),
+    row("xread", -4, READONLY | BLOCKING, MOVABLE, Keyed, Some(streams::xread), "stream", "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.").movable(streams::xread_keys),
     // sorted sets
     row("zadd", -4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(zsets::zadd), Z, "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist."),
     row("zincrby", 4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(zsets::zincrby), Z, "Increments the score of a member in a sorted set."),

@@ -43,6 +43,7 @@ collection!(List, List);
 collection!(Hash, Hash);
 collection!(Set, Set);
 collection!(crate::zset::ZSet, ZSet);
+collection!(crate::stream::Stream, Stream);
 
 fn wrongtype() -> Frame {
     Frame::static_error(WRONGTYPE)

@@ -1,0 +1,229 @@
+//! The stream value: entries keyed by `ms-seq` ids in increasing order, each a list of
+//! field/value pairs, plus the bookkeeping XINFO and XADD need (the last id ever given, how
+//! many entries were ever added). Consumer groups are not kept yet.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use bytes::Bytes;
+
+/// A stream entry id: milliseconds and a sequence number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId {
+    pub ms: u64,
+    pub seq: u64,
+}
+
+impl StreamId {
+    pub const MIN: StreamId = StreamId { ms: 0, seq: 0 };
+    pub const MAX: StreamId = StreamId {
+        ms: u64::MAX,
+        seq: u64::MAX,
+    };
+
+    /// The id right after this one, if there is one.
+    pub fn next(self) -> Option<StreamId> {
+        if self.seq < u64::MAX {
+            Some(StreamId {
+                ms: self.ms,
+                seq: self.seq + 1,
+            })
+        } else if self.ms < u64::MAX {
+            Some(StreamId {
+                ms: self.ms + 1,
+                seq: 0,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// The id right before this one, if there is one.
+    pub fn prev(self) -> Option<StreamId> {
+        if self.seq > 0 {
+            Some(StreamId {
+                ms: self.ms,
+                seq: self.seq - 1,
+            })
+        } else if self.ms > 0 {
+            Some(StreamId {
+                ms: self.ms - 1,
+                seq: u64::MAX,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// Parses `ms-seq`, or `ms` alone with `missing_seq` as its sequence.
+    pub fn parse(text: &[u8], missing_seq: u64) -> Option<StreamId> {
+        let text = std::str::from_utf8(text).ok()?;
+        let (ms, seq) = match text.split_once('-') {
+            Some((ms, seq)) => (ms, Some(seq)),
+            None => (text, None),
+        };
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(ms) || seq.is_some_and(|s| !digits(s)) {
+            return None;
+        }
+        Some(StreamId {
+            ms: ms.parse().ok()?,
+            seq: match seq {
+                Some(seq) => seq.parse().ok()?,
+                None => missing_seq,
+            },
+        })
+    }
+
+    pub fn to_bytes(self) -> Bytes {
+        Bytes::from(self.to_string())
+    }
+}
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
+}
+
+/// One entry's field/value pairs, flattened.
+pub type Fields = Vec<Bytes>;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stream {
+    entries: BTreeMap<StreamId, Fields>,
+    /// The greatest id ever added (a new id must be greater, even after deletions).
+    pub last_id: StreamId,
+    /// How many entries were ever added.
+    pub entries_added: u64,
+    /// The greatest id ever deleted or trimmed away.
+    pub max_deleted_id: StreamId,
+}
+
+impl Stream {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The id XADD gives for `*` at `now_ms`; `None` when the stream is exhausted.
+    pub fn auto_id(&self, now_ms: u64) -> Option<StreamId> {
+        if now_ms > self.last_id.ms {
+            Some(StreamId { ms: now_ms, seq: 0 })
+        } else {
+            self.last_id.next()
+        }
+    }
+
+    /// Adds an entry; the caller has checked that `id` is greater than `last_id`.
+    pub fn add(&mut self, id: StreamId, fields: Fields) {
+        debug_assert!(id > self.last_id || self.entries_added == 0);
+        self.entries.insert(id, fields);
+        self.last_id = id;
+        self.entries_added += 1;
+    }
+
+    pub fn remove(&mut self, id: StreamId) -> bool {
+        let removed = self.entries.remove(&id).is_some();
+        if removed && id > self.max_deleted_id {
+            self.max_deleted_id = id;
+        }
+        removed
+    }
+
+    /// Entries with ids in `from..=to`, ascending (or descending with `rev`), at most
+    /// `count`.
+    pub fn range(
+        &self,
+        from: StreamId,
+        to: StreamId,
+        rev: bool,
+        count: usize,
+    ) -> Vec<(StreamId, &Fields)> {
+        if from > to {
+            return Vec::new();
+        }
+        let range = self
+            .entries
+            .range(from..=to)
+            .map(|(id, fields)| (*id, fields));
+        if rev {
+            range.rev().take(count).collect()
+        } else {
+            range.take(count).collect()
+        }
+    }
+
+    /// How many entries have ids below `id`.
+    pub fn count_below(&self, id: StreamId) -> usize {
+        self.entries.range(..id).count()
+    }
+
+    pub fn first_id(&self) -> Option<StreamId> {
+        self.entries.keys().next().copied()
+    }
+
+    /// Trims to at most `maxlen` entries (oldest first), removing at most `limit`; returns
+    /// how many went.
+    pub fn trim_maxlen(&mut self, maxlen: usize, limit: usize) -> usize {
+        let mut removed = 0;
+        while self.entries.len() > maxlen && removed < limit {
+            let (id, _) = self.entries.pop_first().expect("non-empty");
+            self.max_deleted_id = self.max_deleted_id.max(id);
+            removed += 1;
+        }
+        removed
+    }
+
+    /// Removes entries with ids below `min_id`, at most `limit`; returns how many went.
+    pub fn trim_minid(&mut self, min_id: StreamId, limit: usize) -> usize {
+        let mut removed = 0;
+        while removed < limit {
+            match self.entries.first_key_value() {
+                Some((&id, _)) if id < min_id => {
+                    self.entries.pop_first();
+                    self.max_deleted_id = self.max_deleted_id.max(id);
+                    removed += 1;
+                }
+                _ => break,
+            }
+        }
+        removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_parse_order_and_step() {
+        assert_eq!(StreamId::parse(b"5-3", 0), Some(StreamId { ms: 5, seq: 3 }));
+        assert_eq!(StreamId::parse(b"5", 9), Some(StreamId { ms: 5, seq: 9 }));
+        assert_eq!(StreamId::parse(b"5-", 0), None);
+        assert_eq!(StreamId::parse(b"-5", 0), None);
+        assert_eq!(StreamId::parse(b"a-1", 0), None);
+        assert!(StreamId { ms: 1, seq: 9 } < StreamId { ms: 2, seq: 0 });
+        assert_eq!(
+            StreamId {
+                ms: 1,
+                seq: u64::MAX
+            }
+            .next(),
+            Some(StreamId { ms: 2, seq: 0 })
+        );
+        assert_eq!(StreamId::MIN.prev(), None);
+        let mut s = Stream::default();
+        assert_eq!(s.auto_id(7), Some(StreamId { ms: 7, seq: 0 }));
+        s.add(StreamId { ms: 7, seq: 0 }, vec![]);
+        assert_eq!(s.auto_id(7), Some(StreamId { ms: 7, seq: 1 }));
+        assert_eq!(
+            s.auto_id(3),
+            Some(StreamId { ms: 7, seq: 1 }),
+            "never backwards"
+        );
+    }
+}
