@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs, idempotently: Debian's redis-tools (redis-cli,
 # redis-benchmark) and redis-server (for the bench comparisons), and a local Python venv
-# (.venv) with redis-py and pytest. Nothing is installed by hand.
+# (.venv) with redis-py, pytest and the job frameworks the client tests drive (RQ, Celery,
+# dramatiq). Nothing is installed by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,8 +19,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     (service redis-server stop || systemctl stop redis-server || true) >/dev/null 2>&1
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import redis, pytest' 2>/dev/null; then
-    echo "setup: creating .venv with redis-py and pytest"
-    python3 -m venv .venv
-    .venv/bin/pip install -q 'redis>=5,<6' 'pytest>=8'
+# The venv is (re)filled whenever tests/python/requirements.txt changes.
+requirements=tests/python/requirements.txt
+stamp=.venv/.requirements.sha256
+want=$(sha256sum "$requirements" | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: filling .venv from $requirements"
+    [ -x .venv/bin/python ] || python3 -m venv .venv
+    .venv/bin/pip install -q -r "$requirements"
+    echo "$want" > "$stamp"
 fi

@@ -256,7 +256,12 @@ impl ShardCtx {
                 self.unlock(token.expect("unlock carries its token"));
                 mesh.respond(from, id, Response::Bool(true));
             }
-            request if held_by_other => {
+            // Publishing and pub/sub questions never touch the keyspace: a lock does not
+            // hold them up (a transaction or script that publishes holds locks itself).
+            request
+                if held_by_other
+                    && !matches!(request, Request::Publish { .. } | Request::Pubsub(_)) =>
+            {
                 self.deferred
                     .borrow_mut()
                     .push_back((from, id, token, request));

@@ -30,6 +30,8 @@ pub struct Globals {
     pub subscriptions: Vec<AtomicUsize>,
     /// Script bodies by SHA1, for EVALSHA on any shard.
     pub scripts: Mutex<std::collections::HashMap<String, bytes::Bytes>>,
+    /// Scripts seen reaching for undeclared keys on other shards: they hold every shard.
+    pub whole_server_scripts: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Globals {
@@ -41,6 +43,7 @@ impl Globals {
             shard_count,
             subscriptions: (0..shard_count).map(|_| AtomicUsize::new(0)).collect(),
             scripts: Mutex::new(std::collections::HashMap::new()),
+            whole_server_scripts: Mutex::new(std::collections::HashSet::new()),
             connected_clients: AtomicUsize::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),

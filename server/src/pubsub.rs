@@ -264,7 +264,7 @@ pub fn publish_needs_peers(ctx: &ShardCtx) -> bool {
         .any(|s| s != ctx.id && ctx.globals.subscriptions[s].load(Ordering::Relaxed) > 0)
 }
 
-pub async fn publish(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
+pub async fn publish(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
     let (channel, message) = (
         Bytes::copy_from_slice(&args[1]),
         Bytes::copy_from_slice(&args[2]),

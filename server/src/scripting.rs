@@ -7,8 +7,11 @@
 //! shard's keyspace. A key the script did not declare may be used only when its shard is
 //! locked anyway (the same shard as a declared key: a hash tag such as `{queue}` puts related
 //! keys there); any other undeclared key is refused with a clear error, never touched behind
-//! the locks' back. A script that declares no key locks every shard (Redis lets it use any
-//! key). `--lua-whole-server` makes every script lock every shard instead, so
+//! the locks' back: a script that does so before it has written anything is run again from
+//! the start holding every shard, and holds every shard on each later run (the server learns
+//! it by SHA); one that had already written fails that once. A script that declares no key
+//! locks every shard (Redis lets it use any key). `--lua-whole-server` makes every script
+//! lock every shard from the first run, so
 //! scripts that build key names at run time (BullMQ's, for one) work unchanged; the price is
 //! that a script then stalls every shard while it runs (docs/ARCHITECTURE.md).
 //!
@@ -58,7 +61,17 @@ pub struct ScriptRun {
     declared: Vec<Bytes>,
     borrowed: Vec<(usize, Bytes)>,
     read_only: bool,
+    sha: String,
+    /// A write command ran: the script can no longer be run again from the start.
+    wrote: bool,
+    /// The script reached for an undeclared key on a shard it does not hold before writing
+    /// anything: every further call fails, and EVAL runs it again holding every shard.
+    retry_whole: bool,
 }
+
+/// The error that stops a script which must run again holding every shard; never reaches
+/// a client when the rerun happens.
+const RETRY_WHOLE: &str = "ERR script needs every shard (it runs again holding them)";
 
 /// An error raised by `redis.call`, carried through Lua untouched.
 #[derive(Debug)]
@@ -225,6 +238,9 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     let (db, client, token, read_only) = {
         let run = ctx.script_run.borrow();
         let run = run.as_ref().ok_or("ERR no script is running")?;
+        if run.retry_whole {
+            return Err(RETRY_WHOLE.into());
+        }
         (run.db, run.client, run.token, run.read_only)
     };
     if read_only && spec.has(flag::WRITE) {
@@ -236,6 +252,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
                 "ping" => Ok(crate::commands::ping(&argv)),
                 "echo" => Ok(Frame::Bulk(argv[1].clone())),
                 "time" => Ok(crate::commands::time()),
+                "publish" => Ok(crate::pubsub::publish(ctx, &argv).await),
                 "select" => match wetask_shards::args::parse_i64(&argv[1]) {
                     Some(n) if (0..wetask_shards::DATABASES as i64).contains(&n) => {
                         if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
@@ -256,6 +273,9 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
                     "ERR '{}' from a script needs every shard: start the server with --lua-whole-server",
                     spec.name
                 ));
+            }
+            if spec.has(flag::WRITE) {
+                mark_written(ctx);
             }
             let held = Held::resume(ctx, token, shards);
             let mut replies = Vec::new();
@@ -281,12 +301,23 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     for i in spec.key_positions(&argv) {
         let key = &argv[i];
         let shard = owner(ctx, key);
-        let run = ctx.script_run.borrow();
-        let run = run.as_ref().expect("checked above");
+        let mut run = ctx.script_run.borrow_mut();
+        let run = run.as_mut().expect("checked above");
         let declared = run.declared.iter().any(|k| k == key);
         if !declared && !run.open_shards.contains(&shard) {
+            // From now on this script holds every shard. If it has written nothing yet, it
+            // is simply run again that way; otherwise this run fails.
+            ctx.globals
+                .whole_server_scripts
+                .lock()
+                .expect("whole-server scripts")
+                .insert(run.sha.clone());
+            if !run.wrote {
+                run.retry_whole = true;
+                return Err(RETRY_WHOLE.into());
+            }
             return Err(format!(
-                "ERR Script attempted to access key '{}', which was not declared in KEYS and lives on another shard; declare it, give related keys one hash tag, or start the server with --lua-whole-server",
+                "ERR Script attempted to access key '{}', which was not declared in KEYS and lives on another shard, after it had written; it will hold every shard from its next run (declare the key, or give related keys one hash tag)",
                 String::from_utf8_lossy(key)
             ));
         }
@@ -308,6 +339,9 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             run.borrowed.extend(got);
         }
     }
+    if spec.has(flag::WRITE) {
+        mark_written(ctx);
+    }
     if spec.group == "tasks" {
         let shard = spec
             .key_positions(&argv)
@@ -327,6 +361,12 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     let frame = ctx.shard.borrow_mut().execute(db, client, spec, &argv);
     ctx.stats.record(spec, frame.is_error());
     Ok(frame)
+}
+
+fn mark_written(ctx: &ShardCtx) {
+    if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
+        run.wrote = true;
+    }
 }
 
 /// A reply as Lua sees it (Redis's RESP2-to-Lua rules).
@@ -498,6 +538,51 @@ pub async fn eval(
     spec: &CommandSpec,
     args: &[Bytes],
 ) -> Frame {
+    let (db, client) = {
+        let state = conn.borrow();
+        (state.db, state.id)
+    };
+    eval_in(ctx, spec, args, db, client, None).await
+}
+
+/// The SHA a queued EVAL or EVALSHA names.
+pub fn sha_of(spec: &CommandSpec, args: &[Bytes]) -> String {
+    if spec.name.starts_with("evalsha") {
+        String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
+    } else {
+        sha1_hex(&args[1])
+    }
+}
+
+/// The shards a script locks: those of its declared keys, or every shard when it declares
+/// none, was seen reaching for undeclared keys elsewhere, or the server runs with
+/// `--lua-whole-server`.
+pub fn script_shards(ctx: &ShardCtx, sha: &str, keys: &[Bytes]) -> Vec<usize> {
+    let learned = ctx
+        .globals
+        .whole_server_scripts
+        .lock()
+        .expect("whole-server scripts")
+        .contains(sha);
+    if ctx.globals.config.lua_whole_server || keys.is_empty() || learned {
+        (0..ctx.shard_count).collect()
+    } else {
+        keys.iter().map(|k| owner(ctx, k)).collect()
+    }
+}
+
+/// Runs a script. `under` is a running transaction's locks and its borrowed keys: the
+/// transaction already locked [`script_shards`] and borrowed the declared keys, so the
+/// script runs inside them, and anything it borrows besides joins the transaction's list
+/// (given back at EXEC's end).
+pub async fn eval_in(
+    ctx: &Rc<ShardCtx>,
+    spec: &CommandSpec,
+    args: &[Bytes],
+    db: usize,
+    client: u64,
+    under: Option<(&Held<'_>, &mut Vec<(usize, Bytes)>)>,
+) -> Frame {
     let by_sha = spec.name.starts_with("evalsha");
     let read_only = spec.name.ends_with("_ro");
     let numkeys = match int_arg(&args[2]) {
@@ -543,22 +628,9 @@ pub async fn eval(
         .iter()
         .map(|a| Bytes::copy_from_slice(a))
         .collect();
-    let (db, client) = {
-        let state = conn.borrow();
-        (state.db, state.id)
-    };
     // A script that declares no key at all may still use keys (Redis allows it): it locks
     // every shard, as `--lua-whole-server` makes every script do.
-    let open_shards: Vec<usize> = if ctx.globals.config.lua_whole_server || keys.is_empty() {
-        (0..ctx.shard_count).collect()
-    } else {
-        keys.iter().map(|k| owner(ctx, k)).collect()
-    };
-    let mut shards = open_shards.clone();
-    shards.push(ctx.id);
-    let held = Held::lock_shards(ctx, shards).await;
-    let borrowed = borrow(&held, keys.iter().map(|k| (db, k.clone()))).await;
-    *ctx.script_run.borrow_mut() = Some(ScriptRun {
+    let new_run = |held: &Held<'_>, open_shards: Vec<usize>, borrowed| ScriptRun {
         token: held.token,
         shards: held.shards().to_vec(),
         open_shards,
@@ -567,11 +639,38 @@ pub async fn eval(
         declared: keys.clone(),
         borrowed,
         read_only,
-    });
-    let result = run_script(&lua, function, &keys, &argv).await;
-    let run = ctx.script_run.borrow_mut().take().expect("set above");
-    give_back(&held, run.borrowed).await;
-    held.unlock().await;
+        sha: sha.clone(),
+        wrote: false,
+        retry_whole: false,
+    };
+    let result = match under {
+        Some((held, tx_borrowed)) => {
+            let open_shards = script_shards(ctx, &sha, &keys);
+            *ctx.script_run.borrow_mut() =
+                Some(new_run(held, open_shards, std::mem::take(tx_borrowed)));
+            let result = run_script(&lua, function, &keys, &argv).await;
+            let run = ctx.script_run.borrow_mut().take().expect("set above");
+            *tx_borrowed = run.borrowed;
+            result
+        }
+        None => loop {
+            let open_shards = script_shards(ctx, &sha, &keys);
+            let mut shards = open_shards.clone();
+            shards.push(ctx.id);
+            let held = Held::lock_shards(ctx, shards).await;
+            let borrowed = borrow(&held, keys.iter().map(|k| (db, k.clone()))).await;
+            *ctx.script_run.borrow_mut() = Some(new_run(&held, open_shards, borrowed));
+            let result = run_script(&lua, function.clone(), &keys, &argv).await;
+            let run = ctx.script_run.borrow_mut().take().expect("set above");
+            give_back(&held, run.borrowed).await;
+            held.unlock().await;
+            // Nothing was written: run it again, now holding every shard.
+            if run.retry_whole && !run.wrote {
+                continue;
+            }
+            break result;
+        },
+    };
     match result {
         Ok(value) => lua_to_frame(&value, 0),
         Err(error) => script_error(&error, &sha),

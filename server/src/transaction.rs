@@ -33,7 +33,17 @@ pub const QUEUED_COMMANDS_MAX: usize = 100_000;
 pub const WATCHED_KEYS_MAX: usize = 10_000;
 
 /// Server commands that may be queued: they need no other shard.
-const SERVER_COMMANDS_IN_MULTI: &[&str] = &["ping", "echo", "time", "select"];
+const SERVER_COMMANDS_IN_MULTI: &[&str] = &[
+    "ping",
+    "echo",
+    "time",
+    "select",
+    "publish",
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+];
 
 /// Commands that act on the transaction itself and run at once even inside MULTI.
 pub fn controls_transaction(name: &str) -> bool {
@@ -170,10 +180,19 @@ struct Plan {
 fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watched]) -> Plan {
     let mut shards: Vec<usize> = watched.iter().map(|w| w.shard).collect();
     let mut keys = Vec::new();
+    let mut keys_of_scripts = Vec::new();
     let mut db = start_db;
     for args in queued {
         let spec = lookup(&args[0]).expect("checked when queued");
         match spec.route {
+            Route::Server if spec.name.starts_with("eval") => {
+                // A script's declared keys are borrowed with the rest; the shards it may
+                // use are locked.
+                let keys: Vec<Bytes> = spec.key_positions(args).map(|i| args[i].clone()).collect();
+                let sha = crate::scripting::sha_of(spec, args);
+                shards.extend(crate::scripting::script_shards(ctx, &sha, &keys));
+                keys_of_scripts.extend(keys.into_iter().map(|k| (db, k)));
+            }
             Route::Server => {
                 if spec.name == "select" {
                     if let Some(n) = wetask_shards::args::parse_i64(&args[1]) {
@@ -200,6 +219,7 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
             }
         }
     }
+    keys.extend(keys_of_scripts);
     if shards.is_empty() {
         shards.push(ctx.id);
     }
@@ -242,12 +262,17 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
             return Frame::NullArray;
         }
     }
-    let borrowed = borrow(&held, plan.keys.into_iter()).await;
+    let mut borrowed = borrow(&held, plan.keys.into_iter()).await;
     let mut frames = Vec::with_capacity(queued.len());
     for args in &queued {
         let spec = lookup(&args[0]).expect("checked when queued");
         let db = conn.borrow().db;
-        let frame = run_one(&held, conn, db, client, spec, args).await;
+        let frame = if spec.name.starts_with("eval") {
+            let under = Some((&held, &mut borrowed));
+            crate::scripting::eval_in(ctx, spec, args, db, client, under).await
+        } else {
+            run_one(&held, conn, db, client, spec, args).await
+        };
         ctx.stats.record(spec, frame.is_error());
         frames.push(frame);
     }
@@ -294,6 +319,7 @@ async fn run_one(
             "ping" => crate::commands::ping(args),
             "echo" => Frame::Bulk(args[1].clone()),
             "time" => crate::commands::time(),
+            "publish" => crate::pubsub::publish(ctx, args).await,
             _ => Frame::static_error("ERR Command not allowed inside a transaction"),
         },
         Route::AllShards(merge) => {
