@@ -2,7 +2,8 @@
 # Installs what the test suite needs, idempotently: Debian's redis-tools (redis-cli,
 # redis-benchmark) and redis-server (for the bench comparisons), and a local Python venv
 # (.venv) with redis-py, pytest and the job frameworks the client tests drive (RQ, Celery,
-# dramatiq). Nothing is installed by hand.
+# dramatiq), Debian's ruby-sidekiq, and BullMQ from npm (tests/node). Nothing is installed
+# by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,8 @@ need_apt=()
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v redis-benchmark >/dev/null || need_apt+=(redis-tools)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
+# Sidekiq 6 and its Redis client, for the Sidekiq client test.
+command -v sidekiq >/dev/null || need_apt+=(ruby-sidekiq ruby-redis)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} from the OS packages"
     export DEBIAN_FRONTEND=noninteractive

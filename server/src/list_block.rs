@@ -438,6 +438,7 @@ impl ShardCtx {
     /// Parks a waiter on this shard's keys, then looks at them at once: data may have
     /// arrived between the command's attempt and now.
     pub fn park_list(&self, waiter: u64, mut parked: ListWaiter) {
+        tracing::debug!(shard = self.id, waiter, client = parked.client, keys = parked.keys.len(), deadline = ?parked.deadline_ms, "blocked pop parked");
         if let BlockOp::XRead { after, .. } = &mut parked.op {
             let mut shard = self.shard.borrow_mut();
             for (key, id) in after.iter_mut() {
@@ -490,6 +491,7 @@ impl ShardCtx {
     /// Takes a waiter off its keys, answering it with nothing if it was still parked.
     pub fn unpark_list(&self, waiter: u64) {
         if let Some(parked) = self.remove_list_waiter(waiter) {
+            tracing::debug!(shard = self.id, waiter, "blocked pop let go");
             self.answer(parked.reply, Vec::new());
         }
     }
@@ -534,6 +536,7 @@ impl ShardCtx {
             };
             match answer {
                 Some(frame) => {
+                    tracing::debug!(shard = self.id, waiter, "blocked pop served");
                     let parked = self.remove_list_waiter(waiter).expect("present above");
                     self.answer(parked.reply, vec![frame]);
                 }

@@ -12,11 +12,14 @@ import sys
 CLIENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
 
 
-def test_dramatiq_worker_runs_100_messages(server):
+def test_dramatiq_worker_runs_100_messages(server, tmp_path):
     env = dict(os.environ, WETASK_PORT=str(server.port), PYTHONPATH=CLIENTS)
+    # The worker logs to a file: a pipe nobody reads until the end fills up and stalls it.
+    log_path = tmp_path / "worker.log"
+    log = open(log_path, "w")
     worker = subprocess.Popen(
         [sys.executable, "-m", "dramatiq", "dramatiq_app", "--processes", "1", "--threads", "4"],
-        env=env, cwd=CLIENTS, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env, cwd=CLIENTS, stdout=log, stderr=subprocess.STDOUT, text=True,
     )
     try:
         producer = subprocess.run(
@@ -30,9 +33,10 @@ def test_dramatiq_worker_runs_100_messages(server):
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
-            out, _ = worker.communicate(timeout=30)
+            worker.wait(timeout=30)
         except subprocess.TimeoutExpired:
             worker.kill()
-            out, _ = worker.communicate()
+            worker.wait()
+        out = log_path.read_text(errors="replace")
         print(out[-4000:])
     assert "Traceback" not in out, out[-4000:]
