@@ -32,3 +32,9 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
     .venv/bin/pip install -q -r "$requirements"
     echo "$want" > "$stamp"
 fi
+
+# BullMQ for the Node client test, at the versions tests/node/package-lock.json pins.
+if [ ! -d tests/node/node_modules/bullmq ] || [ tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]; then
+    echo "setup: installing BullMQ into tests/node"
+    (cd tests/node && npm ci --no-audit --no-fund --silent)
+fi

@@ -11,6 +11,7 @@ mod dispatch;
 mod globals;
 mod info;
 mod list_block;
+mod lua_libs;
 mod mesh;
 mod net;
 mod pubsub;

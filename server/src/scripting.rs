@@ -179,6 +179,7 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
         redis.set(name, value)?;
     }
     globals.set("redis", redis)?;
+    crate::lua_libs::install(&lua)?;
     *ctx.lua.borrow_mut() = Some(lua.clone());
     Ok(lua)
 }

@@ -1,0 +1,48 @@
+// BullMQ on WeTask: a Worker runs 100 jobs added to a Queue; every job's return value is
+// checked, plus one job that fails once and succeeds on its retry. The port comes from
+// WETASK_PORT. Prints a JSON report; exits non-zero on any failure.
+const { Queue, Worker, QueueEvents } = require("bullmq");
+
+const connection = { host: "127.0.0.1", port: Number(process.env.WETASK_PORT), maxRetriesPerRequest: null };
+
+async function main() {
+  const name = `wetask-${Date.now()}`;
+  const queue = new Queue(name, { connection });
+  const events = new QueueEvents(name, { connection });
+  await events.waitUntilReady();
+  const attempts = {};
+  const worker = new Worker(
+    name,
+    async (job) => {
+      attempts[job.id] = (attempts[job.id] || 0) + 1;
+      if (job.name === "flaky" && attempts[job.id] === 1) {
+        throw new Error("first attempt fails");
+      }
+      return job.data.a + job.data.b;
+    },
+    { connection, concurrency: 4 },
+  );
+  const jobs = [];
+  for (let i = 0; i < 100; i++) {
+    jobs.push(await queue.add("add", { a: i, b: 1000 }));
+  }
+  const flaky = await queue.add("flaky", { a: 7, b: 63 }, { attempts: 2, backoff: { type: "fixed", delay: 10 } });
+  const results = [];
+  for (const job of jobs) {
+    results.push(await job.waitUntilFinished(events, 30000));
+  }
+  const flakyResult = await flaky.waitUntilFinished(events, 30000);
+  const counts = await queue.getJobCounts("completed", "failed", "waiting", "active");
+  await worker.close();
+  await events.close();
+  await queue.close();
+  console.log(JSON.stringify({ results, flakyResult, flakyAttempts: attempts[flaky.id], counts }));
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
