@@ -281,7 +281,7 @@ impl Reader<'_> {
                 let len = self.uint(4)? as usize;
                 return self.string(lua, len);
             }
-            0xc7 | 0xc8 | 0xc9 => {
+            0xc7..=0xc9 => {
                 // ext 8/16/32: skipped (lua-cmsgpack has no type for them).
                 let len = self.uint(1 << (tag - 0xc7))? as usize;
                 self.take(1 + len)?;
