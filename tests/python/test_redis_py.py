@@ -143,3 +143,73 @@ def test_redis_cli_pipe_and_benchmark(server):
     assert "error" not in text.lower(), text
     for name in ["PING_INLINE", "PING_MBULK", "SET", "GET", "INCR", "MSET"]:
         assert f"{name}" in text, text
+
+
+def test_collections_through_redis_py_helpers(r):
+    """Every family through redis-py's own helpers (its RESP2 and RESP3 reply parsing)."""
+    r.flushall()
+    assert r.rpush("l", "a", "b", "c") == 3
+    assert r.lrange("l", 0, -1) == ["a", "b", "c"]
+    assert r.lpop("l", 2) == ["a", "b"]
+    assert r.lmpop(2, "nope", "l", direction="RIGHT") == ["l", ["c"]]
+    assert r.blpop(["nope", "l"], timeout=0.1) is None
+    assert r.hset("h", mapping={"f": "1", "g": "2"}) == 2
+    assert r.hgetall("h") == {"f": "1", "g": "2"}
+    assert r.hincrbyfloat("h", "f", 0.5) == 1.5
+    assert set(r.hrandfield("h", 5)) == {"f", "g"}
+    pairs = r.hrandfield("h", 5, withvalues=True)
+    # RESP2: a flat list; RESP3: [field, value] pairs.
+    flat = [x for p in pairs for x in p] if isinstance(pairs[0], list) else pairs
+    assert dict(zip(flat[::2], flat[1::2])) == {"f": "1.5", "g": "2"}
+    assert r.sadd("s", "x", "y") == 2
+    assert r.smembers("s") == {"x", "y"}
+    assert r.smismember("s", ["x", "z"]) == [1, 0]
+    assert r.zadd("z", {"a": 1, "b": 2.5}) == 2
+    assert [tuple(p) for p in r.zrange("z", 0, -1, withscores=True)] == [("a", 1.0), ("b", 2.5)]
+    assert r.zscore("z", "b") == 2.5
+    assert r.zrangebyscore("z", "(1", "+inf") == ["b"]
+    # As against Redis 7 with this redis-py: RESP2 [(m, s)], RESP3 [m, s].
+    assert r.zpopmin("z") in ([("a", 1.0)], ["a", 1.0])
+    assert tuple(r.bzpopmax("z", timeout=1)) == ("z", "b", 2.5)
+    assert r.xadd("st", {"k": "v"}, id="1-1") == "1-1"
+    assert r.xrange("st") == [("1-1", {"k": "v"})]
+    assert r.xread({"st": "0"}) in ([["st", [("1-1", {"k": "v"})]]], {"st": [[("1-1", {"k": "v"})]]})
+    assert r.type("st") == "stream"
+
+
+def test_transactions_and_pubsub_through_redis_py(r, server):
+    r.flushall()
+    with r.pipeline(transaction=True) as pipe:
+        pipe.set("a", 1).incr("a").sadd("set", "m").zadd("zs", {"m": 3}).get("a")
+        assert pipe.execute() == [True, 2, 1, 1, "2"]
+    # WATCH: a change by another client makes the transaction fail with WatchError.
+    other = redis.Redis(port=server.port, protocol=r.connection_pool.connection_kwargs.get("protocol", 2))
+    with r.pipeline() as pipe:
+        pipe.watch("a")
+        other.set("a", 100)
+        pipe.multi()
+        pipe.incr("a")
+        with pytest.raises(redis.WatchError):
+            pipe.execute()
+    assert r.get("a") == "100"
+
+    def transfer(pipe):
+        value = int(pipe.get("a"))
+        pipe.multi()
+        pipe.set("a", value - 1)
+        pipe.incr("b")
+
+    r.transaction(transfer, "a")
+    assert r.mget("a", "b") == ["99", "1"]
+    # Pub/sub: a subscriber on its own connection gets what is published.
+    p = r.pubsub()
+    p.subscribe("news")
+    p.psubscribe("n*")
+    assert p.get_message(timeout=1)["type"] == "subscribe"
+    assert p.get_message(timeout=1)["type"] == "psubscribe"
+    assert r.publish("news", "hello") == 2
+    got = [p.get_message(timeout=1) for _ in range(2)]
+    assert sorted(m["type"] for m in got) == ["message", "pmessage"]
+    assert all(m["data"] == "hello" for m in got)
+    assert r.pubsub_numsub("news") == [("news", 1)]
+    p.close()

@@ -1,0 +1,35 @@
+"""A worker of the reliable-fetch pattern Sidekiq-compatible engines use: one pipeline of
+three commands per job retires the previous job (LREM from this worker's processing list,
+DEL its data key) and claims the next (LMOVE from the queue to the processing list).
+
+    python reliable_worker.py PORT NAME
+"""
+
+import sys
+import time
+
+import redis
+
+port, name = int(sys.argv[1]), sys.argv[2]
+r = redis.Redis(port=port)
+processing = f"processing:{name}"
+previous = None
+idle_since = None
+while True:
+    pipe = r.pipeline(transaction=False)
+    if previous is not None:
+        pipe.lrem(processing, 1, previous)
+        pipe.delete(f"job:{previous.decode()}")
+    pipe.lmove("queue", processing, "RIGHT", "LEFT")
+    job = pipe.execute()[-1]
+    previous = job
+    if job is None:
+        idle_since = idle_since or time.time()
+        if time.time() - idle_since > 1.0:
+            break
+        time.sleep(0.02)
+        continue
+    idle_since = None
+    payload = int(r.get(f"job:{job.decode()}"))
+    time.sleep(0.01)  # the work: long enough to be killed in the middle of it
+    r.hset("results", job, payload * 2)
