@@ -270,6 +270,19 @@ impl ShardCtx {
                 self.lock.set(token);
                 mesh.respond(from, id, Response::Bool(true));
             }
+            Request::LockExec {
+                db,
+                client,
+                commands,
+            } => {
+                self.lock.set(token);
+                let response = self.serve(Request::Exec {
+                    db,
+                    client,
+                    commands,
+                });
+                mesh.respond(from, id, response);
+            }
             Request::TaskFetchBlocking {
                 client,
                 queues,
@@ -424,6 +437,7 @@ impl ShardCtx {
                 Response::Count(shard.tasks.unlease(&ids, client, now))
             }
             Request::ReleaseLeases { .. }
+            | Request::LockExec { .. }
             | Request::ListBlock { .. }
             | Request::ListUnblock { .. }
             | Request::ListUnblockClient { .. }

@@ -281,6 +281,9 @@ async fn split(
     if parts.len() <= 1 && parts.keys().all(|&s| s == ctx.id) {
         return local(ctx, at, spec, args);
     }
+    if parts.len() > 1 {
+        return split_atomically(ctx, at, spec, parts, merge).await;
+    }
     let mut pending = Vec::new();
     let mut replies = Vec::new();
     for (owner, (sub, positions)) in parts {
@@ -292,6 +295,47 @@ async fn split(
     }
     for (future, positions) in pending {
         replies.push((single_reply(future.await), positions));
+    }
+    merge_replies(merge, replies)
+}
+
+/// A split command over several shards runs as one atomic step, as in Redis (an MGET never
+/// sees half of a concurrent MSET or EXEC): each shard is locked in ascending order, a peer's
+/// lock travelling with its part of the command (`Request::LockExec`, so the lock costs no
+/// extra round trip), and all are unlocked once every part has run.
+async fn split_atomically(
+    ctx: &ShardCtx,
+    at: Target,
+    spec: &'static CommandSpec,
+    parts: BTreeMap<usize, (Vec<Bytes>, Vec<usize>)>,
+    merge: Merge,
+) -> Frame {
+    let token = ctx.new_token();
+    let mut replies = Vec::with_capacity(parts.len());
+    let mut locked = Vec::with_capacity(parts.len());
+    // BTreeMap order: ascending shard ids, the global lock order.
+    for (owner, (sub, positions)) in parts {
+        let frame = if owner == ctx.id {
+            ctx.lock_local(token).await;
+            local(ctx, at, spec, &sub)
+        } else {
+            let request = Request::LockExec {
+                db: at.db,
+                client: at.client,
+                commands: vec![(spec.index(), sub)],
+            };
+            single_reply(ctx.request_as(owner, Some(token), request).await)
+        };
+        locked.push(owner);
+        replies.push((frame, positions));
+    }
+    for owner in locked {
+        if owner == ctx.id {
+            ctx.unlock(token);
+        } else {
+            // Sent in order behind nothing else of ours: no need to wait for the answer.
+            drop(ctx.request_as(owner, Some(token), Request::Unlock));
+        }
     }
     merge_replies(merge, replies)
 }

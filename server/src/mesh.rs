@@ -154,6 +154,12 @@ pub enum Request {
     },
     /// Take the shard's lock for the message's token; answered once granted.
     Lock,
+    /// Take the lock (as `Lock`) and run these commands under it, answering their replies.
+    LockExec {
+        db: usize,
+        client: u64,
+        commands: ShardCommands,
+    },
     /// Release the lock held by the message's token.
     Unlock,
 }

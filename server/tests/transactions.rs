@@ -211,6 +211,11 @@ fn concurrent_transactions_are_exact_and_never_seen_half_applied() {
                 panic!("EXEC failed")
             };
             assert_eq!(values[0], values[1], "a transaction was seen half applied");
+            // A plain MGET over both shards is atomic too.
+            let Frame::Array(values) = reader.cmd(&format!("MGET {a} {b}")) else {
+                panic!("MGET failed")
+            };
+            assert_eq!(values[0], values[1], "MGET saw a transaction half applied");
             checks += 1;
             std::thread::sleep(Duration::from_millis(1));
         }

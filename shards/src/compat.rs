@@ -285,8 +285,9 @@ pub fn render() -> String {
          - Every other command whose keys live on different shards (LMOVE, SMOVE, SINTERSTORE,\n  \
          ZUNIONSTORE, LMPOP …) runs atomically on one shard that borrows the other keys'\n  \
          entries under the same locks, and puts them back afterwards.\n\
-         - `MGET`, `MSET`, `DEL`, `EXISTS` and `TOUCH` over several shards run as one sub-command\n  \
-         per shard: each part is atomic, the whole is not (Redis's MSET is atomic as a whole).\n\
+         - `MGET`, `MSET`, `DEL`, `EXISTS` and `TOUCH` over several shards run as one part per\n  \
+         shard, all under the shards' locks (taken in ascending order, each travelling with its\n  \
+         part): atomic as a whole, as in Redis.\n\
          - `INFO commandstats` reports calls, rejected and failed calls, not time spent.\n\
          - `INFO memory` reports the process RSS as `used_memory`.\n\
          - `CONFIG SET` changes `requirepass` and `maxclients`; other listed parameters are\n  \
