@@ -68,12 +68,15 @@ fn precheck(
     Ok(spec)
 }
 
-/// True when running `args` needs another shard, or may wait (and so a task, not an inline
-/// call).
-pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
+/// True when running `args` (on database `db`) needs another shard, or may wait (and so a
+/// task, not an inline call). One command-table lookup: this runs for every command.
+pub fn needs_remote(ctx: &ShardCtx, db: usize, args: &[Bytes]) -> bool {
     let Some(spec) = lookup(&args[0]).filter(|s| s.arity_ok(args.len())) else {
         return false;
     };
+    if spec.has(flag::BLOCKING) && list_block::may_wait(ctx, db, spec, args) {
+        return true;
+    }
     match spec.route {
         Route::Server => commands::needs_task(ctx, spec, args),
         _ if ctx.shard_count == 1 => false,
@@ -124,15 +127,15 @@ pub fn try_inline(
     if ctx.is_locked() {
         return None;
     }
-    let queueing = conn.borrow().multi.is_some()
-        && lookup(&args[0]).is_some_and(|s| !transaction::controls_transaction(s.name));
-    if !queueing && needs_remote(ctx, args) {
+    let (in_multi, db) = {
+        let state = conn.borrow();
+        (state.multi.is_some(), state.db)
+    };
+    // Inside MULTI a command is only queued (EXEC itself runs in a task).
+    let queueing =
+        in_multi && lookup(&args[0]).is_some_and(|s| !transaction::controls_transaction(s.name));
+    if !queueing && needs_remote(ctx, db, args) {
         return None;
-    }
-    if let Some(spec) = lookup(&args[0]).filter(|s| s.has(flag::BLOCKING) && !queueing) {
-        if spec.arity_ok(args.len()) && list_block::may_wait(ctx, conn.borrow().db, spec, args) {
-            return None;
-        }
     }
     let frame = poll_once(execute(ctx, conn, args, Some(out)));
     debug_assert!(frame.is_some(), "a local command waited");

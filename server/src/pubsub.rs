@@ -185,6 +185,9 @@ impl ShardCtx {
     /// Moves pushes that met a busy connection into its pending output (called by the
     /// transports before they send).
     pub fn settle_deferred_pushes(&self) {
+        if self.deferred_pushes.borrow().is_empty() {
+            return;
+        }
         let deferred = std::mem::take(&mut *self.deferred_pushes.borrow_mut());
         for (client, frame) in deferred {
             self.push_to(client, &frame);

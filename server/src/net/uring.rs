@@ -551,6 +551,9 @@ impl Net {
     /// whose output passes the pub/sub limit is disconnected (see `pubsub`).
     fn collect_pushes(self: &Rc<Self>) -> usize {
         self.ctx.settle_deferred_pushes();
+        if self.ctx.push_ready.borrow().is_empty() {
+            return 0;
+        }
         let ready = std::mem::take(&mut *self.ctx.push_ready.borrow_mut());
         if ready.is_empty() {
             return 0;
