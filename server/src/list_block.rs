@@ -51,6 +51,9 @@ pub enum BlockOp {
         after: Vec<(Bytes, Option<wetask_shards::stream::StreamId>)>,
         count: usize,
     },
+    /// XREADGROUP … BLOCK … `>`: new entries for a consumer of a group. Consuming, like a
+    /// pop: one waiter gets each entry.
+    XReadGroup(wetask_shards::stream_groups::XreadGroup),
 }
 
 /// A blocked pop parked on an owner shard.
@@ -163,6 +166,15 @@ pub fn parse(spec: &CommandSpec, args: &[Bytes]) -> Result<Blocking, Frame> {
                 },
             })
         }
+        "xreadgroup" => {
+            let read = wetask_shards::stream_groups::parse_xreadgroup(args)?;
+            let block_ms = read.block_ms.ok_or(Frame::NullArray)?;
+            Ok(Blocking {
+                timeout_ms: block_ms,
+                keys: read.streams.iter().map(|(k, _)| copy(k)).collect(),
+                op: BlockOp::XReadGroup(read),
+            })
+        }
         other => Err(Frame::error(format!("ERR '{other}' is not a blocking pop"))),
     }
 }
@@ -182,7 +194,7 @@ pub fn may_wait(ctx: &ShardCtx, db: usize, spec: &CommandSpec, args: &[Bytes]) -
         return false;
     };
     // A read of `$` finds nothing now even on an existing stream.
-    if matches!(blocking.op, BlockOp::XRead { .. }) {
+    if matches!(blocking.op, BlockOp::XRead { .. } | BlockOp::XReadGroup(_)) {
         return true;
     }
     let mut shard = ctx.shard.borrow_mut();
@@ -306,7 +318,10 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
     }
     match blocking.op {
         BlockOp::Move { .. } => Frame::Null,
-        BlockOp::Pop { .. } | BlockOp::ZPop { .. } | BlockOp::XRead { .. } => Frame::NullArray,
+        BlockOp::Pop { .. }
+        | BlockOp::ZPop { .. }
+        | BlockOp::XRead { .. }
+        | BlockOp::XReadGroup(_) => Frame::NullArray,
     }
 }
 
@@ -558,7 +573,7 @@ impl ShardCtx {
     fn pop_for(&self, parked: &ListWaiter, key: &Bytes) -> Option<Frame> {
         let mut shard = self.shard.borrow_mut();
         let command: Vec<Bytes> = match &parked.op {
-            BlockOp::ZPop { .. } | BlockOp::XRead { .. } => Vec::new(),
+            BlockOp::ZPop { .. } | BlockOp::XRead { .. } | BlockOp::XReadGroup(_) => Vec::new(),
             BlockOp::Pop { end, count } => {
                 vec![
                     Bytes::from_static(b"lmpop"),
@@ -595,6 +610,10 @@ impl ShardCtx {
                 .find(|(k, _)| k == key)
                 .and_then(|(_, id)| *id)?;
             let entries = shard.stream_read_after(parked.db, key, id, *count)?;
+            return Some(Frame::Keyed(vec![(Frame::Bulk(key.clone()), entries)]));
+        }
+        if let BlockOp::XReadGroup(read) = &parked.op {
+            let entries = shard.stream_read_group(parked.db, key, read)?;
             return Some(Frame::Keyed(vec![(Frame::Bulk(key.clone()), entries)]));
         }
         let command = match &parked.op {

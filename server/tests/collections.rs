@@ -334,3 +334,62 @@ fn xread_block_wakes_every_reader_on_new_entries() {
         );
     });
 }
+
+#[test]
+fn consumer_groups_share_out_entries_and_recover_unacked_ones() {
+    each_server(|server| {
+        let s = key_on("jobs:", 1);
+        let mut admin = server.client();
+        assert_eq!(
+            admin.cmd(&format!("XGROUP CREATE {s} workers $ MKSTREAM")),
+            ok()
+        );
+        let mut w1 = server.client();
+        let mut w2 = server.client();
+        for (w, name) in [(&mut w1, "w1"), (&mut w2, "w2")] {
+            w.send(&[
+                b"XREADGROUP",
+                b"GROUP",
+                b"workers",
+                name.as_bytes(),
+                b"COUNT",
+                b"1",
+                b"BLOCK",
+                b"5000",
+                b"STREAMS",
+                s.as_bytes(),
+                b">",
+            ]);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        admin.cmd(&format!("XADD {s} 1-1 job a"));
+        admin.cmd(&format!("XADD {s} 2-1 job b"));
+        // Each blocked consumer gets a different entry: a group read consumes.
+        let got: Vec<String> = [&mut w1, &mut w2]
+            .into_iter()
+            .map(|w| match w.read().unwrap() {
+                Frame::Array(streams) => format!("{:?}", streams[0]),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(got[0].contains("1-1") != got[1].contains("1-1"), "{got:?}");
+        let Frame::Array(pending) = admin.cmd(&format!("XPENDING {s} workers")) else {
+            panic!("XPENDING failed")
+        };
+        assert_eq!(pending[0], int(2), "both entries pending until acked");
+        // w2 dies without acking; w1 acks its own and claims w2's.
+        drop(w2);
+        let mine = if got[0].contains("1-1") { "1-1" } else { "2-1" };
+        let theirs = if mine == "1-1" { "2-1" } else { "1-1" };
+        assert_eq!(w1.cmd(&format!("XACK {s} workers {mine}")), int(1));
+        assert_eq!(
+            w1.cmd(&format!("XAUTOCLAIM {s} workers w1 0 0 JUSTID")),
+            array(vec![bulk("0-0"), array(vec![bulk(theirs)]), array(vec![])])
+        );
+        assert_eq!(w1.cmd(&format!("XACK {s} workers {theirs}")), int(1));
+        assert_eq!(
+            admin.cmd(&format!("XPENDING {s} workers")),
+            array(vec![int(0), Frame::Null, Frame::Null, Frame::NullArray])
+        );
+    });
+}

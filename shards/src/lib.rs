@@ -18,6 +18,7 @@ pub mod sets;
 pub mod shard;
 pub mod slot;
 pub mod stream;
+pub mod stream_groups;
 pub mod streams;
 pub mod strings;
 pub mod table;

@@ -261,6 +261,20 @@ impl Shard {
         (!entries.is_empty()).then(|| crate::streams::entries_frame(entries))
     }
 
+    /// New entries of the stream at `key` for a blocked XREADGROUP (`>`), delivered to its
+    /// consumer as XREADGROUP does; `None` when there are none (or no such group).
+    pub fn stream_read_group(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        read: &crate::stream_groups::XreadGroup,
+    ) -> Option<Frame> {
+        let now = self.now_ms;
+        let stream =
+            crate::typed::get::<crate::stream::Stream>(&mut self.dbs[db], key, now).ok()??;
+        crate::stream_groups::read_group(stream, read, None, now).ok()?
+    }
+
     pub fn exists(&mut self, db: usize, key: &[u8]) -> bool {
         let now = self.now_ms;
         self.dbs[db].contains(key, now)

@@ -1,6 +1,8 @@
 //! The stream value: entries keyed by `ms-seq` ids in increasing order, each a list of
-//! field/value pairs, plus the bookkeeping XINFO and XADD need (the last id ever given, how
-//! many entries were ever added). Consumer groups are not kept yet.
+//! field/value pairs, the bookkeeping XINFO and XADD need (the last id ever given, how many
+//! entries were ever added), and its consumer groups: per group the last delivered id, the
+//! pending entries list (who holds which entry since when, delivered how often) and the
+//! consumers with the ids each holds.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -86,12 +88,134 @@ impl fmt::Display for StreamId {
     }
 }
 
+/// What a group's `entries-read` and `lag` are worked out from (Redis's
+/// `streamRangeHasTombstones` and `streamEstimateDistanceFromFirstEverEntry`).
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub len: u64,
+    pub first: Option<StreamId>,
+    pub last_id: StreamId,
+    pub max_deleted: StreamId,
+    pub entries_added: u64,
+}
+
+impl Shape {
+    /// True when an entry from `start` on was deleted.
+    pub fn has_tombstones_from(&self, start: StreamId) -> bool {
+        let Some(first) = self.first else {
+            return false;
+        };
+        if self.max_deleted == StreamId::MIN || first > self.max_deleted {
+            return false;
+        }
+        start <= self.max_deleted
+    }
+
+    /// How many entries were ever added up to and including `id`, when that is knowable.
+    pub fn entries_read_at(&self, id: StreamId) -> Option<u64> {
+        if self.entries_added == 0 {
+            return Some(0);
+        }
+        if self.len == 0 && id < self.last_id {
+            return Some(self.entries_added);
+        }
+        if id == self.last_id {
+            return Some(self.entries_added);
+        }
+        if id > self.last_id {
+            return None;
+        }
+        let first = self.first?;
+        if self.max_deleted == StreamId::MIN || self.max_deleted < first {
+            if id < first {
+                return Some(self.entries_added - self.len);
+            }
+            if id == first {
+                return Some(self.entries_added - self.len + 1);
+            }
+        }
+        None
+    }
+}
+
 /// One entry's field/value pairs, flattened.
 pub type Fields = Vec<Bytes>;
+
+/// An entry delivered to a consumer and not yet acknowledged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pending {
+    pub consumer: Bytes,
+    pub delivered_ms: u64,
+    pub deliveries: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Consumer {
+    /// When it last read or claimed (XINFO's `idle`).
+    pub seen_ms: u64,
+    pub pending: std::collections::BTreeSet<StreamId>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Group {
+    pub last_delivered: StreamId,
+    pub entries_read: Option<u64>,
+    pub pending: BTreeMap<StreamId, Pending>,
+    pub consumers: indexmap::IndexMap<Bytes, Consumer>,
+}
+
+impl Group {
+    /// The consumer named `name`, created when missing; returns whether it was created.
+    pub fn consumer(&mut self, name: &Bytes, now_ms: u64) -> (&mut Consumer, bool) {
+        let created = !self.consumers.contains_key(name);
+        let consumer = self
+            .consumers
+            .entry(name.clone())
+            .or_insert_with(|| Consumer {
+                seen_ms: now_ms,
+                pending: Default::default(),
+            });
+        (consumer, created)
+    }
+
+    /// Hands entry `id` to `consumer` (moving it from another consumer's list if claimed).
+    pub fn assign(&mut self, id: StreamId, consumer: &Bytes, now_ms: u64, deliveries: u64) {
+        if let Some(old) = self.pending.get(&id) {
+            let previous = old.consumer.clone();
+            if let Some(c) = self.consumers.get_mut(&previous) {
+                c.pending.remove(&id);
+            }
+        }
+        self.pending.insert(
+            id,
+            Pending {
+                consumer: consumer.clone(),
+                delivered_ms: now_ms,
+                deliveries,
+            },
+        );
+        self.consumer(consumer, now_ms).0.pending.insert(id);
+    }
+
+    /// Acknowledges `id`; returns whether it was pending.
+    pub fn ack(&mut self, id: StreamId) -> bool {
+        match self.pending.remove(&id) {
+            Some(p) => {
+                if let Some(c) = self.consumers.get_mut(&p.consumer) {
+                    c.pending.remove(&id);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+}
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stream {
     entries: BTreeMap<StreamId, Fields>,
+    /// Consumer groups by name, in creation order.
+    pub groups: indexmap::IndexMap<Bytes, Group>,
     /// The greatest id ever added (a new id must be greater, even after deletions).
     pub last_id: StreamId,
     /// How many entries were ever added.
@@ -154,6 +278,25 @@ impl Stream {
             range.rev().take(count).collect()
         } else {
             range.take(count).collect()
+        }
+    }
+
+    pub fn get(&self, id: StreamId) -> Option<&Fields> {
+        self.entries.get(&id)
+    }
+
+    pub fn last_entry_id(&self) -> Option<StreamId> {
+        self.entries.keys().next_back().copied()
+    }
+
+    /// The facts Redis's consumer-group counters are estimated from.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            len: self.entries.len() as u64,
+            first: self.first_id(),
+            last_id: self.last_id,
+            max_deleted: self.max_deleted_id,
+            entries_added: self.entries_added,
         }
     }
 

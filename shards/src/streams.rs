@@ -198,7 +198,10 @@ pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Wanted::Exact(_) => None,
     };
     let Some(id) = id else {
-        typed::drop_if_empty::<Stream>(ctx.db(), &args[1], now);
+        // Undo only the empty stream this XADD itself created.
+        if fresh && stream.groups.is_empty() {
+            typed::drop_if_empty::<Stream>(ctx.db(), &args[1], now);
+        }
         return Frame::static_error(top_error);
     };
     stream.add(id, fields.iter().map(|f| owned(f)).collect());

@@ -11,7 +11,7 @@ use wetask_protocol::Frame;
 
 use crate::shard::Ctx;
 use crate::tasks::commands as tasks;
-use crate::{hashes, keys, lists, sets, streams, strings, zsets};
+use crate::{hashes, keys, lists, sets, stream_groups, streams, strings, zsets};
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
 
@@ -316,6 +316,13 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("xdel", -3, WRITE | FAST, ONE, Keyed, Some(streams::xdel), "stream", "Returns the number of messages after removing them from a stream."),
     row("xtrim", -4, WRITE, ONE, Keyed, Some(streams::xtrim), "stream", "Deletes messages from the beginning of a stream."),
     row("xread", -4, READONLY | BLOCKING, MOVABLE, Keyed, Some(streams::xread), "stream", "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.").movable(streams::xread_keys),
+    row("xgroup", -2, WRITE | DENYOOM, (2, 2, 1), Keyed, Some(stream_groups::xgroup), "stream", "A container for consumer groups commands."),
+    row("xreadgroup", -7, WRITE | BLOCKING, MOVABLE, Keyed, Some(stream_groups::xreadgroup), "stream", "Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.").movable(stream_groups::xreadgroup_keys),
+    row("xack", -4, WRITE | FAST, ONE, Keyed, Some(stream_groups::xack), "stream", "Returns the number of messages that were successfully acknowledged by the consumer group member of a stream."),
+    row("xpending", -3, READONLY, ONE, Keyed, Some(stream_groups::xpending), "stream", "Returns the information and entries from a stream consumer group's pending entries list."),
+    row("xclaim", -6, WRITE | FAST, ONE, Keyed, Some(stream_groups::xclaim), "stream", "Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member."),
+    row("xautoclaim", -6, WRITE | FAST, ONE, Keyed, Some(stream_groups::xautoclaim), "stream", "Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered to as consumer group member."),
+    row("xinfo", -2, READONLY, (2, 2, 1), Keyed, Some(stream_groups::xinfo), "stream", "A container for stream introspection commands."),
     // sorted sets
     row("zadd", -4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(zsets::zadd), Z, "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist."),
     row("zincrby", 4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(zsets::zincrby), Z, "Increments the score of a member in a sorted set."),

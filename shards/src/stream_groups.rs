@@ -1,0 +1,868 @@
+//! Stream consumer groups: XGROUP (CREATE, SETID, DESTROY, CREATECONSUMER, DELCONSUMER),
+//! XREADGROUP's attempt (the server parks one with BLOCK, as XREAD), XACK, XPENDING, XCLAIM,
+//! XAUTOCLAIM and XINFO (STREAM, GROUPS, CONSUMERS). Each group keeps its pending entries
+//! list: an entry read with `>` stays pending for its consumer until XACK, and XCLAIM or
+//! XAUTOCLAIM hands an idle one to another consumer: the at-least-once worker pattern.
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+
+use crate::args::{int_arg, is};
+use crate::errors::*;
+use crate::shard::Ctx;
+use crate::stream::{Group, Stream, StreamId};
+use crate::streams::entries_frame;
+use crate::typed;
+
+const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+
+fn parse_id(arg: &[u8]) -> Result<StreamId, Frame> {
+    StreamId::parse(arg, 0).ok_or_else(|| Frame::static_error(INVALID_ID))
+}
+
+/// Redis's NOGROUP text; only XREADGROUP's names the command.
+fn no_group(key: &[u8], group: &[u8], command: &str) -> Frame {
+    let suffix = if command.starts_with("XREADGROUP") {
+        format!(" in {command}")
+    } else {
+        String::new()
+    };
+    Frame::error(format!(
+        "NOGROUP No such key '{}' or consumer group '{}'{suffix}",
+        String::from_utf8_lossy(key),
+        String::from_utf8_lossy(group)
+    ))
+}
+
+pub fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let sub = &args[1];
+    let now = ctx.now_ms;
+    if is(sub, "help") {
+        return Frame::Array(
+            [
+                "XGROUP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "CREATE <key> <groupname> <id|$> [option]",
+                "CREATECONSUMER <key> <groupname> <consumer>",
+                "DELCONSUMER <key> <groupname> <consumer>",
+                "DESTROY <key> <groupname>",
+                "SETID <key> <groupname> <id|$> [ENTRIESREAD entries_read]",
+            ]
+            .iter()
+            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+        );
+    }
+    if args.len() < 4 {
+        return wrong_arity("xgroup");
+    }
+    let (key, group) = (&args[2], &args[3]);
+    if is(sub, "create") {
+        if args.len() < 5 {
+            return wrong_arity("xgroup|create");
+        }
+        let mut mkstream = false;
+        let mut entries_read = None;
+        let mut i = 5;
+        while i < args.len() {
+            if is(&args[i], "mkstream") {
+                mkstream = true;
+                i += 1;
+            } else if is(&args[i], "entriesread") && i + 1 < args.len() {
+                match int_arg(&args[i + 1]) {
+                    Ok(n) if n >= -1 => entries_read = (n >= 0).then_some(n as u64),
+                    Ok(_) => {
+                        return Frame::static_error(
+                            "ERR value for ENTRIESREAD must be positive or -1",
+                        )
+                    }
+                    Err(err) => return err,
+                }
+                i += 2;
+            } else {
+                return Frame::static_error(SYNTAX);
+            }
+        }
+        let stream = if mkstream {
+            typed::get_or_create::<Stream>(ctx.db(), key, now)
+        } else {
+            match typed::get::<Stream>(ctx.db(), key, now) {
+                Ok(Some(stream)) => Ok(stream),
+                Ok(None) => return Frame::static_error("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically."),
+                Err(err) => Err(err),
+            }
+        };
+        let stream = match stream {
+            Ok(stream) => stream,
+            Err(err) => return err,
+        };
+        let last_delivered = if &args[4][..] == b"$" {
+            stream.last_id
+        } else {
+            match parse_id(&args[4]) {
+                Ok(id) => id,
+                Err(err) => return err,
+            }
+        };
+        if stream.groups.contains_key(&group[..]) {
+            return Frame::static_error("BUSYGROUP Consumer Group name already exists");
+        }
+        stream.groups.insert(
+            Bytes::copy_from_slice(group),
+            Group {
+                last_delivered,
+                entries_read,
+                ..Group::default()
+            },
+        );
+        return Frame::ok();
+    }
+    let stream = match typed::get::<Stream>(ctx.db(), key, now) {
+        Ok(Some(stream)) => stream,
+        Ok(None) => {
+            return Frame::static_error("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.")
+        }
+        Err(err) => return err,
+    };
+    let no_such_group = || {
+        Frame::error(format!(
+            "NOGROUP No such consumer group '{}' for key name '{}'",
+            String::from_utf8_lossy(group),
+            String::from_utf8_lossy(key)
+        ))
+    };
+    if is(sub, "destroy") {
+        if args.len() != 4 {
+            return wrong_arity("xgroup|destroy");
+        }
+        return Frame::Integer(i64::from(stream.groups.shift_remove(&group[..]).is_some()));
+    }
+    if is(sub, "setid") {
+        let last_id = stream.last_id;
+        let Some(g) = stream.groups.get_mut(&group[..]) else {
+            return no_such_group();
+        };
+        let id = if &args[4][..] == b"$" {
+            last_id
+        } else {
+            match parse_id(&args[4]) {
+                Ok(id) => id,
+                Err(err) => return err,
+            }
+        };
+        match &args[5..] {
+            [] => {}
+            [word, n] if is(word, "entriesread") => match int_arg(n) {
+                Ok(n) if n >= -1 => g.entries_read = (n >= 0).then_some(n as u64),
+                Ok(_) => {
+                    return Frame::static_error("ERR value for ENTRIESREAD must be positive or -1")
+                }
+                Err(err) => return err,
+            },
+            _ => return Frame::static_error(SYNTAX),
+        }
+        g.last_delivered = id;
+        return Frame::ok();
+    }
+    if is(sub, "createconsumer") || is(sub, "delconsumer") {
+        if args.len() != 5 {
+            return wrong_arity(if is(sub, "createconsumer") {
+                "xgroup|createconsumer"
+            } else {
+                "xgroup|delconsumer"
+            });
+        }
+        let Some(g) = stream.groups.get_mut(&group[..]) else {
+            return no_such_group();
+        };
+        let consumer = Bytes::copy_from_slice(&args[4]);
+        if is(sub, "createconsumer") {
+            return Frame::Integer(i64::from(g.consumer(&consumer, now).1));
+        }
+        let Some(removed) = g.consumers.shift_remove(&consumer) else {
+            return Frame::Integer(0);
+        };
+        for id in &removed.pending {
+            g.pending.remove(id);
+        }
+        return Frame::Integer(removed.pending.len() as i64);
+    }
+    crate::errors::unknown_subcommand("xgroup", sub)
+}
+
+/// A parsed XREADGROUP.
+#[derive(Clone, Debug)]
+pub struct XreadGroup {
+    pub group: Bytes,
+    pub consumer: Bytes,
+    pub count: usize,
+    pub block_ms: Option<u64>,
+    pub noack: bool,
+    /// Each stream and what to read: `None` for `>` (new entries), or the consumer's own
+    /// pending entries after an id.
+    pub streams: Vec<(Bytes, Option<StreamId>)>,
+}
+
+pub fn parse_xreadgroup(args: &[Bytes]) -> Result<XreadGroup, Frame> {
+    if !is(&args[1], "group") || args.len() < 4 {
+        return Err(Frame::static_error(SYNTAX));
+    }
+    let mut read = XreadGroup {
+        group: Bytes::copy_from_slice(&args[2]),
+        consumer: Bytes::copy_from_slice(&args[3]),
+        count: usize::MAX,
+        block_ms: None,
+        noack: false,
+        streams: Vec::new(),
+    };
+    let mut i = 4;
+    while i < args.len() {
+        let a = &args[i];
+        if is(a, "count") && i + 1 < args.len() {
+            let n = int_arg(&args[i + 1])?;
+            read.count = if n <= 0 { usize::MAX } else { n as usize };
+            i += 2;
+        } else if is(a, "block") && i + 1 < args.len() {
+            let ms = int_arg(&args[i + 1])?;
+            if ms < 0 {
+                return Err(Frame::static_error("ERR timeout is negative"));
+            }
+            read.block_ms = Some(ms as u64);
+            i += 2;
+        } else if is(a, "noack") {
+            read.noack = true;
+            i += 1;
+        } else if is(a, "streams") {
+            i += 1;
+            break;
+        } else {
+            return Err(Frame::static_error(SYNTAX));
+        }
+    }
+    let rest = &args[i.min(args.len())..];
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
+        return Err(Frame::static_error(
+            "ERR Unbalanced XREADGROUP list of streams: for each stream key an ID or '>' must be specified.",
+        ));
+    }
+    let half = rest.len() / 2;
+    for (key, id) in rest[..half].iter().zip(&rest[half..]) {
+        let what = match &id[..] {
+            b">" => None,
+            b"$" => {
+                return Err(Frame::static_error(
+                    "ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set.",
+                ))
+            }
+            _ => Some(parse_id(id)?),
+        };
+        read.streams.push((key.clone(), what));
+    }
+    Ok(read)
+}
+
+/// XREADGROUP's keys: as XREAD's.
+pub fn xreadgroup_keys(args: &[Bytes]) -> Vec<usize> {
+    crate::streams::xread_keys(args)
+}
+
+/// Reads one stream for a group: `>` takes entries after the group's last delivered id
+/// (pending for the consumer unless NOACK); an id reads the consumer's own pending entries
+/// after it (a deleted one as `[id, nil]`). `Ok(None)`: nothing new for `>`.
+pub fn read_group(
+    stream: &mut Stream,
+    read: &XreadGroup,
+    what: Option<StreamId>,
+    now_ms: u64,
+) -> Result<Option<Frame>, String> {
+    let shape = stream.shape();
+    let Some(group) = stream.groups.get_mut(&read.group[..]) else {
+        return Err("NOGROUP".into());
+    };
+    match what {
+        None => {
+            let Some(from) = group.last_delivered.next() else {
+                return Ok(None);
+            };
+            let entries: Vec<(StreamId, crate::stream::Fields)> =
+                stream_range(stream, from, read.count);
+            let group = stream
+                .groups
+                .get_mut(&read.group[..])
+                .expect("checked above");
+            group.consumer(&read.consumer, now_ms).0.seen_ms = now_ms;
+            if entries.is_empty() {
+                return Ok(None);
+            }
+            for (id, _) in &entries {
+                group.last_delivered = *id;
+                group.entries_read = match group.entries_read {
+                    Some(n) if !shape.has_tombstones_from(*id) => Some(n + 1),
+                    _ => shape.entries_read_at(*id),
+                };
+                if !read.noack {
+                    group.assign(*id, &read.consumer, now_ms, 1);
+                }
+            }
+            Ok(Some(entries_frame(
+                entries.iter().map(|(id, f)| (*id, f)).collect(),
+            )))
+        }
+        Some(after) => {
+            let (consumer, _) = group.consumer(&read.consumer, now_ms);
+            consumer.seen_ms = now_ms;
+            let ids: Vec<StreamId> = consumer
+                .pending
+                .range(after.next().unwrap_or(StreamId::MAX)..)
+                .take(read.count)
+                .copied()
+                .collect();
+            let mut items = Vec::with_capacity(ids.len());
+            for id in ids {
+                let fields = stream.get(id).cloned();
+                items.push(match fields {
+                    Some(fields) => Frame::Array(vec![
+                        Frame::Bulk(id.to_bytes()),
+                        Frame::Array(fields.into_iter().map(Frame::Bulk).collect()),
+                    ]),
+                    None => Frame::Array(vec![Frame::Bulk(id.to_bytes()), Frame::Null]),
+                });
+            }
+            Ok(Some(Frame::Array(items)))
+        }
+    }
+}
+
+fn stream_range(
+    stream: &Stream,
+    from: StreamId,
+    count: usize,
+) -> Vec<(StreamId, crate::stream::Fields)> {
+    stream
+        .range(from, StreamId::MAX, false, count)
+        .into_iter()
+        .map(|(id, f)| (id, f.clone()))
+        .collect()
+}
+
+/// XREADGROUP's attempt: every stream with something to give; nil when nothing.
+pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let read = match parse_xreadgroup(args) {
+        Ok(read) => read,
+        Err(err) => return err,
+    };
+    let now = ctx.now_ms;
+    let mut found = Vec::new();
+    for (key, what) in &read.streams {
+        let stream = match typed::get::<Stream>(ctx.db(), key, now) {
+            Ok(Some(stream)) => stream,
+            Ok(None) => return no_group(key, &read.group, "XREADGROUP with GROUP option"),
+            Err(err) => return err,
+        };
+        match read_group(stream, &read, *what, now) {
+            Ok(Some(entries)) => found.push((Frame::Bulk(key.clone()), entries)),
+            Ok(None) => {}
+            Err(_) => return no_group(key, &read.group, "XREADGROUP with GROUP option"),
+        }
+    }
+    if found.is_empty() {
+        Frame::NullArray
+    } else {
+        Frame::Keyed(found)
+    }
+}
+
+pub fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let mut ids = Vec::with_capacity(args.len() - 3);
+    for arg in &args[3..] {
+        match parse_id(arg) {
+            Ok(id) => ids.push(id),
+            Err(err) => return err,
+        }
+    }
+    let now = ctx.now_ms;
+    match typed::get::<Stream>(ctx.db(), &args[1], now) {
+        Ok(Some(stream)) => match stream.groups.get_mut(&args[2][..]) {
+            Some(group) => {
+                Frame::Integer(ids.into_iter().filter(|id| group.ack(*id)).count() as i64)
+            }
+            None => Frame::Integer(0),
+        },
+        Ok(None) => Frame::Integer(0),
+        Err(err) => err,
+    }
+}
+
+fn range_bound(arg: &[u8], start: bool) -> Result<StreamId, Frame> {
+    match arg {
+        b"-" => Ok(StreamId::MIN),
+        b"+" => Ok(StreamId::MAX),
+        _ => {
+            let (text, exclusive) = match arg.strip_prefix(b"(") {
+                Some(rest) => (rest, true),
+                None => (arg, false),
+            };
+            let id = StreamId::parse(text, if start { 0 } else { u64::MAX })
+                .ok_or_else(|| Frame::static_error(INVALID_ID))?;
+            Ok(match (exclusive, start) {
+                (false, _) => id,
+                (true, true) => id.next().unwrap_or(StreamId::MAX),
+                (true, false) => id.prev().unwrap_or(StreamId::MIN),
+            })
+        }
+    }
+}
+
+pub fn xpending(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let now = ctx.now_ms;
+    let (key, group_name) = (&args[1], &args[2]);
+    // Extended form's arguments, checked before the key is looked at.
+    let mut min_idle = 0u64;
+    let mut rest = &args[3..];
+    if rest.first().is_some_and(|a| is(a, "idle")) {
+        match rest.get(1).map(|a| int_arg(a)) {
+            Some(Ok(n)) => min_idle = n.max(0) as u64,
+            Some(Err(err)) => return err,
+            None => return Frame::static_error(SYNTAX),
+        }
+        rest = &rest[2..];
+    }
+    let extended = match rest {
+        [] if args.len() == 3 => None,
+        [start, end, count] | [start, end, count, _] => {
+            let (start, end) = match (range_bound(start, true), range_bound(end, false)) {
+                (Ok(s), Ok(e)) => (s, e),
+                (Err(err), _) | (_, Err(err)) => return err,
+            };
+            let count = match int_arg(count) {
+                Ok(n) => n.max(0) as usize,
+                Err(err) => return err,
+            };
+            Some((start, end, count, rest.get(3).cloned()))
+        }
+        _ => return Frame::static_error(SYNTAX),
+    };
+    let stream = match typed::get::<Stream>(ctx.db(), key, now) {
+        Ok(Some(stream)) => stream,
+        Ok(None) => return no_group(key, group_name, "XPENDING"),
+        Err(err) => return err,
+    };
+    let Some(group) = stream.groups.get(&group_name[..]) else {
+        return no_group(key, group_name, "XPENDING");
+    };
+    let Some((start, end, count, consumer)) = extended else {
+        if group.pending.is_empty() {
+            return Frame::Array(vec![
+                Frame::Integer(0),
+                Frame::Null,
+                Frame::Null,
+                Frame::NullArray,
+            ]);
+        }
+        let first = group.pending.keys().next().expect("non-empty");
+        let last = group.pending.keys().next_back().expect("non-empty");
+        let per_consumer: Vec<Frame> = group
+            .consumers
+            .iter()
+            .filter(|(_, c)| !c.pending.is_empty())
+            .map(|(name, c)| {
+                Frame::Array(vec![
+                    Frame::Bulk(name.clone()),
+                    Frame::Bulk(Bytes::from(c.pending.len().to_string())),
+                ])
+            })
+            .collect();
+        return Frame::Array(vec![
+            Frame::Integer(group.pending.len() as i64),
+            Frame::Bulk(first.to_bytes()),
+            Frame::Bulk(last.to_bytes()),
+            Frame::Array(per_consumer),
+        ]);
+    };
+    if start > end {
+        return Frame::Array(Vec::new());
+    }
+    Frame::Array(
+        group
+            .pending
+            .range(start..=end)
+            .filter(|(_, p)| consumer.as_ref().is_none_or(|c| p.consumer == *c))
+            .filter(|(_, p)| now.saturating_sub(p.delivered_ms) >= min_idle)
+            .take(count)
+            .map(|(id, p)| {
+                Frame::Array(vec![
+                    Frame::Bulk(id.to_bytes()),
+                    Frame::Bulk(p.consumer.clone()),
+                    Frame::Integer(now.saturating_sub(p.delivered_ms) as i64),
+                    Frame::Integer(p.deliveries as i64),
+                ])
+            })
+            .collect(),
+    )
+}
+
+/// XCLAIM key group consumer min-idle-time id… [IDLE ms] [TIME ms] [RETRYCOUNT n] [FORCE]
+/// [JUSTID] [LASTID id].
+pub fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let now = ctx.now_ms;
+    let min_idle = match int_arg(&args[4]) {
+        Ok(n) => n.max(0) as u64,
+        Err(_) => return Frame::static_error("ERR Invalid min-idle-time argument for XCLAIM"),
+    };
+    let mut ids = Vec::new();
+    let mut i = 5;
+    while i < args.len() {
+        match StreamId::parse(&args[i], 0) {
+            Some(id) => ids.push(id),
+            None => break,
+        }
+        i += 1;
+    }
+    let (mut delivered_ms, mut retry_count, mut force, mut justid) = (now, None, false, false);
+    let mut last_id = None;
+    while i < args.len() {
+        let a = &args[i];
+        let value = args.get(i + 1);
+        if is(a, "force") {
+            force = true;
+        } else if is(a, "justid") {
+            justid = true;
+        } else if is(a, "idle") || is(a, "time") || is(a, "retrycount") || is(a, "lastid") {
+            let Some(value) = value else {
+                return Frame::static_error(SYNTAX);
+            };
+            if is(a, "lastid") {
+                match parse_id(value) {
+                    Ok(id) => last_id = Some(id),
+                    Err(err) => return err,
+                }
+            } else {
+                let n = match int_arg(value) {
+                    Ok(n) => n,
+                    Err(_) => {
+                        return Frame::static_error("ERR Invalid IDLE option argument for XCLAIM")
+                    }
+                };
+                if is(a, "idle") {
+                    delivered_ms = now.saturating_sub(n.max(0) as u64);
+                } else if is(a, "time") {
+                    delivered_ms = n.max(0) as u64;
+                } else {
+                    retry_count = Some(n.max(0) as u64);
+                }
+            }
+            i += 1;
+        } else {
+            return Frame::error(format!(
+                "ERR Unrecognized XCLAIM option '{}'",
+                String::from_utf8_lossy(a)
+            ));
+        }
+        i += 1;
+    }
+    let (key, group_name, consumer) = (&args[1], &args[2], Bytes::copy_from_slice(&args[3]));
+    let stream = match typed::get::<Stream>(ctx.db(), key, now) {
+        Ok(Some(stream)) => stream,
+        Ok(None) => return no_group(key, group_name, "XCLAIM"),
+        Err(err) => return err,
+    };
+    let exists: Vec<bool> = ids.iter().map(|id| stream.get(*id).is_some()).collect();
+    let Some(group) = stream.groups.get_mut(&group_name[..]) else {
+        return no_group(key, group_name, "XCLAIM");
+    };
+    if let Some(last) = last_id {
+        if last > group.last_delivered {
+            group.last_delivered = last;
+        }
+    }
+    let mut claimed = Vec::new();
+    for (id, exists) in ids.into_iter().zip(exists) {
+        let pending = group.pending.get(&id).cloned();
+        let deliveries = match pending {
+            None if force && exists => 0,
+            None => continue,
+            Some(_) if !exists => {
+                // Deleted from the stream meanwhile: dropped from the pending list.
+                group.ack(id);
+                continue;
+            }
+            Some(p) => {
+                if now.saturating_sub(p.delivered_ms) < min_idle {
+                    continue;
+                }
+                p.deliveries
+            }
+        };
+        let deliveries = retry_count.unwrap_or(if justid { deliveries } else { deliveries + 1 });
+        group.assign(id, &consumer, delivered_ms, deliveries);
+        claimed.push(id);
+    }
+    group.consumer(&consumer, now).0.seen_ms = now;
+    if justid {
+        return Frame::Array(
+            claimed
+                .into_iter()
+                .map(|id| Frame::Bulk(id.to_bytes()))
+                .collect(),
+        );
+    }
+    Frame::Array(
+        claimed
+            .into_iter()
+            .filter_map(|id| {
+                stream.get(id).map(|fields| {
+                    Frame::Array(vec![
+                        Frame::Bulk(id.to_bytes()),
+                        Frame::Array(fields.iter().map(|f| Frame::Bulk(f.clone())).collect()),
+                    ])
+                })
+            })
+            .collect(),
+    )
+}
+
+/// XAUTOCLAIM key group consumer min-idle-time start [COUNT n] [JUSTID].
+pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let now = ctx.now_ms;
+    let min_idle = match int_arg(&args[4]) {
+        Ok(n) => n.max(0) as u64,
+        Err(_) => return Frame::static_error("ERR Invalid min-idle-time argument for XAUTOCLAIM"),
+    };
+    let start = match range_bound(&args[5], true) {
+        Ok(id) => id,
+        Err(err) => return err,
+    };
+    let mut count = 100usize;
+    let mut justid = false;
+    let mut i = 6;
+    while i < args.len() {
+        if is(&args[i], "count") && i + 1 < args.len() {
+            match int_arg(&args[i + 1]) {
+                Ok(n) if (1..=i64::MAX / 10).contains(&n) => count = n as usize,
+                _ => return Frame::static_error("ERR COUNT must be > 0"),
+            }
+            i += 2;
+        } else if is(&args[i], "justid") {
+            justid = true;
+            i += 1;
+        } else {
+            return Frame::static_error(SYNTAX);
+        }
+    }
+    let (key, group_name, consumer) = (&args[1], &args[2], Bytes::copy_from_slice(&args[3]));
+    let stream = match typed::get::<Stream>(ctx.db(), key, now) {
+        Ok(Some(stream)) => stream,
+        Ok(None) => return no_group(key, group_name, "XAUTOCLAIM"),
+        Err(err) => return err,
+    };
+    let live: std::collections::HashSet<StreamId> = {
+        let Some(group) = stream.groups.get(&group_name[..]) else {
+            return no_group(key, group_name, "XAUTOCLAIM");
+        };
+        group
+            .pending
+            .range(start..)
+            .filter(|(id, _)| stream.get(**id).is_some())
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    let group = stream
+        .groups
+        .get_mut(&group_name[..])
+        .expect("checked above");
+    let mut next = StreamId::MIN;
+    let mut claimed = Vec::new();
+    let mut deleted = Vec::new();
+    let candidates: Vec<(StreamId, crate::stream::Pending)> = group
+        .pending
+        .range(start..)
+        .map(|(id, p)| (*id, p.clone()))
+        .collect();
+    for (scanned, (id, p)) in candidates.into_iter().enumerate() {
+        if scanned >= count {
+            next = id;
+            break;
+        }
+        if !live.contains(&id) {
+            group.ack(id);
+            deleted.push(id);
+            continue;
+        }
+        if now.saturating_sub(p.delivered_ms) < min_idle {
+            continue;
+        }
+        let deliveries = if justid {
+            p.deliveries
+        } else {
+            p.deliveries + 1
+        };
+        group.assign(id, &consumer, now, deliveries);
+        claimed.push(id);
+    }
+    group.consumer(&consumer, now).0.seen_ms = now;
+    let claimed_frames: Vec<Frame> = if justid {
+        claimed
+            .into_iter()
+            .map(|id| Frame::Bulk(id.to_bytes()))
+            .collect()
+    } else {
+        claimed
+            .into_iter()
+            .filter_map(|id| {
+                stream.get(id).map(|fields| {
+                    Frame::Array(vec![
+                        Frame::Bulk(id.to_bytes()),
+                        Frame::Array(fields.iter().map(|f| Frame::Bulk(f.clone())).collect()),
+                    ])
+                })
+            })
+            .collect()
+    };
+    Frame::Array(vec![
+        Frame::Bulk(next.to_bytes()),
+        Frame::Array(claimed_frames),
+        Frame::Array(
+            deleted
+                .into_iter()
+                .map(|id| Frame::Bulk(id.to_bytes()))
+                .collect(),
+        ),
+    ])
+}
+
+fn field(name: &'static str, value: Frame) -> [Frame; 2] {
+    [Frame::Bulk(Bytes::from_static(name.as_bytes())), value]
+}
+
+/// XINFO STREAM key | GROUPS key | CONSUMERS key group | HELP.
+pub fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let sub = &args[1];
+    if is(sub, "help") {
+        return Frame::Array(
+            [
+                "XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "CONSUMERS <key> <groupname>",
+                "GROUPS <key>",
+                "STREAM <key> [FULL [COUNT <count>]",
+            ]
+            .iter()
+            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+        );
+    }
+    if args.len() < 3 {
+        return wrong_arity("xinfo");
+    }
+    let now = ctx.now_ms;
+    let key = &args[2];
+    let stream = match typed::get::<Stream>(ctx.db(), key, now) {
+        Ok(Some(stream)) => stream,
+        Ok(None) => return Frame::static_error(NO_SUCH_KEY),
+        Err(err) => return err,
+    };
+    let map =
+        |fields: Vec<[Frame; 2]>| Frame::Map(fields.into_iter().map(|[k, v]| (k, v)).collect());
+    if is(sub, "stream") && args.len() == 3 {
+        let entry = |id: Option<StreamId>| match id {
+            Some(id) => {
+                let fields = stream.get(id).expect("an existing entry");
+                Frame::Array(vec![
+                    Frame::Bulk(id.to_bytes()),
+                    Frame::Array(fields.iter().map(|f| Frame::Bulk(f.clone())).collect()),
+                ])
+            }
+            None => Frame::Null,
+        };
+        return map(vec![
+            field("length", Frame::Integer(stream.len() as i64)),
+            field(
+                "radix-tree-keys",
+                Frame::Integer(stream.len().div_ceil(100).max(1) as i64),
+            ),
+            field(
+                "radix-tree-nodes",
+                Frame::Integer(stream.len().div_ceil(100).max(1) as i64 + 1),
+            ),
+            field("last-generated-id", Frame::Bulk(stream.last_id.to_bytes())),
+            field(
+                "max-deleted-entry-id",
+                Frame::Bulk(stream.max_deleted_id.to_bytes()),
+            ),
+            field("entries-added", Frame::Integer(stream.entries_added as i64)),
+            field(
+                "recorded-first-entry-id",
+                Frame::Bulk(stream.first_id().unwrap_or_default().to_bytes()),
+            ),
+            field("groups", Frame::Integer(stream.groups.len() as i64)),
+            field("first-entry", entry(stream.first_id())),
+            field("last-entry", entry(stream.last_entry_id())),
+        ]);
+    }
+    if is(sub, "groups") && args.len() == 3 {
+        let shape = stream.shape();
+        return Frame::Array(
+            stream
+                .groups
+                .iter_mut()
+                .map(|(name, g)| {
+                    // Redis's lag: exact while nothing was deleted after the group's last
+                    // delivered entry, else estimated (and remembered), else unknown.
+                    let read = match g.entries_read {
+                        Some(n) if !shape.has_tombstones_from(g.last_delivered) => Some(n),
+                        _ => {
+                            let estimate = shape.entries_read_at(g.last_delivered);
+                            if estimate.is_some() {
+                                g.entries_read = estimate;
+                            }
+                            estimate
+                        }
+                    };
+                    let lag = if shape.entries_added == 0 {
+                        Frame::Integer(0)
+                    } else {
+                        read.map_or(Frame::Null, |n| {
+                            Frame::Integer(shape.entries_added.saturating_sub(n) as i64)
+                        })
+                    };
+                    map(vec![
+                        field("name", Frame::Bulk(name.clone())),
+                        field("consumers", Frame::Integer(g.consumers.len() as i64)),
+                        field("pending", Frame::Integer(g.pending.len() as i64)),
+                        field(
+                            "last-delivered-id",
+                            Frame::Bulk(g.last_delivered.to_bytes()),
+                        ),
+                        field(
+                            "entries-read",
+                            g.entries_read
+                                .map_or(Frame::Null, |n| Frame::Integer(n as i64)),
+                        ),
+                        field("lag", lag),
+                    ])
+                })
+                .collect(),
+        );
+    }
+    if is(sub, "consumers") && args.len() == 4 {
+        let Some(group) = stream.groups.get(&args[3][..]) else {
+            return Frame::error(format!(
+                "NOGROUP No such consumer group '{}' for key name '{}'",
+                String::from_utf8_lossy(&args[3]),
+                String::from_utf8_lossy(key)
+            ));
+        };
+        return Frame::Array(
+            group
+                .consumers
+                .iter()
+                .map(|(name, c)| {
+                    map(vec![
+                        field("name", Frame::Bulk(name.clone())),
+                        field("pending", Frame::Integer(c.pending.len() as i64)),
+                        field("idle", Frame::Integer(now.saturating_sub(c.seen_ms) as i64)),
+                    ])
+                })
+                .collect(),
+        );
+    }
+    crate::errors::unknown_subcommand("xinfo", sub)
+}
