@@ -193,6 +193,15 @@ impl ShardCtx {
         state
     }
 
+    /// The shard that owns `key` (or a queue or task id, by its slot tag).
+    pub fn owner_of(&self, key: &[u8]) -> usize {
+        if self.shard_count == 1 {
+            self.id
+        } else {
+            wetask_shards::shard_of(key, self.shard_count)
+        }
+    }
+
     /// True while a cross-shard operation holds this shard's lock.
     pub fn is_locked(&self) -> bool {
         self.lock.get().is_some()

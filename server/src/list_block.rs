@@ -15,16 +15,13 @@
 //! mesh round trip; Redis has none). Inside MULTI or a script a blocking pop never blocks.
 
 use std::cell::RefCell;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::Poll;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::lists::{parse_ends, parse_mpop, parse_timeout, End};
+use wetask_shards::lookup;
 use wetask_shards::table::CommandSpec;
-use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;
@@ -67,18 +64,10 @@ pub struct ListWaiter {
     pub reply: Reply,
 }
 
-fn owner(ctx: &ShardCtx, key: &[u8]) -> usize {
-    if ctx.shard_count == 1 {
-        ctx.id
-    } else {
-        shard_of(key, ctx.shard_count)
-    }
-}
-
 /// True when a BLMOVE's destination lives on another shard than its source: the source's
 /// owner then only pops, and the home pushes.
 fn move_spans_shards(ctx: &ShardCtx, src: &[u8], dst: &[u8]) -> bool {
-    owner(ctx, src) != owner(ctx, dst)
+    ctx.owner_of(src) != ctx.owner_of(dst)
 }
 
 /// The parsed blocking command: its keys, what to pop, and its timeout.
@@ -215,7 +204,7 @@ pub async fn run_blocked(
     };
     let (client, db) = {
         let mut state = conn.borrow_mut();
-        state.blocked_on = blocking.keys.iter().map(|k| owner(ctx, k)).collect();
+        state.blocked_on = blocking.keys.iter().map(|k| ctx.owner_of(k)).collect();
         state.blocked_on.sort_unstable();
         state.blocked_on.dedup();
         (state.id, state.db)
@@ -225,7 +214,7 @@ pub async fn run_blocked(
     frame
 }
 
-type Wait = Pin<Box<dyn Future<Output = Vec<Frame>>>>;
+use crate::task_fetch::{first_ready, Wait};
 
 /// Parks the blocking pop on its keys' owners and waits for the first answer; `nothing` is
 /// the reply on time-out (nil of the command's kind).
@@ -235,7 +224,7 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
     let waiter = ctx.new_token();
     let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
     for key in blocking.keys {
-        let shard = owner(ctx, &key);
+        let shard = ctx.owner_of(&key);
         match groups.iter_mut().find(|(s, _)| *s == shard) {
             Some((_, keys)) => {
                 if !keys.contains(&key) {
@@ -421,7 +410,7 @@ fn push_args(end: End, key: Bytes, elements: Vec<Bytes>) -> Vec<Bytes> {
 /// Runs a keyed command on its owner (this shard or a peer).
 async fn run_routed(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
     let spec = lookup(&args[0]).expect("an internal command is in the table");
-    let shard = owner(ctx, &args[1]);
+    let shard = ctx.owner_of(&args[1]);
     let at = crate::dispatch::Target { db, client: 0 };
     if shard == ctx.id {
         ctx.wait_unlocked().await;
@@ -431,22 +420,6 @@ async fn run_routed(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
             crate::dispatch::send_one(ctx, shard, at, spec, args.to_vec()).await,
         )
     }
-}
-
-/// Resolves to the first of `waits` to finish (taking it out of the list) and its answer.
-async fn first_ready(waits: &mut [Option<Wait>]) -> (usize, Vec<Frame>) {
-    std::future::poll_fn(|cx| {
-        for (i, slot) in waits.iter_mut().enumerate() {
-            if let Some(wait) = slot {
-                if let Poll::Ready(frames) = wait.as_mut().poll(cx) {
-                    *slot = None;
-                    return Poll::Ready((i, frames));
-                }
-            }
-        }
-        Poll::Pending
-    })
-    .await
 }
 
 impl ShardCtx {

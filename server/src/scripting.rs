@@ -27,8 +27,8 @@ use bytes::Bytes;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value, VmState};
 use wetask_protocol::{format_double, Frame};
 use wetask_shards::args::{int_arg, is};
+use wetask_shards::lookup;
 use wetask_shards::table::{flag, CommandSpec, Route};
-use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;
@@ -84,14 +84,6 @@ impl std::fmt::Display for CallError {
 }
 
 impl std::error::Error for CallError {}
-
-fn owner(ctx: &ShardCtx, key: &[u8]) -> usize {
-    if ctx.shard_count == 1 {
-        ctx.id
-    } else {
-        shard_of(key, ctx.shard_count)
-    }
-}
 
 /// This shard's Lua state, made on first use.
 pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
@@ -301,7 +293,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     let mut needed = Vec::new();
     for i in spec.key_positions(&argv) {
         let key = &argv[i];
-        let shard = owner(ctx, key);
+        let shard = ctx.owner_of(key);
         let mut run = ctx.script_run.borrow_mut();
         let run = run.as_mut().expect("checked above");
         let declared = run.declared.iter().any(|k| k == key);
@@ -347,7 +339,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
         let shard = spec
             .key_positions(&argv)
             .next()
-            .map_or(ctx.id, |i| owner(ctx, &argv[i]));
+            .map_or(ctx.id, |i| ctx.owner_of(&argv[i]));
         if shard != ctx.id {
             let request = Request::Exec {
                 db,
@@ -568,7 +560,7 @@ pub fn script_shards(ctx: &ShardCtx, sha: &str, keys: &[Bytes]) -> Vec<usize> {
     if ctx.globals.config.lua_whole_server || keys.is_empty() || learned {
         (0..ctx.shard_count).collect()
     } else {
-        keys.iter().map(|k| owner(ctx, k)).collect()
+        keys.iter().map(|k| ctx.owner_of(k)).collect()
     }
 }
 

@@ -14,22 +14,14 @@ use std::task::Poll;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
+use wetask_shards::lookup;
 use wetask_shards::tasks::commands::{fetch_frames, parse_fetch, FetchArgs};
-use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;
 use crate::dispatch::{send_one, single_reply, Target};
 use crate::mesh::{Request, Response};
 use crate::task_wait::{LocalSlot, LocalWait, Parked, Reply, Want};
-
-fn owner(ctx: &ShardCtx, name: &[u8]) -> usize {
-    if ctx.shard_count == 1 {
-        ctx.id
-    } else {
-        shard_of(name, ctx.shard_count)
-    }
-}
 
 /// True when a FETCH names a queue or acknowledges an id on another shard, or may block:
 /// then it runs in a task, which can wait.
@@ -40,7 +32,7 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
                 .queues
                 .iter()
                 .chain(&fetch.acks)
-                .any(|name| owner(ctx, name) != ctx.id);
+                .any(|name| ctx.owner_of(name) != ctx.id);
             // A local blocking fetch that can lease now runs inline like any other; only
             // one that may have to wait needs a task. (Its ACKs run first and cannot make
             // a task ready for it... except its own, which then counts as not ready: it
@@ -72,7 +64,7 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
     let ack = lookup(b"task.ack").expect("task.ack is in the table");
     for id in &fetch.acks {
         let args = vec![Bytes::from_static(b"task.ack"), id.clone()];
-        let frame = match owner(ctx, id) {
+        let frame = match ctx.owner_of(id) {
             shard if shard == ctx.id => {
                 ctx.shard.borrow_mut().execute(at.db, at.client, ack, &args)
             }
@@ -88,9 +80,9 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
     let mut held_back = None;
     let mut i = 0;
     while i < fetch.queues.len() && leased.len() < fetch.count {
-        let shard = owner(ctx, &fetch.queues[i]);
+        let shard = ctx.owner_of(&fetch.queues[i]);
         let mut end = i + 1;
-        while end < fetch.queues.len() && owner(ctx, &fetch.queues[end]) == shard {
+        while end < fetch.queues.len() && ctx.owner_of(&fetch.queues[end]) == shard {
             end += 1;
         }
         let queues = fetch.queues[i..end].to_vec();
@@ -143,7 +135,7 @@ fn group_by_shard(
 ) -> Vec<(usize, Vec<Bytes>)> {
     let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
     for name in names {
-        let shard = owner(ctx, &name);
+        let shard = ctx.owner_of(&name);
         match groups.iter_mut().find(|(s, _)| *s == shard) {
             Some((_, names)) => names.push(name),
             None => groups.push((shard, vec![name])),
@@ -152,7 +144,8 @@ fn group_by_shard(
     groups
 }
 
-type Wait = Pin<Box<dyn Future<Output = Vec<Frame>>>>;
+/// An answer a blocked command waits for from one shard (a local slot or a held request).
+pub type Wait = Pin<Box<dyn Future<Output = Vec<Frame>>>>;
 
 /// Waits until one of the queues' shards leases something (or the time is up); see the
 /// module docs of `task_wait`.
@@ -227,7 +220,7 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
 }
 
 /// Resolves to the first of `waits` to finish (taking it out of the list) and its answer.
-async fn first_ready(waits: &mut [Option<Wait>]) -> (usize, Vec<Frame>) {
+pub async fn first_ready(waits: &mut [Option<Wait>]) -> (usize, Vec<Frame>) {
     std::future::poll_fn(|cx| {
         for (i, slot) in waits.iter_mut().enumerate() {
             if let Some(wait) = slot {
@@ -282,7 +275,7 @@ pub async fn wait(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byt
     // come early.
     let now = crate::globals::unix_ms();
     let deadline_ms = (timeout_ms > 0).then(|| now.saturating_add(timeout_ms));
-    let shard = owner(ctx, &id);
+    let shard = ctx.owner_of(&id);
     let frames = if shard == ctx.id {
         if ctx.shard.borrow().tasks.get(&id).is_none() {
             return Frame::static_error("ERR no such task");

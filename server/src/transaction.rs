@@ -19,8 +19,8 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
+use wetask_shards::lookup;
 use wetask_shards::table::{CommandSpec, Route};
-use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;
@@ -60,14 +60,6 @@ pub struct Watched {
     pub db: usize,
     pub key: Bytes,
     pub version: u64,
-}
-
-fn owner(ctx: &ShardCtx, key: &[u8]) -> usize {
-    if ctx.shard_count == 1 {
-        ctx.id
-    } else {
-        shard_of(key, ctx.shard_count)
-    }
 }
 
 /// Queues a command inside MULTI (or rejects it, which makes EXEC abort).
@@ -143,7 +135,7 @@ pub async fn watch(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[By
     };
     for key in &args[1..] {
         let key = Bytes::copy_from_slice(key);
-        let shard = owner(ctx, &key);
+        let shard = ctx.owner_of(&key);
         let version = if shard == ctx.id {
             ctx.shard.borrow_mut().watch(db, &key)
         } else {
@@ -205,7 +197,7 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
             Route::AllShards(_) => shards.extend(0..ctx.shard_count),
             Route::Keyed | Route::Split(_) => {
                 for i in spec.key_positions(args) {
-                    shards.push(owner(ctx, &args[i]));
+                    shards.push(ctx.owner_of(&args[i]));
                     // Task state is not borrowed: task commands run on their owner.
                     if spec.group != "tasks" {
                         keys.push((db, args[i].clone()));
@@ -341,7 +333,7 @@ async fn run_one(
             let shard = spec
                 .key_positions(args)
                 .next()
-                .map_or(ctx.id, |i| owner(ctx, &args[i]));
+                .map_or(ctx.id, |i| ctx.owner_of(&args[i]));
             if shard == ctx.id {
                 ctx.shard.borrow_mut().execute(db, client, spec, args)
             } else {

@@ -7,19 +7,6 @@ mod common;
 use common::*;
 use wetask_protocol::Frame;
 
-fn each_server(scenario: fn(&Server)) {
-    for args in [
-        &["--shards", "2"][..],
-        &["--shards", "1"][..],
-        &["--shards", "2", "--io", "glommio"][..],
-    ] {
-        let server = Server::start(args);
-        // Printed only when a scenario fails: which network path and shard count it was.
-        println!("server {args:?} on port {}", server.port);
-        scenario(&server);
-    }
-}
-
 #[test]
 fn strings_and_keys_across_shards() {
     each_server(|server| {

@@ -9,18 +9,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use wetask_protocol::Frame;
 
-fn each_server(scenario: fn(&Server)) {
-    for args in [
-        &["--shards", "2"][..],
-        &["--shards", "1"][..],
-        &["--shards", "2", "--io", "glommio"][..],
-    ] {
-        let server = Server::start(args);
-        println!("server {args:?} on port {}", server.port);
-        scenario(&server);
-    }
-}
-
 fn strs(items: &[&str]) -> Vec<Frame> {
     items.iter().map(|s| bulk(s)).collect()
 }

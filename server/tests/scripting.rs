@@ -7,14 +7,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use wetask_protocol::Frame;
-use wetask_shards::shard_of;
-
-fn key_on(prefix: &str, shard: usize) -> String {
-    (0..)
-        .map(|i| format!("{prefix}{i}"))
-        .find(|k| shard_of(k.as_bytes(), 2) == shard)
-        .expect("some key hashes there")
-}
 
 fn eval(c: &mut Client, script: &str, keys: &[&str], argv: &[&str]) -> Frame {
     let numkeys = keys.len().to_string();

@@ -8,26 +8,6 @@ use std::time::Duration;
 
 use common::*;
 use wetask_protocol::Frame;
-use wetask_shards::shard_of;
-
-fn each_server(scenario: fn(&Server)) {
-    for args in [
-        &["--shards", "2"][..],
-        &["--shards", "1"][..],
-        &["--shards", "2", "--io", "glommio"][..],
-    ] {
-        let server = Server::start(args);
-        println!("server {args:?} on port {}", server.port);
-        scenario(&server);
-    }
-}
-
-fn key_on(prefix: &str, shard: usize) -> String {
-    (0..)
-        .map(|i| format!("{prefix}{i}"))
-        .find(|k| shard_of(k.as_bytes(), 2) == shard)
-        .expect("some key hashes there")
-}
 
 fn queued() -> Frame {
     Frame::Simple("QUEUED".into())

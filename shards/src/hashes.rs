@@ -195,19 +195,9 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    if args.len() > 4 {
-        return Frame::static_error(SYNTAX);
-    }
-    let count = match args.get(2).map(|a| int_arg(a)) {
-        None => None,
-        Some(Ok(n)) if n > -(i64::MAX / 2) => Some(n),
-        Some(Ok(_)) => return Frame::static_error("ERR value is out of range"),
-        Some(Err(err)) => return err,
-    };
-    let with_values = match args.get(3) {
-        None => false,
-        Some(arg) if crate::args::is(arg, "withvalues") => true,
-        Some(_) => return Frame::static_error(SYNTAX),
+    let (count, with_values) = match random_count_args(args, Some("withvalues")) {
+        Ok(parsed) => parsed,
+        Err(err) => return err,
     };
     let Some(count) = count else {
         return read(ctx, args, Frame::Null, |hash| {
@@ -239,6 +229,27 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             )
         }
     })
+}
+
+/// The `[count [FLAG]]` of HRANDFIELD (WITHVALUES), SRANDMEMBER (no flag) and ZRANDMEMBER
+/// (WITHSCORES), from `args[2..]`: the count (`None` when absent) and whether the flag was
+/// given, with Redis's errors.
+pub fn random_count_args(args: &[Bytes], flag: Option<&str>) -> Result<(Option<i64>, bool), Frame> {
+    if args.len() > 3 + usize::from(flag.is_some()) {
+        return Err(Frame::static_error(SYNTAX));
+    }
+    let count = match args.get(2).map(|a| int_arg(a)) {
+        None => None,
+        Some(Ok(n)) if n > -(i64::MAX / 2) => Some(n),
+        Some(Ok(_)) => return Err(Frame::static_error("ERR value is out of range")),
+        Some(Err(err)) => return Err(err),
+    };
+    let flagged = match (args.get(3), flag) {
+        (None, _) => false,
+        (Some(arg), Some(flag)) if crate::args::is(arg, flag) => true,
+        _ => return Err(Frame::static_error(SYNTAX)),
+    };
+    Ok((count, flagged))
 }
 
 /// Positions for a random pick of `count` from `len`: distinct when `count` is positive

@@ -110,14 +110,9 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 pub fn srandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    if args.len() > 3 {
-        return Frame::static_error(SYNTAX);
-    }
-    let count = match args.get(2).map(|a| int_arg(a)) {
-        None => None,
-        Some(Ok(n)) if n > -(i64::MAX / 2) => Some(n),
-        Some(Ok(_)) => return Frame::static_error("ERR value is out of range"),
-        Some(Err(err)) => return err,
+    let count = match crate::hashes::random_count_args(args, None) {
+        Ok((count, _)) => count,
+        Err(err) => return err,
     };
     match count {
         None => read(ctx, &args[1], Frame::Null, |set| {

@@ -1045,19 +1045,9 @@ pub fn store_keys(args: &[Bytes]) -> Vec<usize> {
 // ---- random members and scan ----
 
 pub fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    if args.len() > 4 {
-        return Frame::static_error(SYNTAX);
-    }
-    let count = match args.get(2).map(|a| int_arg(a)) {
-        None => None,
-        Some(Ok(n)) if n > -(i64::MAX / 2) => Some(n),
-        Some(Ok(_)) => return Frame::static_error("ERR value is out of range"),
-        Some(Err(err)) => return err,
-    };
-    let with_scores = match args.get(3) {
-        None => false,
-        Some(arg) if is(arg, "withscores") => true,
-        Some(_) => return Frame::static_error(SYNTAX),
+    let (count, with_scores) = match crate::hashes::random_count_args(args, Some("withscores")) {
+        Ok(parsed) => parsed,
+        Err(err) => return err,
     };
     let Some(count) = count else {
         return read(ctx, &args[1], Frame::Null, |z| {

@@ -187,3 +187,25 @@ pub fn sorted_strings(frame: Frame) -> Vec<String> {
     out.sort();
     out
 }
+
+/// Runs a scenario on each server kind: io_uring with two shards and with one, and the
+/// glommio fallback with two. Printed only when a scenario fails: which kind it was.
+pub fn each_server(scenario: fn(&Server)) {
+    for args in [
+        &["--shards", "2"][..],
+        &["--shards", "1"][..],
+        &["--shards", "2", "--io", "glommio"][..],
+    ] {
+        let server = Server::start(args);
+        println!("server {args:?} on port {}", server.port);
+        scenario(&server);
+    }
+}
+
+/// A key named `prefix…` that lives on shard `shard` of two.
+pub fn key_on(prefix: &str, shard: usize) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| wetask_shards::shard_of(k.as_bytes(), 2) == shard)
+        .expect("some key hashes there")
+}
