@@ -460,6 +460,16 @@ impl ShardCtx {
                 Response::Bool(shard.tasks.submit_fallback(fallback, now).is_ok())
             }
             Request::Take { db, key } => Response::Entry(shard.take_entry(db, &key)),
+            Request::Lend { db, key } => Response::Entry(shard.lend_entry(db, &key)),
+            Request::Restore {
+                db,
+                key,
+                entry,
+                written,
+            } => {
+                shard.restore_entry(db, &key, entry, written);
+                Response::Bool(true)
+            }
             Request::Publish { channel, message } => {
                 drop(shard);
                 Response::Count(self.deliver(&channel, &message))

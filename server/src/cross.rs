@@ -208,7 +208,13 @@ async fn borrowed(held: &Held<'_>, db: usize, spec: &'static CommandSpec, args: 
     let keys = spec.key_positions(args).map(|i| (db, args[i].clone()));
     let borrowed = borrow(held, keys).await;
     let frame = held.ctx.shard.borrow_mut().execute(db, 0, spec, args);
-    give_back(held, borrowed).await;
+    // A read (SINTER, LRANGE …) gives its keys back unchanged: WATCH does not see it.
+    let written = if spec.has(wetask_shards::table::flag::WRITE) {
+        borrowed.clone()
+    } else {
+        Vec::new()
+    };
+    give_back(held, borrowed, &written).await;
     frame
 }
 
@@ -228,19 +234,43 @@ pub async fn borrow(
         }
     }
     for (db, key) in &remote {
-        if let Some(entry) = take(held, *db, key).await {
-            ctx.shard.borrow_mut().put_entry(*db, key, entry, true);
+        let lent = on_owner(
+            held,
+            key,
+            Request::Lend {
+                db: *db,
+                key: key.clone(),
+            },
+        )
+        .await;
+        if let Response::Entry(Some(entry)) = lent {
+            ctx.shard.borrow_mut().restore_entry(*db, key, entry, false);
         }
     }
     remote
 }
 
 /// Puts borrowed keys back on their owners as they are now (a deleted one stays deleted).
-pub async fn give_back(held: &Held<'_>, borrowed: Vec<(usize, Bytes)>) {
+/// Keys in `written` count as changed for their owners' WATCH; a key the operation deleted
+/// always does.
+pub async fn give_back(held: &Held<'_>, borrowed: Vec<(usize, Bytes)>, written: &[(usize, Bytes)]) {
     for (db, key) in borrowed {
-        let entry = held.ctx.shard.borrow_mut().take_entry(db, &key);
-        if let Some(entry) = entry {
-            put(held, db, &key, entry, true).await;
-        }
+        let was_written = written.iter().any(|(d, k)| *d == db && *k == key);
+        let entry = held.ctx.shard.borrow_mut().lend_entry(db, &key);
+        let request = match entry {
+            Some(entry) => Request::Restore {
+                db,
+                key: key.clone(),
+                entry,
+                written: was_written,
+            },
+            // Gone: the operation deleted it, which its owner's watchers must see.
+            None if was_written => Request::Take {
+                db,
+                key: key.clone(),
+            },
+            None => continue,
+        };
+        on_owner(held, &key, request).await;
     }
 }

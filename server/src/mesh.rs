@@ -108,6 +108,18 @@ pub enum Request {
     },
     /// What the receiving shard knows for PUBSUB.
     Pubsub(crate::pubsub::PubsubQuery),
+    /// Lend a key's entry to the coordinator of a cross-shard operation (see `cross`).
+    Lend {
+        db: usize,
+        key: Bytes,
+    },
+    /// Take back a lent key as it now is; `written` counts it as changed for WATCH.
+    Restore {
+        db: usize,
+        key: Bytes,
+        entry: Entry,
+        written: bool,
+    },
     /// WATCH a key owned by the receiving shard: answered with its version.
     Watch {
         db: usize,

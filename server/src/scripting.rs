@@ -64,6 +64,8 @@ pub struct ScriptRun {
     sha: String,
     /// A write command ran: the script can no longer be run again from the start.
     wrote: bool,
+    /// The keys its write commands named (they count as changed for WATCH).
+    written: Vec<(usize, Bytes)>,
     /// The script reached for an undeclared key on a shard it does not hold before writing
     /// anything: every further call fails, and EVAL runs it again holding every shard.
     retry_whole: bool,
@@ -334,6 +336,10 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     }
     if spec.has(flag::WRITE) {
         mark_written(ctx);
+        if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
+            run.written
+                .extend(spec.key_positions(&argv).map(|i| (db, argv[i].clone())));
+        }
     }
     if spec.group == "tasks" {
         let shard = spec
@@ -634,6 +640,7 @@ pub async fn eval_in(
         read_only,
         sha: sha.clone(),
         wrote: false,
+        written: Vec::new(),
         retry_whole: false,
     };
     let result = match under {
@@ -655,7 +662,7 @@ pub async fn eval_in(
             *ctx.script_run.borrow_mut() = Some(new_run(&held, open_shards, borrowed));
             let result = run_script(&lua, function.clone(), &keys, &argv).await;
             let run = ctx.script_run.borrow_mut().take().expect("set above");
-            give_back(&held, run.borrowed).await;
+            give_back(&held, run.borrowed, &run.written).await;
             held.unlock().await;
             // Nothing was written: run it again, now holding every shard.
             if run.retry_whole && !run.wrote {

@@ -167,11 +167,17 @@ pub async fn watch(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[By
 struct Plan {
     shards: Vec<usize>,
     keys: Vec<(usize, Bytes)>,
+    /// Keys a queued write command names (every key when a script runs): they count as
+    /// changed for their owners' WATCH.
+    written: Vec<(usize, Bytes)>,
+    scripts: bool,
 }
 
 fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watched]) -> Plan {
     let mut shards: Vec<usize> = watched.iter().map(|w| w.shard).collect();
     let mut keys = Vec::new();
+    let mut written = Vec::new();
+    let mut scripts = false;
     let mut keys_of_scripts = Vec::new();
     let mut db = start_db;
     for args in queued {
@@ -181,6 +187,7 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
                 // A script's declared keys are borrowed with the rest; the shards it may
                 // use are locked.
                 let keys: Vec<Bytes> = spec.key_positions(args).map(|i| args[i].clone()).collect();
+                scripts = true;
                 let sha = crate::scripting::sha_of(spec, args);
                 shards.extend(crate::scripting::script_shards(ctx, &sha, &keys));
                 keys_of_scripts.extend(keys.into_iter().map(|k| (db, k)));
@@ -201,6 +208,9 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
                     // Task state is not borrowed: task commands run on their owner.
                     if spec.group != "tasks" {
                         keys.push((db, args[i].clone()));
+                        if spec.has(wetask_shards::table::flag::WRITE) {
+                            written.push((db, args[i].clone()));
+                        }
                     }
                 }
                 if spec.name == "copy" {
@@ -215,7 +225,12 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
     if shards.is_empty() {
         shards.push(ctx.id);
     }
-    Plan { shards, keys }
+    Plan {
+        shards,
+        keys,
+        written,
+        scripts,
+    }
 }
 
 pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
@@ -268,7 +283,12 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
         ctx.stats.record(spec, frame.is_error());
         frames.push(frame);
     }
-    give_back(&held, borrowed).await;
+    let written = if plan.scripts {
+        borrowed.clone()
+    } else {
+        plan.written
+    };
+    give_back(&held, borrowed, &written).await;
     held.unlock().await;
     release(ctx, watched);
     Frame::Array(frames)

@@ -160,6 +160,36 @@ fn watch_aborts_when_a_watched_key_changes() {
 }
 
 #[test]
+fn a_cross_shard_read_of_a_watched_key_does_not_abort_exec() {
+    each_server(|server| {
+        let (watched, other) = (key_on("ws:", 1), key_on("os:", 0));
+        let mut c = server.client();
+        let mut reader = server.client();
+        c.cmd(&format!("SADD {watched} a b"));
+        c.cmd(&format!("SADD {other} b c"));
+        assert_eq!(c.cmd(&format!("WATCH {watched}")), ok());
+        // Reads that borrow the key for a moment leave it unchanged.
+        assert_eq!(
+            sorted_strings(reader.cmd(&format!("SINTER {watched} {other}"))),
+            ["b"]
+        );
+        assert_eq!(
+            reader.cmd(&format!("SINTERCARD 2 {other} {watched}")),
+            int(1)
+        );
+        assert_eq!(c.cmd("MULTI"), ok());
+        assert_eq!(c.cmd(&format!("SCARD {watched}")), queued());
+        assert_eq!(c.cmd("EXEC"), array(vec![int(2)]));
+        // A cross-shard write does change it.
+        assert_eq!(c.cmd(&format!("WATCH {watched}")), ok());
+        assert_eq!(reader.cmd(&format!("SMOVE {other} {watched} c")), int(1));
+        assert_eq!(c.cmd("MULTI"), ok());
+        assert_eq!(c.cmd(&format!("SCARD {watched}")), queued());
+        assert_eq!(c.cmd("EXEC"), Frame::NullArray);
+    });
+}
+
+#[test]
 fn concurrent_transactions_are_exact_and_never_seen_half_applied() {
     each_server(|server| {
         let (a, b) = (key_on("count:a", 0), key_on("count:b", 1));

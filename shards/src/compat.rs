@@ -202,7 +202,7 @@ const PARTIAL: &[(&str, &str)] = &[
     ("xadd", "`~` trimming removes whole nodes of 100 entries, as Redis's default `stream-node-max-entries`"),
     ("xtrim", "as XADD"),
     ("subscribe", "sharded pub/sub (SSUBSCRIBE, SPUBLISH) is not served yet"),
-    ("watch", "a key counts as changed by any write command naming it, even one that changed nothing, and by a cross-shard command that only read it; a key that expires is not counted as changed"),
+    ("watch", "a key counts as changed by any write command naming it, even one that changed nothing; a key that expires is not counted as changed"),
 ];
 
 fn family_table(out: &mut String) {

@@ -217,6 +217,23 @@ impl Shard {
         self.dbs[db].remove_live(key, now)
     }
 
+    /// Lends a key's entry to a cross-shard operation's coordinator: removed here without
+    /// counting as a change for WATCH (it comes back with [`Shard::restore_entry`]).
+    pub fn lend_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
+        let now = self.now_ms;
+        self.dbs[db].remove_live(key, now)
+    }
+
+    /// Takes back a lent entry; `written` says the operation changed it (WATCH then counts
+    /// the key as modified).
+    pub fn restore_entry(&mut self, db: usize, key: &[u8], entry: Entry, written: bool) {
+        self.dbs[db].insert(key, entry);
+        self.blocked.signal(db, key);
+        if written {
+            self.touch_key(db, key);
+        }
+    }
+
     /// A copy of a key's entry (for a cross-shard COPY).
     pub fn clone_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
         let now = self.now_ms;
