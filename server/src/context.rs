@@ -391,6 +391,7 @@ impl ShardCtx {
             mesh_envelopes: self.mesh.as_ref().map_or(0, |m| m.envelopes_sent.get()),
             mesh_messages: self.mesh.as_ref().map_or(0, |m| m.messages_sent.get()),
             tasks: shard.tasks.totals(),
+            blocked_clients: self.list_index.borrow().by_client.keys().copied().collect(),
             queues: shard
                 .tasks
                 .queue_names()

@@ -102,9 +102,10 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
         "clients" => {
             let _ = write!(
                 out,
-                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n",
+                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n",
                 g.connected_clients.load(Ordering::Relaxed),
                 g.maxclients.load(Ordering::Relaxed),
+                report.blocked_clients.len(),
             );
         }
         "memory" => {

@@ -87,6 +87,9 @@ pub struct ShardReport {
     pub tasks: wetask_shards::tasks::Totals,
     /// Every queue with its numbers (a queue lives on one shard).
     pub queues: Vec<(bytes::Bytes, wetask_shards::tasks::QueueStats)>,
+    /// Clients with a blocking pop parked here (a client waiting on keys of several shards
+    /// is on several shards' lists: INFO counts it once).
+    pub blocked_clients: Vec<u64>,
 }
 
 impl ShardReport {
@@ -116,6 +119,9 @@ impl ShardReport {
         self.mesh_envelopes += other.mesh_envelopes;
         self.mesh_messages += other.mesh_messages;
         self.tasks.add(&other.tasks);
+        self.blocked_clients.extend(other.blocked_clients);
+        self.blocked_clients.sort_unstable();
+        self.blocked_clients.dedup();
         self.queues.extend(other.queues);
         self.queues.sort_by(|a, b| a.0.cmp(&b.0));
     }

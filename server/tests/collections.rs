@@ -108,10 +108,10 @@ fn blocked_clients_are_served_in_order_and_each_element_once() {
     each_server(|server| {
         let key = key_on("fifo:", 1);
         let mut waiters: Vec<Client> = (0..3).map(|_| server.client()).collect();
-        for w in waiters.iter_mut() {
+        for (i, w) in waiters.iter_mut().enumerate() {
             w.send(&[b"BLPOP", key.as_bytes(), b"5"]);
             // In order: each is parked before the next asks.
-            std::thread::sleep(Duration::from_millis(30));
+            wait_blocked(server, i + 1);
         }
         let mut pusher = server.client();
         assert_eq!(pusher.cmd(&format!("RPUSH {key} e1 e2 e3 e4")), int(4));
@@ -178,7 +178,7 @@ fn a_disconnected_waiter_takes_nothing() {
         let (a, b) = (key_on("dq:a", 0), key_on("dq:b", 1));
         let mut gone = server.client();
         gone.send(&[b"BLPOP", a.as_bytes(), b.as_bytes(), b"0"]);
-        std::thread::sleep(Duration::from_millis(50));
+        wait_blocked(&server, 1);
         drop(gone);
         std::thread::sleep(Duration::from_millis(100));
         let mut pusher = server.client();
@@ -282,7 +282,8 @@ fn xread_block_wakes_every_reader_on_new_entries() {
                 b"$",
             ]);
         }
-        std::thread::sleep(Duration::from_millis(100));
+        // `$` means the newest entry when each read parks: all must be parked first.
+        wait_blocked(server, 3);
         assert_eq!(writer.cmd(&format!("XADD {t} 5-1 f v")), bulk("5-1"));
         let expected = array(vec![array(vec![
             bulk(&t),

@@ -209,3 +209,29 @@ pub fn key_on(prefix: &str, shard: usize) -> String {
         .find(|k| wetask_shards::shard_of(k.as_bytes(), 2) == shard)
         .expect("some key hashes there")
 }
+
+/// Waits until the server reports `n` clients parked in blocking commands (INFO clients'
+/// `blocked_clients`), so a test can order what happens next after them.
+pub fn wait_blocked(server: &Server, n: usize) {
+    let mut c = server.client();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let Some(Frame::Bulk(info)) = Some(c.cmd("INFO clients")) else {
+            panic!("INFO failed")
+        };
+        let text = String::from_utf8_lossy(&info).into_owned();
+        let blocked = text
+            .lines()
+            .find_map(|l| l.strip_prefix("blocked_clients:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .expect("INFO clients has blocked_clients");
+        if blocked >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {blocked} of {n} clients blocked"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
