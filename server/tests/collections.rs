@@ -170,10 +170,11 @@ fn blocking_moves_and_multi_pops() {
 
 #[test]
 fn a_disconnected_waiter_takes_nothing() {
-    // The io_uring path only: the glommio fallback does not read a connection while its
-    // command runs, so it notices the disconnect only when the pop is answered
-    // (docs/COMPATIBILITY.md, known gaps).
-    for args in [&["--shards", "2"][..], &["--shards", "1"][..]] {
+    for args in [
+        &["--shards", "2"][..],
+        &["--shards", "1"][..],
+        &["--shards", "2", "--io", "glommio"][..],
+    ] {
         let server = Server::start(args);
         let (a, b) = (key_on("dq:a", 0), key_on("dq:b", 1));
         let mut gone = server.client();

@@ -186,7 +186,7 @@ const FAMILIES: &[(&str, &[&str])] = &[
 const PARTIAL: &[(&str, &str)] = &[
     ("blmove", "a source and destination on different shards: the popped element is in neither list for one mesh round trip (Redis moves atomically); a blocked client is answered at most one loop turn after its time-out"),
     ("brpoplpush", "as BLMOVE"),
-    ("blpop", "keys on several shards: if two shards serve the same blocked client at once, the second element goes back to the end it came from; on the `--io glommio` fallback a client that disconnects while blocked is noticed only when it is served, and that element is lost"),
+    ("blpop", "keys on several shards: if two shards serve the same blocked client at once, the second element goes back to the end it came from"),
     ("brpop", "as BLPOP"),
     ("blmpop", "as BLPOP"),
     ("bzpopmin", "as BLPOP (a member handed back keeps its score)"),

@@ -13,9 +13,9 @@ import redis
 CLIENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
 
 
-def worker(port, name):
+def worker(port, name, *extra):
     return subprocess.Popen([sys.executable, os.path.join(CLIENTS, "reliable_worker.py"),
-                             str(port), name])
+                             str(port), name, *extra])
 
 
 def test_reliable_fetch_survives_a_killed_worker(server):
@@ -24,12 +24,14 @@ def test_reliable_fetch_survives_a_killed_worker(server):
     for i in range(100):
         r.set(f"job:{i}", i)
         r.lpush("queue", i)
-    workers = {name: worker(server.port, name) for name in ("w1", "w2", "w3")}
-    # Kill w1 while it holds a job.
+    # w1 stalls in its first job; w2 and w3 work normally.
+    workers = {"w1": worker(server.port, "w1", "hang")}
     deadline = time.time() + 30
     while time.time() < deadline and r.llen("processing:w1") == 0:
         time.sleep(0.005)
-    assert r.llen("processing:w1") == 1, "w1 never claimed a job"
+    workers.update({name: worker(server.port, name) for name in ("w2", "w3")})
+    time.sleep(0.2)
+    # Kill w1 in the middle of its job.
     workers["w1"].send_signal(signal.SIGKILL)
     workers["w1"].wait()
     in_flight = r.lrange("processing:w1", 0, -1)

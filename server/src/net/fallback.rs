@@ -69,6 +69,46 @@ async fn write_output(stream: &mut TcpStream, out: &Output) -> std::io::Result<(
     Ok(())
 }
 
+/// Runs a batch (which may block: BLPOP, TASK.FETCH … BLOCK) while still reading the
+/// connection, as the io_uring path does: what arrives is buffered for after the batch, and
+/// end-of-file lets go of the client's blocked commands at once (`connection_closing`), so a
+/// client that hangs up while blocked is never handed an element or a task it will not
+/// read. Returns the batch's replies and whether the client hung up.
+async fn run_while_reading(
+    ctx: &Rc<ShardCtx>,
+    state: &Rc<std::cell::RefCell<crate::clients::ConnState>>,
+    run: impl std::future::Future<Output = Output>,
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    session: &mut Session,
+) -> (Output, bool) {
+    enum Step {
+        Done(Output),
+        Read(std::io::Result<usize>),
+    }
+    let mut run = Box::pin(run);
+    loop {
+        let step = futures_lite::future::or(async { Step::Done((&mut run).await) }, async {
+            Step::Read(stream.read(buf).await)
+        })
+        .await;
+        match step {
+            Step::Done(out) => return (out, false),
+            Step::Read(Ok(n)) if n > 0 => {
+                session.input.extend_from_slice(&buf[..n]);
+                if session.input_overflowed() {
+                    ctx.connection_closing(&state.borrow());
+                    return (run.await, true);
+                }
+            }
+            Step::Read(_) => {
+                ctx.connection_closing(&state.borrow());
+                return (run.await, true);
+            }
+        }
+    }
+}
+
 async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
@@ -109,8 +149,15 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
                     break 'conn;
                 }
                 Pump::Batch(batch) => {
-                    let more = session::run_batch(ctx.clone(), state.clone(), batch).await;
+                    let run = session::run_batch(ctx.clone(), state.clone(), batch);
+                    let (more, closed) =
+                        run_while_reading(&ctx, &state, run, &mut stream, &mut buf, &mut session)
+                            .await;
                     out.append(more);
+                    if closed {
+                        let _ = write_output(&mut stream, &out).await;
+                        break 'conn;
+                    }
                 }
             }
             if out.len() > OUTPUT_BUFFER_BYTES_MAX {

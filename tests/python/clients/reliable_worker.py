@@ -2,7 +2,9 @@
 three commands per job retires the previous job (LREM from this worker's processing list,
 DEL its data key) and claims the next (LMOVE from the queue to the processing list).
 
-    python reliable_worker.py PORT NAME
+    python reliable_worker.py PORT NAME [hang]
+
+With `hang` the worker stalls in its first job (for the test to kill it holding a job).
 """
 
 import sys
@@ -11,6 +13,7 @@ import time
 import redis
 
 port, name = int(sys.argv[1]), sys.argv[2]
+hang = len(sys.argv) > 3 and sys.argv[3] == "hang"
 r = redis.Redis(port=port)
 processing = f"processing:{name}"
 previous = None
@@ -31,5 +34,5 @@ while True:
         continue
     idle_since = None
     payload = int(r.get(f"job:{job.decode()}"))
-    time.sleep(0.01)  # the work: long enough to be killed in the middle of it
+    time.sleep(60 if hang else 0.01)  # the work
     r.hset("results", job, payload * 2)
