@@ -392,6 +392,8 @@ impl ShardCtx {
             mesh_messages: self.mesh.as_ref().map_or(0, |m| m.messages_sent.get()),
             tasks: shard.tasks.totals(),
             blocked_clients: self.list_index.borrow().by_client.keys().copied().collect(),
+            pubsub_channels: self.pubsub.borrow().channel_names(),
+            pubsub_patterns: self.pubsub.borrow().pattern_names(),
             queues: shard
                 .tasks
                 .queue_names()
@@ -509,7 +511,7 @@ impl ShardCtx {
             Request::RandomKey { db } => Response::Key(shard.random_key(db)),
             Request::Stats => {
                 drop(shard);
-                Response::Stats(self.report())
+                Response::Stats(Box::new(self.report()))
             }
             Request::ResetStats => {
                 self.stats.reset();

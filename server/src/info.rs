@@ -33,7 +33,7 @@ async fn gather(ctx: &ShardCtx) -> ShardReport {
     let mut report = ctx.report();
     for future in pending {
         if let Response::Stats(other) = future.await {
-            report.merge(other);
+            report.merge(*other);
         }
     }
     report
@@ -119,7 +119,7 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
         "stats" => {
             let _ = write!(
                 out,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_parks:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_parks:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
                 g.total_connections.load(Ordering::Relaxed),
                 report.commands,
                 report.net_input_bytes,
@@ -130,6 +130,8 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
                 report.ring_parks,
                 report.mesh_envelopes,
                 report.mesh_messages,
+                report.pubsub_channels.len(),
+                report.pubsub_patterns.len(),
             );
         }
         "tasks" => {

@@ -183,7 +183,7 @@ pub enum Response {
     Count(usize),
     Scan(u64, Vec<Bytes>),
     Key(Option<Bytes>),
-    Stats(crate::stats::ShardReport),
+    Stats(Box<crate::stats::ShardReport>),
     Text(String),
     Pubsub(crate::pubsub::PubsubReport),
 }

@@ -64,6 +64,14 @@ impl Registry {
         }
     }
 
+    pub fn channel_names(&self) -> Vec<Bytes> {
+        self.channels.keys().cloned().collect()
+    }
+
+    pub fn pattern_names(&self) -> Vec<Bytes> {
+        self.patterns.keys().cloned().collect()
+    }
+
     fn size(&self) -> usize {
         self.channels.len() + self.patterns.len()
     }

@@ -90,6 +90,9 @@ pub struct ShardReport {
     /// Clients with a blocking pop parked here (a client waiting on keys of several shards
     /// is on several shards' lists: INFO counts it once).
     pub blocked_clients: Vec<u64>,
+    /// Channels and patterns with subscribers here (INFO counts each name once).
+    pub pubsub_channels: Vec<bytes::Bytes>,
+    pub pubsub_patterns: Vec<bytes::Bytes>,
 }
 
 impl ShardReport {
@@ -122,6 +125,14 @@ impl ShardReport {
         self.blocked_clients.extend(other.blocked_clients);
         self.blocked_clients.sort_unstable();
         self.blocked_clients.dedup();
+        for (mine, theirs) in [
+            (&mut self.pubsub_channels, other.pubsub_channels),
+            (&mut self.pubsub_patterns, other.pubsub_patterns),
+        ] {
+            mine.extend(theirs);
+            mine.sort_unstable();
+            mine.dedup();
+        }
         self.queues.extend(other.queues);
         self.queues.sort_by(|a, b| a.0.cmp(&b.0));
     }

@@ -866,3 +866,63 @@ pub fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
     crate::errors::unknown_subcommand("xinfo", sub)
 }
+
+/// XSETID key last-id [ENTRIESADDED n] [MAXDELETEDID id]: sets a stream's bookkeeping (what
+/// replication and restores use).
+pub fn xsetid(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let last_id = match parse_id(&args[2]) {
+        Ok(id) => id,
+        Err(err) => return err,
+    };
+    let (mut entries_added, mut max_deleted) = (None, None);
+    let mut i = 3;
+    while i < args.len() {
+        let Some(value) = args.get(i + 1) else {
+            return Frame::static_error(SYNTAX);
+        };
+        if is(&args[i], "entriesadded") {
+            match int_arg(value) {
+                Ok(n) if n >= 0 => entries_added = Some(n as u64),
+                Ok(_) => return Frame::static_error("ERR entries_added must be positive"),
+                Err(err) => return err,
+            }
+        } else if is(&args[i], "maxdeletedid") {
+            match parse_id(value) {
+                Ok(id) => max_deleted = Some(id),
+                Err(err) => return err,
+            }
+        } else {
+            return Frame::static_error(SYNTAX);
+        }
+        i += 2;
+    }
+    let now = ctx.now_ms;
+    let stream = match typed::get::<Stream>(ctx.db(), &args[1], now) {
+        Ok(Some(stream)) => stream,
+        Ok(None) => return Frame::static_error(NO_SUCH_KEY),
+        Err(err) => return err,
+    };
+    if stream.last_entry_id().is_some_and(|top| last_id < top) {
+        return Frame::static_error(
+            "ERR The ID specified in XSETID is smaller than the target stream top item",
+        );
+    }
+    if entries_added.is_some_and(|n| n < stream.len() as u64) {
+        return Frame::static_error(
+            "ERR The entries_added specified in XSETID is smaller than the target stream length",
+        );
+    }
+    if max_deleted.is_some_and(|id| id > last_id) {
+        return Frame::static_error(
+            "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id",
+        );
+    }
+    stream.last_id = last_id;
+    if let Some(n) = entries_added {
+        stream.entries_added = n;
+    }
+    if let Some(id) = max_deleted {
+        stream.max_deleted_id = id;
+    }
+    Frame::ok()
+}

@@ -322,6 +322,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("xpending", -3, READONLY, ONE, Keyed, Some(stream_groups::xpending), "stream", "Returns the information and entries from a stream consumer group's pending entries list."),
     row("xclaim", -6, WRITE | FAST, ONE, Keyed, Some(stream_groups::xclaim), "stream", "Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member."),
     row("xautoclaim", -6, WRITE | FAST, ONE, Keyed, Some(stream_groups::xautoclaim), "stream", "Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered to as consumer group member."),
+    row("xsetid", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(stream_groups::xsetid), "stream", "An internal command for replicating stream values."),
     row("xinfo", -2, READONLY, (2, 2, 1), Keyed, Some(stream_groups::xinfo), "stream", "A container for stream introspection commands."),
     // sorted sets
     row("zadd", -4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(zsets::zadd), Z, "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist."),

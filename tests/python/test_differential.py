@@ -129,6 +129,10 @@ SCRIPTS = {
         "XGROUP DESTROY s g", "XGROUP DESTROY s g", "XGROUP FOO s g", "XINFO GROUPS nokey",
         "XREADGROUP GROUP g c1 BLOCK 10 STREAMS s >", "XGROUP CREATE s g2 0",
         "XREADGROUP GROUP g2 c BLOCK 10 COUNT 1 STREAMS s >",
+        "XSETID nokey 1-1", "XSETID s 1-0", "XSETID s 10-0", "XSETID s 10-0 ENTRIESADDED 0",
+        "XSETID s 10-0 ENTRIESADDED 5 MAXDELETEDID 11-0",
+        "XSETID s 12-0 ENTRIESADDED 5 MAXDELETEDID 11-0", "XSETID s abc", "XSETID s 12-0 FOO 1",
+        "XADD s 11-0 a 1", "XINFO STREAM s",
     ],
     "transactions": [
         "MULTI", "SET a 1", "INCR a", "LPUSH a x", "GET a", "EXEC", "EXEC", "DISCARD",
