@@ -1,4 +1,6 @@
-//! Blocking list pops: BLPOP, BRPOP, BLMPOP, BLMOVE and BRPOPLPUSH, with keys on any shard.
+//! Blocking commands over keys on any shard: the list pops (BLPOP, BRPOP, BLMPOP, BLMOVE,
+//! BRPOPLPUSH), the sorted-set pops (BZPOPMIN, BZPOPMAX, BZMPOP) and the stream reads
+//! (XREAD and XREADGROUP with BLOCK).
 //!
 //! A blocking pop first runs as its non-blocking self through the ordinary routing (across
 //! shards under the coordinator's locks when its keys span several). If that found nothing,
@@ -9,7 +11,9 @@
 //! answer wins; the home then asks the other owners to let go, and pushes back to where it
 //! came from anything another owner popped meanwhile, so no element is lost.
 //!
-//! Deadlines are kept by the owners (checked every loop turn), as for blocked task fetches.
+//! An XREAD waiter consumes nothing, so every reader of a stream is served; an XREADGROUP
+//! waiter consumes (each new entry goes to one consumer), as a pop does. Deadlines are kept
+//! by the owners (checked every loop turn), as for blocked task fetches.
 //! A BLMOVE whose destination is on another shard than its source pops on the source's shard
 //! and pushes from the home: between the two the element is in neither list (a window of one
 //! mesh round trip; Redis has none). Inside MULTI or a script a blocking pop never blocks.
