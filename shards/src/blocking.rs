@@ -3,9 +3,8 @@
 //!
 //! The shard only keeps waiter ids; the server owns what each waiter wants and where its
 //! answer goes (`server/src/list_block.rs`). A command that adds to a list, a sorted set or a
-//! stream calls
-//! [`Blocked::signal`]; after the command the server takes the ready keys and serves their
-//! waiters, oldest first, as Redis does in `handleClientsBlockedOnKeys`.
+//! stream calls [`Blocked::signal`]; after the command the server takes the ready keys and
+//! serves their waiters, oldest first, as Redis does in `handleClientsBlockedOnKeys`.
 
 use std::collections::{HashMap, VecDeque};
 
