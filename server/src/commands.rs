@@ -32,7 +32,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
         "task.fetch" => crate::task_fetch::needs_remote(ctx, args),
         "task.wait" => true,
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
-        "publish" => crate::pubsub::publish_needs_peers(ctx),
+        "publish" | "spublish" => crate::pubsub::publish_needs_peers(ctx),
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => true,
         "client" => several && (is(&args[1], "list") || is(&args[1], "kill")),
         "config" => several && is(&args[1], "resetstat"),
@@ -49,11 +49,14 @@ pub async fn run(
     match spec.name {
         "task.fetch" => crate::task_fetch::run(ctx, conn, args).await,
         "task.wait" => crate::task_fetch::wait(ctx, conn, args).await,
-        "subscribe" => crate::pubsub::subscribe(ctx, &mut conn.borrow_mut(), args, false),
-        "psubscribe" => crate::pubsub::subscribe(ctx, &mut conn.borrow_mut(), args, true),
-        "unsubscribe" => crate::pubsub::unsubscribe(ctx, &mut conn.borrow_mut(), args, false),
-        "punsubscribe" => crate::pubsub::unsubscribe(ctx, &mut conn.borrow_mut(), args, true),
-        "publish" => crate::pubsub::publish(ctx, args).await,
+        "subscribe" | "psubscribe" | "ssubscribe" => {
+            crate::pubsub::subscribe(ctx, &mut conn.borrow_mut(), args, pubsub_kind(spec.name))
+        }
+        "unsubscribe" | "punsubscribe" | "sunsubscribe" => {
+            crate::pubsub::unsubscribe(ctx, &mut conn.borrow_mut(), args, pubsub_kind(spec.name))
+        }
+        "publish" => crate::pubsub::publish(ctx, args, false).await,
+        "spublish" => crate::pubsub::publish(ctx, args, true).await,
         "pubsub" => crate::pubsub::pubsub(ctx, args).await,
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
             crate::scripting::eval(ctx, conn, spec, args).await
@@ -92,6 +95,15 @@ pub async fn run(
             randomkey(ctx, db).await
         }
         other => Frame::error(format!("ERR '{other}' is not handled by this server")),
+    }
+}
+
+/// Which subscription namespace a (un)subscribe command names.
+fn pubsub_kind(name: &str) -> crate::pubsub::Kind {
+    match name {
+        "psubscribe" | "punsubscribe" => crate::pubsub::Kind::Pattern,
+        "ssubscribe" | "sunsubscribe" => crate::pubsub::Kind::Shard,
+        _ => crate::pubsub::Kind::Channel,
     }
 }
 

@@ -473,9 +473,13 @@ impl ShardCtx {
                 shard.restore_entry(db, &key, entry, written);
                 Response::Bool(true)
             }
-            Request::Publish { channel, message } => {
+            Request::Publish {
+                channel,
+                message,
+                sharded,
+            } => {
                 drop(shard);
-                Response::Count(self.deliver(&channel, &message))
+                Response::Count(self.deliver(&channel, &message, sharded))
             }
             Request::Pubsub(query) => {
                 drop(shard);

@@ -105,6 +105,8 @@ pub enum Request {
     Publish {
         channel: Bytes,
         message: Bytes,
+        /// SPUBLISH: to shard-channel subscribers only.
+        sharded: bool,
     },
     /// What the receiving shard knows for PUBSUB.
     Pubsub(crate::pubsub::PubsubQuery),

@@ -1,5 +1,6 @@
-//! Pub/sub: SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE, PUBLISH and PUBSUB, across
-//! shards, in RESP2 and RESP3.
+//! Pub/sub: SUBSCRIBE, PSUBSCRIBE, UNSUBSCRIBE, PUNSUBSCRIBE, PUBLISH and PUBSUB, and the
+//! shard channels of Redis 7 (SSUBSCRIBE, SUNSUBSCRIBE, SPUBLISH: a namespace of their own),
+//! across shards, in RESP2 and RESP3.
 //!
 //! A subscription lives on the shard of the subscribing connection. PUBLISH delivers to its
 //! own shard's subscribers and sends the message to every other shard that has any
@@ -36,26 +37,51 @@ pub const SUBSCRIPTIONS_PER_CLIENT_MAX: usize = 100_000;
 pub struct Registry {
     channels: HashMap<Bytes, Vec<u64>>,
     patterns: HashMap<Bytes, Vec<u64>>,
+    /// Shard channels (SSUBSCRIBE / SPUBLISH): a namespace of their own, as in Redis 7.
+    shard_channels: HashMap<Bytes, Vec<u64>>,
 }
 
-impl Registry {
-    fn map(&mut self, pattern: bool) -> &mut HashMap<Bytes, Vec<u64>> {
-        if pattern {
-            &mut self.patterns
-        } else {
-            &mut self.channels
+/// The three subscription namespaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Channel,
+    Pattern,
+    Shard,
+}
+
+impl Kind {
+    fn subscribe_reply(self) -> &'static str {
+        match self {
+            Kind::Channel => "subscribe",
+            Kind::Pattern => "psubscribe",
+            Kind::Shard => "ssubscribe",
         }
     }
 
-    fn add(&mut self, pattern: bool, name: &Bytes, client: u64) {
-        self.map(pattern)
-            .entry(name.clone())
-            .or_default()
-            .push(client);
+    fn unsubscribe_reply(self) -> &'static str {
+        match self {
+            Kind::Channel => "unsubscribe",
+            Kind::Pattern => "punsubscribe",
+            Kind::Shard => "sunsubscribe",
+        }
+    }
+}
+
+impl Registry {
+    fn map(&mut self, kind: Kind) -> &mut HashMap<Bytes, Vec<u64>> {
+        match kind {
+            Kind::Channel => &mut self.channels,
+            Kind::Pattern => &mut self.patterns,
+            Kind::Shard => &mut self.shard_channels,
+        }
     }
 
-    fn remove(&mut self, pattern: bool, name: &Bytes, client: u64) {
-        let map = self.map(pattern);
+    fn add(&mut self, kind: Kind, name: &Bytes, client: u64) {
+        self.map(kind).entry(name.clone()).or_default().push(client);
+    }
+
+    fn remove(&mut self, kind: Kind, name: &Bytes, client: u64) {
+        let map = self.map(kind);
         if let Some(clients) = map.get_mut(name) {
             clients.retain(|&c| c != client);
             if clients.is_empty() {
@@ -73,7 +99,7 @@ impl Registry {
     }
 
     fn size(&self) -> usize {
-        self.channels.len() + self.patterns.len()
+        self.channels.len() + self.patterns.len() + self.shard_channels.len()
     }
 }
 
@@ -82,18 +108,29 @@ impl Registry {
 pub struct Subscriptions {
     pub channels: indexmap::IndexSet<Bytes>,
     pub patterns: indexmap::IndexSet<Bytes>,
+    pub shard_channels: indexmap::IndexSet<Bytes>,
 }
 
 impl Subscriptions {
+    /// Every subscription of every kind (any makes a RESP2 connection "subscribed").
     pub fn count(&self) -> usize {
-        self.channels.len() + self.patterns.len()
+        self.channels.len() + self.patterns.len() + self.shard_channels.len()
     }
 
-    fn set(&mut self, pattern: bool) -> &mut indexmap::IndexSet<Bytes> {
-        if pattern {
-            &mut self.patterns
-        } else {
-            &mut self.channels
+    /// The count a (un)subscribe confirmation reports: channels and patterns together, shard
+    /// channels on their own (Redis 7).
+    fn reported(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Shard => self.shard_channels.len(),
+            _ => self.channels.len() + self.patterns.len(),
+        }
+    }
+
+    fn set(&mut self, kind: Kind) -> &mut indexmap::IndexSet<Bytes> {
+        match kind {
+            Kind::Channel => &mut self.channels,
+            Kind::Pattern => &mut self.patterns,
+            Kind::Shard => &mut self.shard_channels,
         }
     }
 }
@@ -102,7 +139,15 @@ impl Subscriptions {
 pub fn allowed_while_subscribed(name: &str) -> bool {
     matches!(
         name,
-        "subscribe" | "psubscribe" | "unsubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+        "subscribe"
+            | "psubscribe"
+            | "ssubscribe"
+            | "unsubscribe"
+            | "punsubscribe"
+            | "sunsubscribe"
+            | "ping"
+            | "quit"
+            | "reset"
     )
 }
 
@@ -122,9 +167,18 @@ impl ShardCtx {
 
     /// Delivers a message to this shard's subscribers of `channel` (and of matching
     /// patterns); returns how many received it.
-    pub fn deliver(&self, channel: &Bytes, message: &Bytes) -> usize {
+    pub fn deliver(&self, channel: &Bytes, message: &Bytes, sharded: bool) -> usize {
         let mut targets: Vec<(u64, Frame)> = Vec::new();
-        {
+        if sharded {
+            if let Some(clients) = self.pubsub.borrow().shard_channels.get(channel) {
+                let frame = Frame::Push(vec![
+                    Frame::Bulk(Bytes::from_static(b"smessage")),
+                    Frame::Bulk(channel.clone()),
+                    Frame::Bulk(message.clone()),
+                ]);
+                targets.extend(clients.iter().map(|&c| (c, frame.clone())));
+            }
+        } else {
             let registry = self.pubsub.borrow();
             if let Some(clients) = registry.channels.get(channel) {
                 let frame = Frame::Push(vec![
@@ -209,10 +263,13 @@ impl ShardCtx {
         }
         let mut registry = self.pubsub.borrow_mut();
         for channel in &state.subscriptions.channels {
-            registry.remove(false, channel, state.id);
+            registry.remove(Kind::Channel, channel, state.id);
         }
         for pattern in &state.subscriptions.patterns {
-            registry.remove(true, pattern, state.id);
+            registry.remove(Kind::Pattern, pattern, state.id);
+        }
+        for channel in &state.subscriptions.shard_channels {
+            registry.remove(Kind::Shard, channel, state.id);
         }
         drop(registry);
         self.sync_subscription_count();
@@ -220,8 +277,7 @@ impl ShardCtx {
 }
 
 /// SUBSCRIBE / PSUBSCRIBE: one confirmation per name.
-pub fn subscribe(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes], pattern: bool) -> Frame {
-    let kind = if pattern { "psubscribe" } else { "subscribe" };
+pub fn subscribe(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes], kind: Kind) -> Frame {
     let mut replies = Vec::with_capacity(args.len() - 1);
     for name in &args[1..] {
         if conn.subscriptions.count() >= SUBSCRIPTIONS_PER_CLIENT_MAX {
@@ -231,39 +287,38 @@ pub fn subscribe(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes], pattern: 
             break;
         }
         let name = Bytes::copy_from_slice(name);
-        if conn.subscriptions.set(pattern).insert(name.clone()) {
-            ctx.pubsub.borrow_mut().add(pattern, &name, conn.id);
+        if conn.subscriptions.set(kind).insert(name.clone()) {
+            ctx.pubsub.borrow_mut().add(kind, &name, conn.id);
         }
-        replies.push(push(kind, Frame::Bulk(name), conn.subscriptions.count()));
+        let count = conn.subscriptions.reported(kind);
+        replies.push(push(kind.subscribe_reply(), Frame::Bulk(name), count));
     }
     ctx.sync_subscription_count();
     Frame::Several(replies)
 }
 
 /// UNSUBSCRIBE / PUNSUBSCRIBE: the names given, or every one when none is.
-pub fn unsubscribe(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes], pattern: bool) -> Frame {
-    let kind = if pattern {
-        "punsubscribe"
-    } else {
-        "unsubscribe"
-    };
+pub fn unsubscribe(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes], kind: Kind) -> Frame {
     let names: Vec<Bytes> = if args.len() > 1 {
         args[1..]
             .iter()
             .map(|n| Bytes::copy_from_slice(n))
             .collect()
     } else {
-        conn.subscriptions.set(pattern).iter().cloned().collect()
+        conn.subscriptions.set(kind).iter().cloned().collect()
     };
+    let reply = kind.unsubscribe_reply();
     if names.is_empty() {
-        return Frame::Several(vec![push(kind, Frame::Null, conn.subscriptions.count())]);
+        let count = conn.subscriptions.reported(kind);
+        return Frame::Several(vec![push(reply, Frame::Null, count)]);
     }
     let mut replies = Vec::with_capacity(names.len());
     for name in names {
-        if conn.subscriptions.set(pattern).shift_remove(&name) {
-            ctx.pubsub.borrow_mut().remove(pattern, &name, conn.id);
+        if conn.subscriptions.set(kind).shift_remove(&name) {
+            ctx.pubsub.borrow_mut().remove(kind, &name, conn.id);
         }
-        replies.push(push(kind, Frame::Bulk(name), conn.subscriptions.count()));
+        let count = conn.subscriptions.reported(kind);
+        replies.push(push(reply, Frame::Bulk(name), count));
     }
     ctx.sync_subscription_count();
     Frame::Several(replies)
@@ -275,12 +330,13 @@ pub fn publish_needs_peers(ctx: &ShardCtx) -> bool {
         .any(|s| s != ctx.id && ctx.globals.subscriptions[s].load(Ordering::Relaxed) > 0)
 }
 
-pub async fn publish(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+/// PUBLISH, or SPUBLISH with `sharded` (to SSUBSCRIBE subscribers only).
+pub async fn publish(ctx: &ShardCtx, args: &[Bytes], sharded: bool) -> Frame {
     let (channel, message) = (
         Bytes::copy_from_slice(&args[1]),
         Bytes::copy_from_slice(&args[2]),
     );
-    let mut count = ctx.deliver(&channel, &message);
+    let mut count = ctx.deliver(&channel, &message, sharded);
     let mut pending = Vec::new();
     for shard in 0..ctx.shard_count {
         if shard != ctx.id && ctx.globals.subscriptions[shard].load(Ordering::Relaxed) > 0 {
@@ -289,6 +345,7 @@ pub async fn publish(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
                 Request::Publish {
                     channel: channel.clone(),
                     message: message.clone(),
+                    sharded,
                 },
             ));
         }
@@ -321,6 +378,20 @@ pub fn report(ctx: &ShardCtx, query: &PubsubQuery) -> PubsubReport {
                 .collect(),
         ),
         PubsubQuery::Patterns => PubsubReport::Names(registry.patterns.keys().cloned().collect()),
+        PubsubQuery::ShardChannels(pattern) => PubsubReport::Names(
+            registry
+                .shard_channels
+                .keys()
+                .filter(|c| pattern.as_ref().is_none_or(|p| glob_match(p, c)))
+                .cloned()
+                .collect(),
+        ),
+        PubsubQuery::ShardNumSub(channels) => PubsubReport::Counts(
+            channels
+                .iter()
+                .map(|c| registry.shard_channels.get(c).map_or(0, Vec::len))
+                .collect(),
+        ),
     }
 }
 
@@ -329,6 +400,8 @@ pub enum PubsubQuery {
     Channels(Option<Bytes>),
     NumSub(Vec<Bytes>),
     Patterns,
+    ShardChannels(Option<Bytes>),
+    ShardNumSub(Vec<Bytes>),
 }
 
 #[derive(Debug)]
@@ -347,6 +420,10 @@ pub async fn pubsub(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         PubsubQuery::NumSub(args[2..].to_vec())
     } else if is(sub, "numpat") && args.len() == 2 {
         PubsubQuery::Patterns
+    } else if is(sub, "shardchannels") && args.len() <= 3 {
+        PubsubQuery::ShardChannels(args.get(2).cloned())
+    } else if is(sub, "shardnumsub") {
+        PubsubQuery::ShardNumSub(args[2..].to_vec())
     } else if is(sub, "help") {
         return Frame::Array(
             [
@@ -354,6 +431,8 @@ pub async fn pubsub(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
                 "CHANNELS [<pattern>]",
                 "NUMPAT",
                 "NUMSUB [<channel> ...]",
+                "SHARDCHANNELS [<pattern>]",
+                "SHARDNUMSUB [<shardchannel> ...]",
             ]
             .iter()
             .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
@@ -373,7 +452,7 @@ pub async fn pubsub(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         }
     }
     match query {
-        PubsubQuery::Channels(_) | PubsubQuery::Patterns => {
+        PubsubQuery::Channels(_) | PubsubQuery::Patterns | PubsubQuery::ShardChannels(_) => {
             let mut names: Vec<Bytes> = reports
                 .into_iter()
                 .flat_map(|r| match r {
@@ -388,7 +467,7 @@ pub async fn pubsub(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
             }
             Frame::Array(names.into_iter().map(Frame::Bulk).collect())
         }
-        PubsubQuery::NumSub(channels) => {
+        PubsubQuery::NumSub(channels) | PubsubQuery::ShardNumSub(channels) => {
             let mut totals = vec![0usize; channels.len()];
             for report in reports {
                 if let PubsubReport::Counts(counts) = report {

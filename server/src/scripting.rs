@@ -247,7 +247,8 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
                 "ping" => Ok(crate::commands::ping(&argv)),
                 "echo" => Ok(Frame::Bulk(argv[1].clone())),
                 "time" => Ok(crate::commands::time()),
-                "publish" => Ok(crate::pubsub::publish(ctx, &argv).await),
+                "publish" => Ok(crate::pubsub::publish(ctx, &argv, false).await),
+                "spublish" => Ok(crate::pubsub::publish(ctx, &argv, true).await),
                 "select" => match wetask_shards::args::parse_i64(&argv[1]) {
                     Some(n) if (0..wetask_shards::DATABASES as i64).contains(&n) => {
                         if let Some(run) = ctx.script_run.borrow_mut().as_mut() {

@@ -39,6 +39,7 @@ const SERVER_COMMANDS_IN_MULTI: &[&str] = &[
     "time",
     "select",
     "publish",
+    "spublish",
     "eval",
     "evalsha",
     "eval_ro",
@@ -331,7 +332,8 @@ async fn run_one(
             "ping" => crate::commands::ping(args),
             "echo" => Frame::Bulk(args[1].clone()),
             "time" => crate::commands::time(),
-            "publish" => crate::pubsub::publish(ctx, args).await,
+            "publish" => crate::pubsub::publish(ctx, args, false).await,
+            "spublish" => crate::pubsub::publish(ctx, args, true).await,
             _ => Frame::static_error("ERR Command not allowed inside a transaction"),
         },
         Route::AllShards(merge) => {

@@ -157,3 +157,45 @@ fn a_slow_subscriber_is_cut_off_and_nothing_else_stalls() {
         );
     });
 }
+
+#[test]
+fn shard_channels_are_a_namespace_of_their_own() {
+    each_server(|server| {
+        let mut subs: Vec<Client> = (0..4).map(|_| server.client()).collect();
+        for sub in subs.iter_mut() {
+            sub.send(&[b"SSUBSCRIBE", b"orders", b"audit"]);
+            assert_eq!(sub.read().unwrap(), event("ssubscribe", "orders", 1));
+            assert_eq!(sub.read().unwrap(), event("ssubscribe", "audit", 2));
+            // A plain channel of the same name counts apart from the shard channels.
+            sub.send(&[b"SUBSCRIBE", b"orders"]);
+            assert_eq!(sub.read().unwrap(), event("subscribe", "orders", 1));
+        }
+        let mut publisher = server.client();
+        assert_eq!(publisher.cmd("SPUBLISH orders o1"), int(4));
+        for sub in subs.iter_mut() {
+            assert_eq!(
+                sub.read().unwrap(),
+                array(strs(&["smessage", "orders", "o1"]))
+            );
+        }
+        assert_eq!(publisher.cmd("PUBLISH orders p1"), int(4));
+        for sub in subs.iter_mut() {
+            assert_eq!(
+                sub.read().unwrap(),
+                array(strs(&["message", "orders", "p1"]))
+            );
+        }
+        assert_eq!(
+            sorted_strings(publisher.cmd("PUBSUB SHARDCHANNELS")),
+            ["audit", "orders"]
+        );
+        assert_eq!(
+            publisher.cmd("PUBSUB SHARDNUMSUB orders nope"),
+            array(vec![bulk("orders"), int(4), bulk("nope"), int(0)])
+        );
+        let sub = &mut subs[0];
+        sub.send(&[b"SUNSUBSCRIBE", b"orders"]);
+        assert_eq!(sub.read().unwrap(), event("sunsubscribe", "orders", 1));
+        assert_eq!(publisher.cmd("SPUBLISH orders o2"), int(3));
+    });
+}

@@ -201,7 +201,6 @@ const PARTIAL: &[(&str, &str)] = &[
     ("xinfo", "STREAM (without FULL), GROUPS and CONSUMERS; `radix-tree-keys`/`radix-tree-nodes` are estimates (entries / 100), and CONSUMERS has no `inactive` field (a Redis 7.2 addition)"),
     ("xadd", "`~` trimming removes whole nodes of 100 entries, as Redis's default `stream-node-max-entries`"),
     ("xtrim", "as XADD"),
-    ("subscribe", "sharded pub/sub (SSUBSCRIBE, SPUBLISH) is not served yet"),
     ("watch", "a key counts as changed by any write command naming it, even one that changed nothing; a key that expires is not counted as changed"),
 ];
 

@@ -407,6 +407,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("punsubscribe", -1, NOSCRIPT | LOADING | STALE, NONE, Server, None, "pubsub", "Stops listening to messages published to channels that match one or more patterns."),
     row("publish", 3, LOADING | STALE | FAST, NONE, Server, None, "pubsub", "Posts a message to a channel."),
     row("pubsub", -2, LOADING | STALE, NONE, Server, None, "pubsub", "A container for Pub/Sub commands."),
+    row("ssubscribe", -2, NOSCRIPT | LOADING | STALE, ALL, Server, None, "pubsub", "Listens for messages published to shard channels."),
+    row("sunsubscribe", -1, NOSCRIPT | LOADING | STALE, ALL, Server, None, "pubsub", "Stops listening to messages posted to shard channels."),
+    row("spublish", 3, LOADING | STALE | FAST, ONE, Server, None, "pubsub", "Post a message to a shard channel"),
     // scripting
     row("eval", -3, NOSCRIPT | STALE, MOVABLE, Server, None, "scripting", "Executes a server-side Lua script.").movable(eval_keys),
     row("evalsha", -3, NOSCRIPT | STALE, MOVABLE, Server, None, "scripting", "Executes a server-side Lua script by SHA1 digest.").movable(eval_keys),
