@@ -491,8 +491,14 @@ pub struct Mpop {
     pub count: usize,
 }
 
-/// Parses `numkeys key… LEFT|RIGHT [COUNT n]` starting at `args[at]`.
-pub fn parse_mpop(args: &[Bytes], at: usize) -> Result<Mpop, Frame> {
+/// Parses `numkeys key… WHERE [COUNT n]` from `args[at]`: LMPOP's and ZMPOP's shape (and
+/// their blocking forms'), `parse_where` reading the WHERE word (LEFT|RIGHT, MIN|MAX).
+/// Returns the keys, the WHERE and the count (1 without COUNT).
+pub fn parse_multi_pop<W>(
+    args: &[Bytes],
+    at: usize,
+    parse_where: impl Fn(&[u8]) -> Option<W>,
+) -> Result<(Vec<Bytes>, W, usize), Frame> {
     let numkeys = match int_arg(&args[at]) {
         Ok(n) if n > 0 => n as usize,
         _ => return Err(Frame::static_error("ERR numkeys should be greater than 0")),
@@ -501,7 +507,7 @@ pub fn parse_mpop(args: &[Bytes], at: usize) -> Result<Mpop, Frame> {
     if numkeys > args.len() || where_at >= args.len() {
         return Err(Frame::static_error(SYNTAX));
     }
-    let end = End::parse(&args[where_at]).ok_or_else(|| Frame::static_error(SYNTAX))?;
+    let place = parse_where(&args[where_at]).ok_or_else(|| Frame::static_error(SYNTAX))?;
     let mut count = 1;
     let mut i = where_at + 1;
     let mut seen_count = false;
@@ -517,11 +523,13 @@ pub fn parse_mpop(args: &[Bytes], at: usize) -> Result<Mpop, Frame> {
             return Err(Frame::static_error(SYNTAX));
         }
     }
-    Ok(Mpop {
-        keys: args[at + 1..where_at].to_vec(),
-        end,
-        count,
-    })
+    Ok((args[at + 1..where_at].to_vec(), place, count))
+}
+
+/// Parses LMPOP's `numkeys key… LEFT|RIGHT [COUNT n]` starting at `args[at]`.
+pub fn parse_mpop(args: &[Bytes], at: usize) -> Result<Mpop, Frame> {
+    let (keys, end, count) = parse_multi_pop(args, at, End::parse)?;
+    Ok(Mpop { keys, end, count })
 }
 
 /// Key positions of LMPOP (`numkeys` at 1) and BLMPOP (`numkeys` at 2).

@@ -687,39 +687,19 @@ pub struct Zmpop {
     pub count: usize,
 }
 
-/// Parses `numkeys key… MIN|MAX [COUNT n]` starting at `args[at]`.
+/// Parses ZMPOP's `numkeys key… MIN|MAX [COUNT n]` starting at `args[at]`.
 pub fn parse_zmpop(args: &[Bytes], at: usize) -> Result<Zmpop, Frame> {
-    let numkeys = match int_arg(&args[at]) {
-        Ok(n) if n > 0 => n as usize,
-        _ => return Err(Frame::static_error("ERR numkeys should be greater than 0")),
-    };
-    let where_at = at + 1 + numkeys;
-    if numkeys > args.len() || where_at >= args.len() {
-        return Err(Frame::static_error(SYNTAX));
-    }
-    let max = if is(&args[where_at], "max") {
-        true
-    } else if is(&args[where_at], "min") {
-        false
-    } else {
-        return Err(Frame::static_error(SYNTAX));
-    };
-    let mut count = 1;
-    match &args[where_at + 1..] {
-        [] => {}
-        [word, n] if is(word, "count") => {
-            count = match int_arg(n) {
-                Ok(n) if n > 0 => n as usize,
-                _ => return Err(Frame::static_error("ERR count should be greater than 0")),
-            }
+    let parse_max = |word: &[u8]| {
+        if is(word, "max") {
+            Some(true)
+        } else if is(word, "min") {
+            Some(false)
+        } else {
+            None
         }
-        _ => return Err(Frame::static_error(SYNTAX)),
-    }
-    Ok(Zmpop {
-        keys: args[at + 1..where_at].to_vec(),
-        max,
-        count,
-    })
+    };
+    let (keys, max, count) = crate::lists::parse_multi_pop(args, at, parse_max)?;
+    Ok(Zmpop { keys, max, count })
 }
 
 /// `[key, [[member, score], …]]` from the first non-empty key, or nil.
