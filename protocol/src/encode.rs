@@ -5,13 +5,36 @@ use crate::{Frame, Protocol};
 
 pub fn encode_simple(out: &mut Vec<u8>, text: &[u8]) {
     out.push(b'+');
-    out.extend_from_slice(text);
-    out.extend_from_slice(b"\r\n");
+    push_line(out, text);
 }
+
+/// The longest error or status line sent: past it the text is cut (with `...`). An error
+/// may quote a client's argument, which can be up to `proto-max-bulk-len` long.
+pub const LINE_REPLY_BYTES_MAX: usize = 4096;
 
 pub fn encode_error(out: &mut Vec<u8>, text: &[u8]) {
     out.push(b'-');
+    push_line(out, text);
+}
+
+/// Appends a one-line reply's text and its CRLF. A CR or LF inside (a client's argument
+/// quoted in an error, a script's status reply) becomes a space, as Redis does, so no
+/// reply can forge the frames after it; an over-long text is cut.
+fn push_line(out: &mut Vec<u8>, text: &[u8]) {
+    let cut = text.len() > LINE_REPLY_BYTES_MAX;
+    let text = &text[..text.len().min(LINE_REPLY_BYTES_MAX)];
+    let start = out.len();
     out.extend_from_slice(text);
+    if memchr::memchr2(b'\r', b'\n', text).is_some() {
+        for byte in &mut out[start..] {
+            if *byte == b'\r' || *byte == b'\n' {
+                *byte = b' ';
+            }
+        }
+    }
+    if cut {
+        out.extend_from_slice(b"...");
+    }
     out.extend_from_slice(b"\r\n");
 }
 
@@ -226,5 +249,24 @@ mod tests {
         let verbatim = Frame::Verbatim(*b"txt", Bytes::from_static(b"hi"));
         assert_eq!(enc(verbatim.clone(), Protocol::Resp3), b"=6\r\ntxt:hi\r\n");
         assert_eq!(enc(verbatim, Protocol::Resp2), b"$2\r\nhi\r\n");
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    #[test]
+    fn one_line_replies_cannot_forge_frames_and_stay_short() {
+        let mut out = Vec::new();
+        encode_error(&mut out, b"ERR bad\r\n+OK");
+        assert_eq!(out, b"-ERR bad  +OK\r\n");
+        out.clear();
+        encode_simple(&mut out, b"a\nb");
+        assert_eq!(out, b"+a b\r\n");
+        out.clear();
+        encode_error(&mut out, &vec![b'x'; LINE_REPLY_BYTES_MAX * 2]);
+        assert_eq!(out.len(), 1 + LINE_REPLY_BYTES_MAX + 3 + 2);
+        assert!(out.ends_with(b"...\r\n"));
     }
 }

@@ -34,4 +34,4 @@ pub use limits::{
     NESTING_DEPTH_MAX,
 };
 pub use line::parse_i64;
-pub use output::{encode_bulk_shared, encode_output, Output, SPLICE_BYTES_MIN};
+pub use output::{encode_bulk_shared, encode_output, Output, OutputMark, SPLICE_BYTES_MIN};

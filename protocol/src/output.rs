@@ -18,6 +18,13 @@ use crate::{Frame, Protocol};
 /// than an extra iovec and the bookkeeping.
 pub const SPLICE_BYTES_MIN: usize = 16 * 1024;
 
+/// A position in an [`Output`] (see [`Output::mark`]).
+#[derive(Clone, Copy, Debug)]
+pub struct OutputMark {
+    bytes: usize,
+    spliced: usize,
+}
+
 #[derive(Default, Debug)]
 pub struct Output {
     bytes: Vec<u8>,
@@ -64,6 +71,22 @@ impl Output {
         self.bytes.clear();
         self.spliced.clear();
         self.spliced_bytes = 0;
+    }
+
+    /// Where the output ends now, to [`Output::rewind`] to (a reply that failed half-way).
+    pub fn mark(&self) -> OutputMark {
+        OutputMark {
+            bytes: self.bytes.len(),
+            spliced: self.spliced.len(),
+        }
+    }
+
+    /// Drops everything queued after `mark`.
+    pub fn rewind(&mut self, mark: OutputMark) {
+        self.bytes.truncate(mark.bytes);
+        for (_, payload) in self.spliced.drain(mark.spliced.min(self.spliced.len())..) {
+            self.spliced_bytes -= payload.len();
+        }
     }
 
     /// True when some payload is referenced (the send must be vectored).

@@ -54,6 +54,10 @@ pub struct Config {
     /// locks every shard while it runs (for clients such as BullMQ; docs/ARCHITECTURE.md).
     #[arg(long)]
     pub lua_whole_server: bool,
+    /// Most memory one shard's Lua state may use, in bytes; a script that needs more fails
+    /// with an out-of-memory error (docs/SECURITY.md).
+    #[arg(long, default_value_t = 256 * 1024 * 1024)]
+    pub lua_memory_limit: usize,
     /// Log filter (`tracing` env-filter syntax), e.g. `info` or `wetask=debug`.
     #[arg(long, default_value = "info")]
     pub log_level: String,

@@ -49,6 +49,8 @@ pub struct ShardCtx {
     pub deferred_pushes: RefCell<Vec<(u64, wetask_protocol::Frame)>>,
     /// This shard's Lua state, made by the first script.
     pub lua: RefCell<Option<mlua::Lua>>,
+    /// The SCRIPT FLUSH epoch `lua` was made in (`Globals::script_flush_epoch`).
+    pub lua_epoch: std::cell::Cell<u64>,
     /// The script running on this shard, if any.
     pub script_run: RefCell<Option<crate::scripting::ScriptRun>>,
 }
@@ -81,6 +83,7 @@ impl ShardCtx {
             push_hook: RefCell::new(None),
             deferred_pushes: RefCell::new(Vec::new()),
             lua: RefCell::new(None),
+            lua_epoch: std::cell::Cell::new(0),
             script_run: RefCell::new(None),
         }
     }
@@ -100,6 +103,7 @@ impl ShardCtx {
         }
         let fallbacks = shard.tasks.take_fallbacks();
         drop(shard);
+        crate::scripting::drop_flushed_state(self);
         for fallback in fallbacks {
             self.route_fallback(fallback, now);
         }
@@ -394,6 +398,11 @@ impl ShardCtx {
             blocked_clients: self.list_index.borrow().by_client.keys().copied().collect(),
             pubsub_channels: self.pubsub.borrow().channel_names(),
             pubsub_patterns: self.pubsub.borrow().pattern_names(),
+            lua_memory: self
+                .lua
+                .borrow()
+                .as_ref()
+                .map_or(0, |l| l.used_memory() as u64),
             queues: shard
                 .tasks
                 .queue_names()

@@ -266,6 +266,10 @@ async fn split(
     merge: Merge,
 ) -> Frame {
     let step = spec.step.max(1) as usize;
+    // MSET's key-value pairs must come whole, or no shard could take its part.
+    if step > 1 && !(args.len() - spec.first_key.max(1) as usize).is_multiple_of(step) {
+        return wrong_arity(spec.name);
+    }
     // shard -> (sub-command arguments, positions of its keys among all keys)
     let mut parts: BTreeMap<usize, (Vec<Bytes>, Vec<usize>)> = BTreeMap::new();
     for (key_number, i) in spec.key_positions(args).enumerate() {

@@ -32,6 +32,8 @@ pub struct Globals {
     pub scripts: Mutex<std::collections::HashMap<String, bytes::Bytes>>,
     /// Scripts seen reaching for undeclared keys on other shards: they hold every shard.
     pub whole_server_scripts: Mutex<std::collections::HashSet<String>>,
+    /// Bumped by SCRIPT FLUSH: each shard drops its Lua state when it sees a new value.
+    pub script_flush_epoch: std::sync::atomic::AtomicU64,
 }
 
 impl Globals {
@@ -44,6 +46,7 @@ impl Globals {
             subscriptions: (0..shard_count).map(|_| AtomicUsize::new(0)).collect(),
             scripts: Mutex::new(std::collections::HashMap::new()),
             whole_server_scripts: Mutex::new(std::collections::HashSet::new()),
+            script_flush_epoch: std::sync::atomic::AtomicU64::new(0),
             connected_clients: AtomicUsize::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),

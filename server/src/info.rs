@@ -112,8 +112,10 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
             let rss = rss_bytes();
             let _ = write!(
                 out,
-                "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n",
+                "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_lua:{}\r\nnumber_of_cached_scripts:{}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n",
                 rss as f64 / (1024.0 * 1024.0),
+                report.lua_memory,
+                g.scripts.lock().map_or(0, |s| s.len()),
             );
         }
         "stats" => {

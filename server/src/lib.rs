@@ -12,6 +12,7 @@ mod globals;
 mod info;
 mod list_block;
 mod lua_libs;
+mod lua_sandbox;
 mod mesh;
 mod net;
 mod pubsub;

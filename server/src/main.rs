@@ -19,6 +19,7 @@ fn main() {
         .with_target(false)
         .with_ansi(ansi)
         .init();
+    wetask_server::runtime::install_panic_hook();
     if let Err(message) = wetask_server::runtime::run(config) {
         tracing::error!("{message}");
         std::process::exit(1);

@@ -64,6 +64,33 @@ fn raise_memlock() {
     }
 }
 
+/// Logs every panic through `tracing`. A panic inside a shard command's boundary
+/// (`wetask_shards::contain`) is logged with the command's name and unwinds to the boundary,
+/// which answers the client with an error; a panic anywhere else aborts the process at once,
+/// loudly, so a supervisor restarts it instead of a half-dead shard living on
+/// (docs/SECURITY.md).
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let thread = thread.name().unwrap_or("unnamed");
+        match wetask_shards::contain::current_command() {
+            Some(command) => tracing::error!(
+                command,
+                thread,
+                "command panicked (contained: the client gets an error, the shard goes on): {info}"
+            ),
+            None => {
+                tracing::error!(
+                    thread,
+                    "panic outside any command: aborting the process so a supervisor restarts it: {info}"
+                );
+                eprintln!("{}", std::backtrace::Backtrace::force_capture());
+                std::process::abort();
+            }
+        }
+    }));
+}
+
 pub fn run(config: Config) -> Result<(), String> {
     let cpus = if config.cpus.is_empty() {
         allowed_cpus()

@@ -89,9 +89,19 @@ impl std::error::Error for CallError {}
 
 /// This shard's Lua state, made on first use.
 pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
+    // SCRIPT FLUSH (on any shard) bumps the epoch: this shard then drops its whole state,
+    // compiled scripts and all, and starts a fresh one (a script still running keeps the
+    // old one alive until it ends).
+    let epoch = ctx
+        .globals
+        .script_flush_epoch
+        .load(std::sync::atomic::Ordering::Relaxed);
     if let Some(lua) = ctx.lua.borrow().as_ref() {
-        return Ok(lua.clone());
+        if ctx.lua_epoch.get() == epoch {
+            return Ok(lua.clone());
+        }
     }
+    ctx.lua.borrow_mut().take();
     let lua = Lua::new_with(
         StdLib::TABLE | StdLib::STRING | StdLib::MATH,
         LuaOptions::new(),
@@ -174,9 +184,33 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
     }
     globals.set("redis", redis)?;
     crate::lua_libs::install(&lua)?;
+    let env = crate::lua_sandbox::seal(&lua)?;
+    lua.set_named_registry_value(SCRIPT_ENV, env)?;
+    lua.set_named_registry_value(COMPILED, lua.create_table()?)?;
+    lua.set_memory_limit(ctx.globals.config.lua_memory_limit)?;
     *ctx.lua.borrow_mut() = Some(lua.clone());
+    ctx.lua_epoch.set(epoch);
     Ok(lua)
 }
+
+/// Drops this shard's Lua state if SCRIPT FLUSH ran since it was made (checked every loop
+/// turn, so a flush frees every shard's compiled scripts at once, not at its next script).
+pub fn drop_flushed_state(ctx: &ShardCtx) {
+    let flushed = || {
+        ctx.lua_epoch.get()
+            != ctx
+                .globals
+                .script_flush_epoch
+                .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    if ctx.lua.borrow().is_some() && ctx.script_run.borrow().is_none() && flushed() {
+        ctx.lua.borrow_mut().take();
+    }
+}
+
+/// Registry names: the scripts' sealed environment, and the compiled scripts by SHA.
+const SCRIPT_ENV: &str = "wetask_script_env";
+const COMPILED: &str = "wetask_compiled";
 
 /// Converts a Lua argument of `redis.call` to a command argument, as Redis does.
 fn argument(value: &Value) -> Option<Bytes> {
@@ -495,13 +529,17 @@ fn script_error(error: &mlua::Error, sha: &str) -> Frame {
 
 /// The compiled function for a script body, cached per shard by its SHA.
 fn compiled(lua: &Lua, sha: &str, body: &[u8]) -> Result<Function, Frame> {
-    let name = format!("f_{sha}");
-    if let Ok(function) = lua.named_registry_value::<Function>(&name) {
+    let internal = |e: mlua::Error| Frame::error(format!("ERR {e}"));
+    let cache: mlua::Table = lua.named_registry_value(COMPILED).map_err(internal)?;
+    if let Ok(function) = cache.raw_get::<Function>(sha) {
         return Ok(function);
     }
+    let env: mlua::Table = lua.named_registry_value(SCRIPT_ENV).map_err(internal)?;
     let function = lua
         .load(body)
         .set_name("@user_script")
+        .set_mode(mlua::ChunkMode::Text)
+        .set_environment(env)
         .into_function()
         .map_err(|e| {
             let text = e.to_string();
@@ -511,8 +549,7 @@ fn compiled(lua: &Lua, sha: &str, body: &[u8]) -> Result<Function, Frame> {
                 "ERR Error compiling script (new function): {detail}"
             ))
         })?;
-    lua.set_named_registry_value(&name, function.clone())
-        .map_err(|e| Frame::error(format!("ERR {e}")))?;
+    cache.raw_set(sha, function.clone()).map_err(internal)?;
     Ok(function)
 }
 
@@ -692,8 +729,8 @@ async fn run_script(
         Ok(table)
     };
     let globals = lua.globals();
-    globals.set("KEYS", strings(keys)?)?;
-    globals.set("ARGV", strings(argv)?)?;
+    globals.raw_set("KEYS", strings(keys)?)?;
+    globals.raw_set("ARGV", strings(argv)?)?;
     let thread = lua.create_thread(function)?;
     let started = Instant::now();
     thread.set_hook(
@@ -746,6 +783,14 @@ pub fn script(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
             }
         }
         ctx.globals.scripts.lock().expect("scripts").clear();
+        // Every shard drops its Lua state (and so its compiled scripts) before its next
+        // script; this one at once.
+        ctx.globals
+            .script_flush_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if ctx.script_run.borrow().is_none() {
+            ctx.lua.borrow_mut().take();
+        }
         Frame::ok()
     } else if is(sub, "help") {
         Frame::Array(

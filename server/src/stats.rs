@@ -93,6 +93,8 @@ pub struct ShardReport {
     /// Channels and patterns with subscribers here (INFO counts each name once).
     pub pubsub_channels: Vec<bytes::Bytes>,
     pub pubsub_patterns: Vec<bytes::Bytes>,
+    /// Bytes the shard's Lua state holds (0 when it has none).
+    pub lua_memory: u64,
 }
 
 impl ShardReport {
@@ -115,6 +117,7 @@ impl ShardReport {
         }
         self.keyspace.sort();
         self.expired_keys += other.expired_keys;
+        self.lua_memory += other.lua_memory;
         self.net_input_bytes += other.net_input_bytes;
         self.net_output_bytes += other.net_output_bytes;
         self.ring_enters += other.ring_enters;

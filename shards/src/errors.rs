@@ -53,3 +53,10 @@ pub fn unknown_subcommand(command: &str, sub: &[u8]) -> Frame {
 fn shown(arg: &[u8]) -> String {
     String::from_utf8_lossy(&arg[..arg.len().min(128)]).into_owned()
 }
+
+/// The reply to a command whose handler panicked (a bug, contained: see `contain`).
+pub fn internal_error(name: &str) -> Frame {
+    Frame::error(format!(
+        "ERR internal error while running '{name}' (a bug: logged on the server; the shard goes on)"
+    ))
+}

@@ -206,7 +206,10 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         });
     };
     read(ctx, args, Frame::Array(Vec::new()), |hash| {
-        let picks = random_picks(hash.len(), count);
+        let picks = match random_picks(hash.len(), count, 1 + usize::from(with_values)) {
+            Ok(picks) => picks,
+            Err(err) => return err,
+        };
         let field = |i: usize| hash.get_index(i).expect("in range");
         if with_values {
             Frame::Pairs(
@@ -252,14 +255,31 @@ pub fn random_count_args(args: &[Bytes], flag: Option<&str>) -> Result<(Option<i
     Ok((count, flagged))
 }
 
+/// The most memory one random-count reply (HRANDFIELD, SRANDMEMBER, ZRANDMEMBER with a
+/// negative count, which repeats members) may take while it is built: past it the command
+/// replies an error instead of allocating. Redis has no such bound (it streams the reply
+/// into an unlimited output buffer); a count of -4e18 there exhausts memory.
+pub const RANDOM_REPLY_BYTES_MAX: usize = 256 * 1024 * 1024;
+
 /// Positions for a random pick of `count` from `len`: distinct when `count` is positive
 /// (at most `len`), possibly repeated when negative (exactly `-count`), as Redis's
-/// HRANDFIELD and SRANDMEMBER.
-pub fn random_picks(len: usize, count: i64) -> Vec<usize> {
+/// HRANDFIELD and SRANDMEMBER. `frames_per_pick` is how many reply frames one pick becomes
+/// (2 WITHVALUES/WITHSCORES): a repeating pick whose reply would pass
+/// [`RANDOM_REPLY_BYTES_MAX`] is refused before anything is allocated.
+pub fn random_picks(len: usize, count: i64, frames_per_pick: usize) -> Result<Vec<usize>, Frame> {
     if count < 0 {
-        return (0..count.unsigned_abs())
+        let per_pick = std::mem::size_of::<Frame>() * frames_per_pick.max(1);
+        let most = (RANDOM_REPLY_BYTES_MAX / per_pick) as u64;
+        if count.unsigned_abs() > most {
+            return Err(Frame::error(format!(
+                "ERR value is out of range: a reply of {} random elements would pass the {} MiB reply limit (at most {most})",
+                count.unsigned_abs(),
+                RANDOM_REPLY_BYTES_MAX >> 20
+            )));
+        }
+        return Ok((0..count.unsigned_abs())
             .map(|_| random_index(len))
-            .collect();
+            .collect());
     }
     let count = (count as usize).min(len);
     if count * 2 >= len {
@@ -269,13 +289,13 @@ pub fn random_picks(len: usize, count: i64) -> Vec<usize> {
             all.swap(i, random_index(i + 1));
         }
         all.truncate(count);
-        return all;
+        return Ok(all);
     }
     let mut chosen = std::collections::HashSet::with_capacity(count);
     while chosen.len() < count {
         chosen.insert(random_index(len));
     }
-    chosen.into_iter().collect()
+    Ok(chosen.into_iter().collect())
 }
 
 pub fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {

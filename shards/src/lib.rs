@@ -6,6 +6,7 @@
 pub mod args;
 pub mod blocking;
 pub mod compat;
+pub mod contain;
 pub mod errors;
 pub mod glob;
 pub mod hashes;

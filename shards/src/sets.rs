@@ -118,14 +118,20 @@ pub fn srandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         None => read(ctx, &args[1], Frame::Null, |set| {
             Frame::Bulk(set[random_index(set.len())].clone())
         }),
-        Some(count) => read(ctx, &args[1], Frame::Array(Vec::new()), |set| {
-            Frame::Array(
-                random_picks(set.len(), count)
-                    .into_iter()
-                    .map(|i| Frame::Bulk(set[i].clone()))
-                    .collect(),
-            )
-        }),
+        Some(count) => read(
+            ctx,
+            &args[1],
+            Frame::Array(Vec::new()),
+            |set| match random_picks(set.len(), count, 1) {
+                Ok(picks) => Frame::Array(
+                    picks
+                        .into_iter()
+                        .map(|i| Frame::Bulk(set[i].clone()))
+                        .collect(),
+                ),
+                Err(err) => err,
+            },
+        ),
     }
 }
 

@@ -116,6 +116,7 @@ impl Shard {
         if !self.watched.is_empty() && spec.has(crate::table::flag::WRITE) {
             self.touch_written(db, spec, args);
         }
+        let mark = out.as_ref().map(|o| o.mark());
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
             db,
@@ -125,7 +126,16 @@ impl Shard {
             client,
             blocked: &mut self.blocked,
         };
-        handler(&mut ctx, args)
+        match crate::contain::contained(spec.name, || handler(&mut ctx, args)) {
+            Ok(frame) => frame,
+            Err(_) => {
+                // Whatever the handler had encoded of its reply is dropped.
+                if let (Some(out), Some(mark)) = (ctx.out.as_mut(), mark) {
+                    out.rewind(mark);
+                }
+                crate::errors::internal_error(spec.name)
+            }
+        }
     }
 
     /// Bumps the version of every watched key a write command names (all of a database's,

@@ -1036,7 +1036,11 @@ pub fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         });
     };
     read(ctx, &args[1], Frame::Array(Vec::new()), |z| {
-        let items = random_picks(z.len(), count)
+        let picks = match random_picks(z.len(), count, 1 + usize::from(with_scores)) {
+            Ok(picks) => picks,
+            Err(err) => return err,
+        };
+        let items = picks
             .into_iter()
             .map(|i| {
                 let (m, s) = z.at_position(i).expect("in range");

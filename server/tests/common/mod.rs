@@ -13,6 +13,8 @@ use wetask_protocol::{encode, Frame, FrameDecoder, Protocol};
 pub struct Server {
     pub child: Child,
     pub port: u16,
+    /// Every log line the server printed so far.
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -43,14 +45,35 @@ impl Server {
             let path = std::path::Path::new(&dir).join(format!("wetask-{port}.log"));
             std::fs::File::create(path).expect("test log file")
         });
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
                 if let Some(file) = keep.as_mut() {
                     let _ = writeln!(file, "{line}");
                 }
+                kept.lock().unwrap().push(line);
             }
         });
-        Server { child, port }
+        Server { child, port, log }
+    }
+
+    /// The log lines printed so far that contain `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|l| l.contains(needle)).cloned().collect()
+    }
+
+    /// Waits (up to 10 s) for a log line containing `needle`.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(line) = self.log_lines(needle).pop() {
+                return line;
+            }
+            assert!(Instant::now() < deadline, "no log line with {needle:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     pub fn client(&self) -> Client {
@@ -124,18 +147,33 @@ impl Client {
 
     /// The next reply, or None when the server closed the connection.
     pub fn read(&mut self) -> Option<Frame> {
-        loop {
-            if let Some(frame) = self.decoder.decode(&mut self.buf).expect("valid reply") {
-                return Some(frame);
+        self.try_read()
+            .unwrap_or_else(|e| panic!("read failed: {e}"))
+    }
+
+    /// The next reply, None when the server closed the connection, or the read error (a
+    /// timeout: no reply within the read timeout).
+    pub fn try_read(&mut self) -> std::io::Result<Option<Frame>> {
+        Ok(loop {
+            match self.decoder.decode(&mut self.buf) {
+                Ok(Some(frame)) => break Some(frame),
+                Ok(None) => {}
+                Err(e) => {
+                    let head = &self.buf[..self.buf.len().min(200)];
+                    return Err(std::io::Error::other(format!(
+                        "invalid reply ({e:?}): {:?}",
+                        String::from_utf8_lossy(head)
+                    )));
+                }
             }
             let mut chunk = [0u8; 16384];
             match self.stream.read(&mut chunk) {
-                Ok(0) => return None,
+                Ok(0) => break None,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
-                Err(e) => panic!("read failed: {e}"),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break None,
+                Err(e) => return Err(e),
             }
-        }
+        })
     }
 
     /// Sends a command written as space-separated words and returns its reply.
