@@ -254,6 +254,18 @@ fn shutdown(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
             return Frame::static_error("ERR No shutdown in progress.");
         }
     }
+    if crate::script_busy::any_busy(&ctx.globals.script_slots) {
+        // As Redis: while a script is busy only SHUTDOWN NOSAVE gets through, and it ends
+        // the process at once (the script cannot be stopped in the middle of its writes).
+        if !args[1..].iter().any(|a| is(a, "nosave")) {
+            return Frame::static_error(crate::script_busy::BUSY);
+        }
+        tracing::warn!(
+            client = conn.id,
+            "SHUTDOWN NOSAVE while a script is busy: exiting now"
+        );
+        std::process::exit(0);
+    }
     tracing::info!(client = conn.id, "SHUTDOWN requested by a client");
     ctx.globals.begin_shutdown();
     // Like Redis, a successful SHUTDOWN answers by closing the connection.
@@ -601,6 +613,18 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
             "proto-max-bulk-len",
             g.config.proto_max_bulk_len.to_string(),
         ),
+        (
+            "busy-reply-threshold",
+            g.busy_reply_threshold_ms
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "lua-time-limit",
+            g.busy_reply_threshold_ms
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
         ("save", String::new()),
         ("appendonly", "no".into()),
         ("maxmemory", "0".into()),
@@ -663,6 +687,14 @@ fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
                 *ctx.globals.requirepass.lock().expect("requirepass") =
                     (!value.is_empty()).then_some(value);
             }
+            "busy-reply-threshold" | "lua-time-limit" => match value.parse::<u64>() {
+                Ok(ms) => ctx.globals.busy_reply_threshold_ms.store(ms, Ordering::Relaxed),
+                Err(_) => {
+                    return Frame::error(format!(
+                        "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"
+                    ))
+                }
+            },
             "maxclients" => match value.parse::<usize>() {
                 Ok(n) if n > 0 => ctx.globals.maxclients.store(n, Ordering::Relaxed),
                 _ => {

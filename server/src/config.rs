@@ -58,6 +58,10 @@ pub struct Config {
     /// with an out-of-memory error (docs/SECURITY.md).
     #[arg(long, default_value_t = 256 * 1024 * 1024)]
     pub lua_memory_limit: usize,
+    /// After this many ms a running script makes the shards it holds answer BUSY, and
+    /// SCRIPT KILL may stop it (Redis's `busy-reply-threshold`; 0: never).
+    #[arg(long, default_value_t = 5000)]
+    pub busy_reply_threshold: u64,
     /// Log filter (`tracing` env-filter syntax), e.g. `info` or `wetask=debug`.
     #[arg(long, default_value = "info")]
     pub log_level: String,

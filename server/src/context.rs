@@ -104,6 +104,9 @@ impl ShardCtx {
         let fallbacks = shard.tasks.take_fallbacks();
         drop(shard);
         crate::scripting::drop_flushed_state(self);
+        if self.lock.get().is_some() {
+            self.announce_busy_holder();
+        }
         for fallback in fallbacks {
             self.route_fallback(fallback, now);
         }
@@ -231,6 +234,60 @@ impl ShardCtx {
         .await
     }
 
+    /// True when this shard's lock is held by a script past its busy threshold.
+    pub fn held_by_busy_script(&self) -> bool {
+        self.lock.get().is_some_and(|token| {
+            crate::script_busy::holder_is_busy(&self.globals.script_slots, token)
+        })
+    }
+
+    /// Waits until no cross-shard operation holds this shard's lock, as
+    /// [`ShardCtx::wait_unlocked`], but gives up (returns true) as soon as the holder is a
+    /// busy script: the caller then answers BUSY.
+    pub async fn wait_unlocked_or_busy(&self) -> bool {
+        std::future::poll_fn(|cx| {
+            if self.lock.get().is_none() {
+                std::task::Poll::Ready(false)
+            } else if self.held_by_busy_script() {
+                std::task::Poll::Ready(true)
+            } else {
+                self.unlock_wakers.borrow_mut().push(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Once per turn while locked: when the holder has become a busy script, wakes the
+    /// waiting clients (they answer BUSY) and answers the peers' waiting plain requests BUSY.
+    fn announce_busy_holder(&self) {
+        if !self.held_by_busy_script() {
+            return;
+        }
+        for waker in self.unlock_wakers.borrow_mut().drain(..) {
+            waker.wake();
+        }
+        let plain: std::collections::VecDeque<DeferredRequest> = {
+            let mut deferred = self.deferred.borrow_mut();
+            let (plain, rest) =
+                std::mem::take(&mut *deferred)
+                    .into_iter()
+                    .partition(|(_, _, token, request)| {
+                        token.is_none() && matches!(request, Request::Exec { .. })
+                    });
+            *deferred = rest;
+            plain
+        };
+        let Some(mesh) = self.mesh.as_ref() else {
+            return;
+        };
+        for (from, id, _, request) in plain {
+            if let Request::Exec { commands, .. } = request {
+                mesh.respond(from, id, busy_frames(commands.len()));
+            }
+        }
+    }
+
     /// Takes this shard's lock for `token`, waiting for any holder to release it.
     pub async fn lock_local(&self, token: u64) {
         loop {
@@ -271,6 +328,9 @@ impl ShardCtx {
             }
             // Publishing and pub/sub questions never touch the keyspace: a lock does not
             // hold them up (a transaction or script that publishes holds locks itself).
+            Request::Exec { commands, .. } if held_by_other && self.held_by_busy_script() => {
+                mesh.respond(from, id, busy_frames(commands.len()));
+            }
             request
                 if held_by_other
                     && !matches!(request, Request::Publish { .. } | Request::Pubsub(_)) =>
@@ -565,4 +625,14 @@ impl ShardCtx {
         }
         tracing::debug!(shard = self.id, peer, "peer channel closed");
     }
+}
+
+/// BUSY for each of a request's commands.
+fn busy_frames(count: usize) -> Response {
+    Response::Frames(vec![
+        wetask_protocol::Frame::static_error(
+            crate::script_busy::BUSY
+        );
+        count
+    ])
 }

@@ -151,8 +151,17 @@ pub async fn execute(
     direct: Option<&mut Output>,
 ) -> Frame {
     // Local work below runs before the first await, so it never interleaves with a
-    // cross-shard operation that locks this shard.
-    ctx.wait_unlocked().await;
+    // cross-shard operation that locks this shard. SCRIPT (KILL) and SHUTDOWN touch no
+    // keyspace and must get through a busy script's locks.
+    let passes_locks = lookup(&args[0]).is_some_and(|s| {
+        matches!(
+            s.name,
+            "script" | "shutdown" | "client" | "auth" | "hello" | "quit"
+        )
+    });
+    if !passes_locks && ctx.wait_unlocked_or_busy().await {
+        return Frame::static_error(crate::script_busy::BUSY);
+    }
     let (spec, db, client) = {
         let mut state = conn.borrow_mut();
         match precheck(ctx, &state, args) {
@@ -480,7 +489,9 @@ async fn run_segment(
     targets: &[(usize, &'static CommandSpec)],
     commands: &[Vec<Bytes>],
 ) -> Vec<Frame> {
-    ctx.wait_unlocked().await;
+    if ctx.wait_unlocked_or_busy().await {
+        return vec![Frame::static_error(crate::script_busy::BUSY); commands.len()];
+    }
     let mut frames: Vec<Option<Frame>> = vec![None; commands.len()];
     let mut groups: BTreeMap<usize, (ShardCommands, Vec<usize>)> = BTreeMap::new();
     for (n, ((owner, spec), args)) in targets.iter().zip(commands).enumerate() {

@@ -34,6 +34,10 @@ pub struct Globals {
     pub whole_server_scripts: Mutex<std::collections::HashSet<String>>,
     /// Bumped by SCRIPT FLUSH: each shard drops its Lua state when it sees a new value.
     pub script_flush_epoch: std::sync::atomic::AtomicU64,
+    /// Per shard: the script running there, for BUSY replies and SCRIPT KILL.
+    pub script_slots: Vec<crate::script_busy::ScriptSlot>,
+    /// `busy-reply-threshold` (alias `lua-time-limit`), in ms; 0 never reports busy.
+    pub busy_reply_threshold_ms: std::sync::Arc<AtomicU64>,
 }
 
 impl Globals {
@@ -47,6 +51,10 @@ impl Globals {
             scripts: Mutex::new(std::collections::HashMap::new()),
             whole_server_scripts: Mutex::new(std::collections::HashSet::new()),
             script_flush_epoch: std::sync::atomic::AtomicU64::new(0),
+            script_slots: (0..shard_count).map(|_| Default::default()).collect(),
+            busy_reply_threshold_ms: std::sync::Arc::new(AtomicU64::new(
+                config.busy_reply_threshold,
+            )),
             connected_clients: AtomicUsize::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),

@@ -17,6 +17,7 @@ mod mesh;
 mod net;
 mod pubsub;
 pub mod runtime;
+mod script_busy;
 mod scripting;
 mod session;
 mod stats;

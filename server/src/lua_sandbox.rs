@@ -68,6 +68,74 @@ G.load = function(reader, name)
     if f then setfenv_(f, ENV) end
     return f, err
 end
+-- pcall and xpcall run the protected function in a coroutine, and pass any yield from it on
+-- to their own caller (coxpcall's scheme): a busy script's hook can then yield the script
+-- even from inside a pcall, so its own shard still answers BUSY (script_busy.rs).
+-- TRANSPARENT (weak keys) maps each such coroutine to the thread that ran the pcall (the
+-- script's own thread maps to true): only chains of them are yielded by the hook, never a
+-- coroutine the script made itself.
+local co_create, co_resume, co_status, co_yield, co_running =
+    coroutine.create, coroutine.resume, coroutine.status, coroutine.yield, coroutine.running
+local select__, unpack_ = select, unpack
+local TRANSPARENT = setmetatable_({}, {__mode = 'k'})
+-- The hook marks each thread it pauses in PAUSED; a thread that passes a pause on to its
+-- resumer yields PAUSE. A pause always goes up to the script's own thread, and from it to
+-- the server, never to the script's code.
+local PAUSED = setmetatable_({}, {__mode = 'k'})
+local PAUSE = {}
+local function pack(...) return {n = select__('#', ...), ...} end
+local function adopt(co)
+    local current = co_running()
+    if current and TRANSPARENT[current] then TRANSPARENT[co] = current else TRANSPARENT[co] = nil end
+end
+local function paused(co, r)
+    if co_status(co) ~= 'suspended' then return false end
+    if PAUSED[co] then PAUSED[co] = nil return true end
+    return r.n == 2 and r[2] == PAUSE
+end
+local function protected_call(f, ...)
+    local co = co_create(function(...) return f(...) end)
+    adopt(co)
+    local r = pack(co_resume(co, ...))
+    while co_status(co) == 'suspended' do
+        if paused(co, r) then
+            co_yield(PAUSE)
+            r = pack(co_resume(co))
+        else
+            r = pack(co_resume(co, co_yield(unpack_(r, 2, r.n))))
+        end
+    end
+    return r
+end
+G.pcall = function(f, ...)
+    local r = protected_call(f, ...)
+    return unpack_(r, 1, r.n)
+end
+G.xpcall = function(f, handler)
+    local r = protected_call(f)
+    if r[1] then return unpack_(r, 1, r.n) end
+    return false, handler(r[2])
+end
+-- A coroutine the script resumes is paused by the hook too; the pause passes through this
+-- resume to its caller, never reaching the script.
+local function resume(co, ...)
+    adopt(co)
+    local r = pack(co_resume(co, ...))
+    while paused(co, r) do
+        co_yield(PAUSE)
+        r = pack(co_resume(co))
+    end
+    return unpack_(r, 1, r.n)
+end
+coroutine.resume = resume
+coroutine.wrap = function(f)
+    local co = co_create(f)
+    return function(...)
+        local r = pack(resume(co, ...))
+        if r[1] then return unpack_(r, 2, r.n) end
+        error_(r[2], 0)
+    end
+end
 local string_meta = getmetatable_('')
 string_meta.__metatable = proxy(string_meta)
 for _, name in ipairs({'redis', 'string', 'table', 'math', 'cjson', 'cmsgpack', 'coroutine'}) do
@@ -82,12 +150,14 @@ setmetatable_(G, {
     end,
     __metatable = false,
 })
-return ENV
+return ENV, TRANSPARENT, PAUSED
 "#;
 
 /// Seals a state whose globals and libraries are all installed; returns the environment
-/// scripts run in. Globals the server sets per run (`KEYS`, `ARGV`) go into the real
-/// globals table with `raw_set`.
-pub fn seal(lua: &Lua) -> mlua::Result<Table> {
+/// scripts run in, the table of threads a busy script's hook may yield (the script's own
+/// thread goes in at each run; its `pcall`s and resumes add theirs), and the table the hook
+/// marks the threads it pauses in. Globals the server sets per
+/// run (`KEYS`, `ARGV`) go into the real globals table with `raw_set`.
+pub fn seal(lua: &Lua) -> mlua::Result<(Table, Table, Table)> {
     lua.load(PRELUDE).set_name("=sandbox").eval()
 }

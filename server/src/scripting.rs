@@ -16,15 +16,15 @@
 //! that a script then stalls every shard while it runs (docs/ARCHITECTURE.md).
 //!
 //! Conversions follow Redis's RESP2 rules; errors carry Redis 7's `script: <sha>, on
-//! @user_script:<line>.` suffix. A script that runs longer than `SCRIPT_TIME_LIMIT` is
-//! stopped with an error (Redis would reply BUSY to everyone and wait for SCRIPT KILL).
+//! @user_script:<line>.` suffix. A script that runs past `busy-reply-threshold` makes the
+//! shards it holds answer BUSY until it ends or SCRIPT KILL stops it (`script_busy`). The
+//! sandbox it runs in is `lua_sandbox`'s.
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value, VmState};
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Value};
 use wetask_protocol::{format_double, Frame};
 use wetask_shards::args::{int_arg, is};
 use wetask_shards::lookup;
@@ -35,8 +35,6 @@ use crate::context::ShardCtx;
 use crate::cross::{borrow, give_back, Held};
 use crate::mesh::Request;
 
-/// Longest a script may run before it is stopped.
-pub const SCRIPT_TIME_LIMIT: Duration = Duration::from_secs(5);
 /// Most scripts kept for EVALSHA.
 pub const SCRIPTS_MAX: usize = 100_000;
 /// Most results one `redis.call` reply may nest (arrays in arrays).
@@ -184,8 +182,10 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
     }
     globals.set("redis", redis)?;
     crate::lua_libs::install(&lua)?;
-    let env = crate::lua_sandbox::seal(&lua)?;
+    let (env, transparent, paused) = crate::lua_sandbox::seal(&lua)?;
     lua.set_named_registry_value(SCRIPT_ENV, env)?;
+    lua.set_named_registry_value(crate::script_busy::TRANSPARENT, transparent)?;
+    lua.set_named_registry_value(crate::script_busy::PAUSED, paused)?;
     lua.set_named_registry_value(COMPILED, lua.create_table()?)?;
     lua.set_memory_limit(ctx.globals.config.lua_memory_limit)?;
     *ctx.lua.borrow_mut() = Some(lua.clone());
@@ -401,6 +401,9 @@ fn mark_written(ctx: &ShardCtx) {
     if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
         run.wrote = true;
     }
+    ctx.globals.script_slots[ctx.id]
+        .wrote
+        .store(true, std::sync::atomic::Ordering::Release);
 }
 
 /// A reply as Lua sees it (Redis's RESP2-to-Lua rules).
@@ -686,7 +689,7 @@ pub async fn eval_in(
             let open_shards = script_shards(ctx, &sha, &keys);
             *ctx.script_run.borrow_mut() =
                 Some(new_run(held, open_shards, std::mem::take(tx_borrowed)));
-            let result = run_script(&lua, function, &keys, &argv).await;
+            let result = run_script(ctx, &lua, function, &keys, &argv).await;
             let run = ctx.script_run.borrow_mut().take().expect("set above");
             *tx_borrowed = run.borrowed;
             result
@@ -698,7 +701,7 @@ pub async fn eval_in(
             let held = Held::lock_shards(ctx, shards).await;
             let borrowed = borrow(&held, keys.iter().map(|k| (db, k.clone()))).await;
             *ctx.script_run.borrow_mut() = Some(new_run(&held, open_shards, borrowed));
-            let result = run_script(&lua, function.clone(), &keys, &argv).await;
+            let result = run_script(ctx, &lua, function.clone(), &keys, &argv).await;
             let run = ctx.script_run.borrow_mut().take().expect("set above");
             give_back(&held, run.borrowed, &run.written).await;
             held.unlock().await;
@@ -716,6 +719,7 @@ pub async fn eval_in(
 }
 
 async fn run_script(
+    ctx: &Rc<ShardCtx>,
     lua: &Lua,
     function: Function,
     keys: &[Bytes],
@@ -732,20 +736,11 @@ async fn run_script(
     globals.raw_set("KEYS", strings(keys)?)?;
     globals.raw_set("ARGV", strings(argv)?)?;
     let thread = lua.create_thread(function)?;
-    let started = Instant::now();
-    thread.set_hook(
-        HookTriggers::new().every_nth_instruction(10_000),
-        move |_, _| {
-            if started.elapsed() > SCRIPT_TIME_LIMIT {
-                Err(mlua::Error::runtime(format!(
-                    "script ran longer than {} s and was stopped",
-                    SCRIPT_TIME_LIMIT.as_secs()
-                )))
-            } else {
-                Ok(VmState::Continue)
-            }
-        },
-    );
+    let transparent: mlua::Table = lua.named_registry_value(crate::script_busy::TRANSPARENT)?;
+    transparent.raw_set(thread.clone(), true)?;
+    let token = ctx.script_run.borrow().as_ref().map_or(0, |r| r.token);
+    // Until the script ends (or its task is dropped), its slot and hook say what it does.
+    let _watching = crate::script_busy::watch(&ctx.globals, ctx.id, token, &thread);
     thread.into_async::<Value>(()).await
 }
 
@@ -804,8 +799,11 @@ pub fn script(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
             .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
             .collect(),
         )
-    } else if is(sub, "kill") {
-        Frame::static_error("NOTBUSY No scripts in execution right now.")
+    } else if is(sub, "kill") && args.len() == 2 {
+        match crate::script_busy::kill(&ctx.globals.script_slots) {
+            Ok(()) => Frame::ok(),
+            Err(text) => Frame::static_error(text),
+        }
     } else {
         wetask_shards::errors::unknown_subcommand("script", sub)
     }

@@ -19,7 +19,19 @@ pub struct Server {
 
 impl Server {
     pub fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wetask"))
+        // $WETASK_TEST_WRAPPER runs the server under a tool (`gdb -batch -ex run -ex bt
+        // --args`, `valgrind`) when chasing a crash.
+        let wrapper = std::env::var("WETASK_TEST_WRAPPER").unwrap_or_default();
+        let mut words = wrapper.split_whitespace();
+        let mut command = match words.next() {
+            Some(tool) => {
+                let mut command = Command::new(tool);
+                command.args(words).arg(env!("CARGO_BIN_EXE_wetask"));
+                command
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_wetask")),
+        };
+        let mut child = command
             .args(["--port", "0", "--log-level"])
             .arg(std::env::var("WETASK_TEST_LOG_LEVEL").unwrap_or_else(|_| "info".into()))
             .args(args)
