@@ -30,7 +30,6 @@ def test_reliable_fetch_survives_a_killed_worker(server):
     while time.time() < deadline and r.llen("processing:w1") == 0:
         time.sleep(0.005)
     workers.update({name: worker(server.port, name) for name in ("w2", "w3")})
-    time.sleep(0.2)
     # Kill w1 in the middle of its job.
     workers["w1"].send_signal(signal.SIGKILL)
     workers["w1"].wait()

@@ -57,11 +57,25 @@ def test_killed_workers_lose_no_task(server, tmp_path):
     victims = [spawn(n) for n in range(2)]
     for n in range(2, 4):
         spawn(n)
-    time.sleep(0.6)
+
+    def mid_task(log):
+        """True when the worker's last log line says it is working on a task."""
+        try:
+            lines = log.read_text().splitlines()
+        except FileNotFoundError:  # the worker has not started yet (Python starts slowly)
+            return False
+        return bool(lines) and lines[-1].startswith("start")
 
     # Kill two workers with SIGKILL mid-task, and time how long their task takes to come back.
+    # Each victim is killed once its log shows it holds a task: a readiness signal, not a
+    # sleep (four Python processes importing redis-py took 1.8 s to start on a slow machine).
     redelivery_ms = []
     for proc, log in victims:
+        deadline = time.monotonic() + 60
+        while not mid_task(log):
+            assert proc.poll() is None, "a worker exited"
+            assert time.monotonic() < deadline, "a worker never started a task"
+            time.sleep(0.001)
         started = [line.split()[1] for line in log.read_text().splitlines() if line.startswith("start")]
         acked = {line.split()[1] for line in log.read_text().splitlines() if line.startswith("acked")}
         in_flight = [t for t in started if t not in acked]
