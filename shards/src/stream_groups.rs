@@ -654,37 +654,38 @@ pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Ok(None) => return no_group(key, group_name, "XAUTOCLAIM"),
         Err(err) => return err,
     };
-    let live: std::collections::HashSet<StreamId> = {
+    // As Redis: at most COUNT×10 pending entries are looked at, COUNT of them claimed (or
+    // found deleted), so one call costs O(COUNT) whatever the size of the PEL; the cursor is
+    // the first entry not looked at.
+    let attempts = count.saturating_mul(10);
+    let window: Vec<(StreamId, crate::stream::Pending, bool)> = {
         let Some(group) = stream.groups.get(&group_name[..]) else {
             return no_group(key, group_name, "XAUTOCLAIM");
         };
         group
             .pending
             .range(start..)
-            .filter(|(id, _)| stream.get(**id).is_some())
-            .map(|(id, _)| *id)
+            .take(attempts.saturating_add(1))
+            .map(|(id, p)| (*id, p.clone(), stream.get(*id).is_some()))
             .collect()
     };
     let group = stream
         .groups
         .get_mut(&group_name[..])
         .expect("checked above");
-    let mut next = StreamId::MIN;
     let mut claimed = Vec::new();
     let mut deleted = Vec::new();
-    let candidates: Vec<(StreamId, crate::stream::Pending)> = group
-        .pending
-        .range(start..)
-        .map(|(id, p)| (*id, p.clone()))
-        .collect();
-    for (scanned, (id, p)) in candidates.into_iter().enumerate() {
-        if scanned >= count {
-            next = id;
+    let mut remaining = count;
+    let mut examined = 0;
+    for (id, p, live) in window.iter().take(attempts) {
+        if remaining == 0 {
             break;
         }
-        if !live.contains(&id) {
-            group.ack(id);
-            deleted.push(id);
+        examined += 1;
+        if !live {
+            group.ack(*id);
+            deleted.push(*id);
+            remaining -= 1;
             continue;
         }
         if now.saturating_sub(p.delivered_ms) < min_idle {
@@ -695,9 +696,11 @@ pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         } else {
             p.deliveries + 1
         };
-        group.assign(id, &consumer, now, deliveries);
-        claimed.push(id);
+        group.assign(*id, &consumer, now, deliveries);
+        claimed.push(*id);
+        remaining -= 1;
     }
+    let next = window.get(examined).map_or(StreamId::MIN, |(id, _, _)| *id);
     group.consumer(&consumer, now).0.seen_ms = now;
     let claimed_frames: Vec<Frame> = if justid {
         claimed

@@ -312,19 +312,55 @@ fn store_keeping_ttl(ctx: &mut Ctx<'_>, key: &[u8], value: Bytes) {
     }
 }
 
+/// The length of the string at `key` (`None` when missing), read in place.
+fn string_len(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<usize>, Frame> {
+    let now = ctx.now_ms;
+    match ctx.db().get(key, now) {
+        None => Ok(None),
+        Some(entry) => match entry.str_bytes() {
+            Some(bytes) => Ok(Some(bytes.len())),
+            None => Err(Frame::static_error(WRONGTYPE)),
+        },
+    }
+}
+
+/// Changes the string at `key` in place (APPEND, SETRANGE) and returns its new length,
+/// keeping its TTL. A long string's buffer is taken out of its node, changed with amortised
+/// growth (doubling, as Redis's SDS preallocation) and put back, so N appends copy O(N)
+/// bytes in all, not O(N²); a short (inline) or missing string is rebuilt. The caller has
+/// checked the type.
+fn edit_string(ctx: &mut Ctx<'_>, key: &[u8], edit: impl FnOnce(&mut BytesMut)) -> usize {
+    let now = ctx.now_ms;
+    if let Some(mut entry) = ctx.db().get(key, now) {
+        if let Some(Value::Str(stored)) = entry.typed_mut() {
+            let mut buffer = std::mem::take(stored)
+                .try_into_mut()
+                .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+            edit(&mut buffer);
+            let len = buffer.len();
+            *stored = buffer.freeze();
+            return len;
+        }
+        let mut buffer = BytesMut::from(entry.str_bytes().unwrap_or_default());
+        edit(&mut buffer);
+        entry.set_str(&buffer);
+        return buffer.len();
+    }
+    let mut buffer = BytesMut::new();
+    edit(&mut buffer);
+    ctx.db().set_str(key, &buffer, NO_EXPIRY);
+    buffer.len()
+}
+
 pub fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let old = match read_string(ctx, &args[1]) {
-        Ok(old) => old.unwrap_or_default(),
+    let old_len = match string_len(ctx, &args[1]) {
+        Ok(len) => len.unwrap_or(0),
         Err(err) => return err,
     };
-    if old.len() + args[2].len() > STRING_BYTES_MAX {
+    if old_len + args[2].len() > STRING_BYTES_MAX {
         return Frame::static_error(STRING_TOO_LONG);
     }
-    let mut joined = BytesMut::with_capacity(old.len() + args[2].len());
-    joined.extend_from_slice(&old);
-    joined.extend_from_slice(&args[2]);
-    let len = joined.len();
-    store_keeping_ttl(ctx, &args[1], joined.freeze());
+    let len = edit_string(ctx, &args[1], |value| value.extend_from_slice(&args[2]));
     Frame::Integer(len as i64)
 }
 
@@ -433,22 +469,21 @@ pub fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Err(err) => return err,
     };
     let patch = &args[3];
-    let old = match read_string(ctx, &args[1]) {
-        Ok(old) => old,
+    let old_len = match string_len(ctx, &args[1]) {
+        Ok(len) => len,
         Err(err) => return err,
     };
     if patch.is_empty() {
-        return Frame::Integer(old.map_or(0, |v| v.len()) as i64);
+        return Frame::Integer(old_len.unwrap_or(0) as i64);
     }
-    if offset + patch.len() > STRING_BYTES_MAX {
+    if offset.saturating_add(patch.len()) > STRING_BYTES_MAX {
         return Frame::static_error(STRING_TOO_LONG);
     }
-    let mut value = old.map(|v| v.to_vec()).unwrap_or_default();
-    if value.len() < offset + patch.len() {
-        value.resize(offset + patch.len(), 0);
-    }
-    value[offset..offset + patch.len()].copy_from_slice(patch);
-    let len = value.len();
-    store_keeping_ttl(ctx, &args[1], Bytes::from(value));
+    let len = edit_string(ctx, &args[1], |value| {
+        if value.len() < offset + patch.len() {
+            value.resize(offset + patch.len(), 0);
+        }
+        value[offset..offset + patch.len()].copy_from_slice(patch);
+    });
     Frame::Integer(len as i64)
 }

@@ -400,3 +400,98 @@ proptest! {
         }
     }
 }
+
+/// APPEND and SETRANGE grow a long string in place (amortised doubling): 20,000 appends
+/// move the buffer a few dozen times, not once per append (the old copy-per-append made
+/// building an N-byte string O(N²)). TTLs survive, and the values are right.
+#[test]
+fn append_and_setrange_grow_long_strings_in_place() {
+    let mut s = shard_at(1_000);
+    // Past the inline size (a short string lives inside its node and is rebuilt, O(1)).
+    let start = "x".repeat(2_000);
+    assert_eq!(run(&mut s, &format!("SET big {start} EX 100")), Frame::ok());
+    let stored = |s: &mut Shard| {
+        let now = s.now_ms();
+        let entry = s.db(0).get(b"big", now).expect("exists");
+        let bytes = entry.str_bytes().expect("a string");
+        (bytes.as_ptr() as usize, bytes.len())
+    };
+    let mut moves = 0;
+    let mut last = stored(&mut s).0;
+    for i in 0..20_000 {
+        let reply = run(&mut s, "APPEND big 0123456789");
+        assert_eq!(reply, Frame::Integer(2_000 + 10 * (i + 1)));
+        let (at, _) = stored(&mut s);
+        if at != last {
+            moves += 1;
+            last = at;
+        }
+    }
+    assert!(
+        moves < 64,
+        "the buffer moved {moves} times in 20,000 appends"
+    );
+    assert_eq!(run(&mut s, "STRLEN big"), Frame::Integer(202_000));
+    assert_eq!(run(&mut s, "TTL big"), Frame::Integer(100));
+    let mut moves = 0;
+    for i in 0..5_000 {
+        let offset = 202_000 + i * 4;
+        let reply = run(&mut s, &format!("SETRANGE big {offset} abcd"));
+        assert_eq!(reply, Frame::Integer(offset as i64 + 4));
+        let (at, _) = stored(&mut s);
+        if at != last {
+            moves += 1;
+            last = at;
+        }
+    }
+    assert!(
+        moves < 64,
+        "the buffer moved {moves} times in 5,000 SETRANGEs"
+    );
+    assert_eq!(
+        run(&mut s, "GETRANGE big 201998 202007"),
+        bulk("89abcdabcd")
+    );
+    assert_eq!(run(&mut s, "GETRANGE big 1999 2002"), bulk("x012"));
+    // A short string and a missing key still work, and a non-string is refused.
+    assert_eq!(run(&mut s, "APPEND small ab"), Frame::Integer(2));
+    assert_eq!(run(&mut s, "SETRANGE small 4 z"), Frame::Integer(5));
+    assert_eq!(run(&mut s, "GET small"), bulk("ab\0\0z"));
+    assert_eq!(run(&mut s, "LPUSH list a"), Frame::Integer(1));
+    assert_eq!(
+        run(&mut s, "APPEND list b"),
+        err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+    assert_eq!(
+        run(&mut s, "SETRANGE list 0 b"),
+        run(&mut s, "APPEND list b")
+    );
+}
+
+/// XAUTOCLAIM looks at no more than COUNT×10 pending entries per call, as Redis 7 does, and
+/// its cursor is the first entry it did not look at; deleted entries count toward COUNT.
+#[test]
+fn xautoclaim_scans_at_most_ten_times_count() {
+    let mut s = shard_at(1_000);
+    for i in 1..=10_000 {
+        run(&mut s, &format!("XADD st {i}-0 f v"));
+    }
+    assert_eq!(run(&mut s, "XGROUP CREATE st g 0"), Frame::ok());
+    run(&mut s, "XREADGROUP GROUP g a STREAMS st >");
+    // Nothing is idle long enough: 50 entries looked at, none claimed.
+    assert_eq!(
+        run(&mut s, "XAUTOCLAIM st g b 100000 0 COUNT 5 JUSTID"),
+        Frame::Array(vec![
+            bulk("51-0"),
+            Frame::Array(vec![]),
+            Frame::Array(vec![])
+        ])
+    );
+    run(&mut s, "XDEL st 52-0");
+    let Frame::Array(reply) = run(&mut s, "XAUTOCLAIM st g b 0 51-0 COUNT 3 JUSTID") else {
+        panic!("not an array")
+    };
+    assert_eq!(reply[0], bulk("54-0"));
+    assert_eq!(reply[1], Frame::Array(vec![bulk("51-0"), bulk("53-0")]));
+    assert_eq!(reply[2], Frame::Array(vec![bulk("52-0")]));
+}
