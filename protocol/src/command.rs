@@ -23,6 +23,8 @@ enum State {
 #[derive(Debug)]
 pub struct CommandDecoder {
     limits: Limits,
+    /// The client has not authenticated: tight limits apply (`set_unauthenticated`).
+    unauthenticated: bool,
     state: State,
     args: Vec<Bytes>,
     scanned: usize,
@@ -38,6 +40,7 @@ impl CommandDecoder {
     pub fn new(limits: Limits) -> Self {
         CommandDecoder {
             limits,
+            unauthenticated: false,
             state: State::Start,
             args: Vec::new(),
             scanned: 0,
@@ -50,6 +53,38 @@ impl CommandDecoder {
         match self.state {
             State::Body { len, .. } => (len + 2).saturating_sub(buffered),
             _ => 0,
+        }
+    }
+
+    /// Applies (or lifts) the tight limits for a client that has not authenticated: at most
+    /// `UNAUTHENTICATED_ARGS_MAX` arguments of `UNAUTHENTICATED_BULK_BYTES_MAX` bytes each,
+    /// as Redis, so a stranger cannot make the server buffer 512 MiB before AUTH. Call
+    /// between commands.
+    pub fn set_unauthenticated(&mut self, on: bool) {
+        self.unauthenticated = on;
+    }
+
+    fn array_len_max(&self) -> usize {
+        if self.unauthenticated {
+            crate::limits::UNAUTHENTICATED_ARGS_MAX
+        } else {
+            self.limits.array_len_max
+        }
+    }
+
+    fn bulk_bytes_max(&self) -> usize {
+        if self.unauthenticated {
+            crate::limits::UNAUTHENTICATED_BULK_BYTES_MAX
+        } else {
+            self.limits.bulk_bytes_max
+        }
+    }
+
+    fn inline_bytes_max(&self) -> usize {
+        if self.unauthenticated {
+            crate::limits::UNAUTHENTICATED_BULK_BYTES_MAX
+        } else {
+            self.limits.inline_bytes_max
         }
     }
 
@@ -84,8 +119,12 @@ impl CommandDecoder {
                             return Ok(false);
                         };
                         // `*0` and any negative count are empty requests: Redis skips them.
-                        if count > self.limits.array_len_max as i64 {
-                            return Err(ProtocolError::InvalidMultibulkLength);
+                        if count > self.array_len_max() as i64 {
+                            return Err(if self.unauthenticated {
+                                ProtocolError::UnauthenticatedMultibulkLength
+                            } else {
+                                ProtocolError::InvalidMultibulkLength
+                            });
                         }
                         if count > 0 {
                             let count = count as usize;
@@ -120,8 +159,15 @@ impl CommandDecoder {
                     let Some(len) = self.header(buf)? else {
                         return Ok(false);
                     };
-                    if len < 0 || len as usize > self.limits.bulk_bytes_max {
+                    if len < 0 {
                         return Err(ProtocolError::InvalidBulkLength);
+                    }
+                    if len as usize > self.bulk_bytes_max() {
+                        return Err(if self.unauthenticated {
+                            ProtocolError::UnauthenticatedBulkLength
+                        } else {
+                            ProtocolError::InvalidBulkLength
+                        });
                     }
                     self.state = State::Body {
                         len: len as usize,
@@ -169,21 +215,25 @@ impl CommandDecoder {
     fn inline(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
         let from = self.scanned;
         let Some(offset) = memchr::memchr(b'\n', &buf[from..]) else {
-            if buf.len() > self.limits.inline_bytes_max {
+            if buf.len() > self.inline_bytes_max() {
                 return Err(ProtocolError::TooBigInline);
             }
             self.scanned = buf.len();
             return Ok(None);
         };
         let newline = from + offset;
-        if newline > self.limits.inline_bytes_max {
+        if newline > self.inline_bytes_max() {
             return Err(ProtocolError::TooBigInline);
         }
         let line = buf.split_to(newline + 1);
         self.scanned = 0;
         let text = line.strip_suffix(b"\n").unwrap_or(&line);
         let text = text.strip_suffix(b"\r").unwrap_or(text);
-        split_inline(text).map(Some)
+        let words = split_inline(text)?;
+        if self.unauthenticated && words.len() > crate::limits::UNAUTHENTICATED_ARGS_MAX {
+            return Err(ProtocolError::UnauthenticatedMultibulkLength);
+        }
+        Ok(Some(words))
     }
 }
 
@@ -275,5 +325,43 @@ mod tests {
         let start = buf.as_ptr() as usize;
         let args = CommandDecoder::default().decode(&mut buf).unwrap().unwrap();
         assert_eq!(args[0].as_ptr() as usize, start + 8);
+    }
+
+    #[test]
+    fn unauthenticated_clients_get_tight_limits_until_lifted() {
+        let mut decoder = CommandDecoder::default();
+        decoder.set_unauthenticated(true);
+        let mut buf = BytesMut::from(&b"*11\r\n"[..]);
+        assert_eq!(
+            decoder.decode(&mut buf).unwrap_err(),
+            ProtocolError::UnauthenticatedMultibulkLength
+        );
+        let mut decoder = CommandDecoder::default();
+        decoder.set_unauthenticated(true);
+        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nAUTH\r\n$16385\r\n"[..]);
+        assert_eq!(
+            decoder.decode(&mut buf).unwrap_err(),
+            ProtocolError::UnauthenticatedBulkLength
+        );
+        let mut decoder = CommandDecoder::default();
+        decoder.set_unauthenticated(true);
+        let mut buf = BytesMut::from(&b"a b c d e f g h i j k\r\n"[..]);
+        assert_eq!(
+            decoder.decode(&mut buf).unwrap_err(),
+            ProtocolError::UnauthenticatedMultibulkLength
+        );
+        let mut decoder = CommandDecoder::default();
+        decoder.set_unauthenticated(true);
+        let mut buf = BytesMut::from(&b"*2\r\n$4\r\nAUTH\r\n$6\r\nsecret\r\n"[..]);
+        assert_eq!(decoder.decode(&mut buf).unwrap().unwrap().len(), 2);
+        decoder.set_unauthenticated(false);
+        let mut big = b"*12\r\n".to_vec();
+        for _ in 0..12 {
+            big.extend_from_slice(b"$20000\r\n");
+            big.extend_from_slice(&[b'x'; 20000]);
+            big.extend_from_slice(b"\r\n");
+        }
+        let mut buf = BytesMut::from(&big[..]);
+        assert_eq!(decoder.decode(&mut buf).unwrap().unwrap().len(), 12);
     }
 }

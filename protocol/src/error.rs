@@ -7,6 +7,10 @@ use std::fmt;
 pub enum ProtocolError {
     InvalidMultibulkLength,
     InvalidBulkLength,
+    /// A client that has not authenticated sent more arguments than it may (Redis: 10).
+    UnauthenticatedMultibulkLength,
+    /// A client that has not authenticated sent a longer argument than it may (16 KiB).
+    UnauthenticatedBulkLength,
     TooBigInline,
     TooBigCountString,
     UnbalancedQuotes,
@@ -25,6 +29,10 @@ impl fmt::Display for ProtocolError {
         match self {
             ProtocolError::InvalidMultibulkLength => f.write_str("invalid multibulk length"),
             ProtocolError::InvalidBulkLength => f.write_str("invalid bulk length"),
+            ProtocolError::UnauthenticatedMultibulkLength => {
+                f.write_str("unauthenticated multibulk length")
+            }
+            ProtocolError::UnauthenticatedBulkLength => f.write_str("unauthenticated bulk length"),
             ProtocolError::TooBigInline => f.write_str("too big inline request"),
             ProtocolError::TooBigCountString => f.write_str("too big count string"),
             ProtocolError::UnbalancedQuotes => f.write_str("unbalanced quotes in request"),

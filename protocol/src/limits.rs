@@ -16,6 +16,11 @@ const _: () = assert!(INLINE_BYTES_MAX <= LINE_BYTES_MAX);
 const _: () = assert!(ARRAY_LEN_MAX <= i32::MAX as usize);
 const _: () = assert!(BULK_BYTES_MAX_DEFAULT <= i64::MAX as usize);
 
+/// Most arguments a client that has not authenticated may send in one command (Redis's).
+pub const UNAUTHENTICATED_ARGS_MAX: usize = 10;
+/// Longest argument (or inline line) a client that has not authenticated may send.
+pub const UNAUTHENTICATED_BULK_BYTES_MAX: usize = 16 * 1024;
+
 /// The limits one decoder enforces. Only the bulk length is configurable at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {

@@ -23,6 +23,11 @@ pub struct ConnState {
     pub authenticated: bool,
     pub created_ms: u64,
     pub last_active_ms: u64,
+    /// The peer is on a loopback address (protected mode serves it without a password).
+    pub loopback: bool,
+    /// A command of this connection is running in a task (it may be blocked): the idle
+    /// `timeout` leaves it alone.
+    pub in_batch: bool,
     pub last_command: &'static str,
     /// Set by QUIT, CLIENT KILL, a protocol error: close once the replies so far are sent.
     pub close_requested: bool,
@@ -65,6 +70,7 @@ impl ConnState {
         now_ms: u64,
         authenticated: bool,
     ) -> Self {
+        let loopback = is_loopback(&addr);
         ConnState {
             id,
             fd,
@@ -78,6 +84,8 @@ impl ConnState {
             authenticated,
             created_ms: now_ms,
             last_active_ms: now_ms,
+            loopback,
+            in_batch: false,
             last_command: "NULL",
             close_requested: false,
             skip_reply: false,
@@ -116,6 +124,15 @@ impl ConnState {
             text(&self.lib_ver),
         )
     }
+}
+
+/// True when `addr` (`ip:port`, as `socket_addr` prints it) is a loopback address.
+pub fn is_loopback(addr: &str) -> bool {
+    addr.parse::<std::net::SocketAddr>().is_ok_and(|a| {
+        let ip = a.ip();
+        ip.is_loopback()
+            || matches!(ip, std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()))
+    })
 }
 
 /// Which clients CLIENT KILL targets.
@@ -166,6 +183,24 @@ impl Clients {
 
     pub fn remove(&mut self, id: u64) {
         self.by_id.remove(&id);
+    }
+
+    /// Closes every connection idle for `timeout_ms` or longer (the `timeout` option), but
+    /// not one that is running a command (blocked) or subscribed. Returns how many.
+    pub fn close_idle(&self, now_ms: u64, timeout_ms: u64) -> usize {
+        let mut closed = 0;
+        for conn in self.by_id.values() {
+            let Ok(mut conn) = conn.try_borrow_mut() else {
+                continue;
+            };
+            let idle = now_ms.saturating_sub(conn.last_active_ms) >= timeout_ms;
+            if idle && !conn.in_batch && conn.subscriptions.is_empty() && !conn.close_requested {
+                tracing::debug!(client = conn.id, "closing an idle client (timeout)");
+                shut_down(&mut conn);
+                closed += 1;
+            }
+        }
+        closed
     }
 
     /// CLIENT LIST lines. `me` is the asking connection when it lives on this shard: it is

@@ -629,8 +629,23 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
         ("appendonly", "no".into()),
         ("maxmemory", "0".into()),
         ("maxmemory-policy", "noeviction".into()),
-        ("timeout", "0".into()),
-        ("tcp-keepalive", "0".into()),
+        (
+            "timeout",
+            g.idle_timeout_s.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "tcp-keepalive",
+            g.tcp_keepalive_s.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "protected-mode",
+            if g.protected_mode.load(Ordering::Relaxed) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ),
         ("notify-keyspace-events", String::new()),
         ("io-threads", "1".into()),
         ("shards", g.shard_count.to_string()),
@@ -684,11 +699,37 @@ fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
         let value = String::from_utf8_lossy(&pair[1]).into_owned();
         match name.as_str() {
             "requirepass" => {
+                ctx.globals
+                    .password_set
+                    .store(!value.is_empty(), Ordering::Relaxed);
                 *ctx.globals.requirepass.lock().expect("requirepass") =
                     (!value.is_empty()).then_some(value);
             }
             "busy-reply-threshold" | "lua-time-limit" => match value.parse::<u64>() {
                 Ok(ms) => ctx.globals.busy_reply_threshold_ms.store(ms, Ordering::Relaxed),
+                Err(_) => {
+                    return Frame::error(format!(
+                        "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"
+                    ))
+                }
+            },
+            "protected-mode" => match crate::config::yes_no(&value) {
+                Ok(on) => ctx.globals.protected_mode.store(on, Ordering::Relaxed),
+                Err(_) => {
+                    return Frame::static_error(
+                        "ERR CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'",
+                    )
+                }
+            },
+            "timeout" | "tcp-keepalive" => match value.parse::<u64>() {
+                Ok(seconds) => {
+                    let target = if name == "timeout" {
+                        &ctx.globals.idle_timeout_s
+                    } else {
+                        &ctx.globals.tcp_keepalive_s
+                    };
+                    target.store(seconds, Ordering::Relaxed);
+                }
                 Err(_) => {
                     return Frame::error(format!(
                         "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"

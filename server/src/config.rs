@@ -62,12 +62,32 @@ pub struct Config {
     /// SCRIPT KILL may stop it (Redis's `busy-reply-threshold`; 0: never).
     #[arg(long, default_value_t = 5000)]
     pub busy_reply_threshold: u64,
+    /// With no password set, serve only clients on loopback addresses (`yes`, Redis's
+    /// default) or anyone (`no`).
+    #[arg(long, default_value = "yes", value_parser = yes_no)]
+    pub protected_mode: bool,
+    /// Close a client connection idle for this many seconds (0: never). Clients blocked in
+    /// a command or subscribed to channels are exempt, as in Redis.
+    #[arg(long, default_value_t = 0)]
+    pub timeout: u64,
+    /// TCP keepalive probes on client sockets after this many idle seconds (0: off).
+    #[arg(long, default_value_t = 300)]
+    pub tcp_keepalive: u64,
     /// Log filter (`tracing` env-filter syntax), e.g. `info` or `wetask=debug`.
     #[arg(long, default_value = "info")]
     pub log_level: String,
     /// Comma-separated CPUs to pin shards to, in order (default: the online CPUs).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
+}
+
+/// Redis's boolean option values.
+pub fn yes_no(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(format!("expected yes or no, got {value:?}")),
+    }
 }
 
 impl Config {

@@ -27,6 +27,7 @@ pub struct ShardCtx {
     pub clients: RefCell<Clients>,
     pub stats: ShardStats,
     last_expire_ms: std::cell::Cell<u64>,
+    last_idle_sweep_ms: std::cell::Cell<u64>,
     /// The token of the cross-shard operation holding this shard, if any (DESIGN §2.4).
     lock: std::cell::Cell<Option<u64>>,
     unlock_wakers: RefCell<Vec<std::task::Waker>>,
@@ -70,6 +71,7 @@ impl ShardCtx {
             clients: RefCell::new(Clients::default()),
             stats: ShardStats::default(),
             last_expire_ms: std::cell::Cell::new(0),
+            last_idle_sweep_ms: std::cell::Cell::new(0),
             lock: std::cell::Cell::new(None),
             unlock_wakers: RefCell::new(Vec::new()),
             deferred: RefCell::new(std::collections::VecDeque::new()),
@@ -104,6 +106,7 @@ impl ShardCtx {
         let fallbacks = shard.tasks.take_fallbacks();
         drop(shard);
         crate::scripting::drop_flushed_state(self);
+        self.close_idle_clients(now);
         if self.lock.get().is_some() {
             self.announce_busy_holder();
         }
@@ -112,6 +115,21 @@ impl ShardCtx {
         }
         self.serve_parked();
         self.serve_blocked_lists();
+    }
+
+    /// The `timeout` option: once a second, closes this shard's clients idle that long.
+    fn close_idle_clients(&self, now_ms: u64) {
+        let timeout_s = self
+            .globals
+            .idle_timeout_s
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if timeout_s == 0 || now_ms < self.last_idle_sweep_ms.get() + 1000 {
+            return;
+        }
+        self.last_idle_sweep_ms.set(now_ms);
+        if let Ok(clients) = self.clients.try_borrow() {
+            clients.close_idle(now_ms, timeout_s.saturating_mul(1000));
+        }
     }
 
     /// Submits a dead task's fallback on the shard that owns the fallback queue.
@@ -182,6 +200,12 @@ impl ShardCtx {
 
     /// Creates and registers the state of a newly accepted connection.
     pub fn new_connection(&self, fd: std::os::fd::RawFd) -> Rc<RefCell<ConnState>> {
+        crate::net::set_keepalive(
+            fd,
+            self.globals
+                .tcp_keepalive_s
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
         let authenticated = self
             .globals
             .requirepass

@@ -40,12 +40,28 @@ pub fn poll_once<F: Future>(future: F) -> Option<F::Output> {
     }
 }
 
+/// The reply to a client that protected mode turns away (then the connection closes).
+pub const DENIED: &str = "DENIED WeTask is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. To serve other hosts, either set a password (--requirepass, or CONFIG SET requirepass from the loopback interface), or turn protected mode off (--protected-mode no, or CONFIG SET protected-mode no from the loopback interface) once the server is not reachable from the internet.";
+
+/// True when protected mode turns this connection away: a non-loopback peer while no
+/// password is set.
+fn protected_mode_denies(ctx: &ShardCtx, conn: &ConnState) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    !conn.loopback
+        && ctx.globals.protected_mode.load(Relaxed)
+        && !ctx.globals.password_set.load(Relaxed)
+}
+
 /// Looks the command up and checks arity and authentication.
 fn precheck(
     ctx: &ShardCtx,
-    conn: &ConnState,
+    conn: &mut ConnState,
     args: &[Bytes],
 ) -> Result<&'static CommandSpec, Frame> {
+    if !conn.loopback && protected_mode_denies(ctx, conn) {
+        conn.close_requested = true;
+        return Err(Frame::static_error(DENIED));
+    }
     let Some(spec) = lookup(&args[0]) else {
         return Err(unknown_command(args));
     };
@@ -164,7 +180,7 @@ pub async fn execute(
     }
     let (spec, db, client) = {
         let mut state = conn.borrow_mut();
-        match precheck(ctx, &state, args) {
+        match precheck(ctx, &mut state, args) {
             Ok(spec) => {
                 state.last_command = spec.name;
                 if state.multi.is_some() && !transaction::controls_transaction(spec.name) {
@@ -428,7 +444,7 @@ fn simple_target(
     if !keyed || spec.has(flag::BLOCKING) || !spec.arity_ok(args.len()) {
         return None;
     }
-    if !conn.authenticated && !spec.has(flag::NO_AUTH) {
+    if !conn.authenticated && !spec.has(flag::NO_AUTH) || protected_mode_denies(ctx, conn) {
         return None;
     }
     let mut owners = spec

@@ -36,6 +36,14 @@ pub struct Globals {
     pub script_flush_epoch: std::sync::atomic::AtomicU64,
     /// Per shard: the script running there, for BUSY replies and SCRIPT KILL.
     pub script_slots: Vec<crate::script_busy::ScriptSlot>,
+    /// `protected-mode`: without a password, only loopback clients are served.
+    pub protected_mode: AtomicBool,
+    /// A password is set (mirrors `requirepass`, read per command without the lock).
+    pub password_set: AtomicBool,
+    /// `timeout`: idle seconds before a client is closed (0: never).
+    pub idle_timeout_s: AtomicU64,
+    /// `tcp-keepalive`, in seconds (0: off), for sockets accepted from now on.
+    pub tcp_keepalive_s: AtomicU64,
     /// `busy-reply-threshold` (alias `lua-time-limit`), in ms; 0 never reports busy.
     pub busy_reply_threshold_ms: std::sync::Arc<AtomicU64>,
 }
@@ -52,6 +60,10 @@ impl Globals {
             whole_server_scripts: Mutex::new(std::collections::HashSet::new()),
             script_flush_epoch: std::sync::atomic::AtomicU64::new(0),
             script_slots: (0..shard_count).map(|_| Default::default()).collect(),
+            protected_mode: AtomicBool::new(config.protected_mode),
+            password_set: AtomicBool::new(config.requirepass.is_some()),
+            idle_timeout_s: AtomicU64::new(config.timeout),
+            tcp_keepalive_s: AtomicU64::new(config.tcp_keepalive),
             busy_reply_threshold_ms: std::sync::Arc::new(AtomicU64::new(
                 config.busy_reply_threshold,
             )),

@@ -112,6 +112,12 @@ pub struct Subscriptions {
 }
 
 impl Subscriptions {
+    pub fn is_empty(&self) -> bool {
+        self.channels.is_empty() && self.patterns.is_empty() && self.shard_channels.is_empty()
+    }
+}
+
+impl Subscriptions {
     /// Every subscription of every kind (any makes a RESP2 connection "subscribed").
     pub fn count(&self) -> usize {
         self.channels.len() + self.patterns.len() + self.shard_channels.len()

@@ -78,8 +78,17 @@ impl Session {
     /// Decodes up to `WINDOW_COMMANDS_MAX` buffered commands into the window; returns how
     /// many, and the protocol error that stopped it, if one did.
     fn fill_window(&mut self) -> (usize, Option<ProtocolError>) {
+        // A client that has not authenticated gets Redis's tight limits, and its commands are
+        // decoded one at a time, so that those after a successful AUTH get the normal ones.
+        let unauthenticated = !self.state.borrow().authenticated;
+        self.decoder.set_unauthenticated(unauthenticated);
+        let window = if unauthenticated {
+            1
+        } else {
+            WINDOW_COMMANDS_MAX
+        };
         let mut n = 0;
-        while n < WINDOW_COMMANDS_MAX {
+        while n < window {
             if self.window.len() == n {
                 self.window.push(Vec::new());
             }
@@ -105,6 +114,7 @@ impl Session {
 
     /// Runs every buffered command that can run inline; see the module docs.
     pub fn pump(&mut self, ctx: &Rc<ShardCtx>, out: &mut Output) -> Pump {
+        self.state.borrow_mut().last_active_ms = ctx.shard.borrow().now_ms();
         if let Some(err) = self.held_error.take() {
             return self.protocol_error(&err, out);
         }
@@ -152,6 +162,10 @@ impl Session {
 
     /// Adds every further complete command to a batch bound for other shards.
     fn collect_batch(&mut self, batch: &mut Vec<Vec<Bytes>>) {
+        if !self.state.borrow().authenticated {
+            // One command at a time until AUTH succeeds (see `fill_window`).
+            return;
+        }
         loop {
             match self.decoder.decode(&mut self.input) {
                 Ok(Some(args)) => batch.push(args),
@@ -172,6 +186,10 @@ pub async fn run_batch(
     batch: Vec<Vec<Bytes>>,
 ) -> Output {
     let mut out = Output::default();
+    state.borrow_mut().in_batch = true;
     dispatch::run_batch(&ctx, &state, batch, &mut out).await;
+    let mut state = state.borrow_mut();
+    state.in_batch = false;
+    state.last_active_ms = ctx.shard.borrow().now_ms();
     out
 }

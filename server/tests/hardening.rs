@@ -292,3 +292,173 @@ fn a_script_cannot_pass_the_lua_memory_limit() {
         int(1000)
     );
 }
+
+/// Before AUTH (a password set), a client could send a 512 MiB bulk and a million
+/// arguments. Now: at most 10 arguments of 16 KiB each, as Redis, then the connection
+/// closes; after AUTH the usual limits apply, even to commands pipelined behind it.
+#[test]
+fn unauthenticated_clients_get_tight_limits() {
+    let server = Server::start(&["--shards", "2", "--requirepass", "s3cret"]);
+    let mut c = server.client();
+    c.raw(b"*11\r\n");
+    assert_eq!(
+        c.read(),
+        Some(err("ERR Protocol error: unauthenticated multibulk length"))
+    );
+    assert!(c.closed());
+    let mut c = server.client();
+    c.raw(b"*2\r\n$3\r\nSET\r\n$536870912\r\n");
+    assert_eq!(
+        c.read(),
+        Some(err("ERR Protocol error: unauthenticated bulk length"))
+    );
+    assert!(c.closed());
+    // Within the limits, an unauthenticated command gets NOAUTH and the connection stays.
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET k"), err("NOAUTH Authentication required."));
+    // AUTH, then (pipelined in the same write) a command far past the unauthenticated
+    // limits: it runs.
+    let big = "v".repeat(100_000);
+    let mut pipeline = b"*2\r\n$4\r\nAUTH\r\n$6\r\ns3cret\r\n".to_vec();
+    pipeline.extend_from_slice(
+        format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n{big}\r\n", big.len()).as_bytes(),
+    );
+    c.raw(&pipeline);
+    assert_eq!(c.read(), Some(ok()));
+    assert_eq!(c.read(), Some(ok()));
+    assert_eq!(c.cmd("STRLEN k"), int(100_000));
+    let many: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+    assert_eq!(c.cmd(&format!("EXISTS {}", many.join(" "))), int(0));
+}
+
+/// `timeout`: an idle client is closed after that many seconds; a blocked one is not.
+#[test]
+fn idle_clients_are_closed_after_timeout_but_blocked_ones_stay() {
+    let server = Server::start(&["--shards", "2", "--timeout", "1"]);
+    let mut idle = server.client();
+    assert_eq!(idle.cmd("PING"), Frame::Simple("PONG".into()));
+    let mut blocked = server.client();
+    blocked
+        .stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    blocked.send(&[b"BLPOP", b"nothing", b"4"]);
+    let started = std::time::Instant::now();
+    assert!(idle.closed(), "the idle client was closed");
+    let after = started.elapsed();
+    assert!(
+        after >= std::time::Duration::from_millis(900),
+        "closed after {after:?}"
+    );
+    // The blocked client gets its timeout reply (nil) after 4 s, not a closed connection.
+    assert_eq!(blocked.read(), Some(Frame::NullArray));
+    let mut c = server.client();
+    assert_eq!(
+        c.cmd("CONFIG GET timeout"),
+        Frame::Array(vec![bulk("timeout"), bulk("1")])
+    );
+    assert_eq!(c.cmd("CONFIG SET timeout 0"), ok());
+    assert_eq!(
+        c.cmd("CONFIG GET tcp-keepalive"),
+        Frame::Array(vec![bulk("tcp-keepalive"), bulk("300")])
+    );
+}
+
+/// A network namespace with one end of a veth pair: a host that is not loopback.
+struct RemoteHost {
+    name: String,
+    server_ip: String,
+}
+
+impl RemoteHost {
+    fn create() -> Option<RemoteHost> {
+        let n = std::process::id() % 250 + 1;
+        let name = format!("wt-hard-{n}");
+        let host = format!("wth{n}");
+        let peer = format!("wtp{n}");
+        let server_ip = format!("10.213.{n}.1");
+        let sh = |cmd: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", cmd])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        sh(&format!(
+            "ip netns del {name} 2>/dev/null; ip link del {host} 2>/dev/null"
+        ));
+        let ok = sh(&format!("ip netns add {name}"))
+            && sh(&format!("ip link add {host} type veth peer name {peer}"))
+            && sh(&format!("ip link set {peer} netns {name}"))
+            && sh(&format!("ip addr add {server_ip}/30 dev {host} && ip link set {host} up"))
+            && sh(&format!(
+                "ip netns exec {name} ip addr add 10.213.{n}.2/30 dev {peer} && ip netns exec {name} ip link set {peer} up && ip netns exec {name} ip link set lo up"
+            ));
+        let made = RemoteHost { name, server_ip };
+        ok.then_some(made)
+    }
+
+    /// Runs redis-cli inside the namespace against the server; its output.
+    fn redis_cli(&self, port: u16, args: &[&str]) -> String {
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.name,
+                "redis-cli",
+                "-h",
+                &self.server_ip,
+            ])
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+}
+
+impl Drop for RemoteHost {
+    fn drop(&mut self) {
+        let n = self.name.trim_start_matches("wt-hard-").to_string();
+        let _ = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!("ip netns del {}; ip link del wth{n}", self.name),
+            ])
+            .output();
+    }
+}
+
+/// `protected-mode yes` (the default): with no password, only loopback clients are served.
+/// Checked from a real non-loopback host (a network namespace with a veth pair); where the
+/// test cannot make one (no CAP_NET_ADMIN), it says so and checks the loopback half only.
+#[test]
+fn protected_mode_serves_only_loopback_without_a_password() {
+    let server = Server::start(&["--shards", "2", "--bind", "0.0.0.0"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("PING"), Frame::Simple("PONG".into()));
+    assert_eq!(
+        c.cmd("CONFIG GET protected-mode"),
+        Frame::Array(vec![bulk("protected-mode"), bulk("yes")])
+    );
+    let Some(remote) = RemoteHost::create() else {
+        eprintln!("protected mode: no network namespace could be made here; remote half skipped");
+        return;
+    };
+    let reply = remote.redis_cli(server.port, &["PING"]);
+    assert!(reply.contains("DENIED"), "{reply}");
+    let reply = remote.redis_cli(server.port, &["SET", "k", "v"]);
+    assert!(reply.contains("DENIED"), "{reply}");
+    // With a password, the remote client is served once it authenticates.
+    assert_eq!(c.cmd("CONFIG SET requirepass s3cret"), ok());
+    let reply = remote.redis_cli(server.port, &["PING"]);
+    assert!(reply.contains("NOAUTH"), "{reply}");
+    let reply = remote.redis_cli(server.port, &["--no-auth-warning", "-a", "s3cret", "PING"]);
+    assert!(reply.contains("PONG"), "{reply}");
+    assert_eq!(c.cmd("AUTH s3cret"), ok());
+    assert_eq!(c.cmd_args(&[b"CONFIG", b"SET", b"requirepass", b""]), ok());
+    assert!(remote.redis_cli(server.port, &["PING"]).contains("DENIED"));
+    // Protected mode off: anyone is served.
+    assert_eq!(c.cmd("CONFIG SET protected-mode no"), ok());
+    let reply = remote.redis_cli(server.port, &["PING"]);
+    assert!(reply.contains("PONG"), "{reply}");
+}

@@ -65,6 +65,23 @@ pub fn socket_addr(fd: RawFd, peer: bool) -> String {
         .map_or_else(|| "?:0".to_string(), |a| a.to_string())
 }
 
+/// Turns on TCP keepalive on an accepted socket, first probe after `idle_s` seconds (the
+/// `tcp-keepalive` option; 0 leaves it off), so dead peers are noticed.
+pub fn set_keepalive(fd: RawFd, idle_s: u64) {
+    if idle_s == 0 {
+        return;
+    }
+    let socket = std::mem::ManuallyDrop::new(
+        // SAFETY: the fd is a live socket; this Socket is forgotten, never closed here.
+        unsafe { Socket::from_raw_fd(fd) },
+    );
+    let idle = std::time::Duration::from_secs(idle_s);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval(idle / 3);
+    let _ = socket.set_tcp_keepalive(&keepalive);
+}
+
 /// Sets TCP_NODELAY on an accepted socket: replies are batched per turn already.
 pub fn set_nodelay(fd: RawFd) {
     let one: libc::c_int = 1;
