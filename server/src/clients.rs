@@ -28,6 +28,11 @@ pub struct ConnState {
     /// A command of this connection is running in a task (it may be blocked): the idle
     /// `timeout` leaves it alone.
     pub in_batch: bool,
+    /// Reply bytes the transport holds for this client but has not sent yet (counted with
+    /// new replies against `client-output-buffer-limit`).
+    pub unsent: usize,
+    /// When the output first passed its class's soft limit (cleared once under it).
+    pub soft_limit_since_ms: Option<u64>,
     pub last_command: &'static str,
     /// Set by QUIT, CLIENT KILL, a protocol error: close once the replies so far are sent.
     pub close_requested: bool,
@@ -86,6 +91,8 @@ impl ConnState {
             last_active_ms: now_ms,
             loopback,
             in_batch: false,
+            unsent: 0,
+            soft_limit_since_ms: None,
             last_command: "NULL",
             close_requested: false,
             skip_reply: false,

@@ -627,8 +627,12 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
         ),
         ("save", String::new()),
         ("appendonly", "no".into()),
-        ("maxmemory", "0".into()),
-        ("maxmemory-policy", "noeviction".into()),
+        ("maxmemory", g.maxmemory.load(Ordering::Relaxed).to_string()),
+        ("maxmemory-policy", g.eviction_policy().name().into()),
+        (
+            "maxmemory-samples",
+            g.maxmemory_samples.load(Ordering::Relaxed).to_string(),
+        ),
         (
             "timeout",
             g.idle_timeout_s.load(Ordering::Relaxed).to_string(),
@@ -637,6 +641,7 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
             "tcp-keepalive",
             g.tcp_keepalive_s.load(Ordering::Relaxed).to_string(),
         ),
+        ("client-output-buffer-limit", g.output_limits.describe()),
         (
             "protected-mode",
             if g.protected_mode.load(Ordering::Relaxed) {
@@ -713,6 +718,42 @@ fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
                     ))
                 }
             },
+            "maxmemory" => match crate::config::memory_size(&value) {
+                Ok(bytes) => ctx.globals.maxmemory.store(bytes, Ordering::Relaxed),
+                Err(_) => {
+                    return Frame::static_error(
+                        "ERR CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value",
+                    )
+                }
+            },
+            "maxmemory-policy" => match wetask_shards::evict::POLICIES
+                .iter()
+                .position(|(_, n)| n.eq_ignore_ascii_case(&value))
+            {
+                Some(index) => ctx.globals.maxmemory_policy.store(index, Ordering::Relaxed),
+                None => {
+                    return Frame::static_error(
+                        "ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction",
+                    )
+                }
+            },
+            "maxmemory-samples" => match value.parse::<u64>() {
+                Ok(n) if (1..=64).contains(&n) => {
+                    ctx.globals.maxmemory_samples.store(n, Ordering::Relaxed)
+                }
+                _ => {
+                    return Frame::static_error(
+                        "ERR CONFIG SET failed (possibly related to argument 'maxmemory-samples') - argument must be between 1 and 64 inclusive",
+                    )
+                }
+            },
+            "client-output-buffer-limit" => {
+                if let Err(why) = ctx.globals.output_limits.set(&value) {
+                    return Frame::error(format!(
+                        "ERR CONFIG SET failed (possibly related to argument 'client-output-buffer-limit') - {why}"
+                    ));
+                }
+            }
             "protected-mode" => match crate::config::yes_no(&value) {
                 Ok(on) => ctx.globals.protected_mode.store(on, Ordering::Relaxed),
                 Err(_) => {

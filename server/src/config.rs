@@ -73,12 +73,35 @@ pub struct Config {
     /// TCP keepalive probes on client sockets after this many idle seconds (0: off).
     #[arg(long, default_value_t = 300)]
     pub tcp_keepalive: u64,
+    /// Most bytes of memory the server may use for data (its allocator's count, as Redis's
+    /// `used_memory`), with Redis's units (`64mb`, `1gb`); 0: no limit.
+    #[arg(long, default_value = "0", value_parser = memory_size)]
+    pub maxmemory: u64,
+    /// What to do past `maxmemory`: noeviction (refuse writes with OOM), allkeys-lru,
+    /// allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu, volatile-random, volatile-ttl.
+    /// Task data is never evicted: TASK.SUBMIT is refused instead.
+    #[arg(long, default_value = "noeviction", value_parser = eviction_policy)]
+    pub maxmemory_policy: wetask_shards::evict::Policy,
+    /// Keys sampled per eviction (Redis's approximated LRU/LFU).
+    #[arg(long, default_value_t = 5)]
+    pub maxmemory_samples: u64,
     /// Log filter (`tracing` env-filter syntax), e.g. `info` or `wetask=debug`.
     #[arg(long, default_value = "info")]
     pub log_level: String,
     /// Comma-separated CPUs to pin shards to, in order (default: the online CPUs).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
+}
+
+/// A size with Redis's units (`64mb`, `1gb`, `100k`, plain bytes).
+pub fn memory_size(value: &str) -> Result<u64, String> {
+    crate::output_limits::parse_memory(value).ok_or_else(|| format!("not a size: {value:?}"))
+}
+
+/// A `maxmemory-policy` name.
+pub fn eviction_policy(value: &str) -> Result<wetask_shards::evict::Policy, String> {
+    wetask_shards::evict::Policy::parse(value)
+        .ok_or_else(|| format!("unknown maxmemory-policy {value:?}"))
 }
 
 /// Redis's boolean option values.

@@ -15,6 +15,14 @@ use crate::stats::{ShardReport, ShardStats};
 /// Keys sampled by active expiry per loop turn, across this shard's databases.
 pub const ACTIVE_EXPIRE_SAMPLES_PER_TURN: usize = 64;
 
+/// Keys one command may evict to make room under `maxmemory` (Redis bounds its eviction
+/// loop by time; a write adds about one key, so a few per command keep up).
+pub const EVICTIONS_PER_COMMAND_MAX: usize = 64;
+/// Keys a shard evicts per loop turn in the background while over `maxmemory`.
+pub const EVICTIONS_PER_TURN_MAX: usize = 256;
+/// Redis's reply to a `denyoom` command past `maxmemory`.
+pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
 /// A peer's request held while another operation owns the lock: (from, id, token, request).
 type DeferredRequest = (usize, u64, Option<u64>, Request);
 
@@ -106,6 +114,7 @@ impl ShardCtx {
         let fallbacks = shard.tasks.take_fallbacks();
         drop(shard);
         crate::scripting::drop_flushed_state(self);
+        self.background_eviction();
         self.close_idle_clients(now);
         if self.lock.get().is_some() {
             self.announce_busy_holder();
@@ -115,6 +124,68 @@ impl ShardCtx {
         }
         self.serve_parked();
         self.serve_blocked_lists();
+    }
+
+    /// True when `maxmemory` is set and the server's allocations are past it.
+    pub fn over_maxmemory(&self) -> bool {
+        let max = self
+            .globals
+            .maxmemory
+            .load(std::sync::atomic::Ordering::Relaxed);
+        max > 0 && crate::memory::used_memory() > max
+    }
+
+    /// Evicts keys of this shard under the policy until the server is under `maxmemory`,
+    /// or `keys_max` keys went, or nothing more may go. True when under the limit after, or
+    /// when it evicted something (as Redis, whose eviction loop is bounded in time: a write
+    /// proceeds while eviction makes progress; a table growing by megabytes at once would
+    /// otherwise refuse writes that the next turns make room for).
+    pub fn evict_to_fit(&self, keys_max: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let max = self.globals.maxmemory.load(Relaxed);
+        if max == 0 {
+            return true;
+        }
+        let samples = self.globals.maxmemory_samples.load(Relaxed) as usize;
+        let mut shard = self.shard.borrow_mut();
+        let mut evicted = false;
+        for _ in 0..keys_max {
+            if crate::memory::used_memory() <= max {
+                return true;
+            }
+            if !shard.evict_one(samples) {
+                break;
+            }
+            evicted = true;
+        }
+        evicted || crate::memory::used_memory() <= max
+    }
+
+    /// Before a write: makes room under `maxmemory` by evicting; a command flagged
+    /// `denyoom` is refused with Redis's OOM error when there is still no room (always so
+    /// under `noeviction`). Reads and deletions always run.
+    pub fn make_room(
+        &self,
+        spec: &wetask_shards::CommandSpec,
+    ) -> Result<(), wetask_protocol::Frame> {
+        use wetask_shards::table::flag;
+        if !spec.has(flag::DENYOOM) && !spec.has(flag::WRITE) {
+            return Ok(());
+        }
+        if !self.over_maxmemory() {
+            return Ok(());
+        }
+        let policy = self.globals.eviction_policy();
+        if self.shard.borrow().eviction_policy() != policy {
+            self.shard.borrow_mut().set_eviction_policy(policy);
+        }
+        if self.evict_to_fit(EVICTIONS_PER_COMMAND_MAX) {
+            return Ok(());
+        }
+        if spec.has(flag::DENYOOM) {
+            return Err(wetask_protocol::Frame::static_error(OOM));
+        }
+        Ok(())
     }
 
     /// The `timeout` option: once a second, closes this shard's clients idle that long.
@@ -129,6 +200,19 @@ impl ShardCtx {
         self.last_idle_sweep_ms.set(now_ms);
         if let Ok(clients) = self.clients.try_borrow() {
             clients.close_idle(now_ms, timeout_s.saturating_mul(1000));
+        }
+    }
+
+    /// Applies a changed `maxmemory-policy`, and while the server is past `maxmemory`
+    /// evicts some of this shard's keys each turn (at most once a millisecond), so a shard
+    /// whose own clients only read still gives back its share.
+    fn background_eviction(&self) {
+        let policy = self.globals.eviction_policy();
+        if self.shard.borrow().eviction_policy() != policy {
+            self.shard.borrow_mut().set_eviction_policy(policy);
+        }
+        if self.over_maxmemory() {
+            self.evict_to_fit(EVICTIONS_PER_TURN_MAX);
         }
     }
 
@@ -482,6 +566,7 @@ impl ShardCtx {
             blocked_clients: self.list_index.borrow().by_client.keys().copied().collect(),
             pubsub_channels: self.pubsub.borrow().channel_names(),
             pubsub_patterns: self.pubsub.borrow().pattern_names(),
+            evicted_keys: shard.evicted_keys(),
             lua_memory: self
                 .lua
                 .borrow()

@@ -73,6 +73,10 @@ fn precheck(
         ctx.stats.record_rejected(spec);
         return Err(wrong_arity(spec.name));
     }
+    if let Err(oom) = ctx.make_room(spec) {
+        ctx.stats.record_rejected(spec);
+        return Err(oom);
+    }
     if crate::pubsub::resp2_subscribed(conn) && !crate::pubsub::allowed_while_subscribed(spec.name)
     {
         ctx.stats.record_rejected(spec);
@@ -447,6 +451,10 @@ fn simple_target(
     if !conn.authenticated && !spec.has(flag::NO_AUTH) || protected_mode_denies(ctx, conn) {
         return None;
     }
+    // Past maxmemory a write goes through `execute`, which makes room or refuses it.
+    if spec.has(flag::WRITE | flag::DENYOOM) && ctx.over_maxmemory() {
+        return None;
+    }
     let mut owners = spec
         .key_positions(args)
         .map(|i| shard_of(&args[i], ctx.shard_count));
@@ -487,12 +495,18 @@ pub async fn run_batch(
             let frame = execute(ctx, conn, &commands[i], None).await;
             let protocol = conn.borrow().protocol;
             encode_output(out, &frame, protocol);
+            if crate::session::output_limit_reached(ctx, conn, out) {
+                return;
+            }
             i += 1;
             continue;
         }
         let frames = run_segment(ctx, at, &segment, &commands[i..i + segment.len()]).await;
         for frame in &frames {
             encode_output(out, frame, protocol);
+        }
+        if crate::session::output_limit_reached(ctx, conn, out) {
+            return;
         }
         conn.borrow_mut().last_command = segment.last().expect("non-empty").1.name;
         i += segment.len();

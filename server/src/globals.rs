@@ -36,6 +36,13 @@ pub struct Globals {
     pub script_flush_epoch: std::sync::atomic::AtomicU64,
     /// Per shard: the script running there, for BUSY replies and SCRIPT KILL.
     pub script_slots: Vec<crate::script_busy::ScriptSlot>,
+    /// `maxmemory` in bytes (0: none), `maxmemory-policy` (an index into
+    /// `wetask_shards::evict::POLICIES`), `maxmemory-samples`.
+    pub maxmemory: AtomicU64,
+    pub maxmemory_policy: std::sync::atomic::AtomicUsize,
+    pub maxmemory_samples: AtomicU64,
+    /// `client-output-buffer-limit`, per class.
+    pub output_limits: crate::output_limits::OutputLimits,
     /// `protected-mode`: without a password, only loopback clients are served.
     pub protected_mode: AtomicBool,
     /// A password is set (mirrors `requirepass`, read per command without the lock).
@@ -60,6 +67,15 @@ impl Globals {
             whole_server_scripts: Mutex::new(std::collections::HashSet::new()),
             script_flush_epoch: std::sync::atomic::AtomicU64::new(0),
             script_slots: (0..shard_count).map(|_| Default::default()).collect(),
+            output_limits: Default::default(),
+            maxmemory: AtomicU64::new(config.maxmemory),
+            maxmemory_policy: AtomicUsize::new(
+                wetask_shards::evict::POLICIES
+                    .iter()
+                    .position(|(p, _)| *p == config.maxmemory_policy)
+                    .unwrap_or(0),
+            ),
+            maxmemory_samples: AtomicU64::new(config.maxmemory_samples),
             protected_mode: AtomicBool::new(config.protected_mode),
             password_set: AtomicBool::new(config.requirepass.is_some()),
             idle_timeout_s: AtomicU64::new(config.timeout),
@@ -77,6 +93,14 @@ impl Globals {
             port: std::sync::atomic::AtomicU16::new(config.port),
             config,
         }
+    }
+
+    /// The current `maxmemory-policy`.
+    pub fn eviction_policy(&self) -> wetask_shards::evict::Policy {
+        let index = self.maxmemory_policy.load(Ordering::Relaxed);
+        wetask_shards::evict::POLICIES
+            .get(index)
+            .map_or(wetask_shards::evict::Policy::NoEviction, |(p, _)| *p)
     }
 
     pub fn next_client_id(&self) -> u64 {

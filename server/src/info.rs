@@ -110,24 +110,35 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
         }
         "memory" => {
             let rss = rss_bytes();
+            // The allocator's own count; RSS where the counting allocator is not installed.
+            let used = match crate::memory::used_memory() {
+                0 => rss,
+                used => used,
+            };
+            let max = g.maxmemory.load(Ordering::Relaxed);
             let _ = write!(
                 out,
-                "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_lua:{}\r\nnumber_of_cached_scripts:{}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n",
+                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{:.2}M\r\nused_memory_lua:{}\r\nnumber_of_cached_scripts:{}\r\nmaxmemory:{max}\r\nmaxmemory_human:{:.2}M\r\nmaxmemory_policy:{}\r\nevicted_keys:{}\r\n",
+                used as f64 / (1024.0 * 1024.0),
                 rss as f64 / (1024.0 * 1024.0),
                 report.lua_memory,
                 g.scripts.lock().map_or(0, |s| s.len()),
+                max as f64 / (1024.0 * 1024.0),
+                g.eviction_policy().name(),
+                report.evicted_keys,
             );
         }
         "stats" => {
             let _ = write!(
                 out,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_parks:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_parks:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
                 g.total_connections.load(Ordering::Relaxed),
                 report.commands,
                 report.net_input_bytes,
                 report.net_output_bytes,
                 g.rejected_connections.load(Ordering::Relaxed),
                 report.expired_keys,
+                report.evicted_keys,
                 report.ring_enters,
                 report.ring_parks,
                 report.mesh_envelopes,

@@ -4,6 +4,10 @@
 use tracing_subscriber::EnvFilter;
 use wetask_server::config::Config;
 
+/// The system allocator, counting what the server holds (`used_memory`, for `maxmemory`).
+#[global_allocator]
+static ALLOCATOR: wetask_server::memory::CountingAlloc = wetask_server::memory::CountingAlloc;
+
 fn main() {
     let config = match Config::load() {
         Ok(config) => config,

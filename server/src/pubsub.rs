@@ -7,9 +7,9 @@
 //! subscription at all (a per-shard count in `Globals`, so a server with no subscribers pays
 //! nothing); the reply sums the receivers. A delivered message is encoded into the
 //! subscriber's pending pushes and its transport is woken to send them (`ShardCtx::
-//! push_ready`). A subscriber whose pending output passes `PUBSUB_OUTPUT_BYTES_MAX` (Redis's
-//! `client-output-buffer-limit pubsub` hard limit) is disconnected, so a slow reader stalls
-//! nobody else.
+//! push_ready`). A subscriber whose pending output passes `client-output-buffer-limit
+//! pubsub` (32 MiB hard, 8 MiB for 60 s soft, as Redis; `output_limits`) is disconnected,
+//! so a slow reader stalls nobody else.
 //!
 //! In RESP2 a subscribed connection may only run the subscription commands, PING, QUIT and
 //! RESET; RESP3 allows everything, with messages as push frames.
@@ -27,8 +27,6 @@ use crate::clients::ConnState;
 use crate::context::ShardCtx;
 use crate::mesh::{Request, Response};
 
-/// Pending push bytes past which a subscriber is disconnected (Redis's pubsub hard limit).
-pub const PUBSUB_OUTPUT_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// Most channels plus patterns one connection may subscribe to.
 pub const SUBSCRIPTIONS_PER_CLIENT_MAX: usize = 100_000;
 
@@ -229,7 +227,14 @@ impl ShardCtx {
         };
         let protocol = state.protocol;
         encode_output(&mut state.pushes, frame, protocol);
-        if state.pushes.len() > PUBSUB_OUTPUT_BYTES_MAX && !state.close_requested {
+        let pending = state.pushes.len() + state.unsent;
+        let now = crate::globals::unix_ms();
+        if !state.close_requested
+            && self
+                .globals
+                .output_limits
+                .exceeded(&mut state, pending, now)
+        {
             tracing::warn!(client, "pubsub output buffer limit reached; closing");
             state.pushes.clear();
             crate::clients::shut_down(&mut state);

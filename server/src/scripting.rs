@@ -275,6 +275,9 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     if read_only && spec.has(flag::WRITE) {
         return Err("ERR Write commands are not allowed from read-only scripts.".into());
     }
+    if ctx.make_room(spec).is_err() {
+        return Err(crate::context::OOM.into());
+    }
     match spec.route {
         Route::Server => {
             return match spec.name {

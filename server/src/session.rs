@@ -137,6 +137,12 @@ impl Session {
                         if !state.skip_reply {
                             encode_output(out, &frame, state.protocol);
                         }
+                        drop(state);
+                        if output_limit_reached(ctx, &self.state, out) {
+                            self.clear_window(n);
+                            self.input.clear();
+                            return Pump::Close;
+                        }
                     }
                     None => {
                         let mut batch: Vec<Vec<Bytes>> =
@@ -177,6 +183,25 @@ impl Session {
             }
         }
     }
+}
+
+/// Checks the client's queued output against `client-output-buffer-limit` after a reply
+/// was added; past it, the output is dropped and the connection closes (true).
+pub fn output_limit_reached(ctx: &ShardCtx, state: &RefCell<ConnState>, out: &mut Output) -> bool {
+    let mut state = state.borrow_mut();
+    let pending = out.len() + state.unsent;
+    let now = ctx.shard.borrow().now_ms();
+    if !ctx.globals.output_limits.exceeded(&mut state, pending, now) {
+        return false;
+    }
+    tracing::warn!(
+        client = state.id,
+        pending,
+        "client-output-buffer-limit reached; closing the client"
+    );
+    out.clear();
+    crate::clients::shut_down(&mut state);
+    true
 }
 
 /// Runs a batch that needs other shards; replies go to `out` in order.

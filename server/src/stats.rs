@@ -95,6 +95,8 @@ pub struct ShardReport {
     pub pubsub_patterns: Vec<bytes::Bytes>,
     /// Bytes the shard's Lua state holds (0 when it has none).
     pub lua_memory: u64,
+    /// Keys removed by `maxmemory` eviction.
+    pub evicted_keys: u64,
 }
 
 impl ShardReport {
@@ -118,6 +120,7 @@ impl ShardReport {
         self.keyspace.sort();
         self.expired_keys += other.expired_keys;
         self.lua_memory += other.lua_memory;
+        self.evicted_keys += other.evicted_keys;
         self.net_input_bytes += other.net_input_bytes;
         self.net_output_bytes += other.net_output_bytes;
         self.ring_enters += other.ring_enters;

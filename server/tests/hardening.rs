@@ -462,3 +462,151 @@ fn protected_mode_serves_only_loopback_without_a_password() {
     let reply = remote.redis_cli(server.port, &["PING"]);
     assert!(reply.contains("PONG"), "{reply}");
 }
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// `client-output-buffer-limit` is checked while replies are produced: a pipeline of 3,000
+/// LRANGEs (about 300 MB of replies) from a client that never reads closes it at the limit,
+/// and the server's memory does not grow by the pipeline's replies.
+#[test]
+fn a_client_that_never_reads_is_closed_at_its_output_limit() {
+    for shards in ["1", "2"] {
+        let server = Server::start(&["--shards", shards]);
+        let mut c = server.client();
+        assert_eq!(
+            c.cmd_args(&[
+                b"CONFIG",
+                b"SET",
+                b"client-output-buffer-limit",
+                b"normal 4mb 0 0"
+            ]),
+            ok()
+        );
+        let element = "e".repeat(100);
+        for _ in 0..10 {
+            let mut args: Vec<&[u8]> = vec![b"RPUSH", b"biglist"];
+            args.extend(std::iter::repeat_n(element.as_bytes(), 100));
+            c.cmd_args(&args);
+        }
+        let before = rss_bytes(server.child.id());
+        let mut reader = server.client();
+        let mut pipeline = Vec::new();
+        for _ in 0..3000 {
+            pipeline.extend_from_slice(
+                b"*4\r\n$6\r\nLRANGE\r\n$7\r\nbiglist\r\n$1\r\n0\r\n$2\r\n-1\r\n",
+            );
+        }
+        reader.raw(&pipeline);
+        server.wait_log("client-output-buffer-limit reached");
+        let after = rss_bytes(server.child.id());
+        assert!(
+            after < before + 64 * 1024 * 1024,
+            "{shards} shards: RSS grew from {before} to {after}"
+        );
+        assert_eq!(c.cmd("LLEN biglist"), int(1000), "the server goes on");
+        assert!(
+            matches!(c.cmd("CONFIG GET client-output-buffer-limit"), Frame::Array(items) if items[1] == bulk("normal 4194304 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60"))
+        );
+    }
+}
+
+fn info_text(c: &mut common::Client, section: &str) -> String {
+    let Frame::Bulk(text) = c.cmd(&format!("INFO {section}")) else {
+        panic!("INFO failed")
+    };
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+fn info_number(text: &str, field: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// `maxmemory` with `allkeys-lru`: many more distinct SETs than fit; the server answers
+/// throughout, evicts, and stays near the limit (used_memory is the allocator's count).
+/// With `noeviction`: writes get the OOM error and reads go on; task data is never
+/// evicted, TASK.SUBMIT is refused instead.
+#[test]
+fn maxmemory_evicts_under_lru_and_refuses_writes_under_noeviction() {
+    for shards in ["1", "2"] {
+        let server = Server::start(&[
+            "--shards",
+            shards,
+            "--maxmemory",
+            "24mb",
+            "--maxmemory-policy",
+            "allkeys-lru",
+        ]);
+        let mut c = server.client();
+        assert!(matches!(c.cmd("TASK.SUBMIT jobs keep-me"), Frame::Bulk(_)));
+        let value = "v".repeat(200);
+        let mut pipeline = Vec::new();
+        let total = 120_000;
+        for batch in 0..(total / 1000) {
+            pipeline.clear();
+            for i in 0..1000 {
+                let key = format!("key:{}", batch * 1000 + i);
+                pipeline.extend_from_slice(
+                    format!(
+                        "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n{value}\r\n",
+                        key.len(),
+                        value.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+            c.raw(&pipeline);
+            for _ in 0..1000 {
+                assert_eq!(c.read(), Some(ok()), "{shards} shards: a write was refused");
+            }
+        }
+        let memory = info_text(&mut c, "memory");
+        let used = info_number(&memory, "used_memory");
+        let evicted = info_number(&memory, "evicted_keys");
+        let rss = info_number(&memory, "used_memory_rss");
+        assert!(evicted > 30_000, "{shards} shards: evicted {evicted}");
+        assert!(
+            used < 24 * 1024 * 1024 * 5 / 4,
+            "{shards} shards: used_memory {used}"
+        );
+        assert!(
+            rss < 2 * 24 * 1024 * 1024 + 48 * 1024 * 1024,
+            "{shards} shards: rss {rss}"
+        );
+        // The newest keys survived (LRU), the task too.
+        assert_eq!(c.cmd(&format!("GET key:{}", total - 1)), bulk(&value));
+        let Frame::Array(fetched) = c.cmd("TASK.FETCH jobs") else {
+            panic!("fetch failed")
+        };
+        assert_eq!(fetched.len(), 1, "the task was not evicted");
+        // noeviction: writes are refused with Redis's text, reads and deletes go on.
+        assert_eq!(c.cmd("CONFIG SET maxmemory-policy noeviction"), ok());
+        assert_eq!(c.cmd("CONFIG SET maxmemory 1mb"), ok());
+        assert_eq!(
+            c.cmd("SET another v"),
+            err("OOM command not allowed when used memory > 'maxmemory'.")
+        );
+        assert_eq!(
+            c.cmd("TASK.SUBMIT jobs more"),
+            err("OOM command not allowed when used memory > 'maxmemory'.")
+        );
+        assert_eq!(c.cmd(&format!("GET key:{}", total - 1)), bulk(&value));
+        assert_eq!(c.cmd(&format!("DEL key:{}", total - 1)), int(1));
+        assert_eq!(
+            c.cmd("CONFIG GET maxmemory-policy"),
+            Frame::Array(vec![bulk("maxmemory-policy"), bulk("noeviction")])
+        );
+    }
+}

@@ -143,6 +143,10 @@ pub struct Db {
     expires: IndexMap<Key, u64, Hasher>,
     hasher: Hasher,
     expired_count: u64,
+    /// Access stamps to keep for `maxmemory` eviction (none unless a policy needs them).
+    tracking: crate::evict::Tracking,
+    /// The shard's clock, for stamps (kept only while tracking).
+    now_ms: u64,
 }
 
 impl Db {
@@ -212,6 +216,7 @@ impl Db {
     }
 
     /// The position of `key` if it is live, removing it first if it has expired (lazy expiry).
+    /// An access: it refreshes the key's eviction stamp when a policy tracks them.
     fn find_live(&mut self, key: &[u8], now_ms: u64) -> Option<(usize, u64)> {
         let pos = self.find(key)?;
         let at = self.expiry_at(pos);
@@ -220,7 +225,60 @@ impl Db {
             self.expired_count += 1;
             return None;
         }
+        if self.tracking != crate::evict::Tracking::None {
+            let node = &mut self.nodes[pos];
+            node.set_stamp(crate::evict::touched(self.tracking, node.stamp(), now_ms));
+        }
         Some((pos, at))
+    }
+
+    /// Starts (or stops) keeping access stamps for an eviction policy; `now_ms` is the clock.
+    pub fn set_tracking(&mut self, tracking: crate::evict::Tracking, now_ms: u64) {
+        self.tracking = tracking;
+        self.now_ms = now_ms;
+    }
+
+    /// The shard's clock, for the stamps of keys created from now on.
+    pub fn set_clock(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+    }
+
+    /// One random eviction candidate under `policy`: its position and how much it deserves
+    /// eviction (higher first). `None` when the database has no key the policy may take.
+    pub fn eviction_candidate(
+        &self,
+        policy: crate::evict::Policy,
+        now_ms: u64,
+    ) -> Option<(usize, u64)> {
+        use crate::evict::{eviction_score, Policy};
+        let pos = if policy.volatile_only() {
+            if self.expires.is_empty() {
+                return None;
+            }
+            let (key, _) = self
+                .expires
+                .get_index(fastrand::usize(..self.expires.len()))
+                .expect("in range");
+            self.find(key.as_slice())?
+        } else {
+            if self.nodes.is_empty() {
+                return None;
+            }
+            fastrand::usize(..self.nodes.len())
+        };
+        let score = match policy {
+            Policy::VolatileTtl => u64::MAX - self.expiry_at(pos),
+            Policy::AllkeysRandom | Policy::VolatileRandom | Policy::NoEviction => 0,
+            _ => eviction_score(policy.tracking(), self.nodes[pos].stamp(), now_ms),
+        };
+        Some((pos, score))
+    }
+
+    /// Evicts the key at `pos` (from [`Db::eviction_candidate`]); returns its name.
+    pub fn evict_at(&mut self, pos: usize) -> Bytes {
+        let key = Bytes::copy_from_slice(self.nodes[pos].key());
+        self.remove_at(pos);
+        key
     }
 
     /// The live entry for `key`, removing it first if it has expired (lazy expiry).
@@ -236,8 +294,11 @@ impl Db {
         self.find_live(key, now_ms).is_some()
     }
 
-    fn push(&mut self, node: Node) -> usize {
+    fn push(&mut self, mut node: Node) -> usize {
         assert!(self.nodes.len() < KEYS_PER_DB_MAX, "database full");
+        if self.tracking != crate::evict::Tracking::None {
+            node.set_stamp(crate::evict::fresh_stamp(self.tracking, self.now_ms));
+        }
         let pos = self.nodes.len();
         let hash = self.hash(node.key());
         self.nodes.push(node);

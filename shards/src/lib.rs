@@ -8,6 +8,7 @@ pub mod blocking;
 pub mod compat;
 pub mod contain;
 pub mod errors;
+pub mod evict;
 pub mod glob;
 pub mod hashes;
 pub mod key;

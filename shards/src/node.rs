@@ -9,9 +9,13 @@
 //! Layout (one allocation, aligned to 8):
 //!
 //! ```text
-//! inline string: [key_len u32 | value_len u32][key bytes][value bytes]
-//! typed value:   [key_len u32 | TYPED     u32][Value (40 bytes)][key bytes]
+//! inline string: [key_len u32 | stamp:21 value_len:11][key bytes][value bytes]
+//! typed value:   [key_len u32 | stamp:21 TYPED:11    ][Value (40 bytes)][key bytes]
 //! ```
+//!
+//! The high 21 bits of the value word are the key's access stamp for `maxmemory` eviction
+//! (an LRU clock in seconds, or an LFU counter and its last decay minute): kept in bits the
+//! length does not use, so tracking access costs no memory.
 //!
 //! The top bit of `key_len` says the key has a TTL (kept in the database's side table), so a
 //! key without one never touches that table. A node is 8 bytes in the tables that hold it.
@@ -31,13 +35,19 @@ pub const INLINE_VALUE_MAX: usize = 1024;
 pub const KEY_BYTES_MAX: usize = (1 << 31) - 1;
 
 const TTL_FLAG: u32 = 1 << 31;
-const TYPED: u32 = u32::MAX;
+/// The length bits of the value word: an inline length (0..=1024), or `TYPED`.
+const LEN_MASK: u32 = 0x7FF;
+const TYPED: u32 = LEN_MASK;
+/// Bits of the access stamp (the value word's high bits).
+pub const STAMP_BITS: u32 = 21;
+pub const STAMP_MASK: u32 = (1 << STAMP_BITS) - 1;
 const HEADER_BYTES: usize = 8;
 const ALIGN: usize = 8;
 const VALUE_BYTES: usize = std::mem::size_of::<Value>();
 
 const _: () = assert!(std::mem::align_of::<Value>() <= ALIGN);
 const _: () = assert!(INLINE_VALUE_MAX < TYPED as usize);
+const _: () = assert!(32 - STAMP_BITS == LEN_MASK.count_ones());
 
 /// A key and its value. Owns its allocation; 8 bytes.
 pub struct Node(NonNull<u8>);
@@ -97,10 +107,10 @@ impl Node {
     }
 
     fn layout_for(key_len: usize, value_word: u32) -> Layout {
-        let body = if value_word == TYPED {
+        let body = if value_word & LEN_MASK == TYPED {
             VALUE_BYTES
         } else {
-            value_word as usize
+            (value_word & LEN_MASK) as usize
         };
         Layout::from_size_align(HEADER_BYTES + key_len + body, ALIGN).expect("node size")
     }
@@ -141,7 +151,22 @@ impl Node {
     }
 
     fn is_typed(&self) -> bool {
-        self.value_word() == TYPED
+        self.value_word() & LEN_MASK == TYPED
+    }
+
+    fn inline_len(&self) -> usize {
+        (self.value_word() & LEN_MASK) as usize
+    }
+
+    /// The access stamp (`maxmemory` eviction's LRU clock or LFU counter).
+    pub fn stamp(&self) -> u32 {
+        self.value_word() >> (32 - STAMP_BITS)
+    }
+
+    pub fn set_stamp(&mut self, stamp: u32) {
+        let word = (self.value_word() & LEN_MASK) | ((stamp & STAMP_MASK) << (32 - STAMP_BITS));
+        // SAFETY: the header is ours to write through `&mut self`.
+        unsafe { (self.0.as_ptr() as *mut u32).add(1).write(word) }
     }
 
     fn layout(&self) -> Layout {
@@ -164,7 +189,7 @@ impl Node {
             ValueRef::Typed(unsafe { &*(self.0.as_ptr().add(HEADER_BYTES) as *const Value) })
         } else {
             let start = HEADER_BYTES + self.key_len();
-            let len = self.value_word() as usize;
+            let len = self.inline_len();
             // SAFETY: an inline node's value bytes follow its key.
             ValueRef::Inline(unsafe { std::slice::from_raw_parts(self.0.as_ptr().add(start), len) })
         }
@@ -229,7 +254,7 @@ impl Node {
     /// length was there (a SET that overwrites a counter or a fixed-size record allocates
     /// nothing). The TTL flag is kept; the caller owns the TTL.
     pub fn set_str(&mut self, value: &[u8]) {
-        if !self.is_typed() && self.value_word() as usize == value.len() {
+        if !self.is_typed() && self.inline_len() == value.len() {
             let start = HEADER_BYTES + self.key_len();
             // SAFETY: the inline value slot is exactly `value.len()` bytes.
             unsafe {
@@ -243,6 +268,7 @@ impl Node {
         }
         let mut fresh = Node::new_str(self.key(), value);
         fresh.set_ttl_flag(self.has_ttl());
+        fresh.set_stamp(self.stamp());
         *self = fresh;
     }
 
@@ -257,6 +283,7 @@ impl Node {
         }
         let mut fresh = Node::new(self.key(), value);
         fresh.set_ttl_flag(self.has_ttl());
+        fresh.set_stamp(self.stamp());
         *self = fresh;
     }
 }

@@ -56,6 +56,9 @@ pub struct Shard {
     watch_epoch: u64,
     now_ms: u64,
     expire_cursor_db: usize,
+    /// The `maxmemory-policy` (eviction picks its victims here).
+    eviction: crate::evict::Policy,
+    evicted_keys: u64,
 }
 
 impl Shard {
@@ -69,12 +72,78 @@ impl Shard {
             watch_epoch: 0,
             now_ms: 0,
             expire_cursor_db: 0,
+            eviction: crate::evict::Policy::NoEviction,
+            evicted_keys: 0,
         }
     }
 
     /// The coarse clock, set once per loop turn by the server (unix milliseconds).
     pub fn set_clock(&mut self, now_ms: u64) {
         self.now_ms = now_ms;
+        if self.eviction.tracking() != crate::evict::Tracking::None {
+            self.dbs.iter_mut().for_each(|db| db.set_clock(now_ms));
+        }
+    }
+
+    /// Sets the `maxmemory-policy`: keys get access stamps from now on if it needs them.
+    pub fn set_eviction_policy(&mut self, policy: crate::evict::Policy) {
+        if policy == self.eviction {
+            return;
+        }
+        self.eviction = policy;
+        let now = self.now_ms;
+        for db in &mut self.dbs {
+            db.set_tracking(policy.tracking(), now);
+        }
+    }
+
+    pub fn eviction_policy(&self) -> crate::evict::Policy {
+        self.eviction
+    }
+
+    /// Keys removed by `maxmemory` eviction so far.
+    pub fn evicted_keys(&self) -> u64 {
+        self.evicted_keys
+    }
+
+    /// Evicts one key under the policy: the best of `samples` random candidates over the
+    /// databases that have one. Returns false when there is nothing the policy may evict
+    /// (noeviction, or no key, or no key with a TTL for a volatile policy). Task data is not
+    /// in the keyspace and is never evicted.
+    pub fn evict_one(&mut self, samples: usize) -> bool {
+        let policy = self.eviction;
+        if policy == crate::evict::Policy::NoEviction {
+            return false;
+        }
+        let candidates: Vec<usize> = (0..DATABASES)
+            .filter(|&d| {
+                if policy.volatile_only() {
+                    self.dbs[d].volatile_len() > 0
+                } else {
+                    !self.dbs[d].is_empty()
+                }
+            })
+            .collect();
+        if candidates.is_empty() {
+            return false;
+        }
+        let now = self.now_ms;
+        let mut best: Option<(usize, usize, u64)> = None;
+        for _ in 0..samples.max(1) {
+            let db = candidates[fastrand::usize(..candidates.len())];
+            if let Some((pos, score)) = self.dbs[db].eviction_candidate(policy, now) {
+                if best.is_none_or(|(_, _, s)| score > s) {
+                    best = Some((db, pos, score));
+                }
+            }
+        }
+        let Some((db, pos, _)) = best else {
+            return false;
+        };
+        let key = self.dbs[db].evict_at(pos);
+        self.evicted_keys += 1;
+        self.touch_key(db, &key);
+        true
     }
 
     pub fn now_ms(&self) -> u64 {

@@ -256,6 +256,7 @@ impl Net {
         }
         std::mem::swap(&mut conn.out, &mut conn.sending);
         conn.sent = 0;
+        conn.session.state.borrow_mut().unsent = conn.sending.len();
         self.submit_send(index, conn);
     }
 
@@ -476,6 +477,8 @@ impl Net {
                 .net_output_bytes
                 .set(self.ctx.stats.net_output_bytes.get() + result as u64);
             conn.sent += result as usize;
+            conn.session.state.borrow_mut().unsent =
+                conn.sending.len() - conn.sent.min(conn.sending.len());
             if conn.sent < conn.sending.len() {
                 self.submit_send(index, conn);
             } else {
@@ -577,7 +580,14 @@ impl Net {
                 continue;
             }
             conn.out.append(pushes);
-            if conn.out.len() > crate::pubsub::PUBSUB_OUTPUT_BYTES_MAX {
+            let pending = conn.out.len() + state.unsent;
+            let now = self.ctx.shard.borrow().now_ms();
+            if self
+                .ctx
+                .globals
+                .output_limits
+                .exceeded(&mut state, pending, now)
+            {
                 tracing::warn!(client, "pubsub output buffer limit reached; closing");
                 conn.out.clear();
                 crate::clients::shut_down(&mut state);
