@@ -20,6 +20,8 @@ pub const ACTIVE_EXPIRE_SAMPLES_PER_TURN: usize = 64;
 pub const EVICTIONS_PER_COMMAND_MAX: usize = 64;
 /// Keys a shard evicts per loop turn in the background while over `maxmemory`.
 pub const EVICTIONS_PER_TURN_MAX: usize = 256;
+/// Most peer requests a locked shard queues for after the unlock.
+pub const DEFERRED_REQUESTS_MAX: usize = 65_536;
 /// Redis's reply to a `denyoom` command past `maxmemory`.
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
@@ -342,6 +344,11 @@ impl ShardCtx {
         .await
     }
 
+    /// The token of the operation holding this shard's lock, if any.
+    pub fn lock_holder(&self) -> Option<u64> {
+        self.lock.get()
+    }
+
     /// True when this shard's lock is held by a script past its busy threshold.
     pub fn held_by_busy_script(&self) -> bool {
         self.lock.get().is_some_and(|token| {
@@ -431,13 +438,39 @@ impl ShardCtx {
         let held_by_other = matches!(self.lock.get(), Some(holder) if Some(holder) != token);
         match request {
             Request::Unlock => {
-                self.unlock(token.expect("unlock carries its token"));
+                let token = token.expect("unlock carries its token");
+                if self.lock.get() == Some(token) {
+                    self.unlock(token);
+                } else {
+                    // The holder gave up before its lock request was served (it ended while
+                    // waiting): drop that request, so the lock is never taken for nobody.
+                    let mut deferred = self.deferred.borrow_mut();
+                    let before = deferred.len();
+                    deferred.retain(|(_, _, t, request)| {
+                        *t != Some(token)
+                            || !matches!(request, Request::Lock | Request::LockExec { .. })
+                    });
+                    if deferred.len() != before {
+                        tracing::warn!(token, "a lock request was withdrawn before it was served");
+                    }
+                }
                 mesh.respond(from, id, Response::Bool(true));
             }
             // Publishing and pub/sub questions never touch the keyspace: a lock does not
             // hold them up (a transaction or script that publishes holds locks itself).
             Request::Exec { commands, .. } if held_by_other && self.held_by_busy_script() => {
                 mesh.respond(from, id, busy_frames(commands.len()));
+            }
+            // What waits behind a lock is bounded: past the bound a client's work gets an
+            // error instead of a place in the queue (lock traffic and internal requests
+            // still queue; they are bounded by the operations in flight).
+            Request::Exec { commands, .. }
+                if held_by_other && self.deferred.borrow().len() >= DEFERRED_REQUESTS_MAX =>
+            {
+                let error = wetask_protocol::Frame::static_error(
+                    "ERR too many requests are waiting for a cross-shard operation on this shard; try again",
+                );
+                mesh.respond(from, id, Response::Frames(vec![error; commands.len()]));
             }
             request
                 if held_by_other

@@ -21,11 +21,15 @@ use wetask_shards::{shard_of, Entry, Value};
 use crate::context::ShardCtx;
 use crate::mesh::{Request, Response};
 
-/// The locks one cross-shard operation holds.
+/// The locks one cross-shard operation holds. Released by [`Held::unlock`], or, should the
+/// holder's task end any other way (an error path, a dropped future), when the value is
+/// dropped: no lock outlives its holder.
 pub struct Held<'a> {
     pub ctx: &'a ShardCtx,
     pub token: u64,
     shards: Vec<usize>,
+    /// The locks this value took and has not released yet (empty for a `resume` view).
+    owned: Vec<usize>,
 }
 
 impl Held<'_> {
@@ -39,29 +43,43 @@ impl Held<'_> {
         shards.sort_unstable();
         shards.dedup();
         let token = ctx.new_token();
+        let mut held = Held {
+            ctx,
+            token,
+            shards: shards.clone(),
+            owned: Vec::with_capacity(shards.len()),
+        };
         for &shard in &shards {
+            // Owned from the moment it is asked for: a peer serves our requests in order, so
+            // an Unlock sent after a Lock it has not answered yet still releases it.
+            held.owned.push(shard);
             if shard == ctx.id {
                 ctx.lock_local(token).await;
             } else {
                 ctx.request_as(shard, Some(token), Request::Lock).await;
             }
         }
-        Held { ctx, token, shards }
+        held
     }
 
     /// The locks a running operation already holds, named by its token (a script's
-    /// `redis.call` acting under its EVAL's locks).
+    /// `redis.call` acting under its EVAL's locks). Dropping it releases nothing.
     pub fn resume(ctx: &ShardCtx, token: u64, shards: Vec<usize>) -> Held<'_> {
-        Held { ctx, token, shards }
+        Held {
+            ctx,
+            token,
+            shards,
+            owned: Vec::new(),
+        }
     }
 
     pub fn shards(&self) -> &[usize] {
         &self.shards
     }
 
-    pub async fn unlock(self) {
+    pub async fn unlock(mut self) {
         let mut pending = Vec::new();
-        for &shard in &self.shards {
+        for shard in std::mem::take(&mut self.owned) {
             if shard == self.ctx.id {
                 self.ctx.unlock(self.token);
             } else {
@@ -73,6 +91,32 @@ impl Held<'_> {
         }
         for future in pending {
             future.await;
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if self.owned.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            token = self.token,
+            shards = ?self.owned,
+            "a cross-shard operation ended without unlocking; releasing its locks"
+        );
+        for shard in std::mem::take(&mut self.owned) {
+            if shard == self.ctx.id {
+                if self.ctx.lock_holder() == Some(self.token) {
+                    self.ctx.unlock(self.token);
+                }
+            } else {
+                // Queued at once; nothing waits for the answer.
+                drop(
+                    self.ctx
+                        .request_as(shard, Some(self.token), Request::Unlock),
+                );
+            }
         }
     }
 }
