@@ -627,7 +627,7 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
         ),
         ("save", String::new()),
         ("appendonly", "no".into()),
-        ("maxmemory", g.maxmemory.load(Ordering::Relaxed).to_string()),
+        ("maxmemory", g.maxmemory().to_string()),
         ("maxmemory-policy", g.eviction_policy().name().into()),
         (
             "maxmemory-samples",
@@ -719,7 +719,7 @@ fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
                 }
             },
             "maxmemory" => match crate::config::memory_size(&value) {
-                Ok(bytes) => ctx.globals.maxmemory.store(bytes, Ordering::Relaxed),
+                Ok(bytes) => crate::memory::set_maxmemory(bytes),
                 Err(_) => {
                     return Frame::static_error(
                         "ERR CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value",

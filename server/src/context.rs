@@ -15,9 +15,6 @@ use crate::stats::{ShardReport, ShardStats};
 /// Keys sampled by active expiry per loop turn, across this shard's databases.
 pub const ACTIVE_EXPIRE_SAMPLES_PER_TURN: usize = 64;
 
-/// Keys one command may evict to make room under `maxmemory` (Redis bounds its eviction
-/// loop by time; a write adds about one key, so a few per command keep up).
-pub const EVICTIONS_PER_COMMAND_MAX: usize = 64;
 /// Keys a shard evicts per loop turn in the background while over `maxmemory`.
 pub const EVICTIONS_PER_TURN_MAX: usize = 256;
 /// Most peer requests a locked shard queues for after the unlock.
@@ -130,61 +127,19 @@ impl ShardCtx {
 
     /// True when `maxmemory` is set and the server's allocations are past it.
     pub fn over_maxmemory(&self) -> bool {
-        let max = self
-            .globals
-            .maxmemory
-            .load(std::sync::atomic::Ordering::Relaxed);
-        max > 0 && crate::memory::used_memory() > max
+        crate::memory::over_maxmemory()
     }
 
-    /// Evicts keys of this shard under the policy until the server is under `maxmemory`,
-    /// or `keys_max` keys went, or nothing more may go. True when under the limit after, or
-    /// when it evicted something (as Redis, whose eviction loop is bounded in time: a write
-    /// proceeds while eviction makes progress; a table growing by megabytes at once would
-    /// otherwise refuse writes that the next turns make room for).
-    pub fn evict_to_fit(&self, keys_max: usize) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
-        let max = self.globals.maxmemory.load(Relaxed);
-        if max == 0 {
-            return true;
-        }
-        let samples = self.globals.maxmemory_samples.load(Relaxed) as usize;
-        let mut shard = self.shard.borrow_mut();
-        let mut evicted = false;
-        for _ in 0..keys_max {
-            if crate::memory::used_memory() <= max {
-                return true;
-            }
-            if !shard.evict_one(samples) {
-                break;
-            }
-            evicted = true;
-        }
-        evicted || crate::memory::used_memory() <= max
-    }
-
-    /// Before a write: makes room under `maxmemory` by evicting; a command flagged
-    /// `denyoom` is refused with Redis's OOM error when there is still no room (always so
-    /// under `noeviction`). Reads and deletions always run.
-    pub fn make_room(
-        &self,
-        spec: &wetask_shards::CommandSpec,
-    ) -> Result<(), wetask_protocol::Frame> {
+    /// Refuses a `denyoom` command early, on the connection's shard, when the server is past
+    /// `maxmemory` under `noeviction` (Redis's OOM). Under an eviction policy the shard that
+    /// runs a write makes room itself (`Shard::make_room`), so each shard gives back memory
+    /// in proportion to what it takes in.
+    pub fn make_room(&self, spec: &wetask_shards::CommandSpec) -> Result<(), wetask_protocol::Frame> {
         use wetask_shards::table::flag;
-        if !spec.has(flag::DENYOOM) && !spec.has(flag::WRITE) {
-            return Ok(());
-        }
-        if !self.over_maxmemory() {
-            return Ok(());
-        }
-        let policy = self.globals.eviction_policy();
-        if self.shard.borrow().eviction_policy() != policy {
-            self.shard.borrow_mut().set_eviction_policy(policy);
-        }
-        if self.evict_to_fit(EVICTIONS_PER_COMMAND_MAX) {
-            return Ok(());
-        }
-        if spec.has(flag::DENYOOM) {
+        if spec.has(flag::DENYOOM)
+            && self.globals.eviction_policy() == wetask_shards::evict::Policy::NoEviction
+            && self.over_maxmemory()
+        {
             return Err(wetask_protocol::Frame::static_error(OOM));
         }
         Ok(())
@@ -205,16 +160,25 @@ impl ShardCtx {
         }
     }
 
-    /// Applies a changed `maxmemory-policy`, and while the server is past `maxmemory`
-    /// evicts some of this shard's keys each turn (at most once a millisecond), so a shard
-    /// whose own clients only read still gives back its share.
+    /// Keeps the shard's eviction settings in step with the configuration, and while the
+    /// server is past `maxmemory` evicts some of this shard's keys each turn, so a shard that
+    /// only serves reads still gives back its share.
     fn background_eviction(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
         let policy = self.globals.eviction_policy();
-        if self.shard.borrow().eviction_policy() != policy {
-            self.shard.borrow_mut().set_eviction_policy(policy);
+        let on = self.globals.maxmemory() > 0;
+        let mut shard = self.shard.borrow_mut();
+        if shard.eviction_policy() != policy {
+            shard.set_eviction_policy(policy);
         }
-        if self.over_maxmemory() {
-            self.evict_to_fit(EVICTIONS_PER_TURN_MAX);
+        let samples = self.globals.maxmemory_samples.load(Relaxed) as usize;
+        shard.set_memory_check(on.then_some(crate::memory::over_maxmemory as fn() -> bool), samples);
+        if on && policy != wetask_shards::evict::Policy::NoEviction {
+            for _ in 0..EVICTIONS_PER_TURN_MAX {
+                if !crate::memory::over_maxmemory() || !shard.evict_one(samples) {
+                    break;
+                }
+            }
         }
     }
 

@@ -451,10 +451,6 @@ fn simple_target(
     if !conn.authenticated && !spec.has(flag::NO_AUTH) || protected_mode_denies(ctx, conn) {
         return None;
     }
-    // Past maxmemory a write goes through `execute`, which makes room or refuses it.
-    if spec.has(flag::WRITE | flag::DENYOOM) && ctx.over_maxmemory() {
-        return None;
-    }
     let mut owners = spec
         .key_positions(args)
         .map(|i| shard_of(&args[i], ctx.shard_count));

@@ -36,9 +36,8 @@ pub struct Globals {
     pub script_flush_epoch: std::sync::atomic::AtomicU64,
     /// Per shard: the script running there, for BUSY replies and SCRIPT KILL.
     pub script_slots: Vec<crate::script_busy::ScriptSlot>,
-    /// `maxmemory` in bytes (0: none), `maxmemory-policy` (an index into
-    /// `wetask_shards::evict::POLICIES`), `maxmemory-samples`.
-    pub maxmemory: AtomicU64,
+    /// `maxmemory-policy` (an index into `wetask_shards::evict::POLICIES`) and
+    /// `maxmemory-samples`; `maxmemory` itself is `memory::maxmemory()`.
     pub maxmemory_policy: std::sync::atomic::AtomicUsize,
     pub maxmemory_samples: AtomicU64,
     /// `client-output-buffer-limit`, per class.
@@ -68,7 +67,6 @@ impl Globals {
             script_flush_epoch: std::sync::atomic::AtomicU64::new(0),
             script_slots: (0..shard_count).map(|_| Default::default()).collect(),
             output_limits: Default::default(),
-            maxmemory: AtomicU64::new(config.maxmemory),
             maxmemory_policy: AtomicUsize::new(
                 wetask_shards::evict::POLICIES
                     .iter()
@@ -101,6 +99,10 @@ impl Globals {
         wetask_shards::evict::POLICIES
             .get(index)
             .map_or(wetask_shards::evict::Policy::NoEviction, |(p, _)| *p)
+    }
+
+    pub fn maxmemory(&self) -> u64 {
+        crate::memory::maxmemory()
     }
 
     pub fn next_client_id(&self) -> u64 {

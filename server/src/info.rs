@@ -115,7 +115,7 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
                 0 => rss,
                 used => used,
             };
-            let max = g.maxmemory.load(Ordering::Relaxed);
+            let max = g.maxmemory();
             let _ = write!(
                 out,
                 "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{:.2}M\r\nused_memory_lua:{}\r\nnumber_of_cached_scripts:{}\r\nmaxmemory:{max}\r\nmaxmemory_human:{:.2}M\r\nmaxmemory_policy:{}\r\nevicted_keys:{}\r\n",

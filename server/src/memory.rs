@@ -105,3 +105,21 @@ pub fn used_memory() -> u64 {
         .sum();
     total.max(0) as u64
 }
+
+/// `maxmemory`, in bytes (0: none). A static, so the shards' write path can check it
+/// through a plain function pointer ([`over_maxmemory`]).
+static MAXMEMORY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn set_maxmemory(bytes: u64) {
+    MAXMEMORY.store(bytes, Ordering::Relaxed);
+}
+
+pub fn maxmemory() -> u64 {
+    MAXMEMORY.load(Ordering::Relaxed)
+}
+
+/// True when `maxmemory` is set and the server holds more than it.
+pub fn over_maxmemory() -> bool {
+    let max = maxmemory();
+    max > 0 && used_memory() > max
+}

@@ -278,6 +278,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     if ctx.make_room(spec).is_err() {
         return Err(crate::context::OOM.into());
     }
+    // (Under an eviction policy the shard that runs the command makes room for it.)
     match spec.route {
         Route::Server => {
             return match spec.name {

@@ -1,6 +1,6 @@
 //! TASK.FETCH across shards. Each queue lives on the shard of its name's slot, and each task
-//! id on its queue's shard, so a FETCH may need several shards: its ACKs go first, each to its
-//! id's shard (the first refusal ends the command, before anything is leased); then the queues
+//! id on its queue's shard, so a FETCH may need several shards: its ACKs go first, in one
+//! message per owning shard (a refusal ends the command, before anything is leased); then the queues
 //! are tried in the order named, a run of consecutive queues on one shard in one request, until
 //! COUNT tasks are leased. Strict queue order holds because a later shard is asked only once the
 //! earlier ones had too few. Every shard that leased to the client is remembered on the
@@ -19,7 +19,7 @@ use wetask_shards::tasks::commands::{fetch_frames, parse_fetch, FetchArgs};
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;
-use crate::dispatch::{send_one, single_reply, Target};
+use crate::dispatch::Target;
 use crate::mesh::{Request, Response};
 use crate::task_wait::{LocalSlot, LocalWait, Parked, Reply, Want};
 
@@ -61,19 +61,8 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
             client: state.id,
         }
     };
-    let ack = lookup(b"task.ack").expect("task.ack is in the table");
-    for id in &fetch.acks {
-        let args = vec![Bytes::from_static(b"task.ack"), id.clone()];
-        let frame = match ctx.owner_of(id) {
-            shard if shard == ctx.id => {
-                ctx.shard.borrow_mut().execute(at.db, at.client, ack, &args)
-            }
-            shard => single_reply(send_one(ctx, shard, at, ack, args).await),
-        };
-        ctx.stats.record(ack, frame.is_error());
-        if frame.is_error() {
-            return frame;
-        }
+    if let Some(refusal) = ack_all(ctx, at, &fetch.acks).await {
+        return refusal;
     }
     let mut leased = Vec::new();
     // A queue at its in-flight limit: reported only if the whole FETCH leased nothing.
@@ -125,6 +114,71 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
         (Some(block_ms), _) if leased.is_empty() => block(ctx, at.client, &fetch, block_ms).await,
         _ => Frame::Array(leased),
     }
+}
+
+/// Acknowledges a FETCH's `ACK` ids: one message per shard that owns some (not one round
+/// trip per id: a worker acknowledging 50 tasks of a queue on another shard paid 50 mesh
+/// round trips per fetch, and starved under load), all shards at once. Returns the first
+/// refusal in the order the ids were named, if any; the other ids are acknowledged anyway.
+async fn ack_all(ctx: &ShardCtx, at: Target, ids: &[Bytes]) -> Option<Frame> {
+    if ids.is_empty() {
+        return None;
+    }
+    let ack = lookup(b"task.ack").expect("task.ack is in the table");
+    let command = |id: &Bytes| vec![Bytes::from_static(b"task.ack"), id.clone()];
+    // Per id, its reply; remote replies are filled in when their shard answers.
+    let mut replies: Vec<Option<Frame>> = vec![None; ids.len()];
+    let mut remote: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        match ctx.owner_of(id) {
+            shard if shard == ctx.id => {
+                let frame = ctx
+                    .shard
+                    .borrow_mut()
+                    .execute(at.db, at.client, ack, &command(id));
+                replies[n] = Some(frame);
+            }
+            shard => match remote.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, positions)) => positions.push(n),
+                None => remote.push((shard, vec![n])),
+            },
+        }
+    }
+    let pending: Vec<_> = remote
+        .into_iter()
+        .map(|(shard, positions)| {
+            let commands = positions
+                .iter()
+                .map(|&n| (ack.index(), command(&ids[n])))
+                .collect();
+            let request = Request::Exec {
+                db: at.db,
+                client: at.client,
+                commands,
+            };
+            (ctx.request(shard, request), positions)
+        })
+        .collect();
+    for (response, positions) in pending {
+        let frames = match response.await {
+            Response::Frames(frames) => frames,
+            _ => Vec::new(),
+        };
+        let mut frames = frames.into_iter();
+        for n in positions {
+            replies[n] = Some(frames.next().unwrap_or_else(|| {
+                Frame::static_error("ERR internal error: lost shard reply")
+            }));
+        }
+    }
+    let mut refusal = None;
+    for frame in replies.into_iter().flatten() {
+        ctx.stats.record(ack, frame.is_error());
+        if frame.is_error() && refusal.is_none() {
+            refusal = Some(frame);
+        }
+    }
+    refusal
 }
 
 /// Names grouped by the shard that owns them, shards in order of first appearance and names

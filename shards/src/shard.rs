@@ -12,6 +12,9 @@ use crate::tasks::Engine;
 
 /// Databases per shard (`SELECT 0..=15`).
 pub const DATABASES: usize = 16;
+/// Keys one write may evict to make room under `maxmemory` (a write adds about one key;
+/// Redis bounds its eviction loop by time instead).
+pub const EVICTIONS_PER_WRITE_MAX: usize = 64;
 /// Keys sampled per database per active-expiry round, as Redis's `ACTIVE_EXPIRE_CYCLE_KEYS`.
 pub const EXPIRE_SAMPLES_PER_ROUND: usize = 20;
 
@@ -59,6 +62,12 @@ pub struct Shard {
     /// The `maxmemory-policy` (eviction picks its victims here).
     eviction: crate::evict::Policy,
     evicted_keys: u64,
+    /// Set by the server while `maxmemory` is on: says whether the server is past it. A
+    /// write then first evicts here (the shard that will hold the data gives the room), and
+    /// a `denyoom` one is refused when nothing could be evicted.
+    memory_over: Option<fn() -> bool>,
+    /// Keys sampled per eviction (`maxmemory-samples`).
+    eviction_samples: usize,
 }
 
 impl Shard {
@@ -74,6 +83,8 @@ impl Shard {
             expire_cursor_db: 0,
             eviction: crate::evict::Policy::NoEviction,
             evicted_keys: 0,
+            memory_over: None,
+            eviction_samples: 5,
         }
     }
 
@@ -94,6 +105,41 @@ impl Shard {
         let now = self.now_ms;
         for db in &mut self.dbs {
             db.set_tracking(policy.tracking(), now);
+        }
+    }
+
+    /// Turns `maxmemory` enforcement on (`Some(check)`: true while the server is past it)
+    /// or off, with the keys to sample per eviction.
+    pub fn set_memory_check(&mut self, check: Option<fn() -> bool>, samples: usize) {
+        self.memory_over = check;
+        self.eviction_samples = samples.max(1);
+    }
+
+    /// Before a write while `maxmemory` is on: evicts until under it (at most
+    /// `EVICTIONS_PER_WRITE_MAX` keys). `Err` (Redis's OOM) for a `denyoom` command when
+    /// nothing could be evicted and the server is still past the limit.
+    fn make_room(&mut self, spec: &CommandSpec) -> Result<(), Frame> {
+        use crate::table::flag;
+        let Some(over) = self.memory_over else {
+            return Ok(());
+        };
+        if !spec.has(flag::WRITE | flag::DENYOOM) || !over() {
+            return Ok(());
+        }
+        let mut evicted = false;
+        for _ in 0..EVICTIONS_PER_WRITE_MAX {
+            if !self.evict_one(self.eviction_samples) {
+                break;
+            }
+            evicted = true;
+            if !over() {
+                return Ok(());
+            }
+        }
+        if evicted || !spec.has(flag::DENYOOM) {
+            Ok(())
+        } else {
+            Err(Frame::static_error(crate::errors::OOM))
         }
     }
 
@@ -182,6 +228,11 @@ impl Shard {
     ) -> Frame {
         debug_assert!(spec.arity_ok(args.len()));
         let handler = spec.handler.expect("server commands never reach a shard");
+        if self.memory_over.is_some() {
+            if let Err(oom) = self.make_room(spec) {
+                return oom;
+            }
+        }
         if !self.watched.is_empty() && spec.has(crate::table::flag::WRITE) {
             self.touch_written(db, spec, args);
         }
