@@ -134,7 +134,10 @@ impl ShardCtx {
     /// `maxmemory` under `noeviction` (Redis's OOM). Under an eviction policy the shard that
     /// runs a write makes room itself (`Shard::make_room`), so each shard gives back memory
     /// in proportion to what it takes in.
-    pub fn make_room(&self, spec: &wetask_shards::CommandSpec) -> Result<(), wetask_protocol::Frame> {
+    pub fn make_room(
+        &self,
+        spec: &wetask_shards::CommandSpec,
+    ) -> Result<(), wetask_protocol::Frame> {
         use wetask_shards::table::flag;
         if spec.has(flag::DENYOOM)
             && self.globals.eviction_policy() == wetask_shards::evict::Policy::NoEviction
@@ -172,7 +175,10 @@ impl ShardCtx {
             shard.set_eviction_policy(policy);
         }
         let samples = self.globals.maxmemory_samples.load(Relaxed) as usize;
-        shard.set_memory_check(on.then_some(crate::memory::over_maxmemory as fn() -> bool), samples);
+        shard.set_memory_check(
+            on.then_some(crate::memory::over_maxmemory as fn() -> bool),
+            samples,
+        );
         if on && policy != wetask_shards::evict::Policy::NoEviction {
             for _ in 0..EVICTIONS_PER_TURN_MAX {
                 if !crate::memory::over_maxmemory() || !shard.evict_one(samples) {
@@ -604,10 +610,26 @@ impl ShardCtx {
             ),
             Request::TaskFetch {
                 client,
+                acks,
                 queues,
                 count,
                 lease_ms,
             } => {
+                if !acks.is_empty() {
+                    let ack = wetask_shards::lookup(b"task.ack").expect("task.ack is in the table");
+                    let mut refusal = None;
+                    for id in acks {
+                        let args = [bytes::Bytes::from_static(b"task.ack"), id];
+                        let frame = shard.execute(0, client, ack, &args);
+                        self.stats.record(ack, frame.is_error());
+                        if frame.is_error() && refusal.is_none() {
+                            refusal = Some(frame);
+                        }
+                    }
+                    if let Some(refusal) = refusal {
+                        return Response::Refused(refusal);
+                    }
+                }
                 let now = shard.now_ms();
                 let fetched = wetask_shards::tasks::commands::fetch_frames(
                     &mut shard.tasks,

@@ -42,6 +42,10 @@ pub enum Request {
     /// Lease up to `count` tasks from these queues (all on the receiving shard) to `client`.
     TaskFetch {
         client: u64,
+        /// Task ids to acknowledge first, in order (a FETCH's ACKs, when they all live on
+        /// this shard: then the whole worker step is one round trip). The first refusal is
+        /// answered as `Response::Refused` and nothing is leased.
+        acks: Vec<Bytes>,
         queues: Vec<Bytes>,
         count: usize,
         lease_ms: Option<u64>,
@@ -180,6 +184,8 @@ pub enum Request {
 
 pub enum Response {
     Frames(Vec<Frame>),
+    /// A request's precondition failed with this error (a FETCH's ACK was refused).
+    Refused(Frame),
     Entry(Option<Entry>),
     Bool(bool),
     Count(usize),

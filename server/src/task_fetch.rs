@@ -61,7 +61,19 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
             client: state.id,
         }
     };
-    if let Some(refusal) = ack_all(ctx, at, &fetch.acks).await {
+    // A worker's usual step, FETCH q … ACK ids with q and the ids on one other shard, goes
+    // there as one message: the ACKs ride with the first queue group's fetch.
+    let first_shard = fetch.queues.first().map(|q| ctx.owner_of(q));
+    let ride_along = !fetch.acks.is_empty()
+        && first_shard.is_some_and(|s| s != ctx.id)
+        && fetch
+            .acks
+            .iter()
+            .all(|id| Some(ctx.owner_of(id)) == first_shard);
+    let mut acks = Vec::new();
+    if ride_along {
+        acks = fetch.acks.clone();
+    } else if let Some(refusal) = ack_all(ctx, at, &fetch.acks).await {
         return refusal;
     }
     let mut leased = Vec::new();
@@ -91,11 +103,13 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
         } else {
             let request = Request::TaskFetch {
                 client: at.client,
+                acks: std::mem::take(&mut acks),
                 queues,
                 count,
                 lease_ms: fetch.lease_ms,
             };
             match ctx.request(shard, request).await {
+                Response::Refused(refusal) => return refusal,
                 Response::Frames(frames) => match frames.iter().find(|f| f.is_error()) {
                     Some(error) => Err(error.clone()),
                     None => Ok(frames),
@@ -166,9 +180,10 @@ async fn ack_all(ctx: &ShardCtx, at: Target, ids: &[Bytes]) -> Option<Frame> {
         };
         let mut frames = frames.into_iter();
         for n in positions {
-            replies[n] = Some(frames.next().unwrap_or_else(|| {
-                Frame::static_error("ERR internal error: lost shard reply")
-            }));
+            replies[n] =
+                Some(frames.next().unwrap_or_else(|| {
+                    Frame::static_error("ERR internal error: lost shard reply")
+                }));
         }
     }
     let mut refusal = None;
