@@ -35,6 +35,10 @@ pub struct ShardCtx {
     pub stats: ShardStats,
     last_expire_ms: std::cell::Cell<u64>,
     last_idle_sweep_ms: std::cell::Cell<u64>,
+    /// The mesh receiver tasks' wakers, by peer (see `serve_peer`), and when they were last
+    /// nudged.
+    receiver_wakers: RefCell<Vec<Option<std::task::Waker>>>,
+    last_receiver_nudge_ms: std::cell::Cell<u64>,
     /// The token of the cross-shard operation holding this shard, if any (DESIGN §2.4).
     lock: std::cell::Cell<Option<u64>>,
     unlock_wakers: RefCell<Vec<std::task::Waker>>,
@@ -65,6 +69,7 @@ pub struct ShardCtx {
 
 impl ShardCtx {
     pub fn new(id: usize, globals: Arc<Globals>, mesh: Option<Rc<Mesh>>) -> Self {
+        let shard_count = globals.shard_count;
         ShardCtx {
             id,
             shard_count: globals.shard_count,
@@ -79,6 +84,8 @@ impl ShardCtx {
             stats: ShardStats::default(),
             last_expire_ms: std::cell::Cell::new(0),
             last_idle_sweep_ms: std::cell::Cell::new(0),
+            receiver_wakers: RefCell::new(vec![None; shard_count]),
+            last_receiver_nudge_ms: std::cell::Cell::new(0),
             lock: std::cell::Cell::new(None),
             unlock_wakers: RefCell::new(Vec::new()),
             deferred: RefCell::new(std::collections::VecDeque::new()),
@@ -115,6 +122,7 @@ impl ShardCtx {
         crate::scripting::drop_flushed_state(self);
         self.background_eviction();
         self.close_idle_clients(now);
+        self.nudge_receivers(now);
         if self.lock.get().is_some() {
             self.announce_busy_holder();
         }
@@ -146,6 +154,24 @@ impl ShardCtx {
             return Err(wetask_protocol::Frame::static_error(OOM));
         }
         Ok(())
+    }
+
+    /// Every 100 ms, wakes the mesh receivers to look at their channels again (a lost
+    /// wake-up costs at most that; see `serve_peer`).
+    fn nudge_receivers(&self, now_ms: u64) {
+        if now_ms < self.last_receiver_nudge_ms.get() + 100 {
+            return;
+        }
+        self.last_receiver_nudge_ms.set(now_ms);
+        let wakers: Vec<std::task::Waker> = self
+            .receiver_wakers
+            .borrow_mut()
+            .iter_mut()
+            .filter_map(Option::take)
+            .collect();
+        for waker in wakers {
+            waker.wake();
+        }
     }
 
     /// The `timeout` option: once a second, closes this shard's clients idle that long.
@@ -733,7 +759,22 @@ impl ShardCtx {
         receiver: glommio::channels::shared_channel::ConnectedReceiver<crate::mesh::Envelope>,
     ) {
         use crate::mesh::Message;
-        while let Some(envelope) = receiver.recv().await {
+        loop {
+            // The task's waker is kept where the cron finds it: every 100 ms it wakes the
+            // receivers, so an envelope whose wake-up went astray (two executors sharing a
+            // CPU, a notification racing the consumer going to sleep) waits at most that
+            // long instead of for ever.
+            let envelope = {
+                let mut recv = std::pin::pin!(receiver.recv());
+                std::future::poll_fn(|cx| {
+                    self.receiver_wakers.borrow_mut()[peer] = Some(cx.waker().clone());
+                    std::future::Future::poll(recv.as_mut(), cx)
+                })
+                .await
+            };
+            let Some(envelope) = envelope else {
+                break;
+            };
             let mesh = self.mesh.as_ref().expect("mesh");
             for message in envelope {
                 match message {

@@ -230,6 +230,10 @@ pub struct Mesh {
     flusher_waker: Cell<Option<Waker>>,
     overflow: Vec<RefCell<VecDeque<Envelope>>>,
     overflow_waker: Vec<Cell<Option<Waker>>>,
+    /// The overflow sender towards a peer holds an envelope it is waiting to send: later
+    /// envelopes must queue behind it, not overtake it (a Lock overtaken by its Unlock
+    /// left a shard locked for ever).
+    overflow_sending: Vec<Cell<bool>>,
     pending: RefCell<HashMap<u64, Rc<Slot>>>,
     next_id: Cell<u64>,
     /// Envelopes sent, and messages in them (INFO: mesh_envelopes, mesh_messages).
@@ -247,6 +251,7 @@ impl Mesh {
             flusher_waker: Cell::new(None),
             overflow: (0..peers).map(|_| RefCell::new(VecDeque::new())).collect(),
             overflow_waker: (0..peers).map(|_| Cell::new(None)).collect(),
+            overflow_sending: (0..peers).map(|_| Cell::new(false)).collect(),
             pending: RefCell::new(HashMap::new()),
             next_id: Cell::new(1),
             envelopes_sent: Cell::new(0),
@@ -321,7 +326,7 @@ impl Mesh {
         self.messages_sent
             .set(self.messages_sent.get() + envelope.len() as u64);
         let mut queue = self.overflow[to].borrow_mut();
-        if queue.is_empty() {
+        if queue.is_empty() && !self.overflow_sending[to].get() {
             match self.senders.try_send_to(to, envelope) {
                 Ok(()) => return,
                 Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(
@@ -363,7 +368,12 @@ impl Mesh {
             let next = self.overflow[to].borrow_mut().pop_front();
             match next {
                 Some(envelope) => {
-                    if self.senders.send_to(to, envelope).await.is_err() {
+                    // Until it is in the channel, `flush_to` queues behind it: envelopes
+                    // to one peer always arrive in the order they were flushed.
+                    self.overflow_sending[to].set(true);
+                    let sent = self.senders.send_to(to, envelope).await;
+                    self.overflow_sending[to].set(false);
+                    if sent.is_err() {
                         return;
                     }
                 }

@@ -214,9 +214,25 @@ async fn shard_main(
         (0, None, None)
     };
     let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
+    // The io_uring loop's own queue. The mesh receivers run in it too: the loop yields
+    // within its queue after every busy turn (`Net::let_others_run`), so a peer's request is
+    // served within one turn; in another queue it waited for glommio to switch queues (up to
+    // the preemption period per hop), and a worker whose queue lives on another shard got a
+    // fraction of a local worker's throughput under key-value load.
+    let net_queue = glommio::executor().create_task_queue(
+        Shares::default(),
+        Latency::Matters(NET_LATENCY),
+        "net",
+    );
+    let mesh_queue = match globals.config.io {
+        IoMode::Uring => net_queue,
+        IoMode::Glommio => glommio::executor().current_task_queue(),
+    };
     if let (Some(mesh), Some(mut receivers)) = (mesh, receivers) {
         for (peer, receiver) in receivers.streams() {
-            glommio::spawn_local(ctx.clone().serve_peer(peer, receiver)).detach();
+            glommio::spawn_local_into(ctx.clone().serve_peer(peer, receiver), mesh_queue)
+                .map_err(|e| format!("shard {id}: cannot spawn a mesh receiver: {e}"))?
+                .detach();
         }
         for peer in (0..shard_count).filter(|&p| p != id) {
             glommio::spawn_local(mesh.clone().run_overflow_sender(peer)).detach();
@@ -239,11 +255,6 @@ async fn shard_main(
                 .map_err(|e| format!("shard {id}: io_uring set-up failed: {e}"))?;
             // The loop's own queue: its cross-shard batch tasks land here too, since glommio
             // spawns into the running queue (see `Net::let_others_run`).
-            let net_queue = glommio::executor().create_task_queue(
-                Shares::default(),
-                Latency::Matters(NET_LATENCY),
-                "net",
-            );
             glommio::spawn_local_into(net.run(), net_queue)
                 .map_err(|e| format!("shard {id}: cannot spawn the network loop: {e}"))?
                 .await;

@@ -46,7 +46,14 @@ fn key_value_load(
                     }
                     c.raw(&pipeline);
                     for _ in 0..8 {
-                        c.read().expect("a key-value reply");
+                        if let Err(e) = c.try_read() {
+                            // WETASK_TEST_HOLD_ON_HANG=1 keeps the server up to inspect.
+                            if std::env::var_os("WETASK_TEST_HOLD_ON_HANG").is_some() {
+                                eprintln!("HANG: no key-value reply in 10 s ({e}); holding");
+                                std::thread::sleep(Duration::from_secs(600));
+                            }
+                            panic!("no key-value reply in 10 s: {e}");
+                        }
                     }
                     done += 8;
                 }
@@ -98,8 +105,16 @@ fn worker(port: u16, queue: String) -> Duration {
         }
         let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         acked += previous.len();
-        let Frame::Array(tasks) = c.cmd_args(&refs) else {
-            panic!("{queue}: FETCH failed")
+        c.send(&refs);
+        let reply = c.try_read().unwrap_or_else(|e| {
+            if std::env::var_os("WETASK_TEST_HOLD_ON_HANG").is_some() {
+                eprintln!("HANG: no FETCH reply in 60 s ({e}); holding");
+                std::thread::sleep(Duration::from_secs(600));
+            }
+            panic!("{queue}: no FETCH reply in 60 s: {e}")
+        });
+        let Some(Frame::Array(tasks)) = reply else {
+            panic!("{queue}: FETCH failed: {reply:?}")
         };
         previous = tasks
             .into_iter()
