@@ -185,9 +185,18 @@ impl Session {
     }
 }
 
+/// New output below which `client-output-buffer-limit` is not looked at (a limit set lower
+/// acts from here).
+pub const OUTPUT_CHECK_FLOOR: usize = 16 * 1024;
+
 /// Checks the client's queued output against `client-output-buffer-limit` after a reply
 /// was added; past it, the output is dropped and the connection closes (true).
 pub fn output_limit_reached(ctx: &ShardCtx, state: &RefCell<ConnState>, out: &mut Output) -> bool {
+    // Cheap while the queued output is small: limits are checked from 16 KiB of new output
+    // on (the hot path of small pipelined replies pays one comparison).
+    if out.len() < OUTPUT_CHECK_FLOOR {
+        return false;
+    }
     let mut state = state.borrow_mut();
     let pending = out.len() + state.unsent;
     let now = ctx.shard.borrow().now_ms();
