@@ -556,6 +556,11 @@ fn maxmemory_evicts_under_lru_and_refuses_writes_under_noeviction() {
             "allkeys-lru",
         ]);
         let mut c = server.client();
+        // Generous: under ASan, with the suite's other tests on the same two cores, a batch
+        // of 1,000 evicting SETs took over 10 s.
+        c.stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(120)))
+            .unwrap();
         assert!(matches!(c.cmd("TASK.SUBMIT jobs keep-me"), Frame::Bulk(_)));
         let value = "v".repeat(200);
         let mut pipeline = Vec::new();
