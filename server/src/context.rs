@@ -57,6 +57,9 @@ pub struct ShardCtx {
     pub push_ready: RefCell<Vec<u64>>,
     /// Wakes the transport when a push arrives (set by the io_uring driver).
     pub push_hook: RefCell<Option<Box<dyn Fn()>>>,
+    /// Rouses the transport and makes it enter its ring with GETEVENTS whatever its flags
+    /// say (set by the io_uring driver; called by the cron).
+    pub rouse_hook: RefCell<Option<Box<dyn Fn()>>>,
     /// Pushes that met their connection busy, settled by the transport.
     pub deferred_pushes: RefCell<Vec<(u64, wetask_protocol::Frame)>>,
     /// This shard's Lua state, made by the first script.
@@ -97,6 +100,7 @@ impl ShardCtx {
             pubsub: RefCell::new(crate::pubsub::Registry::default()),
             push_ready: RefCell::new(Vec::new()),
             push_hook: RefCell::new(None),
+            rouse_hook: RefCell::new(None),
             deferred_pushes: RefCell::new(Vec::new()),
             lua: RefCell::new(None),
             lua_epoch: std::cell::Cell::new(0),

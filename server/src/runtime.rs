@@ -243,11 +243,12 @@ async fn shard_main(
         while !cron_ctx.globals.shutting_down() {
             glommio::timer::sleep(CRON_PERIOD).await;
             cron_ctx.tick();
-            // Rouse the network loop too: should a completion's eventfd signal ever be
-            // missed while it is parked, it looks at its ring again within a cron period
-            // instead of sleeping for ever (a one-shard server was seen asleep in glommio's
-            // ring wait with a client's PING unanswered; docs/perf-notes.md).
-            if let Some(hook) = cron_ctx.push_hook.borrow().as_ref() {
+            // Rouse the network loop too, and make it enter its ring with GETEVENTS: should
+            // a completion's eventfd signal or the TASKRUN flag ever be missed while it is
+            // parked, it reaps its ring within a cron period instead of sleeping for ever
+            // (a one-shard server was seen asleep in glommio's ring wait with a client's
+            // PING unanswered).
+            if let Some(hook) = cron_ctx.rouse_hook.borrow().as_ref() {
                 hook();
             }
         }

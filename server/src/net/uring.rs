@@ -165,6 +165,9 @@ pub struct Net {
     ring: RefCell<IoUring>,
     inner: RefCell<Inner>,
     notify: Notify,
+    /// Set by the cron's rouse: the next turn enters the ring with GETEVENTS even if no
+    /// flag asks for it.
+    force_enter: Cell<bool>,
     /// Kept open for the process's life: shutdown writes to it to wake a parked shard.
     _eventfd: OwnedFd,
     eventfd_file: Rc<BufferedFile>,
@@ -216,6 +219,7 @@ impl Net {
                 next_generation: 1,
             }),
             notify: Notify::default(),
+            force_enter: Cell::new(false),
             _eventfd: eventfd,
             eventfd_file,
             event_read: RefCell::new(None),
@@ -294,7 +298,7 @@ impl Net {
         // DEFER_TASKRUN posts completions only when we enter with GETEVENTS, and TASKRUN_FLAG
         // tells us when there is deferred work; with neither that nor entries to submit, an
         // enter would be a wasted syscall.
-        if pending > 0 || ring.submission().taskrun() {
+        if pending > 0 || ring.submission().taskrun() || self.force_enter.replace(false) {
             let enters = &self.ctx.stats.ring_enters;
             enters.set(enters.get() + 1);
             // SAFETY: a plain io_uring_enter with no argument struct.
@@ -703,6 +707,11 @@ impl Net {
         self.arm_accept(&mut self.inner.borrow_mut());
         let net = self.clone();
         *self.ctx.push_hook.borrow_mut() = Some(Box::new(move || net.notify.notify()));
+        let roused = self.clone();
+        *self.ctx.rouse_hook.borrow_mut() = Some(Box::new(move || {
+            roused.force_enter.set(true);
+            roused.notify.notify();
+        }));
         loop {
             if self.ctx.globals.shutting_down() {
                 self.drain().await;
