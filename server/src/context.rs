@@ -176,6 +176,9 @@ impl ShardCtx {
         for waker in wakers {
             waker.wake();
         }
+        if let Some(mesh) = self.mesh.as_ref() {
+            mesh.nudge();
+        }
     }
 
     /// The `timeout` option: once a second, closes this shard's clients idle that long.

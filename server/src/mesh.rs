@@ -362,6 +362,15 @@ impl Mesh {
         }
     }
 
+    /// Wakes every overflow sender to try again (the cron calls it every 100 ms).
+    pub fn nudge(&self) {
+        for waker in &self.overflow_waker {
+            if let Some(waker) = waker.take() {
+                waker.wake();
+            }
+        }
+    }
+
     /// Drains the overflow queue towards `to` forever (one task per peer).
     pub async fn run_overflow_sender(self: Rc<Self>, to: usize) {
         loop {
@@ -371,7 +380,16 @@ impl Mesh {
                     // Until it is in the channel, `flush_to` queues behind it: envelopes
                     // to one peer always arrive in the order they were flushed.
                     self.overflow_sending[to].set(true);
-                    let sent = self.senders.send_to(to, envelope).await;
+                    let sent = {
+                        // The waker is kept where `nudge` finds it: a capacity wake-up that
+                        // went astray costs at most a cron period, not the whole link.
+                        let mut send = std::pin::pin!(self.senders.send_to(to, envelope));
+                        std::future::poll_fn(|cx| {
+                            self.overflow_waker[to].set(Some(cx.waker().clone()));
+                            send.as_mut().poll(cx)
+                        })
+                        .await
+                    };
                     self.overflow_sending[to].set(false);
                     if sent.is_err() {
                         return;
