@@ -344,11 +344,20 @@ fn cross_shard_msetnx_is_atomic() {
                 let mut wins = Vec::new();
                 for _ in 0..rounds {
                     barrier.wait();
-                    wins.push(c.cmd(&command) == int(1));
+                    // A lost reply must fail the test, not leave the others waiting at the
+                    // barrier for ever: keep meeting them, and report it at the end.
+                    let args: Vec<&[u8]> = command.split(' ').map(str::as_bytes).collect();
+                    c.send(&args);
+                    wins.push(c.try_read());
                     barrier.wait();
                     barrier.wait();
                 }
-                wins
+                wins.into_iter()
+                    .map(|reply| match reply {
+                        Ok(Some(frame)) => frame == int(1),
+                        other => panic!("MSETNX got no reply: {other:?}"),
+                    })
+                    .collect::<Vec<bool>>()
             })
         })
         .collect();
