@@ -19,8 +19,6 @@ pub const ACTIVE_EXPIRE_SAMPLES_PER_TURN: usize = 64;
 pub const EVICTIONS_PER_TURN_MAX: usize = 256;
 /// Most peer requests a locked shard queues for after the unlock.
 pub const DEFERRED_REQUESTS_MAX: usize = 65_536;
-/// Redis's reply to a `denyoom` command past `maxmemory`.
-pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// A peer's request held while another operation owns the lock: (from, id, token, request).
 type DeferredRequest = (usize, u64, Option<u64>, Request);
@@ -155,7 +153,9 @@ impl ShardCtx {
             && self.globals.eviction_policy() == wetask_shards::evict::Policy::NoEviction
             && self.over_maxmemory()
         {
-            return Err(wetask_protocol::Frame::static_error(OOM));
+            return Err(wetask_protocol::Frame::static_error(
+                wetask_shards::errors::OOM,
+            ));
         }
         Ok(())
     }

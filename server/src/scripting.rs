@@ -276,7 +276,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
         return Err("ERR Write commands are not allowed from read-only scripts.".into());
     }
     if ctx.make_room(spec).is_err() {
-        return Err(crate::context::OOM.into());
+        return Err(wetask_shards::errors::OOM.into());
     }
     // (Under an eviction policy the shard that runs the command makes room for it.)
     match spec.route {

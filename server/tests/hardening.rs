@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bulk, err, int, key_on, ok, Server};
+use common::{bulk, err, info_field, int, key_on, ok, Server};
 use wetask_protocol::Frame;
 
 fn error_text(frame: &Frame) -> String {
@@ -219,19 +219,6 @@ fn lua_globals_and_libraries_are_read_only() {
         ]),
         int(3)
     );
-}
-
-fn info_field(c: &mut common::Client, section: &str, field: &str) -> u64 {
-    let Frame::Bulk(text) = c.cmd(&format!("INFO {section}")) else {
-        panic!("INFO failed")
-    };
-    String::from_utf8_lossy(&text)
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
-        .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 /// SCRIPT FLUSH forgot the bodies but every shard kept its compiled functions for ever.
@@ -524,22 +511,6 @@ fn a_client_that_never_reads_is_closed_at_its_output_limit() {
     }
 }
 
-fn info_text(c: &mut common::Client, section: &str) -> String {
-    let Frame::Bulk(text) = c.cmd(&format!("INFO {section}")) else {
-        panic!("INFO failed")
-    };
-    String::from_utf8_lossy(&text).into_owned()
-}
-
-fn info_number(text: &str, field: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// `maxmemory` with `allkeys-lru`: many more distinct SETs than fit; the server answers
 /// throughout, evicts, and stays near the limit (used_memory is the allocator's count).
 /// With `noeviction`: writes get the OOM error and reads go on; task data is never
@@ -590,10 +561,9 @@ fn maxmemory_evicts_under_lru_and_refuses_writes_under_noeviction() {
                 assert_eq!(c.read(), Some(ok()), "{shards} shards: a write was refused");
             }
         }
-        let memory = info_text(&mut c, "memory");
-        let used = info_number(&memory, "used_memory");
-        let evicted = info_number(&memory, "evicted_keys");
-        let rss = info_number(&memory, "used_memory_rss");
+        let used = info_field(&mut c, "memory", "used_memory");
+        let evicted = info_field(&mut c, "memory", "evicted_keys");
+        let rss = info_field(&mut c, "memory", "used_memory_rss");
         assert!(evicted > 30_000, "{shards} shards: evicted {evicted}");
         assert!(
             used < 24 * 1024 * 1024 * 5 / 4,

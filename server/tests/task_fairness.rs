@@ -138,19 +138,6 @@ fn worker(port: u16, queue: String) -> Duration {
     started.elapsed()
 }
 
-fn leases_lost(c: &mut Client) -> u64 {
-    let Frame::Bulk(info) = c.cmd("INFO tasks") else {
-        panic!("INFO failed")
-    };
-    String::from_utf8_lossy(&info)
-        .lines()
-        .find_map(|l| l.strip_prefix("tasks_leases_lost:"))
-        .expect("tasks_leases_lost")
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn workers_keep_up_whichever_shard_their_queue_lives_on() {
     for shards in ["2", "4"] {
@@ -182,7 +169,11 @@ fn workers_keep_up_whichever_shard_their_queue_lives_on() {
             "{shards} shards: one worker took {slow:?}, the other {fast:?}"
         );
         let mut c = server.client();
-        assert_eq!(leases_lost(&mut c), 0, "{shards} shards: a lease was lost");
+        assert_eq!(
+            common::info_field(&mut c, "tasks", "tasks_leases_lost"),
+            0,
+            "{shards} shards: a lease was lost"
+        );
         assert!(kv > 0);
     }
 }

@@ -266,15 +266,7 @@ pub fn wait_blocked(server: &Server, n: usize) {
     let mut c = server.client();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let Some(Frame::Bulk(info)) = Some(c.cmd("INFO clients")) else {
-            panic!("INFO failed")
-        };
-        let text = String::from_utf8_lossy(&info).into_owned();
-        let blocked = text
-            .lines()
-            .find_map(|l| l.strip_prefix("blocked_clients:"))
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .expect("INFO clients has blocked_clients");
+        let blocked = info_field(&mut c, "clients", "blocked_clients") as usize;
         if blocked >= n {
             return;
         }
@@ -284,4 +276,18 @@ pub fn wait_blocked(server: &Server, n: usize) {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// A numeric field of `INFO section`, e.g. `info_field(c, "memory", "used_memory")`.
+pub fn info_field(c: &mut Client, section: &str, field: &str) -> u64 {
+    let Frame::Bulk(text) = c.cmd(&format!("INFO {section}")) else {
+        panic!("INFO {section} failed")
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{field} is not a number"))
 }
