@@ -14,14 +14,24 @@ use crate::{Limits, ProtocolError};
 enum State {
     /// Between commands.
     Start,
-    /// Inside a multibulk, `remaining` arguments still to come.
-    Headers { remaining: usize },
-    /// A `$len` header was read; waiting for `len` bytes and CRLF.
-    Body { len: usize, remaining: usize },
+    /// Inside a multibulk, `remaining` arguments still to come. The first `skip` bytes of
+    /// the buffer are header lines already read but not yet split off: they leave with the
+    /// next argument, so a header costs no buffer operation of its own.
+    Headers { remaining: usize, skip: usize },
+    /// A `$len` header was read; waiting for `len` bytes and CRLF after `skip` bytes.
+    Body {
+        len: usize,
+        remaining: usize,
+        skip: usize,
+    },
 }
 
 #[derive(Debug)]
 pub struct CommandDecoder {
+    /// The configured limits, for an authenticated client.
+    configured: Limits,
+    /// The limits in force now: `configured`, or the tight pre-AUTH ones. Kept as one
+    /// struct so the per-argument checks do not branch on who the client is.
     limits: Limits,
     /// The client has not authenticated: tight limits apply (`set_unauthenticated`).
     unauthenticated: bool,
@@ -39,6 +49,7 @@ impl Default for CommandDecoder {
 impl CommandDecoder {
     pub fn new(limits: Limits) -> Self {
         CommandDecoder {
+            configured: limits,
             limits,
             unauthenticated: false,
             state: State::Start,
@@ -51,7 +62,7 @@ impl CommandDecoder {
     /// its read buffer once for a large value.
     pub fn bytes_wanted(&self, buffered: usize) -> usize {
         match self.state {
-            State::Body { len, .. } => (len + 2).saturating_sub(buffered),
+            State::Body { len, skip, .. } => (skip + len + 2).saturating_sub(buffered),
             _ => 0,
         }
     }
@@ -62,30 +73,16 @@ impl CommandDecoder {
     /// between commands.
     pub fn set_unauthenticated(&mut self, on: bool) {
         self.unauthenticated = on;
-    }
-
-    fn array_len_max(&self) -> usize {
-        if self.unauthenticated {
-            crate::limits::UNAUTHENTICATED_ARGS_MAX
+        self.limits = if on {
+            Limits {
+                array_len_max: crate::limits::UNAUTHENTICATED_ARGS_MAX,
+                bulk_bytes_max: crate::limits::UNAUTHENTICATED_BULK_BYTES_MAX,
+                inline_bytes_max: crate::limits::UNAUTHENTICATED_BULK_BYTES_MAX,
+                ..self.configured
+            }
         } else {
-            self.limits.array_len_max
-        }
-    }
-
-    fn bulk_bytes_max(&self) -> usize {
-        if self.unauthenticated {
-            crate::limits::UNAUTHENTICATED_BULK_BYTES_MAX
-        } else {
-            self.limits.bulk_bytes_max
-        }
-    }
-
-    fn inline_bytes_max(&self) -> usize {
-        if self.unauthenticated {
-            crate::limits::UNAUTHENTICATED_BULK_BYTES_MAX
-        } else {
-            self.limits.inline_bytes_max
-        }
+            self.configured
+        };
     }
 
     /// True when no command is partly decoded.
@@ -115,11 +112,11 @@ impl CommandDecoder {
                         return Ok(false);
                     }
                     if buf[0] == b'*' {
-                        let Some(count) = self.header(buf)? else {
+                        let Some((count, header_len)) = self.header(buf, 0)? else {
                             return Ok(false);
                         };
                         // `*0` and any negative count are empty requests: Redis skips them.
-                        if count > self.array_len_max() as i64 {
+                        if count > self.limits.array_len_max as i64 {
                             return Err(if self.unauthenticated {
                                 ProtocolError::UnauthenticatedMultibulkLength
                             } else {
@@ -130,7 +127,12 @@ impl CommandDecoder {
                             let count = count as usize;
                             self.args.clear();
                             self.args.reserve(count.min(64));
-                            self.state = State::Headers { remaining: count };
+                            self.state = State::Headers {
+                                remaining: count,
+                                skip: header_len,
+                            };
+                        } else {
+                            buf.advance(header_len);
                         }
                     } else {
                         match self.inline(buf)? {
@@ -143,26 +145,26 @@ impl CommandDecoder {
                         }
                     }
                 }
-                State::Headers { remaining: 0 } => {
+                State::Headers { remaining: 0, .. } => {
                     self.state = State::Start;
                     args.clear();
                     std::mem::swap(&mut self.args, args);
                     return Ok(true);
                 }
-                State::Headers { remaining } => {
-                    if buf.is_empty() {
+                State::Headers { remaining, skip } => {
+                    if buf.len() <= skip {
                         return Ok(false);
                     }
-                    if buf[0] != b'$' {
-                        return Err(ProtocolError::ExpectedBulk(buf[0]));
+                    if buf[skip] != b'$' {
+                        return Err(ProtocolError::ExpectedBulk(buf[skip]));
                     }
-                    let Some(len) = self.header(buf)? else {
+                    let Some((len, header_len)) = self.header(buf, skip)? else {
                         return Ok(false);
                     };
                     if len < 0 {
                         return Err(ProtocolError::InvalidBulkLength);
                     }
-                    if len as usize > self.bulk_bytes_max() {
+                    if len as usize > self.limits.bulk_bytes_max {
                         return Err(if self.unauthenticated {
                             ProtocolError::UnauthenticatedBulkLength
                         } else {
@@ -172,27 +174,42 @@ impl CommandDecoder {
                     self.state = State::Body {
                         len: len as usize,
                         remaining,
+                        skip: skip + header_len,
                     };
                 }
-                State::Body { len, remaining } => {
-                    if buf.len() < len + 2 {
+                State::Body {
+                    len,
+                    remaining,
+                    skip,
+                } => {
+                    let end = skip + len;
+                    if buf.len() < end + 2 {
                         return Ok(false);
                     }
-                    if &buf[len..len + 2] != b"\r\n" {
+                    if &buf[end..end + 2] != b"\r\n" {
                         return Err(ProtocolError::Malformed("bulk string not terminated"));
                     }
-                    self.args.push(buf.split_to(len).freeze());
-                    buf.advance(2);
+                    // One split takes the pending headers, the body and its CRLF; the
+                    // argument is then narrowed to the body, which only moves its pointers
+                    // (advancing the shared read buffer per header cost ~25% of decoding).
+                    let mut arg = buf.split_to(end + 2);
+                    arg.truncate(end);
+                    let mut arg = arg.freeze();
+                    arg.advance(skip);
+                    self.args.push(arg);
                     self.state = State::Headers {
                         remaining: remaining - 1,
+                        skip: 0,
                     };
                 }
             }
         }
     }
 
-    /// Reads a `*n` or `$n` header line, consuming it. `None` when incomplete.
-    fn header(&mut self, buf: &mut BytesMut) -> Result<Option<i64>, ProtocolError> {
+    /// Reads the `*n` or `$n` header line starting at `from`, without consuming it: returns
+    /// its value and its length with the terminator. `None` when incomplete.
+    fn header(&mut self, buf: &[u8], from: usize) -> Result<Option<(i64, usize)>, ProtocolError> {
+        let buf = &buf[from..];
         let kind = buf[0];
         let Some(end) = line_end(buf, &mut self.scanned)? else {
             return Ok(None);
@@ -208,21 +225,20 @@ impl CommandDecoder {
         } else {
             parse_length(digits, err)?
         };
-        buf.advance(end + terminator_len(buf, end));
-        Ok(Some(value))
+        Ok(Some((value, end + terminator_len(buf, end))))
     }
 
     fn inline(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
         let from = self.scanned;
         let Some(offset) = memchr::memchr(b'\n', &buf[from..]) else {
-            if buf.len() > self.inline_bytes_max() {
+            if buf.len() > self.limits.inline_bytes_max {
                 return Err(ProtocolError::TooBigInline);
             }
             self.scanned = buf.len();
             return Ok(None);
         };
         let newline = from + offset;
-        if newline > self.inline_bytes_max() {
+        if newline > self.limits.inline_bytes_max {
             return Err(ProtocolError::TooBigInline);
         }
         let line = buf.split_to(newline + 1);

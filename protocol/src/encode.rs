@@ -25,7 +25,13 @@ fn push_line(out: &mut Vec<u8>, text: &[u8]) {
     let text = &text[..text.len().min(LINE_REPLY_BYTES_MAX)];
     let start = out.len();
     out.extend_from_slice(text);
-    if memchr::memchr2(b'\r', b'\n', text).is_some() {
+    // Most lines are short constants (OK, QUEUED, PONG): a plain scan beats memchr's setup.
+    let has_newline = if text.len() <= 32 {
+        text.iter().any(|&b| b == b'\r' || b == b'\n')
+    } else {
+        memchr::memchr2(b'\r', b'\n', text).is_some()
+    };
+    if has_newline {
         for byte in &mut out[start..] {
             if *byte == b'\r' || *byte == b'\n' {
                 *byte = b' ';

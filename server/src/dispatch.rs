@@ -56,13 +56,14 @@ fn protected_mode_denies(ctx: &ShardCtx, conn: &ConnState) -> bool {
 fn precheck(
     ctx: &ShardCtx,
     conn: &mut ConnState,
+    spec: Option<&'static CommandSpec>,
     args: &[Bytes],
 ) -> Result<&'static CommandSpec, Frame> {
     if !conn.loopback && protected_mode_denies(ctx, conn) {
         conn.close_requested = true;
         return Err(Frame::static_error(DENIED));
     }
-    let Some(spec) = lookup(&args[0]) else {
+    let Some(spec) = spec else {
         return Err(unknown_command(args));
     };
     if !conn.authenticated && !spec.has(flag::NO_AUTH) {
@@ -88,10 +89,15 @@ fn precheck(
     Ok(spec)
 }
 
-/// True when running `args` (on database `db`) needs another shard, or may wait (and so a
-/// task, not an inline call). One command-table lookup: this runs for every command.
-pub fn needs_remote(ctx: &ShardCtx, db: usize, args: &[Bytes]) -> bool {
-    let Some(spec) = lookup(&args[0]).filter(|s| s.arity_ok(args.len())) else {
+/// True when running `args` (command `spec`, on database `db`) needs another shard, or may
+/// wait (and so a task, not an inline call). This runs for every command.
+pub fn needs_remote(
+    ctx: &ShardCtx,
+    db: usize,
+    spec: Option<&'static CommandSpec>,
+    args: &[Bytes],
+) -> bool {
+    let Some(spec) = spec.filter(|s| s.arity_ok(args.len())) else {
         return false;
     };
     if spec.has(flag::BLOCKING) && list_block::may_wait(ctx, db, spec, args) {
@@ -108,13 +114,19 @@ pub fn needs_remote(ctx: &ShardCtx, db: usize, args: &[Bytes]) -> bool {
 }
 
 /// Prefetches the keyspace entries of a window of pipelined commands (the first key of each
-/// keyed command that lives on this shard) before they run; see `Db::prefetch`.
-pub fn prefetch_keys(ctx: &ShardCtx, db: usize, window: &[Vec<Bytes>]) {
+/// keyed command that lives on this shard) before they run; see `Db::prefetch`. `specs`
+/// are the window's commands, looked up.
+pub fn prefetch_keys(
+    ctx: &ShardCtx,
+    db: usize,
+    window: &[Vec<Bytes>],
+    specs: &[Option<&'static CommandSpec>],
+) {
     const KEYS_MAX: usize = crate::session::WINDOW_COMMANDS_MAX;
     let mut keys: [&[u8]; KEYS_MAX] = [&[]; KEYS_MAX];
     let mut count = 0;
-    for args in window.iter().take(KEYS_MAX) {
-        let Some(spec) = lookup(&args[0]) else {
+    for (args, spec) in window.iter().zip(specs).take(KEYS_MAX) {
+        let Some(spec) = *spec else {
             continue;
         };
         let first = spec.first_key;
@@ -136,10 +148,12 @@ pub fn prefetch_keys(ctx: &ShardCtx, db: usize, window: &[Vec<Bytes>]) {
 }
 
 /// Runs a command inline when it needs no other shard: the fast path. `None` means the
-/// caller must run [`execute`] in a task.
+/// caller must run [`execute`] in a task. `spec` is `lookup(&args[0])`, done once by the
+/// caller for the whole path (a table lookup costs about as much as a GET's keyspace probe).
 pub fn try_inline(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
+    spec: Option<&'static CommandSpec>,
     args: &[Bytes],
     out: &mut Output,
 ) -> Option<Frame> {
@@ -152,12 +166,11 @@ pub fn try_inline(
         (state.multi.is_some(), state.db)
     };
     // Inside MULTI a command is only queued (EXEC itself runs in a task).
-    let queueing =
-        in_multi && lookup(&args[0]).is_some_and(|s| !transaction::controls_transaction(s.name));
-    if !queueing && needs_remote(ctx, db, args) {
+    let queueing = in_multi && spec.is_some_and(|s| !transaction::controls_transaction(s.name));
+    if !queueing && needs_remote(ctx, db, spec, args) {
         return None;
     }
-    let frame = poll_once(execute(ctx, conn, args, Some(out)));
+    let frame = poll_once(execute_spec(ctx, conn, spec, args, Some(out)));
     debug_assert!(frame.is_some(), "a local command waited");
     frame
 }
@@ -170,21 +183,28 @@ pub async fn execute(
     args: &[Bytes],
     direct: Option<&mut Output>,
 ) -> Frame {
+    execute_spec(ctx, conn, lookup(&args[0]), args, direct).await
+}
+
+/// [`execute`] for a command already looked up (`spec` is `lookup(&args[0])`).
+async fn execute_spec(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    spec: Option<&'static CommandSpec>,
+    args: &[Bytes],
+    direct: Option<&mut Output>,
+) -> Frame {
     // Local work below runs before the first await, so it never interleaves with a
     // cross-shard operation that locks this shard. SCRIPT (KILL) and SHUTDOWN touch no
     // keyspace and must get through a busy script's locks.
-    let passes_locks = lookup(&args[0]).is_some_and(|s| {
-        matches!(
-            s.name,
-            "script" | "shutdown" | "client" | "auth" | "hello" | "quit"
-        )
-    });
-    if !passes_locks && ctx.wait_unlocked_or_busy().await {
+    // Only looked at while locked: a second command-table lookup per command costs ~5% of
+    // a pipelined GET/SET (docs/perf-notes.md).
+    if ctx.is_locked() && !passes_locks(spec) && ctx.wait_unlocked_or_busy().await {
         return Frame::static_error(crate::script_busy::BUSY);
     }
     let (spec, db, client) = {
         let mut state = conn.borrow_mut();
-        match precheck(ctx, &mut state, args) {
+        match precheck(ctx, &mut state, spec, args) {
             Ok(spec) => {
                 state.last_command = spec.name;
                 if state.multi.is_some() && !transaction::controls_transaction(spec.name) {
@@ -221,6 +241,17 @@ pub async fn execute(
         ctx.stats.record(spec, frame.is_error());
     }
     frame
+}
+
+/// Commands that touch no keyspace and must get through a busy script's locks (SCRIPT KILL,
+/// SHUTDOWN NOSAVE, and what a client needs to say who it is or leave).
+fn passes_locks(spec: Option<&'static CommandSpec>) -> bool {
+    spec.is_some_and(|s| {
+        matches!(
+            s.name,
+            "script" | "shutdown" | "client" | "auth" | "hello" | "quit"
+        )
+    })
 }
 
 /// Where a command runs: the connection's database, and the client it runs for.

@@ -14,6 +14,7 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use wetask_protocol::{encode_error, encode_output, CommandDecoder, Limits, Output, ProtocolError};
+use wetask_shards::CommandSpec;
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;
@@ -44,6 +45,8 @@ pub struct Session {
     /// Commands decoded but not yet run; the vectors are reused so decoding allocates
     /// nothing per command.
     window: Vec<Vec<Bytes>>,
+    /// The window's commands looked up in the command table, once per command.
+    specs: Vec<Option<&'static CommandSpec>>,
     /// A protocol error met while collecting a batch, reported after the batch's replies.
     held_error: Option<ProtocolError>,
 }
@@ -59,6 +62,7 @@ impl Session {
             input: BytesMut::new(),
             decoder: CommandDecoder::new(limits),
             window: Vec::new(),
+            specs: Vec::new(),
             held_error: None,
         }
     }
@@ -96,7 +100,15 @@ impl Session {
                 .decoder
                 .decode_into(&mut self.input, &mut self.window[n])
             {
-                Ok(true) => n += 1,
+                Ok(true) => {
+                    let spec = wetask_shards::lookup(&self.window[n][0]);
+                    if self.specs.len() == n {
+                        self.specs.push(spec);
+                    } else {
+                        self.specs[n] = spec;
+                    }
+                    n += 1;
+                }
                 Ok(false) => break,
                 Err(err) => return (n, Some(err)),
             }
@@ -124,14 +136,19 @@ impl Session {
             }
             let (n, error) = self.fill_window();
             if n > 1 {
-                dispatch::prefetch_keys(ctx, self.state.borrow().db, &self.window[..n]);
+                dispatch::prefetch_keys(
+                    ctx,
+                    self.state.borrow().db,
+                    &self.window[..n],
+                    &self.specs[..n],
+                );
             }
             for i in 0..n {
                 if self.state.borrow().close_requested {
                     self.clear_window(n);
                     return Pump::Close;
                 }
-                match dispatch::try_inline(ctx, &self.state, &self.window[i], out) {
+                match dispatch::try_inline(ctx, &self.state, self.specs[i], &self.window[i], out) {
                     Some(frame) => {
                         let state = self.state.borrow();
                         if !state.skip_reply {
