@@ -90,10 +90,7 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
     // SCRIPT FLUSH (on any shard) bumps the epoch: this shard then drops its whole state,
     // compiled scripts and all, and starts a fresh one (a script still running keeps the
     // old one alive until it ends).
-    let epoch = ctx
-        .globals
-        .script_flush_epoch
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let epoch = flush_epoch(ctx);
     if let Some(lua) = ctx.lua.borrow().as_ref() {
         if ctx.lua_epoch.get() == epoch {
             return Ok(lua.clone());
@@ -196,16 +193,19 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
 /// Drops this shard's Lua state if SCRIPT FLUSH ran since it was made (checked every loop
 /// turn, so a flush frees every shard's compiled scripts at once, not at its next script).
 pub fn drop_flushed_state(ctx: &ShardCtx) {
-    let flushed = || {
-        ctx.lua_epoch.get()
-            != ctx
-                .globals
-                .script_flush_epoch
-                .load(std::sync::atomic::Ordering::Relaxed)
-    };
-    if ctx.lua.borrow().is_some() && ctx.script_run.borrow().is_none() && flushed() {
+    if ctx.lua.borrow().is_some()
+        && ctx.script_run.borrow().is_none()
+        && ctx.lua_epoch.get() != flush_epoch(ctx)
+    {
         ctx.lua.borrow_mut().take();
     }
+}
+
+/// How many SCRIPT FLUSHes the server has seen; a Lua state made before the latest is stale.
+fn flush_epoch(ctx: &ShardCtx) -> u64 {
+    ctx.globals
+        .script_flush_epoch
+        .load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Registry names: the scripts' sealed environment, and the compiled scripts by SHA.

@@ -298,7 +298,14 @@ impl Net {
         // DEFER_TASKRUN posts completions only when we enter with GETEVENTS, and TASKRUN_FLAG
         // tells us when there is deferred work; with neither that nor entries to submit, an
         // enter would be a wasted syscall.
-        if pending > 0 || ring.submission().taskrun() || self.force_enter.replace(false) {
+        // A full CQ parks completions on the kernel's overflow list (CQ_OVERFLOW), and only
+        // an enter with GETEVENTS moves them back: without one they would wait for the next
+        // unrelated event, or for ever.
+        let flagged = {
+            let submission = ring.submission();
+            submission.taskrun() || submission.cq_overflow()
+        };
+        if pending > 0 || flagged || self.force_enter.replace(false) {
             let enters = &self.ctx.stats.ring_enters;
             enters.set(enters.get() + 1);
             // SAFETY: a plain io_uring_enter with no argument struct.
@@ -728,8 +735,12 @@ impl Net {
                 self.let_others_run().await;
                 continue;
             }
-            // Still dry: re-enable the eventfd, look once more, then park.
+            // Still dry: re-enable the eventfd, look once more, then park. The kernel sets
+            // TASKRUN and then reads EVENTFD_DISABLED; we clear EVENTFD_DISABLED and then
+            // read TASKRUN. The fence keeps our read after our write, so at least one side
+            // sees the other (else work could land unflagged-to-us and unsignalled).
             self.set_eventfd(true);
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             if self.turn() > 0 {
                 self.set_eventfd(false);
                 continue;
