@@ -664,7 +664,7 @@ impl ShardCtx {
                     }
                 }
                 let now = shard.now_ms();
-                let fetched = wetask_shards::tasks::commands::fetch_frames(
+                let fetched = wetask_shards::task_commands::fetch_frames(
                     &mut shard.tasks,
                     &queues,
                     count,

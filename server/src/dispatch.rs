@@ -142,7 +142,7 @@ pub fn prefetch_keys(
         keys[count] = key;
         count += 1;
     }
-    if count > 1 && db < wetask_shards::shard::DATABASES {
+    if count > 1 && db < wetask_shards::DATABASES {
         ctx.shard.borrow().prefetch(db, &keys[..count]);
     }
 }

@@ -15,7 +15,7 @@ use std::task::Poll;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::lookup;
-use wetask_shards::tasks::commands::{fetch_frames, parse_fetch, FetchArgs};
+use wetask_shards::task_commands::{fetch_frames, parse_fetch, FetchArgs};
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;

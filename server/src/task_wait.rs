@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::tasks::commands::{fetch_frames, task_frame};
+use wetask_shards::task_commands::{fetch_frames, task_frame};
 
 use crate::context::ShardCtx;
 use crate::mesh::Response;

@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
 
-use crate::shard::DATABASES;
+use crate::keyspace::DATABASES;
 
 #[derive(Default)]
 pub struct Blocked {

@@ -5,9 +5,9 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 
 use crate::args::{float_arg, format_f64, int_arg, parse_f64, parse_i64};
+use crate::ctx::Ctx;
 use crate::errors::*;
 use crate::keyspace::Hash;
-use crate::shard::Ctx;
 use crate::typed::{self, parse_scan, random_index, scan_matches, scan_positions, scan_reply};
 
 fn owned(arg: &[u8]) -> Bytes {

@@ -6,9 +6,9 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 
 use crate::args::{int_arg, is};
+use crate::ctx::{Ctx, DATABASES};
 use crate::errors::*;
 use crate::keyspace::NO_EXPIRY;
-use crate::shard::{Ctx, DATABASES};
 
 pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let now = ctx.now_ms;

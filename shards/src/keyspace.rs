@@ -17,43 +17,10 @@ use hashbrown::HashTable;
 use indexmap::IndexMap;
 
 use crate::glob::glob_match;
+pub use crate::hashing::Hasher;
 use crate::key::Key;
 use crate::node::{Node, ValueRef};
-
-pub type Hasher = foldhash::fast::RandomState;
-
-/// The value of a key, detached from the keyspace (handed between shards, or built by a
-/// command). A collection is boxed so that a `Value` stays 40 bytes (a node's value slot).
-/// A collection is never empty in the keyspace: the command that empties it deletes the key.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    Str(Bytes),
-    List(Box<List>),
-    Hash(Box<Hash>),
-    Set(Box<Set>),
-    ZSet(Box<crate::zset::ZSet>),
-    Stream(Box<crate::stream::Stream>),
-}
-
-/// A list's elements, head first.
-pub type List = std::collections::VecDeque<Bytes>;
-/// A hash's fields in insertion order; positions give HSCAN and HRANDFIELD their O(1) steps.
-pub type Hash = IndexMap<Bytes, Bytes, Hasher>;
-/// A set's members; positions give SSCAN, SPOP and SRANDMEMBER their O(1) steps.
-pub type Set = indexmap::IndexSet<Bytes, Hasher>;
-
-impl Value {
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Value::Str(_) => "string",
-            Value::List(_) => "list",
-            Value::Hash(_) => "hash",
-            Value::Set(_) => "set",
-            Value::ZSet(_) => "zset",
-            Value::Stream(_) => "stream",
-        }
-    }
-}
+pub use crate::value::{Hash, List, Set, Value};
 
 /// A value and its absolute expiry in unix milliseconds (`NO_EXPIRY` for none), detached
 /// from the keyspace: what a cross-shard RENAME or COPY carries.
@@ -73,6 +40,9 @@ impl Entry {
         }
     }
 }
+
+/// Databases per shard (`SELECT 0..=15`).
+pub const DATABASES: usize = 16;
 
 /// Most keys one database holds (positions are 32-bit).
 pub const KEYS_PER_DB_MAX: usize = u32::MAX as usize;

@@ -10,9 +10,9 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 
 use crate::args::{float_arg, int_arg, is};
+use crate::ctx::Ctx;
 use crate::errors::*;
 use crate::keyspace::List;
-use crate::shard::Ctx;
 use crate::typed::{self, index_range};
 
 /// Which end of a list.

@@ -25,7 +25,7 @@ use std::ptr::NonNull;
 
 use bytes::Bytes;
 
-use crate::keyspace::Value;
+use crate::value::Value;
 
 /// Longest string value stored inline in its node; longer ones are a shared `Bytes`, which a
 /// reply can reference without copying.

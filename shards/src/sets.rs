@@ -8,10 +8,10 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 
 use crate::args::{int_arg, is};
+use crate::ctx::Ctx;
 use crate::errors::*;
 use crate::hashes::random_picks;
 use crate::keyspace::{Entry, Set};
-use crate::shard::Ctx;
 use crate::typed::{self, parse_scan, random_index, scan_matches, scan_positions, scan_reply};
 
 fn owned(arg: &[u8]) -> Bytes {

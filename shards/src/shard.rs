@@ -5,47 +5,17 @@ use bytes::Bytes;
 use wetask_protocol::{Frame, Output};
 
 use crate::blocking::Blocked;
+use crate::ctx::{Ctx, DATABASES};
 use crate::errors::{unknown_command, wrong_arity};
 use crate::keyspace::{Db, Entry, ScanFilter};
 use crate::table::{lookup, CommandSpec};
 use crate::tasks::Engine;
 
-/// Databases per shard (`SELECT 0..=15`).
-pub const DATABASES: usize = 16;
 /// Keys one write may evict to make room under `maxmemory` (a write adds about one key;
 /// Redis bounds its eviction loop by time instead).
 pub const EVICTIONS_PER_WRITE_MAX: usize = 64;
 /// Keys sampled per database per active-expiry round, as Redis's `ACTIVE_EXPIRE_CYCLE_KEYS`.
 pub const EXPIRE_SAMPLES_PER_ROUND: usize = 20;
-
-/// What one command sees while it runs: the shard's databases, the selected one, the clock.
-pub struct Ctx<'a> {
-    pub dbs: &'a mut [Db],
-    pub db: usize,
-    pub now_ms: u64,
-    /// The connection's output buffer when the reply goes straight to a local client: a
-    /// handler may encode a bulk reply into it from the stored bytes (no reference-count
-    /// traffic on the value) and return `Frame::Written`. `None` for replies that travel.
-    pub out: Option<&'a mut Output>,
-    /// The shard's task engine (`TASK.*`).
-    pub tasks: &'a mut Engine,
-    /// The client the command runs for: it owns the leases a FETCH hands out. 0 for work
-    /// that runs for no client (tests, internal requests).
-    pub client: u64,
-    /// Keys with blocked clients; a command that adds to a list signals its key here.
-    pub blocked: &'a mut Blocked,
-}
-
-impl Ctx<'_> {
-    pub fn db(&mut self) -> &mut Db {
-        &mut self.dbs[self.db]
-    }
-
-    /// Notes that `key` (in the selected database) got data a blocked client may want.
-    pub fn signal_ready(&mut self, key: &[u8]) {
-        self.blocked.signal(self.db, key);
-    }
-}
 
 pub struct Shard {
     pub id: usize,
@@ -75,7 +45,7 @@ impl Shard {
         Shard {
             id,
             dbs: (0..DATABASES).map(|_| Db::default()).collect(),
-            tasks: crate::tasks::commands::new_engine(),
+            tasks: crate::task_commands::new_engine(),
             blocked: Blocked::default(),
             watched: std::collections::HashMap::new(),
             watch_epoch: 0,

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 
 use crate::args::{int_arg, is};
+use crate::ctx::Ctx;
 use crate::errors::*;
-use crate::shard::Ctx;
 use crate::stream::{Group, Stream, StreamId};
 use crate::streams::entries_frame;
 use crate::typed;

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 
 use crate::args::{int_arg, is};
+use crate::ctx::Ctx;
 use crate::errors::*;
-use crate::shard::Ctx;
 use crate::stream::{Fields, Stream, StreamId};
 use crate::typed;
 

@@ -6,10 +6,10 @@ use bytes::{Bytes, BytesMut};
 use wetask_protocol::Frame;
 
 use crate::args::{float_arg, format_f64, int_arg, is, parse_f64, parse_i64};
+use crate::ctx::Ctx;
 use crate::errors::*;
 use crate::keyspace::{Value, NO_EXPIRY};
 use crate::node::ValueRef;
-use crate::shard::Ctx;
 
 /// Largest string a command may build (Redis's `proto-max-bulk-len` default).
 pub const STRING_BYTES_MAX: usize = 512 * 1024 * 1024;

@@ -15,7 +15,7 @@ use std::cmp::Ordering;
 use bytes::Bytes;
 use indexmap::IndexMap;
 
-use crate::keyspace::Hasher;
+use crate::hashing::Hasher;
 
 /// Most pairs in one chunk of the ordered index; a fuller chunk splits in two.
 pub const CHUNK_MAX: usize = 512;

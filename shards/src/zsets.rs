@@ -10,10 +10,10 @@ use bytes::Bytes;
 use wetask_protocol::{format_double, Frame};
 
 use crate::args::{int_arg, is, parse_f64};
+use crate::ctx::Ctx;
 use crate::errors::*;
 use crate::hashes::random_picks;
 use crate::keyspace::{Entry, Set};
-use crate::shard::Ctx;
 use crate::typed::{
     self, index_range, parse_scan, scan_matches, scan_positions, scan_reply, Collection,
 };

@@ -4,7 +4,6 @@
 //! `engine` is one shard's state machine. Pure and synchronous, like the rest of this crate:
 //! the server routes commands here and supplies the time and the client id.
 
-pub mod commands;
 pub mod engine;
 pub mod model;
 #[cfg(test)]

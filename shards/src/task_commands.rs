@@ -6,11 +6,11 @@
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
-use super::engine::{Engine, FailOutcome, Leased, Retry, TaskError};
-use super::model::*;
 use crate::args::{int_arg, is};
+use crate::ctx::Ctx;
 use crate::errors::SYNTAX;
-use crate::shard::Ctx;
+use crate::tasks::engine::{Engine, FailOutcome, Leased, Retry, TaskError};
+use crate::tasks::model::*;
 
 /// A copy of an argument that the engine keeps: arguments share the connection's read buffer,
 /// and a stored slice would pin all of it.

@@ -1,0 +1,40 @@
+//! What a command handler sees while it runs ([`Ctx`]): the shard's databases, the selected
+//! one, the clock, the task engine, the blocked-client registry and, for a local client, its
+//! output buffer. A leaf module, so that the command families depend on it and not on
+//! [`crate::shard`], which depends on them.
+
+use wetask_protocol::Output;
+
+use crate::blocking::Blocked;
+use crate::keyspace::Db;
+pub use crate::keyspace::DATABASES;
+use crate::tasks::Engine;
+
+/// What one command sees while it runs: the shard's databases, the selected one, the clock.
+pub struct Ctx<'a> {
+    pub dbs: &'a mut [Db],
+    pub db: usize,
+    pub now_ms: u64,
+    /// The connection's output buffer when the reply goes straight to a local client: a
+    /// handler may encode a bulk reply into it from the stored bytes (no reference-count
+    /// traffic on the value) and return `Frame::Written`. `None` for replies that travel.
+    pub out: Option<&'a mut Output>,
+    /// The shard's task engine (`TASK.*`).
+    pub tasks: &'a mut Engine,
+    /// The client the command runs for: it owns the leases a FETCH hands out. 0 for work
+    /// that runs for no client (tests, internal requests).
+    pub client: u64,
+    /// Keys with blocked clients; a command that adds to a list signals its key here.
+    pub blocked: &'a mut Blocked,
+}
+
+impl Ctx<'_> {
+    pub fn db(&mut self) -> &mut Db {
+        &mut self.dbs[self.db]
+    }
+
+    /// Notes that `key` (in the selected database) got data a blocked client may want.
+    pub fn signal_ready(&mut self, key: &[u8]) {
+        self.blocked.signal(self.db, key);
+    }
+}

@@ -1,0 +1,144 @@
+//! What a command is, as data: [`CommandSpec`] (name, arity, flags, key positions, route,
+//! handler) and its parts. The rows themselves are in [`crate::table`]; this leaf holds only
+//! the types, so that code which reads specs need not depend on every command family.
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+
+use crate::ctx::Ctx;
+
+pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> Frame;
+
+/// Finds the key positions of a command whose keys follow a count.
+pub type KeyFinder = fn(&[Bytes]) -> Vec<usize>;
+
+/// Command flags, as `COMMAND INFO` reports them.
+pub mod flag {
+    pub const WRITE: u32 = 1 << 0;
+    pub const READONLY: u32 = 1 << 1;
+    pub const FAST: u32 = 1 << 2;
+    pub const DENYOOM: u32 = 1 << 3;
+    pub const ADMIN: u32 = 1 << 4;
+    pub const NOSCRIPT: u32 = 1 << 5;
+    pub const LOADING: u32 = 1 << 6;
+    pub const STALE: u32 = 1 << 7;
+    pub const NO_AUTH: u32 = 1 << 8;
+    pub const BLOCKING: u32 = 1 << 9;
+
+    pub const NAMES: &[(u32, &str)] = &[
+        (WRITE, "write"),
+        (READONLY, "readonly"),
+        (DENYOOM, "denyoom"),
+        (ADMIN, "admin"),
+        (NOSCRIPT, "noscript"),
+        (LOADING, "loading"),
+        (STALE, "stale"),
+        (FAST, "fast"),
+        (NO_AUTH, "no_auth"),
+        (BLOCKING, "blocking"),
+    ];
+}
+
+/// How replies from several shards combine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Merge {
+    /// Integer replies are added (DEL, EXISTS, DBSIZE).
+    Sum,
+    /// Every shard replied OK: reply OK once (MSET, FLUSHDB).
+    Ok,
+    /// One reply per key, put back in the client's key order (MGET).
+    PerKey,
+    /// Arrays are concatenated (KEYS).
+    Concat,
+}
+
+/// Where a command runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Connection and server commands, handled by the server itself.
+    Server,
+    /// Runs on the shard owning its keys. When the keys span shards, the server's
+    /// cross-shard coordinator handles it (RENAME, COPY, MSETNX).
+    Keyed,
+    /// Multi-key: split into one sub-command per shard, replies merged.
+    Split(Merge),
+    /// Runs on every shard, replies merged.
+    AllShards(Merge),
+}
+
+pub struct CommandSpec {
+    /// Lower-case name.
+    pub name: &'static str,
+    pub arity: i32,
+    pub flags: u32,
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub route: Route,
+    pub handler: Option<Handler>,
+    pub group: &'static str,
+    pub summary: &'static str,
+    /// For commands whose keys follow a count (LMPOP, SINTERCARD …): their positions,
+    /// computed from the arguments (Redis's `movablekeys`). Empty when the count is invalid:
+    /// the handler then replies with the error.
+    pub movable_keys: Option<KeyFinder>,
+}
+
+impl CommandSpec {
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i32;
+        if self.arity >= 0 {
+            argc == self.arity
+        } else {
+            argc >= -self.arity
+        }
+    }
+
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// The key argument positions in `args`.
+    pub fn key_positions(&self, args: &[Bytes]) -> KeyPositions {
+        match self.movable_keys {
+            Some(find) => KeyPositions::Listed(find(args).into_iter()),
+            None => KeyPositions::Fixed(self.fixed_key_positions(args.len())),
+        }
+    }
+
+    fn fixed_key_positions(
+        &self,
+        argc: usize,
+    ) -> std::iter::StepBy<std::ops::RangeInclusive<usize>> {
+        let (first, step) = (self.first_key.max(0) as usize, self.step.max(1) as usize);
+        let last = if self.first_key <= 0 {
+            0
+        } else if self.last_key < 0 {
+            (argc as i32 + self.last_key).max(0) as usize
+        } else {
+            (self.last_key as usize).min(argc.saturating_sub(1))
+        };
+        if self.first_key <= 0 {
+            #[allow(clippy::reversed_empty_ranges)] // deliberately empty
+            return (1..=0).step_by(1);
+        }
+        (first..=last).step_by(step)
+    }
+}
+
+/// The key positions of one command's arguments.
+pub enum KeyPositions {
+    Fixed(std::iter::StepBy<std::ops::RangeInclusive<usize>>),
+    Listed(std::vec::IntoIter<usize>),
+}
+
+impl Iterator for KeyPositions {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        match self {
+            KeyPositions::Fixed(range) => range.next(),
+            KeyPositions::Listed(list) => list.next(),
+        }
+    }
+}
