@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use wetask_protocol::{Frame, Protocol};
-use wetask_shards::args::{int_arg, is, parse_i64};
-use wetask_shards::errors::{unknown_subcommand, wrong_arity, DB_INDEX_RANGE, SYNTAX};
+use wetask_shards::args::{is, parse_i64};
+use wetask_shards::errors::{unknown_subcommand, wrong_arity, SYNTAX};
 use wetask_shards::table::{flag, CommandSpec};
 use wetask_shards::{lookup, ScanFilter, COMMANDS, DATABASES};
 
@@ -55,8 +55,6 @@ pub async fn run(
         "unsubscribe" | "punsubscribe" | "sunsubscribe" => {
             crate::pubsub::unsubscribe(ctx, &mut conn.borrow_mut(), args, pubsub_kind(spec.name))
         }
-        "publish" => crate::pubsub::publish(ctx, args, false).await,
-        "spublish" => crate::pubsub::publish(ctx, args, true).await,
         "pubsub" => crate::pubsub::pubsub(ctx, args).await,
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
             crate::scripting::eval(ctx, conn, spec, args).await
@@ -70,8 +68,12 @@ pub async fn run(
         "ping" if crate::pubsub::resp2_subscribed(&conn.borrow()) => {
             crate::pubsub::subscribed_ping(args)
         }
-        "ping" => ping(args),
-        "echo" => Frame::Bulk(args[1].clone()),
+        _ if spec.has(flag::EMBEDDED) => {
+            let mut db = conn.borrow().db;
+            let frame = run_embedded(ctx, spec, args, &mut db).await;
+            conn.borrow_mut().db = db;
+            frame
+        }
         "hello" => hello(ctx, &mut conn.borrow_mut(), args),
         "auth" => auth(ctx, &mut conn.borrow_mut(), args),
         "quit" => {
@@ -79,12 +81,10 @@ pub async fn run(
             Frame::ok()
         }
         "reset" => reset(ctx, &mut conn.borrow_mut()),
-        "select" => select(&mut conn.borrow_mut(), args),
         "client" => client(ctx, conn, args).await,
         "command" => command(args),
         "config" => config(ctx, args).await,
         "info" => info::info(ctx, args).await,
-        "time" => time(),
         "shutdown" => shutdown(ctx, &mut conn.borrow_mut(), args),
         "scan" => {
             let db = conn.borrow().db;
@@ -231,14 +231,30 @@ fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
     Frame::simple("RESET")
 }
 
-fn select(conn: &mut ConnState, args: &[Bytes]) -> Frame {
-    match int_arg(&args[1]) {
-        Ok(db) if (0..DATABASES as i64).contains(&db) => {
-            conn.db = db as usize;
-            Frame::ok()
-        }
-        Ok(_) => Frame::static_error(DB_INDEX_RANGE),
-        Err(err) => err,
+/// The server commands flagged `EMBEDDED` (SELECT, PING, ECHO, TIME, PUBLISH, SPUBLISH):
+/// one implementation, whether a client sends them, EXEC runs them from its queue or a
+/// script calls them. `db` is the caller's selected database; SELECT changes it.
+pub async fn run_embedded(
+    ctx: &ShardCtx,
+    spec: &CommandSpec,
+    args: &[Bytes],
+    db: &mut usize,
+) -> Frame {
+    debug_assert!(spec.has(flag::EMBEDDED), "{} is not embedded", spec.name);
+    match spec.name {
+        "select" => match wetask_shards::args::db_index(&args[1]) {
+            Ok(index) => {
+                *db = index;
+                Frame::ok()
+            }
+            Err(err) => err,
+        },
+        "ping" => ping(args),
+        "echo" => Frame::Bulk(args[1].clone()),
+        "time" => time(),
+        "publish" => crate::pubsub::publish(ctx, args, false).await,
+        "spublish" => crate::pubsub::publish(ctx, args, true).await,
+        other => Frame::error(format!("ERR '{other}' is flagged embedded but not handled")),
     }
 }
 

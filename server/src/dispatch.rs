@@ -78,8 +78,7 @@ fn precheck(
         ctx.stats.record_rejected(spec);
         return Err(oom);
     }
-    if crate::pubsub::resp2_subscribed(conn) && !crate::pubsub::allowed_while_subscribed(spec.name)
-    {
+    if crate::pubsub::resp2_subscribed(conn) && !crate::pubsub::allowed_while_subscribed(spec) {
         ctx.stats.record_rejected(spec);
         return Err(Frame::error(format!(
             "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
@@ -166,7 +165,7 @@ pub fn try_inline(
         (state.multi.is_some(), state.db)
     };
     // Inside MULTI a command is only queued (EXEC itself runs in a task).
-    let queueing = in_multi && spec.is_some_and(|s| !transaction::controls_transaction(s.name));
+    let queueing = in_multi && spec.is_some_and(|s| !transaction::controls_transaction(s));
     if !queueing && needs_remote(ctx, db, spec, args) {
         return None;
     }
@@ -199,7 +198,10 @@ async fn execute_spec(
     // keyspace and must get through a busy script's locks.
     // Only looked at while locked: a second command-table lookup per command costs ~5% of
     // a pipelined GET/SET (docs/perf-notes.md).
-    if ctx.is_locked() && !passes_locks(spec) && ctx.wait_unlocked_or_busy().await {
+    if ctx.is_locked()
+        && !spec.is_some_and(|s| s.has(flag::PASSES_LOCKS))
+        && ctx.wait_unlocked_or_busy().await
+    {
         return Frame::static_error(crate::script_busy::BUSY);
     }
     let (spec, db, client) = {
@@ -207,7 +209,7 @@ async fn execute_spec(
         match precheck(ctx, &mut state, spec, args) {
             Ok(spec) => {
                 state.last_command = spec.name;
-                if state.multi.is_some() && !transaction::controls_transaction(spec.name) {
+                if state.multi.is_some() && !transaction::controls_transaction(spec) {
                     return transaction::queue(&mut state, spec, args);
                 }
                 (spec, state.db, state.id)
@@ -241,17 +243,6 @@ async fn execute_spec(
         ctx.stats.record(spec, frame.is_error());
     }
     frame
-}
-
-/// Commands that touch no keyspace and must get through a busy script's locks (SCRIPT KILL,
-/// SHUTDOWN NOSAVE, and what a client needs to say who it is or leave).
-fn passes_locks(spec: Option<&'static CommandSpec>) -> bool {
-    spec.is_some_and(|s| {
-        matches!(
-            s.name,
-            "script" | "shutdown" | "client" | "auth" | "hello" | "quit"
-        )
-    })
 }
 
 /// Where a command runs: the connection's database, and the client it runs for.

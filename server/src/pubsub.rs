@@ -140,19 +140,8 @@ impl Subscriptions {
 }
 
 /// True when a RESP2 connection in subscribed mode may run `name`.
-pub fn allowed_while_subscribed(name: &str) -> bool {
-    matches!(
-        name,
-        "subscribe"
-            | "psubscribe"
-            | "ssubscribe"
-            | "unsubscribe"
-            | "punsubscribe"
-            | "sunsubscribe"
-            | "ping"
-            | "quit"
-            | "reset"
-    )
+pub fn allowed_while_subscribed(spec: &wetask_shards::CommandSpec) -> bool {
+    spec.has(wetask_shards::table::flag::WHILE_SUBSCRIBED)
 }
 
 fn push(kind: &'static str, name: Frame, count: usize) -> Frame {

@@ -280,24 +280,18 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     }
     // (Under an eviction policy the shard that runs the command makes room for it.)
     match spec.route {
+        Route::Server if spec.has(flag::EMBEDDED) => {
+            let mut selected = db;
+            let frame = crate::commands::run_embedded(ctx, spec, &argv, &mut selected).await;
+            if selected != db {
+                if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
+                    run.db = selected;
+                }
+            }
+            return Ok(frame);
+        }
         Route::Server => {
-            return match spec.name {
-                "ping" => Ok(crate::commands::ping(&argv)),
-                "echo" => Ok(Frame::Bulk(argv[1].clone())),
-                "time" => Ok(crate::commands::time()),
-                "publish" => Ok(crate::pubsub::publish(ctx, &argv, false).await),
-                "spublish" => Ok(crate::pubsub::publish(ctx, &argv, true).await),
-                "select" => match wetask_shards::args::parse_i64(&argv[1]) {
-                    Some(n) if (0..wetask_shards::DATABASES as i64).contains(&n) => {
-                        if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
-                            run.db = n as usize;
-                        }
-                        Ok(Frame::ok())
-                    }
-                    _ => Err(wetask_shards::errors::DB_INDEX_RANGE.into()),
-                },
-                _ => Err("ERR This Redis command is not allowed from script".into()),
-            };
+            return Err("ERR This Redis command is not allowed from script".into());
         }
         Route::AllShards(merge) => {
             let shards = ctx.script_run.borrow().as_ref().map(|r| r.shards.clone());
@@ -380,7 +374,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
                 .extend(spec.key_positions(&argv).map(|i| (db, argv[i].clone())));
         }
     }
-    if spec.group == "tasks" {
+    if spec.has(flag::TASK) {
         let shard = spec
             .key_positions(&argv)
             .next()

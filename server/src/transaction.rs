@@ -20,7 +20,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::lookup;
-use wetask_shards::table::{CommandSpec, Route};
+use wetask_shards::table::{flag, CommandSpec, Route};
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;
@@ -47,11 +47,8 @@ const SERVER_COMMANDS_IN_MULTI: &[&str] = &[
 ];
 
 /// Commands that act on the transaction itself and run at once even inside MULTI.
-pub fn controls_transaction(name: &str) -> bool {
-    matches!(
-        name,
-        "exec" | "discard" | "multi" | "watch" | "reset" | "quit"
-    )
+pub fn controls_transaction(spec: &CommandSpec) -> bool {
+    spec.has(flag::TRANSACTION_CONTROL)
 }
 
 /// A watched key: its owner shard, database, name and the version seen at WATCH.
@@ -317,25 +314,13 @@ async fn run_one(
         )
     };
     match spec.route {
-        Route::Server => match spec.name {
-            "select" => {
-                let mut state = conn.borrow_mut();
-                match wetask_shards::args::parse_i64(&args[1]) {
-                    Some(n) if (0..wetask_shards::DATABASES as i64).contains(&n) => {
-                        state.db = n as usize;
-                        Frame::ok()
-                    }
-                    Some(_) => Frame::static_error(wetask_shards::errors::DB_INDEX_RANGE),
-                    None => Frame::static_error(wetask_shards::errors::NOT_INTEGER),
-                }
-            }
-            "ping" => crate::commands::ping(args),
-            "echo" => Frame::Bulk(args[1].clone()),
-            "time" => crate::commands::time(),
-            "publish" => crate::pubsub::publish(ctx, args, false).await,
-            "spublish" => crate::pubsub::publish(ctx, args, true).await,
-            _ => Frame::static_error("ERR Command not allowed inside a transaction"),
-        },
+        Route::Server if spec.has(flag::EMBEDDED) => {
+            let mut db = conn.borrow().db;
+            let frame = crate::commands::run_embedded(ctx, spec, args, &mut db).await;
+            conn.borrow_mut().db = db;
+            frame
+        }
+        Route::Server => Frame::static_error("ERR Command not allowed inside a transaction"),
         Route::AllShards(merge) => {
             let mut replies = Vec::new();
             for shard in 0..ctx.shard_count {
@@ -351,7 +336,7 @@ async fn run_one(
             }
             crate::dispatch::merge_replies(merge, replies)
         }
-        _ if spec.group == "tasks" => {
+        _ if spec.has(flag::TASK) => {
             let shard = spec
                 .key_positions(args)
                 .next()

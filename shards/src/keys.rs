@@ -6,7 +6,7 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 
 use crate::args::{int_arg, is};
-use crate::ctx::{Ctx, DATABASES};
+use crate::ctx::Ctx;
 use crate::errors::*;
 use crate::keyspace::NO_EXPIRY;
 
@@ -228,11 +228,7 @@ pub fn copy_options(args: &[Bytes]) -> Result<CopyOptions, Frame> {
         if is(&args[i], "replace") {
             opts.replace = true;
         } else if is(&args[i], "db") && i + 1 < args.len() {
-            let db = int_arg(&args[i + 1])?;
-            if !(0..DATABASES as i64).contains(&db) {
-                return Err(Frame::static_error(DB_INDEX_RANGE));
-            }
-            opts.db = Some(db as usize);
+            opts.db = Some(crate::args::db_index(&args[i + 1])?);
             i += 1;
         } else {
             return Err(Frame::static_error(SYNTAX));

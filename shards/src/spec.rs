@@ -25,6 +25,22 @@ pub mod flag {
     pub const NO_AUTH: u32 = 1 << 8;
     pub const BLOCKING: u32 = 1 << 9;
 
+    // WeTask's own flags (bit 16 up): how the server treats a command. Not in `NAMES`, so
+    // `COMMAND INFO` shows only Redis's flags.
+    /// Runs at once inside MULTI instead of being queued (EXEC, DISCARD, MULTI, WATCH,
+    /// RESET, QUIT).
+    pub const TRANSACTION_CONTROL: u32 = 1 << 16;
+    /// Allowed on a RESP2 connection in subscribed mode.
+    pub const WHILE_SUBSCRIBED: u32 = 1 << 17;
+    /// Touches no keyspace, so it gets past the locks of a running script: what it takes
+    /// to kill the script, shut down, or say who you are.
+    pub const PASSES_LOCKS: u32 = 1 << 18;
+    /// A task-engine command: runs on the shard that owns its queue or task id.
+    pub const TASK: u32 = 1 << 19;
+    /// A server command that also runs queued in MULTI/EXEC and from scripts (one
+    /// implementation serves all three: the server's `commands::run_embedded`).
+    pub const EMBEDDED: u32 = 1 << 20;
+
     pub const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
         (READONLY, "readonly"),

@@ -89,7 +89,9 @@ impl Server {
     }
 
     pub fn client(&self) -> Client {
-        Client::connect(self.port)
+        let mut client = Client::connect(self.port);
+        client.server_pid = Some(self.child.id());
+        client
     }
 
     /// Sends SIGTERM and waits for the exit status.
@@ -123,6 +125,8 @@ pub struct Client {
     decoder: FrameDecoder,
     buf: BytesMut,
     pub protocol: Protocol,
+    /// The server's process, when known: a reply that never comes prints its state.
+    pub server_pid: Option<u32>,
 }
 
 impl Client {
@@ -137,6 +141,7 @@ impl Client {
             decoder: FrameDecoder::default(),
             buf: BytesMut::new(),
             protocol: Protocol::Resp2,
+            server_pid: None,
         }
     }
 
@@ -159,8 +164,85 @@ impl Client {
 
     /// The next reply, or None when the server closed the connection.
     pub fn read(&mut self) -> Option<Frame> {
-        self.try_read()
-            .unwrap_or_else(|e| panic!("read failed: {e}"))
+        self.try_read().unwrap_or_else(|e| {
+            let state = self.server_pid.map(|pid| self.diagnose(pid));
+            panic!("read failed: {e}\n{}", state.unwrap_or_default())
+        })
+    }
+
+    /// What a reply that never came left behind: the server's threads (state, kernel wait
+    /// channel), its io_uring rings (heads, tails, overflow) and this connection's socket on
+    /// the server side (bytes queued in each direction). Tells a request stuck in the kernel
+    /// from one the server took and did not answer.
+    pub fn diagnose(&self, pid: u32) -> String {
+        let mut out = format!("--- server {pid} at the timeout ---\n");
+        let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for task in tasks.flatten() {
+                let dir = task.path().display().to_string();
+                let stat = read(format!("{dir}/stat"));
+                let state = stat.rsplit(") ").next().unwrap_or("").split(' ').next();
+                out += &format!(
+                    "thread {} {}: state {} wchan {}\n",
+                    task.file_name().to_string_lossy(),
+                    read(format!("{dir}/comm")).trim(),
+                    state.unwrap_or("?"),
+                    read(format!("{dir}/wchan")).trim()
+                );
+            }
+        }
+        if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            for fd in fds.flatten() {
+                let target = std::fs::read_link(fd.path()).unwrap_or_default();
+                if target.to_string_lossy().contains("io_uring") {
+                    let info = read(format!(
+                        "/proc/{pid}/fdinfo/{}",
+                        fd.file_name().to_string_lossy()
+                    ));
+                    let wanted: Vec<&str> = info
+                        .lines()
+                        .filter(|l| {
+                            [
+                                "SqHead",
+                                "SqTail",
+                                "CachedSqHead",
+                                "CqHead",
+                                "CqTail",
+                                "CachedCqTail",
+                                "SQEs",
+                                "CQEs",
+                                "CqOverflowList",
+                            ]
+                            .iter()
+                            .any(|k| l.starts_with(k))
+                        })
+                        .collect();
+                    out += &format!(
+                        "ring fd {}: {}\n",
+                        fd.file_name().to_string_lossy(),
+                        wanted.join(" ")
+                    );
+                }
+            }
+        }
+        if let (Ok(local), Ok(peer)) = (self.stream.local_addr(), self.stream.peer_addr()) {
+            // /proc/net/tcp: "sl local rem st tx_queue:rx_queue ...", ports in hex.
+            let server_side = format!(":{:04X}", peer.port());
+            let client_side = format!(":{:04X}", local.port());
+            for line in read("/proc/net/tcp".into()).lines() {
+                let cols: Vec<&str> = line.split_whitespace().collect();
+                if cols.len() > 4
+                    && cols[1].ends_with(&server_side)
+                    && cols[2].ends_with(&client_side)
+                {
+                    out += &format!(
+                        "server socket: state {} tx:rx queued {}\n",
+                        cols[3], cols[4]
+                    );
+                }
+            }
+        }
+        out
     }
 
     /// The next reply, None when the server closed the connection, or the read error (a
