@@ -318,9 +318,11 @@ fn fuzz_server(shards: usize, seconds: u64, seed: u64) {
         clients[c].send(&refs);
         sent += 1;
         let reply = clients[c].try_read().unwrap_or_else(|e| {
+            let state = clients[c].server_pid.map(|pid| clients[c].diagnose(pid));
             panic!(
-                "seed {seed}: no reply ({e}) to the last of:\n{}",
-                last.join("\n")
+                "seed {seed}: no reply ({e}) to the last of:\n{}\n{}",
+                last.join("\n"),
+                state.unwrap_or_default()
             )
         });
         match reply {
