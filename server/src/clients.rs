@@ -184,6 +184,10 @@ impl Clients {
         self.by_id.insert(id, conn);
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = &Rc<RefCell<ConnState>>> {
+        self.by_id.values()
+    }
+
     pub fn get(&self, id: u64) -> Option<Rc<RefCell<ConnState>>> {
         self.by_id.get(&id).cloned()
     }

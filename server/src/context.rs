@@ -25,6 +25,8 @@ type DeferredRequest = (usize, u64, Option<u64>, Request);
 
 pub struct ShardCtx {
     pub id: usize,
+    /// When the cron last ticked (unix ms), for the watchdog thread (`runtime`).
+    pub cron_beat: Arc<std::sync::atomic::AtomicU64>,
     pub shard_count: usize,
     pub shard: RefCell<Shard>,
     pub mesh: Option<Rc<Mesh>>,
@@ -99,6 +101,7 @@ impl ShardCtx {
             push_ready: RefCell::new(Vec::new()),
             push_hook: RefCell::new(None),
             rouse_hook: RefCell::new(None),
+            cron_beat: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             deferred_pushes: RefCell::new(Vec::new()),
             lua: RefCell::new(None),
             lua_epoch: std::cell::Cell::new(0),
@@ -603,6 +606,7 @@ impl ShardCtx {
             pubsub_channels: self.pubsub.borrow().channel_names(),
             pubsub_patterns: self.pubsub.borrow().pattern_names(),
             evicted_keys: shard.evicted_keys(),
+            shard_lines: vec![self.waiting_line()],
             lua_memory: self
                 .lua
                 .borrow()
@@ -618,6 +622,32 @@ impl ShardCtx {
                 })
                 .collect(),
         }
+    }
+
+    /// `INFO shards`: what this shard waits on, for diagnosing a reply that never comes:
+    /// the lock (held by token), peers' requests deferred behind it, this shard's own
+    /// requests still unanswered by peers, and clients whose commands run in a task.
+    fn waiting_line(&self) -> String {
+        let clients = self.clients.borrow();
+        let in_task: Vec<String> = clients
+            .iter()
+            .filter_map(|c| {
+                let c = c.borrow();
+                c.in_batch.then(|| format!("{}:{}", c.id, c.last_command))
+            })
+            .collect();
+        format!(
+            "shard{}:locked={},deferred={},mesh_pending={},clients_in_task={}",
+            self.id,
+            self.lock.get().map_or("no".to_string(), |t| t.to_string()),
+            self.deferred.borrow().len(),
+            self.mesh.as_ref().map_or(0, |m| m.pending_count()),
+            if in_task.is_empty() {
+                "none".to_string()
+            } else {
+                in_task.join("/")
+            },
+        )
     }
 
     /// Serves a request from another shard, synchronously, on this shard's state.

@@ -3,7 +3,7 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::Config;
@@ -21,8 +21,9 @@ pub struct Globals {
     pub rejected_connections: AtomicU64,
     next_client_id: AtomicU64,
     shutdown: AtomicBool,
-    /// Each shard's wake-up eventfd, written to rouse a parked shard for shutdown.
-    wake_fds: Mutex<Vec<RawFd>>,
+    /// Each shard's wake-up eventfd, written to rouse a parked shard (for shutdown, or by
+    /// the watchdog), with the time of its cron's last tick (unix ms; 0: none yet).
+    wake_fds: Mutex<Vec<(RawFd, Arc<AtomicU64>)>>,
     pub started: Instant,
     pub port: std::sync::atomic::AtomicU16,
     /// Per shard: how many channels and patterns its clients subscribe to (PUBLISH skips
@@ -109,8 +110,27 @@ impl Globals {
         self.next_client_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub fn register_wake_fd(&self, fd: RawFd) {
-        self.wake_fds.lock().expect("wake fds").push(fd);
+    /// Registers a shard's wake-up eventfd and the clock its cron beats on.
+    pub fn register_wake_fd(&self, fd: RawFd, cron_beat: Arc<AtomicU64>) {
+        self.wake_fds
+            .lock()
+            .expect("wake fds")
+            .push((fd, cron_beat));
+    }
+
+    /// The watchdog's round: rouses every shard whose cron has not ticked for `stall_ms`
+    /// (its wake-up eventfd makes a parked network loop turn and reap its ring). Returns
+    /// (shard index, ms since its last tick) for each one roused.
+    pub fn rouse_stalled_shards(&self, now_ms: u64, stall_ms: u64) -> Vec<(usize, u64)> {
+        let mut roused = Vec::new();
+        for (index, (fd, beat)) in self.wake_fds.lock().expect("wake fds").iter().enumerate() {
+            let last = beat.load(Ordering::Relaxed);
+            if last != 0 && now_ms.saturating_sub(last) > stall_ms {
+                wake(*fd);
+                roused.push((index, now_ms - last));
+            }
+        }
+        roused
     }
 
     pub fn shutting_down(&self) -> bool {
@@ -120,11 +140,8 @@ impl Globals {
     /// Asks every shard to drain and stop, waking those that are parked.
     pub fn begin_shutdown(&self) {
         self.shutdown.store(true, Ordering::Release);
-        for &fd in self.wake_fds.lock().expect("wake fds").iter() {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a live u64 to an eventfd the shard keeps open until
-            // the process exits.
-            unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+        for (fd, _) in self.wake_fds.lock().expect("wake fds").iter() {
+            wake(*fd);
         }
     }
 
@@ -151,6 +168,14 @@ impl Globals {
 }
 
 /// Wall-clock unix milliseconds.
+/// Adds one to a shard's wake-up eventfd.
+fn wake(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writing 8 bytes from a live u64 to an eventfd the shard keeps open until the
+    // process exits.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
 pub fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -22,6 +22,7 @@ const SECTIONS: &[&str] = &[
     "tasks",
     "keyspace",
     "commandstats",
+    "shards",
 ];
 const DEFAULT_SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "tasks", "keyspace"];
 
@@ -166,6 +167,14 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
                     q.oldest_age_ms,
                     u8::from(q.paused),
                 );
+            }
+        }
+        "shards" => {
+            out.push_str("# Shards\r\n");
+            let mut lines = report.shard_lines.clone();
+            lines.sort();
+            for line in lines {
+                let _ = write!(out, "{line}\r\n");
             }
         }
         "keyspace" => {

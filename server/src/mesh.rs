@@ -287,6 +287,11 @@ impl Mesh {
         self.send(to, Message::Response { id, response });
     }
 
+    /// Requests sent and not yet answered.
+    pub fn pending_count(&self) -> usize {
+        self.pending.borrow().len()
+    }
+
     /// Completes the pending request `id` (called by the receiver task).
     pub fn complete(&self, id: u64, response: Response) {
         if let Some(slot) = self.pending.borrow_mut().remove(&id) {

@@ -97,11 +97,14 @@ pub struct ShardReport {
     pub lua_memory: u64,
     /// Keys removed by `maxmemory` eviction.
     pub evicted_keys: u64,
+    /// One `INFO shards` line per shard: what it is waiting on (see `ShardCtx::report`).
+    pub shard_lines: Vec<String>,
 }
 
 impl ShardReport {
     pub fn merge(&mut self, other: ShardReport) {
         self.commands += other.commands;
+        self.shard_lines.extend(other.shard_lines);
         for (name, counts) in other.per_command {
             let mine = self.per_command.entry(name).or_default();
             mine.calls += counts.calls;

@@ -206,7 +206,8 @@ impl Net {
         }
         // SAFETY: dup is a fresh fd owned by nobody else.
         let eventfd_file = Rc::new(unsafe { BufferedFile::from_raw_fd(dup) });
-        ctx.globals.register_wake_fd(eventfd.as_raw_fd());
+        ctx.globals
+            .register_wake_fd(eventfd.as_raw_fd(), ctx.cron_beat.clone());
         Ok(Rc::new(Net {
             ctx,
             ring: RefCell::new(ring),
@@ -696,6 +697,9 @@ impl Net {
             });
             if read.as_mut().poll(cx).is_ready() {
                 *slot = None;
+                // The eventfd says the ring has work (or the watchdog says we stalled):
+                // enter with GETEVENTS whatever the TASKRUN flag shows.
+                self.force_enter.set(true);
                 return Poll::Ready(());
             }
             self.notify.waker.set(Some(cx.waker().clone()));

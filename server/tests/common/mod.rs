@@ -194,6 +194,15 @@ impl Client {
         if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
             for fd in fds.flatten() {
                 let target = std::fs::read_link(fd.path()).unwrap_or_default();
+                if target.to_string_lossy().contains("eventfd") {
+                    let info = read(format!(
+                        "/proc/{pid}/fdinfo/{}",
+                        fd.file_name().to_string_lossy()
+                    ));
+                    if let Some(count) = info.lines().find(|l| l.starts_with("eventfd-count")) {
+                        out += &format!("eventfd {}: {count}\n", fd.file_name().to_string_lossy());
+                    }
+                }
                 if target.to_string_lossy().contains("io_uring") {
                     let info = read(format!(
                         "/proc/{pid}/fdinfo/{}",
@@ -240,6 +249,21 @@ impl Client {
                         cols[3], cols[4]
                     );
                 }
+            }
+            // What the shards say they wait on, asked on a fresh connection (which may get
+            // no answer either: a short timeout).
+            if let Ok(mut probe) = TcpStream::connect(peer) {
+                let _ = probe.set_read_timeout(Some(Duration::from_secs(3)));
+                let _ = probe.write_all(b"INFO shards\r\nCLIENT LIST\r\n");
+                let mut text = Vec::new();
+                let mut chunk = [0u8; 16384];
+                while let Ok(n) = std::io::Read::read(&mut probe, &mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    text.extend_from_slice(&chunk[..n]);
+                }
+                out += &String::from_utf8_lossy(&text).replace("\r\n", "\n");
             }
         }
         out
