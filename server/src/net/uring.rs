@@ -437,6 +437,15 @@ impl Net {
         };
         if !cqueue::more(flags) {
             conn.recv_armed = false;
+            // Rare (a multishot receive ends on no buffer, an overflow, or the peer's end):
+            // logged for the stall under load that docs/ARCHITECTURE.md describes.
+            tracing::debug!(
+                client = conn.session.state.borrow().id,
+                result,
+                flags,
+                closing = conn.closing,
+                "multishot receive ended"
+            );
         }
         if result > 0 {
             let id = cqueue::buffer_select(flags).expect("recv with a provided buffer");
