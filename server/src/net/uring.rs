@@ -696,25 +696,41 @@ impl Net {
     /// Waits until the ring has completions or another task notifies.
     async fn park(&self) {
         std::future::poll_fn(|cx| {
-            if self.notify.flag.replace(false) {
-                return Poll::Ready(());
-            }
-            let mut slot = self.event_read.borrow_mut();
-            let read = slot.get_or_insert_with(|| {
-                let file = self.eventfd_file.clone();
-                Box::pin(async move { file.read_at(0, 8).await })
-            });
-            if read.as_mut().poll(cx).is_ready() {
-                *slot = None;
-                // The eventfd says the ring has work (or the watchdog says we stalled):
-                // enter with GETEVENTS whatever the TASKRUN flag shows.
-                self.force_enter.set(true);
+            let signalled = self.poll_event_read(cx);
+            if self.notify.flag.replace(false) || signalled {
                 return Poll::Ready(());
             }
             self.notify.waker.set(Some(cx.waker().clone()));
             Poll::Pending
         })
         .await
+    }
+
+    /// Polls the read of the ring's eventfd; true if it completed (the ring has work, or the
+    /// watchdog says this shard stalled). A completed read is replaced at once, so one is
+    /// always in flight on glommio's ring: a write to the eventfd then always completes an
+    /// I/O there and wakes the executor, even one that went to sleep while this loop was
+    /// runnable and not parked (seen under CPU contention: the executor asleep, its timers
+    /// silent, the loop suspended in a yield; docs/ARCHITECTURE.md).
+    fn poll_event_read(&self, cx: &mut std::task::Context<'_>) -> bool {
+        let mut slot = self.event_read.borrow_mut();
+        let mut signalled = false;
+        // Two rounds at most: the second read only arms (it completes at once only if the
+        // eventfd was written again in between, and then the next park sees it).
+        for _ in 0..2 {
+            let read = slot.get_or_insert_with(|| {
+                let file = self.eventfd_file.clone();
+                Box::pin(async move { file.read_at(0, 8).await })
+            });
+            if read.as_mut().poll(cx).is_pending() {
+                break;
+            }
+            *slot = None;
+            signalled = true;
+            // Enter with GETEVENTS whatever the TASKRUN flag shows.
+            self.force_enter.set(true);
+        }
+        signalled
     }
 
     /// The shard's network loop; returns once shutdown has drained the clients.
