@@ -68,12 +68,7 @@ pub async fn run(
         "ping" if crate::pubsub::resp2_subscribed(&conn.borrow()) => {
             crate::pubsub::subscribed_ping(args)
         }
-        _ if spec.has(flag::EMBEDDED) => {
-            let mut db = conn.borrow().db;
-            let frame = run_embedded(ctx, spec, args, &mut db).await;
-            conn.borrow_mut().db = db;
-            frame
-        }
+        _ if spec.has(flag::EMBEDDED) => run_embedded_for(ctx, conn, spec, args).await,
         "hello" => hello(ctx, &mut conn.borrow_mut(), args),
         "auth" => auth(ctx, &mut conn.borrow_mut(), args),
         "quit" => {
@@ -229,6 +224,20 @@ fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
         .expect("requirepass")
         .is_none();
     Frame::simple("RESET")
+}
+
+/// [`run_embedded`] on a connection's selected database (a client's command, or one EXEC
+/// runs from its queue).
+pub async fn run_embedded_for(
+    ctx: &ShardCtx,
+    conn: &RefCell<ConnState>,
+    spec: &CommandSpec,
+    args: &[Bytes],
+) -> Frame {
+    let mut db = conn.borrow().db;
+    let frame = run_embedded(ctx, spec, args, &mut db).await;
+    conn.borrow_mut().db = db;
+    frame
 }
 
 /// The server commands flagged `EMBEDDED` (SELECT, PING, ECHO, TIME, PUBLISH, SPUBLISH):

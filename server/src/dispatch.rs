@@ -194,10 +194,8 @@ async fn execute_spec(
     direct: Option<&mut Output>,
 ) -> Frame {
     // Local work below runs before the first await, so it never interleaves with a
-    // cross-shard operation that locks this shard. SCRIPT (KILL) and SHUTDOWN touch no
-    // keyspace and must get through a busy script's locks.
-    // Only looked at while locked: a second command-table lookup per command costs ~5% of
-    // a pipelined GET/SET (docs/perf-notes.md).
+    // cross-shard operation that locks this shard. Commands flagged PASSES_LOCKS (SCRIPT
+    // KILL, SHUTDOWN, ...) touch no keyspace and must get through a busy script's locks.
     if ctx.is_locked()
         && !spec.is_some_and(|s| s.has(flag::PASSES_LOCKS))
         && ctx.wait_unlocked_or_busy().await

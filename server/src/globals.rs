@@ -167,7 +167,6 @@ impl Globals {
     }
 }
 
-/// Wall-clock unix milliseconds.
 /// Adds one to a shard's wake-up eventfd.
 fn wake(fd: RawFd) {
     let one: u64 = 1;
@@ -176,6 +175,7 @@ fn wake(fd: RawFd) {
     unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }
 
+/// Wall-clock unix milliseconds.
 pub fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

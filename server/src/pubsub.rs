@@ -139,7 +139,7 @@ impl Subscriptions {
     }
 }
 
-/// True when a RESP2 connection in subscribed mode may run `name`.
+/// True when a RESP2 connection in subscribed mode may run `spec` (flag `WHILE_SUBSCRIBED`).
 pub fn allowed_while_subscribed(spec: &wetask_shards::CommandSpec) -> bool {
     spec.has(wetask_shards::table::flag::WHILE_SUBSCRIBED)
 }

@@ -350,7 +350,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             ));
         }
         let borrowed = run.borrowed.iter().any(|(d, k)| *d == db && k == key);
-        if shard != ctx.id && !borrowed && spec.group != "tasks" {
+        if shard != ctx.id && !borrowed && !spec.has(flag::TASK) {
             needed.push((db, key.clone()));
         }
     }

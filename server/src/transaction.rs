@@ -32,19 +32,16 @@ pub const QUEUED_COMMANDS_MAX: usize = 100_000;
 /// Most keys one connection may WATCH.
 pub const WATCHED_KEYS_MAX: usize = 10_000;
 
-/// Server commands that may be queued: they need no other shard.
-const SERVER_COMMANDS_IN_MULTI: &[&str] = &[
-    "ping",
-    "echo",
-    "time",
-    "select",
-    "publish",
-    "spublish",
-    "eval",
-    "evalsha",
-    "eval_ro",
-    "evalsha_ro",
-];
+/// A server command that may be queued: one flagged `EMBEDDED` (EXEC runs it with the
+/// client's code, `commands::run_embedded`), or a script (run under EXEC's locks).
+fn may_queue_server_command(spec: &CommandSpec) -> bool {
+    spec.has(flag::EMBEDDED) || is_script(spec)
+}
+
+/// EVAL, EVALSHA and their read-only forms.
+fn is_script(spec: &CommandSpec) -> bool {
+    spec.name.starts_with("eval")
+}
 
 /// Commands that act on the transaction itself and run at once even inside MULTI.
 pub fn controls_transaction(spec: &CommandSpec) -> bool {
@@ -62,7 +59,7 @@ pub struct Watched {
 
 /// Queues a command inside MULTI (or rejects it, which makes EXEC abort).
 pub fn queue(conn: &mut ConnState, spec: &CommandSpec, args: &[Bytes]) -> Frame {
-    if spec.route == Route::Server && !SERVER_COMMANDS_IN_MULTI.contains(&spec.name) {
+    if spec.route == Route::Server && !may_queue_server_command(spec) {
         conn.multi_failed = true;
         return Frame::static_error("ERR Command not allowed inside a transaction");
     }
@@ -181,7 +178,7 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
     for args in queued {
         let spec = lookup(&args[0]).expect("checked when queued");
         match spec.route {
-            Route::Server if spec.name.starts_with("eval") => {
+            Route::Server if is_script(spec) => {
                 // A script's declared keys are borrowed with the rest; the shards it may
                 // use are locked.
                 let keys: Vec<Bytes> = spec.key_positions(args).map(|i| args[i].clone()).collect();
@@ -192,10 +189,8 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
             }
             Route::Server => {
                 if spec.name == "select" {
-                    if let Some(n) = wetask_shards::args::parse_i64(&args[1]) {
-                        if (0..wetask_shards::DATABASES as i64).contains(&n) {
-                            db = n as usize;
-                        }
+                    if let Ok(n) = wetask_shards::args::db_index(&args[1]) {
+                        db = n;
                     }
                 }
             }
@@ -204,7 +199,7 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
                 for i in spec.key_positions(args) {
                     shards.push(ctx.owner_of(&args[i]));
                     // Task state is not borrowed: task commands run on their owner.
-                    if spec.group != "tasks" {
+                    if !spec.has(flag::TASK) {
                         keys.push((db, args[i].clone()));
                         if spec.has(wetask_shards::table::flag::WRITE) {
                             written.push((db, args[i].clone()));
@@ -272,7 +267,7 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
     for args in &queued {
         let spec = lookup(&args[0]).expect("checked when queued");
         let db = conn.borrow().db;
-        let frame = if spec.name.starts_with("eval") {
+        let frame = if is_script(spec) {
             let under = Some((&held, &mut borrowed));
             crate::scripting::eval_in(ctx, spec, args, db, client, under).await
         } else {
@@ -315,10 +310,7 @@ async fn run_one(
     };
     match spec.route {
         Route::Server if spec.has(flag::EMBEDDED) => {
-            let mut db = conn.borrow().db;
-            let frame = crate::commands::run_embedded(ctx, spec, args, &mut db).await;
-            conn.borrow_mut().db = db;
-            frame
+            crate::commands::run_embedded_for(ctx, conn, spec, args).await
         }
         Route::Server => Frame::static_error("ERR Command not allowed inside a transaction"),
         Route::AllShards(merge) => {

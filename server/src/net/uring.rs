@@ -165,10 +165,11 @@ pub struct Net {
     ring: RefCell<IoUring>,
     inner: RefCell<Inner>,
     notify: Notify,
-    /// Set by the cron's rouse: the next turn enters the ring with GETEVENTS even if no
-    /// flag asks for it.
+    /// Set by the cron's rouse and by a completed eventfd read: the next turn enters the
+    /// ring with GETEVENTS even if no flag asks for it.
     force_enter: Cell<bool>,
-    /// Kept open for the process's life: shutdown writes to it to wake a parked shard.
+    /// Kept open for the process's life: shutdown and the watchdog write to it to wake the
+    /// shard.
     _eventfd: OwnedFd,
     eventfd_file: Rc<BufferedFile>,
     event_read: RefCell<Option<EventRead>>,
