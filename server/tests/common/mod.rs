@@ -193,45 +193,34 @@ impl Client {
         }
         if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
             for fd in fds.flatten() {
+                // An eventfd shows its count, a ring its heads, tails and overflow.
+                const RING_FIELDS: &[&str] = &[
+                    "SqHead",
+                    "SqTail",
+                    "CachedSqHead",
+                    "CqHead",
+                    "CqTail",
+                    "CachedCqTail",
+                    "SQEs",
+                    "CQEs",
+                    "CqOverflowList",
+                ];
                 let target = std::fs::read_link(fd.path()).unwrap_or_default();
-                if target.to_string_lossy().contains("eventfd") {
-                    let info = read(format!(
-                        "/proc/{pid}/fdinfo/{}",
-                        fd.file_name().to_string_lossy()
-                    ));
-                    if let Some(count) = info.lines().find(|l| l.starts_with("eventfd-count")) {
-                        out += &format!("eventfd {}: {count}\n", fd.file_name().to_string_lossy());
-                    }
-                }
-                if target.to_string_lossy().contains("io_uring") {
-                    let info = read(format!(
-                        "/proc/{pid}/fdinfo/{}",
-                        fd.file_name().to_string_lossy()
-                    ));
-                    let wanted: Vec<&str> = info
-                        .lines()
-                        .filter(|l| {
-                            [
-                                "SqHead",
-                                "SqTail",
-                                "CachedSqHead",
-                                "CqHead",
-                                "CqTail",
-                                "CachedCqTail",
-                                "SQEs",
-                                "CQEs",
-                                "CqOverflowList",
-                            ]
-                            .iter()
-                            .any(|k| l.starts_with(k))
-                        })
-                        .collect();
-                    out += &format!(
-                        "ring fd {}: {}\n",
-                        fd.file_name().to_string_lossy(),
-                        wanted.join(" ")
-                    );
-                }
+                let target = target.to_string_lossy();
+                let (kind, fields): (&str, &[&str]) = if target.contains("eventfd") {
+                    ("eventfd", &["eventfd-count"])
+                } else if target.contains("io_uring") {
+                    ("ring fd", RING_FIELDS)
+                } else {
+                    continue;
+                };
+                let name = fd.file_name().to_string_lossy().into_owned();
+                let info = read(format!("/proc/{pid}/fdinfo/{name}"));
+                let wanted: Vec<&str> = info
+                    .lines()
+                    .filter(|l| fields.iter().any(|k| l.starts_with(k)))
+                    .collect();
+                out += &format!("{kind} {name}: {}\n", wanted.join(" "));
             }
         }
         if let (Ok(local), Ok(peer)) = (self.stream.local_addr(), self.stream.peer_addr()) {
