@@ -94,11 +94,11 @@ pub async fn run(
 }
 
 /// Which subscription namespace a (un)subscribe command names.
-fn pubsub_kind(name: &str) -> crate::pubsub::Kind {
+fn pubsub_kind(name: &str) -> crate::clients::Kind {
     match name {
-        "psubscribe" | "punsubscribe" => crate::pubsub::Kind::Pattern,
-        "ssubscribe" | "sunsubscribe" => crate::pubsub::Kind::Shard,
-        _ => crate::pubsub::Kind::Channel,
+        "psubscribe" | "punsubscribe" => crate::clients::Kind::Pattern,
+        "ssubscribe" | "sunsubscribe" => crate::clients::Kind::Shard,
+        _ => crate::clients::Kind::Channel,
     }
 }
 

@@ -103,9 +103,7 @@ impl ShardCtx {
             rouse_hook: RefCell::new(None),
             // Starts beating at birth: a shard that stalls before its first cron tick (seen
             // in CI, a request sent within 100 ms of start) is roused like any other.
-            cron_beat: Arc::new(std::sync::atomic::AtomicU64::new(
-                crate::globals::unix_ms(),
-            )),
+            cron_beat: Arc::new(std::sync::atomic::AtomicU64::new(crate::globals::unix_ms())),
             deferred_pushes: RefCell::new(Vec::new()),
             lua: RefCell::new(None),
             lua_epoch: std::cell::Cell::new(0),

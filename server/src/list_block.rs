@@ -24,8 +24,8 @@ use std::rc::Rc;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::lists::{parse_ends, parse_mpop, parse_timeout, End};
-use wetask_shards::lookup;
 use wetask_shards::table::CommandSpec;
+use wetask_shards::{lookup, BlockOp, MoveTarget};
 
 use crate::clients::ConnState;
 use crate::context::ShardCtx;
@@ -34,28 +34,6 @@ use crate::task_wait::{LocalSlot, LocalWait, Reply};
 
 /// Most waiters parked on one shard at once; beyond it a blocking pop is refused.
 pub const LIST_WAITERS_MAX: usize = 100_000;
-
-/// What a waiter pops when its key has data.
-#[derive(Clone, Debug)]
-pub enum BlockOp {
-    /// BLPOP/BRPOP (`count` None: replies `[key, element]`) and BLMPOP (`count` Some:
-    /// replies `[key, [elements]]`).
-    Pop { end: End, count: Option<usize> },
-    /// BLMOVE/BRPOPLPUSH from the waiter's one key to `dst`.
-    Move { dst: Bytes, from: End, to: End },
-    /// BZPOPMIN/BZPOPMAX (`count` None: replies `[key, member, score]`) and BZMPOP (`count`
-    /// Some: replies `[key, [[member, score], …]]`).
-    ZPop { max: bool, count: Option<usize> },
-    /// XREAD … BLOCK: entries after `after` (`None` is `$`, fixed when the read parks on
-    /// the stream's shard). Nothing is consumed: every reader waiting on a stream is served.
-    XRead {
-        after: Vec<(Bytes, Option<wetask_shards::stream::StreamId>)>,
-        count: usize,
-    },
-    /// XREADGROUP … BLOCK … `>`: new entries for a consumer of a group. Consuming, like a
-    /// pop: one waiter gets each entry.
-    XReadGroup(wetask_shards::stream_groups::XreadGroup),
-}
 
 /// A blocked pop parked on an owner shard.
 pub struct ListWaiter {
@@ -546,98 +524,16 @@ impl ShardCtx {
         }
     }
 
-    /// Runs a waiter's pop on `key`; `None` when there is nothing to take.
+    /// Runs a waiter's pop on `key` (a shard operation); `None` when there is nothing to
+    /// take.
     fn pop_for(&self, parked: &ListWaiter, key: &Bytes) -> Option<Frame> {
-        let mut shard = self.shard.borrow_mut();
-        let command: Vec<Bytes> = match &parked.op {
-            BlockOp::ZPop { .. } | BlockOp::XRead { .. } | BlockOp::XReadGroup(_) => Vec::new(),
-            BlockOp::Pop { end, count } => {
-                vec![
-                    Bytes::from_static(b"lmpop"),
-                    Bytes::from_static(b"1"),
-                    key.clone(),
-                    Bytes::from_static(end.name()),
-                    Bytes::from_static(b"COUNT"),
-                    Bytes::from(count.unwrap_or(1).to_string()),
-                ]
-            }
-            BlockOp::Move { dst, from, to } => {
-                if move_spans_shards(self, key, dst) {
-                    // Only the pop happens here; the home pushes (see `finish`).
-                    vec![
-                        Bytes::from_static(b"lmpop"),
-                        Bytes::from_static(b"1"),
-                        key.clone(),
-                        Bytes::from_static(from.name()),
-                    ]
-                } else {
-                    vec![
-                        Bytes::from_static(b"lmove"),
-                        key.clone(),
-                        dst.clone(),
-                        Bytes::from_static(from.name()),
-                        Bytes::from_static(to.name()),
-                    ]
-                }
-            }
+        let target = match &parked.op {
+            BlockOp::Move { dst, .. } if move_spans_shards(self, key, dst) => MoveTarget::Elsewhere,
+            _ => MoveTarget::Here,
         };
-        if let BlockOp::XRead { after, count } = &parked.op {
-            let id = after
-                .iter()
-                .find(|(k, _)| k == key)
-                .and_then(|(_, id)| *id)?;
-            let entries = shard.stream_read_after(parked.db, key, id, *count)?;
-            return Some(Frame::Keyed(vec![(Frame::Bulk(key.clone()), entries)]));
-        }
-        if let BlockOp::XReadGroup(read) = &parked.op {
-            let entries = shard.stream_read_group(parked.db, key, read)?;
-            return Some(Frame::Keyed(vec![(Frame::Bulk(key.clone()), entries)]));
-        }
-        let command = match &parked.op {
-            BlockOp::ZPop { max, count } => vec![
-                Bytes::from_static(b"zmpop"),
-                Bytes::from_static(b"1"),
-                key.clone(),
-                Bytes::from_static(if *max { b"MAX" } else { b"MIN" }),
-                Bytes::from_static(b"COUNT"),
-                Bytes::from(count.unwrap_or(1).to_string()),
-            ],
-            _ => command,
-        };
-        let spec = lookup(&command[0]).expect("in the table");
-        let frame = shard.execute(parked.db, parked.client, spec, &command);
-        if found_nothing(&frame) || frame.is_error() {
-            return None;
-        }
-        // Shape the reply as the blocking command's own.
-        Some(match (&parked.op, frame) {
-            (BlockOp::Pop { count: None, .. }, Frame::Array(mut parts)) => {
-                let Some(Frame::Array(mut items)) = parts.pop() else {
-                    return None;
-                };
-                Frame::Array(vec![Frame::Bulk(key.clone()), items.pop()?])
-            }
-            (BlockOp::Move { dst, .. }, Frame::Array(mut parts))
-                if move_spans_shards(self, key, dst) =>
-            {
-                let Some(Frame::Array(mut items)) = parts.pop() else {
-                    return None;
-                };
-                Frame::Array(vec![Frame::Bulk(key.clone()), items.pop()?])
-            }
-            (BlockOp::ZPop { count: None, .. }, Frame::Array(mut parts)) => {
-                let Some(Frame::Array(mut items)) = parts.pop() else {
-                    return None;
-                };
-                let Some(Frame::Array(mut pair)) = items.pop() else {
-                    return None;
-                };
-                let score = pair.pop()?;
-                let member = pair.pop()?;
-                Frame::Array(vec![Frame::Bulk(key.clone()), member, score])
-            }
-            (_, frame) => frame,
-        })
+        self.shard
+            .borrow_mut()
+            .serve_blocked(parked.db, parked.client, key, &parked.op, target)
     }
 
     fn expire_list_waiters(&self) {

@@ -77,7 +77,7 @@ pub enum Request {
         client: u64,
         db: usize,
         keys: Vec<Bytes>,
-        op: crate::list_block::BlockOp,
+        op: wetask_shards::BlockOp,
         deadline_ms: Option<u64>,
     },
     /// Let go of a parked list pop (its held request is answered empty if still parked).
@@ -113,7 +113,7 @@ pub enum Request {
         sharded: bool,
     },
     /// What the receiving shard knows for PUBSUB.
-    Pubsub(crate::pubsub::PubsubQuery),
+    Pubsub(PubsubQuery),
     /// Lend a key's entry to the coordinator of a cross-shard operation (see `cross`).
     Lend {
         db: usize,
@@ -193,7 +193,24 @@ pub enum Response {
     Key(Option<Bytes>),
     Stats(Box<crate::stats::ShardReport>),
     Text(String),
-    Pubsub(crate::pubsub::PubsubReport),
+    Pubsub(PubsubReport),
+}
+
+/// What PUBSUB asks each shard.
+#[derive(Clone, Debug)]
+pub enum PubsubQuery {
+    Channels(Option<Bytes>),
+    NumSub(Vec<Bytes>),
+    Patterns,
+    ShardChannels(Option<Bytes>),
+    ShardNumSub(Vec<Bytes>),
+}
+
+/// A shard's answer to a [`PubsubQuery`].
+#[derive(Debug)]
+pub enum PubsubReport {
+    Names(Vec<Bytes>),
+    Counts(Vec<usize>),
 }
 
 /// What one channel message carries: every message queued for that peer since the last flush.

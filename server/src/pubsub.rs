@@ -23,9 +23,9 @@ use bytes::Bytes;
 use wetask_protocol::{encode_output, Frame, Protocol};
 use wetask_shards::glob::glob_match;
 
-use crate::clients::ConnState;
+use crate::clients::{ConnState, Kind};
 use crate::context::ShardCtx;
-use crate::mesh::{Request, Response};
+use crate::mesh::{PubsubQuery, PubsubReport, Request, Response};
 
 /// Most channels plus patterns one connection may subscribe to.
 pub const SUBSCRIPTIONS_PER_CLIENT_MAX: usize = 100_000;
@@ -37,32 +37,6 @@ pub struct Registry {
     patterns: HashMap<Bytes, Vec<u64>>,
     /// Shard channels (SSUBSCRIBE / SPUBLISH): a namespace of their own, as in Redis 7.
     shard_channels: HashMap<Bytes, Vec<u64>>,
-}
-
-/// The three subscription namespaces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Channel,
-    Pattern,
-    Shard,
-}
-
-impl Kind {
-    fn subscribe_reply(self) -> &'static str {
-        match self {
-            Kind::Channel => "subscribe",
-            Kind::Pattern => "psubscribe",
-            Kind::Shard => "ssubscribe",
-        }
-    }
-
-    fn unsubscribe_reply(self) -> &'static str {
-        match self {
-            Kind::Channel => "unsubscribe",
-            Kind::Pattern => "punsubscribe",
-            Kind::Shard => "sunsubscribe",
-        }
-    }
 }
 
 impl Registry {
@@ -98,44 +72,6 @@ impl Registry {
 
     fn size(&self) -> usize {
         self.channels.len() + self.patterns.len() + self.shard_channels.len()
-    }
-}
-
-/// A connection's subscriptions.
-#[derive(Default)]
-pub struct Subscriptions {
-    pub channels: indexmap::IndexSet<Bytes>,
-    pub patterns: indexmap::IndexSet<Bytes>,
-    pub shard_channels: indexmap::IndexSet<Bytes>,
-}
-
-impl Subscriptions {
-    pub fn is_empty(&self) -> bool {
-        self.channels.is_empty() && self.patterns.is_empty() && self.shard_channels.is_empty()
-    }
-}
-
-impl Subscriptions {
-    /// Every subscription of every kind (any makes a RESP2 connection "subscribed").
-    pub fn count(&self) -> usize {
-        self.channels.len() + self.patterns.len() + self.shard_channels.len()
-    }
-
-    /// The count a (un)subscribe confirmation reports: channels and patterns together, shard
-    /// channels on their own (Redis 7).
-    fn reported(&self, kind: Kind) -> usize {
-        match kind {
-            Kind::Shard => self.shard_channels.len(),
-            _ => self.channels.len() + self.patterns.len(),
-        }
-    }
-
-    fn set(&mut self, kind: Kind) -> &mut indexmap::IndexSet<Bytes> {
-        match kind {
-            Kind::Channel => &mut self.channels,
-            Kind::Pattern => &mut self.patterns,
-            Kind::Shard => &mut self.shard_channels,
-        }
     }
 }
 
@@ -393,21 +329,6 @@ pub fn report(ctx: &ShardCtx, query: &PubsubQuery) -> PubsubReport {
                 .collect(),
         ),
     }
-}
-
-#[derive(Clone, Debug)]
-pub enum PubsubQuery {
-    Channels(Option<Bytes>),
-    NumSub(Vec<Bytes>),
-    Patterns,
-    ShardChannels(Option<Bytes>),
-    ShardNumSub(Vec<Bytes>),
-}
-
-#[derive(Debug)]
-pub enum PubsubReport {
-    Names(Vec<Bytes>),
-    Counts(Vec<usize>),
 }
 
 /// PUBSUB CHANNELS [pattern] | NUMSUB [channel …] | NUMPAT, gathered from every shard.

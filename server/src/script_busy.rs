@@ -163,7 +163,7 @@ pub fn kill(slots: &[ScriptSlot]) -> Result<(), &'static str> {
 
 /// What the hook of the script running on this thread needs.
 struct Watch {
-    globals: Arc<Globals>,
+    slots: Arc<[ScriptSlot]>,
     shard: usize,
     main: *mut ffi::lua_State,
     started: Instant,
@@ -171,24 +171,28 @@ struct Watch {
     killing: bool,
 }
 
-use crate::globals::Globals;
-
 thread_local! {
     static WATCH: RefCell<Option<Watch>> = const { RefCell::new(None) };
 }
 
 /// Starts watching the script about to run on `thread` (this shard's), holding lock
 /// `token`: fills the shard's slot and installs the hook. Dropping the guard ends both.
-pub fn watch(globals: &Arc<Globals>, shard: usize, token: u64, thread: &mlua::Thread) -> Watching {
+pub fn watch(
+    slots: &Arc<[ScriptSlot]>,
+    threshold_ms: &Arc<AtomicU64>,
+    shard: usize,
+    token: u64,
+    thread: &mlua::Thread,
+) -> Watching {
     let main = thread.to_pointer() as *mut ffi::lua_State;
-    globals.script_slots[shard].begin(token);
+    slots[shard].begin(token);
     WATCH.with(|w| {
         *w.borrow_mut() = Some(Watch {
-            globals: globals.clone(),
+            slots: slots.clone(),
             shard,
             main,
             started: Instant::now(),
-            threshold_ms: globals.busy_reply_threshold_ms.clone(),
+            threshold_ms: threshold_ms.clone(),
             killing: false,
         })
     });
@@ -196,21 +200,21 @@ pub fn watch(globals: &Arc<Globals>, shard: usize, token: u64, thread: &mlua::Th
     // lua_State); the hook only reads the thread-local watch and calls Lua's own API.
     unsafe { ffi::lua_sethook(main, Some(hook), ffi::LUA_MASKCOUNT, HOOK_INSTRUCTIONS) };
     Watching {
-        globals: globals.clone(),
+        slots: slots.clone(),
         shard,
     }
 }
 
 /// The running script's watch; see [`watch`].
 pub struct Watching {
-    globals: Arc<Globals>,
+    slots: Arc<[ScriptSlot]>,
     shard: usize,
 }
 
 impl Drop for Watching {
     fn drop(&mut self) {
         WATCH.with(|w| w.borrow_mut().take());
-        self.globals.script_slots[self.shard].end();
+        self.slots[self.shard].end();
     }
 }
 
@@ -292,7 +296,7 @@ unsafe extern "C-unwind" fn hook(state: *mut ffi::lua_State, _ar: *mut ffi::lua_
         let Some(watch) = w.as_mut() else {
             return Action::Continue;
         };
-        let slot = &watch.globals.script_slots[watch.shard];
+        let slot = &watch.slots[watch.shard];
         if watch.killing || slot.kill.load(Ordering::Acquire) {
             watch.killing = true;
             return Action::Kill;

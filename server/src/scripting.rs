@@ -738,7 +738,13 @@ async fn run_script(
     transparent.raw_set(thread.clone(), true)?;
     let token = ctx.script_run.borrow().as_ref().map_or(0, |r| r.token);
     // Until the script ends (or its task is dropped), its slot and hook say what it does.
-    let _watching = crate::script_busy::watch(&ctx.globals, ctx.id, token, &thread);
+    let _watching = crate::script_busy::watch(
+        &ctx.globals.script_slots,
+        &ctx.globals.busy_reply_threshold_ms,
+        ctx.id,
+        token,
+        &thread,
+    );
     thread.into_async::<Value>(()).await
 }
 

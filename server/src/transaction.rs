@@ -22,7 +22,7 @@ use wetask_protocol::Frame;
 use wetask_shards::lookup;
 use wetask_shards::table::{flag, CommandSpec, Route};
 
-use crate::clients::ConnState;
+use crate::clients::{ConnState, Watched};
 use crate::context::ShardCtx;
 use crate::cross::{borrow, give_back, on, Held};
 use crate::mesh::{Request, Response};
@@ -46,15 +46,6 @@ fn is_script(spec: &CommandSpec) -> bool {
 /// Commands that act on the transaction itself and run at once even inside MULTI.
 pub fn controls_transaction(spec: &CommandSpec) -> bool {
     spec.has(flag::TRANSACTION_CONTROL)
-}
-
-/// A watched key: its owner shard, database, name and the version seen at WATCH.
-#[derive(Clone, Debug)]
-pub struct Watched {
-    pub shard: usize,
-    pub db: usize,
-    pub key: Bytes,
-    pub version: u64,
 }
 
 /// Queues a command inside MULTI (or rejects it, which makes EXEC abort).

@@ -4,6 +4,7 @@
 //! [`table::COMMANDS`].
 
 pub mod args;
+pub mod blocked_ops;
 pub mod blocking;
 pub mod compat;
 pub mod contain;
@@ -34,6 +35,7 @@ pub mod value;
 pub mod zset;
 pub mod zsets;
 
+pub use blocked_ops::{BlockOp, MoveTarget};
 pub use ctx::{Ctx, DATABASES};
 pub use keyspace::{Entry, ScanFilter, Value};
 pub use shard::Shard;

@@ -228,6 +228,28 @@ impl Shard {
         }
     }
 
+    /// Runs `f` on a command context for database `db` and `client`, inside the panic
+    /// boundary (`contain`, logged as `what`): `None` if it panicked. For operations the
+    /// server asks of the shard besides commands (a blocked client's pop).
+    pub(crate) fn with_ctx<R>(
+        &mut self,
+        db: usize,
+        client: u64,
+        what: &'static str,
+        f: impl FnOnce(&mut Ctx<'_>) -> R,
+    ) -> Option<R> {
+        let mut ctx = Ctx {
+            dbs: &mut self.dbs,
+            db,
+            now_ms: self.now_ms,
+            out: None,
+            tasks: &mut self.tasks,
+            client,
+            blocked: &mut self.blocked,
+        };
+        crate::contain::contained(what, || f(&mut ctx)).ok()
+    }
+
     /// Bumps the version of every watched key a write command names (all of a database's,
     /// or all, for FLUSHDB and FLUSHALL). A write that changes nothing still counts: EXEC may
     /// abort when Redis would not, never the other way round.
@@ -262,7 +284,7 @@ impl Shard {
         }
     }
 
-    fn touch_key(&mut self, db: usize, key: &[u8]) {
+    pub(crate) fn touch_key(&mut self, db: usize, key: &[u8]) {
         if self.watched.is_empty() {
             return;
         }

@@ -10,6 +10,18 @@ use std::rc::Rc;
 use bytes::Bytes;
 use wetask_protocol::Protocol;
 
+mod subscriptions;
+pub use subscriptions::{Kind, Subscriptions};
+
+/// A watched key: its owner shard, database, name and the version seen at WATCH.
+#[derive(Clone, Debug)]
+pub struct Watched {
+    pub shard: usize,
+    pub db: usize,
+    pub key: Bytes,
+    pub version: u64,
+}
+
 pub struct ConnState {
     pub id: u64,
     pub fd: RawFd,
@@ -48,9 +60,9 @@ pub struct ConnState {
     /// A command was rejected while queueing: EXEC will abort.
     pub multi_failed: bool,
     /// Keys this connection WATCHes.
-    pub watched: Vec<crate::transaction::Watched>,
+    pub watched: Vec<Watched>,
     /// Channels and patterns this connection subscribes to.
-    pub subscriptions: crate::pubsub::Subscriptions,
+    pub subscriptions: Subscriptions,
     /// Encoded pub/sub messages not yet handed to the transport.
     pub pushes: wetask_protocol::Output,
     /// Woken when a push arrives (the glommio fallback waits on it).

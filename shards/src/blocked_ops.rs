@@ -1,0 +1,138 @@
+//! What a blocked client pops when its key gets data: the operation a parked BLPOP, BLMOVE,
+//! BZPOPMIN, XREAD or XREADGROUP runs on the shard that owns the key, shaped as the blocking
+//! command's own reply. The server keeps who waits and where the answer goes
+//! (`server/src/shard/lists.rs`); the shard runs the operation, as it runs any write: WATCH
+//! sees the keys change and a panic is contained.
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+
+use crate::lists::End;
+use crate::shard::Shard;
+
+/// What a waiter pops when its key has data.
+#[derive(Clone, Debug)]
+pub enum BlockOp {
+    /// BLPOP/BRPOP (`count` None: replies `[key, element]`) and BLMPOP (`count` Some:
+    /// replies `[key, [elements]]`).
+    Pop { end: End, count: Option<usize> },
+    /// BLMOVE/BRPOPLPUSH from the waiter's one key to `dst`.
+    Move { dst: Bytes, from: End, to: End },
+    /// BZPOPMIN/BZPOPMAX (`count` None: replies `[key, member, score]`) and BZMPOP (`count`
+    /// Some: replies `[key, [[member, score], …]]`).
+    ZPop { max: bool, count: Option<usize> },
+    /// XREAD … BLOCK: entries after `after` (`None` is `$`, fixed when the read parks on
+    /// the stream's shard). Nothing is consumed: every reader waiting on a stream is served.
+    XRead {
+        after: Vec<(Bytes, Option<crate::stream::StreamId>)>,
+        count: usize,
+    },
+    /// XREADGROUP … BLOCK … `>`: new entries for a consumer of a group. Consuming, like a
+    /// pop: one waiter gets each entry.
+    XReadGroup(crate::stream_groups::XreadGroup),
+}
+
+/// Where a BLMOVE's element goes when its key has data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveTarget {
+    /// The destination lives on this shard: pop and push here, replying the element.
+    Here,
+    /// The destination lives on another shard: only pop here, replying `[key, element]`;
+    /// the client's home shard pushes.
+    Elsewhere,
+}
+
+impl Shard {
+    /// Runs a waiter's operation on `key` (in database `db`, for `client`); `None` when
+    /// there is nothing to take (the key is empty, missing, or of another type).
+    pub fn serve_blocked(
+        &mut self,
+        db: usize,
+        client: u64,
+        key: &Bytes,
+        op: &BlockOp,
+        target: MoveTarget,
+    ) -> Option<Frame> {
+        match op {
+            BlockOp::XRead { after, count } => {
+                let id = after
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .and_then(|(_, id)| *id)?;
+                let entries = self.stream_read_after(db, key, id, *count)?;
+                Some(keyed(key, entries))
+            }
+            BlockOp::XReadGroup(read) => {
+                let entries = self.stream_read_group(db, key, read)?;
+                Some(keyed(key, entries))
+            }
+            _ => {
+                let written: &[&Bytes] = match op {
+                    BlockOp::Move { dst, .. } if target == MoveTarget::Here => &[key, dst],
+                    _ => &[key],
+                };
+                for written in written {
+                    self.touch_key(db, written);
+                }
+                self.with_ctx(db, client, "blocked pop", |ctx| pop(ctx, key, op, target))
+                    .unwrap_or(None)
+            }
+        }
+    }
+}
+
+/// The pops proper, on the shard's state.
+fn pop(ctx: &mut crate::Ctx<'_>, key: &Bytes, op: &BlockOp, target: MoveTarget) -> Option<Frame> {
+    let bulk = Frame::Bulk;
+    let one = |ctx: &mut crate::Ctx<'_>, end: End| -> Option<Frame> {
+        let mut popped = crate::lists::pop_many(ctx, key, end, 1).ok()??;
+        Some(Frame::Array(vec![bulk(key.clone()), bulk(popped.pop()?)]))
+    };
+    Some(match op {
+        BlockOp::Pop { end, count: None } => return one(ctx, *end),
+        BlockOp::Move { from, .. } if target == MoveTarget::Elsewhere => return one(ctx, *from),
+        BlockOp::Pop {
+            end,
+            count: Some(count),
+        } => {
+            let popped = crate::lists::pop_many(ctx, key, *end, *count).ok()??;
+            if popped.is_empty() {
+                return None;
+            }
+            Frame::Array(vec![
+                bulk(key.clone()),
+                Frame::Array(popped.into_iter().map(bulk).collect()),
+            ])
+        }
+        BlockOp::Move { dst, from, to } => {
+            bulk(crate::lists::move_one(ctx, key, dst, *from, *to).ok()??)
+        }
+        BlockOp::ZPop { max, count: None } => {
+            let (member, score) = crate::zsets::pop_many(ctx, key, *max, 1).ok()??.pop()?;
+            Frame::Array(vec![bulk(key.clone()), bulk(member), Frame::Double(score)])
+        }
+        BlockOp::ZPop {
+            max,
+            count: Some(count),
+        } => {
+            let items = crate::zsets::pop_many(ctx, key, *max, *count).ok()??;
+            if items.is_empty() {
+                return None;
+            }
+            Frame::Array(vec![
+                bulk(key.clone()),
+                Frame::Array(
+                    items
+                        .into_iter()
+                        .map(|(m, s)| Frame::Array(vec![bulk(m), Frame::Double(s)]))
+                        .collect(),
+                ),
+            ])
+        }
+        BlockOp::XRead { .. } | BlockOp::XReadGroup(_) => unreachable!("served above"),
+    })
+}
+
+fn keyed(key: &Bytes, entries: Frame) -> Frame {
+    Frame::Keyed(vec![(Frame::Bulk(key.clone()), entries)])
+}
