@@ -199,7 +199,7 @@ fn spawn_watchdog(globals: Arc<Globals>) -> Result<(), String> {
             while !globals.shutting_down() {
                 std::thread::sleep(WATCHDOG_PERIOD);
                 let now = crate::globals::unix_ms();
-                for (shard, stalled_ms) in globals.rouse_stalled_shards(now, CRON_STALL_MS) {
+                for (shard, stalled_ms, thread) in globals.rouse_stalled_shards(now, CRON_STALL_MS) {
                     if last_warned.len() <= shard {
                         last_warned.resize(shard + 1, 0);
                     }
@@ -208,6 +208,7 @@ fn spawn_watchdog(globals: Arc<Globals>) -> Result<(), String> {
                         tracing::warn!(
                             shard,
                             stalled_ms,
+                            thread,
                             "no cron tick on this shard for a while (a long script, or a lost wake-up); roused it"
                         );
                     }
