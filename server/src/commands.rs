@@ -15,10 +15,10 @@ use wetask_shards::table::{flag, CommandSpec};
 use wetask_shards::{lookup, ScanFilter, COMMANDS, DATABASES};
 
 use crate::clients::{ConnState, KillFilter};
-use crate::context::ShardCtx;
 use crate::globals::{unix_ms, unix_us};
 use crate::info;
-use crate::mesh::{Request, Response};
+use crate::mesh::{AdminRequest, KeyRequest, Request, Response};
+use crate::shard::ShardCtx;
 
 /// The Redis version WeTask reports to clients, which gate features on it.
 pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
@@ -209,7 +209,7 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
 }
 
 fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
-    ctx.drop_subscriptions(conn);
+    ctx.pubsub.drop_subscriptions(ctx, conn);
     conn.subscriptions = Default::default();
     conn.multi = None;
     conn.multi_failed = false;
@@ -406,7 +406,7 @@ async fn client_list(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
     }
     let pending: Vec<_> = (0..ctx.shard_count)
         .filter(|&s| s != ctx.id)
-        .map(|s| ctx.request(s, Request::ClientList))
+        .map(|s| ctx.request(s, Request::Admin(AdminRequest::ClientList)))
         .collect();
     let mut text = ctx.clients.borrow().list(unix_ms(), Some(&conn.borrow()));
     for future in pending {
@@ -480,9 +480,9 @@ async fn client_kill(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
         .map(|s| {
             ctx.request(
                 s,
-                Request::ClientKill {
+                Request::Admin(AdminRequest::ClientKill {
                     filter: filter.clone(),
-                },
+                }),
             )
         })
         .collect();
@@ -707,7 +707,7 @@ async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         ctx.stats.reset();
         let pending: Vec<_> = (0..ctx.shard_count)
             .filter(|&s| s != ctx.id)
-            .map(|s| ctx.request(s, Request::ResetStats))
+            .map(|s| ctx.request(s, Request::Admin(AdminRequest::ResetStats)))
             .collect();
         for future in pending {
             future.await;
@@ -865,12 +865,12 @@ async fn scan(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
         match ctx
             .request(
                 shard,
-                Request::Scan {
+                Request::Keys(KeyRequest::Scan {
                     db,
                     cursor: position,
                     count,
                     filter,
-                },
+                }),
             )
             .await
         {
@@ -898,7 +898,10 @@ async fn randomkey(ctx: &Rc<ShardCtx>, db: usize) -> Frame {
         let key = if shard == ctx.id {
             ctx.shard.borrow_mut().random_key(db)
         } else {
-            match ctx.request(shard, Request::RandomKey { db }).await {
+            match ctx
+                .request(shard, Request::Keys(KeyRequest::RandomKey { db }))
+                .await
+            {
                 Response::Key(key) => key,
                 _ => None,
             }

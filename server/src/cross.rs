@@ -18,8 +18,8 @@ use wetask_shards::keys::copy_options;
 use wetask_shards::table::CommandSpec;
 use wetask_shards::{shard_of, Entry, Value};
 
-use crate::context::ShardCtx;
-use crate::mesh::{Request, Response};
+use crate::mesh::{KeyRequest, LockRequest, Request, Response};
+use crate::shard::ShardCtx;
 
 /// The locks one cross-shard operation holds. Released by [`Held::unlock`], or, should the
 /// holder's task end any other way (an error path, a dropped future), when the value is
@@ -56,7 +56,8 @@ impl Held<'_> {
             if shard == ctx.id {
                 ctx.lock_local(token).await;
             } else {
-                ctx.request_as(shard, Some(token), Request::Lock).await;
+                ctx.request_as(shard, Some(token), Request::Lock(LockRequest::Lock))
+                    .await;
             }
         }
         held
@@ -83,10 +84,11 @@ impl Held<'_> {
             if shard == self.ctx.id {
                 self.ctx.unlock(self.token);
             } else {
-                pending.push(
-                    self.ctx
-                        .request_as(shard, Some(self.token), Request::Unlock),
-                );
+                pending.push(self.ctx.request_as(
+                    shard,
+                    Some(self.token),
+                    Request::Lock(LockRequest::Unlock),
+                ));
             }
         }
         for future in pending {
@@ -112,10 +114,11 @@ impl Drop for Held<'_> {
                 }
             } else {
                 // Queued at once; nothing waits for the answer.
-                drop(
-                    self.ctx
-                        .request_as(shard, Some(self.token), Request::Unlock),
-                );
+                drop(self.ctx.request_as(
+                    shard,
+                    Some(self.token),
+                    Request::Lock(LockRequest::Unlock),
+                ));
             }
         }
     }
@@ -139,10 +142,10 @@ async fn take(held: &Held<'_>, db: usize, key: &Bytes) -> Option<Entry> {
     match on_owner(
         held,
         key,
-        Request::Take {
+        Request::Keys(KeyRequest::Take {
             db,
             key: key.clone(),
-        },
+        }),
     )
     .await
     {
@@ -155,10 +158,10 @@ async fn clone(held: &Held<'_>, db: usize, key: &Bytes) -> Option<Entry> {
     match on_owner(
         held,
         key,
-        Request::Clone {
+        Request::Keys(KeyRequest::Clone {
             db,
             key: key.clone(),
-        },
+        }),
     )
     .await
     {
@@ -168,20 +171,20 @@ async fn clone(held: &Held<'_>, db: usize, key: &Bytes) -> Option<Entry> {
 }
 
 async fn put(held: &Held<'_>, db: usize, key: &Bytes, entry: Entry, replace: bool) -> bool {
-    let request = Request::Put {
+    let request = Request::Keys(KeyRequest::Put {
         db,
         key: key.clone(),
         entry,
         replace,
-    };
+    });
     matches!(on_owner(held, key, request).await, Response::Bool(true))
 }
 
 async fn exists(held: &Held<'_>, db: usize, key: &Bytes) -> bool {
-    let request = Request::Exists {
+    let request = Request::Keys(KeyRequest::Exists {
         db,
         keys: vec![key.clone()],
-    };
+    });
     matches!(on_owner(held, key, request).await, Response::Count(1))
 }
 
@@ -281,10 +284,10 @@ pub async fn borrow(
         let lent = on_owner(
             held,
             key,
-            Request::Lend {
+            Request::Keys(KeyRequest::Lend {
                 db: *db,
                 key: key.clone(),
-            },
+            }),
         )
         .await;
         if let Response::Entry(Some(entry)) = lent {
@@ -302,17 +305,17 @@ pub async fn give_back(held: &Held<'_>, borrowed: Vec<(usize, Bytes)>, written: 
         let was_written = written.iter().any(|(d, k)| *d == db && *k == key);
         let entry = held.ctx.shard.borrow_mut().lend_entry(db, &key);
         let request = match entry {
-            Some(entry) => Request::Restore {
+            Some(entry) => Request::Keys(KeyRequest::Restore {
                 db,
                 key: key.clone(),
                 entry,
                 written: was_written,
-            },
+            }),
             // Gone: the operation deleted it, which its owner's watchers must see.
-            None if was_written => Request::Take {
+            None if was_written => Request::Keys(KeyRequest::Take {
                 db,
                 key: key.clone(),
-            },
+            }),
             None => continue,
         };
         on_owner(held, &key, request).await;

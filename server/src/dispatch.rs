@@ -20,10 +20,10 @@ use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
 use crate::commands;
-use crate::context::ShardCtx;
 use crate::cross;
 use crate::list_block;
-use crate::mesh::{Request, Response, ResponseFuture, ShardCommands};
+use crate::mesh::{KeyRequest, LockRequest, Request, Response, ResponseFuture, ShardCommands};
+use crate::shard::ShardCtx;
 use crate::transaction;
 
 pub const NOAUTH: &str = "NOAUTH Authentication required.";
@@ -265,11 +265,11 @@ pub fn send_one(
     let commands = vec![(spec.index(), args)];
     ctx.request(
         to,
-        Request::Exec {
+        Request::Keys(KeyRequest::Exec {
             db: at.db,
             client: at.client,
             commands,
-        },
+        }),
     )
 }
 
@@ -357,7 +357,7 @@ async fn split(
 
 /// A split command over several shards runs as one atomic step, as in Redis (an MGET never
 /// sees half of a concurrent MSET or EXEC): each shard is locked in ascending order, a peer's
-/// lock travelling with its part of the command (`Request::LockExec`, so the lock costs no
+/// lock travelling with its part of the command (`Request::Lock(LockRequest::Exec)`, so the lock costs no
 /// extra round trip), and all are unlocked once every part has run.
 async fn split_atomically(
     ctx: &ShardCtx,
@@ -375,11 +375,11 @@ async fn split_atomically(
             ctx.lock_local(token).await;
             local(ctx, at, spec, &sub)
         } else {
-            let request = Request::LockExec {
+            let request = Request::Lock(LockRequest::Exec {
                 db: at.db,
                 client: at.client,
                 commands: vec![(spec.index(), sub)],
-            };
+            });
             single_reply(ctx.request_as(owner, Some(token), request).await)
         };
         locked.push(owner);
@@ -390,7 +390,7 @@ async fn split_atomically(
             ctx.unlock(token);
         } else {
             // Sent in order behind nothing else of ours: no need to wait for the answer.
-            drop(ctx.request_as(owner, Some(token), Request::Unlock));
+            drop(ctx.request_as(owner, Some(token), Request::Lock(LockRequest::Unlock)));
         }
     }
     merge_replies(merge, replies)
@@ -557,11 +557,11 @@ async fn run_segment(
             (
                 ctx.request(
                     owner,
-                    Request::Exec {
+                    Request::Keys(KeyRequest::Exec {
                         db: at.db,
                         client: at.client,
                         commands: cmds,
-                    },
+                    }),
                 ),
                 slots,
             )

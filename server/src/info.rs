@@ -10,8 +10,8 @@ use wetask_protocol::Frame;
 
 use crate::commands::REDIS_COMPAT_VERSION;
 use crate::config::IoMode;
-use crate::context::ShardCtx;
-use crate::mesh::{Request, Response};
+use crate::mesh::{AdminRequest, Request, Response};
+use crate::shard::ShardCtx;
 use crate::stats::ShardReport;
 
 const SECTIONS: &[&str] = &[
@@ -29,7 +29,7 @@ const DEFAULT_SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "tas
 async fn gather(ctx: &ShardCtx) -> ShardReport {
     let pending: Vec<_> = (0..ctx.shard_count)
         .filter(|&s| s != ctx.id)
-        .map(|s| ctx.request(s, Request::Stats))
+        .map(|s| ctx.request(s, Request::Admin(AdminRequest::Stats)))
         .collect();
     let mut report = ctx.report();
     for future in pending {

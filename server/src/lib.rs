@@ -5,7 +5,6 @@
 mod clients;
 mod commands;
 pub mod config;
-mod context;
 mod cross;
 mod dispatch;
 mod globals;
@@ -22,7 +21,7 @@ pub mod runtime;
 mod script_busy;
 mod scripting;
 mod session;
+mod shard;
 mod stats;
 mod task_fetch;
-mod task_wait;
 mod transaction;

@@ -25,32 +25,12 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::lists::{parse_ends, parse_mpop, parse_timeout, End};
 use wetask_shards::table::CommandSpec;
-use wetask_shards::{lookup, BlockOp, MoveTarget};
+use wetask_shards::{lookup, BlockOp};
 
 use crate::clients::ConnState;
-use crate::context::ShardCtx;
-use crate::mesh::{Request, Response};
-use crate::task_wait::{LocalSlot, LocalWait, Reply};
-
-/// Most waiters parked on one shard at once; beyond it a blocking pop is refused.
-pub const LIST_WAITERS_MAX: usize = 100_000;
-
-/// A blocked pop parked on an owner shard.
-pub struct ListWaiter {
-    pub client: u64,
-    pub db: usize,
-    /// Its keys that this shard owns, in the order the command named them.
-    pub keys: Vec<Bytes>,
-    pub op: BlockOp,
-    pub deadline_ms: Option<u64>,
-    pub reply: Reply,
-}
-
-/// True when a BLMOVE's destination lives on another shard than its source: the source's
-/// owner then only pops, and the home pushes.
-fn move_spans_shards(ctx: &ShardCtx, src: &[u8], dst: &[u8]) -> bool {
-    ctx.owner_of(src) != ctx.owner_of(dst)
-}
+use crate::mesh::{ListRequest, Request, Response};
+use crate::shard::ShardCtx;
+use crate::shard::{ListWaiter, LocalSlot, LocalWait, Reply};
 
 /// The parsed blocking command: its keys, what to pop, and its timeout.
 pub struct Blocking {
@@ -223,7 +203,8 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
             // away (an XREAD would take `$` of a stream that is briefly elsewhere).
             ctx.wait_unlocked().await;
             let slot = Rc::new(LocalSlot::default());
-            ctx.park_list(
+            ctx.lists.park(
+                ctx,
                 waiter,
                 ListWaiter {
                     client,
@@ -238,14 +219,14 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
         } else {
             let response = ctx.request(
                 *shard,
-                Request::ListBlock {
+                Request::Lists(ListRequest::Block {
                     waiter,
                     client,
                     db,
                     keys: keys.clone(),
                     op: blocking.op.clone(),
                     deadline_ms,
-                },
+                }),
             );
             waits.push(Some(Box::pin(async move {
                 match response.await {
@@ -261,9 +242,9 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
             continue;
         }
         if *shard == ctx.id {
-            ctx.unpark_list(waiter);
+            ctx.lists.unpark(ctx, waiter);
         } else {
-            drop(ctx.request(*shard, Request::ListUnblock { waiter }));
+            drop(ctx.request(*shard, Request::Lists(ListRequest::Unblock { waiter })));
         }
     }
     let mut answers: Vec<Vec<Frame>> = vec![answer];
@@ -402,157 +383,4 @@ async fn run_routed(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
             crate::dispatch::send_one(ctx, shard, at, spec, args.to_vec()).await,
         )
     }
-}
-
-impl ShardCtx {
-    /// Parks a waiter on this shard's keys, then looks at them at once: data may have
-    /// arrived between the command's attempt and now.
-    pub fn park_list(&self, waiter: u64, mut parked: ListWaiter) {
-        tracing::debug!(shard = self.id, waiter, client = parked.client, keys = parked.keys.len(), deadline = ?parked.deadline_ms, "blocked pop parked");
-        if let BlockOp::XRead { after, .. } = &mut parked.op {
-            let mut shard = self.shard.borrow_mut();
-            for (key, id) in after.iter_mut() {
-                if id.is_none() && parked.keys.contains(key) {
-                    *id = Some(shard.stream_last_id(parked.db, key));
-                }
-            }
-        }
-        if self.list_waiters.borrow().len() >= LIST_WAITERS_MAX {
-            let error = Frame::error(format!(
-                "ERR too many blocked clients on one shard ({LIST_WAITERS_MAX})"
-            ));
-            self.answer(parked.reply, vec![error]);
-            return;
-        }
-        {
-            let mut shard = self.shard.borrow_mut();
-            for key in &parked.keys {
-                shard.blocked.watch(parked.db, key, waiter);
-                shard.blocked.signal(parked.db, key);
-            }
-        }
-        let mut index = self.list_index.borrow_mut();
-        if let Some(deadline) = parked.deadline_ms {
-            index.deadlines.insert((deadline, waiter));
-        }
-        index.by_client.insert(parked.client, waiter);
-        drop(index);
-        self.list_waiters.borrow_mut().insert(waiter, parked);
-        self.serve_blocked_lists();
-    }
-
-    /// Takes a served or abandoned waiter out of every index; its keys forget it.
-    fn remove_list_waiter(&self, waiter: u64) -> Option<ListWaiter> {
-        let parked = self.list_waiters.borrow_mut().remove(&waiter)?;
-        let mut shard = self.shard.borrow_mut();
-        for key in &parked.keys {
-            shard.blocked.unwatch(parked.db, key, waiter);
-        }
-        let mut index = self.list_index.borrow_mut();
-        if let Some(deadline) = parked.deadline_ms {
-            index.deadlines.remove(&(deadline, waiter));
-        }
-        if index.by_client.get(&parked.client) == Some(&waiter) {
-            index.by_client.remove(&parked.client);
-        }
-        Some(parked)
-    }
-
-    /// Takes a waiter off its keys, answering it with nothing if it was still parked.
-    pub fn unpark_list(&self, waiter: u64) {
-        if let Some(parked) = self.remove_list_waiter(waiter) {
-            tracing::debug!(shard = self.id, waiter, "blocked pop let go");
-            self.answer(parked.reply, Vec::new());
-        }
-    }
-
-    /// Lets go of `client`'s waiter (its connection is closing).
-    pub fn unpark_list_client(&self, client: u64) {
-        let waiter = self.list_index.borrow().by_client.get(&client).copied();
-        if let Some(waiter) = waiter {
-            self.unpark_list(waiter);
-        }
-    }
-
-    /// Serves the waiters of keys that got data, oldest first per key, and answers those
-    /// whose deadline passed. Called every loop turn; cheap when nothing is blocked.
-    pub fn serve_blocked_lists(&self) {
-        if self.list_waiters.borrow().is_empty() || self.is_locked() {
-            return;
-        }
-        // A move into a key with waiters signals that key again: go round until quiet
-        // (bounded, in case two moves feed each other).
-        for _ in 0..16 {
-            let ready = self.shard.borrow_mut().blocked.take_ready();
-            if ready.is_empty() {
-                break;
-            }
-            for (db, key) in ready {
-                self.serve_key(db, &key);
-            }
-        }
-        self.expire_list_waiters();
-    }
-
-    fn serve_key(&self, db: usize, key: &Bytes) {
-        let waiters = self.shard.borrow().blocked.waiters(db, key);
-        for waiter in waiters {
-            let answer = {
-                let list_waiters = self.list_waiters.borrow();
-                let Some(parked) = list_waiters.get(&waiter) else {
-                    continue;
-                };
-                self.pop_for(parked, key)
-            };
-            match answer {
-                Some(frame) => {
-                    tracing::debug!(shard = self.id, waiter, "blocked pop served");
-                    let parked = self.remove_list_waiter(waiter).expect("present above");
-                    self.answer(parked.reply, vec![frame]);
-                }
-                // A read that wants later entries than this one: the next reader may not.
-                None if matches!(
-                    self.list_waiters.borrow().get(&waiter).map(|w| &w.op),
-                    Some(BlockOp::XRead { .. })
-                ) =>
-                {
-                    continue
-                }
-                // The key is empty (or no longer a list): later waiters get nothing either.
-                None => break,
-            }
-        }
-    }
-
-    /// Runs a waiter's pop on `key` (a shard operation); `None` when there is nothing to
-    /// take.
-    fn pop_for(&self, parked: &ListWaiter, key: &Bytes) -> Option<Frame> {
-        let target = match &parked.op {
-            BlockOp::Move { dst, .. } if move_spans_shards(self, key, dst) => MoveTarget::Elsewhere,
-            _ => MoveTarget::Here,
-        };
-        self.shard
-            .borrow_mut()
-            .serve_blocked(parked.db, parked.client, key, &parked.op, target)
-    }
-
-    fn expire_list_waiters(&self) {
-        let now = self.shard.borrow().now_ms();
-        loop {
-            let first = self.list_index.borrow().deadlines.first().copied();
-            match first {
-                Some((deadline, waiter)) if deadline <= now => self.unpark_list(waiter),
-                _ => break,
-            }
-        }
-    }
-}
-
-/// The ways a shard finds its parked list waiters besides by id.
-#[derive(Default)]
-pub struct ListIndex {
-    /// (deadline, waiter), soonest first.
-    pub deadlines: std::collections::BTreeSet<(u64, u64)>,
-    /// A client's parked waiter (a connection runs one blocking command at a time).
-    pub by_client: std::collections::HashMap<u64, u64>,
 }

@@ -15,65 +15,18 @@
 //! RESET; RESP3 allows everything, with messages as push frames.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use wetask_protocol::{encode_output, Frame, Protocol};
-use wetask_shards::glob::glob_match;
+use wetask_protocol::{Frame, Protocol};
 
 use crate::clients::{ConnState, Kind};
-use crate::context::ShardCtx;
-use crate::mesh::{PubsubQuery, PubsubReport, Request, Response};
+use crate::mesh::{PubSubRequest, PubsubQuery, PubsubReport, Request, Response};
+use crate::shard::ShardCtx;
 
 /// Most channels plus patterns one connection may subscribe to.
 pub const SUBSCRIPTIONS_PER_CLIENT_MAX: usize = 100_000;
-
-/// This shard's subscriptions: channel (or pattern) -> subscribed client ids.
-#[derive(Default)]
-pub struct Registry {
-    channels: HashMap<Bytes, Vec<u64>>,
-    patterns: HashMap<Bytes, Vec<u64>>,
-    /// Shard channels (SSUBSCRIBE / SPUBLISH): a namespace of their own, as in Redis 7.
-    shard_channels: HashMap<Bytes, Vec<u64>>,
-}
-
-impl Registry {
-    fn map(&mut self, kind: Kind) -> &mut HashMap<Bytes, Vec<u64>> {
-        match kind {
-            Kind::Channel => &mut self.channels,
-            Kind::Pattern => &mut self.patterns,
-            Kind::Shard => &mut self.shard_channels,
-        }
-    }
-
-    fn add(&mut self, kind: Kind, name: &Bytes, client: u64) {
-        self.map(kind).entry(name.clone()).or_default().push(client);
-    }
-
-    fn remove(&mut self, kind: Kind, name: &Bytes, client: u64) {
-        let map = self.map(kind);
-        if let Some(clients) = map.get_mut(name) {
-            clients.retain(|&c| c != client);
-            if clients.is_empty() {
-                map.remove(name);
-            }
-        }
-    }
-
-    pub fn channel_names(&self) -> Vec<Bytes> {
-        self.channels.keys().cloned().collect()
-    }
-
-    pub fn pattern_names(&self) -> Vec<Bytes> {
-        self.patterns.keys().cloned().collect()
-    }
-
-    fn size(&self) -> usize {
-        self.channels.len() + self.patterns.len() + self.shard_channels.len()
-    }
-}
 
 /// True when a RESP2 connection in subscribed mode may run `spec` (flag `WHILE_SUBSCRIBED`).
 pub fn allowed_while_subscribed(spec: &wetask_shards::CommandSpec) -> bool {
@@ -88,130 +41,6 @@ fn push(kind: &'static str, name: Frame, count: usize) -> Frame {
     ])
 }
 
-impl ShardCtx {
-    fn sync_subscription_count(&self) {
-        let size = self.pubsub.borrow().size();
-        self.globals.subscriptions[self.id].store(size, Ordering::Relaxed);
-    }
-
-    /// Delivers a message to this shard's subscribers of `channel` (and of matching
-    /// patterns); returns how many received it.
-    pub fn deliver(&self, channel: &Bytes, message: &Bytes, sharded: bool) -> usize {
-        let mut targets: Vec<(u64, Frame)> = Vec::new();
-        if sharded {
-            if let Some(clients) = self.pubsub.borrow().shard_channels.get(channel) {
-                let frame = Frame::Push(vec![
-                    Frame::Bulk(Bytes::from_static(b"smessage")),
-                    Frame::Bulk(channel.clone()),
-                    Frame::Bulk(message.clone()),
-                ]);
-                targets.extend(clients.iter().map(|&c| (c, frame.clone())));
-            }
-        } else {
-            let registry = self.pubsub.borrow();
-            if let Some(clients) = registry.channels.get(channel) {
-                let frame = Frame::Push(vec![
-                    Frame::Bulk(Bytes::from_static(b"message")),
-                    Frame::Bulk(channel.clone()),
-                    Frame::Bulk(message.clone()),
-                ]);
-                targets.extend(clients.iter().map(|&c| (c, frame.clone())));
-            }
-            for (pattern, clients) in &registry.patterns {
-                if glob_match(pattern, channel) {
-                    let frame = Frame::Push(vec![
-                        Frame::Bulk(Bytes::from_static(b"pmessage")),
-                        Frame::Bulk(pattern.clone()),
-                        Frame::Bulk(channel.clone()),
-                        Frame::Bulk(message.clone()),
-                    ]);
-                    targets.extend(clients.iter().map(|&c| (c, frame.clone())));
-                }
-            }
-        }
-        let count = targets.len();
-        for (client, frame) in targets {
-            self.push_to(client, &frame);
-        }
-        count
-    }
-
-    /// Queues a push frame for a local client and wakes its transport.
-    fn push_to(&self, client: u64, frame: &Frame) {
-        let Some(conn) = self.clients.borrow().get(client) else {
-            return;
-        };
-        // The client may be running a command right now (a PUBLISH to itself): then its
-        // state is borrowed, and the push goes through the shard's queue instead.
-        let Ok(mut state) = conn.try_borrow_mut() else {
-            self.deferred_pushes
-                .borrow_mut()
-                .push((client, frame.clone()));
-            self.wake_pushes(client);
-            return;
-        };
-        let protocol = state.protocol;
-        encode_output(&mut state.pushes, frame, protocol);
-        let pending = state.pushes.len() + state.unsent;
-        let now = crate::globals::unix_ms();
-        if !state.close_requested
-            && self
-                .globals
-                .output_limits
-                .exceeded(&mut state, pending, now)
-        {
-            tracing::warn!(client, "pubsub output buffer limit reached; closing");
-            state.pushes.clear();
-            crate::clients::shut_down(&mut state);
-        }
-        if let Some(waker) = state.push_waker.take() {
-            waker.wake();
-        }
-        drop(state);
-        self.wake_pushes(client);
-    }
-
-    /// Tells the io_uring driver (the only transport with a hook) which client to send to;
-    /// the glommio fallback's connections wait on their own waker instead.
-    fn wake_pushes(&self, client: u64) {
-        if let Some(hook) = self.push_hook.borrow().as_ref() {
-            self.push_ready.borrow_mut().push(client);
-            hook();
-        }
-    }
-
-    /// Moves pushes that met a busy connection into its pending output (called by the
-    /// transports before they send).
-    pub fn settle_deferred_pushes(&self) {
-        if self.deferred_pushes.borrow().is_empty() {
-            return;
-        }
-        let deferred = std::mem::take(&mut *self.deferred_pushes.borrow_mut());
-        for (client, frame) in deferred {
-            self.push_to(client, &frame);
-        }
-    }
-
-    /// Forgets a closing connection's subscriptions.
-    pub fn drop_subscriptions(&self, state: &ConnState) {
-        if state.subscriptions.count() == 0 {
-            return;
-        }
-        let mut registry = self.pubsub.borrow_mut();
-        for channel in &state.subscriptions.channels {
-            registry.remove(Kind::Channel, channel, state.id);
-        }
-        for pattern in &state.subscriptions.patterns {
-            registry.remove(Kind::Pattern, pattern, state.id);
-        }
-        for channel in &state.subscriptions.shard_channels {
-            registry.remove(Kind::Shard, channel, state.id);
-        }
-        drop(registry);
-        self.sync_subscription_count();
-    }
-}
-
 /// SUBSCRIBE / PSUBSCRIBE: one confirmation per name.
 pub fn subscribe(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes], kind: Kind) -> Frame {
     let mut replies = Vec::with_capacity(args.len() - 1);
@@ -224,12 +53,11 @@ pub fn subscribe(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes], kind: Kin
         }
         let name = Bytes::copy_from_slice(name);
         if conn.subscriptions.set(kind).insert(name.clone()) {
-            ctx.pubsub.borrow_mut().add(kind, &name, conn.id);
+            ctx.pubsub.add(ctx, kind, &name, conn.id);
         }
         let count = conn.subscriptions.reported(kind);
         replies.push(push(kind.subscribe_reply(), Frame::Bulk(name), count));
     }
-    ctx.sync_subscription_count();
     Frame::Several(replies)
 }
 
@@ -251,12 +79,11 @@ pub fn unsubscribe(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes], kind: K
     let mut replies = Vec::with_capacity(names.len());
     for name in names {
         if conn.subscriptions.set(kind).shift_remove(&name) {
-            ctx.pubsub.borrow_mut().remove(kind, &name, conn.id);
+            ctx.pubsub.remove(ctx, kind, &name, conn.id);
         }
         let count = conn.subscriptions.reported(kind);
         replies.push(push(reply, Frame::Bulk(name), count));
     }
-    ctx.sync_subscription_count();
     Frame::Several(replies)
 }
 
@@ -272,17 +99,17 @@ pub async fn publish(ctx: &ShardCtx, args: &[Bytes], sharded: bool) -> Frame {
         Bytes::copy_from_slice(&args[1]),
         Bytes::copy_from_slice(&args[2]),
     );
-    let mut count = ctx.deliver(&channel, &message, sharded);
+    let mut count = ctx.pubsub.deliver(ctx, &channel, &message, sharded);
     let mut pending = Vec::new();
     for shard in 0..ctx.shard_count {
         if shard != ctx.id && ctx.globals.subscriptions[shard].load(Ordering::Relaxed) > 0 {
             pending.push(ctx.request(
                 shard,
-                Request::Publish {
+                Request::PubSub(PubSubRequest::Publish {
                     channel: channel.clone(),
                     message: message.clone(),
                     sharded,
-                },
+                }),
             ));
         }
     }
@@ -292,43 +119,6 @@ pub async fn publish(ctx: &ShardCtx, args: &[Bytes], sharded: bool) -> Frame {
         }
     }
     Frame::Integer(count as i64)
-}
-
-/// What one shard knows for PUBSUB: its channels (matching a pattern), subscriber counts of
-/// given channels, and its patterns.
-pub fn report(ctx: &ShardCtx, query: &PubsubQuery) -> PubsubReport {
-    let registry = ctx.pubsub.borrow();
-    match query {
-        PubsubQuery::Channels(pattern) => PubsubReport::Names(
-            registry
-                .channels
-                .keys()
-                .filter(|c| pattern.as_ref().is_none_or(|p| glob_match(p, c)))
-                .cloned()
-                .collect(),
-        ),
-        PubsubQuery::NumSub(channels) => PubsubReport::Counts(
-            channels
-                .iter()
-                .map(|c| registry.channels.get(c).map_or(0, Vec::len))
-                .collect(),
-        ),
-        PubsubQuery::Patterns => PubsubReport::Names(registry.patterns.keys().cloned().collect()),
-        PubsubQuery::ShardChannels(pattern) => PubsubReport::Names(
-            registry
-                .shard_channels
-                .keys()
-                .filter(|c| pattern.as_ref().is_none_or(|p| glob_match(p, c)))
-                .cloned()
-                .collect(),
-        ),
-        PubsubQuery::ShardNumSub(channels) => PubsubReport::Counts(
-            channels
-                .iter()
-                .map(|c| registry.shard_channels.get(c).map_or(0, Vec::len))
-                .collect(),
-        ),
-    }
 }
 
 /// PUBSUB CHANNELS [pattern] | NUMSUB [channel …] | NUMPAT, gathered from every shard.
@@ -362,10 +152,10 @@ pub async fn pubsub(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
     } else {
         return wetask_shards::errors::unknown_subcommand("pubsub", sub);
     };
-    let mut reports = vec![report(ctx, &query)];
+    let mut reports = vec![ctx.pubsub.report(&query)];
     let mut pending = Vec::new();
     for shard in (0..ctx.shard_count).filter(|&s| s != ctx.id) {
-        pending.push(ctx.request(shard, Request::Pubsub(query.clone())));
+        pending.push(ctx.request(shard, Request::PubSub(PubSubRequest::Query(query.clone()))));
     }
     for reply in pending {
         if let Response::Pubsub(report) = reply.await {

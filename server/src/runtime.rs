@@ -10,10 +10,10 @@ use glommio::channels::channel_mesh::{Full, MeshBuilder};
 use glommio::{CpuSet, Latency, LocalExecutorPoolBuilder, PoolPlacement, Shares};
 
 use crate::config::{Config, IoMode};
-use crate::context::ShardCtx;
 use crate::globals::Globals;
 use crate::mesh::{Envelope, Mesh, CHANNEL_CAPACITY};
 use crate::net;
+use crate::shard::ShardCtx;
 
 /// Memory glommio registers per executor for its own I/O buffers (locked memory).
 pub const GLOMMIO_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;

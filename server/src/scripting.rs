@@ -31,9 +31,9 @@ use wetask_shards::lookup;
 use wetask_shards::table::{flag, CommandSpec, Route};
 
 use crate::clients::ConnState;
-use crate::context::ShardCtx;
 use crate::cross::{borrow, give_back, Held};
-use crate::mesh::Request;
+use crate::mesh::{KeyRequest, Request};
+use crate::shard::{ScriptRun, ShardCtx};
 
 /// Most scripts kept for EVALSHA.
 pub const SCRIPTS_MAX: usize = 100_000;
@@ -43,30 +43,6 @@ const NESTING_MAX: usize = 64;
 /// The SHA1 of a script body, lower-case hex, as EVALSHA names it.
 pub fn sha1_hex(body: &[u8]) -> String {
     sha1_smol::Sha1::from(body).digest().to_string()
-}
-
-/// What the script now running on this shard may touch.
-pub struct ScriptRun {
-    token: u64,
-    /// Shards locked for this script.
-    shards: Vec<usize>,
-    /// Shards whose keys the script may touch undeclared: those of its declared keys (every
-    /// shard with `--lua-whole-server`). The connection's own shard is locked too, but does
-    /// not count, so the rule does not depend on where a connection landed.
-    open_shards: Vec<usize>,
-    db: usize,
-    client: u64,
-    declared: Vec<Bytes>,
-    borrowed: Vec<(usize, Bytes)>,
-    read_only: bool,
-    sha: String,
-    /// A write command ran: the script can no longer be run again from the start.
-    wrote: bool,
-    /// The keys its write commands named (they count as changed for WATCH).
-    written: Vec<(usize, Bytes)>,
-    /// The script reached for an undeclared key on a shard it does not hold before writing
-    /// anything: every further call fails, and EVAL runs it again holding every shard.
-    retry_whole: bool,
 }
 
 /// The error that stops a script which must run again holding every shard; never reaches
@@ -91,12 +67,12 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
     // compiled scripts and all, and starts a fresh one (a script still running keeps the
     // old one alive until it ends).
     let epoch = flush_epoch(ctx);
-    if let Some(lua) = ctx.lua.borrow().as_ref() {
-        if ctx.lua_epoch.get() == epoch {
+    if let Some(lua) = ctx.scripts.lua.borrow().as_ref() {
+        if ctx.scripts.epoch.get() == epoch {
             return Ok(lua.clone());
         }
     }
-    ctx.lua.borrow_mut().take();
+    ctx.scripts.lua.borrow_mut().take();
     let lua = Lua::new_with(
         StdLib::TABLE | StdLib::STRING | StdLib::MATH,
         LuaOptions::new(),
@@ -185,20 +161,9 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
     lua.set_named_registry_value(crate::script_busy::PAUSED, paused)?;
     lua.set_named_registry_value(COMPILED, lua.create_table()?)?;
     lua.set_memory_limit(ctx.globals.config.lua_memory_limit)?;
-    *ctx.lua.borrow_mut() = Some(lua.clone());
-    ctx.lua_epoch.set(epoch);
+    *ctx.scripts.lua.borrow_mut() = Some(lua.clone());
+    ctx.scripts.epoch.set(epoch);
     Ok(lua)
-}
-
-/// Drops this shard's Lua state if SCRIPT FLUSH ran since it was made (checked every loop
-/// turn, so a flush frees every shard's compiled scripts at once, not at its next script).
-pub fn drop_flushed_state(ctx: &ShardCtx) {
-    if ctx.lua.borrow().is_some()
-        && ctx.script_run.borrow().is_none()
-        && ctx.lua_epoch.get() != flush_epoch(ctx)
-    {
-        ctx.lua.borrow_mut().take();
-    }
 }
 
 /// How many SCRIPT FLUSHes the server has seen; a Lua state made before the latest is stale.
@@ -265,7 +230,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
         return Err("ERR This Redis command is not allowed from script".into());
     }
     let (db, client, token, read_only) = {
-        let run = ctx.script_run.borrow();
+        let run = ctx.scripts.run.borrow();
         let run = run.as_ref().ok_or("ERR no script is running")?;
         if run.retry_whole {
             return Err(RETRY_WHOLE.into());
@@ -284,7 +249,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             let mut selected = db;
             let frame = crate::commands::run_embedded(ctx, spec, &argv, &mut selected).await;
             if selected != db {
-                if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
+                if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
                     run.db = selected;
                 }
             }
@@ -294,7 +259,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             return Err("ERR This Redis command is not allowed from script".into());
         }
         Route::AllShards(merge) => {
-            let shards = ctx.script_run.borrow().as_ref().map(|r| r.shards.clone());
+            let shards = ctx.scripts.run.borrow().as_ref().map(|r| r.shards.clone());
             let shards = shards.unwrap_or_default();
             if shards.len() < ctx.shard_count {
                 return Err(format!(
@@ -311,11 +276,11 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
                 let frame = if shard == ctx.id {
                     ctx.shard.borrow_mut().execute(db, client, spec, &argv)
                 } else {
-                    let request = Request::Exec {
+                    let request = Request::Keys(KeyRequest::Exec {
                         db,
                         client,
                         commands: vec![(spec.index(), argv.clone())],
-                    };
+                    });
                     crate::dispatch::single_reply(crate::cross::on(&held, shard, request).await)
                 };
                 replies.push((frame, Vec::new()));
@@ -329,7 +294,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     for i in spec.key_positions(&argv) {
         let key = &argv[i];
         let shard = ctx.owner_of(key);
-        let mut run = ctx.script_run.borrow_mut();
+        let mut run = ctx.scripts.run.borrow_mut();
         let run = run.as_mut().expect("checked above");
         let declared = run.declared.iter().any(|k| k == key);
         if !declared && !run.open_shards.contains(&shard) {
@@ -355,7 +320,8 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
         }
     }
     let shards = ctx
-        .script_run
+        .scripts
+        .run
         .borrow()
         .as_ref()
         .map(|r| r.shards.clone())
@@ -363,13 +329,13 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     let held = Held::resume(ctx, token, shards);
     if !needed.is_empty() {
         let got = borrow(&held, needed.into_iter()).await;
-        if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
+        if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
             run.borrowed.extend(got);
         }
     }
     if spec.has(flag::WRITE) {
         mark_written(ctx);
-        if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
+        if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
             run.written
                 .extend(spec.key_positions(&argv).map(|i| (db, argv[i].clone())));
         }
@@ -380,11 +346,11 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             .next()
             .map_or(ctx.id, |i| ctx.owner_of(&argv[i]));
         if shard != ctx.id {
-            let request = Request::Exec {
+            let request = Request::Keys(KeyRequest::Exec {
                 db,
                 client,
                 commands: vec![(spec.index(), argv.clone())],
-            };
+            });
             return Ok(crate::dispatch::single_reply(
                 crate::cross::on(&held, shard, request).await,
             ));
@@ -396,7 +362,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
 }
 
 fn mark_written(ctx: &ShardCtx) {
-    if let Some(run) = ctx.script_run.borrow_mut().as_mut() {
+    if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
         run.wrote = true;
     }
     ctx.globals.script_slots[ctx.id]
@@ -685,10 +651,10 @@ pub async fn eval_in(
     let result = match under {
         Some((held, tx_borrowed)) => {
             let open_shards = script_shards(ctx, &sha, &keys);
-            *ctx.script_run.borrow_mut() =
+            *ctx.scripts.run.borrow_mut() =
                 Some(new_run(held, open_shards, std::mem::take(tx_borrowed)));
             let result = run_script(ctx, &lua, function, &keys, &argv).await;
-            let run = ctx.script_run.borrow_mut().take().expect("set above");
+            let run = ctx.scripts.run.borrow_mut().take().expect("set above");
             *tx_borrowed = run.borrowed;
             result
         }
@@ -698,9 +664,9 @@ pub async fn eval_in(
             shards.push(ctx.id);
             let held = Held::lock_shards(ctx, shards).await;
             let borrowed = borrow(&held, keys.iter().map(|k| (db, k.clone()))).await;
-            *ctx.script_run.borrow_mut() = Some(new_run(&held, open_shards, borrowed));
+            *ctx.scripts.run.borrow_mut() = Some(new_run(&held, open_shards, borrowed));
             let result = run_script(ctx, &lua, function.clone(), &keys, &argv).await;
-            let run = ctx.script_run.borrow_mut().take().expect("set above");
+            let run = ctx.scripts.run.borrow_mut().take().expect("set above");
             give_back(&held, run.borrowed, &run.written).await;
             held.unlock().await;
             // Nothing was written: run it again, now holding every shard.
@@ -736,7 +702,7 @@ async fn run_script(
     let thread = lua.create_thread(function)?;
     let transparent: mlua::Table = lua.named_registry_value(crate::script_busy::TRANSPARENT)?;
     transparent.raw_set(thread.clone(), true)?;
-    let token = ctx.script_run.borrow().as_ref().map_or(0, |r| r.token);
+    let token = ctx.scripts.run.borrow().as_ref().map_or(0, |r| r.token);
     // Until the script ends (or its task is dropped), its slot and hook say what it does.
     let _watching = crate::script_busy::watch(
         &ctx.globals.script_slots,
@@ -787,8 +753,8 @@ pub fn script(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         ctx.globals
             .script_flush_epoch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if ctx.script_run.borrow().is_none() {
-            ctx.lua.borrow_mut().take();
+        if ctx.scripts.run.borrow().is_none() {
+            ctx.scripts.lua.borrow_mut().take();
         }
         Frame::ok()
     } else if is(sub, "help") {

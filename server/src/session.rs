@@ -17,8 +17,8 @@ use wetask_protocol::{encode_error, encode_output, CommandDecoder, Limits, Outpu
 use wetask_shards::CommandSpec;
 
 use crate::clients::ConnState;
-use crate::context::ShardCtx;
 use crate::dispatch;
+use crate::shard::ShardCtx;
 
 /// The most bytes a client may have buffered but not yet executed (Redis's
 /// `client-query-buffer-limit`).

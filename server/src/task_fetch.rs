@@ -18,10 +18,10 @@ use wetask_shards::lookup;
 use wetask_shards::task_commands::{fetch_frames, parse_fetch, FetchArgs};
 
 use crate::clients::ConnState;
-use crate::context::ShardCtx;
 use crate::dispatch::Target;
-use crate::mesh::{Request, Response};
-use crate::task_wait::{LocalSlot, LocalWait, Parked, Reply, Want};
+use crate::mesh::{KeyRequest, Request, Response, TaskRequest};
+use crate::shard::ShardCtx;
+use crate::shard::{LocalSlot, LocalWait, Parked, Reply, Want};
 
 /// True when a FETCH names a queue or acknowledges an id on another shard, or may block:
 /// then it runs in a task, which can wait.
@@ -101,13 +101,13 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
                 now,
             )
         } else {
-            let request = Request::TaskFetch {
+            let request = Request::Tasks(TaskRequest::Fetch {
                 client: at.client,
                 acks: std::mem::take(&mut acks),
                 queues,
                 count,
                 lease_ms: fetch.lease_ms,
-            };
+            });
             match ctx.request(shard, request).await {
                 Response::Refused(refusal) => return refusal,
                 Response::Frames(frames) => match frames.iter().find(|f| f.is_error()) {
@@ -165,11 +165,11 @@ async fn ack_all(ctx: &ShardCtx, at: Target, ids: &[Bytes]) -> Option<Frame> {
                 .iter()
                 .map(|&n| (ack.index(), command(&ids[n])))
                 .collect();
-            let request = Request::Exec {
+            let request = Request::Keys(KeyRequest::Exec {
                 db: at.db,
                 client: at.client,
                 commands,
-            };
+            });
             (ctx.request(shard, request), positions)
         })
         .collect();
@@ -217,7 +217,7 @@ fn group_by_shard(
 pub type Wait = Pin<Box<dyn Future<Output = Vec<Frame>>>>;
 
 /// Waits until one of the queues' shards leases something (or the time is up); see the
-/// module docs of `task_wait`.
+/// module docs of `shard::tasks`.
 async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64) -> Frame {
     // The real clock, not the shard's coarse one (which may lag): a deadline must never
     // come early.
@@ -231,27 +231,30 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
     for (shard, queues) in &groups {
         if *shard == ctx.id {
             let slot = Rc::new(LocalSlot::default());
-            ctx.park_fetch(Parked {
-                client,
-                want: Want::Fetch {
-                    queues: queues.clone(),
-                    count: fetch.count,
-                    lease_ms: fetch.lease_ms,
+            ctx.task_waits.park(
+                ctx,
+                Parked {
+                    client,
+                    want: Want::Fetch {
+                        queues: queues.clone(),
+                        count: fetch.count,
+                        lease_ms: fetch.lease_ms,
+                    },
+                    deadline_ms,
+                    reply: Reply::Local(slot.clone()),
                 },
-                deadline_ms,
-                reply: Reply::Local(slot.clone()),
-            });
+            );
             waits.push(Some(Box::pin(LocalWait(slot))));
         } else {
             let response = ctx.request(
                 *shard,
-                Request::TaskFetchBlocking {
+                Request::Tasks(TaskRequest::FetchBlocking {
                     client,
                     queues: queues.clone(),
                     count: fetch.count,
                     lease_ms: fetch.lease_ms,
                     deadline_ms,
-                },
+                }),
             );
             waits.push(Some(Box::pin(async move {
                 match response.await {
@@ -268,9 +271,9 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
             continue;
         }
         if *shard == ctx.id {
-            ctx.unpark_client(client);
+            ctx.task_waits.unpark_client(ctx, client);
         } else {
-            drop(ctx.request(*shard, Request::TaskUnpark { client }));
+            drop(ctx.request(*shard, Request::Tasks(TaskRequest::Unpark { client })));
         }
     }
     for wait in waits.iter_mut().filter_map(Option::take) {
@@ -319,7 +322,7 @@ fn hand_back(ctx: &ShardCtx, client: u64, tasks: Vec<Frame>) {
             let now = local.now_ms();
             local.tasks.unlease(&ids, client, now);
         } else {
-            drop(ctx.request(shard, Request::TaskUnlease { client, ids }));
+            drop(ctx.request(shard, Request::Tasks(TaskRequest::Unlease { client, ids })));
         }
     }
 }
@@ -350,23 +353,26 @@ pub async fn wait(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byt
             return Frame::static_error("ERR no such task");
         }
         let slot = Rc::new(LocalSlot::default());
-        ctx.park_fetch(Parked {
-            client,
-            want: Want::Finish { id },
-            deadline_ms,
-            reply: Reply::Local(slot.clone()),
-        });
+        ctx.task_waits.park(
+            ctx,
+            Parked {
+                client,
+                want: Want::Finish { id },
+                deadline_ms,
+                reply: Reply::Local(slot.clone()),
+            },
+        );
         LocalWait(slot).await
     } else {
         conn.borrow_mut().note_task_shard(shard);
         match ctx
             .request(
                 shard,
-                Request::TaskWait {
+                Request::Tasks(TaskRequest::Wait {
                     client,
                     id,
                     deadline_ms,
-                },
+                }),
             )
             .await
         {

@@ -23,9 +23,9 @@ use wetask_shards::lookup;
 use wetask_shards::table::{flag, CommandSpec, Route};
 
 use crate::clients::{ConnState, Watched};
-use crate::context::ShardCtx;
 use crate::cross::{borrow, give_back, on, Held};
-use crate::mesh::{Request, Response};
+use crate::mesh::{KeyRequest, Request, Response, WatchRequest};
+use crate::shard::ShardCtx;
 
 /// Most commands one transaction may queue.
 pub const QUEUED_COMMANDS_MAX: usize = 100_000;
@@ -97,10 +97,10 @@ pub fn release(ctx: &ShardCtx, watched: Vec<Watched>) {
         } else {
             drop(ctx.request(
                 w.shard,
-                Request::Unwatch {
+                Request::Watch(WatchRequest::Unwatch {
                     db: w.db,
                     key: w.key,
-                },
+                }),
             ));
         }
     }
@@ -128,14 +128,14 @@ pub async fn watch(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[By
             match ctx
                 .request(
                     shard,
-                    Request::Watch {
+                    Request::Watch(WatchRequest::Watch {
                         db,
                         key: key.clone(),
-                    },
+                    }),
                 )
                 .await
             {
-                Response::Count(version) => version as u64,
+                Response::Version(version) => version,
                 _ => return Frame::static_error("ERR internal error: unexpected shard response"),
             }
         };
@@ -239,12 +239,12 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
     let plan = plan(ctx, start_db, &queued, &watched);
     let held = Held::lock_shards(ctx, plan.shards).await;
     for w in &watched {
-        let request = Request::WatchVersion {
+        let request = Request::Watch(WatchRequest::Version {
             db: w.db,
             key: w.key.clone(),
-        };
+        });
         let now = match on(&held, w.shard, request).await {
-            Response::Count(version) => version as u64,
+            Response::Version(version) => version,
             _ => u64::MAX,
         };
         if now != w.version {
@@ -292,11 +292,11 @@ async fn run_one(
         on(
             held,
             shard,
-            Request::Exec {
+            Request::Keys(KeyRequest::Exec {
                 db,
                 client,
                 commands: vec![(spec.index(), args.to_vec())],
-            },
+            }),
         )
     };
     match spec.route {

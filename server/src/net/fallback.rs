@@ -9,8 +9,8 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use wetask_protocol::Output;
 
-use crate::context::ShardCtx;
 use crate::session::{self, Pump, Session, OUTPUT_BUFFER_BYTES_MAX};
+use crate::shard::ShardCtx;
 
 const READ_BYTES: usize = 16 * 1024;
 
@@ -112,7 +112,7 @@ async fn run_while_reading(
 async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
-    let state = ctx.new_connection(fd);
+    let state = super::new_connection(&ctx, fd);
     let mut session = Session::new(state.clone(), ctx.globals.config.proto_max_bulk_len);
     let mut buf = vec![0u8; READ_BYTES];
     let mut out = Output::default();

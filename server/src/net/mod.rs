@@ -6,11 +6,17 @@ pub mod bufring;
 pub mod fallback;
 pub mod uring;
 
+use std::cell::RefCell;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
 
 use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::clients::ConnState;
+use crate::shard::ShardCtx;
 
 /// Backlog of each shard's listening socket.
 pub const LISTEN_BACKLOG: i32 = 1024;
@@ -95,4 +101,25 @@ pub fn set_nodelay(fd: RawFd) {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         );
     }
+}
+
+/// Creates and registers the state of a newly accepted connection.
+pub fn new_connection(ctx: &ShardCtx, fd: RawFd) -> Rc<RefCell<ConnState>> {
+    set_keepalive(fd, ctx.globals.tcp_keepalive_s.load(Ordering::Relaxed));
+    let authenticated = ctx
+        .globals
+        .requirepass
+        .lock()
+        .expect("requirepass")
+        .is_none();
+    let state = Rc::new(RefCell::new(ConnState::new(
+        ctx.globals.next_client_id(),
+        fd,
+        socket_addr(fd, true),
+        socket_addr(fd, false),
+        crate::globals::unix_ms(),
+        authenticated,
+    )));
+    ctx.clients.borrow_mut().add(state.clone());
+    state
 }

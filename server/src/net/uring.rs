@@ -24,10 +24,10 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use wetask_protocol::Output;
 
-use crate::context::ShardCtx;
 use crate::net::bufring::BufRing;
 use crate::net::set_nodelay;
 use crate::session::{self, Pump, Session, OUTPUT_BUFFER_BYTES_MAX};
+use crate::shard::ShardCtx;
 
 /// Submission queue entries per shard ring.
 pub const RING_ENTRIES: u32 = 1024;
@@ -398,7 +398,7 @@ impl Net {
         }
         set_nodelay(fd);
         let ctx = &self.ctx;
-        let state = ctx.new_connection(fd);
+        let state = super::new_connection(ctx, fd);
         let generation = inner.next_generation;
         inner.next_generation = inner.next_generation.wrapping_add(1) & 0x00FF_FFFF;
         let mut conn = Conn {

@@ -1,0 +1,212 @@
+//! What shards ask of each other, grouped by the part of the shard that serves it: the
+//! keyspace, WATCH, the cross-shard lock, the task engine, blocked pops, pub/sub and the
+//! admin questions (INFO, CLIENT LIST). A request is owned data; the receiving shard routes
+//! each group to its owner (`shard::ShardCtx::handle_request`). Payload types are the
+//! owners' own where they are plain data (`wetask_shards::BlockOp`, `clients::KillFilter`).
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+use wetask_shards::{Entry, ScanFilter};
+
+/// Commands for one shard: (index into the command table, arguments), run in order.
+pub type ShardCommands = Vec<(usize, Vec<Bytes>)>;
+
+/// Work one shard asks of another.
+pub enum Request {
+    Keys(KeyRequest),
+    Watch(WatchRequest),
+    Lock(LockRequest),
+    Tasks(TaskRequest),
+    Lists(ListRequest),
+    PubSub(PubSubRequest),
+    Admin(AdminRequest),
+}
+
+/// Work on the receiving shard's keyspace.
+pub enum KeyRequest {
+    /// Run these commands, in order, on the given database. `spec` indexes the command table.
+    Exec {
+        db: usize,
+        client: u64,
+        commands: ShardCommands,
+    },
+    Take {
+        db: usize,
+        key: Bytes,
+    },
+    /// Lend a key's entry to the coordinator of a cross-shard operation (see `cross`).
+    Lend {
+        db: usize,
+        key: Bytes,
+    },
+    /// Take back a lent key as it now is; `written` counts it as changed for WATCH.
+    Restore {
+        db: usize,
+        key: Bytes,
+        entry: Entry,
+        written: bool,
+    },
+    Clone {
+        db: usize,
+        key: Bytes,
+    },
+    Put {
+        db: usize,
+        key: Bytes,
+        entry: Entry,
+        replace: bool,
+    },
+    Exists {
+        db: usize,
+        keys: Vec<Bytes>,
+    },
+    Scan {
+        db: usize,
+        cursor: u64,
+        count: usize,
+        filter: ScanFilter,
+    },
+    RandomKey {
+        db: usize,
+    },
+}
+
+/// WATCH bookkeeping on the owner of a watched key.
+pub enum WatchRequest {
+    /// One more watcher of the key: answered with its version.
+    Watch { db: usize, key: Bytes },
+    /// The key's current version (EXEC, under the transaction's locks).
+    Version { db: usize, key: Bytes },
+    /// One watcher of the key is gone.
+    Unwatch { db: usize, key: Bytes },
+}
+
+/// The cross-shard lock (DESIGN §2.4), for the message's token.
+pub enum LockRequest {
+    /// Take the shard's lock; answered once granted.
+    Lock,
+    /// Take the lock (as `Lock`) and run these commands under it, answering their replies.
+    Exec {
+        db: usize,
+        client: u64,
+        commands: ShardCommands,
+    },
+    /// Release the lock.
+    Unlock,
+}
+
+/// The task engine on the shard that owns the queues (or the task).
+pub enum TaskRequest {
+    /// Lease up to `count` tasks from these queues (all on the receiving shard) to `client`.
+    Fetch {
+        client: u64,
+        /// Task ids to acknowledge first, in order (a FETCH's ACKs, when they all live on
+        /// this shard: then the whole worker step is one round trip). The first refusal is
+        /// answered as `Response::Refused` and nothing is leased.
+        acks: Vec<Bytes>,
+        queues: Vec<Bytes>,
+        count: usize,
+        lease_ms: Option<u64>,
+    },
+    /// Like `Fetch`, but when nothing can be leased the request is held (parked) until
+    /// something can, or until `deadline_ms`.
+    FetchBlocking {
+        client: u64,
+        queues: Vec<Bytes>,
+        count: usize,
+        lease_ms: Option<u64>,
+        deadline_ms: Option<u64>,
+    },
+    /// TASK.WAIT: held until the task finishes or `deadline_ms`; an unknown id is answered
+    /// at once with an error.
+    Wait {
+        client: u64,
+        id: Bytes,
+        deadline_ms: Option<u64>,
+    },
+    /// Let go of `client`'s parked fetches and waits (each is answered with nothing).
+    Unpark { client: u64 },
+    /// Hand back tasks leased to `client` that it never received.
+    Unlease { client: u64, ids: Vec<Bytes> },
+    /// `client`'s connection closed: requeue every task leased to it.
+    ReleaseLeases { client: u64 },
+    /// Submit a fallback task to a queue on the receiving shard.
+    SubmitFallback {
+        fallback: wetask_shards::tasks::Fallback,
+    },
+}
+
+/// Blocked pops parked on the owner of their keys.
+pub enum ListRequest {
+    /// Park a blocked pop on the receiving shard's `keys`: held until one of them gives it
+    /// data (answered with the command's reply) or `deadline_ms` (answered empty).
+    Block {
+        waiter: u64,
+        client: u64,
+        db: usize,
+        keys: Vec<Bytes>,
+        op: wetask_shards::BlockOp,
+        deadline_ms: Option<u64>,
+    },
+    /// Let go of a parked pop (its held request is answered empty if still parked).
+    Unblock { waiter: u64 },
+    /// `client`'s connection is closing: let go of its parked pop.
+    UnblockClient { client: u64 },
+}
+
+/// Pub/sub. Never held up by a lock: it touches no keyspace.
+pub enum PubSubRequest {
+    /// Deliver a published message to the receiving shard's subscribers.
+    Publish {
+        channel: Bytes,
+        message: Bytes,
+        /// SPUBLISH: to shard-channel subscribers only.
+        sharded: bool,
+    },
+    /// What the receiving shard knows for PUBSUB.
+    Query(PubsubQuery),
+}
+
+/// INFO, CONFIG RESETSTAT, CLIENT LIST and CLIENT KILL, gathered from every shard.
+pub enum AdminRequest {
+    Stats,
+    ResetStats,
+    ClientList,
+    ClientKill { filter: crate::clients::KillFilter },
+}
+
+/// What PUBSUB asks each shard.
+#[derive(Clone, Debug)]
+pub enum PubsubQuery {
+    Channels(Option<Bytes>),
+    NumSub(Vec<Bytes>),
+    Patterns,
+    ShardChannels(Option<Bytes>),
+    ShardNumSub(Vec<Bytes>),
+}
+
+/// A shard's answer to a [`PubsubQuery`].
+#[derive(Debug)]
+pub enum PubsubReport {
+    Names(Vec<Bytes>),
+    Counts(Vec<usize>),
+}
+
+pub enum Response {
+    Frames(Vec<Frame>),
+    /// A request's precondition failed with this error (a FETCH's ACK was refused).
+    Refused(Frame),
+    Entry(Option<Entry>),
+    /// Done; nothing to report.
+    Done,
+    /// A yes/no answer (PUT replaced a key; a fallback task was accepted).
+    Bool(bool),
+    Count(usize),
+    /// A watched key's version.
+    Version(u64),
+    Scan(u64, Vec<Bytes>),
+    Key(Option<Bytes>),
+    Stats(Box<crate::stats::ShardReport>),
+    Text(String),
+    Pubsub(PubsubReport),
+}

@@ -1,0 +1,425 @@
+//! The small core every part of a shard shares: its id, its keyspace shard, its end of the
+//! mesh, the process's globals, its clients and counters, the cross-shard lock, and the
+//! outbox through which pushes reach a client's transport. The services (`lists`, `tasks`,
+//! `pubsub`, `scripts`, `watch`) each own their state and take the core as an argument; the
+//! core knows none of them.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+
+use wetask_protocol::{encode_output, Frame};
+use wetask_shards::Shard;
+
+use crate::clients::Clients;
+use crate::globals::{unix_ms, Globals};
+use crate::mesh::{KeyRequest, Mesh, Request, Response, ResponseFuture};
+use crate::stats::ShardStats;
+
+/// Keys sampled by active expiry per loop turn, across this shard's databases.
+pub const ACTIVE_EXPIRE_SAMPLES_PER_TURN: usize = 64;
+
+/// Keys a shard evicts per loop turn in the background while over `maxmemory`.
+pub const EVICTIONS_PER_TURN_MAX: usize = 256;
+
+pub struct ShardCore {
+    pub id: usize,
+    pub shard_count: usize,
+    /// When the cron last ticked (unix ms), for the watchdog thread (`runtime`).
+    pub cron_beat: Arc<AtomicU64>,
+    pub shard: RefCell<Shard>,
+    pub mesh: Option<Rc<Mesh>>,
+    pub globals: Arc<Globals>,
+    pub clients: RefCell<Clients>,
+    pub stats: ShardStats,
+    last_expire_ms: Cell<u64>,
+    last_idle_sweep_ms: Cell<u64>,
+    /// The mesh receiver tasks' wakers, by peer (see `ShardCtx::serve_peer`), and when they
+    /// were last nudged.
+    pub(super) receiver_wakers: RefCell<Vec<Option<Waker>>>,
+    last_receiver_nudge_ms: Cell<u64>,
+    /// The token of the cross-shard operation holding this shard, if any (DESIGN §2.4).
+    lock: Cell<Option<u64>>,
+    unlock_wakers: RefCell<Vec<Waker>>,
+    tokens_issued: Cell<u64>,
+    /// Clients with pushes waiting to be sent, for the transport.
+    pub push_ready: RefCell<Vec<u64>>,
+    /// Wakes the transport when a push arrives (set by the io_uring driver).
+    pub push_hook: RefCell<Option<Box<dyn Fn()>>>,
+    /// Rouses the transport and makes it enter its ring with GETEVENTS whatever its flags
+    /// say (set by the io_uring driver; called by the cron).
+    pub rouse_hook: RefCell<Option<Box<dyn Fn()>>>,
+    /// Pushes that met their connection busy, settled by the transport.
+    deferred_pushes: RefCell<Vec<(u64, Frame)>>,
+}
+
+impl ShardCore {
+    pub fn new(id: usize, globals: Arc<Globals>, mesh: Option<Rc<Mesh>>) -> Self {
+        let shard_count = globals.shard_count;
+        ShardCore {
+            id,
+            shard_count,
+            // Starts beating at birth: a shard that stalls before its first cron tick (seen
+            // in CI, a request sent within 100 ms of start) is roused like any other.
+            cron_beat: Arc::new(AtomicU64::new(unix_ms())),
+            shard: RefCell::new({
+                let mut shard = Shard::new(id);
+                shard.tasks = wetask_shards::tasks::Engine::new(globals.config.task_retention_ms);
+                shard
+            }),
+            mesh,
+            globals,
+            clients: RefCell::new(Clients::default()),
+            stats: ShardStats::default(),
+            last_expire_ms: Cell::new(0),
+            last_idle_sweep_ms: Cell::new(0),
+            receiver_wakers: RefCell::new(vec![None; shard_count]),
+            last_receiver_nudge_ms: Cell::new(0),
+            lock: Cell::new(None),
+            unlock_wakers: RefCell::new(Vec::new()),
+            tokens_issued: Cell::new(0),
+            push_ready: RefCell::new(Vec::new()),
+            push_hook: RefCell::new(None),
+            rouse_hook: RefCell::new(None),
+            deferred_pushes: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Updates the coarse clock and, at most once per millisecond however fast the loop
+    /// turns, runs one bounded round of active expiry and advances the task engine (due
+    /// tasks, expired leases, deadlines, retention). Returns the fallbacks of tasks that died.
+    pub fn advance_clock(&self) -> Vec<wetask_shards::tasks::Fallback> {
+        let now = unix_ms();
+        let mut shard = self.shard.borrow_mut();
+        shard.set_clock(now);
+        if now != self.last_expire_ms.get() {
+            self.last_expire_ms.set(now);
+            shard.active_expire(ACTIVE_EXPIRE_SAMPLES_PER_TURN);
+            shard.tasks.advance(now);
+        }
+        shard.tasks.take_fallbacks()
+    }
+
+    /// The chores of a loop turn that need only the core: eviction, idle clients, the mesh
+    /// receivers' safety nudge.
+    pub fn housekeeping(&self) {
+        let now = self.shard.borrow().now_ms();
+        self.background_eviction();
+        self.close_idle_clients(now);
+        self.nudge_receivers(now);
+    }
+
+    /// True when `maxmemory` is set and the server's allocations are past it.
+    pub fn over_maxmemory(&self) -> bool {
+        crate::memory::over_maxmemory()
+    }
+
+    /// Refuses a `denyoom` command early, on the connection's shard, when the server is past
+    /// `maxmemory` under `noeviction` (Redis's OOM). Under an eviction policy the shard that
+    /// runs a write makes room itself (`Shard::make_room`), so each shard gives back memory
+    /// in proportion to what it takes in.
+    pub fn make_room(&self, spec: &wetask_shards::CommandSpec) -> Result<(), Frame> {
+        use wetask_shards::table::flag;
+        if spec.has(flag::DENYOOM)
+            && self.globals.eviction_policy() == wetask_shards::evict::Policy::NoEviction
+            && self.over_maxmemory()
+        {
+            return Err(Frame::static_error(wetask_shards::errors::OOM));
+        }
+        Ok(())
+    }
+
+    /// Every 100 ms, wakes the mesh receivers to look at their channels again (a lost
+    /// wake-up costs at most that; see `ShardCtx::serve_peer`).
+    fn nudge_receivers(&self, now_ms: u64) {
+        if now_ms < self.last_receiver_nudge_ms.get() + 100 {
+            return;
+        }
+        self.last_receiver_nudge_ms.set(now_ms);
+        let wakers: Vec<Waker> = self
+            .receiver_wakers
+            .borrow_mut()
+            .iter_mut()
+            .filter_map(Option::take)
+            .collect();
+        for waker in wakers {
+            waker.wake();
+        }
+        if let Some(mesh) = self.mesh.as_ref() {
+            mesh.nudge();
+        }
+    }
+
+    /// The `timeout` option: once a second, closes this shard's clients idle that long.
+    fn close_idle_clients(&self, now_ms: u64) {
+        let timeout_s = self.globals.idle_timeout_s.load(Ordering::Relaxed);
+        if timeout_s == 0 || now_ms < self.last_idle_sweep_ms.get() + 1000 {
+            return;
+        }
+        self.last_idle_sweep_ms.set(now_ms);
+        if let Ok(clients) = self.clients.try_borrow() {
+            clients.close_idle(now_ms, timeout_s.saturating_mul(1000));
+        }
+    }
+
+    /// Keeps the shard's eviction settings in step with the configuration, and while the
+    /// server is past `maxmemory` evicts some of this shard's keys each turn, so a shard that
+    /// only serves reads still gives back its share.
+    fn background_eviction(&self) {
+        let policy = self.globals.eviction_policy();
+        let on = self.globals.maxmemory() > 0;
+        let mut shard = self.shard.borrow_mut();
+        if shard.eviction_policy() != policy {
+            shard.set_eviction_policy(policy);
+        }
+        let samples = self.globals.maxmemory_samples.load(Ordering::Relaxed) as usize;
+        shard.set_memory_check(
+            on.then_some(crate::memory::over_maxmemory as fn() -> bool),
+            samples,
+        );
+        if on && policy != wetask_shards::evict::Policy::NoEviction {
+            for _ in 0..EVICTIONS_PER_TURN_MAX {
+                if !crate::memory::over_maxmemory() || !shard.evict_one(samples) {
+                    break;
+                }
+            }
+        }
+    }
+
+    pub fn request(&self, to: usize, request: Request) -> ResponseFuture {
+        self.request_as(to, None, request)
+    }
+
+    /// A request on behalf of the cross-shard operation holding lock `token`.
+    pub fn request_as(&self, to: usize, token: Option<u64>, request: Request) -> ResponseFuture {
+        debug_assert_ne!(to, self.id, "local work never goes through the mesh");
+        let mesh = self
+            .mesh
+            .as_ref()
+            .expect("mesh exists when there are several shards");
+        mesh.request(self.id, to, token, request)
+    }
+
+    /// Answers a peer's request `id`.
+    pub fn respond(&self, to: usize, id: u64, response: Response) {
+        self.mesh
+            .as_ref()
+            .expect("a peer's request came over the mesh")
+            .respond(to, id, response);
+    }
+
+    /// The shard that owns `key` (or a queue or task id, by its slot tag).
+    pub fn owner_of(&self, key: &[u8]) -> usize {
+        if self.shard_count == 1 {
+            self.id
+        } else {
+            wetask_shards::shard_of(key, self.shard_count)
+        }
+    }
+
+    // ---- the cross-shard lock ----
+
+    /// True while a cross-shard operation holds this shard's lock.
+    pub fn is_locked(&self) -> bool {
+        self.lock.get().is_some()
+    }
+
+    /// The token of the operation holding this shard's lock, if any.
+    pub fn lock_holder(&self) -> Option<u64> {
+        self.lock.get()
+    }
+
+    /// A fresh token for one cross-shard operation.
+    pub fn new_token(&self) -> u64 {
+        let count = self.tokens_issued.get() + 1;
+        self.tokens_issued.set(count);
+        ((self.id as u64) << 48) | count
+    }
+
+    /// Waits until no cross-shard operation holds this shard's lock.
+    pub async fn wait_unlocked(&self) {
+        std::future::poll_fn(|cx| {
+            if self.lock.get().is_none() {
+                Poll::Ready(())
+            } else {
+                self.unlock_wakers.borrow_mut().push(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// True when this shard's lock is held by a script past its busy threshold.
+    pub fn held_by_busy_script(&self) -> bool {
+        self.lock.get().is_some_and(|token| {
+            crate::script_busy::holder_is_busy(&self.globals.script_slots, token)
+        })
+    }
+
+    /// Waits until no cross-shard operation holds this shard's lock, as
+    /// [`ShardCore::wait_unlocked`], but gives up (returns true) as soon as the holder is a
+    /// busy script: the caller then answers BUSY.
+    pub async fn wait_unlocked_or_busy(&self) -> bool {
+        std::future::poll_fn(|cx| {
+            if self.lock.get().is_none() {
+                Poll::Ready(false)
+            } else if self.held_by_busy_script() {
+                Poll::Ready(true)
+            } else {
+                self.unlock_wakers.borrow_mut().push(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Takes this shard's lock for `token`, waiting for any holder to release it.
+    pub async fn lock_local(&self, token: u64) {
+        loop {
+            self.wait_unlocked().await;
+            if self.lock.get().is_none() {
+                self.lock.set(Some(token));
+                return;
+            }
+        }
+    }
+
+    /// Takes the lock for a peer's operation (its Lock request reached the front).
+    pub(super) fn grant_lock(&self, token: Option<u64>) {
+        debug_assert!(self.lock.get().is_none(), "a lock granted over another");
+        self.lock.set(token);
+    }
+
+    /// Lets go of the lock held by `token` and wakes the local waiters. The deferred peer
+    /// requests are the shard context's to serve (`ShardCtx::unlock`).
+    pub(super) fn release_lock(&self, token: u64) {
+        assert_eq!(self.lock.get(), Some(token), "unlock by a non-holder");
+        self.lock.set(None);
+        self.wake_lock_waiters();
+    }
+
+    /// Wakes every task waiting for the lock (they look again: unlocked, or held by a
+    /// busy script, which they answer BUSY).
+    pub(super) fn wake_lock_waiters(&self) {
+        for waker in self.unlock_wakers.borrow_mut().drain(..) {
+            waker.wake();
+        }
+    }
+
+    // ---- pushes to local clients ----
+
+    /// Queues a push frame (a pub/sub message) for a local client and wakes its transport.
+    /// A client past its pubsub output limit is disconnected.
+    pub fn push_to(&self, client: u64, frame: &Frame) {
+        let Some(conn) = self.clients.borrow().get(client) else {
+            return;
+        };
+        // The client may be running a command right now (a PUBLISH to itself): then its
+        // state is borrowed, and the push goes through the shard's queue instead.
+        let Ok(mut state) = conn.try_borrow_mut() else {
+            self.deferred_pushes
+                .borrow_mut()
+                .push((client, frame.clone()));
+            self.wake_pushes(client);
+            return;
+        };
+        let protocol = state.protocol;
+        encode_output(&mut state.pushes, frame, protocol);
+        let pending = state.pushes.len() + state.unsent;
+        let now = unix_ms();
+        if !state.close_requested
+            && self
+                .globals
+                .output_limits
+                .exceeded(&mut state, pending, now)
+        {
+            tracing::warn!(client, "pubsub output buffer limit reached; closing");
+            state.pushes.clear();
+            crate::clients::shut_down(&mut state);
+        }
+        if let Some(waker) = state.push_waker.take() {
+            waker.wake();
+        }
+        drop(state);
+        self.wake_pushes(client);
+    }
+
+    /// Tells the io_uring driver (the only transport with a hook) which client to send to;
+    /// the glommio fallback's connections wait on their own waker instead.
+    fn wake_pushes(&self, client: u64) {
+        if let Some(hook) = self.push_hook.borrow().as_ref() {
+            self.push_ready.borrow_mut().push(client);
+            hook();
+        }
+    }
+
+    /// Moves pushes that met a busy connection into its pending output (called by the
+    /// transports before they send).
+    pub fn settle_deferred_pushes(&self) {
+        if self.deferred_pushes.borrow().is_empty() {
+            return;
+        }
+        let deferred = std::mem::take(&mut *self.deferred_pushes.borrow_mut());
+        for (client, frame) in deferred {
+            self.push_to(client, &frame);
+        }
+    }
+
+    // ---- keyspace requests ----
+
+    /// Serves a keyspace request from another shard (or from a cross-shard operation on
+    /// this one), synchronously.
+    pub fn serve_keys(&self, request: KeyRequest) -> Response {
+        let mut shard = self.shard.borrow_mut();
+        match request {
+            KeyRequest::Exec {
+                db,
+                client,
+                commands,
+            } => Response::Frames(
+                commands
+                    .iter()
+                    .map(|(spec, args)| {
+                        let spec = &wetask_shards::COMMANDS[*spec];
+                        let frame = shard.execute(db, client, spec, args);
+                        self.stats.record(spec, frame.is_error());
+                        frame
+                    })
+                    .collect(),
+            ),
+            KeyRequest::Take { db, key } => Response::Entry(shard.take_entry(db, &key)),
+            KeyRequest::Lend { db, key } => Response::Entry(shard.lend_entry(db, &key)),
+            KeyRequest::Restore {
+                db,
+                key,
+                entry,
+                written,
+            } => {
+                shard.restore_entry(db, &key, entry, written);
+                Response::Done
+            }
+            KeyRequest::Clone { db, key } => Response::Entry(shard.clone_entry(db, &key)),
+            KeyRequest::Put {
+                db,
+                key,
+                entry,
+                replace,
+            } => Response::Bool(shard.put_entry(db, &key, entry, replace)),
+            KeyRequest::Exists { db, keys } => {
+                Response::Count(keys.iter().filter(|k| shard.exists(db, k)).count())
+            }
+            KeyRequest::Scan {
+                db,
+                cursor,
+                count,
+                filter,
+            } => {
+                let (next, keys) = shard.scan(db, cursor, count, &filter);
+                Response::Scan(next, keys)
+            }
+            KeyRequest::RandomKey { db } => Response::Key(shard.random_key(db)),
+        }
+    }
+}

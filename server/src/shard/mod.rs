@@ -1,0 +1,405 @@
+//! One shard, in rooms: a small core (`core`: id, keyspace shard, mesh end, globals,
+//! clients, counters, the lock) and one service per concern, each owning its state:
+//! blocked pops (`lists`), task fetches and waits (`tasks`), pub/sub (`pubsub`), scripts
+//! (`scripts`) and WATCH (`watch`). [`ShardCtx`] holds them, routes each group of mesh
+//! requests to its owner, runs the per-turn chores, and calls each service's connection
+//! hooks. One `Rc<ShardCtx>` per executor; never sent anywhere.
+//!
+//! Imports run one way: the services know the core, the context knows the services, and
+//! nothing here knows the commands or the transport (docs/ARCHITECTURE.md).
+
+mod core;
+pub mod lists;
+pub mod pubsub;
+pub mod reply;
+pub mod scripts;
+pub mod tasks;
+pub mod watch;
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use wetask_protocol::Frame;
+
+pub use self::core::ShardCore;
+pub use lists::{ListWaiter, ListWaiters};
+pub use pubsub::PubSub;
+pub use reply::{LocalSlot, LocalWait, Reply};
+pub use scripts::{ScriptRun, Scripts};
+pub use tasks::{Parked, TaskWaits, Want};
+
+use crate::clients::ConnState;
+use crate::globals::{unix_ms, Globals};
+use crate::mesh::{AdminRequest, KeyRequest, LockRequest, Mesh, Request, Response, TaskRequest};
+use crate::stats::ShardReport;
+
+/// Most peer requests a locked shard queues for after the unlock.
+pub const DEFERRED_REQUESTS_MAX: usize = 65_536;
+
+/// A peer's request held while another operation owns the lock: (from, id, token, request).
+type DeferredRequest = (usize, u64, Option<u64>, Request);
+
+/// What a service does when one of this shard's connections goes away.
+pub trait ConnectionHooks {
+    /// The connection is closing: let go of whatever it waits on, so its command returns.
+    fn connection_closing(&self, _core: &ShardCore, _state: &ConnState) {}
+    /// The connection is gone: forget it and give back what it held.
+    fn connection_closed(&self, _core: &ShardCore, _state: &ConnState) {}
+}
+
+pub struct ShardCtx {
+    pub core: ShardCore,
+    pub lists: ListWaiters,
+    pub task_waits: TaskWaits,
+    pub pubsub: PubSub,
+    pub scripts: Scripts,
+    /// Peers' requests waiting for the lock's holder to finish.
+    deferred: RefCell<VecDeque<DeferredRequest>>,
+}
+
+/// The core's fields and methods read as the context's own (`ctx.shard`, `ctx.request`).
+impl std::ops::Deref for ShardCtx {
+    type Target = ShardCore;
+
+    fn deref(&self) -> &ShardCore {
+        &self.core
+    }
+}
+
+impl ShardCtx {
+    pub fn new(id: usize, globals: Arc<Globals>, mesh: Option<Rc<Mesh>>) -> Self {
+        ShardCtx {
+            core: ShardCore::new(id, globals, mesh),
+            lists: ListWaiters::default(),
+            task_waits: TaskWaits::default(),
+            pubsub: PubSub::default(),
+            scripts: Scripts::default(),
+            deferred: RefCell::new(VecDeque::new()),
+        }
+    }
+
+    /// The services' connection hooks, in the order they run.
+    fn hooks(&self) -> [&dyn ConnectionHooks; 4] {
+        [&self.task_waits, &self.lists, &watch::Watches, &self.pubsub]
+    }
+
+    /// One turn's chores: the clock, expiry and the task engine, the services' deadlines
+    /// and wake-ups, eviction, idle clients. Called every loop turn by the transport, and
+    /// before a peer's request is served (a parked shard's clock may be a cron period old).
+    pub fn tick(&self) {
+        let fallbacks = self.core.advance_clock();
+        self.scripts.drop_flushed_state(&self.core);
+        self.core.housekeeping();
+        if self.is_locked() {
+            self.announce_busy_holder();
+        }
+        for fallback in fallbacks {
+            self.task_waits.route_fallback(&self.core, fallback);
+        }
+        self.task_waits.serve_parked(&self.core);
+        self.lists.serve(&self.core);
+    }
+
+    /// A connection is closing: every service lets go of what it waits on.
+    pub fn connection_closing(&self, state: &ConnState) {
+        for service in self.hooks() {
+            service.connection_closing(&self.core, state);
+        }
+    }
+
+    /// A connection is gone: forget it, and every service gives back what it held.
+    pub fn connection_closed(&self, state: &ConnState) {
+        self.clients.borrow_mut().remove(state.id);
+        for service in self.hooks() {
+            service.connection_closed(&self.core, state);
+        }
+    }
+
+    // ---- the lock, as peers see it ----
+
+    /// Releases the lock held by `token`, wakes local waiters, then serves the requests that
+    /// arrived meanwhile, in order, until one of them takes the lock again.
+    pub fn unlock(&self, token: u64) {
+        self.core.release_lock(token);
+        while !self.is_locked() {
+            let next = self.deferred.borrow_mut().pop_front();
+            let Some((from, id, token, request)) = next else {
+                break;
+            };
+            self.handle_request(from, id, token, request);
+        }
+    }
+
+    /// A peer's Unlock. If the lock was never granted (the holder gave up while its Lock
+    /// request waited here), the waiting request is withdrawn instead, so the lock is never
+    /// taken for nobody.
+    fn peer_unlock(&self, token: u64) {
+        if self.lock_holder() == Some(token) {
+            self.unlock(token);
+            return;
+        }
+        let mut deferred = self.deferred.borrow_mut();
+        let before = deferred.len();
+        deferred
+            .retain(|(_, _, t, request)| *t != Some(token) || !matches!(request, Request::Lock(_)));
+        if deferred.len() != before {
+            tracing::warn!(token, "a lock request was withdrawn before it was served");
+        }
+    }
+
+    /// Once per turn while locked: when the holder has become a busy script, wakes the
+    /// waiting clients (they answer BUSY) and answers the peers' waiting plain requests BUSY.
+    fn announce_busy_holder(&self) {
+        if !self.held_by_busy_script() {
+            return;
+        }
+        self.core.wake_lock_waiters();
+        let plain: VecDeque<DeferredRequest> = {
+            let mut deferred = self.deferred.borrow_mut();
+            let (plain, rest) = std::mem::take(&mut *deferred)
+                .into_iter()
+                .partition(|(_, _, token, request)| token.is_none() && is_exec(request));
+            *deferred = rest;
+            plain
+        };
+        for (from, id, _, request) in plain {
+            if let Request::Keys(KeyRequest::Exec { commands, .. }) = request {
+                self.respond(from, id, busy_frames(commands.len()));
+            }
+        }
+    }
+
+    // ---- peers' requests ----
+
+    /// A request from a peer: lock traffic, or work served now unless another operation
+    /// holds the lock, in which case it waits in `deferred`.
+    fn handle_request(&self, from: usize, id: u64, token: Option<u64>, request: Request) {
+        match request {
+            Request::Lock(LockRequest::Unlock) => {
+                self.peer_unlock(token.expect("unlock carries its token"));
+                self.respond(from, id, Response::Done);
+                return;
+            }
+            // Publishing and pub/sub questions never touch the keyspace: a lock does not
+            // hold them up (a transaction or script that publishes holds locks itself).
+            Request::PubSub(request) => {
+                let response = self.pubsub.serve(&self.core, request);
+                self.respond(from, id, response);
+                return;
+            }
+            _ => {}
+        }
+        let held_by_other = matches!(self.lock_holder(), Some(holder) if Some(holder) != token);
+        if held_by_other {
+            self.defer(from, id, token, request);
+            return;
+        }
+        match request {
+            Request::Lock(LockRequest::Lock) => {
+                self.core.grant_lock(token);
+                self.respond(from, id, Response::Done);
+            }
+            Request::Lock(LockRequest::Exec {
+                db,
+                client,
+                commands,
+            }) => {
+                self.core.grant_lock(token);
+                let response = self.serve(Request::Keys(KeyRequest::Exec {
+                    db,
+                    client,
+                    commands,
+                }));
+                self.respond(from, id, response);
+            }
+            Request::Tasks(
+                request @ (TaskRequest::FetchBlocking { .. } | TaskRequest::Wait { .. }),
+            ) => {
+                self.tick();
+                self.task_waits.handle(&self.core, from, id, request);
+            }
+            Request::Lists(request) => {
+                self.tick();
+                self.lists.handle(&self.core, from, id, request);
+            }
+            request => {
+                let response = self.serve(request);
+                self.respond(from, id, response);
+            }
+        }
+    }
+
+    /// A request that meets the lock held by another operation waits for the unlock; a
+    /// plain command batch instead gets BUSY when the holder is a busy script, and an error
+    /// when too many already wait (lock traffic and internal requests still queue; they
+    /// are bounded by the operations in flight).
+    fn defer(&self, from: usize, id: u64, token: Option<u64>, request: Request) {
+        if let Request::Keys(KeyRequest::Exec { commands, .. }) = &request {
+            if self.held_by_busy_script() {
+                self.respond(from, id, busy_frames(commands.len()));
+                return;
+            }
+            if self.deferred.borrow().len() >= DEFERRED_REQUESTS_MAX {
+                let error = Frame::static_error(
+                    "ERR too many requests are waiting for a cross-shard operation on this shard; try again",
+                );
+                self.respond(from, id, Response::Frames(vec![error; commands.len()]));
+                return;
+            }
+        }
+        self.deferred
+            .borrow_mut()
+            .push_back((from, id, token, request));
+    }
+
+    /// Serves a request synchronously on this shard's state: a peer's, or one a cross-shard
+    /// operation runs here itself. Never lock traffic or a parking request.
+    pub fn serve(&self, request: Request) -> Response {
+        // A parked shard's coarse clock may be up to a cron period old: refresh it first.
+        self.tick();
+        match request {
+            Request::Keys(request) => self.core.serve_keys(request),
+            Request::Watch(request) => watch::serve(&self.core, request),
+            Request::Tasks(request) => self.task_waits.serve(&self.core, request),
+            Request::PubSub(request) => self.pubsub.serve(&self.core, request),
+            Request::Admin(request) => self.serve_admin(request),
+            Request::Lock(_) | Request::Lists(_) => {
+                unreachable!("lock traffic and blocked pops never reach serve")
+            }
+        }
+    }
+
+    fn serve_admin(&self, request: AdminRequest) -> Response {
+        match request {
+            AdminRequest::Stats => Response::Stats(Box::new(self.report())),
+            AdminRequest::ResetStats => {
+                self.stats.reset();
+                Response::Done
+            }
+            AdminRequest::ClientList => Response::Text(self.clients.borrow().list(unix_ms(), None)),
+            AdminRequest::ClientKill { filter } => {
+                Response::Count(self.clients.borrow().kill(&filter, None))
+            }
+        }
+    }
+
+    /// The receiver loop for messages from one peer shard.
+    pub async fn serve_peer(
+        self: Rc<Self>,
+        peer: usize,
+        receiver: glommio::channels::shared_channel::ConnectedReceiver<crate::mesh::Envelope>,
+    ) {
+        use crate::mesh::Message;
+        loop {
+            // The task's waker is kept where the cron finds it: every 100 ms it wakes the
+            // receivers, so an envelope whose wake-up went astray (two executors sharing a
+            // CPU, a notification racing the consumer going to sleep) waits at most that
+            // long instead of for ever.
+            let envelope = {
+                let mut recv = std::pin::pin!(receiver.recv());
+                std::future::poll_fn(|cx| {
+                    self.receiver_wakers.borrow_mut()[peer] = Some(cx.waker().clone());
+                    std::future::Future::poll(recv.as_mut(), cx)
+                })
+                .await
+            };
+            let Some(envelope) = envelope else {
+                break;
+            };
+            let mesh = self.mesh.as_ref().expect("mesh");
+            for message in envelope {
+                match message {
+                    Message::Request {
+                        from,
+                        id,
+                        token,
+                        request,
+                    } => self.handle_request(from, id, token, request),
+                    Message::Response { id, response } => mesh.complete(id, response),
+                }
+            }
+            // Work that arrived may unblock parked fetches; then the replies to a whole
+            // envelope leave together, now.
+            self.tick();
+            mesh.flush_to(peer);
+        }
+        tracing::debug!(shard = self.id, peer, "peer channel closed");
+    }
+
+    // ---- reports ----
+
+    pub fn report(&self) -> ShardReport {
+        let shard = self.shard.borrow();
+        ShardReport {
+            commands: self.stats.commands.get(),
+            per_command: self.stats.per_command(),
+            keyspace: shard.keyspace_summary(),
+            expired_keys: shard.expired_keys(),
+            net_input_bytes: self.stats.net_input_bytes.get(),
+            net_output_bytes: self.stats.net_output_bytes.get(),
+            ring_enters: self.stats.ring_enters.get(),
+            ring_parks: self.stats.ring_parks.get(),
+            mesh_envelopes: self.mesh.as_ref().map_or(0, |m| m.envelopes_sent.get()),
+            mesh_messages: self.mesh.as_ref().map_or(0, |m| m.messages_sent.get()),
+            tasks: shard.tasks.totals(),
+            blocked_clients: self.lists.blocked_clients(),
+            pubsub_channels: self.pubsub.channel_names(),
+            pubsub_patterns: self.pubsub.pattern_names(),
+            evicted_keys: shard.evicted_keys(),
+            shard_lines: vec![self.waiting_line()],
+            lua_memory: self
+                .scripts
+                .lua
+                .borrow()
+                .as_ref()
+                .map_or(0, |l| l.used_memory() as u64),
+            queues: shard
+                .tasks
+                .queue_names()
+                .into_iter()
+                .filter_map(|name| {
+                    let stats = shard.tasks.queue_stats(&name, shard.now_ms())?;
+                    Some((name, stats))
+                })
+                .collect(),
+        }
+    }
+
+    /// `INFO shards`: what this shard waits on, for diagnosing a reply that never comes:
+    /// the lock (held by token), peers' requests deferred behind it, this shard's own
+    /// requests still unanswered by peers, and clients whose commands run in a task.
+    fn waiting_line(&self) -> String {
+        let clients = self.clients.borrow();
+        let in_task: Vec<String> = clients
+            .iter()
+            .filter_map(|c| {
+                let c = c.borrow();
+                c.in_batch.then(|| format!("{}:{}", c.id, c.last_command))
+            })
+            .collect();
+        format!(
+            "shard{}:locked={},deferred={},mesh_pending={},clients_in_task={}",
+            self.id,
+            self.lock_holder()
+                .map_or("no".to_string(), |t| t.to_string()),
+            self.deferred.borrow().len(),
+            self.mesh.as_ref().map_or(0, |m| m.pending_count()),
+            if in_task.is_empty() {
+                "none".to_string()
+            } else {
+                in_task.join("/")
+            },
+        )
+    }
+}
+
+fn is_exec(request: &Request) -> bool {
+    matches!(request, Request::Keys(KeyRequest::Exec { .. }))
+}
+
+/// BUSY for each of a request's commands.
+fn busy_frames(count: usize) -> Response {
+    Response::Frames(vec![Frame::static_error(crate::script_busy::BUSY); count])
+}

@@ -1,0 +1,64 @@
+//! Where the answer to a parked request goes: a peer's held mesh request, or a local
+//! connection's one-shot slot. Blocked pops and blocked task fetches and waits park the
+//! same way, so they answer the same way.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use wetask_protocol::Frame;
+
+use super::core::ShardCore;
+use crate::mesh::Response;
+
+/// Where a parked request's answer goes.
+pub enum Reply {
+    /// A held mesh request: answered with `Response::Frames`.
+    Peer { from: usize, id: u64 },
+    /// A connection on this shard.
+    Local(Rc<LocalSlot>),
+}
+
+impl Reply {
+    pub fn send(self, core: &ShardCore, frames: Vec<Frame>) {
+        match self {
+            Reply::Peer { from, id } => core.respond(from, id, Response::Frames(frames)),
+            Reply::Local(slot) => slot.complete(frames),
+        }
+    }
+}
+
+/// A one-shot answer to a local parked request.
+#[derive(Default)]
+pub struct LocalSlot {
+    frames: RefCell<Option<Vec<Frame>>>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl LocalSlot {
+    fn complete(&self, frames: Vec<Frame>) {
+        *self.frames.borrow_mut() = Some(frames);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+/// Resolves to a local parked request's answer.
+pub struct LocalWait(pub Rc<LocalSlot>);
+
+impl Future for LocalWait {
+    type Output = Vec<Frame>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<Frame>> {
+        match self.0.frames.borrow_mut().take() {
+            Some(frames) => Poll::Ready(frames),
+            None => {
+                self.0.waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The task service of a shard: the task engine's requests from other shards, and the
+//! fetches and waits parked here (TASK.FETCH … BLOCK, TASK.WAIT).
+//!
+//! A blocked fetch parks on every shard that owns one of its queues: as a held mesh request
+//! from another shard, or a local slot. A shard retries its parked fetches, oldest first,
+//! whenever its engine's epoch moved (a task became ready, a lease or a limit freed up) or a
+//! parked fetch's deadline passed, and answers each one that leased something or timed out.
+//! The connection's coordinator (`task_fetch`) takes the first shard's answer, asks the
+//! others to let go, and hands back anything they leased meanwhile that it cannot deliver,
+//! so no task stays leased to a client that did not receive it.
+
+use std::cell::{Cell, RefCell};
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+use wetask_shards::task_commands::{fetch_frames, task_frame};
+
+use super::core::ShardCore;
+use super::reply::Reply;
+use super::ConnectionHooks;
+use crate::clients::ConnState;
+use crate::mesh::{Request, Response, TaskRequest};
+
+/// Most fetches parked on one shard at once; beyond it a blocked fetch is refused.
+pub const PARKED_FETCHES_MAX: usize = 100_000;
+
+/// What a parked command waits for.
+pub enum Want {
+    /// TASK.FETCH … BLOCK: something to lease from these queues.
+    Fetch {
+        queues: Vec<Bytes>,
+        count: usize,
+        lease_ms: Option<u64>,
+    },
+    /// TASK.WAIT: the task to finish (answered with its fields, or nil on time-out).
+    Finish { id: Bytes },
+}
+
+pub struct Parked {
+    pub client: u64,
+    pub want: Want,
+    /// Unix ms when it gives up empty-handed; `None` waits for ever.
+    pub deadline_ms: Option<u64>,
+    pub reply: Reply,
+}
+
+#[derive(Default)]
+pub struct TaskWaits {
+    parked: RefCell<Vec<Parked>>,
+    /// The engine epoch the parked fetches were last tried at.
+    epoch: Cell<u64>,
+}
+
+impl TaskWaits {
+    /// Serves a task request from a peer: parks the blocking ones, answers the rest.
+    pub fn handle(&self, core: &ShardCore, from: usize, id: u64, request: TaskRequest) {
+        match request {
+            TaskRequest::FetchBlocking {
+                client,
+                queues,
+                count,
+                lease_ms,
+                deadline_ms,
+            } => self.park(
+                core,
+                Parked {
+                    client,
+                    want: Want::Fetch {
+                        queues,
+                        count,
+                        lease_ms,
+                    },
+                    deadline_ms,
+                    reply: Reply::Peer { from, id },
+                },
+            ),
+            TaskRequest::Wait {
+                client,
+                id: task,
+                deadline_ms,
+            } => {
+                if core.shard.borrow().tasks.get(&task).is_none() {
+                    let error = Frame::static_error("ERR no such task");
+                    core.respond(from, id, Response::Frames(vec![error]));
+                } else {
+                    self.park(
+                        core,
+                        Parked {
+                            client,
+                            want: Want::Finish { id: task },
+                            deadline_ms,
+                            reply: Reply::Peer { from, id },
+                        },
+                    );
+                }
+            }
+            request => core.respond(from, id, self.serve(core, request)),
+        }
+    }
+
+    /// Serves a task request that is answered at once (never a parking one).
+    pub fn serve(&self, core: &ShardCore, request: TaskRequest) -> Response {
+        match request {
+            TaskRequest::Fetch {
+                client,
+                acks,
+                queues,
+                count,
+                lease_ms,
+            } => fetch(core, client, acks, &queues, count, lease_ms),
+            TaskRequest::Unpark { client } => {
+                self.unpark_client(core, client);
+                Response::Done
+            }
+            TaskRequest::Unlease { client, ids } => {
+                let mut shard = core.shard.borrow_mut();
+                let now = shard.now_ms();
+                Response::Count(shard.tasks.unlease(&ids, client, now))
+            }
+            TaskRequest::ReleaseLeases { client } => {
+                Response::Count(self.release_client(core, client))
+            }
+            TaskRequest::SubmitFallback { fallback } => {
+                let mut shard = core.shard.borrow_mut();
+                let now = shard.now_ms();
+                Response::Bool(shard.tasks.submit_fallback(fallback, now).is_ok())
+            }
+            TaskRequest::FetchBlocking { .. } | TaskRequest::Wait { .. } => {
+                unreachable!("parking requests go through `handle`")
+            }
+        }
+    }
+
+    /// `client`'s connection closed: lets go of its parked requests and requeues every
+    /// task leased to it here. Returns how many leases went back.
+    pub fn release_client(&self, core: &ShardCore, client: u64) -> usize {
+        self.unpark_client(core, client);
+        let mut shard = core.shard.borrow_mut();
+        let now = shard.now_ms();
+        shard.tasks.release_owner(client, now)
+    }
+
+    /// Submits a dead task's fallback on the shard that owns the fallback queue.
+    pub fn route_fallback(&self, core: &ShardCore, fallback: wetask_shards::tasks::Fallback) {
+        let owner = core.owner_of(&fallback.queue);
+        if owner == core.id {
+            let mut shard = core.shard.borrow_mut();
+            let now = shard.now_ms();
+            if let Err(err) = shard.tasks.submit_fallback(fallback, now) {
+                tracing::warn!("fallback task refused: {}", err.text());
+            }
+        } else {
+            // Fire and forget: the peer submits it when the envelope arrives.
+            drop(core.request(
+                owner,
+                Request::Tasks(TaskRequest::SubmitFallback { fallback }),
+            ));
+        }
+    }
+
+    /// Parks a fetch or wait that found nothing; answers it at once if it can be answered
+    /// now. Refuses (answers with an error frame) past `PARKED_FETCHES_MAX`.
+    pub fn park(&self, core: &ShardCore, parked: Parked) {
+        if self.parked.borrow().len() >= PARKED_FETCHES_MAX {
+            let error = Frame::error(format!(
+                "ERR too many blocked fetches on one shard ({PARKED_FETCHES_MAX})"
+            ));
+            parked.reply.send(core, vec![error]);
+            return;
+        }
+        self.parked.borrow_mut().push(parked);
+        self.epoch.set(u64::MAX);
+        self.serve_parked(core);
+    }
+
+    /// Retries the parked fetches if anything changed, oldest first; answers those that
+    /// leased something or ran out of time.
+    pub fn serve_parked(&self, core: &ShardCore) {
+        if self.parked.borrow().is_empty() {
+            return;
+        }
+        let mut answers = Vec::new();
+        {
+            let mut shard = core.shard.borrow_mut();
+            let now = shard.now_ms();
+            let epoch = shard.tasks.epoch();
+            let mut parked = self.parked.borrow_mut();
+            let deadline_passed = parked
+                .iter()
+                .any(|p| p.deadline_ms.is_some_and(|d| now >= d));
+            if epoch == self.epoch.get() && !deadline_passed {
+                return;
+            }
+            let mut i = 0;
+            while i < parked.len() {
+                let p = &parked[i];
+                let expired = p.deadline_ms.is_some_and(|d| now >= d);
+                let answer: Option<Vec<Frame>> = match &p.want {
+                    Want::Fetch {
+                        queues,
+                        count,
+                        lease_ms,
+                    } => {
+                        // Nothing to lease (or held back by the in-flight limit): keep waiting.
+                        match fetch_frames(
+                            &mut shard.tasks,
+                            queues,
+                            *count,
+                            *lease_ms,
+                            p.client,
+                            now,
+                        ) {
+                            Ok(frames) if !frames.is_empty() => Some(frames),
+                            _ => expired.then(Vec::new),
+                        }
+                    }
+                    Want::Finish { id } => match shard.tasks.get(id) {
+                        Some(task) if task.state.is_terminal() => Some(vec![task_frame(task)]),
+                        None => Some(vec![Frame::Null]),
+                        _ => expired.then(|| vec![Frame::Null]),
+                    },
+                };
+                match answer {
+                    Some(frames) => answers.push((parked.remove(i).reply, frames)),
+                    None => i += 1,
+                }
+            }
+            self.epoch.set(shard.tasks.epoch());
+        }
+        for (reply, frames) in answers {
+            reply.send(core, frames);
+        }
+    }
+
+    /// Lets go of `client`'s parked fetches, answering each with nothing.
+    pub fn unpark_client(&self, core: &ShardCore, client: u64) {
+        let gone: Vec<Parked> = {
+            let mut parked = self.parked.borrow_mut();
+            let (gone, kept) = std::mem::take(&mut *parked)
+                .into_iter()
+                .partition(|p| p.client == client);
+            *parked = kept;
+            gone
+        };
+        for p in gone {
+            p.reply.send(core, Vec::new());
+        }
+    }
+}
+
+impl ConnectionHooks for TaskWaits {
+    fn connection_closing(&self, core: &ShardCore, state: &ConnState) {
+        self.unpark_client(core, state.id);
+        for &shard in state.task_shards.iter().filter(|&&s| s != core.id) {
+            drop(core.request(
+                shard,
+                Request::Tasks(TaskRequest::Unpark { client: state.id }),
+            ));
+        }
+    }
+
+    /// Requeues every task leased to the connection, on every shard it fetched from.
+    fn connection_closed(&self, core: &ShardCore, state: &ConnState) {
+        self.unpark_client(core, state.id);
+        for &shard in &state.task_shards {
+            if shard == core.id {
+                self.release_client(core, state.id);
+            } else {
+                drop(core.request(
+                    shard,
+                    Request::Tasks(TaskRequest::ReleaseLeases { client: state.id }),
+                ));
+            }
+        }
+    }
+}
+
+/// A fetch's ACKs, then the fetch: one worker step. The first refused ACK is answered as
+/// `Response::Refused` and nothing is leased.
+fn fetch(
+    core: &ShardCore,
+    client: u64,
+    acks: Vec<Bytes>,
+    queues: &[Bytes],
+    count: usize,
+    lease_ms: Option<u64>,
+) -> Response {
+    let mut shard = core.shard.borrow_mut();
+    if !acks.is_empty() {
+        let ack = wetask_shards::lookup(b"task.ack").expect("task.ack is in the table");
+        let mut refusal = None;
+        for id in acks {
+            let args = [Bytes::from_static(b"task.ack"), id];
+            let frame = shard.execute(0, client, ack, &args);
+            core.stats.record(ack, frame.is_error());
+            if frame.is_error() && refusal.is_none() {
+                refusal = Some(frame);
+            }
+        }
+        if let Some(refusal) = refusal {
+            return Response::Refused(refusal);
+        }
+    }
+    let now = shard.now_ms();
+    let fetched = fetch_frames(&mut shard.tasks, queues, count, lease_ms, client, now);
+    Response::Frames(fetched.unwrap_or_else(|error| vec![error]))
+}
