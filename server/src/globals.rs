@@ -1,7 +1,6 @@
 //! The little state all shards share: configuration, client counting, and shutdown. Only
 //! atomics and rarely-touched mutexes live here; per-command state never does.
 
-use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -21,9 +20,9 @@ pub struct Globals {
     pub rejected_connections: AtomicU64,
     next_client_id: AtomicU64,
     shutdown: AtomicBool,
-    /// Each shard's wake-up eventfd, written to rouse a parked shard (for shutdown, or by
-    /// the watchdog), the time of its cron's last tick (unix ms) and its thread id.
-    wake_fds: Mutex<Vec<(RawFd, Arc<AtomicU64>, libc::pid_t)>>,
+    /// Each shard's wake-up eventfd and beats: shutdown wakes them, the watchdog rouses a
+    /// shard that has work but sleeps.
+    pub watchdog: Arc<crate::watchdog::Watchdog>,
     pub started: Instant,
     pub port: std::sync::atomic::AtomicU16,
     /// Per shard: how many channels and patterns its clients subscribe to (PUBLISH skips
@@ -87,7 +86,7 @@ impl Globals {
             rejected_connections: AtomicU64::new(0),
             next_client_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
-            wake_fds: Mutex::new(Vec::new()),
+            watchdog: Arc::default(),
             started: Instant::now(),
             port: std::sync::atomic::AtomicU16::new(config.port),
             config,
@@ -110,35 +109,6 @@ impl Globals {
         self.next_client_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Registers a shard's wake-up eventfd and the clock its cron beats on; called on the
-    /// shard's own thread.
-    pub fn register_wake_fd(&self, fd: RawFd, cron_beat: Arc<AtomicU64>) {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
-        self.wake_fds
-            .lock()
-            .expect("wake fds")
-            .push((fd, cron_beat, tid));
-    }
-
-    /// The watchdog's round: rouses every shard whose cron has not ticked for `stall_ms`
-    /// (its wake-up eventfd makes a parked network loop turn and reap its ring). Returns
-    /// (shard index, ms since its last tick, what its thread was doing) for each one
-    /// roused: asleep in the kernel (a lost wake-up) or running (a long script, or a CPU
-    /// too busy to schedule it).
-    pub fn rouse_stalled_shards(&self, now_ms: u64, stall_ms: u64) -> Vec<(usize, u64, String)> {
-        let mut roused = Vec::new();
-        for (index, (fd, beat, tid)) in self.wake_fds.lock().expect("wake fds").iter().enumerate() {
-            let last = beat.load(Ordering::Relaxed);
-            if last != 0 && now_ms.saturating_sub(last) > stall_ms {
-                let doing = thread_state(*tid);
-                wake(*fd);
-                roused.push((index, now_ms - last, doing));
-            }
-        }
-        roused
-    }
-
     pub fn shutting_down(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
     }
@@ -146,9 +116,7 @@ impl Globals {
     /// Asks every shard to drain and stop, waking those that are parked.
     pub fn begin_shutdown(&self) {
         self.shutdown.store(true, Ordering::Release);
-        for (fd, _, _) in self.wake_fds.lock().expect("wake fds").iter() {
-            wake(*fd);
-        }
+        self.watchdog.wake_all();
     }
 
     /// Tries to count one more client; false when `maxclients` is reached.
@@ -174,27 +142,6 @@ impl Globals {
 }
 
 /// Adds one to a shard's wake-up eventfd.
-/// A thread's scheduler state and, when asleep, where in the kernel: "S io_cqring_wait".
-fn thread_state(tid: libc::pid_t) -> String {
-    let read = |what: &str| std::fs::read_to_string(format!("/proc/self/task/{tid}/{what}"));
-    let state = read("stat")
-        .ok()
-        .and_then(|stat| {
-            let after = stat.rsplit_once(") ")?.1;
-            after.split_whitespace().next().map(str::to_string)
-        })
-        .unwrap_or_else(|| "?".into());
-    let wchan = read("wchan").unwrap_or_default();
-    format!("{state} {wchan}").trim().to_string()
-}
-
-fn wake(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writing 8 bytes from a live u64 to an eventfd the shard keeps open until the
-    // process exits.
-    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
-}
-
 /// Wall-clock unix milliseconds.
 pub fn unix_ms() -> u64 {
     SystemTime::now()

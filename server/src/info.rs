@@ -132,7 +132,7 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
         "stats" => {
             let _ = write!(
                 out,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_parks:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_parks:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
                 g.total_connections.load(Ordering::Relaxed),
                 report.commands,
                 report.net_input_bytes,
@@ -142,6 +142,7 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
                 report.evicted_keys,
                 report.ring_enters,
                 report.ring_parks,
+                g.watchdog.rouses.load(Ordering::Relaxed),
                 report.mesh_envelopes,
                 report.mesh_messages,
                 report.pubsub_channels.len(),

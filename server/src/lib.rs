@@ -25,3 +25,4 @@ mod shard;
 mod stats;
 mod task_fetch;
 mod transaction;
+mod watchdog;

@@ -122,7 +122,9 @@ pub fn run(config: Config) -> Result<(), String> {
         .port
         .store(port, std::sync::atomic::Ordering::Relaxed);
     spawn_signal_thread(globals.clone())?;
-    spawn_watchdog(globals.clone())?;
+    let watched = globals.clone();
+    crate::watchdog::spawn(globals.watchdog.clone(), move || watched.shutting_down())
+        .map_err(|e| format!("cannot start the watchdog thread: {e}"))?;
 
     let listeners: Arc<Mutex<Vec<Option<OwnedFd>>>> =
         Arc::new(Mutex::new(listeners.into_iter().map(Some).collect()));
@@ -178,45 +180,6 @@ pub fn run(config: Config) -> Result<(), String> {
             Ok(())
         }
     }
-}
-
-/// How often the watchdog looks, and how long a shard's cron may go without a tick before
-/// the watchdog rouses it.
-const WATCHDOG_PERIOD: Duration = Duration::from_millis(100);
-const CRON_STALL_MS: u64 = 500;
-
-/// A thread that rouses a shard whose cron stopped ticking. The cron (a glommio timer) is
-/// what repairs a lost wake-up inside a shard; test servers were seen asleep for 10 s with
-/// a client's request unread, the cron silent too. A write to the shard's wake-up eventfd
-/// makes its network loop turn, reap its ring and let the timers run. Costs nothing while
-/// every cron ticks. A script running longer than the stall time also shows as a stall;
-/// rousing it is harmless.
-fn spawn_watchdog(globals: Arc<Globals>) -> Result<(), String> {
-    std::thread::Builder::new()
-        .name("wetask-watchdog".into())
-        .spawn(move || {
-            let mut last_warned: Vec<u64> = Vec::new();
-            while !globals.shutting_down() {
-                std::thread::sleep(WATCHDOG_PERIOD);
-                let now = crate::globals::unix_ms();
-                for (shard, stalled_ms, thread) in globals.rouse_stalled_shards(now, CRON_STALL_MS) {
-                    if last_warned.len() <= shard {
-                        last_warned.resize(shard + 1, 0);
-                    }
-                    if now >= last_warned[shard] + 10_000 {
-                        last_warned[shard] = now;
-                        tracing::warn!(
-                            shard,
-                            stalled_ms,
-                            thread,
-                            "no cron tick on this shard for a while (a long script, or a lost wake-up); roused it"
-                        );
-                    }
-                }
-            }
-        })
-        .map_err(|e| format!("cannot start the watchdog thread: {e}"))?;
-    Ok(())
 }
 
 fn spawn_signal_thread(globals: Arc<Globals>) -> Result<(), String> {
@@ -282,7 +245,7 @@ async fn shard_main(
     glommio::spawn_local(async move {
         while !cron_ctx.globals.shutting_down() {
             glommio::timer::sleep(CRON_PERIOD).await;
-            cron_ctx.cron_beat.store(
+            cron_ctx.beats.cron.store(
                 crate::globals::unix_ms(),
                 std::sync::atomic::Ordering::Relaxed,
             );

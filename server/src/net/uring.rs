@@ -208,7 +208,8 @@ impl Net {
         // SAFETY: dup is a fresh fd owned by nobody else.
         let eventfd_file = Rc::new(unsafe { BufferedFile::from_raw_fd(dup) });
         ctx.globals
-            .register_wake_fd(eventfd.as_raw_fd(), ctx.cron_beat.clone());
+            .watchdog
+            .register(eventfd.as_raw_fd(), ctx.beats.clone());
         Ok(Rc::new(Net {
             ctx,
             ring: RefCell::new(ring),
@@ -755,6 +756,13 @@ impl Net {
                 return;
             }
             self.ctx.tick();
+            // For the watchdog: this loop turned now (a loop that has work and does not
+            // turn is roused; see `watchdog`).
+            let now = self.ctx.shard.borrow().now_ms();
+            self.ctx
+                .beats
+                .turn
+                .store(now, std::sync::atomic::Ordering::Relaxed);
             if self.turn() > 0 || self.notify.flag.replace(false) {
                 self.let_others_run().await;
                 continue;
@@ -779,6 +787,11 @@ impl Net {
                 .stats
                 .ring_parks
                 .set(self.ctx.stats.ring_parks.get() + 1);
+            // Parked, a completion (or the watchdog's eventfd write) wakes it.
+            self.ctx
+                .beats
+                .turn
+                .store(0, std::sync::atomic::Ordering::Relaxed);
             self.park().await;
             self.set_eventfd(false);
         }

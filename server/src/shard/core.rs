@@ -6,7 +6,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
 
@@ -27,8 +27,8 @@ pub const EVICTIONS_PER_TURN_MAX: usize = 256;
 pub struct ShardCore {
     pub id: usize,
     pub shard_count: usize,
-    /// When the cron last ticked (unix ms), for the watchdog thread (`runtime`).
-    pub cron_beat: Arc<AtomicU64>,
+    /// The loop's and the cron's beats, for the watchdog thread.
+    pub beats: Arc<crate::watchdog::Beats>,
     pub shard: RefCell<Shard>,
     pub mesh: Option<Rc<Mesh>>,
     pub globals: Arc<Globals>,
@@ -61,9 +61,7 @@ impl ShardCore {
         ShardCore {
             id,
             shard_count,
-            // Starts beating at birth: a shard that stalls before its first cron tick (seen
-            // in CI, a request sent within 100 ms of start) is roused like any other.
-            cron_beat: Arc::new(AtomicU64::new(unix_ms())),
+            beats: Arc::new(crate::watchdog::Beats::new(unix_ms())),
             shard: RefCell::new({
                 let mut shard = Shard::new(id);
                 shard.tasks = wetask_shards::tasks::Engine::new(globals.config.task_retention_ms);

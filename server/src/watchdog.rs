@@ -1,0 +1,180 @@
+//! A thread that rouses a shard which has work but sleeps: the safety net for a lost
+//! wake-up in glommio 0.9's executor loop.
+//!
+//! The loop parks when `run_task_queues` reports that nothing ran, and it reports that
+//! whenever the 1 ms preemption timer has already fired when it starts, runnable tasks
+//! or not (`need_preempt()` is checked before the first queue runs). A thread descheduled
+//! for a millisecond between arming that timer and running the queues (any busy machine)
+//! then sleeps with its network loop runnable; and a task that is runnable has no timer
+//! armed, so if the cron is one of them, nothing but I/O wakes the shard
+//! (docs/ARCHITECTURE.md, "Lost wake-ups"). Test servers were seen asleep for 10 s that way.
+//!
+//! Each shard publishes two beats: its network loop's last turn (0 while it is parked on
+//! its ring, where a completion will wake it) and its cron's last tick. Every 10 ms the
+//! watchdog writes the wake-up eventfd of a shard whose loop is not parked and has not
+//! turned for [`LOOP_STALL_MS`], or whose cron has not ticked for [`CRON_STALL_MS`]. The
+//! eventfd's read is always in flight on glommio's ring, so the write completes an I/O,
+//! which wakes the executor. A long script or a starved CPU looks the same; rousing them is
+//! harmless. It costs a thread waking 100 times a second and one atomic store per turn.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often the watchdog looks.
+pub const PERIOD: Duration = Duration::from_millis(10);
+/// How long a network loop that is not parked may go without a turn before it is roused.
+pub const LOOP_STALL_MS: u64 = 25;
+/// How long a shard's cron may go without a tick before the shard is roused.
+pub const CRON_STALL_MS: u64 = 500;
+
+/// What a shard publishes for the watchdog (unix ms).
+#[derive(Default)]
+pub struct Beats {
+    /// The cron's last tick.
+    pub cron: AtomicU64,
+    /// The network loop's last turn; 0 while it is parked (or there is no loop).
+    pub turn: AtomicU64,
+}
+
+impl Beats {
+    pub fn new(now_ms: u64) -> Self {
+        Beats {
+            // Beating from birth: a shard that stalls before its first cron tick (seen in
+            // CI, a request sent within 100 ms of start) is roused like any other.
+            cron: AtomicU64::new(now_ms),
+            turn: AtomicU64::new(0),
+        }
+    }
+}
+
+struct Watched {
+    wake_fd: RawFd,
+    beats: Arc<Beats>,
+    tid: libc::pid_t,
+}
+
+/// Why a shard was roused, for the log.
+pub struct Rouse {
+    pub shard: usize,
+    pub what: &'static str,
+    pub stalled_ms: u64,
+    /// The shard thread's state when found: "S io_cqring_wait" is a lost wake-up.
+    pub thread: String,
+}
+
+/// Every shard's wake-up eventfd and beats.
+#[derive(Default)]
+pub struct Watchdog {
+    shards: Mutex<Vec<Watched>>,
+    /// Rouses so far (INFO: watchdog_rouses).
+    pub rouses: AtomicU64,
+}
+
+impl Watchdog {
+    /// Registers a shard's wake-up eventfd and beats; called on the shard's own thread.
+    pub fn register(&self, wake_fd: RawFd, beats: Arc<Beats>) {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        self.shards.lock().expect("watchdog").push(Watched {
+            wake_fd,
+            beats,
+            tid,
+        });
+    }
+
+    /// Wakes every shard (shutdown).
+    pub fn wake_all(&self) {
+        for shard in self.shards.lock().expect("watchdog").iter() {
+            wake(shard.wake_fd);
+        }
+    }
+
+    /// One round: rouses each stalled shard; returns why, for each.
+    pub fn round(&self, now_ms: u64) -> Vec<Rouse> {
+        let mut roused = Vec::new();
+        for (index, shard) in self.shards.lock().expect("watchdog").iter().enumerate() {
+            let turn = shard.beats.turn.load(Ordering::Relaxed);
+            let cron = shard.beats.cron.load(Ordering::Relaxed);
+            let stall = if turn != 0 && now_ms.saturating_sub(turn) > LOOP_STALL_MS {
+                Some(("network loop", now_ms - turn))
+            } else if now_ms.saturating_sub(cron) > CRON_STALL_MS {
+                Some(("cron", now_ms - cron))
+            } else {
+                None
+            };
+            if let Some((what, stalled_ms)) = stall {
+                let thread = thread_state(shard.tid);
+                wake(shard.wake_fd);
+                self.rouses.fetch_add(1, Ordering::Relaxed);
+                roused.push(Rouse {
+                    shard: index,
+                    what,
+                    stalled_ms,
+                    thread,
+                });
+            }
+        }
+        roused
+    }
+}
+
+/// Runs the watchdog until `stopping` says so.
+pub fn spawn(
+    watchdog: Arc<Watchdog>,
+    stopping: impl Fn() -> bool + Send + 'static,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("wetask-watchdog".into())
+        .spawn(move || {
+            let mut last_warned: Vec<u64> = Vec::new();
+            while !stopping() {
+                std::thread::sleep(PERIOD);
+                let now = crate::globals::unix_ms();
+                for rouse in watchdog.round(now) {
+                    // Worth a line: a shard asleep with work (the lost wake-up), or a cron
+                    // silent for long (a script past its time). Not a busy CPU's hiccup.
+                    let asleep = rouse.thread.starts_with('S');
+                    if !asleep && rouse.what != "cron" {
+                        continue;
+                    }
+                    if last_warned.len() <= rouse.shard {
+                        last_warned.resize(rouse.shard + 1, 0);
+                    }
+                    if now >= last_warned[rouse.shard] + 10_000 {
+                        last_warned[rouse.shard] = now;
+                        tracing::warn!(
+                            shard = rouse.shard,
+                            stalled = rouse.what,
+                            stalled_ms = rouse.stalled_ms,
+                            thread = rouse.thread,
+                            "a shard with work went without a turn (a lost wake-up, or a long script); roused it"
+                        );
+                    }
+                }
+            }
+        })
+        .map(|_| ())
+}
+
+/// A thread's scheduler state and, when asleep, where in the kernel: "S io_cqring_wait".
+fn thread_state(tid: libc::pid_t) -> String {
+    let read = |what: &str| std::fs::read_to_string(format!("/proc/self/task/{tid}/{what}"));
+    let state = read("stat")
+        .ok()
+        .and_then(|stat| {
+            let after = stat.rsplit_once(") ")?.1;
+            after.split_whitespace().next().map(str::to_string)
+        })
+        .unwrap_or_else(|| "?".into());
+    let wchan = read("wchan").unwrap_or_default();
+    format!("{state} {wchan}").trim().to_string()
+}
+
+fn wake(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writing 8 bytes from a live u64 to an eventfd the shard keeps open until the
+    // process exits.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
