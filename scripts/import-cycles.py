@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Import cycles among a crate's modules: `scripts/import-cycles.py server/src shards/src`.
 
-A module is a top-level file or folder of the crate (`net/` with everything under it is
-`net`). Module A depends on B when A's code (comments, strings and `#[cfg(test)] mod`
+Checked at two levels. *Modules*: a top-level file or folder of the crate (`net/` with
+everything under it is `net`). *Files*: every file on its own (a folder's `mod.rs` is the
+folder's node), paths resolved through `crate::`, `super::`, `self::` and a module's own
+children, so a folder cannot hide a cycle among its files. Module A depends on B when A's code (comments, strings and `#[cfg(test)] mod`
 blocks and files left out) names `crate::B`, alone or in a `use crate::{...}` group. (`super::` in a
 folder's files names the folder's own module, so it adds no edge.) lib.rs and main.rs,
 the roots that declare every module, are not counted. Prints each cycle (a strongly
@@ -96,6 +98,73 @@ def graph(root):
     return edges
 
 
+def module_path(root, path):
+    """A file's module path: src/a/b.rs -> (a, b); src/a/mod.rs -> (a,); lib.rs -> ()."""
+    parts = os.path.relpath(path, root).split(os.sep)
+    last = parts.pop()
+    if last not in ("mod.rs", "lib.rs", "main.rs"):
+        parts.append(last[:-3])
+    return tuple(parts)
+
+
+def references(code):
+    """Every path the code names: `crate::a::b`, `super::a`, `self::a`, and each member of
+    a `use ...::{...}` group spelled out in full; also bare `name::` paths."""
+    paths = []
+    for match in re.finditer(r"(?<![:\w])(\w+(?:::\w+)*)::\{", code):
+        depth, i = 1, match.end()
+        while depth and i < len(code):
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            i += 1
+        for name in group_names(code[match.end() : i - 1]):
+            paths.append(match.group(1) + "::" + name)
+    paths += re.findall(r"\b(?:crate|super|self)(?:::\w+)+", code)
+    paths += re.findall(r"(?<![:\w])(\w+)::[\w*]", code)
+    return paths
+
+
+def file_graph(root):
+    """Like `graph`, one node per file (a folder's mod.rs is the folder's own node)."""
+    skipped = test_only_files(root)
+    files = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if name.endswith(".rs") and path not in skipped:
+                files[module_path(root, path)] = path
+    edges = {"::".join(m) or "(root)": set() for m in files}
+    for module, path in files.items():
+        if not module:
+            continue
+        code = strip(open(path, encoding="utf-8").read())
+        for ref in references(code):
+            parts = ref.split("::")
+            if parts[0] == "crate":
+                base, rest = (), parts[1:]
+            elif parts[0] in ("super", "self"):
+                base = module
+                while parts and parts[0] in ("super", "self"):
+                    if parts.pop(0) == "super":
+                        base = base[:-1]
+                rest = parts
+            else:
+                # A bare path: a child module of this one (`info::render` in a mod.rs).
+                base, rest = module, parts
+            # The longest prefix that is a file of this crate.
+            target = None
+            for n in range(len(rest), 0, -1):
+                if base + tuple(rest[:n]) in files:
+                    target = base + tuple(rest[:n])
+                    break
+            if target and target != module:
+                edges["::".join(module)].add("::".join(target))
+    # The root (lib.rs) only declares modules.
+    edges.pop("(root)", None)
+    for targets in edges.values():
+        targets.discard("(root)")
+    return edges
+
+
 def cycles(edges):
     index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
 
@@ -133,16 +202,17 @@ def main():
     show_graph = "--graph" in sys.argv
     found = False
     for root in args or ["server/src", "shards/src"]:
-        edges = graph(root)
-        if show_graph:
-            for module in sorted(edges):
-                print(f"{root}: {module} -> {', '.join(sorted(edges[module])) or '(nothing)'}")
-        comps = cycles(edges)
-        for comp in comps:
-            found = True
-            print(f"{root}: cycle among {len(comp)} modules: {' '.join(comp)}")
-        if not comps:
-            print(f"{root}: no import cycle ({len(edges)} modules)")
+        for level, edges in (("modules", graph(root)), ("files", file_graph(root))):
+            if show_graph:
+                for module in sorted(edges):
+                    targets = ", ".join(sorted(edges[module])) or "(nothing)"
+                    print(f"{root}: {level}: {module} -> {targets}")
+            comps = cycles(edges)
+            for comp in comps:
+                found = True
+                print(f"{root}: cycle among {len(comp)} {level}: {' '.join(comp)}")
+            if not comps:
+                print(f"{root}: no import cycle ({len(edges)} {level})")
     sys.exit(1 if found else 0)
 
 

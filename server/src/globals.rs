@@ -35,7 +35,7 @@ pub struct Globals {
     /// Bumped by SCRIPT FLUSH: each shard drops its Lua state when it sees a new value.
     pub script_flush_epoch: std::sync::atomic::AtomicU64,
     /// Per shard: the script running there, for BUSY replies and SCRIPT KILL.
-    pub script_slots: std::sync::Arc<[crate::script_busy::ScriptSlot]>,
+    pub script_slots: std::sync::Arc<[crate::lua::busy::ScriptSlot]>,
     /// `maxmemory-policy` (an index into `wetask_shards::evict::POLICIES`) and
     /// `maxmemory-samples`; `maxmemory` itself is `memory::maxmemory()`.
     pub maxmemory_policy: std::sync::atomic::AtomicUsize,

@@ -143,6 +143,38 @@ pub fn parse_memory(text: &str) -> Option<u64> {
     number.checked_mul(scale)
 }
 
+/// New output below which `client-output-buffer-limit` is not looked at (a limit set lower
+/// acts from here).
+pub const OUTPUT_CHECK_FLOOR: usize = 16 * 1024;
+
+/// Checks the client's queued output against `client-output-buffer-limit` after a reply
+/// was added; past it, the output is dropped and the connection closes (true).
+pub fn reached(
+    limits: &OutputLimits,
+    now_ms: u64,
+    state: &std::cell::RefCell<ConnState>,
+    out: &mut wetask_protocol::Output,
+) -> bool {
+    // Cheap while the queued output is small: limits are checked from 16 KiB of new output
+    // on (the hot path of small pipelined replies pays one comparison).
+    if out.len() < OUTPUT_CHECK_FLOOR {
+        return false;
+    }
+    let mut state = state.borrow_mut();
+    let pending = out.len() + state.unsent;
+    if !limits.exceeded(&mut state, pending, now_ms) {
+        return false;
+    }
+    tracing::warn!(
+        client = state.id,
+        pending,
+        "client-output-buffer-limit reached; closing the client"
+    );
+    out.clear();
+    crate::clients::shut_down(&mut state);
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -127,7 +127,7 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
             break;
         }
         let read = futures_lite::future::or(async { Some(stream.read(&mut buf).await) }, async {
-            crate::pubsub::pushes_ready(&state).await;
+            crate::commands::pubsub::pushes_ready(&state).await;
             None
         })
         .await;

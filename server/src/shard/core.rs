@@ -252,7 +252,7 @@ impl ShardCore {
     /// True when this shard's lock is held by a script past its busy threshold.
     pub fn held_by_busy_script(&self) -> bool {
         self.lock.get().is_some_and(|token| {
-            crate::script_busy::holder_is_busy(&self.globals.script_slots, token)
+            crate::lua::busy::holder_is_busy(&self.globals.script_slots, token)
         })
     }
 

@@ -401,5 +401,5 @@ fn is_exec(request: &Request) -> bool {
 
 /// BUSY for each of a request's commands.
 fn busy_frames(count: usize) -> Response {
-    Response::Frames(vec![Frame::static_error(crate::script_busy::BUSY); count])
+    Response::Frames(vec![Frame::static_error(crate::lua::busy::BUSY); count])
 }

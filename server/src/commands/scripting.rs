@@ -31,8 +31,8 @@ use wetask_shards::lookup;
 use wetask_shards::table::{flag, CommandSpec, Route};
 
 use crate::clients::ConnState;
-use crate::cross::{borrow, give_back, Held};
 use crate::mesh::{KeyRequest, Request};
+use crate::routing::cross::{borrow, give_back, Held};
 use crate::shard::{ScriptRun, ShardCtx};
 
 /// Most scripts kept for EVALSHA.
@@ -154,11 +154,11 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
         redis.set(name, value)?;
     }
     globals.set("redis", redis)?;
-    crate::lua_libs::install(&lua)?;
-    let (env, transparent, paused) = crate::lua_sandbox::seal(&lua)?;
+    crate::lua::libs::install(&lua)?;
+    let (env, transparent, paused) = crate::lua::sandbox::seal(&lua)?;
     lua.set_named_registry_value(SCRIPT_ENV, env)?;
-    lua.set_named_registry_value(crate::script_busy::TRANSPARENT, transparent)?;
-    lua.set_named_registry_value(crate::script_busy::PAUSED, paused)?;
+    lua.set_named_registry_value(crate::lua::busy::TRANSPARENT, transparent)?;
+    lua.set_named_registry_value(crate::lua::busy::PAUSED, paused)?;
     lua.set_named_registry_value(COMPILED, lua.create_table()?)?;
     lua.set_memory_limit(ctx.globals.config.lua_memory_limit)?;
     *ctx.scripts.lua.borrow_mut() = Some(lua.clone());
@@ -247,7 +247,8 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     match spec.route {
         Route::Server if spec.has(flag::EMBEDDED) => {
             let mut selected = db;
-            let frame = crate::commands::run_embedded(ctx, spec, &argv, &mut selected).await;
+            let frame =
+                crate::commands::embedded::run_embedded(ctx, spec, &argv, &mut selected).await;
             if selected != db {
                 if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
                     run.db = selected;
@@ -281,11 +282,13 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
                         client,
                         commands: vec![(spec.index(), argv.clone())],
                     });
-                    crate::dispatch::single_reply(crate::cross::on(&held, shard, request).await)
+                    crate::routing::single_reply(
+                        crate::routing::cross::on(&held, shard, request).await,
+                    )
                 };
                 replies.push((frame, Vec::new()));
             }
-            return Ok(crate::dispatch::merge_replies(merge, replies));
+            return Ok(crate::routing::merge_replies(merge, replies));
         }
         Route::Keyed | Route::Split(_) => {}
     }
@@ -351,8 +354,8 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
                 client,
                 commands: vec![(spec.index(), argv.clone())],
             });
-            return Ok(crate::dispatch::single_reply(
-                crate::cross::on(&held, shard, request).await,
+            return Ok(crate::routing::single_reply(
+                crate::routing::cross::on(&held, shard, request).await,
             ));
         }
     }
@@ -700,11 +703,11 @@ async fn run_script(
     globals.raw_set("KEYS", strings(keys)?)?;
     globals.raw_set("ARGV", strings(argv)?)?;
     let thread = lua.create_thread(function)?;
-    let transparent: mlua::Table = lua.named_registry_value(crate::script_busy::TRANSPARENT)?;
+    let transparent: mlua::Table = lua.named_registry_value(crate::lua::busy::TRANSPARENT)?;
     transparent.raw_set(thread.clone(), true)?;
     let token = ctx.scripts.run.borrow().as_ref().map_or(0, |r| r.token);
     // Until the script ends (or its task is dropped), its slot and hook say what it does.
-    let _watching = crate::script_busy::watch(
+    let _watching = crate::lua::busy::watch(
         &ctx.globals.script_slots,
         &ctx.globals.busy_reply_threshold_ms,
         ctx.id,
@@ -770,7 +773,7 @@ pub fn script(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
             .collect(),
         )
     } else if is(sub, "kill") && args.len() == 2 {
-        match crate::script_busy::kill(&ctx.globals.script_slots) {
+        match crate::lua::busy::kill(&ctx.globals.script_slots) {
             Ok(()) => Frame::ok(),
             Err(text) => Frame::static_error(text),
         }

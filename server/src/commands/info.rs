@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
-use crate::commands::REDIS_COMPAT_VERSION;
+/// The Redis version WeTask answers as (INFO, HELLO): the release whose commands it serves.
+pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
 use crate::config::IoMode;
 use crate::mesh::{AdminRequest, Request, Response};
 use crate::shard::ShardCtx;

@@ -18,8 +18,8 @@ use wetask_shards::lookup;
 use wetask_shards::task_commands::{fetch_frames, parse_fetch, FetchArgs};
 
 use crate::clients::ConnState;
-use crate::dispatch::Target;
 use crate::mesh::{KeyRequest, Request, Response, TaskRequest};
+use crate::routing::Target;
 use crate::shard::ShardCtx;
 use crate::shard::{LocalSlot, LocalWait, Parked, Reply, Want};
 

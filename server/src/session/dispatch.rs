@@ -6,7 +6,6 @@
 //! so it is polled once, inline, with no task. Otherwise it runs in a spawned task.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::pin;
 use std::rc::Rc;
@@ -15,16 +14,25 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use wetask_protocol::{encode_output, Frame, Output};
 use wetask_shards::errors::{unknown_command, wrong_arity};
-use wetask_shards::table::{flag, CommandSpec, Merge, Route};
+use wetask_shards::table::{flag, CommandSpec, Route};
 use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
 use crate::commands;
-use crate::cross;
-use crate::list_block;
-use crate::mesh::{KeyRequest, LockRequest, Request, Response, ResponseFuture, ShardCommands};
+use crate::commands::blocking;
+use crate::commands::transaction;
+use crate::routing::{all_shards, keyed, run_segment, split, Target};
 use crate::shard::ShardCtx;
-use crate::transaction;
+
+/// Most commands of a pipeline decoded and run as one window (their keys prefetched together).
+pub const WINDOW_COMMANDS_MAX: usize = 16;
+
+/// The client's queued output against `client-output-buffer-limit` (see `output_limits`):
+/// past it, the output is dropped and the connection closes (true).
+pub fn reached_output_limit(ctx: &ShardCtx, state: &RefCell<ConnState>, out: &mut Output) -> bool {
+    let now = ctx.shard.borrow().now_ms();
+    crate::output_limits::reached(&ctx.globals.output_limits, now, state, out)
+}
 
 pub const NOAUTH: &str = "NOAUTH Authentication required.";
 
@@ -78,7 +86,9 @@ fn precheck(
         ctx.stats.record_rejected(spec);
         return Err(oom);
     }
-    if crate::pubsub::resp2_subscribed(conn) && !crate::pubsub::allowed_while_subscribed(spec) {
+    if crate::commands::pubsub::resp2_subscribed(conn)
+        && !crate::commands::pubsub::allowed_while_subscribed(spec)
+    {
         ctx.stats.record_rejected(spec);
         return Err(Frame::error(format!(
             "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
@@ -99,7 +109,7 @@ pub fn needs_remote(
     let Some(spec) = spec.filter(|s| s.arity_ok(args.len())) else {
         return false;
     };
-    if spec.has(flag::BLOCKING) && list_block::may_wait(ctx, db, spec, args) {
+    if spec.has(flag::BLOCKING) && blocking::may_wait(ctx, db, spec, args) {
         return true;
     }
     match spec.route {
@@ -121,7 +131,7 @@ pub fn prefetch_keys(
     window: &[Vec<Bytes>],
     specs: &[Option<&'static CommandSpec>],
 ) {
-    const KEYS_MAX: usize = crate::session::WINDOW_COMMANDS_MAX;
+    const KEYS_MAX: usize = WINDOW_COMMANDS_MAX;
     let mut keys: [&[u8]; KEYS_MAX] = [&[]; KEYS_MAX];
     let mut count = 0;
     for (args, spec) in window.iter().zip(specs).take(KEYS_MAX) {
@@ -200,7 +210,7 @@ async fn execute_spec(
         && !spec.is_some_and(|s| s.has(flag::PASSES_LOCKS))
         && ctx.wait_unlocked_or_busy().await
     {
-        return Frame::static_error(crate::script_busy::BUSY);
+        return Frame::static_error(crate::lua::busy::BUSY);
     }
     let (spec, db, client) = {
         let mut state = conn.borrow_mut();
@@ -227,8 +237,8 @@ async fn execute_spec(
         Route::Keyed if spec.has(flag::BLOCKING) => {
             // The attempt runs as the non-blocking command would; only nothing found blocks.
             let frame = keyed(ctx, at, spec, args, direct).await;
-            if list_block::found_nothing(&frame) {
-                list_block::run_blocked(ctx, conn, spec, args).await
+            if blocking::found_nothing(&frame) {
+                blocking::run_blocked(ctx, conn, spec, args).await
             } else {
                 frame
             }
@@ -241,213 +251,6 @@ async fn execute_spec(
         ctx.stats.record(spec, frame.is_error());
     }
     frame
-}
-
-/// Where a command runs: the connection's database, and the client it runs for.
-#[derive(Clone, Copy, Debug)]
-pub struct Target {
-    pub db: usize,
-    pub client: u64,
-}
-
-fn local(ctx: &ShardCtx, at: Target, spec: &CommandSpec, args: &[Bytes]) -> Frame {
-    ctx.shard.borrow_mut().execute(at.db, at.client, spec, args)
-}
-
-/// Sends one command to shard `to`; read its reply with [`single_reply`].
-pub fn send_one(
-    ctx: &ShardCtx,
-    to: usize,
-    at: Target,
-    spec: &'static CommandSpec,
-    args: Vec<Bytes>,
-) -> ResponseFuture {
-    let commands = vec![(spec.index(), args)];
-    ctx.request(
-        to,
-        Request::Keys(KeyRequest::Exec {
-            db: at.db,
-            client: at.client,
-            commands,
-        }),
-    )
-}
-
-/// The reply to a [`send_one`]: its single frame, or an error for any other response.
-pub fn single_reply(response: Response) -> Frame {
-    match response {
-        Response::Frames(mut frames) if frames.len() == 1 => frames.pop().expect("one frame"),
-        _ => Frame::static_error("ERR internal error: unexpected shard response"),
-    }
-}
-
-async fn keyed(
-    ctx: &ShardCtx,
-    at: Target,
-    spec: &'static CommandSpec,
-    args: &[Bytes],
-    direct: Option<&mut Output>,
-) -> Frame {
-    let mut owners = spec
-        .key_positions(args)
-        .map(|i| shard_of(&args[i], ctx.shard_count));
-    let first = owners.next().unwrap_or(ctx.id);
-    if owners.any(|s| s != first) {
-        return cross::run(ctx, at.db, spec, args).await;
-    }
-    if first == ctx.id || ctx.shard_count == 1 {
-        let mut shard = ctx.shard.borrow_mut();
-        match direct {
-            Some(out) => shard.execute_into(at.db, at.client, spec, args, out),
-            None => shard.execute(at.db, at.client, spec, args),
-        }
-    } else {
-        single_reply(send_one(ctx, first, at, spec, args.to_vec()).await)
-    }
-}
-
-/// Splits a multi-key command into one sub-command per shard and merges the replies.
-async fn split(
-    ctx: &ShardCtx,
-    at: Target,
-    spec: &'static CommandSpec,
-    args: &[Bytes],
-    merge: Merge,
-) -> Frame {
-    let step = spec.step.max(1) as usize;
-    // MSET's key-value pairs must come whole, or no shard could take its part.
-    if step > 1 && !(args.len() - spec.first_key.max(1) as usize).is_multiple_of(step) {
-        return wrong_arity(spec.name);
-    }
-    // shard -> (sub-command arguments, positions of its keys among all keys)
-    let mut parts: BTreeMap<usize, (Vec<Bytes>, Vec<usize>)> = BTreeMap::new();
-    for (key_number, i) in spec.key_positions(args).enumerate() {
-        let owner = if ctx.shard_count == 1 {
-            ctx.id
-        } else {
-            shard_of(&args[i], ctx.shard_count)
-        };
-        let part = parts
-            .entry(owner)
-            .or_insert_with(|| (vec![args[0].clone()], Vec::new()));
-        part.0
-            .extend(args[i..(i + step).min(args.len())].iter().cloned());
-        part.1.push(key_number);
-    }
-    if parts.len() <= 1 && parts.keys().all(|&s| s == ctx.id) {
-        return local(ctx, at, spec, args);
-    }
-    if parts.len() > 1 {
-        return split_atomically(ctx, at, spec, parts, merge).await;
-    }
-    let mut pending = Vec::new();
-    let mut replies = Vec::new();
-    for (owner, (sub, positions)) in parts {
-        if owner == ctx.id {
-            replies.push((local(ctx, at, spec, &sub), positions));
-        } else {
-            pending.push((send_one(ctx, owner, at, spec, sub), positions));
-        }
-    }
-    for (future, positions) in pending {
-        replies.push((single_reply(future.await), positions));
-    }
-    merge_replies(merge, replies)
-}
-
-/// A split command over several shards runs as one atomic step, as in Redis (an MGET never
-/// sees half of a concurrent MSET or EXEC): each shard is locked in ascending order, a peer's
-/// lock travelling with its part of the command (`Request::Lock(LockRequest::Exec)`, so the lock costs no
-/// extra round trip), and all are unlocked once every part has run.
-async fn split_atomically(
-    ctx: &ShardCtx,
-    at: Target,
-    spec: &'static CommandSpec,
-    parts: BTreeMap<usize, (Vec<Bytes>, Vec<usize>)>,
-    merge: Merge,
-) -> Frame {
-    let token = ctx.new_token();
-    let mut replies = Vec::with_capacity(parts.len());
-    let mut locked = Vec::with_capacity(parts.len());
-    // BTreeMap order: ascending shard ids, the global lock order.
-    for (owner, (sub, positions)) in parts {
-        let frame = if owner == ctx.id {
-            ctx.lock_local(token).await;
-            local(ctx, at, spec, &sub)
-        } else {
-            let request = Request::Lock(LockRequest::Exec {
-                db: at.db,
-                client: at.client,
-                commands: vec![(spec.index(), sub)],
-            });
-            single_reply(ctx.request_as(owner, Some(token), request).await)
-        };
-        locked.push(owner);
-        replies.push((frame, positions));
-    }
-    for owner in locked {
-        if owner == ctx.id {
-            ctx.unlock(token);
-        } else {
-            // Sent in order behind nothing else of ours: no need to wait for the answer.
-            drop(ctx.request_as(owner, Some(token), Request::Lock(LockRequest::Unlock)));
-        }
-    }
-    merge_replies(merge, replies)
-}
-
-pub fn merge_replies(merge: Merge, replies: Vec<(Frame, Vec<usize>)>) -> Frame {
-    if let Some((err, _)) = replies.iter().find(|(f, _)| f.is_error()) {
-        return err.clone();
-    }
-    match merge {
-        Merge::Sum => Frame::Integer(
-            replies
-                .iter()
-                .map(|(f, _)| if let Frame::Integer(n) = f { *n } else { 0 })
-                .sum(),
-        ),
-        Merge::Ok => Frame::ok(),
-        Merge::Concat => Frame::Array(
-            replies
-                .into_iter()
-                .flat_map(|(f, _)| match f {
-                    Frame::Array(items) => items,
-                    _ => Vec::new(),
-                })
-                .collect(),
-        ),
-        Merge::PerKey => {
-            let total = replies.iter().map(|(_, p)| p.len()).sum();
-            let mut out = vec![Frame::Null; total];
-            for (frame, positions) in replies {
-                if let Frame::Array(items) = frame {
-                    for (item, position) in items.into_iter().zip(positions) {
-                        out[position] = item;
-                    }
-                }
-            }
-            Frame::Array(out)
-        }
-    }
-}
-
-async fn all_shards(
-    ctx: &ShardCtx,
-    at: Target,
-    spec: &'static CommandSpec,
-    args: &[Bytes],
-    merge: Merge,
-) -> Frame {
-    let pending: Vec<_> = (0..ctx.shard_count)
-        .filter(|&s| s != ctx.id)
-        .map(|to| send_one(ctx, to, at, spec, args.to_vec()))
-        .collect();
-    let mut replies = vec![(local(ctx, at, spec, args), Vec::new())];
-    for future in pending {
-        replies.push((single_reply(future.await), Vec::new()));
-    }
-    merge_replies(merge, replies)
 }
 
 /// The single shard a command runs on wholly, if there is one (used to batch a pipeline's
@@ -511,7 +314,7 @@ pub async fn run_batch(
             let frame = execute(ctx, conn, &commands[i], None).await;
             let protocol = conn.borrow().protocol;
             encode_output(out, &frame, protocol);
-            if crate::session::output_limit_reached(ctx, conn, out) {
+            if reached_output_limit(ctx, conn, out) {
                 return;
             }
             i += 1;
@@ -521,61 +324,10 @@ pub async fn run_batch(
         for frame in &frames {
             encode_output(out, frame, protocol);
         }
-        if crate::session::output_limit_reached(ctx, conn, out) {
+        if reached_output_limit(ctx, conn, out) {
             return;
         }
         conn.borrow_mut().last_command = segment.last().expect("non-empty").1.name;
         i += segment.len();
     }
-}
-
-async fn run_segment(
-    ctx: &ShardCtx,
-    at: Target,
-    targets: &[(usize, &'static CommandSpec)],
-    commands: &[Vec<Bytes>],
-) -> Vec<Frame> {
-    if ctx.wait_unlocked_or_busy().await {
-        return vec![Frame::static_error(crate::script_busy::BUSY); commands.len()];
-    }
-    let mut frames: Vec<Option<Frame>> = vec![None; commands.len()];
-    let mut groups: BTreeMap<usize, (ShardCommands, Vec<usize>)> = BTreeMap::new();
-    for (n, ((owner, spec), args)) in targets.iter().zip(commands).enumerate() {
-        if *owner == ctx.id {
-            let frame = local(ctx, at, spec, args);
-            ctx.stats.record(spec, frame.is_error());
-            frames[n] = Some(frame);
-        } else {
-            let group = groups.entry(*owner).or_default();
-            group.0.push((spec.index(), args.clone()));
-            group.1.push(n);
-        }
-    }
-    let pending: Vec<_> = groups
-        .into_iter()
-        .map(|(owner, (cmds, slots))| {
-            (
-                ctx.request(
-                    owner,
-                    Request::Keys(KeyRequest::Exec {
-                        db: at.db,
-                        client: at.client,
-                        commands: cmds,
-                    }),
-                ),
-                slots,
-            )
-        })
-        .collect();
-    for (future, slots) in pending {
-        if let Response::Frames(replies) = future.await {
-            for (frame, slot) in replies.into_iter().zip(slots) {
-                frames[slot] = Some(frame);
-            }
-        }
-    }
-    frames
-        .into_iter()
-        .map(|f| f.unwrap_or_else(|| Frame::static_error("ERR internal error: lost shard reply")))
-        .collect()
 }

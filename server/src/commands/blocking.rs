@@ -176,7 +176,7 @@ pub async fn run_blocked(
     frame
 }
 
-use crate::task_fetch::{first_ready, Wait};
+use crate::commands::tasks::{first_ready, Wait};
 
 /// Parks the blocking pop on its keys' owners and waits for the first answer; `nothing` is
 /// the reply on time-out (nil of the command's kind).
@@ -374,13 +374,13 @@ fn push_args(end: End, key: Bytes, elements: Vec<Bytes>) -> Vec<Bytes> {
 async fn run_routed(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
     let spec = lookup(&args[0]).expect("an internal command is in the table");
     let shard = ctx.owner_of(&args[1]);
-    let at = crate::dispatch::Target { db, client: 0 };
+    let at = crate::routing::Target { db, client: 0 };
     if shard == ctx.id {
         ctx.wait_unlocked().await;
         ctx.shard.borrow_mut().execute(db, 0, spec, args)
     } else {
-        crate::dispatch::single_reply(
-            crate::dispatch::send_one(ctx, shard, at, spec, args.to_vec()).await,
+        crate::routing::single_reply(
+            crate::routing::send_one(ctx, shard, at, spec, args.to_vec()).await,
         )
     }
 }

@@ -3,6 +3,14 @@
 //! RANDOMKEY. They touch the connection's state or gather from every shard, so they live
 //! in the server, not in a shard family.
 
+pub mod blocking;
+pub mod embedded;
+pub mod info;
+pub mod pubsub;
+pub mod scripting;
+pub mod tasks;
+pub mod transaction;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -15,13 +23,12 @@ use wetask_shards::table::{flag, CommandSpec};
 use wetask_shards::{lookup, ScanFilter, COMMANDS, DATABASES};
 
 use crate::clients::{ConnState, KillFilter};
-use crate::globals::{unix_ms, unix_us};
-use crate::info;
+use crate::globals::unix_ms;
 use crate::mesh::{AdminRequest, KeyRequest, Request, Response};
 use crate::shard::ShardCtx;
 
 /// The Redis version WeTask reports to clients, which gate features on it.
-pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
+use crate::commands::info::REDIS_COMPAT_VERSION;
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
 /// True when a server command must run in a task rather than inline: it may wait (a
@@ -29,10 +36,10 @@ const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is dis
 pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     let several = ctx.shard_count > 1;
     match spec.name {
-        "task.fetch" => crate::task_fetch::needs_remote(ctx, args),
+        "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
         "task.wait" => true,
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
-        "publish" | "spublish" => crate::pubsub::publish_needs_peers(ctx),
+        "publish" | "spublish" => crate::commands::pubsub::publish_needs_peers(ctx),
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => true,
         "client" => several && (is(&args[1], "list") || is(&args[1], "kill")),
         "config" => several && is(&args[1], "resetstat"),
@@ -47,28 +54,34 @@ pub async fn run(
     args: &[Bytes],
 ) -> Frame {
     match spec.name {
-        "task.fetch" => crate::task_fetch::run(ctx, conn, args).await,
-        "task.wait" => crate::task_fetch::wait(ctx, conn, args).await,
-        "subscribe" | "psubscribe" | "ssubscribe" => {
-            crate::pubsub::subscribe(ctx, &mut conn.borrow_mut(), args, pubsub_kind(spec.name))
-        }
-        "unsubscribe" | "punsubscribe" | "sunsubscribe" => {
-            crate::pubsub::unsubscribe(ctx, &mut conn.borrow_mut(), args, pubsub_kind(spec.name))
-        }
-        "pubsub" => crate::pubsub::pubsub(ctx, args).await,
+        "task.fetch" => crate::commands::tasks::run(ctx, conn, args).await,
+        "task.wait" => crate::commands::tasks::wait(ctx, conn, args).await,
+        "subscribe" | "psubscribe" | "ssubscribe" => crate::commands::pubsub::subscribe(
+            ctx,
+            &mut conn.borrow_mut(),
+            args,
+            pubsub_kind(spec.name),
+        ),
+        "unsubscribe" | "punsubscribe" | "sunsubscribe" => crate::commands::pubsub::unsubscribe(
+            ctx,
+            &mut conn.borrow_mut(),
+            args,
+            pubsub_kind(spec.name),
+        ),
+        "pubsub" => crate::commands::pubsub::pubsub(ctx, args).await,
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
-            crate::scripting::eval(ctx, conn, spec, args).await
+            crate::commands::scripting::eval(ctx, conn, spec, args).await
         }
-        "script" => crate::scripting::script(ctx, args),
-        "multi" => crate::transaction::multi(&mut conn.borrow_mut()),
-        "exec" => crate::transaction::exec(ctx, conn).await,
-        "discard" => crate::transaction::discard(ctx, &mut conn.borrow_mut()),
-        "watch" => crate::transaction::watch(ctx, conn, args).await,
-        "unwatch" => crate::transaction::unwatch(ctx, &mut conn.borrow_mut()),
-        "ping" if crate::pubsub::resp2_subscribed(&conn.borrow()) => {
-            crate::pubsub::subscribed_ping(args)
+        "script" => crate::commands::scripting::script(ctx, args),
+        "multi" => crate::commands::transaction::multi(&mut conn.borrow_mut()),
+        "exec" => crate::commands::transaction::exec(ctx, conn).await,
+        "discard" => crate::commands::transaction::discard(ctx, &mut conn.borrow_mut()),
+        "watch" => crate::commands::transaction::watch(ctx, conn, args).await,
+        "unwatch" => crate::commands::transaction::unwatch(ctx, &mut conn.borrow_mut()),
+        "ping" if crate::commands::pubsub::resp2_subscribed(&conn.borrow()) => {
+            crate::commands::pubsub::subscribed_ping(args)
         }
-        _ if spec.has(flag::EMBEDDED) => run_embedded_for(ctx, conn, spec, args).await,
+        _ if spec.has(flag::EMBEDDED) => embedded::run_embedded_for(ctx, conn, spec, args).await,
         "hello" => hello(ctx, &mut conn.borrow_mut(), args),
         "auth" => auth(ctx, &mut conn.borrow_mut(), args),
         "quit" => {
@@ -99,23 +112,6 @@ fn pubsub_kind(name: &str) -> crate::clients::Kind {
         "psubscribe" | "punsubscribe" => crate::clients::Kind::Pattern,
         "ssubscribe" | "sunsubscribe" => crate::clients::Kind::Shard,
         _ => crate::clients::Kind::Channel,
-    }
-}
-
-/// TIME: unix seconds and microseconds.
-pub fn time() -> Frame {
-    let now = unix_us();
-    Frame::Array(vec![
-        Frame::Bulk(Bytes::from((now / 1_000_000).to_string())),
-        Frame::Bulk(Bytes::from((now % 1_000_000).to_string())),
-    ])
-}
-
-pub fn ping(args: &[Bytes]) -> Frame {
-    match args.len() {
-        1 => Frame::simple("PONG"),
-        2 => Frame::Bulk(args[1].clone()),
-        _ => wrong_arity("ping"),
     }
 }
 
@@ -213,7 +209,7 @@ fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
     conn.subscriptions = Default::default();
     conn.multi = None;
     conn.multi_failed = false;
-    crate::transaction::release(ctx, std::mem::take(&mut conn.watched));
+    crate::commands::transaction::release(ctx, std::mem::take(&mut conn.watched));
     conn.db = 0;
     conn.protocol = Protocol::Resp2;
     conn.name = None;
@@ -224,47 +220,6 @@ fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
         .expect("requirepass")
         .is_none();
     Frame::simple("RESET")
-}
-
-/// [`run_embedded`] on a connection's selected database (a client's command, or one EXEC
-/// runs from its queue).
-pub async fn run_embedded_for(
-    ctx: &ShardCtx,
-    conn: &RefCell<ConnState>,
-    spec: &CommandSpec,
-    args: &[Bytes],
-) -> Frame {
-    let mut db = conn.borrow().db;
-    let frame = run_embedded(ctx, spec, args, &mut db).await;
-    conn.borrow_mut().db = db;
-    frame
-}
-
-/// The server commands flagged `EMBEDDED` (SELECT, PING, ECHO, TIME, PUBLISH, SPUBLISH):
-/// one implementation, whether a client sends them, EXEC runs them from its queue or a
-/// script calls them. `db` is the caller's selected database; SELECT changes it.
-pub async fn run_embedded(
-    ctx: &ShardCtx,
-    spec: &CommandSpec,
-    args: &[Bytes],
-    db: &mut usize,
-) -> Frame {
-    debug_assert!(spec.has(flag::EMBEDDED), "{} is not embedded", spec.name);
-    match spec.name {
-        "select" => match wetask_shards::args::db_index(&args[1]) {
-            Ok(index) => {
-                *db = index;
-                Frame::ok()
-            }
-            Err(err) => err,
-        },
-        "ping" => ping(args),
-        "echo" => Frame::Bulk(args[1].clone()),
-        "time" => time(),
-        "publish" => crate::pubsub::publish(ctx, args, false).await,
-        "spublish" => crate::pubsub::publish(ctx, args, true).await,
-        other => Frame::error(format!("ERR '{other}' is flagged embedded but not handled")),
-    }
 }
 
 fn shutdown(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
@@ -279,11 +234,11 @@ fn shutdown(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
             return Frame::static_error("ERR No shutdown in progress.");
         }
     }
-    if crate::script_busy::any_busy(&ctx.globals.script_slots) {
+    if crate::lua::busy::any_busy(&ctx.globals.script_slots) {
         // As Redis: while a script is busy only SHUTDOWN NOSAVE gets through, and it ends
         // the process at once (the script cannot be stopped in the middle of its writes).
         if !args[1..].iter().any(|a| is(a, "nosave")) {
-            return Frame::static_error(crate::script_busy::BUSY);
+            return Frame::static_error(crate::lua::busy::BUSY);
         }
         tracing::warn!(
             client = conn.id,

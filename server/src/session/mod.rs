@@ -9,6 +9,8 @@
 //!    back as a batch, which the transport runs in a task with [`dispatch::run_batch`],
 //!    then pumps again.
 
+pub mod dispatch;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -17,8 +19,8 @@ use wetask_protocol::{encode_error, encode_output, CommandDecoder, Limits, Outpu
 use wetask_shards::CommandSpec;
 
 use crate::clients::ConnState;
-use crate::dispatch;
 use crate::shard::ShardCtx;
+use dispatch::{reached_output_limit, WINDOW_COMMANDS_MAX};
 
 /// The most bytes a client may have buffered but not yet executed (Redis's
 /// `client-query-buffer-limit`).
@@ -34,9 +36,6 @@ pub enum Pump {
     /// Close once the output so far is sent.
     Close,
 }
-
-/// Most commands decoded ahead of running them, so that their keys are prefetched together.
-pub const WINDOW_COMMANDS_MAX: usize = 16;
 
 pub struct Session {
     pub state: Rc<RefCell<ConnState>>,
@@ -155,7 +154,7 @@ impl Session {
                             encode_output(out, &frame, state.protocol);
                         }
                         drop(state);
-                        if output_limit_reached(ctx, &self.state, out) {
+                        if reached_output_limit(ctx, &self.state, out) {
                             self.clear_window(n);
                             self.input.clear();
                             return Pump::Close;
@@ -200,34 +199,6 @@ impl Session {
             }
         }
     }
-}
-
-/// New output below which `client-output-buffer-limit` is not looked at (a limit set lower
-/// acts from here).
-pub const OUTPUT_CHECK_FLOOR: usize = 16 * 1024;
-
-/// Checks the client's queued output against `client-output-buffer-limit` after a reply
-/// was added; past it, the output is dropped and the connection closes (true).
-pub fn output_limit_reached(ctx: &ShardCtx, state: &RefCell<ConnState>, out: &mut Output) -> bool {
-    // Cheap while the queued output is small: limits are checked from 16 KiB of new output
-    // on (the hot path of small pipelined replies pays one comparison).
-    if out.len() < OUTPUT_CHECK_FLOOR {
-        return false;
-    }
-    let mut state = state.borrow_mut();
-    let pending = out.len() + state.unsent;
-    let now = ctx.shard.borrow().now_ms();
-    if !ctx.globals.output_limits.exceeded(&mut state, pending, now) {
-        return false;
-    }
-    tracing::warn!(
-        client = state.id,
-        pending,
-        "client-output-buffer-limit reached; closing the client"
-    );
-    out.clear();
-    crate::clients::shut_down(&mut state);
-    true
 }
 
 /// Runs a batch that needs other shards; replies go to `out` in order.

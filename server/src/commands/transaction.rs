@@ -23,8 +23,8 @@ use wetask_shards::lookup;
 use wetask_shards::table::{flag, CommandSpec, Route};
 
 use crate::clients::{ConnState, Watched};
-use crate::cross::{borrow, give_back, on, Held};
 use crate::mesh::{KeyRequest, Request, Response, WatchRequest};
+use crate::routing::cross::{borrow, give_back, on, Held};
 use crate::shard::ShardCtx;
 
 /// Most commands one transaction may queue.
@@ -33,7 +33,7 @@ pub const QUEUED_COMMANDS_MAX: usize = 100_000;
 pub const WATCHED_KEYS_MAX: usize = 10_000;
 
 /// A server command that may be queued: one flagged `EMBEDDED` (EXEC runs it with the
-/// client's code, `commands::run_embedded`), or a script (run under EXEC's locks).
+/// client's code, `commands::embedded`), or a script (run under EXEC's locks).
 fn may_queue_server_command(spec: &CommandSpec) -> bool {
     spec.has(flag::EMBEDDED) || is_script(spec)
 }
@@ -174,8 +174,8 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
                 // use are locked.
                 let keys: Vec<Bytes> = spec.key_positions(args).map(|i| args[i].clone()).collect();
                 scripts = true;
-                let sha = crate::scripting::sha_of(spec, args);
-                shards.extend(crate::scripting::script_shards(ctx, &sha, &keys));
+                let sha = crate::commands::scripting::sha_of(spec, args);
+                shards.extend(crate::commands::scripting::script_shards(ctx, &sha, &keys));
                 keys_of_scripts.extend(keys.into_iter().map(|k| (db, k)));
             }
             Route::Server => {
@@ -260,7 +260,7 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
         let db = conn.borrow().db;
         let frame = if is_script(spec) {
             let under = Some((&held, &mut borrowed));
-            crate::scripting::eval_in(ctx, spec, args, db, client, under).await
+            crate::commands::scripting::eval_in(ctx, spec, args, db, client, under).await
         } else {
             run_one(&held, conn, db, client, spec, args).await
         };
@@ -301,7 +301,7 @@ async fn run_one(
     };
     match spec.route {
         Route::Server if spec.has(flag::EMBEDDED) => {
-            crate::commands::run_embedded_for(ctx, conn, spec, args).await
+            crate::commands::embedded::run_embedded_for(ctx, conn, spec, args).await
         }
         Route::Server => Frame::static_error("ERR Command not allowed inside a transaction"),
         Route::AllShards(merge) => {
@@ -310,14 +310,14 @@ async fn run_one(
                 let frame = if shard == ctx.id || ctx.shard_count == 1 {
                     ctx.shard.borrow_mut().execute(db, client, spec, args)
                 } else {
-                    crate::dispatch::single_reply(exec_on(shard).await)
+                    crate::routing::single_reply(exec_on(shard).await)
                 };
                 replies.push((frame, Vec::new()));
                 if ctx.shard_count == 1 {
                     break;
                 }
             }
-            crate::dispatch::merge_replies(merge, replies)
+            crate::routing::merge_replies(merge, replies)
         }
         _ if spec.has(flag::TASK) => {
             let shard = spec
@@ -327,7 +327,7 @@ async fn run_one(
             if shard == ctx.id {
                 ctx.shard.borrow_mut().execute(db, client, spec, args)
             } else {
-                crate::dispatch::single_reply(exec_on(shard).await)
+                crate::routing::single_reply(exec_on(shard).await)
             }
         }
         _ => ctx.shard.borrow_mut().execute(db, client, spec, args),

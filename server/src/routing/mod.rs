@@ -1,0 +1,277 @@
+//! Routing: where a command's keys live decides where it runs. One owner: there (this
+//! shard inline, or one mesh message); keys on several shards: `cross`; a split command
+//! (MGET, DEL …) in parts, merged; an all-shards command everywhere, merged. Pipelined
+//! runs of simple keyed commands go as one message per owner shard.
+
+pub mod cross;
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use wetask_protocol::{Frame, Output};
+use wetask_shards::errors::wrong_arity;
+use wetask_shards::shard_of;
+use wetask_shards::table::{CommandSpec, Merge};
+
+use crate::mesh::{KeyRequest, LockRequest, Request, Response, ResponseFuture, ShardCommands};
+use crate::shard::ShardCtx;
+
+/// Where a command runs: the connection's database, and the client it runs for.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    pub db: usize,
+    pub client: u64,
+}
+
+pub fn local(ctx: &ShardCtx, at: Target, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+    ctx.shard.borrow_mut().execute(at.db, at.client, spec, args)
+}
+
+/// Sends one command to shard `to`; read its reply with [`single_reply`].
+pub fn send_one(
+    ctx: &ShardCtx,
+    to: usize,
+    at: Target,
+    spec: &'static CommandSpec,
+    args: Vec<Bytes>,
+) -> ResponseFuture {
+    let commands = vec![(spec.index(), args)];
+    ctx.request(
+        to,
+        Request::Keys(KeyRequest::Exec {
+            db: at.db,
+            client: at.client,
+            commands,
+        }),
+    )
+}
+
+/// The reply to a [`send_one`]: its single frame, or an error for any other response.
+pub fn single_reply(response: Response) -> Frame {
+    match response {
+        Response::Frames(mut frames) if frames.len() == 1 => frames.pop().expect("one frame"),
+        _ => Frame::static_error("ERR internal error: unexpected shard response"),
+    }
+}
+
+pub async fn keyed(
+    ctx: &ShardCtx,
+    at: Target,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    direct: Option<&mut Output>,
+) -> Frame {
+    let mut owners = spec
+        .key_positions(args)
+        .map(|i| shard_of(&args[i], ctx.shard_count));
+    let first = owners.next().unwrap_or(ctx.id);
+    if owners.any(|s| s != first) {
+        return cross::run(ctx, at.db, spec, args).await;
+    }
+    if first == ctx.id || ctx.shard_count == 1 {
+        let mut shard = ctx.shard.borrow_mut();
+        match direct {
+            Some(out) => shard.execute_into(at.db, at.client, spec, args, out),
+            None => shard.execute(at.db, at.client, spec, args),
+        }
+    } else {
+        single_reply(send_one(ctx, first, at, spec, args.to_vec()).await)
+    }
+}
+
+/// Splits a multi-key command into one sub-command per shard and merges the replies.
+pub async fn split(
+    ctx: &ShardCtx,
+    at: Target,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    merge: Merge,
+) -> Frame {
+    let step = spec.step.max(1) as usize;
+    // MSET's key-value pairs must come whole, or no shard could take its part.
+    if step > 1 && !(args.len() - spec.first_key.max(1) as usize).is_multiple_of(step) {
+        return wrong_arity(spec.name);
+    }
+    // shard -> (sub-command arguments, positions of its keys among all keys)
+    let mut parts: BTreeMap<usize, (Vec<Bytes>, Vec<usize>)> = BTreeMap::new();
+    for (key_number, i) in spec.key_positions(args).enumerate() {
+        let owner = if ctx.shard_count == 1 {
+            ctx.id
+        } else {
+            shard_of(&args[i], ctx.shard_count)
+        };
+        let part = parts
+            .entry(owner)
+            .or_insert_with(|| (vec![args[0].clone()], Vec::new()));
+        part.0
+            .extend(args[i..(i + step).min(args.len())].iter().cloned());
+        part.1.push(key_number);
+    }
+    if parts.len() <= 1 && parts.keys().all(|&s| s == ctx.id) {
+        return local(ctx, at, spec, args);
+    }
+    if parts.len() > 1 {
+        return split_atomically(ctx, at, spec, parts, merge).await;
+    }
+    let mut pending = Vec::new();
+    let mut replies = Vec::new();
+    for (owner, (sub, positions)) in parts {
+        if owner == ctx.id {
+            replies.push((local(ctx, at, spec, &sub), positions));
+        } else {
+            pending.push((send_one(ctx, owner, at, spec, sub), positions));
+        }
+    }
+    for (future, positions) in pending {
+        replies.push((single_reply(future.await), positions));
+    }
+    merge_replies(merge, replies)
+}
+
+/// A split command over several shards runs as one atomic step, as in Redis (an MGET never
+/// sees half of a concurrent MSET or EXEC): each shard is locked in ascending order, a peer's
+/// lock travelling with its part of the command (`Request::Lock(LockRequest::Exec)`, so the lock costs no
+/// extra round trip), and all are unlocked once every part has run.
+pub async fn split_atomically(
+    ctx: &ShardCtx,
+    at: Target,
+    spec: &'static CommandSpec,
+    parts: BTreeMap<usize, (Vec<Bytes>, Vec<usize>)>,
+    merge: Merge,
+) -> Frame {
+    let token = ctx.new_token();
+    let mut replies = Vec::with_capacity(parts.len());
+    let mut locked = Vec::with_capacity(parts.len());
+    // BTreeMap order: ascending shard ids, the global lock order.
+    for (owner, (sub, positions)) in parts {
+        let frame = if owner == ctx.id {
+            ctx.lock_local(token).await;
+            local(ctx, at, spec, &sub)
+        } else {
+            let request = Request::Lock(LockRequest::Exec {
+                db: at.db,
+                client: at.client,
+                commands: vec![(spec.index(), sub)],
+            });
+            single_reply(ctx.request_as(owner, Some(token), request).await)
+        };
+        locked.push(owner);
+        replies.push((frame, positions));
+    }
+    for owner in locked {
+        if owner == ctx.id {
+            ctx.unlock(token);
+        } else {
+            // Sent in order behind nothing else of ours: no need to wait for the answer.
+            drop(ctx.request_as(owner, Some(token), Request::Lock(LockRequest::Unlock)));
+        }
+    }
+    merge_replies(merge, replies)
+}
+
+pub fn merge_replies(merge: Merge, replies: Vec<(Frame, Vec<usize>)>) -> Frame {
+    if let Some((err, _)) = replies.iter().find(|(f, _)| f.is_error()) {
+        return err.clone();
+    }
+    match merge {
+        Merge::Sum => Frame::Integer(
+            replies
+                .iter()
+                .map(|(f, _)| if let Frame::Integer(n) = f { *n } else { 0 })
+                .sum(),
+        ),
+        Merge::Ok => Frame::ok(),
+        Merge::Concat => Frame::Array(
+            replies
+                .into_iter()
+                .flat_map(|(f, _)| match f {
+                    Frame::Array(items) => items,
+                    _ => Vec::new(),
+                })
+                .collect(),
+        ),
+        Merge::PerKey => {
+            let total = replies.iter().map(|(_, p)| p.len()).sum();
+            let mut out = vec![Frame::Null; total];
+            for (frame, positions) in replies {
+                if let Frame::Array(items) = frame {
+                    for (item, position) in items.into_iter().zip(positions) {
+                        out[position] = item;
+                    }
+                }
+            }
+            Frame::Array(out)
+        }
+    }
+}
+
+pub async fn all_shards(
+    ctx: &ShardCtx,
+    at: Target,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    merge: Merge,
+) -> Frame {
+    let pending: Vec<_> = (0..ctx.shard_count)
+        .filter(|&s| s != ctx.id)
+        .map(|to| send_one(ctx, to, at, spec, args.to_vec()))
+        .collect();
+    let mut replies = vec![(local(ctx, at, spec, args), Vec::new())];
+    for future in pending {
+        replies.push((single_reply(future.await), Vec::new()));
+    }
+    merge_replies(merge, replies)
+}
+
+/// Runs a pipeline segment of simple keyed commands: those for this shard here, the rest
+/// as one message per owner shard; replies in the segment's order.
+pub async fn run_segment(
+    ctx: &ShardCtx,
+    at: Target,
+    targets: &[(usize, &'static CommandSpec)],
+    commands: &[Vec<Bytes>],
+) -> Vec<Frame> {
+    if ctx.wait_unlocked_or_busy().await {
+        return vec![Frame::static_error(crate::lua::busy::BUSY); commands.len()];
+    }
+    let mut frames: Vec<Option<Frame>> = vec![None; commands.len()];
+    let mut groups: BTreeMap<usize, (ShardCommands, Vec<usize>)> = BTreeMap::new();
+    for (n, ((owner, spec), args)) in targets.iter().zip(commands).enumerate() {
+        if *owner == ctx.id {
+            let frame = local(ctx, at, spec, args);
+            ctx.stats.record(spec, frame.is_error());
+            frames[n] = Some(frame);
+        } else {
+            let group = groups.entry(*owner).or_default();
+            group.0.push((spec.index(), args.clone()));
+            group.1.push(n);
+        }
+    }
+    let pending: Vec<_> = groups
+        .into_iter()
+        .map(|(owner, (cmds, slots))| {
+            (
+                ctx.request(
+                    owner,
+                    Request::Keys(KeyRequest::Exec {
+                        db: at.db,
+                        client: at.client,
+                        commands: cmds,
+                    }),
+                ),
+                slots,
+            )
+        })
+        .collect();
+    for (future, slots) in pending {
+        if let Response::Frames(replies) = future.await {
+            for (frame, slot) in replies.into_iter().zip(slots) {
+                frames[slot] = Some(frame);
+            }
+        }
+    }
+    frames
+        .into_iter()
+        .map(|f| f.unwrap_or_else(|| Frame::static_error("ERR internal error: lost shard reply")))
+        .collect()
+}
