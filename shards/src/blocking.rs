@@ -2,7 +2,7 @@
 //! the order they blocked, and which of those keys received data since the server last looked.
 //!
 //! The shard only keeps waiter ids; the server owns what each waiter wants and where its
-//! answer goes (`server/src/list_block.rs`). A command that adds to a list, a sorted set or a
+//! answer goes (`server/src/commands/blocking.rs`). A command that adds to a list, a sorted set or a
 //! stream calls [`Blocked::signal`]; after the command the server takes the ready keys and
 //! serves their waiters, oldest first, as Redis does in `handleClientsBlockedOnKeys`.
 

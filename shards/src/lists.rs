@@ -1,6 +1,6 @@
 //! The list family: pushes and pops at both ends, ranges, positional edits, moves between
 //! lists, and the non-blocking attempt of each blocking pop (BLPOP …). The server parks a
-//! blocking pop that found nothing (`server/src/list_block.rs`); here it is the same pop that
+//! blocking pop that found nothing (`server/src/commands/blocking.rs`); here it is the same pop that
 //! answers nil, which is also what it does inside MULTI or a script.
 //!
 //! Every push signals its key as ready (`Ctx::signal_ready`), so parked pops are served,

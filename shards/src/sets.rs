@@ -2,7 +2,7 @@
 //! their STORE forms), SINTERCARD and SSCAN. A set is an insertion-ordered hash set
 //! (`keyspace::Set`), so SPOP, SRANDMEMBER and SSCAN step by position. The multi-key commands
 //! run on one shard; when their keys span shards the server's coordinator gathers them there
-//! first (`server/src/cross.rs`).
+//! first (`server/src/routing/cross.rs`).
 
 use bytes::Bytes;
 use wetask_protocol::Frame;

@@ -1,6 +1,6 @@
 //! The stream commands RQ, BullMQ and their kin use: XADD with NOMKSTREAM and MAXLEN/MINID
 //! trimming, XRANGE, XREVRANGE, XLEN, XDEL, XTRIM, and XREAD's non-blocking attempt (the
-//! server parks an XREAD … BLOCK that found nothing: `server/src/list_block.rs`). Consumer
+//! server parks an XREAD … BLOCK that found nothing: `server/src/commands/blocking.rs`). Consumer
 //! groups are not served yet (docs/COMPATIBILITY.md).
 
 use bytes::Bytes;

@@ -18,7 +18,7 @@
 //! Conversions follow Redis's RESP2 rules; errors carry Redis 7's `script: <sha>, on
 //! @user_script:<line>.` suffix. A script that runs past `busy-reply-threshold` makes the
 //! shards it holds answer BUSY until it ends or SCRIPT KILL stops it (`script_busy`). The
-//! sandbox it runs in is `lua_sandbox`'s.
+//! sandbox it runs in is `lua::sandbox`'s.
 
 use std::cell::RefCell;
 use std::rc::Rc;

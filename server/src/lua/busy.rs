@@ -36,7 +36,7 @@ pub const BUSY: &str =
 pub const UNKILLABLE: &str = "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.";
 pub const NOTBUSY: &str = "NOTBUSY No scripts in execution right now.";
 
-/// The registry name of the table of threads the hook may yield (`lua_sandbox`).
+/// The registry name of the table of threads the hook may yield (`lua::sandbox`).
 pub const TRANSPARENT: &str = "wetask_transparent";
 /// The registry name of the table the hook marks the threads it pauses in.
 pub const PAUSED: &str = "wetask_paused";

@@ -70,7 +70,7 @@ G.load = function(reader, name)
 end
 -- pcall and xpcall run the protected function in a coroutine, and pass any yield from it on
 -- to their own caller (coxpcall's scheme): a busy script's hook can then yield the script
--- even from inside a pcall, so its own shard still answers BUSY (script_busy.rs).
+-- even from inside a pcall, so its own shard still answers BUSY (lua/busy.rs).
 -- TRANSPARENT (weak keys) maps each such coroutine to the thread that ran the pcall (the
 -- script's own thread maps to true): only chains of them are yielded by the hook, never a
 -- coroutine the script made itself.

@@ -2,7 +2,7 @@
 //! kin parked on the keys this shard owns, by waiter id. When a key gets data its waiters
 //! are served oldest first, each with the pop it would have run, right where the data is
 //! (`wetask_shards::Shard::serve_blocked`); deadlines are kept here, checked every turn.
-//! The client's side (parking on every owner, first answer wins) is `list_block`.
+//! The client's side (parking on every owner, first answer wins) is `commands::blocking`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 //! from another shard, or a local slot. A shard retries its parked fetches, oldest first,
 //! whenever its engine's epoch moved (a task became ready, a lease or a limit freed up) or a
 //! parked fetch's deadline passed, and answers each one that leased something or timed out.
-//! The connection's coordinator (`task_fetch`) takes the first shard's answer, asks the
+//! The connection's coordinator (`commands::tasks`) takes the first shard's answer, asks the
 //! others to let go, and hands back anything they leased meanwhile that it cannot deliver,
 //! so no task stays leased to a client that did not receive it.
 
