@@ -28,9 +28,9 @@ use wetask_shards::table::CommandSpec;
 use wetask_shards::{lookup, BlockOp};
 
 use crate::clients::ConnState;
-use crate::mesh::{ListRequest, Request, Response};
-use crate::shard::ShardCtx;
-use crate::shard::{ListWaiter, LocalSlot, LocalWait, Reply};
+use crate::mesh::{ListRequest, Request};
+use crate::routing::park::{self, Parking};
+use crate::shard::{ListWaiter, ShardCtx};
 
 /// The parsed blocking command: its keys, what to pop, and its timeout.
 pub struct Blocking {
@@ -176,8 +176,6 @@ pub async fn run_blocked(
     frame
 }
 
-use crate::commands::tasks::{first_ready, Wait};
-
 /// Parks the blocking pop on its keys' owners and waits for the first answer; `nothing` is
 /// the reply on time-out (nil of the command's kind).
 async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -> Frame {
@@ -196,29 +194,30 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
             None => groups.push((shard, vec![key])),
         }
     }
-    let mut waits: Vec<Option<Wait>> = Vec::new();
-    for (shard, keys) in &groups {
-        if *shard == ctx.id {
-            // Not while a cross-shard operation holds this shard: its keys may be borrowed
-            // away (an XREAD would take `$` of a stream that is briefly elsewhere).
-            ctx.wait_unlocked().await;
-            let slot = Rc::new(LocalSlot::default());
-            ctx.lists.park(
-                ctx,
-                waiter,
-                ListWaiter {
-                    client,
-                    db,
-                    keys: keys.clone(),
-                    op: blocking.op.clone(),
-                    deadline_ms,
-                    reply: Reply::Local(slot.clone()),
-                },
-            );
-            waits.push(Some(Box::pin(LocalWait(slot))));
-        } else {
-            let response = ctx.request(
-                *shard,
+    // Not while a cross-shard operation holds this shard: its keys may be borrowed away
+    // (an XREAD would take `$` of a stream that is briefly elsewhere).
+    if groups.iter().any(|(shard, _)| *shard == ctx.id) {
+        ctx.wait_unlocked().await;
+    }
+    let answers = park::first_answer(
+        ctx,
+        Parking {
+            parts: &groups,
+            here: &|keys, reply| {
+                ctx.lists.park(
+                    ctx,
+                    waiter,
+                    ListWaiter {
+                        client,
+                        db,
+                        keys: keys.clone(),
+                        op: blocking.op.clone(),
+                        deadline_ms,
+                        reply,
+                    },
+                )
+            },
+            there: &|keys| {
                 Request::Lists(ListRequest::Block {
                     waiter,
                     client,
@@ -226,36 +225,18 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
                     keys: keys.clone(),
                     op: blocking.op.clone(),
                     deadline_ms,
-                }),
-            );
-            waits.push(Some(Box::pin(async move {
-                match response.await {
-                    Response::Frames(frames) => frames,
-                    _ => Vec::new(),
-                }
-            })));
-        }
-    }
-    let (first, answer) = first_ready(&mut waits).await;
-    for (i, (shard, _)) in groups.iter().enumerate() {
-        if i == first {
-            continue;
-        }
-        if *shard == ctx.id {
-            ctx.lists.unpark(ctx, waiter);
-        } else {
-            drop(ctx.request(*shard, Request::Lists(ListRequest::Unblock { waiter })));
-        }
-    }
-    let mut answers: Vec<Vec<Frame>> = vec![answer];
-    for wait in waits.iter_mut().filter_map(Option::take) {
-        answers.push(wait.await);
-    }
+                })
+            },
+            let_go_here: &|| ctx.lists.unpark(ctx, waiter),
+            let_go_there: &|| Request::Lists(ListRequest::Unblock { waiter }),
+        },
+    )
+    .await;
     // The first element answered is the reply; any other is handed back. An error (a
     // refused park) is the reply only when no element came.
     let mut reply: Option<Frame> = None;
     let mut error: Option<Frame> = None;
-    for frame in answers.into_iter().flatten() {
+    for frame in answers.into_frames() {
         let frame = finish(ctx, db, &blocking.op, frame).await;
         if frame.is_error() {
             error = error.or(Some(frame));

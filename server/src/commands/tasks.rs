@@ -7,10 +7,7 @@
 //! connection, so its leases are released there when the connection closes.
 
 use std::cell::RefCell;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::Poll;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
@@ -19,9 +16,9 @@ use wetask_shards::task_commands::{fetch_frames, parse_fetch, FetchArgs};
 
 use crate::clients::ConnState;
 use crate::mesh::{KeyRequest, Request, Response, TaskRequest};
+use crate::routing::park::{self, Parking};
 use crate::routing::Target;
-use crate::shard::ShardCtx;
-use crate::shard::{LocalSlot, LocalWait, Parked, Reply, Want};
+use crate::shard::{LocalSlot, LocalWait, Parked, Reply, ShardCtx, Want};
 
 /// True when a FETCH names a queue or acknowledges an id on another shard, or may block:
 /// then it runs in a task, which can wait.
@@ -213,9 +210,6 @@ fn group_by_shard(
     groups
 }
 
-/// An answer a blocked command waits for from one shard (a local slot or a held request).
-pub type Wait = Pin<Box<dyn Future<Output = Vec<Frame>>>>;
-
 /// Waits until one of the queues' shards leases something (or the time is up); see the
 /// module docs of `shard::tasks`.
 async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64) -> Frame {
@@ -227,58 +221,42 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
     // parked fetch must not pin the connection's read buffer.
     let copies = fetch.queues.iter().map(|q| Bytes::copy_from_slice(q));
     let groups = group_by_shard(ctx, copies);
-    let mut waits: Vec<Option<Wait>> = Vec::new();
-    for (shard, queues) in &groups {
-        if *shard == ctx.id {
-            let slot = Rc::new(LocalSlot::default());
-            ctx.task_waits.park(
-                ctx,
-                Parked {
-                    client,
-                    want: Want::Fetch {
-                        queues: queues.clone(),
-                        count: fetch.count,
-                        lease_ms: fetch.lease_ms,
+    let want = |queues: &Vec<Bytes>| Want::Fetch {
+        queues: queues.clone(),
+        count: fetch.count,
+        lease_ms: fetch.lease_ms,
+    };
+    let answers = park::first_answer(
+        ctx,
+        Parking {
+            parts: &groups,
+            here: &|queues, reply| {
+                ctx.task_waits.park(
+                    ctx,
+                    Parked {
+                        client,
+                        want: want(queues),
+                        deadline_ms,
+                        reply,
                     },
-                    deadline_ms,
-                    reply: Reply::Local(slot.clone()),
-                },
-            );
-            waits.push(Some(Box::pin(LocalWait(slot))));
-        } else {
-            let response = ctx.request(
-                *shard,
+                )
+            },
+            there: &|queues| {
                 Request::Tasks(TaskRequest::FetchBlocking {
                     client,
                     queues: queues.clone(),
                     count: fetch.count,
                     lease_ms: fetch.lease_ms,
                     deadline_ms,
-                }),
-            );
-            waits.push(Some(Box::pin(async move {
-                match response.await {
-                    Response::Frames(frames) => frames,
-                    _ => Vec::new(),
-                }
-            })));
-        }
-    }
-    let (first, mut delivered) = first_ready(&mut waits).await;
-    // Let the other shards go; what they leased meanwhile comes back in their answers.
-    for (i, (shard, _)) in groups.iter().enumerate() {
-        if i == first {
-            continue;
-        }
-        if *shard == ctx.id {
-            ctx.task_waits.unpark_client(ctx, client);
-        } else {
-            drop(ctx.request(*shard, Request::Tasks(TaskRequest::Unpark { client })));
-        }
-    }
-    for wait in waits.iter_mut().filter_map(Option::take) {
-        delivered.extend(wait.await);
-    }
+                })
+            },
+            let_go_here: &|| ctx.task_waits.unpark_client(ctx, client),
+            let_go_there: &|| Request::Tasks(TaskRequest::Unpark { client }),
+        },
+    )
+    .await;
+    // What the other shards leased meanwhile came back in their answers.
+    let mut delivered: Vec<Frame> = answers.into_frames().collect();
     if let Some(error) = delivered.iter().find(|f| f.is_error()).cloned() {
         let leased: Vec<Frame> = delivered.into_iter().filter(|f| !f.is_error()).collect();
         hand_back(ctx, client, leased);
@@ -289,22 +267,6 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
         hand_back(ctx, client, extra);
     }
     Frame::Array(delivered)
-}
-
-/// Resolves to the first of `waits` to finish (taking it out of the list) and its answer.
-pub async fn first_ready(waits: &mut [Option<Wait>]) -> (usize, Vec<Frame>) {
-    std::future::poll_fn(|cx| {
-        for (i, slot) in waits.iter_mut().enumerate() {
-            if let Some(wait) = slot {
-                if let Poll::Ready(frames) = wait.as_mut().poll(cx) {
-                    *slot = None;
-                    return Poll::Ready((i, frames));
-                }
-            }
-        }
-        Poll::Pending
-    })
-    .await
 }
 
 /// Gives back leased tasks the client will not receive (each task frame starts with its id).

@@ -4,6 +4,7 @@
 //! runs of simple keyed commands go as one message per owner shard.
 
 pub mod cross;
+pub mod park;
 
 use std::collections::BTreeMap;
 
