@@ -34,9 +34,11 @@ fn no_group(key: &[u8], group: &[u8], command: &str) -> Frame {
     ))
 }
 
+const XGROUP_NEEDS_KEY: &str = "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.";
+
+/// XGROUP CREATE | CREATECONSUMER | DELCONSUMER | DESTROY | SETID | HELP.
 pub fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let sub = &args[1];
-    let now = ctx.now_ms;
     if is(sub, "help") {
         return Frame::Array(
             [
@@ -55,138 +57,154 @@ pub fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if args.len() < 4 {
         return wrong_arity("xgroup");
     }
+    let result = if is(sub, "create") {
+        xgroup_create(ctx, args)
+    } else if is(sub, "destroy") {
+        xgroup_destroy(ctx, args)
+    } else if is(sub, "setid") {
+        xgroup_setid(ctx, args)
+    } else if is(sub, "createconsumer") || is(sub, "delconsumer") {
+        xgroup_consumer(ctx, args, is(sub, "createconsumer"))
+    } else {
+        return crate::errors::unknown_subcommand("xgroup", sub);
+    };
+    result.unwrap_or_else(|err| err)
+}
+
+/// The stream at `key`, which XGROUP's subcommands other than CREATE … MKSTREAM need.
+fn existing_stream<'a>(ctx: &'a mut Ctx<'_>, key: &[u8]) -> Result<&'a mut Stream, Frame> {
+    let now = ctx.now_ms;
+    typed::get::<Stream>(ctx.db(), key, now)?.ok_or_else(|| Frame::static_error(XGROUP_NEEDS_KEY))
+}
+
+fn no_such_group(key: &[u8], group: &[u8]) -> Frame {
+    Frame::error(format!(
+        "NOGROUP No such consumer group '{}' for key name '{}'",
+        String::from_utf8_lossy(group),
+        String::from_utf8_lossy(key)
+    ))
+}
+
+/// ENTRIESREAD's value: a count, or -1 for "unknown".
+fn entries_read(arg: &[u8]) -> Result<Option<u64>, Frame> {
+    match int_arg(arg)? {
+        n if n >= 0 => Ok(Some(n as u64)),
+        -1 => Ok(None),
+        _ => Err(Frame::static_error(
+            "ERR value for ENTRIESREAD must be positive or -1",
+        )),
+    }
+}
+
+/// A group's position: an entry id, or `$` for the stream's last.
+fn group_position(arg: &[u8], last_id: StreamId) -> Result<StreamId, Frame> {
+    if arg == b"$" {
+        Ok(last_id)
+    } else {
+        parse_id(arg)
+    }
+}
+
+/// XGROUP CREATE key group id|$ [MKSTREAM] [ENTRIESREAD n].
+fn xgroup_create(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<Frame, Frame> {
+    if args.len() < 5 {
+        return Err(wrong_arity("xgroup|create"));
+    }
     let (key, group) = (&args[2], &args[3]);
-    if is(sub, "create") {
-        if args.len() < 5 {
-            return wrong_arity("xgroup|create");
-        }
-        let mut mkstream = false;
-        let mut entries_read = None;
-        let mut i = 5;
-        while i < args.len() {
-            if is(&args[i], "mkstream") {
-                mkstream = true;
-                i += 1;
-            } else if is(&args[i], "entriesread") && i + 1 < args.len() {
-                match int_arg(&args[i + 1]) {
-                    Ok(n) if n >= -1 => entries_read = (n >= 0).then_some(n as u64),
-                    Ok(_) => {
-                        return Frame::static_error(
-                            "ERR value for ENTRIESREAD must be positive or -1",
-                        )
-                    }
-                    Err(err) => return err,
-                }
-                i += 2;
-            } else {
-                return Frame::static_error(SYNTAX);
-            }
-        }
-        let stream = if mkstream {
-            typed::get_or_create::<Stream>(ctx.db(), key, now)
+    let mut mkstream = false;
+    let mut read = None;
+    let mut i = 5;
+    while i < args.len() {
+        if is(&args[i], "mkstream") {
+            mkstream = true;
+            i += 1;
+        } else if is(&args[i], "entriesread") && i + 1 < args.len() {
+            read = entries_read(&args[i + 1])?;
+            i += 2;
         } else {
-            match typed::get::<Stream>(ctx.db(), key, now) {
-                Ok(Some(stream)) => Ok(stream),
-                Ok(None) => return Frame::static_error("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically."),
-                Err(err) => Err(err),
-            }
-        };
-        let stream = match stream {
-            Ok(stream) => stream,
-            Err(err) => return err,
-        };
-        let last_delivered = if &args[4][..] == b"$" {
-            stream.last_id
-        } else {
-            match parse_id(&args[4]) {
-                Ok(id) => id,
-                Err(err) => return err,
-            }
-        };
-        if stream.groups.contains_key(&group[..]) {
-            return Frame::static_error("BUSYGROUP Consumer Group name already exists");
+            return Err(Frame::static_error(SYNTAX));
         }
-        stream.groups.insert(
-            Bytes::copy_from_slice(group),
-            Group {
-                last_delivered,
-                entries_read,
-                ..Group::default()
-            },
-        );
-        return Frame::ok();
     }
-    let stream = match typed::get::<Stream>(ctx.db(), key, now) {
-        Ok(Some(stream)) => stream,
-        Ok(None) => {
-            return Frame::static_error("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.")
-        }
-        Err(err) => return err,
+    let now = ctx.now_ms;
+    let stream = if mkstream {
+        typed::get_or_create::<Stream>(ctx.db(), key, now)?
+    } else {
+        existing_stream(ctx, key)?
     };
-    let no_such_group = || {
-        Frame::error(format!(
-            "NOGROUP No such consumer group '{}' for key name '{}'",
-            String::from_utf8_lossy(group),
-            String::from_utf8_lossy(key)
-        ))
+    let last_delivered = group_position(&args[4], stream.last_id)?;
+    if stream.groups.contains_key(&group[..]) {
+        return Err(Frame::static_error(
+            "BUSYGROUP Consumer Group name already exists",
+        ));
+    }
+    stream.groups.insert(
+        Bytes::copy_from_slice(group),
+        Group {
+            last_delivered,
+            entries_read: read,
+            ..Group::default()
+        },
+    );
+    Ok(Frame::ok())
+}
+
+/// XGROUP DESTROY key group.
+fn xgroup_destroy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<Frame, Frame> {
+    let stream = existing_stream(ctx, &args[2])?;
+    if args.len() != 4 {
+        return Err(wrong_arity("xgroup|destroy"));
+    }
+    let removed = stream.groups.shift_remove(&args[3][..]).is_some();
+    Ok(Frame::Integer(i64::from(removed)))
+}
+
+/// XGROUP SETID key group id|$ [ENTRIESREAD n].
+fn xgroup_setid(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<Frame, Frame> {
+    if args.len() < 5 {
+        return Err(wrong_arity("xgroup|setid"));
+    }
+    let (key, group) = (&args[2], &args[3]);
+    let stream = existing_stream(ctx, key)?;
+    let last_id = stream.last_id;
+    let Some(g) = stream.groups.get_mut(&group[..]) else {
+        return Err(no_such_group(key, group));
     };
-    if is(sub, "destroy") {
-        if args.len() != 4 {
-            return wrong_arity("xgroup|destroy");
-        }
-        return Frame::Integer(i64::from(stream.groups.shift_remove(&group[..]).is_some()));
+    let id = group_position(&args[4], last_id)?;
+    match &args[5..] {
+        [] => {}
+        [word, n] if is(word, "entriesread") => g.entries_read = entries_read(n)?,
+        _ => return Err(Frame::static_error(SYNTAX)),
     }
-    if is(sub, "setid") {
-        let last_id = stream.last_id;
-        let Some(g) = stream.groups.get_mut(&group[..]) else {
-            return no_such_group();
-        };
-        let id = if &args[4][..] == b"$" {
-            last_id
+    g.last_delivered = id;
+    Ok(Frame::ok())
+}
+
+/// XGROUP CREATECONSUMER | DELCONSUMER key group consumer.
+fn xgroup_consumer(ctx: &mut Ctx<'_>, args: &[Bytes], create: bool) -> Result<Frame, Frame> {
+    let (key, group) = (&args[2], &args[3]);
+    let now = ctx.now_ms;
+    let stream = existing_stream(ctx, key)?;
+    if args.len() != 5 {
+        return Err(wrong_arity(if create {
+            "xgroup|createconsumer"
         } else {
-            match parse_id(&args[4]) {
-                Ok(id) => id,
-                Err(err) => return err,
-            }
-        };
-        match &args[5..] {
-            [] => {}
-            [word, n] if is(word, "entriesread") => match int_arg(n) {
-                Ok(n) if n >= -1 => g.entries_read = (n >= 0).then_some(n as u64),
-                Ok(_) => {
-                    return Frame::static_error("ERR value for ENTRIESREAD must be positive or -1")
-                }
-                Err(err) => return err,
-            },
-            _ => return Frame::static_error(SYNTAX),
-        }
-        g.last_delivered = id;
-        return Frame::ok();
+            "xgroup|delconsumer"
+        }));
     }
-    if is(sub, "createconsumer") || is(sub, "delconsumer") {
-        if args.len() != 5 {
-            return wrong_arity(if is(sub, "createconsumer") {
-                "xgroup|createconsumer"
-            } else {
-                "xgroup|delconsumer"
-            });
-        }
-        let Some(g) = stream.groups.get_mut(&group[..]) else {
-            return no_such_group();
-        };
-        let consumer = Bytes::copy_from_slice(&args[4]);
-        if is(sub, "createconsumer") {
-            return Frame::Integer(i64::from(g.consumer(&consumer, now).1));
-        }
-        let Some(removed) = g.consumers.shift_remove(&consumer) else {
-            return Frame::Integer(0);
-        };
-        for id in &removed.pending {
-            g.pending.remove(id);
-        }
-        return Frame::Integer(removed.pending.len() as i64);
+    let Some(g) = stream.groups.get_mut(&group[..]) else {
+        return Err(no_such_group(key, group));
+    };
+    let consumer = Bytes::copy_from_slice(&args[4]);
+    if create {
+        return Ok(Frame::Integer(i64::from(g.consumer(&consumer, now).1)));
     }
-    crate::errors::unknown_subcommand("xgroup", sub)
+    let Some(removed) = g.consumers.shift_remove(&consumer) else {
+        return Ok(Frame::Integer(0));
+    };
+    for id in &removed.pending {
+        g.pending.remove(id);
+    }
+    Ok(Frame::Integer(removed.pending.len() as i64))
 }
 
 /// A parsed XREADGROUP.
@@ -517,48 +535,17 @@ pub fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         }
         i += 1;
     }
-    let (mut delivered_ms, mut retry_count, mut force, mut justid) = (now, None, false, false);
-    let mut last_id = None;
-    while i < args.len() {
-        let a = &args[i];
-        let value = args.get(i + 1);
-        if is(a, "force") {
-            force = true;
-        } else if is(a, "justid") {
-            justid = true;
-        } else if is(a, "idle") || is(a, "time") || is(a, "retrycount") || is(a, "lastid") {
-            let Some(value) = value else {
-                return Frame::static_error(SYNTAX);
-            };
-            if is(a, "lastid") {
-                match parse_id(value) {
-                    Ok(id) => last_id = Some(id),
-                    Err(err) => return err,
-                }
-            } else {
-                let n = match int_arg(value) {
-                    Ok(n) => n,
-                    Err(_) => {
-                        return Frame::static_error("ERR Invalid IDLE option argument for XCLAIM")
-                    }
-                };
-                if is(a, "idle") {
-                    delivered_ms = now.saturating_sub(n.max(0) as u64);
-                } else if is(a, "time") {
-                    delivered_ms = n.max(0) as u64;
-                } else {
-                    retry_count = Some(n.max(0) as u64);
-                }
-            }
-            i += 1;
-        } else {
-            return Frame::error(format!(
-                "ERR Unrecognized XCLAIM option '{}'",
-                String::from_utf8_lossy(a)
-            ));
-        }
-        i += 1;
-    }
+    let options = match ClaimOptions::parse(&args[i..], now) {
+        Ok(options) => options,
+        Err(err) => return err,
+    };
+    let ClaimOptions {
+        delivered_ms,
+        retry_count,
+        force,
+        justid,
+        last_id,
+    } = options;
     let (key, group_name, consumer) = (&args[1], &args[2], Bytes::copy_from_slice(&args[3]));
     let stream = match typed::get::<Stream>(ctx.db(), key, now) {
         Ok(Some(stream)) => stream,
@@ -597,6 +584,69 @@ pub fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         claimed.push(id);
     }
     group.consumer(&consumer, now).0.seen_ms = now;
+    claimed_reply(stream, claimed, justid)
+}
+
+/// XCLAIM's options after its ids.
+struct ClaimOptions {
+    /// The delivery time the claimed entries get (IDLE, TIME; now by default).
+    delivered_ms: u64,
+    retry_count: Option<u64>,
+    force: bool,
+    justid: bool,
+    last_id: Option<StreamId>,
+}
+
+impl ClaimOptions {
+    fn parse(args: &[Bytes], now: u64) -> Result<Self, Frame> {
+        let mut options = ClaimOptions {
+            delivered_ms: now,
+            retry_count: None,
+            force: false,
+            justid: false,
+            last_id: None,
+        };
+        let mut i = 0;
+        while i < args.len() {
+            let a = &args[i];
+            if is(a, "force") {
+                options.force = true;
+            } else if is(a, "justid") {
+                options.justid = true;
+            } else if is(a, "idle") || is(a, "time") || is(a, "retrycount") || is(a, "lastid") {
+                let value = args.get(i + 1).ok_or_else(|| Frame::static_error(SYNTAX))?;
+                if is(a, "lastid") {
+                    options.last_id = Some(parse_id(value)?);
+                } else {
+                    let n = int_arg(value)
+                        .map_err(|_| {
+                            Frame::static_error("ERR Invalid IDLE option argument for XCLAIM")
+                        })?
+                        .max(0) as u64;
+                    if is(a, "idle") {
+                        options.delivered_ms = now.saturating_sub(n);
+                    } else if is(a, "time") {
+                        options.delivered_ms = n;
+                    } else {
+                        options.retry_count = Some(n);
+                    }
+                }
+                i += 1;
+            } else {
+                return Err(Frame::error(format!(
+                    "ERR Unrecognized XCLAIM option '{}'",
+                    String::from_utf8_lossy(a)
+                )));
+            }
+            i += 1;
+        }
+        Ok(options)
+    }
+}
+
+/// XCLAIM's and XAUTOCLAIM's claimed entries: ids with JUSTID, else `[id, fields]` for
+/// each that still exists.
+fn claimed_reply(stream: &Stream, claimed: Vec<StreamId>, justid: bool) -> Frame {
     if justid {
         return Frame::Array(
             claimed
@@ -702,27 +752,9 @@ pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
     let next = window.get(examined).map_or(StreamId::MIN, |(id, _, _)| *id);
     group.consumer(&consumer, now).0.seen_ms = now;
-    let claimed_frames: Vec<Frame> = if justid {
-        claimed
-            .into_iter()
-            .map(|id| Frame::Bulk(id.to_bytes()))
-            .collect()
-    } else {
-        claimed
-            .into_iter()
-            .filter_map(|id| {
-                stream.get(id).map(|fields| {
-                    Frame::Array(vec![
-                        Frame::Bulk(id.to_bytes()),
-                        Frame::Array(fields.iter().map(|f| Frame::Bulk(f.clone())).collect()),
-                    ])
-                })
-            })
-            .collect()
-    };
     Frame::Array(vec![
         Frame::Bulk(next.to_bytes()),
-        Frame::Array(claimed_frames),
+        claimed_reply(stream, claimed, justid),
         Frame::Array(
             deleted
                 .into_iter()
@@ -762,43 +794,8 @@ pub fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Ok(None) => return Frame::static_error(NO_SUCH_KEY),
         Err(err) => return err,
     };
-    let map =
-        |fields: Vec<[Frame; 2]>| Frame::Map(fields.into_iter().map(|[k, v]| (k, v)).collect());
     if is(sub, "stream") && args.len() == 3 {
-        let entry = |id: Option<StreamId>| match id {
-            Some(id) => {
-                let fields = stream.get(id).expect("an existing entry");
-                Frame::Array(vec![
-                    Frame::Bulk(id.to_bytes()),
-                    Frame::Array(fields.iter().map(|f| Frame::Bulk(f.clone())).collect()),
-                ])
-            }
-            None => Frame::Null,
-        };
-        return map(vec![
-            field("length", Frame::Integer(stream.len() as i64)),
-            field(
-                "radix-tree-keys",
-                Frame::Integer(stream.len().div_ceil(100).max(1) as i64),
-            ),
-            field(
-                "radix-tree-nodes",
-                Frame::Integer(stream.len().div_ceil(100).max(1) as i64 + 1),
-            ),
-            field("last-generated-id", Frame::Bulk(stream.last_id.to_bytes())),
-            field(
-                "max-deleted-entry-id",
-                Frame::Bulk(stream.max_deleted_id.to_bytes()),
-            ),
-            field("entries-added", Frame::Integer(stream.entries_added as i64)),
-            field(
-                "recorded-first-entry-id",
-                Frame::Bulk(stream.first_id().unwrap_or_default().to_bytes()),
-            ),
-            field("groups", Frame::Integer(stream.groups.len() as i64)),
-            field("first-entry", entry(stream.first_id())),
-            field("last-entry", entry(stream.last_entry_id())),
-        ]);
+        return xinfo_stream(stream);
     }
     if is(sub, "groups") && args.len() == 3 {
         let shape = stream.shape();
@@ -806,42 +803,7 @@ pub fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             stream
                 .groups
                 .iter_mut()
-                .map(|(name, g)| {
-                    // Redis's lag: exact while nothing was deleted after the group's last
-                    // delivered entry, else estimated (and remembered), else unknown.
-                    let read = match g.entries_read {
-                        Some(n) if !shape.has_tombstones_from(g.last_delivered) => Some(n),
-                        _ => {
-                            let estimate = shape.entries_read_at(g.last_delivered);
-                            if estimate.is_some() {
-                                g.entries_read = estimate;
-                            }
-                            estimate
-                        }
-                    };
-                    let lag = if shape.entries_added == 0 {
-                        Frame::Integer(0)
-                    } else {
-                        read.map_or(Frame::Null, |n| {
-                            Frame::Integer(shape.entries_added.saturating_sub(n) as i64)
-                        })
-                    };
-                    map(vec![
-                        field("name", Frame::Bulk(name.clone())),
-                        field("consumers", Frame::Integer(g.consumers.len() as i64)),
-                        field("pending", Frame::Integer(g.pending.len() as i64)),
-                        field(
-                            "last-delivered-id",
-                            Frame::Bulk(g.last_delivered.to_bytes()),
-                        ),
-                        field(
-                            "entries-read",
-                            g.entries_read
-                                .map_or(Frame::Null, |n| Frame::Integer(n as i64)),
-                        ),
-                        field("lag", lag),
-                    ])
-                })
+                .map(|(name, g)| xinfo_group(&shape, name, g))
                 .collect(),
         );
     }
@@ -858,7 +820,7 @@ pub fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
                 .consumers
                 .iter()
                 .map(|(name, c)| {
-                    map(vec![
+                    info_map(vec![
                         field("name", Frame::Bulk(name.clone())),
                         field("pending", Frame::Integer(c.pending.len() as i64)),
                         field("idle", Frame::Integer(now.saturating_sub(c.seen_ms) as i64)),
@@ -868,6 +830,81 @@ pub fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         );
     }
     crate::errors::unknown_subcommand("xinfo", sub)
+}
+
+fn info_map(fields: Vec<[Frame; 2]>) -> Frame {
+    Frame::Map(fields.into_iter().map(|[k, v]| (k, v)).collect())
+}
+
+/// XINFO STREAM key: the stream's bookkeeping and its first and last entries.
+fn xinfo_stream(stream: &Stream) -> Frame {
+    let entry = |id: Option<StreamId>| match id {
+        Some(id) => {
+            let fields = stream.get(id).expect("an existing entry");
+            Frame::Array(vec![
+                Frame::Bulk(id.to_bytes()),
+                Frame::Array(fields.iter().map(|f| Frame::Bulk(f.clone())).collect()),
+            ])
+        }
+        None => Frame::Null,
+    };
+    // Redis's radix tree holds about 100 entries per node; the counts are estimates.
+    let tree_keys = stream.len().div_ceil(100).max(1) as i64;
+    info_map(vec![
+        field("length", Frame::Integer(stream.len() as i64)),
+        field("radix-tree-keys", Frame::Integer(tree_keys)),
+        field("radix-tree-nodes", Frame::Integer(tree_keys + 1)),
+        field("last-generated-id", Frame::Bulk(stream.last_id.to_bytes())),
+        field(
+            "max-deleted-entry-id",
+            Frame::Bulk(stream.max_deleted_id.to_bytes()),
+        ),
+        field("entries-added", Frame::Integer(stream.entries_added as i64)),
+        field(
+            "recorded-first-entry-id",
+            Frame::Bulk(stream.first_id().unwrap_or_default().to_bytes()),
+        ),
+        field("groups", Frame::Integer(stream.groups.len() as i64)),
+        field("first-entry", entry(stream.first_id())),
+        field("last-entry", entry(stream.last_entry_id())),
+    ])
+}
+
+/// One group of XINFO GROUPS. Redis's lag: exact while nothing was deleted after the
+/// group's last delivered entry, else estimated (and remembered), else unknown.
+fn xinfo_group(shape: &crate::stream::Shape, name: &Bytes, g: &mut Group) -> Frame {
+    let read = match g.entries_read {
+        Some(n) if !shape.has_tombstones_from(g.last_delivered) => Some(n),
+        _ => {
+            let estimate = shape.entries_read_at(g.last_delivered);
+            if estimate.is_some() {
+                g.entries_read = estimate;
+            }
+            estimate
+        }
+    };
+    let lag = if shape.entries_added == 0 {
+        Frame::Integer(0)
+    } else {
+        read.map_or(Frame::Null, |n| {
+            Frame::Integer(shape.entries_added.saturating_sub(n) as i64)
+        })
+    };
+    info_map(vec![
+        field("name", Frame::Bulk(name.clone())),
+        field("consumers", Frame::Integer(g.consumers.len() as i64)),
+        field("pending", Frame::Integer(g.pending.len() as i64)),
+        field(
+            "last-delivered-id",
+            Frame::Bulk(g.last_delivered.to_bytes()),
+        ),
+        field(
+            "entries-read",
+            g.entries_read
+                .map_or(Frame::Null, |n| Frame::Integer(n as i64)),
+        ),
+        field("lag", lag),
+    ])
 }
 
 /// XSETID key last-id [ENTRIESADDED n] [MAXDELETEDID id]: sets a stream's bookkeeping (what
