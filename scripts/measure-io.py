@@ -8,6 +8,9 @@ server's utime+stime from /proc/PID/stat and counts its syscalls with
 rounds; the table shows medians with min-max. Used for docs/perf-notes.md.
 
     python3 scripts/measure-io.py --rounds 5 --requests 200000
+    python3 scripts/measure-io.py --kinds redis,wetask-uring --clients 1 --requests 50000
+
+redis-benchmark's p50 (its CSV) is reported too: at one connection it is the round trip.
 """
 
 import argparse
@@ -49,23 +52,26 @@ def bench(port, cpu, clients, requests, tests):
         ["taskset", "-c", str(cpu), "redis-benchmark", "-p", str(port), "-c", str(clients),
          "-n", str(requests), "-t", tests, "-r", "100000", "-d", "64", "--csv"],
         capture_output=True, text=True, check=True).stdout
-    rps = [float(line.split(",")[1].strip('"')) for line in out.splitlines()[1:] if line]
-    return len(rps) * requests, statistics.mean(rps)
+    rows = [[f.strip('"') for f in line.split(",")] for line in out.splitlines()[1:] if line]
+    rps = [float(r[1]) for r in rows]
+    p50 = [float(r[4]) * 1000 for r in rows]  # µs
+    return len(rps) * requests, statistics.mean(rps), statistics.mean(p50)
 
 
 def measure(kind, args, port):
     proc = start(kind, port, args.server_cpu, args.binary)
     try:
-        bench(port, args.load_cpu, args.clients, 20000, args.tests)  # warm-up
+        bench(port, args.load_cpu, args.clients, min(20000, args.requests), args.tests)  # warm-up
         perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(proc.pid)],
                                 stderr=subprocess.PIPE, text=True)
         time.sleep(0.2)
         before = cpu_ticks(proc.pid)
-        requests, rps = bench(port, args.load_cpu, args.clients, args.requests, args.tests)
+        requests, rps, p50 = bench(port, args.load_cpu, args.clients, args.requests, args.tests)
         after = cpu_ticks(proc.pid)
         perf.send_signal(signal.SIGINT)
         syscalls = int(re.search(r"^(\d+),", perf.communicate()[1], re.M).group(1))
-        return {"cpu_us": (after - before) * TICK_US / requests, "syscalls": syscalls / requests, "rps": rps}
+        return {"cpu_us": (after - before) * TICK_US / requests, "syscalls": syscalls / requests,
+                "rps": rps, "p50_us": p50}
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
@@ -91,11 +97,12 @@ def main():
     print(f"# {version}; wetask {args.binary}; {args.clients} connections, unpipelined {args.tests}, "
           f"{args.requests} requests per test, {args.rounds} rounds; server on CPU {args.server_cpu}, "
           f"load on CPU {args.load_cpu}")
-    print("| server | CPU µs/request | syscalls/request | requests/s |")
-    print("|---|---|---|---|")
+    print("| server | CPU µs/request | syscalls/request | requests/s | p50 µs |")
+    print("|---|---|---|---|---|")
     for kind in kinds:
         row = [kind]
-        for key, fmt in [("cpu_us", "{:.2f}"), ("syscalls", "{:.2f}"), ("rps", "{:.0f}")]:
+        for key, fmt in [("cpu_us", "{:.2f}"), ("syscalls", "{:.2f}"), ("rps", "{:.0f}"),
+                         ("p50_us", "{:.0f}")]:
             values = [r[key] for r in results[kind]]
             row.append(f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})")
         print("| " + " | ".join(row) + " |")
@@ -103,6 +110,9 @@ def main():
     for kind in kinds[1:]:
         ratios = [r["cpu_us"] / b["cpu_us"] for r, b in zip(results[kind], base)]
         print(f"{kind} / {kinds[0]} CPU per request, paired: median {statistics.median(ratios):.2f} "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+        ratios = [r["p50_us"] / b["p50_us"] for r, b in zip(results[kind], base)]
+        print(f"{kind} / {kinds[0]} p50 latency, paired: median {statistics.median(ratios):.2f} "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
 
 

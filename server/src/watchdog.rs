@@ -11,11 +11,13 @@
 //!
 //! Each shard publishes two beats: its network loop's last turn (0 while it is parked on
 //! its ring, where a completion will wake it) and its cron's last tick. Every 10 ms the
-//! watchdog writes the wake-up eventfd of a shard whose loop is not parked and has not
-//! turned for [`LOOP_STALL_MS`], or whose cron has not ticked for [`CRON_STALL_MS`]. The
-//! eventfd's read is always in flight on glommio's ring, so the write completes an I/O,
-//! which wakes the executor. A long script or a starved CPU looks the same; rousing them is
-//! harmless. It costs a thread waking 100 times a second and one atomic store per turn.
+//! watchdog rouses a shard whose loop is not parked and has not turned for
+//! [`LOOP_STALL_MS`], or whose cron has not ticked for [`CRON_STALL_MS`]: it wakes the
+//! loop's task from this thread (glommio's cross-thread wake-up, which always reaches a
+//! sleeping executor) and writes the shard's ring eventfd (which a parked loop reads, to
+//! enter its ring whatever its flags say). A long script or a starved CPU looks the same;
+//! rousing them is harmless. It costs a thread waking 100 times a second and one atomic
+//! store per turn.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +38,11 @@ pub struct Beats {
     pub cron: AtomicU64,
     /// The network loop's last turn; 0 while it is parked (or there is no loop).
     pub turn: AtomicU64,
+    /// The network loop task's waker. Woken from this thread it goes through glommio's
+    /// cross-thread path, whose eventfd read glommio keeps armed whenever it sleeps: the
+    /// one wake-up that always reaches an executor asleep with work, however often it
+    /// falls asleep that way again (our own eventfd's read is re-armed only by the loop).
+    pub loop_waker: Mutex<Option<std::task::Waker>>,
 }
 
 impl Beats {
@@ -45,6 +52,7 @@ impl Beats {
             // CI, a request sent within 100 ms of start) is roused like any other.
             cron: AtomicU64::new(now_ms),
             turn: AtomicU64::new(0),
+            loop_waker: Mutex::new(None),
         }
     }
 }
@@ -107,6 +115,9 @@ impl Watchdog {
             if let Some((what, stalled_ms)) = stall {
                 let thread = thread_state(shard.tid);
                 wake(shard.wake_fd);
+                if let Some(waker) = shard.beats.loop_waker.lock().expect("waker").as_ref() {
+                    waker.wake_by_ref();
+                }
                 self.rouses.fetch_add(1, Ordering::Relaxed);
                 roused.push(Rouse {
                     shard: index,

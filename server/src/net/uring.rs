@@ -745,6 +745,9 @@ impl Net {
         self.arm_accept(&mut self.inner.borrow_mut());
         let net = self.clone();
         *self.ctx.push_hook.borrow_mut() = Some(Box::new(move || net.notify.notify()));
+        // For the watchdog: this task's waker, which it may wake from its own thread.
+        let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+        *self.ctx.beats.loop_waker.lock().expect("waker") = Some(waker);
         let roused = self.clone();
         *self.ctx.rouse_hook.borrow_mut() = Some(Box::new(move || {
             roused.force_enter.set(true);
