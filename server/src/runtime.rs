@@ -99,13 +99,7 @@ pub fn run(config: Config) -> Result<(), String> {
         config.cpus.clone()
     };
     let shard_count = config.shards.unwrap_or(cpus.len()).max(1);
-    let mut io = config.io;
-    if io == IoMode::Uring {
-        if let Err(missing) = net::uring::check_kernel() {
-            tracing::warn!("{missing}; falling back to --io glommio (readiness-based, slower)");
-            io = IoMode::Glommio;
-        }
-    }
+    let io = usable_io(config.io);
     raise_memlock();
     // SAFETY: ignoring SIGPIPE process-wide; sends use MSG_NOSIGNAL anyway.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
@@ -165,6 +159,23 @@ pub fn run(config: Config) -> Result<(), String> {
             async move { shard_main(globals, listeners, mesh).await }
         })
         .map_err(|e| format!("cannot start the shard executors: {e}"))?;
+    join_shards(handles)
+}
+
+/// The network path asked for, or the glommio fallback when the kernel lacks the ring's
+/// features.
+fn usable_io(io: IoMode) -> IoMode {
+    if io == IoMode::Uring {
+        if let Err(missing) = net::uring::check_kernel() {
+            tracing::warn!("{missing}; falling back to --io glommio (readiness-based, slower)");
+            return IoMode::Glommio;
+        }
+    }
+    io
+}
+
+/// Waits for every shard executor; the first failure, if any.
+fn join_shards(handles: glommio::PoolThreadHandles<Result<(), String>>) -> Result<(), String> {
     let mut failure = None;
     for result in handles.join_all() {
         match result {

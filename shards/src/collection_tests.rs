@@ -341,6 +341,7 @@ fn sorted(frame: Frame) -> Vec<Frame> {
 }
 
 #[test]
+// Long: a walk through the set family, one command after the other; splitting it would only cut the story.
 fn sets() {
     let mut s = shard();
     assert_eq!(run(&mut s, "SADD s a b c"), int(3));
@@ -472,6 +473,7 @@ proptest! {
     /// Random list commands on one key (and a second for moves) agree with a VecDeque model,
     /// and a list emptied by any command no longer exists.
     #[test]
+    // Long: one randomized run against VecDeque, an arm per list command; apart, the arms would hide which model step each checks.
     fn lists_match_a_deque_model(ops in proptest::collection::vec(list_op(), 1..80)) {
         let mut s = shard();
         let mut model: VecDeque<String> = VecDeque::new();
@@ -571,6 +573,7 @@ fn pairs(items: &[(&str, f64)]) -> Frame {
 }
 
 #[test]
+// Long: a walk through ZADD, ranks and ranges on one sorted set, step by step.
 fn sorted_set_adds_ranks_and_ranges() {
     let mut s = shard();
     assert_eq!(run(&mut s, "ZADD z 1 a 2 b 3 c"), int(3));

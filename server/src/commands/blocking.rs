@@ -40,6 +40,7 @@ pub struct Blocking {
 }
 
 /// Parses a blocking list command (arity already checked).
+// Long: one short arm per blocking command (BLPOP … XREADGROUP): the table reads best whole.
 pub fn parse(spec: &CommandSpec, args: &[Bytes]) -> Result<Blocking, Frame> {
     let copy = |b: &Bytes| Bytes::copy_from_slice(b);
     match spec.name {

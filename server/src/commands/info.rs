@@ -11,6 +11,7 @@ use wetask_protocol::Frame;
 /// The Redis version WeTask answers as (INFO, HELLO): the release whose commands it serves.
 pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
 use crate::config::IoMode;
+use crate::globals::Globals;
 use crate::mesh::{AdminRequest, Request, Response};
 use crate::shard::ShardCtx;
 use crate::stats::ShardReport;
@@ -85,22 +86,7 @@ pub fn rss_bytes() -> u64 {
 fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String) {
     let g = &ctx.globals;
     match section {
-        "server" => {
-            let uptime = g.started.elapsed().as_secs();
-            let io = match g.config.io {
-                IoMode::Uring => "io_uring",
-                IoMode::Glommio => "glommio",
-            };
-            let _ = write!(
-                out,
-                "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nwetask_version:{}\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:64\r\nmultiplexing_api:{io}\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nshards:{}\r\n",
-                env!("CARGO_PKG_VERSION"),
-                std::process::id(),
-                g.port.load(Ordering::Relaxed),
-                uptime / 86_400,
-                g.shard_count,
-            );
-        }
+        "server" => server_section(g, out),
         "clients" => {
             let _ = write!(
                 out,
@@ -110,67 +96,9 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
                 report.blocked_clients.len(),
             );
         }
-        "memory" => {
-            let rss = rss_bytes();
-            // The allocator's own count; RSS where the counting allocator is not installed.
-            let used = match crate::memory::used_memory() {
-                0 => rss,
-                used => used,
-            };
-            let max = g.maxmemory();
-            let _ = write!(
-                out,
-                "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{:.2}M\r\nused_memory_lua:{}\r\nnumber_of_cached_scripts:{}\r\nmaxmemory:{max}\r\nmaxmemory_human:{:.2}M\r\nmaxmemory_policy:{}\r\nevicted_keys:{}\r\n",
-                used as f64 / (1024.0 * 1024.0),
-                rss as f64 / (1024.0 * 1024.0),
-                report.lua_memory,
-                g.scripts.lock().map_or(0, |s| s.len()),
-                max as f64 / (1024.0 * 1024.0),
-                g.eviction_policy().name(),
-                report.evicted_keys,
-            );
-        }
-        "stats" => {
-            let _ = write!(
-                out,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_parks:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
-                g.total_connections.load(Ordering::Relaxed),
-                report.commands,
-                report.net_input_bytes,
-                report.net_output_bytes,
-                g.rejected_connections.load(Ordering::Relaxed),
-                report.expired_keys,
-                report.evicted_keys,
-                report.ring_enters,
-                report.ring_parks,
-                g.watchdog.rouses.load(Ordering::Relaxed),
-                report.mesh_envelopes,
-                report.mesh_messages,
-                report.pubsub_channels.len(),
-                report.pubsub_patterns.len(),
-            );
-        }
-        "tasks" => {
-            let t = &report.tasks;
-            let _ = write!(
-                out,
-                "# Tasks\r\ntasks_submitted:{}\r\ntasks_acked:{}\r\ntasks_failed:{}\r\ntasks_retried:{}\r\ntasks_dead:{}\r\ntasks_cancelled:{}\r\ntasks_fallbacks:{}\r\ntasks_leases_lost:{}\r\n",
-                t.submitted, t.acked, t.failed, t.retried, t.dead, t.cancelled, t.fallbacks, t.leases_lost,
-            );
-            for (name, q) in &report.queues {
-                let _ = write!(
-                    out,
-                    "queue:{}:queued={},scheduled={},leased={},dead={},oldest_age_ms={},paused={}\r\n",
-                    String::from_utf8_lossy(name),
-                    q.queued,
-                    q.scheduled,
-                    q.leased,
-                    q.dead,
-                    q.oldest_age_ms,
-                    u8::from(q.paused),
-                );
-            }
-        }
+        "memory" => memory_section(g, report, out),
+        "stats" => stats_section(g, report, out),
+        "tasks" => tasks_section(report, out),
         "shards" => {
             out.push_str("# Shards\r\n");
             let mut lines = report.shard_lines.clone();
@@ -196,5 +124,90 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
             }
         }
         _ => {}
+    }
+}
+
+/// `# Server`: version, mode, process, port, uptime, shards.
+fn server_section(g: &Globals, out: &mut String) {
+    let uptime = g.started.elapsed().as_secs();
+    let io = match g.config.io {
+        IoMode::Uring => "io_uring",
+        IoMode::Glommio => "glommio",
+    };
+    let _ = write!(
+        out,
+        "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nwetask_version:{}\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:64\r\nmultiplexing_api:{io}\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nshards:{}\r\n",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        g.port.load(Ordering::Relaxed),
+        uptime / 86_400,
+        g.shard_count,
+    );
+}
+
+/// `# Memory`: the allocator's count, RSS, Lua, scripts, maxmemory and its policy.
+fn memory_section(g: &Globals, report: &ShardReport, out: &mut String) {
+    let rss = rss_bytes();
+    // The allocator's own count; RSS where the counting allocator is not installed.
+    let used = match crate::memory::used_memory() {
+        0 => rss,
+        used => used,
+    };
+    let max = g.maxmemory();
+    let _ = write!(
+        out,
+        "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{:.2}M\r\nused_memory_lua:{}\r\nnumber_of_cached_scripts:{}\r\nmaxmemory:{max}\r\nmaxmemory_human:{:.2}M\r\nmaxmemory_policy:{}\r\nevicted_keys:{}\r\n",
+        used as f64 / (1024.0 * 1024.0),
+        rss as f64 / (1024.0 * 1024.0),
+        report.lua_memory,
+        g.scripts.lock().map_or(0, |s| s.len()),
+        max as f64 / (1024.0 * 1024.0),
+        g.eviction_policy().name(),
+        report.evicted_keys,
+    );
+}
+
+/// `# Stats`: connections, commands, bytes, expiry and eviction, the ring, the watchdog, the mesh, pub/sub.
+fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
+    let _ = write!(
+        out,
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_parks:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
+        g.total_connections.load(Ordering::Relaxed),
+        report.commands,
+        report.net_input_bytes,
+        report.net_output_bytes,
+        g.rejected_connections.load(Ordering::Relaxed),
+        report.expired_keys,
+        report.evicted_keys,
+        report.ring_enters,
+        report.ring_parks,
+        g.watchdog.rouses.load(Ordering::Relaxed),
+        report.mesh_envelopes,
+        report.mesh_messages,
+        report.pubsub_channels.len(),
+        report.pubsub_patterns.len(),
+    );
+}
+
+/// `# Tasks`: the engine's totals, then one line per queue.
+fn tasks_section(report: &ShardReport, out: &mut String) {
+    let t = &report.tasks;
+    let _ = write!(
+        out,
+        "# Tasks\r\ntasks_submitted:{}\r\ntasks_acked:{}\r\ntasks_failed:{}\r\ntasks_retried:{}\r\ntasks_dead:{}\r\ntasks_cancelled:{}\r\ntasks_fallbacks:{}\r\ntasks_leases_lost:{}\r\n",
+        t.submitted, t.acked, t.failed, t.retried, t.dead, t.cancelled, t.fallbacks, t.leases_lost,
+    );
+    for (name, q) in &report.queues {
+        let _ = write!(
+            out,
+            "queue:{}:queued={},scheduled={},leased={},dead={},oldest_age_ms={},paused={}\r\n",
+            String::from_utf8_lossy(name),
+            q.queued,
+            q.scheduled,
+            q.leased,
+            q.dead,
+            q.oldest_age_ms,
+            u8::from(q.paused),
+        );
     }
 }

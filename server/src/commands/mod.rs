@@ -23,7 +23,7 @@ use wetask_shards::table::{flag, CommandSpec};
 use wetask_shards::{lookup, ScanFilter, COMMANDS, DATABASES};
 
 use crate::clients::{ConnState, KillFilter};
-use crate::globals::unix_ms;
+use crate::globals::{unix_ms, Globals};
 use crate::mesh::{AdminRequest, KeyRequest, Request, Response};
 use crate::shard::ShardCtx;
 
@@ -386,50 +386,20 @@ async fn client_list(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
 async fn client_kill(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
     let caller = conn.borrow().id;
     let old_style = args.len() == 3;
-    let mut filter = KillFilter {
-        caller,
-        skip_me: !old_style,
-        ..KillFilter::default()
-    };
-    if old_style {
-        filter.addr = Some(String::from_utf8_lossy(&args[2]).into_owned());
+    let filter = if old_style {
+        KillFilter {
+            caller,
+            addr: Some(String::from_utf8_lossy(&args[2]).into_owned()),
+            ..KillFilter::default()
+        }
     } else {
-        let mut i = 2;
-        while i + 1 < args.len() {
-            let value = &args[i + 1];
-            let text = String::from_utf8_lossy(value).into_owned();
-            match &args[i] {
-                a if is(a, "id") => match parse_i64(value) {
-                    Some(id) if id > 0 => filter.id = Some(id as u64),
-                    _ => return Frame::static_error("ERR client-id should be greater than 0"),
-                },
-                a if is(a, "addr") => filter.addr = Some(text),
-                a if is(a, "laddr") => filter.laddr = Some(text),
-                a if is(a, "skipme") => {
-                    filter.skip_me = match text.to_ascii_lowercase().as_str() {
-                        "yes" => true,
-                        "no" => false,
-                        _ => return Frame::static_error(SYNTAX),
-                    }
-                }
-                a if is(a, "user") => {
-                    if text != "default" {
-                        return Frame::Integer(0);
-                    }
-                }
-                a if is(a, "type") => {
-                    if !is(value, "normal") {
-                        return Frame::Integer(0);
-                    }
-                }
-                _ => return Frame::static_error(SYNTAX),
-            }
-            i += 2;
+        match kill_filter(caller, &args[2..]) {
+            Ok(Some(filter)) => filter,
+            // A USER or TYPE no connection here can match.
+            Ok(None) => return Frame::Integer(0),
+            Err(err) => return err,
         }
-        if i != args.len() {
-            return Frame::static_error(SYNTAX);
-        }
-    }
+    };
     let pending: Vec<_> = (0..ctx.shard_count)
         .filter(|&s| s != ctx.id)
         .map(|s| {
@@ -450,15 +420,52 @@ async fn client_kill(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
             killed += n;
         }
     }
-    if old_style {
-        if killed == 0 {
-            Frame::static_error("ERR No such client")
-        } else {
-            Frame::ok()
-        }
-    } else {
-        Frame::Integer(killed as i64)
+    match (old_style, killed) {
+        (true, 0) => Frame::static_error("ERR No such client"),
+        (true, _) => Frame::ok(),
+        (false, killed) => Frame::Integer(killed as i64),
     }
+}
+
+/// CLIENT KILL's `<filter> <value> …` pairs; `None` when a filter can match nobody here
+/// (a USER other than default, a TYPE other than normal).
+fn kill_filter(caller: u64, pairs: &[Bytes]) -> Result<Option<KillFilter>, Frame> {
+    let mut filter = KillFilter {
+        caller,
+        skip_me: true,
+        ..KillFilter::default()
+    };
+    // In order, as Redis: a bad pair is reported before a dangling last word.
+    for pair in pairs.chunks(2) {
+        let [name, value] = pair else {
+            return Err(Frame::static_error(SYNTAX));
+        };
+        let text = String::from_utf8_lossy(value).into_owned();
+        match name {
+            a if is(a, "id") => match parse_i64(value) {
+                Some(id) if id > 0 => filter.id = Some(id as u64),
+                _ => {
+                    return Err(Frame::static_error(
+                        "ERR client-id should be greater than 0",
+                    ))
+                }
+            },
+            a if is(a, "addr") => filter.addr = Some(text),
+            a if is(a, "laddr") => filter.laddr = Some(text),
+            a if is(a, "skipme") => {
+                filter.skip_me = match text.to_ascii_lowercase().as_str() {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err(Frame::static_error(SYNTAX)),
+                }
+            }
+            a if is(a, "user") && text != "default" => return Ok(None),
+            a if is(a, "type") && !is(value, "normal") => return Ok(None),
+            a if is(a, "user") || is(a, "type") => {}
+            _ => return Err(Frame::static_error(SYNTAX)),
+        }
+    }
+    Ok(Some(filter))
 }
 
 fn command_info(spec: &CommandSpec) -> Frame {
@@ -682,102 +689,70 @@ fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
     for pair in pairs.chunks(2) {
         let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
         let value = String::from_utf8_lossy(&pair[1]).into_owned();
-        match name.as_str() {
-            "requirepass" => {
-                ctx.globals
-                    .password_set
-                    .store(!value.is_empty(), Ordering::Relaxed);
-                *ctx.globals.requirepass.lock().expect("requirepass") =
-                    (!value.is_empty()).then_some(value);
-            }
-            "busy-reply-threshold" | "lua-time-limit" => match value.parse::<u64>() {
-                Ok(ms) => ctx.globals.busy_reply_threshold_ms.store(ms, Ordering::Relaxed),
-                Err(_) => {
-                    return Frame::error(format!(
-                        "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"
-                    ))
-                }
-            },
-            "maxmemory" => match crate::config::memory_size(&value) {
-                Ok(bytes) => crate::memory::set_maxmemory(bytes),
-                Err(_) => {
-                    return Frame::static_error(
-                        "ERR CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value",
-                    )
-                }
-            },
-            "maxmemory-policy" => match wetask_shards::evict::POLICIES
-                .iter()
-                .position(|(_, n)| n.eq_ignore_ascii_case(&value))
-            {
-                Some(index) => ctx.globals.maxmemory_policy.store(index, Ordering::Relaxed),
-                None => {
-                    return Frame::static_error(
-                        "ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction",
-                    )
-                }
-            },
-            "maxmemory-samples" => match value.parse::<u64>() {
-                Ok(n) if (1..=64).contains(&n) => {
-                    ctx.globals.maxmemory_samples.store(n, Ordering::Relaxed)
-                }
-                _ => {
-                    return Frame::static_error(
-                        "ERR CONFIG SET failed (possibly related to argument 'maxmemory-samples') - argument must be between 1 and 64 inclusive",
-                    )
-                }
-            },
-            "client-output-buffer-limit" => {
-                if let Err(why) = ctx.globals.output_limits.set(&value) {
-                    return Frame::error(format!(
-                        "ERR CONFIG SET failed (possibly related to argument 'client-output-buffer-limit') - {why}"
-                    ));
-                }
-            }
-            "protected-mode" => match crate::config::yes_no(&value) {
-                Ok(on) => ctx.globals.protected_mode.store(on, Ordering::Relaxed),
-                Err(_) => {
-                    return Frame::static_error(
-                        "ERR CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'",
-                    )
-                }
-            },
-            "timeout" | "tcp-keepalive" => match value.parse::<u64>() {
-                Ok(seconds) => {
-                    let target = if name == "timeout" {
-                        &ctx.globals.idle_timeout_s
-                    } else {
-                        &ctx.globals.tcp_keepalive_s
-                    };
-                    target.store(seconds, Ordering::Relaxed);
-                }
-                Err(_) => {
-                    return Frame::error(format!(
-                        "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"
-                    ))
-                }
-            },
-            "maxclients" => match value.parse::<usize>() {
-                Ok(n) if n > 0 => ctx.globals.maxclients.store(n, Ordering::Relaxed),
-                _ => {
-                    return Frame::static_error(
-                        "ERR CONFIG SET failed (possibly related to argument 'maxclients') - argument couldn't be parsed into an integer",
-                    )
-                }
-            },
-            _ if config_params(ctx).iter().any(|(p, _)| *p == name) => {
+        match set_parameter(&ctx.globals, &name, value) {
+            Ok(true) => {}
+            Ok(false) if config_params(ctx).iter().any(|(p, _)| *p == name) => {
                 return Frame::error(format!(
                     "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
                 ))
             }
-            _ => {
+            Ok(false) => {
                 return Frame::error(format!(
                     "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                ))
+            }
+            Err(why) => {
+                return Frame::error(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
                 ))
             }
         }
     }
     Frame::ok()
+}
+
+/// Sets one parameter CONFIG SET may change; `Ok(false)` when `name` is not one of them,
+/// `Err` with Redis's reason when the value is not acceptable.
+fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bool, String> {
+    const NOT_AN_INTEGER: &str = "argument couldn't be parsed into an integer";
+    let integer = |value: &str| value.parse::<u64>().map_err(|_| NOT_AN_INTEGER.to_string());
+    match name {
+        "requirepass" => {
+            g.password_set.store(!value.is_empty(), Ordering::Relaxed);
+            *g.requirepass.lock().expect("requirepass") = (!value.is_empty()).then_some(value);
+        }
+        "busy-reply-threshold" | "lua-time-limit" => {
+            g.busy_reply_threshold_ms.store(integer(&value)?, Ordering::Relaxed)
+        }
+        "maxmemory" => match crate::config::memory_size(&value) {
+            Ok(bytes) => crate::memory::set_maxmemory(bytes),
+            Err(_) => return Err("argument must be a memory value".into()),
+        },
+        "maxmemory-policy" => match wetask_shards::evict::POLICIES
+            .iter()
+            .position(|(_, n)| n.eq_ignore_ascii_case(&value))
+        {
+            Some(index) => g.maxmemory_policy.store(index, Ordering::Relaxed),
+            None => return Err("argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction".into()),
+        },
+        "maxmemory-samples" => match value.parse::<u64>() {
+            Ok(n) if (1..=64).contains(&n) => g.maxmemory_samples.store(n, Ordering::Relaxed),
+            _ => return Err("argument must be between 1 and 64 inclusive".into()),
+        },
+        "client-output-buffer-limit" => g.output_limits.set(&value)?,
+        "protected-mode" => match crate::config::yes_no(&value) {
+            Ok(on) => g.protected_mode.store(on, Ordering::Relaxed),
+            Err(_) => return Err("argument must be 'yes' or 'no'".into()),
+        },
+        "timeout" => g.idle_timeout_s.store(integer(&value)?, Ordering::Relaxed),
+        "tcp-keepalive" => g.tcp_keepalive_s.store(integer(&value)?, Ordering::Relaxed),
+        "maxclients" => match value.parse::<usize>() {
+            Ok(n) if n > 0 => g.maxclients.store(n, Ordering::Relaxed),
+            _ => return Err(NOT_AN_INTEGER.into()),
+        },
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// SCAN across shards: the cursor's low part (mod the shard count) names the shard, the rest

@@ -28,11 +28,12 @@ use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Value};
 use wetask_protocol::{format_double, Frame};
 use wetask_shards::args::{int_arg, is};
 use wetask_shards::lookup;
-use wetask_shards::table::{flag, CommandSpec, Route};
+use wetask_shards::table::{flag, CommandSpec, Merge, Route};
 
 use crate::clients::ConnState;
 use crate::mesh::{KeyRequest, Request};
 use crate::routing::cross::{borrow, give_back, Held};
+use crate::routing::Target;
 use crate::shard::{ScriptRun, ShardCtx};
 
 /// Most scripts kept for EVALSHA.
@@ -81,6 +82,22 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
     for unsafe_name in ["dofile", "loadfile", "print"] {
         globals.set(unsafe_name, Value::Nil)?;
     }
+    globals.set("redis", redis_table(ctx, &lua)?)?;
+    crate::lua::libs::install(&lua)?;
+    let (env, transparent, paused) = crate::lua::sandbox::seal(&lua)?;
+    lua.set_named_registry_value(SCRIPT_ENV, env)?;
+    lua.set_named_registry_value(crate::lua::busy::TRANSPARENT, transparent)?;
+    lua.set_named_registry_value(crate::lua::busy::PAUSED, paused)?;
+    lua.set_named_registry_value(COMPILED, lua.create_table()?)?;
+    lua.set_memory_limit(ctx.globals.config.lua_memory_limit)?;
+    *ctx.scripts.lua.borrow_mut() = Some(lua.clone());
+    ctx.scripts.epoch.set(epoch);
+    Ok(lua)
+}
+
+/// The `redis` table scripts see: call and pcall (which run commands on the keyspace),
+/// the reply helpers, sha1hex, log, and Redis's constants and replication knobs.
+fn redis_table(ctx: &Rc<ShardCtx>, lua: &Lua) -> mlua::Result<mlua::Table> {
     let redis = lua.create_table()?;
     let call_ctx = ctx.clone();
     redis.set(
@@ -153,17 +170,7 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
     ] {
         redis.set(name, value)?;
     }
-    globals.set("redis", redis)?;
-    crate::lua::libs::install(&lua)?;
-    let (env, transparent, paused) = crate::lua::sandbox::seal(&lua)?;
-    lua.set_named_registry_value(SCRIPT_ENV, env)?;
-    lua.set_named_registry_value(crate::lua::busy::TRANSPARENT, transparent)?;
-    lua.set_named_registry_value(crate::lua::busy::PAUSED, paused)?;
-    lua.set_named_registry_value(COMPILED, lua.create_table()?)?;
-    lua.set_memory_limit(ctx.globals.config.lua_memory_limit)?;
-    *ctx.scripts.lua.borrow_mut() = Some(lua.clone());
-    ctx.scripts.epoch.set(epoch);
-    Ok(lua)
+    Ok(redis)
 }
 
 /// How many SCRIPT FLUSHes the server has seen; a Lua state made before the latest is stale.
@@ -211,24 +218,7 @@ async fn redis_call(
 
 /// Runs one `redis.call`; an `Err` is the error reply's text.
 async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, String> {
-    let mut argv = Vec::with_capacity(args.len());
-    for value in args.iter() {
-        argv.push(argument(value).ok_or_else(|| {
-            "ERR Lua redis lib command arguments must be strings or integers".to_string()
-        })?);
-    }
-    if argv.is_empty() {
-        return Err("ERR Please specify at least one argument for this redis lib call".into());
-    }
-    let Some(spec) = lookup(&argv[0]) else {
-        return Err("ERR Unknown Redis command called from script".into());
-    };
-    if !spec.arity_ok(argv.len()) {
-        return Err("ERR Wrong number of args calling Redis command from script".into());
-    }
-    if spec.has(flag::NOSCRIPT) {
-        return Err("ERR This Redis command is not allowed from script".into());
-    }
+    let (spec, argv) = call_arguments(&args)?;
     let (db, client, token, read_only) = {
         let run = ctx.scripts.run.borrow();
         let run = run.as_ref().ok_or("ERR no script is running")?;
@@ -244,6 +234,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
         return Err(wetask_shards::errors::OOM.into());
     }
     // (Under an eviction policy the shard that runs the command makes room for it.)
+    let at = Target { db, client };
     match spec.route {
         Route::Server if spec.has(flag::EMBEDDED) => {
             let mut selected = db;
@@ -260,76 +251,12 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             return Err("ERR This Redis command is not allowed from script".into());
         }
         Route::AllShards(merge) => {
-            let shards = ctx.scripts.run.borrow().as_ref().map(|r| r.shards.clone());
-            let shards = shards.unwrap_or_default();
-            if shards.len() < ctx.shard_count {
-                return Err(format!(
-                    "ERR '{}' from a script needs every shard: start the server with --lua-whole-server",
-                    spec.name
-                ));
-            }
-            if spec.has(flag::WRITE) {
-                mark_written(ctx);
-            }
-            let held = Held::resume(ctx, token, shards);
-            let mut replies = Vec::new();
-            for shard in 0..ctx.shard_count {
-                let frame = if shard == ctx.id {
-                    ctx.shard.borrow_mut().execute(db, client, spec, &argv)
-                } else {
-                    let request = Request::Keys(KeyRequest::Exec {
-                        db,
-                        client,
-                        commands: vec![(spec.index(), argv.clone())],
-                    });
-                    crate::routing::single_reply(
-                        crate::routing::cross::on(&held, shard, request).await,
-                    )
-                };
-                replies.push((frame, Vec::new()));
-            }
-            return Ok(crate::routing::merge_replies(merge, replies));
+            return call_everywhere(ctx, at, token, spec, &argv, merge).await
         }
         Route::Keyed | Route::Split(_) => {}
     }
-    // Every key must be declared, or live on a shard this script holds.
-    let mut needed = Vec::new();
-    for i in spec.key_positions(&argv) {
-        let key = &argv[i];
-        let shard = ctx.owner_of(key);
-        let mut run = ctx.scripts.run.borrow_mut();
-        let run = run.as_mut().expect("checked above");
-        let declared = run.declared.iter().any(|k| k == key);
-        if !declared && !run.open_shards.contains(&shard) {
-            // From now on this script holds every shard. If it has written nothing yet, it
-            // is simply run again that way; otherwise this run fails.
-            ctx.globals
-                .whole_server_scripts
-                .lock()
-                .expect("whole-server scripts")
-                .insert(run.sha.clone());
-            if !run.wrote {
-                run.retry_whole = true;
-                return Err(RETRY_WHOLE.into());
-            }
-            return Err(format!(
-                "ERR Script attempted to access key '{}', which was not declared in KEYS and lives on another shard, after it had written; it will hold every shard from its next run (declare the key, or give related keys one hash tag)",
-                String::from_utf8_lossy(key)
-            ));
-        }
-        let borrowed = run.borrowed.iter().any(|(d, k)| *d == db && k == key);
-        if shard != ctx.id && !borrowed && !spec.has(flag::TASK) {
-            needed.push((db, key.clone()));
-        }
-    }
-    let shards = ctx
-        .scripts
-        .run
-        .borrow()
-        .as_ref()
-        .map(|r| r.shards.clone())
-        .unwrap_or_default();
-    let held = Held::resume(ctx, token, shards);
+    let needed = undeclared_keys_to_borrow(ctx, spec, &argv, db)?;
+    let held = Held::resume(ctx, token, script_shards_held(ctx));
     if !needed.is_empty() {
         let got = borrow(&held, needed.into_iter()).await;
         if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
@@ -349,19 +276,135 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             .next()
             .map_or(ctx.id, |i| ctx.owner_of(&argv[i]));
         if shard != ctx.id {
-            let request = Request::Keys(KeyRequest::Exec {
-                db,
-                client,
-                commands: vec![(spec.index(), argv.clone())],
-            });
-            return Ok(crate::routing::single_reply(
-                crate::routing::cross::on(&held, shard, request).await,
-            ));
+            return Ok(exec_on(&held, shard, at, spec, &argv).await);
         }
     }
     let frame = ctx.shard.borrow_mut().execute(db, client, spec, &argv);
     ctx.stats.record(spec, frame.is_error());
     Ok(frame)
+}
+
+/// A `redis.call`'s arguments as a command: looked up, its arity checked, and allowed
+/// from a script.
+fn call_arguments(args: &MultiValue) -> Result<(&'static CommandSpec, Vec<Bytes>), String> {
+    let mut argv = Vec::with_capacity(args.len());
+    for value in args.iter() {
+        argv.push(argument(value).ok_or_else(|| {
+            "ERR Lua redis lib command arguments must be strings or integers".to_string()
+        })?);
+    }
+    if argv.is_empty() {
+        return Err("ERR Please specify at least one argument for this redis lib call".into());
+    }
+    let Some(spec) = lookup(&argv[0]) else {
+        return Err("ERR Unknown Redis command called from script".into());
+    };
+    if !spec.arity_ok(argv.len()) {
+        return Err("ERR Wrong number of args calling Redis command from script".into());
+    }
+    if spec.has(flag::NOSCRIPT) {
+        return Err("ERR This Redis command is not allowed from script".into());
+    }
+    Ok((spec, argv))
+}
+
+/// The shards the running script holds.
+fn script_shards_held(ctx: &ShardCtx) -> Vec<usize> {
+    ctx.scripts
+        .run
+        .borrow()
+        .as_ref()
+        .map(|r| r.shards.clone())
+        .unwrap_or_default()
+}
+
+/// Runs one command on `shard` under the script's locks.
+async fn exec_on(
+    held: &Held<'_>,
+    shard: usize,
+    at: Target,
+    spec: &'static CommandSpec,
+    argv: &[Bytes],
+) -> Frame {
+    let request = Request::Keys(KeyRequest::Exec {
+        db: at.db,
+        client: at.client,
+        commands: vec![(spec.index(), argv.to_vec())],
+    });
+    crate::routing::single_reply(crate::routing::cross::on(held, shard, request).await)
+}
+
+/// A command that runs on every shard (FLUSHALL, DBSIZE …), from a script that must hold
+/// them all.
+async fn call_everywhere(
+    ctx: &Rc<ShardCtx>,
+    at: Target,
+    token: u64,
+    spec: &'static CommandSpec,
+    argv: &[Bytes],
+    merge: Merge,
+) -> Result<Frame, String> {
+    let shards = script_shards_held(ctx);
+    if shards.len() < ctx.shard_count {
+        return Err(format!(
+            "ERR '{}' from a script needs every shard: start the server with --lua-whole-server",
+            spec.name
+        ));
+    }
+    if spec.has(flag::WRITE) {
+        mark_written(ctx);
+    }
+    let held = Held::resume(ctx, token, shards);
+    let mut replies = Vec::new();
+    for shard in 0..ctx.shard_count {
+        let frame = if shard == ctx.id {
+            ctx.shard.borrow_mut().execute(at.db, at.client, spec, argv)
+        } else {
+            exec_on(&held, shard, at, spec, argv).await
+        };
+        replies.push((frame, Vec::new()));
+    }
+    Ok(crate::routing::merge_replies(merge, replies))
+}
+
+/// Checks that every key the command names is declared or lives on a shard the script
+/// holds, and returns those it must borrow to this shard first. An undeclared key on
+/// another shard makes the script hold every shard from now on: rerun at once if it has
+/// written nothing, else this call fails.
+fn undeclared_keys_to_borrow(
+    ctx: &ShardCtx,
+    spec: &CommandSpec,
+    argv: &[Bytes],
+    db: usize,
+) -> Result<Vec<(usize, Bytes)>, String> {
+    let mut needed = Vec::new();
+    let mut run = ctx.scripts.run.borrow_mut();
+    let run = run.as_mut().ok_or("ERR no script is running")?;
+    for i in spec.key_positions(argv) {
+        let key = &argv[i];
+        let shard = ctx.owner_of(key);
+        let declared = run.declared.iter().any(|k| k == key);
+        if !declared && !run.open_shards.contains(&shard) {
+            ctx.globals
+                .whole_server_scripts
+                .lock()
+                .expect("whole-server scripts")
+                .insert(run.sha.clone());
+            if !run.wrote {
+                run.retry_whole = true;
+                return Err(RETRY_WHOLE.into());
+            }
+            return Err(format!(
+                "ERR Script attempted to access key '{}', which was not declared in KEYS and lives on another shard, after it had written; it will hold every shard from its next run (declare the key, or give related keys one hash tag)",
+                String::from_utf8_lossy(key)
+            ));
+        }
+        let borrowed = run.borrowed.iter().any(|(d, k)| *d == db && k == key);
+        if shard != ctx.id && !borrowed && !spec.has(flag::TASK) {
+            needed.push((db, key.clone()));
+        }
+    }
+    Ok(needed)
 }
 
 fn mark_written(ctx: &ShardCtx) {
@@ -590,51 +633,29 @@ pub async fn eval_in(
     client: u64,
     under: Option<(&Held<'_>, &mut Vec<(usize, Bytes)>)>,
 ) -> Frame {
-    let by_sha = spec.name.starts_with("evalsha");
     let read_only = spec.name.ends_with("_ro");
-    let numkeys = match int_arg(&args[2]) {
-        Ok(n) if n < 0 => return Frame::static_error("ERR Number of keys can't be negative"),
-        Ok(n) if n as usize > args.len() - 3 => {
-            return Frame::static_error("ERR Number of keys can't be greater than number of args")
-        }
-        Ok(n) => n as usize,
+    let numkeys = match numkeys(args) {
+        Ok(n) => n,
         Err(err) => return err,
     };
-    let (sha, body) = if by_sha {
-        let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-        let body = ctx
-            .globals
-            .scripts
-            .lock()
-            .expect("scripts")
-            .get(&sha)
-            .cloned();
-        match body {
-            Some(body) => (sha, body),
-            None => return Frame::static_error("NOSCRIPT No matching script. Please use EVAL."),
-        }
-    } else {
-        match remember(ctx, &args[1]) {
-            Ok(sha) => (sha, args[1].clone()),
-            Err(err) => return err,
-        }
-    };
-    let lua = match lua(ctx) {
-        Ok(lua) => lua,
-        Err(e) => return Frame::error(format!("ERR cannot start Lua: {e}")),
-    };
-    let function = match compiled(&lua, &sha, &body) {
-        Ok(function) => function,
+    let (sha, body) = match script_body(ctx, spec.name.starts_with("evalsha"), &args[1]) {
+        Ok(found) => found,
         Err(err) => return err,
     };
-    let keys: Vec<Bytes> = args[3..3 + numkeys]
-        .iter()
-        .map(|k| Bytes::copy_from_slice(k))
-        .collect();
-    let argv: Vec<Bytes> = args[3 + numkeys..]
-        .iter()
-        .map(|a| Bytes::copy_from_slice(a))
-        .collect();
+    let (lua, function) = match lua(ctx)
+        .map_err(|e| Frame::error(format!("ERR cannot start Lua: {e}")))
+        .and_then(|lua| {
+            let function = compiled(&lua, &sha, &body)?;
+            Ok((lua, function))
+        }) {
+        Ok(ready) => ready,
+        Err(err) => return err,
+    };
+    let owned = |items: &[Bytes]| -> Vec<Bytes> {
+        items.iter().map(|k| Bytes::copy_from_slice(k)).collect()
+    };
+    let keys = owned(&args[3..3 + numkeys]);
+    let argv = owned(&args[3 + numkeys..]);
     // A script that declares no key at all may still use keys (Redis allows it): it locks
     // every shard, as `--lua-whole-server` makes every script do.
     let new_run = |held: &Held<'_>, open_shards: Vec<usize>, borrowed| ScriptRun {
@@ -682,6 +703,39 @@ pub async fn eval_in(
     match result {
         Ok(value) => lua_to_frame(&value, 0),
         Err(error) => script_error(&error, &sha),
+    }
+}
+
+/// EVAL's numkeys: not negative, not more than the arguments that follow.
+fn numkeys(args: &[Bytes]) -> Result<usize, Frame> {
+    match int_arg(&args[2])? {
+        n if n < 0 => Err(Frame::static_error("ERR Number of keys can't be negative")),
+        n if n as usize > args.len() - 3 => Err(Frame::static_error(
+            "ERR Number of keys can't be greater than number of args",
+        )),
+        n => Ok(n as usize),
+    }
+}
+
+/// The script to run and its SHA: EVAL's body (remembered for EVALSHA), or EVALSHA's
+/// by its SHA.
+fn script_body(ctx: &ShardCtx, by_sha: bool, arg: &Bytes) -> Result<(String, Bytes), Frame> {
+    if !by_sha {
+        return Ok((remember(ctx, arg)?, arg.clone()));
+    }
+    let sha = String::from_utf8_lossy(arg).to_ascii_lowercase();
+    let body = ctx
+        .globals
+        .scripts
+        .lock()
+        .expect("scripts")
+        .get(&sha)
+        .cloned();
+    match body {
+        Some(body) => Ok((sha, body)),
+        None => Err(Frame::static_error(
+            "NOSCRIPT No matching script. Please use EVAL.",
+        )),
     }
 }
 

@@ -86,37 +86,11 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
         let queues = fetch.queues[i..end].to_vec();
         let count = fetch.count - leased.len();
         conn.borrow_mut().note_task_shard(shard);
-        let got = if shard == ctx.id {
-            let mut local = ctx.shard.borrow_mut();
-            let now = local.now_ms();
-            fetch_frames(
-                &mut local.tasks,
-                &queues,
-                count,
-                fetch.lease_ms,
-                at.client,
-                now,
-            )
-        } else {
-            let request = Request::Tasks(TaskRequest::Fetch {
-                client: at.client,
-                acks: std::mem::take(&mut acks),
-                queues,
-                count,
-                lease_ms: fetch.lease_ms,
-            });
-            match ctx.request(shard, request).await {
-                Response::Refused(refusal) => return refusal,
-                Response::Frames(frames) => match frames.iter().find(|f| f.is_error()) {
-                    Some(error) => Err(error.clone()),
-                    None => Ok(frames),
-                },
-                _ => return Frame::static_error("ERR internal error: unexpected shard response"),
-            }
-        };
-        match got {
-            Ok(frames) => leased.extend(frames),
-            Err(error) => held_back = held_back.or(Some(error)),
+        let acks = std::mem::take(&mut acks);
+        match fetch_on(ctx, shard, at.client, acks, queues, count, fetch.lease_ms).await {
+            Ok(Ok(frames)) => leased.extend(frames),
+            Ok(Err(error)) => held_back = held_back.or(Some(error)),
+            Err(refusal) => return refusal,
         }
         i = end;
     }
@@ -124,6 +98,49 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
         (_, Some(error)) if leased.is_empty() => error,
         (Some(block_ms), _) if leased.is_empty() => block(ctx, at.client, &fetch, block_ms).await,
         _ => Frame::Array(leased),
+    }
+}
+
+/// Leases up to `count` tasks from `queues` (all owned by `shard`) to `client`, after the
+/// `acks` that ride along. `Err` ends the FETCH with that reply (a refused ACK); `Ok(Err)`
+/// is a queue held back by its in-flight limit.
+async fn fetch_on(
+    ctx: &ShardCtx,
+    shard: usize,
+    client: u64,
+    acks: Vec<Bytes>,
+    queues: Vec<Bytes>,
+    count: usize,
+    lease_ms: Option<u64>,
+) -> Result<Result<Vec<Frame>, Frame>, Frame> {
+    if shard == ctx.id {
+        let mut local = ctx.shard.borrow_mut();
+        let now = local.now_ms();
+        return Ok(fetch_frames(
+            &mut local.tasks,
+            &queues,
+            count,
+            lease_ms,
+            client,
+            now,
+        ));
+    }
+    let request = Request::Tasks(TaskRequest::Fetch {
+        client,
+        acks,
+        queues,
+        count,
+        lease_ms,
+    });
+    match ctx.request(shard, request).await {
+        Response::Refused(refusal) => Err(refusal),
+        Response::Frames(frames) => Ok(match frames.iter().find(|f| f.is_error()) {
+            Some(error) => Err(error.clone()),
+            None => Ok(frames),
+        }),
+        _ => Err(Frame::static_error(
+            "ERR internal error: unexpected shard response",
+        )),
     }
 }
 

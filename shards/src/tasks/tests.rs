@@ -412,6 +412,7 @@ proptest! {
     /// is leased to two workers at once, and every task ends done, dead or cancelled, counted
     /// once.
     #[test]
+    // Long: one randomized scenario against a model, its steps in one match so each reads beside the check that follows it.
     fn engine_keeps_every_task_and_leases_each_to_one_worker(ops in proptest::collection::vec(op(), 1..200)) {
         // Retention far beyond the test's clock: finished tasks stay inspectable.
         let mut e = Engine::new(u64::MAX / 4);
