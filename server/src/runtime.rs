@@ -208,6 +208,30 @@ fn spawn_signal_thread(globals: Arc<Globals>) -> Result<(), String> {
     Ok(())
 }
 
+/// The shard's cron: every `CRON_PERIOD` it beats for the watchdog, runs the turn's chores
+/// and rouses the network loop.
+fn spawn_cron(cron_ctx: Rc<ShardCtx>) {
+    glommio::spawn_local(async move {
+        while !cron_ctx.globals.shutting_down() {
+            glommio::timer::sleep(CRON_PERIOD).await;
+            cron_ctx.beats.cron.store(
+                crate::globals::unix_ms(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            cron_ctx.tick();
+            // Rouse the network loop too, and make it enter its ring with GETEVENTS: should
+            // a completion's eventfd signal or the TASKRUN flag ever be missed while it is
+            // parked, it reaps its ring within a cron period instead of sleeping for ever
+            // (a one-shard server was seen asleep in glommio's ring wait with a client's
+            // PING unanswered).
+            if let Some(hook) = cron_ctx.rouse_hook.borrow().as_ref() {
+                hook();
+            }
+        }
+    })
+    .detach();
+}
+
 async fn shard_main(
     globals: Arc<Globals>,
     listeners: Arc<Mutex<Vec<Option<OwnedFd>>>>,
@@ -252,26 +276,7 @@ async fn shard_main(
             glommio::spawn_local(mesh.clone().run_overflow_sender(peer)).detach();
         }
     }
-    let cron_ctx = ctx.clone();
-    glommio::spawn_local(async move {
-        while !cron_ctx.globals.shutting_down() {
-            glommio::timer::sleep(CRON_PERIOD).await;
-            cron_ctx.beats.cron.store(
-                crate::globals::unix_ms(),
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            cron_ctx.tick();
-            // Rouse the network loop too, and make it enter its ring with GETEVENTS: should
-            // a completion's eventfd signal or the TASKRUN flag ever be missed while it is
-            // parked, it reaps its ring within a cron period instead of sleeping for ever
-            // (a one-shard server was seen asleep in glommio's ring wait with a client's
-            // PING unanswered).
-            if let Some(hook) = cron_ctx.rouse_hook.borrow().as_ref() {
-                hook();
-            }
-        }
-    })
-    .detach();
+    spawn_cron(ctx.clone());
     let listener = listeners.lock().expect("listeners")[id]
         .take()
         .expect("one listener per shard");

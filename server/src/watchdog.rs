@@ -11,13 +11,14 @@
 //!
 //! Each shard publishes two beats: its network loop's last turn (0 while it is parked on
 //! its ring, where a completion will wake it) and its cron's last tick. Every 10 ms the
-//! watchdog rouses a shard whose loop is not parked and has not turned for
-//! [`LOOP_STALL_MS`], or whose cron has not ticked for [`CRON_STALL_MS`]: it wakes the
+//! watchdog rouses a shard whose loop is not parked, has not turned for [`LOOP_STALL_MS`]
+//! and whose thread is asleep (a running one is busy with a long turn: left alone), or
+//! whose cron has not ticked for [`CRON_STALL_MS`]: it wakes the
 //! loop's task from this thread (glommio's cross-thread wake-up, which always reaches a
 //! sleeping executor) and writes the shard's ring eventfd (which a parked loop reads, to
-//! enter its ring whatever its flags say). A long script or a starved CPU looks the same;
-//! rousing them is harmless. It costs a thread waking 100 times a second and one atomic
-//! store per turn.
+//! enter its ring whatever its flags say). A long script shows as a silent cron; rousing
+//! it is harmless. It costs a thread waking 100 times a second, one atomic store per turn,
+//! and a read of the thread's state in /proc while a turn is overdue.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,15 +106,23 @@ impl Watchdog {
         for (index, shard) in self.shards.lock().expect("watchdog").iter().enumerate() {
             let turn = shard.beats.turn.load(Ordering::Relaxed);
             let cron = shard.beats.cron.load(Ordering::Relaxed);
-            let stall = if turn != 0 && now_ms.saturating_sub(turn) > LOOP_STALL_MS {
+            let loop_stalled = turn != 0 && now_ms.saturating_sub(turn) > LOOP_STALL_MS;
+            let cron_stalled = now_ms.saturating_sub(cron) > CRON_STALL_MS;
+            if !loop_stalled && !cron_stalled {
+                continue;
+            }
+            let thread = thread_state(shard.tid);
+            // A loop that is running (a long pipelined turn, a script) is left alone: only
+            // one asleep with work is the lost wake-up. A silent cron is roused either way.
+            let asleep = thread.starts_with('S');
+            let stall = if loop_stalled && asleep {
                 Some(("network loop", now_ms - turn))
-            } else if now_ms.saturating_sub(cron) > CRON_STALL_MS {
+            } else if cron_stalled {
                 Some(("cron", now_ms - cron))
             } else {
                 None
             };
             if let Some((what, stalled_ms)) = stall {
-                let thread = thread_state(shard.tid);
                 wake(shard.wake_fd);
                 if let Some(waker) = shard.beats.loop_waker.lock().expect("waker").as_ref() {
                     waker.wake_by_ref();

@@ -300,42 +300,60 @@ pub fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     Frame::ok()
 }
 
-pub fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let mut rank: i64 = 1;
-    let mut count: Option<usize> = None;
-    let mut maxlen: usize = 0;
-    let mut i = 3;
-    while i < args.len() {
-        let Some(value) = args.get(i + 1) else {
-            return Frame::static_error(SYNTAX);
+/// LPOS's `RANK`, `COUNT` and `MAXLEN`.
+struct LposOptions {
+    rank: i64,
+    count: Option<usize>,
+    maxlen: usize,
+}
+
+impl LposOptions {
+    fn parse(args: &[Bytes]) -> Result<LposOptions, Frame> {
+        let mut options = LposOptions {
+            rank: 1,
+            count: None,
+            maxlen: 0,
         };
-        let n = match int_arg(value) {
-            Ok(n) => n,
-            Err(err) => return err,
-        };
-        if is(&args[i], "rank") {
-            if n == 0 {
-                return Frame::static_error(LPOS_RANK_ZERO);
+        let mut i = 0;
+        while i < args.len() {
+            let value = args.get(i + 1).ok_or_else(|| Frame::static_error(SYNTAX))?;
+            let n = int_arg(value)?;
+            if is(&args[i], "rank") {
+                if n == 0 {
+                    return Err(Frame::static_error(LPOS_RANK_ZERO));
+                }
+                if n == i64::MIN {
+                    return Err(Frame::static_error(LPOS_RANK_RANGE));
+                }
+                options.rank = n;
+            } else if is(&args[i], "count") {
+                if n < 0 {
+                    return Err(Frame::static_error("ERR COUNT can't be negative"));
+                }
+                options.count = Some(n as usize);
+            } else if is(&args[i], "maxlen") {
+                if n < 0 {
+                    return Err(Frame::static_error("ERR MAXLEN can't be negative"));
+                }
+                options.maxlen = n as usize;
+            } else {
+                return Err(Frame::static_error(SYNTAX));
             }
-            if n == i64::MIN {
-                return Frame::static_error(LPOS_RANK_RANGE);
-            }
-            rank = n;
-        } else if is(&args[i], "count") {
-            if n < 0 {
-                return Frame::static_error("ERR COUNT can't be negative");
-            }
-            count = Some(n as usize);
-        } else if is(&args[i], "maxlen") {
-            if n < 0 {
-                return Frame::static_error("ERR MAXLEN can't be negative");
-            }
-            maxlen = n as usize;
-        } else {
-            return Frame::static_error(SYNTAX);
+            i += 2;
         }
-        i += 2;
+        Ok(options)
     }
+}
+
+pub fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let LposOptions {
+        rank,
+        count,
+        maxlen,
+    } = match LposOptions::parse(&args[3..]) {
+        Ok(options) => options,
+        Err(err) => return err,
+    };
     let now = ctx.now_ms;
     let list = match typed::get::<List>(ctx.db(), &args[1], now) {
         Ok(Some(list)) => list,

@@ -468,33 +468,7 @@ pub fn xpending(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         return no_group(key, group_name, "XPENDING");
     };
     let Some((start, end, count, consumer)) = extended else {
-        if group.pending.is_empty() {
-            return Frame::Array(vec![
-                Frame::Integer(0),
-                Frame::Null,
-                Frame::Null,
-                Frame::NullArray,
-            ]);
-        }
-        let first = group.pending.keys().next().expect("non-empty");
-        let last = group.pending.keys().next_back().expect("non-empty");
-        let per_consumer: Vec<Frame> = group
-            .consumers
-            .iter()
-            .filter(|(_, c)| !c.pending.is_empty())
-            .map(|(name, c)| {
-                Frame::Array(vec![
-                    Frame::Bulk(name.clone()),
-                    Frame::Bulk(Bytes::from(c.pending.len().to_string())),
-                ])
-            })
-            .collect();
-        return Frame::Array(vec![
-            Frame::Integer(group.pending.len() as i64),
-            Frame::Bulk(first.to_bytes()),
-            Frame::Bulk(last.to_bytes()),
-            Frame::Array(per_consumer),
-        ]);
+        return pending_summary(group);
     };
     if start > end {
         return Frame::Array(Vec::new());
@@ -516,6 +490,38 @@ pub fn xpending(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             })
             .collect(),
     )
+}
+
+/// XPENDING key group's summary: how many, the lowest and highest id, and how many per
+/// consumer.
+fn pending_summary(group: &Group) -> Frame {
+    if group.pending.is_empty() {
+        return Frame::Array(vec![
+            Frame::Integer(0),
+            Frame::Null,
+            Frame::Null,
+            Frame::NullArray,
+        ]);
+    }
+    let first = group.pending.keys().next().expect("non-empty");
+    let last = group.pending.keys().next_back().expect("non-empty");
+    let per_consumer: Vec<Frame> = group
+        .consumers
+        .iter()
+        .filter(|(_, c)| !c.pending.is_empty())
+        .map(|(name, c)| {
+            Frame::Array(vec![
+                Frame::Bulk(name.clone()),
+                Frame::Bulk(Bytes::from(c.pending.len().to_string())),
+            ])
+        })
+        .collect();
+    Frame::Array(vec![
+        Frame::Integer(group.pending.len() as i64),
+        Frame::Bulk(first.to_bytes()),
+        Frame::Bulk(last.to_bytes()),
+        Frame::Array(per_consumer),
+    ])
 }
 
 /// XCLAIM key group consumer min-idle-time id… [IDLE ms] [TIME ms] [RETRYCOUNT n] [FORCE]
@@ -670,6 +676,73 @@ fn claimed_reply(stream: &Stream, claimed: Vec<StreamId>, justid: bool) -> Frame
     )
 }
 
+/// XAUTOCLAIM's `[COUNT n] [JUSTID]`: (count, justid).
+fn autoclaim_options(args: &[Bytes]) -> Result<(usize, bool), Frame> {
+    let mut count = 100usize;
+    let mut justid = false;
+    let mut i = 0;
+    while i < args.len() {
+        if is(&args[i], "count") && i + 1 < args.len() {
+            match int_arg(&args[i + 1]) {
+                Ok(n) if (1..=i64::MAX / 10).contains(&n) => count = n as usize,
+                _ => return Err(Frame::static_error("ERR COUNT must be > 0")),
+            }
+            i += 2;
+        } else if is(&args[i], "justid") {
+            justid = true;
+            i += 1;
+        } else {
+            return Err(Frame::static_error(SYNTAX));
+        }
+    }
+    Ok((count, justid))
+}
+
+/// One XAUTOCLAIM's terms.
+struct Claim<'a> {
+    consumer: &'a Bytes,
+    min_idle: u64,
+    count: usize,
+    justid: bool,
+    now: u64,
+}
+
+impl Claim<'_> {
+    /// Claims the idle entries of `window` (pending entries in id order, with whether each
+    /// still exists) until `count` are claimed or found deleted. Returns the claimed ids,
+    /// the deleted ones (dropped from the PEL) and how many entries were looked at.
+    fn window(
+        &self,
+        group: &mut Group,
+        window: &[(StreamId, crate::stream::Pending, bool)],
+    ) -> (Vec<StreamId>, Vec<StreamId>, usize) {
+        let mut claimed = Vec::new();
+        let mut deleted = Vec::new();
+        let mut remaining = self.count;
+        let mut examined = 0;
+        for (id, p, live) in window {
+            if remaining == 0 {
+                break;
+            }
+            examined += 1;
+            if !live {
+                group.ack(*id);
+                deleted.push(*id);
+                remaining -= 1;
+                continue;
+            }
+            if self.now.saturating_sub(p.delivered_ms) < self.min_idle {
+                continue;
+            }
+            let deliveries = p.deliveries + u64::from(!self.justid);
+            group.assign(*id, self.consumer, self.now, deliveries);
+            claimed.push(*id);
+            remaining -= 1;
+        }
+        (claimed, deleted, examined)
+    }
+}
+
 /// XAUTOCLAIM key group consumer min-idle-time start [COUNT n] [JUSTID].
 pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let now = ctx.now_ms;
@@ -681,23 +754,10 @@ pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Ok(id) => id,
         Err(err) => return err,
     };
-    let mut count = 100usize;
-    let mut justid = false;
-    let mut i = 6;
-    while i < args.len() {
-        if is(&args[i], "count") && i + 1 < args.len() {
-            match int_arg(&args[i + 1]) {
-                Ok(n) if (1..=i64::MAX / 10).contains(&n) => count = n as usize,
-                _ => return Frame::static_error("ERR COUNT must be > 0"),
-            }
-            i += 2;
-        } else if is(&args[i], "justid") {
-            justid = true;
-            i += 1;
-        } else {
-            return Frame::static_error(SYNTAX);
-        }
-    }
+    let (count, justid) = match autoclaim_options(&args[6..]) {
+        Ok(options) => options,
+        Err(err) => return err,
+    };
     let (key, group_name, consumer) = (&args[1], &args[2], Bytes::copy_from_slice(&args[3]));
     let stream = match typed::get::<Stream>(ctx.db(), key, now) {
         Ok(Some(stream)) => stream,
@@ -723,33 +783,14 @@ pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         .groups
         .get_mut(&group_name[..])
         .expect("checked above");
-    let mut claimed = Vec::new();
-    let mut deleted = Vec::new();
-    let mut remaining = count;
-    let mut examined = 0;
-    for (id, p, live) in window.iter().take(attempts) {
-        if remaining == 0 {
-            break;
-        }
-        examined += 1;
-        if !live {
-            group.ack(*id);
-            deleted.push(*id);
-            remaining -= 1;
-            continue;
-        }
-        if now.saturating_sub(p.delivered_ms) < min_idle {
-            continue;
-        }
-        let deliveries = if justid {
-            p.deliveries
-        } else {
-            p.deliveries + 1
-        };
-        group.assign(*id, &consumer, now, deliveries);
-        claimed.push(*id);
-        remaining -= 1;
-    }
+    let claim = Claim {
+        consumer: &consumer,
+        min_idle,
+        count,
+        justid,
+        now,
+    };
+    let (claimed, deleted, examined) = claim.window(group, &window[..window.len().min(attempts)]);
     let next = window.get(examined).map_or(StreamId::MIN, |(id, _, _)| *id);
     group.consumer(&consumer, now).0.seen_ms = now;
     Frame::Array(vec![

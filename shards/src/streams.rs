@@ -119,6 +119,46 @@ fn apply_trim(stream: &mut Stream, spec: &TrimSpec) -> usize {
     stream.trim_maxlen(stream.len() - whole_nodes, usize::MAX)
 }
 
+/// The id XADD was asked for: `*`, `ms-*` or a full id.
+enum Wanted {
+    Auto,
+    AutoSeq(u64),
+    Exact(StreamId),
+}
+
+impl Wanted {
+    fn parse(arg: &[u8]) -> Result<Wanted, Frame> {
+        if arg == b"*" {
+            return Ok(Wanted::Auto);
+        }
+        if let Some(ms) = arg.strip_suffix(b"-*") {
+            return match StreamId::parse(ms, 0) {
+                Some(id) if !ms.contains(&b'-') => Ok(Wanted::AutoSeq(id.ms)),
+                _ => Err(Frame::static_error(INVALID_ID)),
+            };
+        }
+        StreamId::parse(arg, 0)
+            .map(Wanted::Exact)
+            .ok_or_else(|| Frame::static_error(INVALID_ID))
+    }
+
+    /// The id the new entry gets on `stream`; `None` when it would not be above its top.
+    fn resolve(self, stream: &Stream, now_ms: u64) -> Option<StreamId> {
+        let fresh = stream.entries_added == 0;
+        match self {
+            Wanted::Auto => stream.auto_id(now_ms),
+            Wanted::AutoSeq(ms) if fresh || ms > stream.last_id.ms => Some(StreamId {
+                ms,
+                seq: u64::from(ms == 0),
+            }),
+            Wanted::AutoSeq(ms) if ms == stream.last_id.ms => stream.last_id.next(),
+            Wanted::AutoSeq(_) => None,
+            Wanted::Exact(id) if fresh || id > stream.last_id => Some(id),
+            Wanted::Exact(_) => None,
+        }
+    }
+}
+
 pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let mut i = 2;
     let mut nomkstream = false;
@@ -148,24 +188,9 @@ pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if fields.is_empty() || !fields.len().is_multiple_of(2) {
         return wrong_arity("xadd");
     }
-    // `*`, `ms-*` or a full id.
-    enum Wanted {
-        Auto,
-        AutoSeq(u64),
-        Exact(StreamId),
-    }
-    let wanted = if &id_arg[..] == b"*" {
-        Wanted::Auto
-    } else if let Some(ms) = id_arg.strip_suffix(b"-*") {
-        match StreamId::parse(ms, 0) {
-            Some(id) if !ms.contains(&b'-') => Wanted::AutoSeq(id.ms),
-            _ => return Frame::static_error(INVALID_ID),
-        }
-    } else {
-        match StreamId::parse(id_arg, 0) {
-            Some(id) => Wanted::Exact(id),
-            None => return Frame::static_error(INVALID_ID),
-        }
+    let wanted = match Wanted::parse(id_arg) {
+        Ok(wanted) => wanted,
+        Err(err) => return err,
     };
     if let Wanted::Exact(StreamId { ms: 0, seq: 0 }) = wanted {
         return Frame::static_error("ERR The ID specified in XADD must be greater than 0-0");
@@ -186,17 +211,7 @@ pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let top_error =
         "ERR The ID specified in XADD is equal or smaller than the target stream top item";
     let fresh = stream.entries_added == 0;
-    let id = match wanted {
-        Wanted::Auto => stream.auto_id(now),
-        Wanted::AutoSeq(ms) if fresh || ms > stream.last_id.ms => Some(StreamId {
-            ms,
-            seq: u64::from(ms == 0),
-        }),
-        Wanted::AutoSeq(ms) if ms == stream.last_id.ms => stream.last_id.next(),
-        Wanted::AutoSeq(_) => None,
-        Wanted::Exact(id) if fresh || id > stream.last_id => Some(id),
-        Wanted::Exact(_) => None,
-    };
+    let id = wanted.resolve(stream, now);
     let Some(id) = id else {
         // Undo only the empty stream this XADD itself created.
         if fresh && stream.groups.is_empty() {

@@ -69,41 +69,99 @@ struct AddFlags {
     incr: bool,
 }
 
-pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let mut flags = AddFlags::default();
-    let mut i = 2;
-    while i < args.len() {
-        let a = &args[i];
-        match () {
-            _ if is(a, "nx") => flags.nx = true,
-            _ if is(a, "xx") => flags.xx = true,
-            _ if is(a, "gt") => flags.gt = true,
-            _ if is(a, "lt") => flags.lt = true,
-            _ if is(a, "ch") => flags.ch = true,
-            _ if is(a, "incr") => flags.incr = true,
-            _ => break,
+impl AddFlags {
+    /// ZADD's flags from `args[2]` on; returns them and where the score-member pairs start.
+    fn parse(args: &[Bytes]) -> (AddFlags, usize) {
+        let mut flags = AddFlags::default();
+        let mut i = 2;
+        while let Some(a) = args.get(i) {
+            match () {
+                _ if is(a, "nx") => flags.nx = true,
+                _ if is(a, "xx") => flags.xx = true,
+                _ if is(a, "gt") => flags.gt = true,
+                _ if is(a, "lt") => flags.lt = true,
+                _ if is(a, "ch") => flags.ch = true,
+                _ if is(a, "incr") => flags.incr = true,
+                _ => break,
+            }
+            i += 1;
         }
-        i += 1;
+        (flags, i)
     }
-    let pairs = &args[i..];
-    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
-        return Frame::static_error(SYNTAX);
+
+    /// Redis's refusals of flag combinations, for `pairs` score-member arguments.
+    fn check(&self, pairs: usize) -> Result<(), Frame> {
+        if pairs == 0 || !pairs.is_multiple_of(2) {
+            return Err(Frame::static_error(SYNTAX));
+        }
+        if self.nx && self.xx {
+            return Err(Frame::static_error(
+                "ERR XX and NX options at the same time are not compatible",
+            ));
+        }
+        if [self.gt, self.lt, self.nx].iter().filter(|&&on| on).count() > 1 {
+            return Err(Frame::static_error(
+                "ERR GT, LT, and/or NX options at the same time are not compatible",
+            ));
+        }
+        if self.incr && pairs > 2 {
+            return Err(Frame::static_error(
+                "ERR INCR option supports a single increment-element pair",
+            ));
+        }
+        Ok(())
     }
-    if flags.nx && flags.xx {
-        return Frame::static_error("ERR XX and NX options at the same time are not compatible");
+}
+
+impl AddFlags {
+    /// Adds or updates the members as the flags say; returns (added, changed, the last new
+    /// score for INCR). INCR to NaN stops with Redis's error.
+    fn apply(
+        &self,
+        z: &mut ZSet,
+        parsed: Vec<(f64, &Bytes)>,
+    ) -> Result<(i64, i64, Option<f64>), Frame> {
+        let (mut added, mut changed) = (0, 0);
+        let mut incr_result = None;
+        for (score, member) in parsed {
+            let current = z.score(member);
+            let mut next = score;
+            if self.incr {
+                next = current.unwrap_or(0.0) + score;
+                if next.is_nan() {
+                    return Err(Frame::static_error(
+                        "ERR resulting score is not a number (NaN)",
+                    ));
+                }
+            }
+            match current {
+                None if self.xx => continue,
+                None => {
+                    z.insert(owned(member), next);
+                    added += 1;
+                }
+                Some(_) if self.nx => continue,
+                Some(old) => {
+                    if (self.gt && next <= old) || (self.lt && next >= old) {
+                        continue;
+                    }
+                    if next != old {
+                        z.insert(owned(member), next);
+                        changed += 1;
+                    }
+                }
+            }
+            incr_result = Some(next);
+        }
+        Ok((added, changed, incr_result))
     }
-    if [flags.gt, flags.lt, flags.nx]
-        .iter()
-        .filter(|&&on| on)
-        .count()
-        > 1
-    {
-        return Frame::static_error(
-            "ERR GT, LT, and/or NX options at the same time are not compatible",
-        );
-    }
-    if flags.incr && pairs.len() > 2 {
-        return Frame::static_error("ERR INCR option supports a single increment-element pair");
+}
+
+pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let (flags, first_pair) = AddFlags::parse(args);
+    let pairs = &args[first_pair..];
+    if let Err(err) = flags.check(pairs.len()) {
+        return err;
     }
     let mut parsed = Vec::with_capacity(pairs.len() / 2);
     for pair in pairs.chunks(2) {
@@ -131,37 +189,13 @@ pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Ok(z) => z,
         Err(err) => return err,
     };
-    let (mut added, mut changed) = (0, 0);
-    let mut incr_result = None;
-    for (score, member) in parsed {
-        let current = z.score(member);
-        let mut next = score;
-        if flags.incr {
-            next = current.unwrap_or(0.0) + score;
-            if next.is_nan() {
-                typed::drop_if_empty::<ZSet>(ctx.db(), &args[1], now);
-                return Frame::static_error("ERR resulting score is not a number (NaN)");
-            }
+    let (added, changed, incr_result) = match flags.apply(z, parsed) {
+        Ok(counts) => counts,
+        Err(nan) => {
+            typed::drop_if_empty::<ZSet>(ctx.db(), &args[1], now);
+            return nan;
         }
-        match current {
-            None if flags.xx => continue,
-            None => {
-                z.insert(owned(member), next);
-                added += 1;
-            }
-            Some(_) if flags.nx => continue,
-            Some(old) => {
-                if (flags.gt && next <= old) || (flags.lt && next >= old) {
-                    continue;
-                }
-                if next != old {
-                    z.insert(owned(member), next);
-                    changed += 1;
-                }
-            }
-        }
-        incr_result = Some(next);
-    }
+    };
     typed::drop_if_empty::<ZSet>(ctx.db(), &args[1], now);
     if added > 0 {
         ctx.signal_ready(&args[1]);

@@ -183,18 +183,7 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
     let now = crate::globals::unix_ms();
     let deadline_ms = (blocking.timeout_ms > 0).then(|| now.saturating_add(blocking.timeout_ms));
     let waiter = ctx.new_token();
-    let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
-    for key in blocking.keys {
-        let shard = ctx.owner_of(&key);
-        match groups.iter_mut().find(|(s, _)| *s == shard) {
-            Some((_, keys)) => {
-                if !keys.contains(&key) {
-                    keys.push(key)
-                }
-            }
-            None => groups.push((shard, vec![key])),
-        }
-    }
+    let groups = keys_by_owner(ctx, blocking.keys);
     // Not while a cross-shard operation holds this shard: its keys may be borrowed away
     // (an XREAD would take `$` of a stream that is briefly elsewhere).
     if groups.iter().any(|(shard, _)| *shard == ctx.id) {
@@ -233,24 +222,51 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
         },
     )
     .await;
-    // The first element answered is the reply; any other is handed back. An error (a
-    // refused park) is the reply only when no element came.
+    settle(ctx, db, &blocking.op, answers.into_frames()).await
+}
+
+/// Each owner shard with the command's keys it owns, in the order named, once each.
+fn keys_by_owner(ctx: &ShardCtx, keys: Vec<Bytes>) -> Vec<(usize, Vec<Bytes>)> {
+    let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
+    for key in keys {
+        let shard = ctx.owner_of(&key);
+        match groups.iter_mut().find(|(s, _)| *s == shard) {
+            Some((_, keys)) => {
+                if !keys.contains(&key) {
+                    keys.push(key)
+                }
+            }
+            None => groups.push((shard, vec![key])),
+        }
+    }
+    groups
+}
+
+/// The reply from the owners' answers: the first element answered; any other is handed
+/// back. An error (a refused park) is the reply only when no element came; nothing at
+/// all is the command's nil.
+async fn settle(
+    ctx: &Rc<ShardCtx>,
+    db: usize,
+    op: &BlockOp,
+    answers: impl Iterator<Item = Frame>,
+) -> Frame {
     let mut reply: Option<Frame> = None;
     let mut error: Option<Frame> = None;
-    for frame in answers.into_frames() {
-        let frame = finish(ctx, db, &blocking.op, frame).await;
+    for frame in answers {
+        let frame = finish(ctx, db, op, frame).await;
         if frame.is_error() {
             error = error.or(Some(frame));
         } else if reply.is_none() {
             reply = Some(frame);
         } else {
-            hand_back(ctx, db, &blocking.op, frame).await;
+            hand_back(ctx, db, op, frame).await;
         }
     }
     if let Some(reply) = reply.or(error) {
         return reply;
     }
-    match blocking.op {
+    match op {
         BlockOp::Move { .. } => Frame::Null,
         BlockOp::Pop { .. }
         | BlockOp::ZPop { .. }

@@ -264,6 +264,7 @@ fn valid_name(name: &[u8]) -> Result<(), Frame> {
     }
 }
 
+// Long: one short branch per CLIENT subcommand (ID, INFO, SETNAME, NO-EVICT …), a dispatch table.
 async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
     let sub = &args[1];
     let now = unix_ms();

@@ -162,6 +162,12 @@ pub async fn pubsub(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
             reports.push(report);
         }
     }
+    merge_reports(query, reports)
+}
+
+/// One PUBSUB answer from every shard's report: names sorted and deduplicated (NUMPAT
+/// counts them), or per-channel counts summed.
+fn merge_reports(query: PubsubQuery, reports: Vec<PubsubReport>) -> Frame {
     match query {
         PubsubQuery::Channels(_) | PubsubQuery::Patterns | PubsubQuery::ShardChannels(_) => {
             let mut names: Vec<Bytes> = reports

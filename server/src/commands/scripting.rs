@@ -97,6 +97,7 @@ pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
 
 /// The `redis` table scripts see: call and pcall (which run commands on the keyspace),
 /// the reply helpers, sha1hex, log, and Redis's constants and replication knobs.
+// Long: one registration per redis.* function and constant; the table reads best whole.
 fn redis_table(ctx: &Rc<ShardCtx>, lua: &Lua) -> mlua::Result<mlua::Table> {
     let redis = lua.create_table()?;
     let call_ctx = ctx.clone();
@@ -651,11 +652,9 @@ pub async fn eval_in(
         Ok(ready) => ready,
         Err(err) => return err,
     };
-    let owned = |items: &[Bytes]| -> Vec<Bytes> {
-        items.iter().map(|k| Bytes::copy_from_slice(k)).collect()
-    };
-    let keys = owned(&args[3..3 + numkeys]);
-    let argv = owned(&args[3 + numkeys..]);
+    let owned = |items: &[Bytes]| items.iter().map(|k| Bytes::copy_from_slice(k)).collect();
+    let (keys, argv): (Vec<Bytes>, Vec<Bytes>) =
+        (owned(&args[3..3 + numkeys]), owned(&args[3 + numkeys..]));
     // A script that declares no key at all may still use keys (Redis allows it): it locks
     // every shard, as `--lua-whole-server` makes every script do.
     let new_run = |held: &Held<'_>, open_shards: Vec<usize>, borrowed| ScriptRun {
@@ -672,33 +671,25 @@ pub async fn eval_in(
         written: Vec::new(),
         retry_whole: false,
     };
+    let script = Script {
+        lua: &lua,
+        function: &function,
+        sha: &sha,
+        keys: &keys,
+        argv: &argv,
+    };
     let result = match under {
+        // Inside EXEC: under the transaction's locks, with its borrowed keys.
         Some((held, tx_borrowed)) => {
             let open_shards = script_shards(ctx, &sha, &keys);
             *ctx.scripts.run.borrow_mut() =
                 Some(new_run(held, open_shards, std::mem::take(tx_borrowed)));
-            let result = run_script(ctx, &lua, function, &keys, &argv).await;
+            let result = run_script(ctx, &lua, function.clone(), &keys, &argv).await;
             let run = ctx.scripts.run.borrow_mut().take().expect("set above");
             *tx_borrowed = run.borrowed;
             result
         }
-        None => loop {
-            let open_shards = script_shards(ctx, &sha, &keys);
-            let mut shards = open_shards.clone();
-            shards.push(ctx.id);
-            let held = Held::lock_shards(ctx, shards).await;
-            let borrowed = borrow(&held, keys.iter().map(|k| (db, k.clone()))).await;
-            *ctx.scripts.run.borrow_mut() = Some(new_run(&held, open_shards, borrowed));
-            let result = run_script(ctx, &lua, function.clone(), &keys, &argv).await;
-            let run = ctx.scripts.run.borrow_mut().take().expect("set above");
-            give_back(&held, run.borrowed, &run.written).await;
-            held.unlock().await;
-            // Nothing was written: run it again, now holding every shard.
-            if run.retry_whole && !run.wrote {
-                continue;
-            }
-            break result;
-        },
+        None => run_holding(ctx, &script, db, &new_run).await,
     };
     match result {
         Ok(value) => lua_to_frame(&value, 0),
@@ -736,6 +727,54 @@ fn script_body(ctx: &ShardCtx, by_sha: bool, arg: &Bytes) -> Result<(String, Byt
         None => Err(Frame::static_error(
             "NOSCRIPT No matching script. Please use EVAL.",
         )),
+    }
+}
+
+/// Makes the running script's record from its locks, open shards and borrowed keys.
+type NewRun<'a> = dyn Fn(&Held<'_>, Vec<usize>, Vec<(usize, Bytes)>) -> ScriptRun + 'a;
+
+/// A compiled script and what it runs with.
+#[derive(Clone, Copy)]
+struct Script<'a> {
+    lua: &'a Lua,
+    function: &'a Function,
+    sha: &'a str,
+    keys: &'a [Bytes],
+    argv: &'a [Bytes],
+}
+
+/// Runs a script holding the shards of its keys (every shard when it must), borrowing its
+/// declared keys; runs it again holding every shard when it reached for an undeclared key
+/// elsewhere before writing anything.
+async fn run_holding(
+    ctx: &Rc<ShardCtx>,
+    script: &Script<'_>,
+    db: usize,
+    new_run: &NewRun<'_>,
+) -> mlua::Result<Value> {
+    let Script {
+        lua,
+        function,
+        sha,
+        keys,
+        argv,
+    } = *script;
+    loop {
+        let open_shards = script_shards(ctx, sha, keys);
+        let mut shards = open_shards.clone();
+        shards.push(ctx.id);
+        let held = Held::lock_shards(ctx, shards).await;
+        let borrowed = borrow(&held, keys.iter().map(|k| (db, k.clone()))).await;
+        *ctx.scripts.run.borrow_mut() = Some(new_run(&held, open_shards, borrowed));
+        let result = run_script(ctx, lua, function.clone(), keys, argv).await;
+        let run = ctx.scripts.run.borrow_mut().take().expect("set above");
+        give_back(&held, run.borrowed, &run.written).await;
+        held.unlock().await;
+        // Nothing was written: run it again, now holding every shard.
+        if run.retry_whole && !run.wrote {
+            continue;
+        }
+        return result;
     }
 }
 

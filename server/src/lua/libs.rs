@@ -256,6 +256,7 @@ impl Reader<'_> {
         Ok(Value::Table(table))
     }
 
+    // Long: one arm per MessagePack type tag, as the format's table lists them.
     fn value(&mut self, lua: &Lua, depth: usize) -> mlua::Result<Value> {
         if depth > DEPTH_MAX {
             return Err(mlua::Error::runtime("Too deep nesting in input."));

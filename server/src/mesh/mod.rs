@@ -126,7 +126,11 @@ impl Mesh {
 
     /// Completes the pending request `id` (called by the receiver task).
     pub fn complete(&self, id: u64, response: Response) {
-        if let Some(slot) = self.pending.borrow_mut().remove(&id) {
+        let slot = self.pending.borrow_mut().remove(&id);
+        // Every request is answered once, and its slot lives until then (a dropped future
+        // leaves it in place): an unknown id is a response sent twice or to the wrong shard.
+        debug_assert!(slot.is_some(), "a response to unknown request {id}");
+        if let Some(slot) = slot {
             *slot.response.borrow_mut() = Some(response);
             if let Some(waker) = slot.waker.take() {
                 waker.wake();

@@ -50,6 +50,12 @@ impl Held<'_> {
             owned: Vec::with_capacity(shards.len()),
         };
         for &shard in &shards {
+            // The lock order (DESIGN §2.4): every coordinator takes its shards lowest first,
+            // so two can never wait on each other.
+            debug_assert!(
+                held.owned.last().is_none_or(|&last| last < shard),
+                "locks taken out of order"
+            );
             // Owned from the moment it is asked for: a peer serves our requests in order, so
             // an Unlock sent after a Lock it has not answered yet still releases it.
             held.owned.push(shard);

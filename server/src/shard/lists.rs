@@ -109,9 +109,17 @@ impl ListWaiters {
         if let Some(deadline) = parked.deadline_ms {
             index.deadlines.insert((deadline, waiter));
         }
-        index.by_client.insert(parked.client, waiter);
+        // A connection runs one blocking command at a time: no other waiter of its client.
+        let earlier = index.by_client.insert(parked.client, waiter);
+        debug_assert!(
+            earlier.is_none_or(|w| w == waiter),
+            "client {} blocked twice on one shard",
+            parked.client
+        );
         drop(index);
-        self.waiters.borrow_mut().insert(waiter, parked);
+        let previous = self.waiters.borrow_mut().insert(waiter, parked);
+        // Waiter ids are lock tokens, unique per shard and process.
+        debug_assert!(previous.is_none(), "waiter {waiter} parked twice");
         self.serve(core);
     }
 

@@ -323,31 +323,13 @@ impl Engine {
             Some((name, _)) => name.clone(),
             None => Bytes::copy_from_slice(queue),
         };
-        if let Some((key, _)) = &options.unique {
-            if too_long(key) {
-                return Err(TaskError::TooLarge("unique key"));
-            }
-            if let Some((id, until)) = self.unique.get(&(queue.clone(), key.clone())) {
-                let live = self.tasks.get(id).is_some_and(|t| !t.state.is_terminal());
-                if live || now_ms < *until {
-                    return Ok((id.clone(), false));
-                }
-            }
+        if let Some(existing) = self.live_unique(&queue, &options, now_ms)? {
+            return Ok((existing, false));
         }
         if self.queues.get(&queue).map_or(0, Queue::waiting) >= QUEUE_TASKS_MAX {
             return Err(TaskError::QueueFull);
         }
-        let id = match &options.id {
-            Some(id) if too_long(id) => return Err(TaskError::TooLarge("task id")),
-            Some(id) => {
-                let id = Engine::custom_id(&queue, id);
-                if self.tasks.contains_key(&id) {
-                    return Err(TaskError::IdExists);
-                }
-                id
-            }
-            None => self.new_id(&queue),
-        };
+        let id = self.id_for(&queue, &options)?;
         if let Some((key, window)) = &options.unique {
             let until = now_ms.saturating_add(*window);
             self.unique
@@ -388,6 +370,44 @@ impl Engine {
         }
         self.tasks.insert(id.clone(), task);
         Ok((id, true))
+    }
+
+    /// The task that holds a submission's UNIQUE key on `queue`, if it is still live or its
+    /// window has not passed: the submission is then that task.
+    fn live_unique(
+        &self,
+        queue: &Bytes,
+        options: &SubmitOptions,
+        now_ms: u64,
+    ) -> Result<Option<Bytes>, TaskError> {
+        let Some((key, _)) = &options.unique else {
+            return Ok(None);
+        };
+        if too_long(key) {
+            return Err(TaskError::TooLarge("unique key"));
+        }
+        if let Some((id, until)) = self.unique.get(&(queue.clone(), key.clone())) {
+            let live = self.tasks.get(id).is_some_and(|t| !t.state.is_terminal());
+            if live || now_ms < *until {
+                return Ok(Some(id.clone()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A new task's id: the submitter's own (tagged with the queue), or a fresh one.
+    fn id_for(&mut self, queue: &Bytes, options: &SubmitOptions) -> Result<Bytes, TaskError> {
+        match &options.id {
+            Some(id) if too_long(id) => Err(TaskError::TooLarge("task id")),
+            Some(id) => {
+                let id = Engine::custom_id(queue, id);
+                if self.tasks.contains_key(&id) {
+                    return Err(TaskError::IdExists);
+                }
+                Ok(id)
+            }
+            None => Ok(self.new_id(queue)),
+        }
     }
 
     /// Leases up to `count` tasks from `queues`, taking from the first queue before the next.
