@@ -1,7 +1,9 @@
 //! Connection and server commands (the table's `Route::Server` rows): PING, ECHO, HELLO,
 //! AUTH, QUIT, RESET, SELECT, CLIENT, COMMAND, CONFIG, INFO, TIME, SHUTDOWN, SCAN and
 //! RANDOMKEY. They touch the connection's state or gather from every shard, so they live
-//! in the server, not in a shard family.
+//! in the server, not in a shard family. The families with state or flows of their own
+//! have their own files below (pub/sub, transactions, scripts, blocking pops, task
+//! fetches, INFO, and the commands EXEC and scripts run too: `embedded`).
 
 pub mod blocking;
 pub mod embedded;

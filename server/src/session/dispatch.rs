@@ -1,5 +1,7 @@
-//! Routing and running commands: inline on this shard when every key is ours, or across
-//! shards through the mesh, with one message per destination shard per pipeline segment.
+//! Which path a command takes: the prechecks (AUTH, arity, OOM, subscribed mode), MULTI
+//! queueing, server commands (`commands`), blocking pops (`commands::blocking`), and the
+//! keyed rest through `routing`: inline on this shard when every key is ours, else across
+//! shards, with one message per destination shard per pipeline segment.
 //!
 //! There is one execution path, [`execute`], an async fn. The transports first ask
 //! [`needs_remote`]; when a command needs no other shard, `execute` cannot wait on anything,
