@@ -211,7 +211,7 @@ fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
     conn.subscriptions = Default::default();
     conn.multi = None;
     conn.multi_failed = false;
-    crate::commands::transaction::release(ctx, std::mem::take(&mut conn.watched));
+    crate::shard::watch::release(ctx, std::mem::take(&mut conn.watched));
     conn.db = 0;
     conn.protocol = Protocol::Resp2;
     conn.name = None;

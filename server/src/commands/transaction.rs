@@ -25,7 +25,7 @@ use wetask_shards::table::{flag, CommandSpec, Route};
 use crate::clients::{ConnState, Watched};
 use crate::mesh::{KeyRequest, Request, Response, WatchRequest};
 use crate::routing::cross::{borrow, give_back, on, Held};
-use crate::shard::ShardCtx;
+use crate::shard::{watch, ShardCtx};
 
 /// Most commands one transaction may queue.
 pub const QUEUED_COMMANDS_MAX: usize = 100_000;
@@ -80,30 +80,13 @@ pub fn discard(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
         return Frame::static_error("ERR DISCARD without MULTI");
     }
     conn.multi_failed = false;
-    release(ctx, std::mem::take(&mut conn.watched));
+    watch::release(ctx, std::mem::take(&mut conn.watched));
     Frame::ok()
 }
 
 pub fn unwatch(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
-    release(ctx, std::mem::take(&mut conn.watched));
+    watch::release(ctx, std::mem::take(&mut conn.watched));
     Frame::ok()
-}
-
-/// Forgets watched keys on their owners.
-pub fn release(ctx: &ShardCtx, watched: Vec<Watched>) {
-    for w in watched {
-        if w.shard == ctx.id {
-            ctx.shard.borrow_mut().unwatch(w.db, &w.key);
-        } else {
-            drop(ctx.request(
-                w.shard,
-                Request::Watch(WatchRequest::Unwatch {
-                    db: w.db,
-                    key: w.key,
-                }),
-            ));
-        }
-    }
 }
 
 pub async fn watch(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
@@ -233,7 +216,7 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
         )
     };
     if failed {
-        release(ctx, watched);
+        watch::release(ctx, watched);
         return Frame::static_error("EXECABORT Transaction discarded because of previous errors.");
     }
     let plan = plan(ctx, start_db, &queued, &watched);
@@ -249,7 +232,7 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
         };
         if now != w.version {
             held.unlock().await;
-            release(ctx, watched);
+            watch::release(ctx, watched);
             return Frame::NullArray;
         }
     }
@@ -274,7 +257,7 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
     };
     give_back(&held, borrowed, &written).await;
     held.unlock().await;
-    release(ctx, watched);
+    watch::release(ctx, watched);
     Frame::Array(frames)
 }
 
