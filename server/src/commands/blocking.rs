@@ -183,7 +183,14 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
     let now = crate::globals::unix_ms();
     let deadline_ms = (blocking.timeout_ms > 0).then(|| now.saturating_add(blocking.timeout_ms));
     let waiter = ctx.new_token();
-    let groups = keys_by_owner(ctx, blocking.keys);
+    // Each key once (BLPOP k k waits on k once), grouped by owner.
+    let mut keys: Vec<Bytes> = Vec::with_capacity(blocking.keys.len());
+    for key in blocking.keys {
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let groups = park::by_owner(ctx, keys);
     // Not while a cross-shard operation holds this shard: its keys may be borrowed away
     // (an XREAD would take `$` of a stream that is briefly elsewhere).
     if groups.iter().any(|(shard, _)| *shard == ctx.id) {
@@ -223,23 +230,6 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -
     )
     .await;
     settle(ctx, db, &blocking.op, answers.into_frames()).await
-}
-
-/// Each owner shard with the command's keys it owns, in the order named, once each.
-fn keys_by_owner(ctx: &ShardCtx, keys: Vec<Bytes>) -> Vec<(usize, Vec<Bytes>)> {
-    let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
-    for key in keys {
-        let shard = ctx.owner_of(&key);
-        match groups.iter_mut().find(|(s, _)| *s == shard) {
-            Some((_, keys)) => {
-                if !keys.contains(&key) {
-                    keys.push(key)
-                }
-            }
-            None => groups.push((shard, vec![key])),
-        }
-    }
-    groups
 }
 
 /// The reply from the owners' answers: the first element answered; any other is handed

@@ -210,23 +210,6 @@ async fn ack_all(ctx: &ShardCtx, at: Target, ids: &[Bytes]) -> Option<Frame> {
     refusal
 }
 
-/// Names grouped by the shard that owns them, shards in order of first appearance and names
-/// in their order within each.
-fn group_by_shard(
-    ctx: &ShardCtx,
-    names: impl IntoIterator<Item = Bytes>,
-) -> Vec<(usize, Vec<Bytes>)> {
-    let mut groups: Vec<(usize, Vec<Bytes>)> = Vec::new();
-    for name in names {
-        let shard = ctx.owner_of(&name);
-        match groups.iter_mut().find(|(s, _)| *s == shard) {
-            Some((_, names)) => names.push(name),
-            None => groups.push((shard, vec![name])),
-        }
-    }
-    groups
-}
-
 /// Waits until one of the queues' shards leases something (or the time is up); see the
 /// module docs of `shard::tasks`.
 async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64) -> Frame {
@@ -237,7 +220,7 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
     // One parked fetch per shard, its queues in the order named. The names are copied: a
     // parked fetch must not pin the connection's read buffer.
     let copies = fetch.queues.iter().map(|q| Bytes::copy_from_slice(q));
-    let groups = group_by_shard(ctx, copies);
+    let groups = park::by_owner(ctx, copies);
     let want = |queues: &Vec<Bytes>| Want::Fetch {
         queues: queues.clone(),
         count: fetch.count,
@@ -295,7 +278,7 @@ fn hand_back(ctx: &ShardCtx, client: u64, tasks: Vec<Frame>) {
         },
         _ => None,
     });
-    for (shard, ids) in group_by_shard(ctx, ids) {
+    for (shard, ids) in park::by_owner(ctx, ids) {
         if shard == ctx.id {
             let mut local = ctx.shard.borrow_mut();
             let now = local.now_ms();

@@ -49,6 +49,23 @@ impl Answers {
     }
 }
 
+/// Names (keys, queues, task ids) grouped by the shard that owns them: shards in order of
+/// first appearance, names in their order within each.
+pub fn by_owner(
+    ctx: &ShardCtx,
+    names: impl IntoIterator<Item = bytes::Bytes>,
+) -> Vec<(usize, Vec<bytes::Bytes>)> {
+    let mut groups: Vec<(usize, Vec<bytes::Bytes>)> = Vec::new();
+    for name in names {
+        let shard = ctx.owner_of(&name);
+        match groups.iter_mut().find(|(s, _)| *s == shard) {
+            Some((_, names)) => names.push(name),
+            None => groups.push((shard, vec![name])),
+        }
+    }
+    groups
+}
+
 /// Parks every part, waits for the first answer, lets go of the rest and collects their
 /// answers.
 pub async fn first_answer<P>(ctx: &Rc<ShardCtx>, parking: Parking<'_, P>) -> Answers {
