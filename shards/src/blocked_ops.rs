@@ -91,18 +91,17 @@ fn pop(ctx: &mut crate::Ctx<'_>, key: &Bytes, op: &BlockOp, target: MoveTarget) 
     Some(match op {
         BlockOp::Pop { end, count: None } => return one(ctx, *end),
         BlockOp::Move { from, .. } if target == MoveTarget::Elsewhere => return one(ctx, *from),
+        // LMPOP's and ZMPOP's own attempt, on this one key: `[key, [elements]]`.
         BlockOp::Pop {
             end,
             count: Some(count),
         } => {
-            let popped = crate::lists::pop_many(ctx, key, *end, *count).ok()??;
-            if popped.is_empty() {
-                return None;
-            }
-            Frame::Array(vec![
-                bulk(key.clone()),
-                Frame::Array(popped.into_iter().map(bulk).collect()),
-            ])
+            let mpop = crate::lists::Mpop {
+                keys: vec![key.clone()],
+                end: *end,
+                count: *count,
+            };
+            return found(crate::lists::mpop_attempt(ctx, &mpop));
         }
         BlockOp::Move { dst, from, to } => {
             bulk(crate::lists::move_one(ctx, key, dst, *from, *to).ok()??)
@@ -115,22 +114,20 @@ fn pop(ctx: &mut crate::Ctx<'_>, key: &Bytes, op: &BlockOp, target: MoveTarget) 
             max,
             count: Some(count),
         } => {
-            let items = crate::zsets::pop_many(ctx, key, *max, *count).ok()??;
-            if items.is_empty() {
-                return None;
-            }
-            Frame::Array(vec![
-                bulk(key.clone()),
-                Frame::Array(
-                    items
-                        .into_iter()
-                        .map(|(m, s)| Frame::Array(vec![bulk(m), Frame::Double(s)]))
-                        .collect(),
-                ),
-            ])
+            let zmpop = crate::zsets::Zmpop {
+                keys: vec![key.clone()],
+                max: *max,
+                count: *count,
+            };
+            return found(crate::zsets::zmpop_attempt(ctx, &zmpop));
         }
         BlockOp::XRead { .. } | BlockOp::XReadGroup(_) => unreachable!("served above"),
     })
+}
+
+/// An attempt's reply as a waiter's answer: nothing found (nil) or an error is `None`.
+fn found(frame: Frame) -> Option<Frame> {
+    (!matches!(frame, Frame::Null | Frame::NullArray) && !frame.is_error()).then_some(frame)
 }
 
 fn keyed(key: &Bytes, entries: Frame) -> Frame {

@@ -850,11 +850,7 @@ pub fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
     if is(sub, "consumers") && args.len() == 4 {
         let Some(group) = stream.groups.get(&args[3][..]) else {
-            return Frame::error(format!(
-                "NOGROUP No such consumer group '{}' for key name '{}'",
-                String::from_utf8_lossy(&args[3]),
-                String::from_utf8_lossy(key)
-            ));
+            return no_such_group(key, &args[3]);
         };
         return Frame::Array(
             group
