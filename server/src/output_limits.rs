@@ -149,9 +149,11 @@ pub const OUTPUT_CHECK_FLOOR: usize = 16 * 1024;
 
 /// Checks the client's queued output against `client-output-buffer-limit` after a reply
 /// was added; past it, the output is dropped and the connection closes (true).
+/// `now_ms` is only asked for past the floor.
+#[inline]
 pub fn reached(
     limits: &OutputLimits,
-    now_ms: u64,
+    now_ms: impl FnOnce() -> u64,
     state: &std::cell::RefCell<ConnState>,
     out: &mut wetask_protocol::Output,
 ) -> bool {
@@ -160,6 +162,7 @@ pub fn reached(
     if out.len() < OUTPUT_CHECK_FLOOR {
         return false;
     }
+    let now_ms = now_ms();
     let mut state = state.borrow_mut();
     let pending = out.len() + state.unsent;
     if !limits.exceeded(&mut state, pending, now_ms) {

@@ -33,11 +33,7 @@ pub const WINDOW_COMMANDS_MAX: usize = 16;
 /// past it, the output is dropped and the connection closes (true).
 #[inline]
 pub fn reached_output_limit(ctx: &ShardCtx, state: &RefCell<ConnState>, out: &mut Output) -> bool {
-    // The hot path of small pipelined replies pays this one comparison.
-    if out.len() < crate::output_limits::OUTPUT_CHECK_FLOOR {
-        return false;
-    }
-    let now = ctx.shard.borrow().now_ms();
+    let now = || ctx.shard.borrow().now_ms();
     crate::output_limits::reached(&ctx.globals.output_limits, now, state, out)
 }
 
