@@ -3,7 +3,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
+
+pub use crate::clock::{unix_ms, unix_us};
 
 use crate::config::Config;
 
@@ -139,18 +141,4 @@ impl Globals {
     pub fn release_client(&self) {
         self.connected_clients.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// Adds one to a shard's wake-up eventfd.
-/// Wall-clock unix milliseconds.
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-pub fn unix_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }

@@ -3,6 +3,7 @@
 //! knows glommio and io_uring; the state machines live in `wetask-shards`.
 
 mod clients;
+mod clock;
 mod commands;
 pub mod config;
 mod globals;

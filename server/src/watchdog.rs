@@ -151,7 +151,7 @@ pub fn spawn(
             let mut last_warned: Vec<u64> = Vec::new();
             while !stopping() {
                 std::thread::sleep(PERIOD);
-                let now = unix_ms();
+                let now = crate::clock::unix_ms();
                 for rouse in watchdog.round(now) {
                     // Worth a line: a shard asleep with work (the lost wake-up), or a cron
                     // silent for long (a script past its time). Not a busy CPU's hiccup.
@@ -176,12 +176,6 @@ pub fn spawn(
             }
         })
         .map(|_| ())
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A thread's scheduler state and, when asleep, where in the kernel: "S io_cqring_wait".
