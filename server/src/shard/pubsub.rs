@@ -175,38 +175,27 @@ impl PubSub {
     /// given channels, and its patterns.
     pub fn report(&self, query: &PubsubQuery) -> PubsubReport {
         let registry = self.registry.borrow();
+        // A namespace's names matching an optional pattern, or its counts for given names.
+        let names = |map: &HashMap<Bytes, Vec<u64>>, pattern: Option<&Bytes>| {
+            let matches = |c: &&Bytes| pattern.is_none_or(|p| glob_match(p, c));
+            PubsubReport::Names(map.keys().filter(matches).cloned().collect())
+        };
+        let counts = |map: &HashMap<Bytes, Vec<u64>>, channels: &[Bytes]| {
+            PubsubReport::Counts(
+                channels
+                    .iter()
+                    .map(|c| map.get(c).map_or(0, Vec::len))
+                    .collect(),
+            )
+        };
         match query {
-            PubsubQuery::Channels(pattern) => PubsubReport::Names(
-                registry
-                    .channels
-                    .keys()
-                    .filter(|c| pattern.as_ref().is_none_or(|p| glob_match(p, c)))
-                    .cloned()
-                    .collect(),
-            ),
-            PubsubQuery::NumSub(channels) => PubsubReport::Counts(
-                channels
-                    .iter()
-                    .map(|c| registry.channels.get(c).map_or(0, Vec::len))
-                    .collect(),
-            ),
-            PubsubQuery::Patterns => {
-                PubsubReport::Names(registry.patterns.keys().cloned().collect())
+            PubsubQuery::Channels(pattern) => names(&registry.channels, pattern.as_ref()),
+            PubsubQuery::NumSub(channels) => counts(&registry.channels, channels),
+            PubsubQuery::Patterns => names(&registry.patterns, None),
+            PubsubQuery::ShardChannels(pattern) => {
+                names(&registry.shard_channels, pattern.as_ref())
             }
-            PubsubQuery::ShardChannels(pattern) => PubsubReport::Names(
-                registry
-                    .shard_channels
-                    .keys()
-                    .filter(|c| pattern.as_ref().is_none_or(|p| glob_match(p, c)))
-                    .cloned()
-                    .collect(),
-            ),
-            PubsubQuery::ShardNumSub(channels) => PubsubReport::Counts(
-                channels
-                    .iter()
-                    .map(|c| registry.shard_channels.get(c).map_or(0, Vec::len))
-                    .collect(),
-            ),
+            PubsubQuery::ShardNumSub(channels) => counts(&registry.shard_channels, channels),
         }
     }
 }
