@@ -12,9 +12,6 @@ use crate::config::Config;
 pub struct Globals {
     pub config: Config,
     pub shard_count: usize,
-    /// Some CPU runs more than one shard. A shard then never spins waiting for work: the
-    /// spin would only hold off the shard that shares its CPU (docs/perf-notes.md).
-    pub cpus_shared: bool,
     pub requirepass: Mutex<Option<String>>,
     pub maxclients: AtomicUsize,
     pub connected_clients: AtomicUsize,
@@ -25,6 +22,8 @@ pub struct Globals {
     /// Each shard's wake-up eventfd and beats: shutdown wakes them, the watchdog rouses a
     /// shard that has work but sleeps.
     pub watchdog: Arc<crate::watchdog::Watchdog>,
+    /// Per shard: how other threads wake its network loop when it sleeps in its ring.
+    pub doorbells: Arc<[crate::doorbell::Doorbell]>,
     pub started: Instant,
     pub port: std::sync::atomic::AtomicU16,
     /// Per shard: how many channels and patterns its clients subscribe to (PUBLISH skips
@@ -57,9 +56,13 @@ pub struct Globals {
 }
 
 impl Globals {
-    pub fn new(config: Config, shard_count: usize, cpus_shared: bool) -> Self {
+    pub fn new(
+        config: Config,
+        shard_count: usize,
+        doorbells: Arc<[crate::doorbell::Doorbell]>,
+    ) -> Self {
         Globals {
-            cpus_shared,
+            doorbells,
             requirepass: Mutex::new(config.requirepass.clone()),
             maxclients: AtomicUsize::new(config.maxclients),
             shard_count,
@@ -118,7 +121,9 @@ impl Globals {
     /// Asks every shard to drain and stop, waking those that are parked.
     pub fn begin_shutdown(&self) {
         self.shutdown.store(true, Ordering::Release);
-        self.watchdog.wake_all();
+        for bell in self.doorbells.iter() {
+            bell.ring();
+        }
     }
 
     /// Tries to count one more client; false when `maxclients` is reached.

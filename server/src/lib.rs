@@ -6,6 +6,7 @@ mod clients;
 mod clock;
 mod commands;
 pub mod config;
+mod doorbell;
 mod globals;
 mod lua;
 pub mod memory;

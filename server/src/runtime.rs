@@ -13,12 +13,10 @@ use crate::config::{Config, IoMode};
 use crate::globals::Globals;
 use crate::mesh::{Envelope, Mesh, CHANNEL_CAPACITY};
 use crate::net;
-use crate::shard::ShardCtx;
+use crate::shard::{ShardCtx, CRON_PERIOD};
 
 /// Memory glommio registers per executor for its own I/O buffers (locked memory).
 pub const GLOMMIO_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
-/// How often an idle shard wakes to expire keys and refresh its clock.
-pub const CRON_PERIOD: Duration = Duration::from_millis(100);
 /// The driver's task queue latency: the most other tasks (cross-shard messages, timers)
 /// wait while the network loop is busy.
 pub const NET_LATENCY: Duration = Duration::from_millis(1);
@@ -108,10 +106,11 @@ pub fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
     let mut config = config;
     config.io = io;
-    let distinct_cpus: std::collections::BTreeSet<usize> =
-        cpus.iter().take(shard_count).copied().collect();
-    let cpus_shared = distinct_cpus.len() < shard_count;
-    let globals = Arc::new(Globals::new(config.clone(), shard_count, cpus_shared));
+    let doorbells = (0..shard_count)
+        .map(|_| crate::doorbell::Doorbell::new(shard_count))
+        .collect::<std::io::Result<Arc<[_]>>>()
+        .map_err(|e| format!("cannot create the shards' doorbells: {e}"))?;
+    let globals = Arc::new(Globals::new(config.clone(), shard_count, doorbells));
     globals
         .port
         .store(port, std::sync::atomic::Ordering::Relaxed);
@@ -208,8 +207,9 @@ fn spawn_signal_thread(globals: Arc<Globals>) -> Result<(), String> {
     Ok(())
 }
 
-/// The shard's cron: every `CRON_PERIOD` it beats for the watchdog, runs the turn's chores
-/// and rouses the network loop.
+/// The shard's cron on the glommio fallback: every `CRON_PERIOD` it beats for the watchdog
+/// and runs the turn's chores. (The io_uring loop keeps its own cron: it sleeps in its ring,
+/// where glommio's timers cannot wake it.)
 fn spawn_cron(cron_ctx: Rc<ShardCtx>) {
     glommio::spawn_local(async move {
         while !cron_ctx.globals.shutting_down() {
@@ -219,14 +219,6 @@ fn spawn_cron(cron_ctx: Rc<ShardCtx>) {
                 std::sync::atomic::Ordering::Relaxed,
             );
             cron_ctx.tick();
-            // Rouse the network loop too, and make it enter its ring with GETEVENTS: should
-            // a completion's eventfd signal or the TASKRUN flag ever be missed while it is
-            // parked, it reaps its ring within a cron period instead of sleeping for ever
-            // (a one-shard server was seen asleep in glommio's ring wait with a client's
-            // PING unanswered).
-            if let Some(hook) = cron_ctx.rouse_hook.borrow().as_ref() {
-                hook();
-            }
         }
     })
     .detach();
@@ -245,52 +237,45 @@ async fn shard_main(
             .map_err(|_| "cannot join the shard mesh".to_string())?;
         (
             senders.peer_id(),
-            Some(Rc::new(Mesh::new(senders))),
+            Some(Rc::new(Mesh::new(senders, globals.doorbells.clone()))),
             Some(receivers),
         )
     } else {
         (0, None, None)
     };
     let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
-    // The io_uring loop's own queue. The mesh receivers run in it too: the loop yields
-    // within its queue after every busy turn (`Net::let_others_run`), so a peer's request is
-    // served within one turn; in another queue it waited for glommio to switch queues (up to
-    // the preemption period per hop), and a worker whose queue lives on another shard got a
-    // fraction of a local worker's throughput under key-value load.
-    let net_queue = glommio::executor().create_task_queue(
-        Shares::default(),
-        Latency::Matters(NET_LATENCY),
-        "net",
-    );
-    let mesh_queue = match globals.config.io {
-        IoMode::Uring => net_queue,
-        IoMode::Glommio => glommio::executor().current_task_queue(),
-    };
-    if let (Some(mesh), Some(mut receivers)) = (mesh, receivers) {
-        for (peer, receiver) in receivers.streams() {
-            glommio::spawn_local_into(ctx.clone().serve_peer(peer, receiver), mesh_queue)
-                .map_err(|e| format!("shard {id}: cannot spawn a mesh receiver: {e}"))?
-                .detach();
-        }
-        for peer in (0..shard_count).filter(|&p| p != id) {
-            glommio::spawn_local(mesh.clone().run_overflow_sender(peer)).detach();
-        }
-    }
-    spawn_cron(ctx.clone());
     let listener = listeners.lock().expect("listeners")[id]
         .take()
         .expect("one listener per shard");
+    let peers = receivers.map(|mut r| r.streams()).unwrap_or_default();
     match globals.config.io {
         IoMode::Uring => {
-            let net = net::uring::Net::new(ctx, listener)
+            // The loop's own queue: its cross-shard batch tasks and the mesh flusher land
+            // here too, since glommio spawns into the running queue (`Net::let_others_run`).
+            // The loop reads the mesh channels itself and keeps its own cron.
+            let net_queue = glommio::executor().create_task_queue(
+                Shares::default(),
+                Latency::Matters(NET_LATENCY),
+                "net",
+            );
+            let net = net::uring::Net::new(ctx, listener, peers)
                 .map_err(|e| format!("shard {id}: io_uring set-up failed: {e}"))?;
-            // The loop's own queue: its cross-shard batch tasks land here too, since glommio
-            // spawns into the running queue (see `Net::let_others_run`).
             glommio::spawn_local_into(net.run(), net_queue)
                 .map_err(|e| format!("shard {id}: cannot spawn the network loop: {e}"))?
                 .await;
         }
-        IoMode::Glommio => net::fallback::run(ctx, listener).await,
+        IoMode::Glommio => {
+            if let Some(mesh) = mesh {
+                for (peer, receiver) in peers {
+                    glommio::spawn_local(ctx.clone().serve_peer(peer, receiver)).detach();
+                }
+                for peer in (0..shard_count).filter(|&p| p != id) {
+                    glommio::spawn_local(mesh.clone().run_overflow_sender(peer)).detach();
+                }
+            }
+            spawn_cron(ctx.clone());
+            net::fallback::run(ctx, listener).await
+        }
     }
     Ok(())
 }

@@ -19,9 +19,9 @@ pub struct ShardStats {
     per_command: RefCell<Vec<CommandCounts>>,
     pub net_input_bytes: Cell<u64>,
     pub net_output_bytes: Cell<u64>,
-    /// io_uring_enter calls on the network ring, and times the driver parked.
+    /// io_uring_enter calls on the network ring, and times the driver slept in it.
     pub ring_enters: Cell<u64>,
-    pub ring_parks: Cell<u64>,
+    pub ring_sleeps: Cell<u64>,
 }
 
 impl Default for ShardStats {
@@ -32,7 +32,7 @@ impl Default for ShardStats {
             net_input_bytes: Cell::new(0),
             net_output_bytes: Cell::new(0),
             ring_enters: Cell::new(0),
-            ring_parks: Cell::new(0),
+            ring_sleeps: Cell::new(0),
         }
     }
 }
@@ -67,7 +67,7 @@ impl ShardStats {
         self.net_input_bytes.set(0);
         self.net_output_bytes.set(0);
         self.ring_enters.set(0);
-        self.ring_parks.set(0);
+        self.ring_sleeps.set(0);
     }
 }
 
@@ -81,7 +81,7 @@ pub struct ShardReport {
     pub net_input_bytes: u64,
     pub net_output_bytes: u64,
     pub ring_enters: u64,
-    pub ring_parks: u64,
+    pub ring_sleeps: u64,
     pub mesh_envelopes: u64,
     pub mesh_messages: u64,
     pub tasks: wetask_shards::tasks::Totals,
@@ -127,7 +127,7 @@ impl ShardReport {
         self.net_input_bytes += other.net_input_bytes;
         self.net_output_bytes += other.net_output_bytes;
         self.ring_enters += other.ring_enters;
-        self.ring_parks += other.ring_parks;
+        self.ring_sleeps += other.ring_sleeps;
         self.mesh_envelopes += other.mesh_envelopes;
         self.mesh_messages += other.mesh_messages;
         self.tasks.add(&other.tasks);

@@ -9,14 +9,13 @@
 //! armed, so if the cron is one of them, nothing but I/O wakes the shard
 //! (docs/ARCHITECTURE.md, "Lost wake-ups"). Test servers were seen asleep for 10 s that way.
 //!
-//! Each shard publishes two beats: its network loop's last turn (0 while it is parked on
-//! its ring, where a completion will wake it) and its cron's last tick. Every 10 ms the
+//! Each shard publishes two beats: its network loop's last turn (0 while it sleeps in its
+//! ring, where a completion or its doorbell will wake it) and its cron's last tick. Every 10 ms the
 //! watchdog rouses a shard whose loop is not parked, has not turned for [`LOOP_STALL_MS`]
 //! and whose thread is asleep (a running one is busy with a long turn: left alone), or
 //! whose cron has not ticked for [`CRON_STALL_MS`]: it wakes the
 //! loop's task from this thread (glommio's cross-thread wake-up, which always reaches a
-//! sleeping executor) and writes the shard's ring eventfd (which a parked loop reads, to
-//! enter its ring whatever its flags say). A long script shows as a silent cron; rousing
+//! sleeping executor) and rings the shard's doorbell (which ends a sleep in its ring). A long script shows as a silent cron; rousing
 //! it is harmless. It costs a thread waking 100 times a second, one atomic store per turn,
 //! and a read of the thread's state in /proc while a turn is overdue.
 
@@ -37,12 +36,12 @@ pub const CRON_STALL_MS: u64 = 500;
 pub struct Beats {
     /// The cron's last tick.
     pub cron: AtomicU64,
-    /// The network loop's last turn; 0 while it is parked (or there is no loop).
+    /// The network loop's last turn; 0 while it sleeps in its ring (or there is no loop).
     pub turn: AtomicU64,
     /// The network loop task's waker. Woken from this thread it goes through glommio's
     /// cross-thread path, whose eventfd read glommio keeps armed whenever it sleeps: the
     /// one wake-up that always reaches an executor asleep with work, however often it
-    /// falls asleep that way again (our own eventfd's read is re-armed only by the loop).
+    /// falls asleep that way again (the doorbell's read is on the loop's own ring).
     pub loop_waker: Mutex<Option<std::task::Waker>>,
 }
 
@@ -91,13 +90,6 @@ impl Watchdog {
             beats,
             tid,
         });
-    }
-
-    /// Wakes every shard (shutdown).
-    pub fn wake_all(&self) {
-        for shard in self.shards.lock().expect("watchdog").iter() {
-            wake(shard.wake_fd);
-        }
     }
 
     /// One round: rouses each stalled shard; returns why, for each.

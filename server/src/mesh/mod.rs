@@ -18,9 +18,12 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use glommio::channels::channel_mesh::Senders;
+
+use crate::doorbell::Doorbell;
 
 mod messages;
 pub use messages::*;
@@ -55,6 +58,8 @@ struct Slot {
 /// This shard's end of the mesh.
 pub struct Mesh {
     senders: Senders<Envelope>,
+    /// Every shard's doorbell: an envelope put into a peer's channel is posted on the peer's.
+    doorbells: Arc<[Doorbell]>,
     /// Messages queued per peer, not yet flushed.
     outbox: Vec<RefCell<Envelope>>,
     /// Set when an outbox gained its first message; cleared by `flush`.
@@ -74,10 +79,11 @@ pub struct Mesh {
 }
 
 impl Mesh {
-    pub fn new(senders: Senders<Envelope>) -> Self {
+    pub fn new(senders: Senders<Envelope>, doorbells: Arc<[Doorbell]>) -> Self {
         let peers = senders.nr_consumers();
         Mesh {
             senders,
+            doorbells,
             outbox: (0..peers).map(|_| RefCell::new(Vec::new())).collect(),
             dirty: Cell::new(false),
             flusher_waker: Cell::new(None),
@@ -169,7 +175,10 @@ impl Mesh {
         let mut queue = self.overflow[to].borrow_mut();
         if queue.is_empty() && !self.overflow_sending[to].get() {
             match self.senders.try_send_to(to, envelope) {
-                Ok(()) => return,
+                Ok(()) => {
+                    self.posted(to);
+                    return;
+                }
                 Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(
                     envelope,
                 ))) => queue.push_back(envelope),
@@ -184,6 +193,37 @@ impl Mesh {
         if let Some(waker) = self.overflow_waker[to].take() {
             waker.wake();
         }
+    }
+
+    /// An envelope is in `to`'s channel: tell its doorbell (which rings if `to` sleeps in its
+    /// ring, where glommio's own channel wake-up cannot reach it).
+    fn posted(&self, to: usize) {
+        self.doorbells[to].post(self.senders.peer_id());
+    }
+
+    /// Moves what it can of the overflow queues into their channels, in order; true while
+    /// some envelope still waits for room. The io_uring loop calls it every turn instead of
+    /// running the overflow sender tasks (a task waiting for room is woken through glommio,
+    /// which does not run while the loop sleeps in its ring).
+    pub fn retry_overflow(&self) -> bool {
+        let mut waiting = false;
+        for to in 0..self.overflow.len() {
+            let mut queue = self.overflow[to].borrow_mut();
+            while let Some(envelope) = queue.pop_front() {
+                match self.senders.try_send_to(to, envelope) {
+                    Ok(()) => self.posted(to),
+                    Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(
+                        envelope,
+                    ))) => {
+                        queue.push_front(envelope);
+                        waiting = true;
+                        break;
+                    }
+                    Err(err) => tracing::error!("mesh send to shard {to} failed: {err}"),
+                }
+            }
+        }
+        waiting
     }
 
     /// Flushes the outboxes whenever they gain messages, forever (one task per shard, in the
@@ -235,6 +275,7 @@ impl Mesh {
                     if sent.is_err() {
                         return;
                     }
+                    self.posted(to);
                 }
                 None => {
                     std::future::poll_fn(|cx| {

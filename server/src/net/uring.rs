@@ -6,28 +6,35 @@
 //! * Sends queued per connection and submitted together, with one `io_uring_enter`
 //!   (GETEVENTS, non-blocking) per loop turn, skipped when there is nothing to submit and
 //!   no deferred task work.
-//! * When the ring is dry the driver re-enables the ring's eventfd, checks once more, and
-//!   parks on a glommio read of that eventfd, so an idle shard burns no CPU. Other tasks
-//!   (cross-shard batches) wake it through a waker slot. DESIGN §7 explains each choice.
+//! * When the ring is dry and no other task of the shard is runnable, the driver sleeps in
+//!   one `io_uring_enter` on this ring (submitting what is queued, waiting for a completion
+//!   or the next cron tick), not in glommio: a request that arrives costs the wait's return
+//!   and nothing else. Other threads wake it through the shard's doorbell (an eventfd read
+//!   kept armed on the ring, `doorbell.rs`); the driver reads the mesh channels and runs the
+//!   shard's cron itself, so nothing it waits for depends on glommio's own wake-ups
+//!   (docs/ARCHITECTURE.md, "The idle path"). DESIGN §7 explains the other choices.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, RefCell, UnsafeCell};
 use std::future::Future;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::pin::Pin;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use glommio::io::BufferedFile;
+use futures_lite::StreamExt;
+use glommio::channels::shared_channel::ConnectedReceiver;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use wetask_protocol::Output;
 
+use crate::doorbell::Doorbell;
+use crate::mesh::Envelope;
 use crate::net::bufring::BufRing;
 use crate::net::set_nodelay;
 use crate::session::{self, Pump, Session, OUTPUT_BUFFER_BYTES_MAX};
-use crate::shard::ShardCtx;
+use crate::shard::{ShardCtx, CRON_PERIOD};
 
 /// Submission queue entries per shard ring.
 pub const RING_ENTRIES: u32 = 1024;
@@ -41,10 +48,13 @@ const BUFFER_GROUP: u16 = 0;
 const COMPLETIONS_PER_TURN_MAX: usize = 1024;
 /// How long a draining shard waits for its clients' last replies to leave.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
-/// How long a dry driver watches for work before parking: a park and its wake-up cost
-/// glommio about seven syscalls. Measured at 10, 20 and 50 µs; 20 was cheapest in CPU per
-/// request (docs/perf-notes.md).
-const IDLE_SPIN: Duration = Duration::from_micros(20);
+/// While an envelope waits for room in a peer's channel, the driver sleeps at most this long
+/// before trying again (the peer's reads make room without telling us).
+const OVERFLOW_RETRY: Duration = Duration::from_millis(1);
+/// Slots in the ring's table of registered files: a connection whose slot index fits has its
+/// socket registered there, so its receives and sends skip the kernel's per-operation file
+/// lookup and reference count (`fget`/`fput`, 1.7% of a shard's CPU under redis-benchmark).
+const REGISTERED_FILES: u32 = 16 * 1024;
 /// Write buffers above this size are released when they empty.
 const KEEP_BUFFER_BYTES_MAX: usize = 1024 * 1024;
 
@@ -55,6 +65,7 @@ const OP_ACCEPT: u64 = 1;
 const OP_RECV: u64 = 2;
 const OP_SEND: u64 = 3;
 const OP_CANCEL: u64 = 4;
+const OP_DOORBELL: u64 = 5;
 
 fn user_data(op: u64, index: u32, generation: u32) -> u64 {
     (op << 56) | (u64::from(generation & 0x00FF_FFFF) << 32) | u64::from(index)
@@ -103,8 +114,24 @@ fn build_ring(entries: u32) -> io::Result<IoUring> {
         .build(entries)
 }
 
+/// Builds an operation on a connection's socket: its registered slot when it has one,
+/// else its fd.
+macro_rules! on_socket {
+    ($conn:expr, $index:expr, |$target:ident| $build:expr) => {
+        if $conn.registered {
+            let $target = types::Fixed($index);
+            $build
+        } else {
+            let $target = types::Fd($conn.fd);
+            $build
+        }
+    };
+}
+
 struct Conn {
     fd: RawFd,
+    /// The socket sits in the ring's registered-file table at the connection's index.
+    registered: bool,
     generation: u32,
     session: Session,
     /// Replies being collected.
@@ -142,39 +169,45 @@ impl Default for Vectored {
     }
 }
 
-/// A waker slot other tasks use to rouse the parked driver.
-#[derive(Default)]
-pub struct Notify {
-    flag: Cell<bool>,
-    waker: Cell<Option<Waker>>,
+/// One peer's mesh channel into this shard, read by the driver.
+pub struct Peer {
+    id: usize,
+    receiver: ConnectedReceiver<Envelope>,
+    /// Envelopes read so far; the peer's posts on our doorbell count those sent.
+    taken: u64,
 }
-
-impl Notify {
-    pub fn notify(&self) {
-        self.flag.set(true);
-        if let Some(waker) = self.waker.take() {
-            waker.wake();
-        }
-    }
-}
-
-type EventRead = Pin<Box<dyn Future<Output = glommio::Result<glommio::io::ReadResult, ()>>>>;
 
 pub struct Net {
     ctx: Rc<ShardCtx>,
     ring: RefCell<IoUring>,
     inner: RefCell<Inner>,
-    notify: Notify,
-    /// Set by the cron's rouse and by a completed eventfd read: the next turn enters the
-    /// ring with GETEVENTS even if no flag asks for it.
-    force_enter: Cell<bool>,
-    /// Kept open for the process's life: shutdown and the watchdog write to it to wake the
-    /// shard.
-    _eventfd: OwnedFd,
-    eventfd_file: Rc<BufferedFile>,
-    event_read: RefCell<Option<EventRead>>,
+    /// Slots in the ring's registered-file table (0: none).
+    registered_files: u32,
+    /// Set by other tasks of the shard (a finished batch, a push to deliver): the driver
+    /// turns again instead of sleeping.
+    notified: Cell<bool>,
+    /// Polls of the shard's other tasks (cross-shard batches, the mesh flusher), counted so
+    /// the driver can tell whether one ran while it yielded (`Net::run`).
+    polls: Rc<Cell<u64>>,
+    /// Where the doorbell's armed read puts the eventfd's count (written by the kernel).
+    doorbell_count: Box<UnsafeCell<u64>>,
+    peers: RefCell<Vec<Peer>>,
+    /// An envelope waits for room in a peer's channel.
+    overflow_waiting: Cell<bool>,
+    /// When the driver next beats for the watchdog (unix ms).
+    next_cron_ms: Cell<u64>,
     /// Replies of cross-shard batches that finished, for the driver to hand out.
     finished: RefCell<Vec<(u32, u32, Output)>>,
+}
+
+/// `future`, counting its polls in `polls`.
+async fn counted<F: Future>(polls: Rc<Cell<u64>>, future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| {
+        polls.set(polls.get() + 1);
+        future.as_mut().poll(cx)
+    })
+    .await
 }
 
 struct Inner {
@@ -187,29 +220,34 @@ struct Inner {
 }
 
 impl Net {
-    pub fn new(ctx: Rc<ShardCtx>, listener: OwnedFd) -> io::Result<Rc<Net>> {
-        let mut ring = build_ring(RING_ENTRIES)?;
+    /// The driver of shard `ctx`, accepting on `listener` and reading `peers`' channels.
+    pub fn new(
+        ctx: Rc<ShardCtx>,
+        listener: OwnedFd,
+        peers: Vec<(usize, ConnectedReceiver<Envelope>)>,
+    ) -> io::Result<Rc<Net>> {
+        let ring = build_ring(RING_ENTRIES)?;
         let bufs = BufRing::register(&ring, BUFFER_GROUP, RECV_BUFFERS, RECV_BUFFER_BYTES)?;
-        // A blocking eventfd: glommio's read of it must wait in the kernel, not fail.
-        // SAFETY: eventfd has no memory preconditions; the result is checked.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: raw is a fresh fd we own.
-        let eventfd = unsafe { OwnedFd::from_raw_fd(raw) };
-        ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
-        ring.completion().disable_eventfd();
-        // SAFETY: dup of a live fd; the BufferedFile owns and closes the duplicate.
-        let dup = unsafe { libc::dup(eventfd.as_raw_fd()) };
-        if dup < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: dup is a fresh fd owned by nobody else.
-        let eventfd_file = Rc::new(unsafe { BufferedFile::from_raw_fd(dup) });
+        // The kernel refuses a table larger than the open-file limit.
+        let slots = REGISTERED_FILES.min(open_file_limit());
+        let registered_files = match ring.submitter().register_files_sparse(slots) {
+            Ok(()) => slots,
+            Err(err) => {
+                tracing::warn!("no registered-file table ({err}); sockets are used by fd");
+                0
+            }
+        };
         ctx.globals
             .watchdog
-            .register(eventfd.as_raw_fd(), ctx.beats.clone());
+            .register(ctx.globals.doorbells[ctx.id].fd(), ctx.beats.clone());
+        let peers = peers
+            .into_iter()
+            .map(|(id, receiver)| Peer {
+                id,
+                receiver,
+                taken: 0,
+            })
+            .collect();
         Ok(Rc::new(Net {
             ctx,
             ring: RefCell::new(ring),
@@ -221,13 +259,31 @@ impl Net {
                 free: Vec::new(),
                 next_generation: 1,
             }),
-            notify: Notify::default(),
-            force_enter: Cell::new(false),
-            _eventfd: eventfd,
-            eventfd_file,
-            event_read: RefCell::new(None),
+            registered_files,
+            notified: Cell::new(false),
+            polls: Rc::new(Cell::new(0)),
+            doorbell_count: Box::new(UnsafeCell::new(0)),
+            peers: RefCell::new(peers),
+            overflow_waiting: Cell::new(false),
+            next_cron_ms: Cell::new(0),
             finished: RefCell::new(Vec::new()),
         }))
+    }
+
+    fn doorbell(&self) -> &Doorbell {
+        &self.ctx.globals.doorbells[self.ctx.id]
+    }
+
+    /// Arms the read that a write to the shard's doorbell completes.
+    fn arm_doorbell(&self) {
+        let entry = opcode::Read::new(
+            types::Fd(self.doorbell().fd()),
+            self.doorbell_count.get().cast(),
+            8,
+        )
+        .build()
+        .user_data(user_data(OP_DOORBELL, 0, 0));
+        self.push(entry);
     }
 
     fn push(&self, entry: squeue::Entry) {
@@ -249,9 +305,9 @@ impl Net {
     }
 
     fn arm_recv(&self, index: u32, conn: &mut Conn, group: u16) {
-        let entry = opcode::RecvMulti::new(types::Fd(conn.fd), group)
-            .build()
-            .user_data(user_data(OP_RECV, index, conn.generation));
+        let entry = on_socket!(conn, index, |socket| opcode::RecvMulti::new(socket, group)
+            .build())
+        .user_data(user_data(OP_RECV, index, conn.generation));
         self.push(entry);
         conn.recv_armed = true;
     }
@@ -281,14 +337,21 @@ impl Net {
             });
             vectored.header.msg_iov = vectored.iovecs.as_mut_ptr();
             vectored.header.msg_iovlen = vectored.iovecs.len();
-            opcode::SendMsg::new(types::Fd(conn.fd), &vectored.header)
-                .flags(libc::MSG_NOSIGNAL as u32)
-                .build()
+            on_socket!(conn, index, |socket| opcode::SendMsg::new(
+                socket,
+                &vectored.header
+            )
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build())
         } else {
             let rest = &conn.sending[conn.sent..];
-            opcode::Send::new(types::Fd(conn.fd), rest.as_ptr(), rest.len() as u32)
-                .flags(libc::MSG_NOSIGNAL)
-                .build()
+            on_socket!(conn, index, |socket| opcode::Send::new(
+                socket,
+                rest.as_ptr(),
+                rest.len() as u32
+            )
+            .flags(libc::MSG_NOSIGNAL)
+            .build())
         };
         self.push(entry.user_data(user_data(OP_SEND, index, conn.generation)));
         conn.send_in_flight = true;
@@ -308,7 +371,7 @@ impl Net {
             let submission = ring.submission();
             submission.taskrun() || submission.cq_overflow()
         };
-        if pending > 0 || flagged || self.force_enter.replace(false) {
+        if pending > 0 || flagged {
             let enters = &self.ctx.stats.ring_enters;
             enters.set(enters.get() + 1);
             // SAFETY: a plain io_uring_enter with no argument struct.
@@ -332,18 +395,10 @@ impl Net {
         ready
     }
 
-    fn set_eventfd(&self, enabled: bool) {
-        let mut ring = self.ring.borrow_mut();
-        if enabled {
-            ring.completion().enable_eventfd();
-        } else {
-            ring.completion().disable_eventfd();
-        }
-    }
-
-    /// One turn: submit, reap every completion, run what it enabled. Returns work done.
+    /// One turn: read the mesh, submit, reap every completion, run what it enabled. Returns
+    /// work done.
     fn turn(self: &Rc<Self>) -> usize {
-        let finished = self.collect_finished() + self.collect_pushes();
+        let finished = self.serve_mesh() + self.collect_finished() + self.collect_pushes();
         self.enter();
         let completions: Vec<cqueue::Entry> = {
             let mut ring = self.ring.borrow_mut();
@@ -364,6 +419,15 @@ impl Net {
             OP_RECV => self.on_recv(index, generation, result, flags),
             OP_SEND => self.on_send(index, generation, result),
             OP_CANCEL => {}
+            OP_DOORBELL => {
+                if result < 0 && result != -libc::ECANCELED {
+                    tracing::warn!(
+                        "doorbell read failed: {}",
+                        io::Error::from_raw_os_error(-result)
+                    );
+                }
+                self.arm_doorbell();
+            }
             _ => tracing::warn!("unknown completion {:#x}", completion.user_data()),
         }
     }
@@ -404,6 +468,7 @@ impl Net {
         inner.next_generation = inner.next_generation.wrapping_add(1) & 0x00FF_FFFF;
         let mut conn = Conn {
             fd,
+            registered: false,
             generation,
             session: Session::new(state, ctx.globals.config.proto_max_bulk_len),
             out: Output::default(),
@@ -423,6 +488,7 @@ impl Net {
             }
         };
         conn.session.state.borrow_mut().slot = (index, generation);
+        conn.registered = self.register_socket(index, fd);
         let group = inner.bufs.group();
         self.arm_recv(index, &mut conn, group);
         inner.conns[index as usize] = Some(conn);
@@ -528,10 +594,11 @@ impl Net {
                 conn.busy = true;
                 let net = self.clone();
                 let (state, generation) = (conn.session.state.clone(), conn.generation);
-                glommio::spawn_local(async move {
+                let polls = self.polls.clone();
+                glommio::spawn_local(counted(polls, async move {
                     let out = session::run_batch(net.ctx.clone(), state, batch).await;
                     net.finish_batch(index, generation, out);
-                })
+                }))
                 .detach();
             }
         }
@@ -552,7 +619,55 @@ impl Net {
     /// task may run while the driver holds it (glommio can run a woken task right away).
     fn finish_batch(&self, index: u32, generation: u32, out: Output) {
         self.finished.borrow_mut().push((index, generation, out));
-        self.notify.notify();
+        self.notified.set(true);
+    }
+
+    /// Serves the envelopes peers have sent (those their posts on our doorbell count), and
+    /// moves on what waits for room in peers' channels. Returns envelopes served.
+    fn serve_mesh(&self) -> usize {
+        let Some(mesh) = self.ctx.mesh.as_ref() else {
+            return 0;
+        };
+        let mut served = 0;
+        let count = self.peers.borrow().len();
+        for slot in 0..count {
+            loop {
+                let (peer, envelope) = {
+                    let mut peers = self.peers.borrow_mut();
+                    let peer = &mut peers[slot];
+                    let posted = self.doorbell().posted(peer.id);
+                    if peer.taken >= posted {
+                        break;
+                    }
+                    let mut cx = Context::from_waker(Waker::noop());
+                    match peer.receiver.poll_next(&mut cx) {
+                        Poll::Ready(Some(envelope)) => {
+                            peer.taken += 1;
+                            (peer.id, envelope)
+                        }
+                        // Posted means in the channel; a channel that has none has closed
+                        // (shutdown): nothing more will come.
+                        _ => {
+                            peer.taken = posted;
+                            break;
+                        }
+                    }
+                };
+                self.ctx.serve_envelope(peer, envelope);
+                served += 1;
+            }
+        }
+        self.overflow_waiting.set(mesh.retry_overflow());
+        served
+    }
+
+    /// A peer has sent an envelope this driver has not read.
+    fn mesh_waiting(&self) -> bool {
+        let bell = self.doorbell();
+        self.peers
+            .borrow()
+            .iter()
+            .any(|peer| peer.taken < bell.posted(peer.id))
     }
 
     /// Hands finished batches' replies to their connections and pumps what arrived since.
@@ -663,9 +778,33 @@ impl Net {
         let conn = inner.conns[index as usize].take().expect("live");
         self.ctx.connection_closed(&conn.session.state.borrow());
         self.ctx.globals.release_client();
+        if conn.registered {
+            // The table holds a reference to the socket: drop it, or close would not close.
+            self.register_socket(index, -1);
+        }
         // SAFETY: closing our own fd; no operation on it is in flight any more.
         unsafe { libc::close(conn.fd) };
         inner.free.push(index);
+    }
+
+    /// Puts `fd` (or -1: nothing) into the registered-file table at `index`; false if it
+    /// has no such slot.
+    fn register_socket(&self, index: u32, fd: RawFd) -> bool {
+        if index >= self.registered_files {
+            return false;
+        }
+        match self
+            .ring
+            .borrow()
+            .submitter()
+            .register_files_update(index, &[fd])
+        {
+            Ok(_) => true,
+            Err(err) => {
+                tracing::warn!("cannot register a socket with the ring: {err}");
+                false
+            }
+        }
     }
 
     /// Gives the shard's other tasks their turn. Cross-shard batch tasks share this loop's
@@ -681,58 +820,52 @@ impl Net {
         }
     }
 
-    /// Spins up to `limit` for deferred completions or a notification; true if work came.
-    fn spin_for_work(&self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        loop {
-            if self.ring.borrow_mut().submission().taskrun() || self.notify.flag.get() {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::hint::spin_loop();
+    /// Every `CRON_PERIOD`: beat for the watchdog (the cron's chores run every turn).
+    /// `now_ms` is the turn's clock, read once by `tick`.
+    fn cron_if_due(&self, now_ms: u64) {
+        if now_ms < self.next_cron_ms.get() {
+            return;
         }
+        self.next_cron_ms
+            .set(now_ms + CRON_PERIOD.as_millis() as u64);
+        self.ctx.beats.cron.store(now_ms, Ordering::Relaxed);
     }
 
-    /// Waits until the ring has completions or another task notifies.
-    async fn park(&self) {
-        std::future::poll_fn(|cx| {
-            let signalled = self.poll_event_read(cx);
-            if self.notify.flag.replace(false) || signalled {
-                return Poll::Ready(());
-            }
-            self.notify.waker.set(Some(cx.waker().clone()));
-            Poll::Pending
-        })
-        .await
-    }
-
-    /// Polls the read of the ring's eventfd; true if it completed (the ring has work, or the
-    /// watchdog says this shard stalled). A completed read is replaced at once, so one is
-    /// always in flight on glommio's ring: a write to the eventfd then always completes an
-    /// I/O there and wakes the executor, even one that went to sleep while this loop was
-    /// runnable and not parked (seen under CPU contention: the executor asleep, its timers
-    /// silent, the loop suspended in a yield; docs/ARCHITECTURE.md).
-    fn poll_event_read(&self, cx: &mut std::task::Context<'_>) -> bool {
-        let mut slot = self.event_read.borrow_mut();
-        let mut signalled = false;
-        // Two rounds at most: the second read only arms (it completes at once only if the
-        // eventfd was written again in between, and then the next park sees it).
-        for _ in 0..2 {
-            let read = slot.get_or_insert_with(|| {
-                let file = self.eventfd_file.clone();
-                Box::pin(async move { file.read_at(0, 8).await })
-            });
-            if read.as_mut().poll(cx).is_pending() {
-                break;
-            }
-            *slot = None;
-            signalled = true;
-            // Enter with GETEVENTS whatever the TASKRUN flag shows.
-            self.force_enter.set(true);
+    /// Sleeps in the ring, submitting what is queued, until a completion (the doorbell's
+    /// read among them) or the next cron tick; returns at once if a peer has sent
+    /// something (announced first, then checked: see `doorbell.rs`).
+    fn sleep(&self) {
+        let bell = self.doorbell();
+        bell.announce_sleep();
+        if self.mesh_waiting() || self.ctx.globals.shutting_down() {
+            bell.awake();
+            return;
         }
-        signalled
+        // For the watchdog: asleep where a completion or the doorbell wakes it.
+        self.ctx.beats.turn.store(0, Ordering::Relaxed);
+        let stats = &self.ctx.stats;
+        stats.ring_sleeps.set(stats.ring_sleeps.get() + 1);
+        stats.ring_enters.set(stats.ring_enters.get() + 1);
+        let now_ms = self.ctx.shard.borrow().now_ms();
+        let until_cron = self.next_cron_ms.get().saturating_sub(now_ms);
+        // Capped: a wall clock set back must not stretch the sleep.
+        let mut timeout = Duration::from_millis(until_cron).min(CRON_PERIOD);
+        if self.overflow_waiting.get() {
+            timeout = timeout.min(OVERFLOW_RETRY);
+        }
+        let timespec = types::Timespec::from(timeout);
+        let args = types::SubmitArgs::new().timespec(&timespec);
+        let result = self
+            .ring
+            .borrow_mut()
+            .submitter()
+            .submit_with_args(1, &args);
+        if let Err(err) = result {
+            if ![libc::ETIME, libc::EINTR, libc::EBUSY].contains(&err.raw_os_error().unwrap_or(0)) {
+                tracing::error!("io_uring_enter (wait) failed: {err}");
+            }
+        }
+        bell.awake();
     }
 
     /// The shard's network loop; returns once shutdown has drained the clients.
@@ -740,19 +873,15 @@ impl Net {
         // Spawned from here, the mesh flusher shares this loop's task queue and so runs
         // behind the connection tasks whose cross-shard commands it sends.
         if let Some(mesh) = &self.ctx.mesh {
-            glommio::spawn_local(mesh.clone().run_flusher()).detach();
+            glommio::spawn_local(counted(self.polls.clone(), mesh.clone().run_flusher())).detach();
         }
         self.arm_accept(&mut self.inner.borrow_mut());
+        self.arm_doorbell();
         let net = self.clone();
-        *self.ctx.push_hook.borrow_mut() = Some(Box::new(move || net.notify.notify()));
+        *self.ctx.push_hook.borrow_mut() = Some(Box::new(move || net.notified.set(true)));
         // For the watchdog: this task's waker, which it may wake from its own thread.
         let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
         *self.ctx.beats.loop_waker.lock().expect("waker") = Some(waker);
-        let roused = self.clone();
-        *self.ctx.rouse_hook.borrow_mut() = Some(Box::new(move || {
-            roused.force_enter.set(true);
-            roused.notify.notify();
-        }));
         loop {
             if self.ctx.globals.shutting_down() {
                 self.drain().await;
@@ -762,41 +891,22 @@ impl Net {
             // For the watchdog: this loop turned now (a loop that has work and does not
             // turn is roused; see `watchdog`).
             let now = self.ctx.shard.borrow().now_ms();
-            self.ctx
-                .beats
-                .turn
-                .store(now, std::sync::atomic::Ordering::Relaxed);
-            if self.turn() > 0 || self.notify.flag.replace(false) {
+            self.ctx.beats.turn.store(now, Ordering::Relaxed);
+            self.cron_if_due(now);
+            if self.turn() > 0 || self.notified.replace(false) {
                 self.let_others_run().await;
                 continue;
             }
-            // Dry. Work often arrives within microseconds under load: watch the ring's
-            // TASKRUN flag (shared memory, no syscall) for a moment before paying for a park.
-            if !self.ctx.globals.cpus_shared && self.spin_for_work(IDLE_SPIN) {
-                self.let_others_run().await;
+            // Dry. Sleep only if no other task of the shard is runnable: every one of them
+            // lives in this task queue, which glommio runs first in, first out, so after one
+            // yield every task woken before it has run; if none ran, none is runnable, and
+            // only this ring (or the doorbell) can make one so.
+            let polls = self.polls.get();
+            futures_lite::future::yield_now().await;
+            if self.polls.get() != polls || self.notified.get() {
                 continue;
             }
-            // Still dry: re-enable the eventfd, look once more, then park. The kernel sets
-            // TASKRUN and then reads EVENTFD_DISABLED; we clear EVENTFD_DISABLED and then
-            // read TASKRUN. The fence keeps our read after our write, so at least one side
-            // sees the other (else work could land unflagged-to-us and unsignalled).
-            self.set_eventfd(true);
-            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-            if self.turn() > 0 {
-                self.set_eventfd(false);
-                continue;
-            }
-            self.ctx
-                .stats
-                .ring_parks
-                .set(self.ctx.stats.ring_parks.get() + 1);
-            // Parked, a completion (or the watchdog's eventfd write) wakes it.
-            self.ctx
-                .beats
-                .turn
-                .store(0, std::sync::atomic::Ordering::Relaxed);
-            self.park().await;
-            self.set_eventfd(false);
+            self.sleep();
         }
     }
 
@@ -828,6 +938,19 @@ impl Net {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
     }
+}
+
+/// The soft limit on open files, capped to a u32.
+fn open_file_limit() -> u32 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 0;
+    }
+    limit.rlim_cur.min(u64::from(u32::MAX)) as u32
 }
 
 fn live_conn(conns: &mut [Option<Conn>], index: u32, generation: u32) -> Option<&mut Conn> {

@@ -48,9 +48,6 @@ pub struct ShardCore {
     pub push_ready: RefCell<Vec<u64>>,
     /// Wakes the transport when a push arrives (set by the io_uring driver).
     pub push_hook: RefCell<Option<Box<dyn Fn()>>>,
-    /// Rouses the transport and makes it enter its ring with GETEVENTS whatever its flags
-    /// say (set by the io_uring driver; called by the cron).
-    pub rouse_hook: RefCell<Option<Box<dyn Fn()>>>,
     /// Pushes that met their connection busy, settled by the transport.
     deferred_pushes: RefCell<Vec<(u64, Frame)>>,
 }
@@ -80,7 +77,6 @@ impl ShardCore {
             tokens_issued: Cell::new(0),
             push_ready: RefCell::new(Vec::new()),
             push_hook: RefCell::new(None),
-            rouse_hook: RefCell::new(None),
             deferred_pushes: RefCell::new(Vec::new()),
         }
     }

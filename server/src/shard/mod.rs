@@ -49,6 +49,9 @@ pub trait ConnectionHooks {
     fn connection_closed(&self, _core: &ShardCore, _state: &ConnState) {}
 }
 
+/// How often an idle shard wakes to expire keys, refresh its clock and time out waits.
+pub const CRON_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub struct ShardCtx {
     pub core: ShardCore,
     pub lists: ListWaiters,
@@ -285,13 +288,13 @@ impl ShardCtx {
         }
     }
 
-    /// The receiver loop for messages from one peer shard.
+    /// The receiver loop for messages from one peer shard, on the glommio fallback (the
+    /// io_uring loop reads its channels itself: `net::uring`).
     pub async fn serve_peer(
         self: Rc<Self>,
         peer: usize,
         receiver: glommio::channels::shared_channel::ConnectedReceiver<crate::mesh::Envelope>,
     ) {
-        use crate::mesh::Message;
         loop {
             // The task's waker is kept where the cron finds it: every 100 ms it wakes the
             // receivers, so an envelope whose wake-up went astray (two executors sharing a
@@ -308,24 +311,31 @@ impl ShardCtx {
             let Some(envelope) = envelope else {
                 break;
             };
-            let mesh = self.mesh.as_ref().expect("mesh");
-            for message in envelope {
-                match message {
-                    Message::Request {
-                        from,
-                        id,
-                        token,
-                        request,
-                    } => self.handle_request(from, id, token, request),
-                    Message::Response { id, response } => mesh.complete(id, response),
-                }
-            }
-            // Work that arrived may unblock parked fetches; then the replies to a whole
-            // envelope leave together, now.
-            self.tick();
-            mesh.flush_to(peer);
+            self.serve_envelope(peer, envelope);
         }
         tracing::debug!(shard = self.id, peer, "peer channel closed");
+    }
+
+    /// Serves one envelope from `peer`: its requests run here, its responses complete
+    /// this shard's pending requests.
+    pub fn serve_envelope(&self, peer: usize, envelope: crate::mesh::Envelope) {
+        use crate::mesh::Message;
+        let mesh = self.mesh.as_ref().expect("mesh");
+        for message in envelope {
+            match message {
+                Message::Request {
+                    from,
+                    id,
+                    token,
+                    request,
+                } => self.handle_request(from, id, token, request),
+                Message::Response { id, response } => mesh.complete(id, response),
+            }
+        }
+        // Work that arrived may unblock parked fetches; then the replies to a whole
+        // envelope leave together, now.
+        self.tick();
+        mesh.flush_to(peer);
     }
 
     // ---- reports ----
@@ -340,7 +350,7 @@ impl ShardCtx {
             net_input_bytes: self.stats.net_input_bytes.get(),
             net_output_bytes: self.stats.net_output_bytes.get(),
             ring_enters: self.stats.ring_enters.get(),
-            ring_parks: self.stats.ring_parks.get(),
+            ring_sleeps: self.stats.ring_sleeps.get(),
             mesh_envelopes: self.mesh.as_ref().map_or(0, |m| m.envelopes_sent.get()),
             mesh_messages: self.mesh.as_ref().map_or(0, |m| m.messages_sent.get()),
             tasks: shard.tasks.totals(),
