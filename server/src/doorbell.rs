@@ -18,11 +18,16 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+#[repr(align(64))]
+#[derive(Default)]
+struct Padded(AtomicU64);
+
 pub struct Doorbell {
     fd: OwnedFd,
     sleeping: AtomicBool,
-    /// Envelopes each peer has put into this shard's channel from it (indexed by the sender).
-    posted: Box<[AtomicU64]>,
+    /// Envelopes each peer has put into this shard's channel (indexed by the sender), one
+    /// cache line each so that senders do not contend.
+    posted: Box<[Padded]>,
     /// Writes to the eventfd so far (INFO: doorbell_rings).
     pub rings: AtomicU64,
 }
@@ -39,9 +44,16 @@ impl Doorbell {
             // SAFETY: raw is a fresh fd nobody else owns.
             fd: unsafe { OwnedFd::from_raw_fd(raw) },
             sleeping: AtomicBool::new(false),
-            posted: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
+            posted: (0..shard_count).map(|_| Padded::default()).collect(),
             rings: AtomicU64::new(0),
         })
+    }
+
+    /// One doorbell per shard.
+    pub fn for_shards(shard_count: usize) -> io::Result<std::sync::Arc<[Doorbell]>> {
+        (0..shard_count)
+            .map(|_| Doorbell::new(shard_count))
+            .collect()
     }
 
     pub fn fd(&self) -> RawFd {
@@ -51,15 +63,16 @@ impl Doorbell {
     /// A peer put an envelope into this shard's channel: count it, and ring if the shard
     /// sleeps (the first sender to find it asleep rings; the rest need not).
     pub fn post(&self, from: usize) {
-        self.posted[from].fetch_add(1, Ordering::SeqCst);
-        if self.sleeping.swap(false, Ordering::SeqCst) {
+        self.posted[from].0.fetch_add(1, Ordering::SeqCst);
+        // A read first: a shard that is awake costs its senders no write to this line.
+        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
             self.ring();
         }
     }
 
     /// Envelopes from `from` so far.
     pub fn posted(&self, from: usize) -> u64 {
-        self.posted[from].load(Ordering::SeqCst)
+        self.posted[from].0.load(Ordering::SeqCst)
     }
 
     /// Wakes the shard whatever it is doing.

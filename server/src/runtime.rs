@@ -106,9 +106,7 @@ pub fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
     let mut config = config;
     config.io = io;
-    let doorbells = (0..shard_count)
-        .map(|_| crate::doorbell::Doorbell::new(shard_count))
-        .collect::<std::io::Result<Arc<[_]>>>()
+    let doorbells = crate::doorbell::Doorbell::for_shards(shard_count)
         .map_err(|e| format!("cannot create the shards' doorbells: {e}"))?;
     let globals = Arc::new(Globals::new(config.clone(), shard_count, doorbells));
     globals

@@ -66,6 +66,38 @@ fn strings_and_keys_across_shards() {
     });
 }
 
+/// An idle shard sleeps in its own ring; a peer's request must wake it through its doorbell
+/// at once, not at its next cron tick (up to 100 ms later). 200 cross-shard MGETs, each sent
+/// after a pause that lets both shards fall asleep: about 1 ms each here, 50 ms on average
+/// without the doorbell.
+#[test]
+fn an_idle_shard_is_woken_by_its_peer_at_once() {
+    let server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    let (a, b) = (key_on("idle-a", 0), key_on("idle-b", 1));
+    c.cmd_args(&[b"MSET", a.as_bytes(), b"1", b.as_bytes(), b"2"]);
+    let rings_before = info_field(&mut c, "stats", "net_doorbell_rings");
+    let mut waited = std::time::Duration::ZERO;
+    for _ in 0..200 {
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let started = std::time::Instant::now();
+        let reply = c.cmd_args(&[b"MGET", a.as_bytes(), b.as_bytes()]);
+        waited += started.elapsed();
+        assert_eq!(reply, array(vec![bulk("1"), bulk("2")]));
+    }
+    let rings = info_field(&mut c, "stats", "net_doorbell_rings") - rings_before;
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "200 cross-shard round trips to idle shards took {waited:?}"
+    );
+    // Each MGET finds the other shard asleep, and its reply finds this one asleep: both
+    // ring. Some may find a shard still awake; most must ring.
+    assert!(
+        rings >= 100,
+        "only {rings} doorbell rings for 200 cross-shard requests"
+    );
+}
+
 #[test]
 fn scan_visits_every_key_once_per_shard_walk() {
     each_server(|server| {

@@ -811,7 +811,8 @@ impl Net {
     /// task queue (glommio spawns into the running queue), and `yield_if_needed` only
     /// yields to *other* queues, so with several shards the loop yields within its queue
     /// after every busy turn; otherwise a ring that never goes dry starves those tasks
-    /// (docs/perf-notes.md). With one shard there are no such tasks.
+    /// (docs/perf-notes.md). With one shard the only such tasks are blocked commands and
+    /// scripts, which run when the ring goes dry or at glommio's preemption tick (1 ms).
     async fn let_others_run(&self) {
         if self.ctx.shard_count > 1 {
             futures_lite::future::yield_now().await;
