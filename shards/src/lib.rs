@@ -14,6 +14,7 @@ pub mod evict;
 pub mod glob;
 pub mod hashes;
 pub mod hashing;
+pub mod journal;
 pub mod key;
 pub mod keys;
 pub mod keyspace;
