@@ -176,6 +176,29 @@ mod tests {
             }
         }
 
+        /// Any bytes at all: what the reader returns as records is exactly what lies in the
+        /// file up to where it stopped (the fuzz target `journal_reader` checks the same with
+        /// coverage guidance), valid records with noise after them included.
+        #[test]
+        fn records_read_from_any_bytes_are_the_file_up_to_the_stop(
+            payloads in payloads(),
+            noise in prop::collection::vec(any::<u8>(), 0..64),
+        ) {
+            for file in [noise.clone(), [file_of(&payloads).0, noise].concat()] {
+                let (records, end) = read_all(&file);
+                let stop = match end {
+                    Next::End => file.len(),
+                    Next::TornTail { at } | Next::Corrupt { at, .. } => at,
+                    Next::Record { .. } => unreachable!(),
+                };
+                let mut again = Vec::new();
+                for record in &records {
+                    append(&mut again, record);
+                }
+                prop_assert_eq!(&again[..], &file[..stop]);
+            }
+        }
+
         /// A flipped byte in any record but the last is reported as corruption at that
         /// record, and every record before it reads back intact.
         #[test]
