@@ -124,6 +124,7 @@ impl Globals {
         for bell in self.doorbells.iter() {
             bell.ring();
         }
+        self.watchdog.wake_loops();
     }
 
     /// Tries to count one more client; false when `maxclients` is reached.

@@ -242,6 +242,7 @@ async fn shard_main(
         (0, None, None)
     };
     let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
+    let beats = ctx.beats.clone();
     let listener = listeners.lock().expect("listeners")[id]
         .take()
         .expect("one listener per shard");
@@ -275,5 +276,8 @@ async fn shard_main(
             net::fallback::run(ctx, listener).await
         }
     }
+    beats
+        .exited
+        .store(true, std::sync::atomic::Ordering::Release);
     Ok(())
 }

@@ -43,6 +43,8 @@ pub struct Beats {
     /// one wake-up that always reaches an executor asleep with work, however often it
     /// falls asleep that way again (the doorbell's read is on the loop's own ring).
     pub loop_waker: Mutex<Option<std::task::Waker>>,
+    /// The shard's executor has finished (after shutdown): nothing left to rouse.
+    pub exited: std::sync::atomic::AtomicBool,
 }
 
 impl Beats {
@@ -53,6 +55,7 @@ impl Beats {
             cron: AtomicU64::new(now_ms),
             turn: AtomicU64::new(0),
             loop_waker: Mutex::new(None),
+            exited: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -92,10 +95,33 @@ impl Watchdog {
         });
     }
 
+    /// Wakes every shard's network loop through glommio's cross-thread path (shutdown):
+    /// that reaches a shard whose executor went to sleep with the loop runnable, which the
+    /// doorbell on the loop's own ring cannot.
+    pub fn wake_loops(&self) {
+        for shard in self.shards.lock().expect("watchdog").iter() {
+            if let Some(waker) = shard.beats.loop_waker.lock().expect("waker").as_ref() {
+                waker.wake_by_ref();
+            }
+        }
+    }
+
+    /// Every registered shard's executor has finished.
+    pub fn all_exited(&self) -> bool {
+        self.shards
+            .lock()
+            .expect("watchdog")
+            .iter()
+            .all(|shard| shard.beats.exited.load(Ordering::Acquire))
+    }
+
     /// One round: rouses each stalled shard; returns why, for each.
     pub fn round(&self, now_ms: u64) -> Vec<Rouse> {
         let mut roused = Vec::new();
         for (index, shard) in self.shards.lock().expect("watchdog").iter().enumerate() {
+            if shard.beats.exited.load(Ordering::Acquire) {
+                continue;
+            }
             let turn = shard.beats.turn.load(Ordering::Relaxed);
             let cron = shard.beats.cron.load(Ordering::Relaxed);
             let loop_stalled = turn != 0 && now_ms.saturating_sub(turn) > LOOP_STALL_MS;
@@ -132,7 +158,9 @@ impl Watchdog {
     }
 }
 
-/// Runs the watchdog until `stopping` says so.
+/// Runs the watchdog until `stopping` says so and every shard has exited: a shard still
+/// draining or on its way out after shutdown can meet glommio's lost wake-up like any other
+/// (its loop finished, the executor asleep before running the task that ends the shard).
 pub fn spawn(
     watchdog: Arc<Watchdog>,
     stopping: impl Fn() -> bool + Send + 'static,
@@ -141,7 +169,7 @@ pub fn spawn(
         .name("wetask-watchdog".into())
         .spawn(move || {
             let mut last_warned: Vec<u64> = Vec::new();
-            while !stopping() {
+            while !(stopping() && watchdog.all_exited()) {
                 std::thread::sleep(PERIOD);
                 let now = crate::clock::unix_ms();
                 for rouse in watchdog.round(now) {
