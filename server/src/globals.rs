@@ -19,8 +19,7 @@ pub struct Globals {
     pub rejected_connections: AtomicU64,
     next_client_id: AtomicU64,
     shutdown: AtomicBool,
-    /// Each shard's wake-up eventfd and beats: shutdown wakes them, the watchdog rouses a
-    /// shard that has work but sleeps.
+    /// Each shard's beats: the watchdog rouses a shard that has work but sleeps.
     pub watchdog: Arc<crate::watchdog::Watchdog>,
     /// Per shard: how other threads wake its network loop when it sleeps in its ring.
     pub doorbells: Arc<[crate::doorbell::Doorbell]>,
@@ -62,6 +61,7 @@ impl Globals {
         doorbells: Arc<[crate::doorbell::Doorbell]>,
     ) -> Self {
         Globals {
+            watchdog: Arc::new(crate::watchdog::Watchdog::new(doorbells.clone())),
             doorbells,
             requirepass: Mutex::new(config.requirepass.clone()),
             maxclients: AtomicUsize::new(config.maxclients),
@@ -91,7 +91,6 @@ impl Globals {
             rejected_connections: AtomicU64::new(0),
             next_client_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
-            watchdog: Arc::default(),
             started: Instant::now(),
             port: std::sync::atomic::AtomicU16::new(config.port),
             config,

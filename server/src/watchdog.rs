@@ -10,19 +10,20 @@
 //! (docs/ARCHITECTURE.md, "Lost wake-ups"). Test servers were seen asleep for 10 s that way.
 //!
 //! Each shard publishes two beats: its network loop's last turn (0 while it sleeps in its
-//! ring, where a completion or its doorbell will wake it) and its cron's last tick. Every 10 ms the
-//! watchdog rouses a shard whose loop is not parked, has not turned for [`LOOP_STALL_MS`]
+//! ring, where a completion or its doorbell will wake it) and its cron's last tick. Every
+//! 10 ms the watchdog rouses a shard whose loop is not parked, has not turned for [`LOOP_STALL_MS`]
 //! and whose thread is asleep (a running one is busy with a long turn: left alone), or
 //! whose cron has not ticked for [`CRON_STALL_MS`]: it wakes the
 //! loop's task from this thread (glommio's cross-thread wake-up, which always reaches a
-//! sleeping executor) and rings the shard's doorbell (which ends a sleep in its ring). A long script shows as a silent cron; rousing
-//! it is harmless. It costs a thread waking 100 times a second, one atomic store per turn,
+//! sleeping executor) and rings the shard's doorbell (which ends a sleep in its ring). A
+//! long script shows as a silent cron; rousing it is harmless. It costs a thread waking 100 times a second, one atomic store per turn,
 //! and a read of the thread's state in /proc while a turn is overdue.
 
-use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::doorbell::Doorbell;
 
 /// How often the watchdog looks.
 pub const PERIOD: Duration = Duration::from_millis(10);
@@ -61,7 +62,7 @@ impl Beats {
 }
 
 struct Watched {
-    wake_fd: RawFd,
+    shard: usize,
     beats: Arc<Beats>,
     tid: libc::pid_t,
 }
@@ -75,24 +76,31 @@ pub struct Rouse {
     pub thread: String,
 }
 
-/// Every shard's wake-up eventfd and beats.
-#[derive(Default)]
+/// Every shard's doorbell and beats.
 pub struct Watchdog {
+    doorbells: Arc<[Doorbell]>,
     shards: Mutex<Vec<Watched>>,
     /// Rouses so far (INFO: watchdog_rouses).
     pub rouses: AtomicU64,
 }
 
 impl Watchdog {
-    /// Registers a shard's wake-up eventfd and beats; called on the shard's own thread.
-    pub fn register(&self, wake_fd: RawFd, beats: Arc<Beats>) {
+    pub fn new(doorbells: Arc<[Doorbell]>) -> Self {
+        Watchdog {
+            doorbells,
+            shards: Mutex::new(Vec::new()),
+            rouses: AtomicU64::new(0),
+        }
+    }
+
+    /// Registers shard `shard`'s beats; called on the shard's own thread.
+    pub fn register(&self, shard: usize, beats: Arc<Beats>) {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
-        self.shards.lock().expect("watchdog").push(Watched {
-            wake_fd,
-            beats,
-            tid,
-        });
+        self.shards
+            .lock()
+            .expect("watchdog")
+            .push(Watched { shard, beats, tid });
     }
 
     /// Wakes every shard's network loop through glommio's cross-thread path (shutdown):
@@ -118,7 +126,7 @@ impl Watchdog {
     /// One round: rouses each stalled shard; returns why, for each.
     pub fn round(&self, now_ms: u64) -> Vec<Rouse> {
         let mut roused = Vec::new();
-        for (index, shard) in self.shards.lock().expect("watchdog").iter().enumerate() {
+        for shard in self.shards.lock().expect("watchdog").iter() {
             if shard.beats.exited.load(Ordering::Acquire) {
                 continue;
             }
@@ -141,13 +149,13 @@ impl Watchdog {
                 None
             };
             if let Some((what, stalled_ms)) = stall {
-                wake(shard.wake_fd);
+                self.doorbells[shard.shard].ring();
                 if let Some(waker) = shard.beats.loop_waker.lock().expect("waker").as_ref() {
                     waker.wake_by_ref();
                 }
                 self.rouses.fetch_add(1, Ordering::Relaxed);
                 roused.push(Rouse {
-                    shard: index,
+                    shard: shard.shard,
                     what,
                     stalled_ms,
                     thread,
@@ -210,11 +218,4 @@ fn thread_state(tid: libc::pid_t) -> String {
         .unwrap_or_else(|| "?".into());
     let wchan = read("wchan").unwrap_or_default();
     format!("{state} {wchan}").trim().to_string()
-}
-
-fn wake(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writing 8 bytes from a live u64 to an eventfd the shard keeps open until the
-    // process exits.
-    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }

@@ -174,24 +174,33 @@ impl Mesh {
             .set(self.messages_sent.get() + envelope.len() as u64);
         let mut queue = self.overflow[to].borrow_mut();
         if queue.is_empty() && !self.overflow_sending[to].get() {
-            match self.senders.try_send_to(to, envelope) {
-                Ok(()) => {
-                    self.posted(to);
-                    return;
-                }
-                Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(
-                    envelope,
-                ))) => queue.push_back(envelope),
-                Err(err) => {
-                    tracing::error!("mesh send to shard {to} failed: {err}");
-                    return;
-                }
+            match self.try_deliver(to, envelope) {
+                None => return,
+                Some(envelope) => queue.push_back(envelope),
             }
         } else {
             queue.push_back(envelope);
         }
         if let Some(waker) = self.overflow_waker[to].take() {
             waker.wake();
+        }
+    }
+
+    /// Puts `envelope` into `to`'s channel and posts it; gives it back if the channel is full
+    /// (a closed channel is logged and the envelope dropped: the peer is gone).
+    fn try_deliver(&self, to: usize, envelope: Envelope) -> Option<Envelope> {
+        match self.senders.try_send_to(to, envelope) {
+            Ok(()) => {
+                self.posted(to);
+                None
+            }
+            Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(envelope))) => {
+                Some(envelope)
+            }
+            Err(err) => {
+                tracing::error!("mesh send to shard {to} failed: {err}");
+                None
+            }
         }
     }
 
@@ -210,16 +219,10 @@ impl Mesh {
         for to in 0..self.overflow.len() {
             let mut queue = self.overflow[to].borrow_mut();
             while let Some(envelope) = queue.pop_front() {
-                match self.senders.try_send_to(to, envelope) {
-                    Ok(()) => self.posted(to),
-                    Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(
-                        envelope,
-                    ))) => {
-                        queue.push_front(envelope);
-                        waiting = true;
-                        break;
-                    }
-                    Err(err) => tracing::error!("mesh send to shard {to} failed: {err}"),
+                if let Some(envelope) = self.try_deliver(to, envelope) {
+                    queue.push_front(envelope);
+                    waiting = true;
+                    break;
                 }
             }
         }

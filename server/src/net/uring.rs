@@ -237,9 +237,7 @@ impl Net {
                 0
             }
         };
-        ctx.globals
-            .watchdog
-            .register(ctx.globals.doorbells[ctx.id].fd(), ctx.beats.clone());
+        ctx.globals.watchdog.register(ctx.id, ctx.beats.clone());
         let peers = peers
             .into_iter()
             .map(|(id, receiver)| Peer {
