@@ -64,6 +64,7 @@ impl Shard {
             }
             BlockOp::XReadGroup(read) => {
                 let entries = self.stream_read_group(db, key, read)?;
+                self.log_blocked(db, client, key, op, target);
                 Some(keyed(key, entries))
             }
             _ => {
@@ -74,8 +75,13 @@ impl Shard {
                 for written in written {
                     self.touch_key(db, written);
                 }
-                self.with_ctx(db, client, "blocked pop", |ctx| pop(ctx, key, op, target))
-                    .unwrap_or(None)
+                let popped = self
+                    .with_ctx(db, client, "blocked pop", |ctx| pop(ctx, key, op, target))
+                    .unwrap_or(None);
+                if popped.is_some() {
+                    self.log_blocked(db, client, key, op, target);
+                }
+                popped
             }
         }
     }

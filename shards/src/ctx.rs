@@ -26,6 +26,10 @@ pub struct Ctx<'a> {
     pub client: u64,
     /// Keys with blocked clients; a command that adds to a list signals its key here.
     pub blocked: &'a mut Blocked,
+    /// What the journal logs instead of the command, when its effect does not follow from
+    /// the state and the clock (SPOP's draw: the SREM of what it took). `Some(empty)`: log
+    /// nothing.
+    pub rewrite: Option<Vec<bytes::Bytes>>,
 }
 
 impl Ctx<'_> {

@@ -9,6 +9,7 @@ pub mod blocking;
 pub mod compat;
 pub mod contain;
 pub mod ctx;
+mod durable;
 pub mod errors;
 pub mod evict;
 pub mod glob;
@@ -45,5 +46,7 @@ pub use table::{lookup, CommandSpec, Merge, Route, COMMANDS};
 
 #[cfg(test)]
 mod collection_tests;
+#[cfg(test)]
+mod durable_tests;
 #[cfg(test)]
 mod tests;

@@ -91,21 +91,35 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Some(_) => return Frame::static_error(MUST_BE_POSITIVE),
     };
     let now = ctx.now_ms;
+    let mut popped: Vec<Bytes> = Vec::new();
     let reply = match count {
         None => read(ctx, &args[1], Frame::Null, |set| {
             let i = random_index(set.len());
-            Frame::Bulk(set.swap_remove_index(i).expect("non-empty"))
+            let member = set.swap_remove_index(i).expect("non-empty");
+            popped.push(member.clone());
+            Frame::Bulk(member)
         }),
         Some(count) => read(ctx, &args[1], Frame::Set(Vec::new()), |set| {
             let mut out = Vec::with_capacity(count.min(set.len()));
             while out.len() < count && !set.is_empty() {
                 let i = random_index(set.len());
-                out.push(Frame::Bulk(set.swap_remove_index(i).expect("in range")));
+                let member = set.swap_remove_index(i).expect("in range");
+                popped.push(member.clone());
+                out.push(Frame::Bulk(member));
             }
             Frame::Set(out)
         }),
     };
     typed::drop_if_empty::<Set>(ctx.db(), &args[1], now);
+    // The journal logs what was taken, not the draw: SREM of the members in the order they
+    // were removed (SREM swaps the same way, so the positions left match).
+    let mut rewrite = Vec::with_capacity(popped.len() + 2);
+    if !popped.is_empty() {
+        rewrite.push(Bytes::from_static(b"srem"));
+        rewrite.push(args[1].clone());
+        rewrite.extend(popped);
+    }
+    ctx.rewrite = Some(rewrite);
     reply
 }
 

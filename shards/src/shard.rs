@@ -38,6 +38,13 @@ pub struct Shard {
     memory_over: Option<fn() -> bool>,
     /// Keys sampled per eviction (`maxmemory-samples`).
     eviction_samples: usize,
+    /// The operations of this loop turn, encoded for the journal; `None` when nothing is
+    /// journaled (`appendonly no`, and while a journal is replayed). See `durable`.
+    pub(crate) journal: Option<Vec<u8>>,
+    /// Other shards' keys held here for a cross-shard operation (borrowed): a command that
+    /// touches one is logged as its effect on this shard's own keys (the owner logs its key
+    /// when it gets it back).
+    pub(crate) borrowed: std::collections::HashSet<(usize, Bytes)>,
 }
 
 impl Shard {
@@ -55,6 +62,8 @@ impl Shard {
             evicted_keys: 0,
             memory_over: None,
             eviction_samples: 5,
+            journal: None,
+            borrowed: std::collections::HashSet::new(),
         }
     }
 
@@ -157,6 +166,9 @@ impl Shard {
             return false;
         };
         let key = self.dbs[db].evict_at(pos);
+        if let Some(journal) = self.journal_turn() {
+            crate::journal::ops::put_del(journal, db, &key);
+        }
         self.evicted_keys += 1;
         self.touch_key(db, &key);
         true
@@ -215,8 +227,9 @@ impl Shard {
             tasks: &mut self.tasks,
             client,
             blocked: &mut self.blocked,
+            rewrite: None,
         };
-        match crate::contain::contained(spec.name, || handler(&mut ctx, args)) {
+        let frame = match crate::contain::contained(spec.name, || handler(&mut ctx, args)) {
             Ok(frame) => frame,
             Err(_) => {
                 // Whatever the handler had encoded of its reply is dropped.
@@ -225,7 +238,12 @@ impl Shard {
                 }
                 crate::errors::internal_error(spec.name)
             }
+        };
+        let rewrite = ctx.rewrite.take();
+        if self.journal.is_some() && spec.has(crate::table::flag::WRITE) {
+            self.log_command(db, client, spec, args, rewrite);
         }
+        frame
     }
 
     /// Runs `f` on a command context for database `db` and `client`, inside the panic
@@ -246,6 +264,7 @@ impl Shard {
             tasks: &mut self.tasks,
             client,
             blocked: &mut self.blocked,
+            rewrite: None,
         };
         crate::contain::contained(what, || f(&mut ctx)).ok()
     }
@@ -336,7 +355,11 @@ impl Shard {
     pub fn take_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
         self.touch_key(db, key);
         let now = self.now_ms;
-        self.dbs[db].remove_live(key, now)
+        let taken = self.dbs[db].remove_live(key, now);
+        if let Some(journal) = self.journal_turn() {
+            crate::journal::ops::put_del(journal, db, key);
+        }
+        taken
     }
 
     /// Lends a key's entry to a cross-shard operation's coordinator: removed here without
@@ -349,6 +372,11 @@ impl Shard {
     /// Takes back a lent entry; `written` says the operation changed it (WATCH then counts
     /// the key as modified).
     pub fn restore_entry(&mut self, db: usize, key: &[u8], entry: Entry, written: bool) {
+        if written {
+            if let Some(journal) = self.journal_turn() {
+                crate::journal::ops::put_put(journal, db, key, &entry);
+            }
+        }
         self.dbs[db].insert(key, entry);
         self.blocked.signal(db, key);
         if written {
@@ -368,6 +396,9 @@ impl Shard {
         let now = self.now_ms;
         if !replace && self.dbs[db].contains(key, now) {
             return false;
+        }
+        if let Some(journal) = self.journal_turn() {
+            crate::journal::ops::put_put(journal, db, key, &entry);
         }
         self.dbs[db].insert(key, entry);
         self.blocked.signal(db, key);

@@ -168,7 +168,10 @@ impl Queue {
     }
 
     /// Whether one more lease is allowed now (concurrency and rate limits).
-    fn may_lease(&mut self, now_ms: u64, in_flight_max: usize) -> bool {
+    /// Whether one more task may be leased now. A pure check (a blocked fetch asks it
+    /// without leasing): the rate window rolls over only when a lease is taken
+    /// ([`Queue::count_lease`]), so the engine's state follows from its leases alone.
+    fn may_lease(&self, now_ms: u64, in_flight_max: usize) -> bool {
         if self.paused || self.ready.is_empty() {
             return false;
         }
@@ -178,15 +181,25 @@ impl Queue {
             return false;
         }
         if let Some((max, per_ms)) = self.rate {
-            if now_ms >= self.window_start_ms.saturating_add(per_ms) {
-                self.window_start_ms = now_ms;
-                self.window_used = 0;
-            }
-            if self.window_used >= max {
+            let window_over = now_ms >= self.window_start_ms.saturating_add(per_ms);
+            if !window_over && self.window_used >= max {
                 return false;
             }
         }
         true
+    }
+
+    /// Counts a lease taken at `now_ms` against the rate window (a new window starts with
+    /// the first lease after the last one ended).
+    fn count_lease(&mut self, now_ms: u64) {
+        self.leased += 1;
+        if let Some((_, per_ms)) = self.rate {
+            if now_ms >= self.window_start_ms.saturating_add(per_ms) {
+                self.window_start_ms = now_ms;
+                self.window_used = 0;
+            }
+            self.window_used += 1;
+        }
     }
 }
 
@@ -212,6 +225,17 @@ pub struct Engine {
     epoch: u64,
     /// `IN_FLIGHT_PER_QUEUE_MAX`, lowered in tests.
     in_flight_max: usize,
+    /// While a journal records this engine: the times of the `advance` calls that changed
+    /// something, for the journal to log (drained with [`Engine::take_advances`]).
+    advances: Option<Vec<u64>>,
+}
+
+/// A retry's jitter in [0, 1), derived from the task and its attempt rather than drawn at
+/// random, so that a journal replay schedules the retry at the same instant. Tasks that
+/// failed together still spread out: their ids differ.
+fn jitter(id: &[u8], attempts: u32) -> f64 {
+    let h = crc32c::crc32c_append(crc32c::crc32c(id), &attempts.to_le_bytes());
+    f64::from(h) / (f64::from(u32::MAX) + 1.0)
 }
 
 fn too_long(name: &[u8]) -> bool {
@@ -240,6 +264,13 @@ impl Engine {
 
     pub fn get(&self, id: &[u8]) -> Option<&Task> {
         self.tasks.get(id)
+    }
+
+    /// The ids of every task known, live or retained, in order.
+    pub fn task_ids(&self) -> Vec<Bytes> {
+        let mut ids: Vec<Bytes> = self.tasks.keys().cloned().collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Tasks known, live or retained.
@@ -430,10 +461,7 @@ impl Engine {
                     break;
                 }
                 let (_, id) = q.ready.pop_first().expect("may_lease saw a ready task");
-                q.leased += 1;
-                if q.rate.is_some() {
-                    q.window_used += 1;
-                }
+                q.count_lease(now_ms);
                 let task = self.tasks.get_mut(&id).expect("a ready task exists");
                 q.ready_by_age.remove(&(task.submitted_ms, task.order));
                 let lease = lease_ms
@@ -473,7 +501,7 @@ impl Engine {
         let max = self.in_flight_max;
         queues.iter().any(|name| {
             self.queues
-                .get_mut(name)
+                .get(name)
                 .is_some_and(|q| q.may_lease(now_ms, max))
         })
     }
@@ -558,7 +586,7 @@ impl Engine {
                 task.options.backoff_base_ms,
                 task.options.backoff_cap_ms,
                 task.attempts,
-                fastrand::f64(),
+                jitter(id, task.attempts),
             )),
         };
         match delay {
@@ -616,6 +644,10 @@ impl Engine {
         let Some(ids) = self.by_owner.remove(&owner) else {
             return 0;
         };
+        // In id order, not the set's (seeded) hash order: which task ends up first at the
+        // head of its queue must not depend on a hash seed, or a journal replay would differ.
+        let mut ids: Vec<Bytes> = ids.into_iter().collect();
+        ids.sort_unstable();
         let count = ids.len();
         for id in ids {
             if let Some(task) = self.tasks.get(&id) {
@@ -768,8 +800,59 @@ impl Engine {
         finished.saturating_add(retention_ms).max(window_end)
     }
 
+    /// Starts (or stops) noting the `advance` calls that change something, for a journal.
+    pub fn set_recording(&mut self, on: bool) {
+        self.advances = on.then(Vec::new);
+    }
+
+    /// The times of the `advance` calls that changed something since the last call.
+    pub fn take_advances(&mut self) -> Vec<u64> {
+        self.advances
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Every lease ends as a lost lease, owners in order (a restart: no connection from
+    /// before it exists any more). Returns how many were leased.
+    pub fn release_all(&mut self, now_ms: u64) -> usize {
+        let mut owners: Vec<u64> = self.by_owner.keys().copied().collect();
+        owners.sort_unstable();
+        owners
+            .into_iter()
+            .map(|owner| self.release_owner(owner, now_ms))
+            .sum()
+    }
+
     /// Applies the passage of time up to `now_ms`.
     pub fn advance(&mut self, now_ms: u64) {
+        if self.advances.is_none() {
+            self.advance_unrecorded(now_ms);
+            return;
+        }
+        let before = (
+            self.scheduled.len(),
+            self.leases.len(),
+            self.deadlines.len(),
+            self.retained.len(),
+        );
+        self.advance_unrecorded(now_ms);
+        let after = (
+            self.scheduled.len(),
+            self.leases.len(),
+            self.deadlines.len(),
+            self.retained.len(),
+        );
+        // Every step of `advance` removes from one of these four and never adds to the
+        // first three; a task that finished adds to `retained` only after leaving another.
+        if before != after {
+            if let Some(advances) = self.advances.as_mut() {
+                advances.push(now_ms);
+            }
+        }
+    }
+
+    fn advance_unrecorded(&mut self, now_ms: u64) {
         while let Some((due, _)) = self.scheduled.first() {
             if *due > now_ms {
                 break;
