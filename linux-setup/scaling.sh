@@ -75,7 +75,7 @@ n=1
 port=17700
 while [ "$n" -le "$MAX_SHARDS" ]; do
     cpus=$(seq -s, 0 $((n - 1)))
-    "$WETASK" --port "$port" --shards "$n" --cpus "$cpus" --log-level error >/dev/null 2>&1 &
+    "$WETASK" --port "$port" --shards "$n" --cpus "$cpus" --log-level error --appendonly no >/dev/null 2>&1 &
     wpid=$!
     wait_ready "$port"
     preload "$port"

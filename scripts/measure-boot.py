@@ -41,7 +41,7 @@ def main():
     args = p.parse_args()
     shards = ["--shards", args.shards] if args.shards else []
     kinds = {
-        "wetask": lambda port: [args.binary, "--port", str(port), "--log-level", "warn", *shards],
+        "wetask": lambda port: [args.binary, "--port", str(port), "--log-level", "warn", "--appendonly", "no", *shards],
         "redis": lambda port: ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
     }
     for name, cmd in kinds.items():

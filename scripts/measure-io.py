@@ -37,7 +37,7 @@ def start(kind, port, cpu, binary):
     else:
         io = kind.split("-")[1]
         cmd = [binary, "--port", str(port), "--shards", "1", "--cpus", str(cpu), "--io", io,
-               "--log-level", "warn"]
+               "--log-level", "warn", "--appendonly", "no"]
     proc = subprocess.Popen(["taskset", "-c", str(cpu), *cmd], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     for _ in range(200):

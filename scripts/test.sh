@@ -36,7 +36,7 @@ echo "bench smoke: every workload reported"
 # two-shard server for 3 s must all be answered. A ring driver that never yielded to its
 # cross-shard batch tasks hung this for minutes (generous limit; it takes about 3 s).
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$target/debug/wetask" --port "$port" --shards 2 --log-level error >/dev/null 2>&1 &
+"$target/debug/wetask" --port "$port" --shards 2 --log-level error --appendonly no >/dev/null 2>&1 &
 server=$!
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 if ! timeout 60 "$target/debug/wetask-bench" run --addr "127.0.0.1:$port" --connections 256 \

@@ -63,6 +63,9 @@ impl Server {
                 let mut c = Command::new(binary);
                 c.args(["--port", &port.to_string(), "--shards", &shards.to_string()]);
                 c.args(["--cpus", &cpu.to_string(), "--log-level", "warn"]);
+                // Redis below runs without persistence; so does WeTask, for a like-for-like
+                // comparison (the durability workloads configure both themselves).
+                c.args(["--appendonly", "no"]);
                 c
             }
             ServerKind::Redis { binary } => {

@@ -64,7 +64,7 @@ pub struct Config {
     pub busy_reply_threshold: u64,
     /// With no password set, serve only clients on loopback addresses (`yes`, Redis's
     /// default) or anyone (`no`).
-    #[arg(long, default_value = "yes", value_parser = yes_no)]
+    #[arg(long, default_value = "yes", value_parser = yes_no, action = clap::ArgAction::Set)]
     pub protected_mode: bool,
     /// Close a client connection idle for this many seconds (0: never). Clients blocked in
     /// a command or subscribed to channels are exempt, as in Redis.
@@ -88,6 +88,30 @@ pub struct Config {
     /// Log filter (`tracing` env-filter syntax), e.g. `info` or `wetask=debug`.
     #[arg(long, default_value = "info")]
     pub log_level: String,
+    /// Keep a journal of every write under `dir` and load it at start (Redis's
+    /// `appendonly`; docs/DURABILITY.md). On by default: a task engine that forgets its
+    /// tasks on restart is not reliable.
+    #[arg(long, default_value = "yes", value_parser = yes_no, action = clap::ArgAction::Set)]
+    pub appendonly: bool,
+    /// When journal writes reach the disk: `always` (before the reply), `everysec` (at most
+    /// about a second of acknowledged writes lost in a crash), `no` (the kernel decides).
+    #[arg(long, value_enum, default_value_t = crate::persist::Fsync::Everysec)]
+    pub appendfsync: crate::persist::Fsync,
+    /// The working directory for persistence files.
+    #[arg(long, default_value = ".")]
+    pub dir: String,
+    /// The folder inside `dir` that holds the journals and their manifest.
+    #[arg(long, default_value = "appendonlydir")]
+    pub appenddirname: String,
+    /// Start even if a journal ends in a torn record (a crash mid-write), dropping it
+    /// (`yes`, Redis's default), or refuse to (`no`).
+    #[arg(long, default_value = "yes", value_parser = yes_no, action = clap::ArgAction::Set)]
+    pub aof_load_truncated: bool,
+    /// Start even if a journal is damaged before its end, loading what precedes the damage
+    /// (a copy of the damaged file is kept); by default such a start stops with the file,
+    /// offset and reason.
+    #[arg(long, default_value = "no", value_parser = yes_no, action = clap::ArgAction::Set)]
+    pub aof_load_corrupt: bool,
     /// Comma-separated CPUs to pin shards to, in order (default: the online CPUs).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
@@ -173,6 +197,26 @@ mod tests {
             ]
         );
         assert!(file_args("lonely").is_err());
+    }
+
+    /// Redis's yes/no options take a value (they once parsed as bare flags, so `--x no`
+    /// was refused).
+    #[test]
+    fn yes_no_options_take_a_value() {
+        let config = Config::try_parse_from([
+            "wetask",
+            "--protected-mode",
+            "no",
+            "--appendonly",
+            "no",
+            "--aof-load-corrupt",
+            "yes",
+        ])
+        .unwrap();
+        assert!(!config.protected_mode && !config.appendonly && config.aof_load_corrupt);
+        let defaults = Config::try_parse_from(["wetask"]).unwrap();
+        assert!(defaults.protected_mode && defaults.appendonly && !defaults.aof_load_corrupt);
+        assert_eq!(defaults.appendfsync, crate::persist::Fsync::Everysec);
     }
 
     #[test]

@@ -11,6 +11,8 @@ use crate::config::Config;
 
 pub struct Globals {
     pub config: Config,
+    /// The data directory, when `appendonly yes` (set once at start).
+    pub store: std::sync::OnceLock<Arc<crate::persist::Store>>,
     pub shard_count: usize,
     pub requirepass: Mutex<Option<String>>,
     pub maxclients: AtomicUsize,
@@ -61,6 +63,7 @@ impl Globals {
         doorbells: Arc<[crate::doorbell::Doorbell]>,
     ) -> Self {
         Globals {
+            store: std::sync::OnceLock::new(),
             watchdog: Arc::new(crate::watchdog::Watchdog::new(doorbells.clone())),
             doorbells,
             requirepass: Mutex::new(config.requirepass.clone()),

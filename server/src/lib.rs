@@ -13,6 +13,7 @@ pub mod memory;
 mod mesh;
 mod net;
 mod output_limits;
+pub mod persist;
 mod routing;
 pub mod runtime;
 mod session;

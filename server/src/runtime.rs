@@ -108,7 +108,11 @@ pub fn run(config: Config) -> Result<(), String> {
     config.io = io;
     let doorbells = crate::doorbell::Doorbell::for_shards(shard_count)
         .map_err(|e| format!("cannot create the shards' doorbells: {e}"))?;
+    let store = crate::persist::prepare(&config, shard_count)?;
     let globals = Arc::new(Globals::new(config.clone(), shard_count, doorbells));
+    if let Some(store) = store {
+        let _ = globals.store.set(store);
+    }
     globals
         .port
         .store(port, std::sync::atomic::Ordering::Relaxed);
@@ -242,6 +246,27 @@ async fn shard_main(
         (0, None, None)
     };
     let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
+    if let Some(store) = globals.store.get() {
+        let started = std::time::Instant::now();
+        let (journal, recovered) = {
+            let mut shard = ctx.shard.borrow_mut();
+            crate::persist::recover(store, id, shard_count, &mut shard)?
+        };
+        tracing::info!(
+            shard = id,
+            records = recovered.records,
+            operations = recovered.operations,
+            bytes = recovered.bytes,
+            leases_released = recovered.leases_released,
+            ms = started.elapsed().as_millis() as u64,
+            "journal loaded"
+        );
+        *ctx.journal.borrow_mut() = Some(journal);
+        if let Some(mesh) = &mesh {
+            let core = ctx.clone();
+            mesh.set_before_send(Box::new(move || core.commit_journal()));
+        }
+    }
     let beats = ctx.beats.clone();
     let listener = listeners.lock().expect("listeners")[id]
         .take()
@@ -257,7 +282,7 @@ async fn shard_main(
                 Latency::Matters(NET_LATENCY),
                 "net",
             );
-            let net = net::uring::Net::new(ctx, listener, peers)
+            let net = net::uring::Net::new(ctx.clone(), listener, peers)
                 .map_err(|e| format!("shard {id}: io_uring set-up failed: {e}"))?;
             glommio::spawn_local_into(net.run(), net_queue)
                 .map_err(|e| format!("shard {id}: cannot spawn the network loop: {e}"))?
@@ -273,8 +298,13 @@ async fn shard_main(
                 }
             }
             spawn_cron(ctx.clone());
-            net::fallback::run(ctx, listener).await
+            net::fallback::run(ctx.clone(), listener).await
         }
+    }
+    // A clean exit leaves nothing unsynced, whatever the policy.
+    ctx.commit_journal();
+    if let Some(journal) = ctx.journal.borrow().as_ref() {
+        journal.sync();
     }
     beats
         .exited

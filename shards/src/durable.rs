@@ -317,17 +317,22 @@ impl Shard {
     /// Ends a replay at `now_ms`: every lease from before the restart is lost (it counts an
     /// attempt, as any lost lease), fallbacks and wake-ups the replay produced are dropped
     /// (the fallbacks were journaled where they went), and journaling starts if `journal`.
+    /// The fallbacks of tasks that die now are left for the server to route.
     /// Returns how many leases were released.
     pub fn finish_replay(&mut self, now_ms: u64, journal: bool) -> usize {
-        self.set_clock(now_ms);
-        self.tasks.advance(now_ms);
-        let released = self.tasks.release_all(now_ms);
+        // The replay's fallbacks were submitted (and journaled) where they went the first
+        // time; those of tasks that die now, of the restart, go out with the next turn.
         drop(self.tasks.take_fallbacks());
         self.blocked = Default::default();
+        self.set_clock(now_ms);
+        // Journaling first, so that what the restart changes is logged like anything else.
         self.set_journaling(journal);
-        if let Some(journal) = self.journal.as_mut() {
-            ops::put_tick(journal, now_ms);
-            ops::put_release_all(journal, now_ms);
+        self.tasks.advance(now_ms);
+        let released = self.tasks.release_all(now_ms);
+        if released > 0 {
+            if let Some(journal) = self.journal_turn() {
+                ops::put_release_all(journal, now_ms);
+            }
         }
         released
     }

@@ -3,7 +3,9 @@
 import os
 import re
 import signal
+import shutil
 import subprocess
+import tempfile
 import threading
 
 import pytest
@@ -15,8 +17,10 @@ BINARY = os.environ.get("WETASK_BIN", os.path.join(TARGET, "debug", "wetask"))
 
 class Server:
     def __init__(self, *args):
+        # Durability is on by default: each server journals into its own directory.
+        self.dir = tempfile.mkdtemp(prefix="wetask-py-")
         self.proc = subprocess.Popen(
-            [BINARY, "--port", "0", *args],
+            [BINARY, "--port", "0", "--dir", self.dir, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -34,6 +38,7 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             assert self.proc.wait(timeout=10) == 0
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", params=["1", "2"], ids=["shards1", "shards2"])

@@ -12,7 +12,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::lookup;
-use wetask_shards::task_commands::{fetch_frames, parse_fetch, FetchArgs};
+use wetask_shards::task_commands::{parse_fetch, FetchArgs};
 
 use crate::clients::ConnState;
 use crate::mesh::{KeyRequest, Request, Response, TaskRequest};
@@ -36,9 +36,7 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
             // simply takes the task path.)
             remote
                 || (fetch.block_ms.is_some() && {
-                    let mut shard = ctx.shard.borrow_mut();
-                    let now = shard.now_ms();
-                    !shard.tasks.has_ready(&fetch.queues, now)
+                    !ctx.shard.borrow_mut().task_has_ready(&fetch.queues)
                 })
         }
         // A malformed FETCH is answered here with its error.
@@ -114,16 +112,10 @@ async fn fetch_on(
     lease_ms: Option<u64>,
 ) -> Result<Result<Vec<Frame>, Frame>, Frame> {
     if shard == ctx.id {
-        let mut local = ctx.shard.borrow_mut();
-        let now = local.now_ms();
-        return Ok(fetch_frames(
-            &mut local.tasks,
-            &queues,
-            count,
-            lease_ms,
-            client,
-            now,
-        ));
+        return Ok(ctx
+            .shard
+            .borrow_mut()
+            .task_fetch(&queues, count, lease_ms, client));
     }
     let request = Request::Tasks(TaskRequest::Fetch {
         client,
@@ -280,9 +272,7 @@ fn hand_back(ctx: &ShardCtx, client: u64, tasks: Vec<Frame>) {
     });
     for (shard, ids) in park::by_owner(ctx, ids) {
         if shard == ctx.id {
-            let mut local = ctx.shard.borrow_mut();
-            let now = local.now_ms();
-            local.tasks.unlease(&ids, client, now);
+            ctx.shard.borrow_mut().task_unlease(&ids, client);
         } else {
             drop(ctx.request(shard, Request::Tasks(TaskRequest::Unlease { client, ids })));
         }

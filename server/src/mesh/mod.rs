@@ -76,6 +76,9 @@ pub struct Mesh {
     /// Envelopes sent, and messages in them (INFO: mesh_envelopes, mesh_messages).
     pub envelopes_sent: Cell<u64>,
     pub messages_sent: Cell<u64>,
+    /// Runs before an envelope leaves: the shard's journal commits what the envelope's
+    /// responses report (a peer must not pass on a reply to a write not yet journaled).
+    before_send: std::cell::RefCell<Option<Box<dyn Fn()>>>,
 }
 
 impl Mesh {
@@ -94,7 +97,13 @@ impl Mesh {
             next_id: Cell::new(1),
             envelopes_sent: Cell::new(0),
             messages_sent: Cell::new(0),
+            before_send: std::cell::RefCell::new(None),
         }
+    }
+
+    /// Sets what runs before every envelope leaves (see `before_send`).
+    pub fn set_before_send(&self, hook: Box<dyn Fn()>) {
+        *self.before_send.borrow_mut() = Some(hook);
     }
 
     /// Sends `request` to shard `to` now and returns a future for its response.
@@ -189,6 +198,9 @@ impl Mesh {
     /// Puts `envelope` into `to`'s channel and posts it; gives it back if the channel is full
     /// (a closed channel is logged and the envelope dropped: the peer is gone).
     fn try_deliver(&self, to: usize, envelope: Envelope) -> Option<Envelope> {
+        if let Some(hook) = self.before_send.borrow().as_ref() {
+            hook();
+        }
         match self.senders.try_send_to(to, envelope) {
             Ok(()) => {
                 self.posted(to);

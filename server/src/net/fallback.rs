@@ -57,7 +57,9 @@ pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
 }
 
 /// Writes queued replies, referenced payloads included, in order.
-async fn write_output(stream: &mut TcpStream, out: &Output) -> std::io::Result<()> {
+/// What the shard journaled goes to its journal first (replies never overtake their writes).
+async fn write_output(ctx: &ShardCtx, stream: &mut TcpStream, out: &Output) -> std::io::Result<()> {
+    ctx.commit_journal();
     let mut pieces: Vec<&[u8]> = Vec::new();
     out.for_each_slice(0, |piece| {
         pieces.push(piece);
@@ -120,7 +122,7 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
         // Published messages go out as they come, between commands.
         ctx.settle_deferred_pushes();
         let pushes = std::mem::take(&mut state.borrow_mut().pushes);
-        if !pushes.is_empty() && write_output(&mut stream, &pushes).await.is_err() {
+        if !pushes.is_empty() && write_output(&ctx, &mut stream, &pushes).await.is_err() {
             break;
         }
         if state.borrow().close_requested {
@@ -145,7 +147,7 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
             match session.pump(&ctx, &mut out) {
                 Pump::Idle => break,
                 Pump::Close => {
-                    let _ = write_output(&mut stream, &out).await;
+                    let _ = write_output(&ctx, &mut stream, &out).await;
                     break 'conn;
                 }
                 Pump::Batch(batch) => {
@@ -155,7 +157,7 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
                             .await;
                     out.append(more);
                     if closed {
-                        let _ = write_output(&mut stream, &out).await;
+                        let _ = write_output(&ctx, &mut stream, &out).await;
                         break 'conn;
                     }
                 }
@@ -165,7 +167,7 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
             }
         }
         if !out.is_empty() {
-            if write_output(&mut stream, &out).await.is_err() {
+            if write_output(&ctx, &mut stream, &out).await.is_err() {
                 break;
             }
             out.clear();

@@ -288,6 +288,9 @@ impl Net {
         let mut ring = self.ring.borrow_mut();
         // SAFETY: every entry's buffers live in `Inner` until its completion arrives.
         while unsafe { ring.submission().push(&entry) }.is_err() {
+            // Replies queued this turn leave with this submit: their writes go to the
+            // journal first.
+            self.ctx.commit_journal();
             if let Err(err) = ring.submit() {
                 tracing::error!("io_uring submit failed: {err}");
             }
@@ -397,6 +400,9 @@ impl Net {
     /// work done.
     fn turn(self: &Rc<Self>) -> usize {
         let finished = self.serve_mesh() + self.collect_finished() + self.collect_pushes();
+        // The turn's replies leave with this enter: their writes go to the journal first
+        // (and, under `appendfsync always`, to the disk: one fsync for the whole turn).
+        self.ctx.commit_journal();
         self.enter();
         let completions: Vec<cqueue::Entry> = {
             let mut ring = self.ring.borrow_mut();
@@ -854,6 +860,7 @@ impl Net {
         }
         let timespec = types::Timespec::from(timeout);
         let args = types::SubmitArgs::new().timespec(&timespec);
+        self.ctx.commit_journal();
         let result = self
             .ring
             .borrow_mut()

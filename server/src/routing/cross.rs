@@ -297,7 +297,7 @@ pub async fn borrow(
         )
         .await;
         if let Response::Entry(Some(entry)) = lent {
-            ctx.shard.borrow_mut().restore_entry(*db, key, entry, false);
+            ctx.shard.borrow_mut().borrow_in(*db, key, entry);
         }
     }
     remote
@@ -309,7 +309,7 @@ pub async fn borrow(
 pub async fn give_back(held: &Held<'_>, borrowed: Vec<(usize, Bytes)>, written: &[(usize, Bytes)]) {
     for (db, key) in borrowed {
         let was_written = written.iter().any(|(d, k)| *d == db && *k == key);
-        let entry = held.ctx.shard.borrow_mut().lend_entry(db, &key);
+        let entry = held.ctx.shard.borrow_mut().borrow_out(db, &key);
         let request = match entry {
             Some(entry) => Request::Keys(KeyRequest::Restore {
                 db,

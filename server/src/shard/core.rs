@@ -50,6 +50,8 @@ pub struct ShardCore {
     pub push_hook: RefCell<Option<Box<dyn Fn()>>>,
     /// Pushes that met their connection busy, settled by the transport.
     deferred_pushes: RefCell<Vec<(u64, Frame)>>,
+    /// This shard's journal file, when `appendonly yes` (`persist`).
+    pub journal: RefCell<Option<crate::persist::Journal>>,
 }
 
 impl ShardCore {
@@ -78,6 +80,23 @@ impl ShardCore {
             push_ready: RefCell::new(Vec::new()),
             push_hook: RefCell::new(None),
             deferred_pushes: RefCell::new(Vec::new()),
+            journal: RefCell::new(None),
+        }
+    }
+
+    /// Writes what the shard journaled since the last call (one record), and under
+    /// `appendfsync always` syncs it: called before anything the shard did can leave it (the
+    /// ring's submissions of replies, an envelope to a peer). Cheap when nothing was written.
+    pub fn commit_journal(&self) {
+        let mut journal = self.journal.borrow_mut();
+        let Some(journal) = journal.as_mut() else {
+            return;
+        };
+        match self.shard.try_borrow_mut() {
+            Ok(mut shard) => journal.commit(&mut shard),
+            // Never expected: every caller runs between commands. Should it happen, the
+            // record goes with the next commit, and only `always` loses its ordering.
+            Err(_) => debug_assert!(false, "journal commit while the shard is borrowed"),
         }
     }
 
@@ -91,7 +110,7 @@ impl ShardCore {
         if now != self.last_expire_ms.get() {
             self.last_expire_ms.set(now);
             shard.active_expire(ACTIVE_EXPIRE_SAMPLES_PER_TURN);
-            shard.tasks.advance(now);
+            shard.task_advance();
         }
         shard.tasks.take_fallbacks()
     }
@@ -114,8 +133,14 @@ impl ShardCore {
     /// `maxmemory` under `noeviction` (Redis's OOM). Under an eviction policy the shard that
     /// runs a write makes room itself (`Shard::make_room`), so each shard gives back memory
     /// in proportion to what it takes in.
+    /// Also refuses every write while the journal cannot be written (Redis's MISCONF).
     pub fn make_room(&self, spec: &wetask_shards::CommandSpec) -> Result<(), Frame> {
         use wetask_shards::table::flag;
+        if spec.has(flag::WRITE) {
+            if let Some(misconf) = self.globals.store.get().and_then(|s| s.misconf()) {
+                return Err(Frame::error(misconf));
+            }
+        }
         if spec.has(flag::DENYOOM)
             && self.globals.eviction_policy() == wetask_shards::evict::Policy::NoEviction
             && self.over_maxmemory()

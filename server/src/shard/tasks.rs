@@ -13,7 +13,7 @@ use std::cell::{Cell, RefCell};
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::task_commands::{fetch_frames, task_frame};
+use wetask_shards::task_commands::task_frame;
 
 use super::core::ShardCore;
 use super::reply::Reply;
@@ -113,18 +113,17 @@ impl TaskWaits {
                 Response::Done
             }
             TaskRequest::Unlease { client, ids } => {
-                let mut shard = core.shard.borrow_mut();
-                let now = shard.now_ms();
-                Response::Count(shard.tasks.unlease(&ids, client, now))
+                Response::Count(core.shard.borrow_mut().task_unlease(&ids, client))
             }
             TaskRequest::ReleaseLeases { client } => {
                 Response::Count(self.release_client(core, client))
             }
-            TaskRequest::SubmitFallback { fallback } => {
-                let mut shard = core.shard.borrow_mut();
-                let now = shard.now_ms();
-                Response::Bool(shard.tasks.submit_fallback(fallback, now).is_ok())
-            }
+            TaskRequest::SubmitFallback { fallback } => Response::Bool(
+                core.shard
+                    .borrow_mut()
+                    .task_submit_fallback(fallback)
+                    .is_ok(),
+            ),
             TaskRequest::FetchBlocking { .. } | TaskRequest::Wait { .. } => {
                 unreachable!("parking requests go through `handle`")
             }
@@ -135,18 +134,14 @@ impl TaskWaits {
     /// task leased to it here. Returns how many leases went back.
     pub fn release_client(&self, core: &ShardCore, client: u64) -> usize {
         self.unpark_client(core, client);
-        let mut shard = core.shard.borrow_mut();
-        let now = shard.now_ms();
-        shard.tasks.release_owner(client, now)
+        core.shard.borrow_mut().task_release_owner(client)
     }
 
     /// Submits a dead task's fallback on the shard that owns the fallback queue.
     pub fn route_fallback(&self, core: &ShardCore, fallback: wetask_shards::tasks::Fallback) {
         let owner = core.owner_of(&fallback.queue);
         if owner == core.id {
-            let mut shard = core.shard.borrow_mut();
-            let now = shard.now_ms();
-            if let Err(err) = shard.tasks.submit_fallback(fallback, now) {
+            if let Err(err) = core.shard.borrow_mut().task_submit_fallback(fallback) {
                 tracing::warn!("fallback task refused: {}", err.text());
             }
         } else {
@@ -202,14 +197,7 @@ impl TaskWaits {
                         lease_ms,
                     } => {
                         // Nothing to lease (or held back by the in-flight limit): keep waiting.
-                        match fetch_frames(
-                            &mut shard.tasks,
-                            queues,
-                            *count,
-                            *lease_ms,
-                            p.client,
-                            now,
-                        ) {
+                        match shard.task_fetch(queues, *count, *lease_ms, p.client) {
                             Ok(frames) if !frames.is_empty() => Some(frames),
                             _ => expired.then(Vec::new),
                         }
@@ -301,7 +289,6 @@ fn fetch(
             return Response::Refused(refusal);
         }
     }
-    let now = shard.now_ms();
-    let fetched = fetch_frames(&mut shard.tasks, queues, count, lease_ms, client, now);
+    let fetched = shard.task_fetch(queues, count, lease_ms, client);
     Response::Frames(fetched.unwrap_or_else(|error| vec![error]))
 }

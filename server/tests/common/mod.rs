@@ -15,6 +15,23 @@ pub struct Server {
     pub port: u16,
     /// Every log line the server printed so far.
     pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The data directory made for this server (removed when it is dropped), unless the
+    /// test passed its own `--dir` or `--appendonly`.
+    own_dir: Option<std::path::PathBuf>,
+}
+
+/// A fresh, empty directory under the system's temporary one.
+pub fn temp_dir(what: &str) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "wetask-{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    dir
 }
 
 impl Server {
@@ -31,6 +48,12 @@ impl Server {
             }
             None => Command::new(env!("CARGO_BIN_EXE_wetask")),
         };
+        // Each server journals into its own directory (durability is on by default).
+        let own_dir =
+            (!args.iter().any(|a| *a == "--dir" || *a == "--appendonly")).then(|| temp_dir("data"));
+        if let Some(dir) = &own_dir {
+            command.arg("--dir").arg(dir);
+        }
         let mut child = command
             .args(["--port", "0", "--log-level"])
             .arg(std::env::var("WETASK_TEST_LOG_LEVEL").unwrap_or_else(|_| "info".into()))
@@ -67,7 +90,12 @@ impl Server {
                 kept.lock().unwrap().push(line);
             }
         });
-        Server { child, port, log }
+        Server {
+            child,
+            port,
+            log,
+            own_dir,
+        }
     }
 
     /// The log lines printed so far that contain `needle`.
@@ -117,6 +145,9 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = &self.own_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

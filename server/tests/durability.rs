@@ -1,0 +1,456 @@
+//! Durability with real processes: writers on many connections record every write the
+//! server acknowledged; the server is SIGKILLed at random moments, at different loads, and
+//! restarted on the same data directory; every acknowledged write must be there (under
+//! `appendfsync always` all of them, under `everysec` all but at most the last second's).
+//! The same for the task engine: every acknowledged SUBMIT exists after the restart, every
+//! acknowledged ACK stays done, and once the queue is drained every task is done once.
+//! Also: a torn tail at every byte offset of the last record, a flipped byte in the middle,
+//! and the manifest guarding the shard count.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use wetask_protocol::Frame;
+
+fn start(dir: &Path, shards: usize, fsync: &str) -> Server {
+    Server::start(&[
+        "--dir",
+        dir.to_str().expect("utf-8 path"),
+        "--shards",
+        &shards.to_string(),
+        "--appendfsync",
+        fsync,
+    ])
+}
+
+/// A write acknowledged: which key, and when the reply arrived.
+struct Acked {
+    key: String,
+    value: String,
+    at: Instant,
+}
+
+/// One connection writing fresh keys `prefix0, prefix1, …` in pipelines of `depth`, until
+/// the server dies; returns what it acknowledged.
+fn write_until_killed(port: u16, prefix: String, depth: usize) -> Vec<Acked> {
+    let mut c = Client::connect(port);
+    let mut acked = Vec::new();
+    let mut next = 0usize;
+    loop {
+        let batch: Vec<(String, String)> = (next..next + depth)
+            .map(|i| {
+                (
+                    format!("{prefix}{i}"),
+                    format!("v{i}-{}", "x".repeat(i % 50)),
+                )
+            })
+            .collect();
+        next += depth;
+        for (k, v) in &batch {
+            c.send(&[b"SET", k.as_bytes(), v.as_bytes()]);
+        }
+        for (k, v) in batch {
+            match c.try_read() {
+                Ok(Some(frame)) if frame == ok() => acked.push(Acked {
+                    key: k,
+                    value: v,
+                    at: Instant::now(),
+                }),
+                _ => return acked,
+            }
+        }
+    }
+}
+
+/// Checks that every write acknowledged before `safe_before` is present with its value;
+/// returns the positions of later ones that are missing.
+fn check_writes(c: &mut Client, acked: &[Acked], safe_before: Instant) -> Vec<usize> {
+    let mut missing_late = Vec::new();
+    for (n, chunk) in acked.chunks(400).enumerate() {
+        let mut args: Vec<&[u8]> = vec![b"MGET"];
+        args.extend(chunk.iter().map(|a| a.key.as_bytes()));
+        let Frame::Array(values) = c.cmd_args(&args) else {
+            panic!("MGET failed")
+        };
+        for (i, (a, v)) in chunk.iter().zip(values).enumerate() {
+            match v {
+                Frame::Bulk(b) => assert_eq!(b, a.value.as_bytes(), "{} has a wrong value", a.key),
+                _ if a.at >= safe_before => missing_late.push(n * 400 + i),
+                other => panic!(
+                    "{} was acknowledged {:?} before the kill and is missing ({other:?})",
+                    a.key,
+                    safe_before.saturating_duration_since(a.at)
+                ),
+            }
+        }
+    }
+    missing_late
+}
+
+/// Rounds of: restart, check everything acknowledged so far, write under a load that
+/// varies by round, SIGKILL at a random moment.
+fn kill_loop(fsync: &str, rounds: usize, shards: usize, loss_window: Duration) {
+    let dir = temp_dir("crash");
+    let mut all: Vec<Acked> = Vec::new();
+    let mut last_kill = Instant::now();
+    let mut rng = fastrand::Rng::with_seed(0x5eed ^ rounds as u64);
+    let mut missing_total = 0;
+    for round in 0..rounds {
+        let mut server = start(&dir, shards, fsync);
+        let mut c = server.client();
+        let missing = check_writes(&mut c, &all, last_kill - loss_window);
+        missing_total += missing.len();
+        // A write lost under everysec is gone for good: forget it.
+        for i in missing.into_iter().rev() {
+            all.remove(i);
+        }
+        let (connections, depth) = [(1, 1), (4, 8), (16, 32), (8, 1), (2, 64)][round % 5];
+        let port = server.port;
+        let writers: Vec<_> = (0..connections)
+            .map(|conn| {
+                let prefix = format!("r{round}:c{conn}:{}:", rng.u32(..));
+                std::thread::spawn(move || write_until_killed(port, prefix, depth))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(rng.u64(50..400)));
+        server.child.kill().expect("SIGKILL");
+        last_kill = Instant::now();
+        let _ = server.child.wait();
+        for w in writers {
+            all.extend(w.join().expect("writer"));
+        }
+    }
+    let server = start(&dir, shards, fsync);
+    let mut c = server.client();
+    missing_total += check_writes(&mut c, &all, last_kill - loss_window).len();
+    println!(
+        "{fsync}: {rounds} kills, {} acknowledged writes checked, {missing_total} missing (allowed: acknowledged within {loss_window:?} of a kill)",
+        all.len()
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn every_acknowledged_write_survives_sigkill_under_always() {
+    kill_loop("always", 20, 1, Duration::ZERO);
+}
+
+/// Two shards: writes to the other shard's keys travel the mesh, whose envelopes also wait
+/// for the journal.
+#[test]
+fn every_acknowledged_write_survives_sigkill_under_always_on_two_shards() {
+    kill_loop("always", 20, 2, Duration::ZERO);
+}
+
+#[test]
+fn everysec_loses_at_most_the_last_second_under_sigkill() {
+    kill_loop("everysec", 10, 2, Duration::from_millis(1500));
+}
+
+/// A field of TASK.GET's reply (a map, or a flat array under RESP2).
+fn task_field(frame: &Frame, name: &str) -> Option<Frame> {
+    let pairs: Vec<(Frame, Frame)> = match frame {
+        Frame::Map(pairs) => pairs.clone(),
+        Frame::Array(items) => items
+            .chunks(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect(),
+        _ => return None,
+    };
+    pairs
+        .into_iter()
+        .find(|(k, _)| k.as_bytes().is_some_and(|b| &b[..] == name.as_bytes()))
+        .map(|(_, v)| v)
+}
+
+/// The states of the tasks `ids` (`None`: unknown), asked in pipelines.
+fn task_states(c: &mut Client, ids: &[Vec<u8>]) -> Vec<Option<String>> {
+    let mut states = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(500) {
+        for id in chunk {
+            c.send(&[b"TASK.GET", id]);
+        }
+        for _ in chunk {
+            let frame = c.read().expect("a reply");
+            states.push(task_field(&frame, "state").and_then(|s| {
+                s.as_bytes()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+            }));
+        }
+    }
+    states
+}
+
+/// Submits to `queue` until the server dies; returns the acknowledged ids.
+fn submit_until_killed(port: u16, queue: String, tag: String) -> Vec<Vec<u8>> {
+    let mut c = Client::connect(port);
+    let mut ids = Vec::new();
+    for i in 0.. {
+        let payload = format!("{tag}-{i}");
+        c.send(&[
+            b"TASK.SUBMIT",
+            queue.as_bytes(),
+            payload.as_bytes(),
+            b"RETRIES",
+            b"1000",
+        ]);
+        match c.try_read() {
+            Ok(Some(Frame::Bulk(id))) => ids.push(id.to_vec()),
+            _ => break,
+        }
+    }
+    ids
+}
+
+/// Fetches and acknowledges until the server dies; returns the ids whose ACK was answered OK.
+fn work_until_killed(port: u16, queues: Vec<String>) -> Vec<Vec<u8>> {
+    let mut c = Client::connect(port);
+    let mut done = Vec::new();
+    loop {
+        let mut args: Vec<&[u8]> = vec![b"TASK.FETCH"];
+        args.extend(queues.iter().map(|q| q.as_bytes()));
+        args.extend([&b"COUNT"[..], b"4", b"BLOCK", b"50"]);
+        c.send(&args);
+        let tasks = match c.try_read() {
+            Ok(Some(Frame::Array(tasks))) => tasks,
+            Ok(Some(Frame::Null)) => continue,
+            _ => return done,
+        };
+        for task in tasks {
+            let Frame::Array(fields) = task else { continue };
+            let Some(Frame::Bulk(id)) = fields.into_iter().next() else {
+                continue;
+            };
+            c.send(&[b"TASK.ACK", &id]);
+            match c.try_read() {
+                Ok(Some(frame)) if frame == ok() => done.push(id.to_vec()),
+                Ok(Some(_)) => {}
+                _ => return done,
+            }
+        }
+    }
+}
+
+#[test]
+fn tasks_survive_sigkill_whole() {
+    let dir = temp_dir("crash-tasks");
+    let mut rng = fastrand::Rng::with_seed(7);
+    // Random queue names, so the test does not depend on where one lucky name hashes.
+    let queues: Vec<String> = (0..3).map(|_| format!("q{}", rng.u32(..))).collect();
+    let mut submitted: Vec<Vec<u8>> = Vec::new();
+    let mut acked: Vec<Vec<u8>> = Vec::new();
+    for round in 0..20 {
+        let mut server = start(&dir, 2, "always");
+        let mut c = server.client();
+        for (id, state) in submitted.iter().zip(task_states(&mut c, &submitted)) {
+            assert!(
+                state.is_some(),
+                "task {} was acknowledged at SUBMIT and is gone after a restart",
+                String::from_utf8_lossy(id)
+            );
+        }
+        for (id, state) in acked.iter().zip(task_states(&mut c, &acked)) {
+            assert_eq!(
+                state.as_deref(),
+                Some("done"),
+                "task {} was ACKed and is not done after a restart",
+                String::from_utf8_lossy(id)
+            );
+        }
+        let port = server.port;
+        let submitters: Vec<_> = (0..3)
+            .map(|i| {
+                let q = queues[(round + i) % queues.len()].clone();
+                let tag = format!("r{round}s{i}");
+                std::thread::spawn(move || submit_until_killed(port, q, tag))
+            })
+            .collect();
+        let workers: Vec<_> = (0..1 + round % 4)
+            .map(|_| {
+                let qs = queues.clone();
+                std::thread::spawn(move || work_until_killed(port, qs))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(rng.u64(50..400)));
+        server.child.kill().expect("SIGKILL");
+        let _ = server.child.wait();
+        for s in submitters {
+            submitted.extend(s.join().expect("submitter"));
+        }
+        for w in workers {
+            acked.extend(w.join().expect("worker"));
+        }
+    }
+    // Drain: every task submitted (and acknowledged) ends done, each ACKed exactly once.
+    let server = start(&dir, 2, "always");
+    let mut c = server.client();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut drained = std::collections::HashSet::new();
+    loop {
+        let mut args: Vec<&[u8]> = vec![b"TASK.FETCH"];
+        args.extend(queues.iter().map(|q| q.as_bytes()));
+        args.extend([&b"COUNT"[..], b"100"]);
+        let Frame::Array(tasks) = c.cmd_args(&args) else {
+            break;
+        };
+        if tasks.is_empty() {
+            break;
+        }
+        for task in tasks {
+            let Frame::Array(fields) = task else { continue };
+            let Some(Frame::Bulk(id)) = fields.into_iter().next() else {
+                continue;
+            };
+            assert!(
+                drained.insert(id.to_vec()),
+                "task leased twice while draining"
+            );
+            assert_eq!(c.cmd_args(&[b"TASK.ACK", &id]), ok());
+        }
+        assert!(Instant::now() < deadline, "the queues never drained");
+    }
+    for (id, state) in submitted.iter().zip(task_states(&mut c, &submitted)) {
+        assert_eq!(
+            state.as_deref(),
+            Some("done"),
+            "task {}",
+            String::from_utf8_lossy(id)
+        );
+    }
+    for id in &acked {
+        assert!(
+            !drained.contains(id),
+            "an ACKed task was handed out again after restarts"
+        );
+    }
+    println!(
+        "tasks: 20 kills, {} submits and {} ACKs acknowledged, {} drained after, none lost",
+        submitted.len(),
+        acked.len(),
+        drained.len()
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The journal files of a data directory, largest first.
+fn journals(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("appendonlydir"))
+        .expect("data dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "journal"))
+        .collect();
+    files.sort_by_key(|p| std::cmp::Reverse(std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)));
+    files
+}
+
+#[test]
+fn a_torn_tail_at_every_offset_recovers_and_damage_in_the_middle_is_reported() {
+    let dir = temp_dir("torn");
+    let dir_s = dir.to_str().unwrap().to_string();
+    {
+        let server = start(&dir, 1, "always");
+        let mut c = server.client();
+        for i in 0..20 {
+            assert_eq!(c.cmd(&format!("SET k{i} v{i}")), ok());
+        }
+        // The last record: one write (a record per loop turn; this one is alone).
+        assert_eq!(c.cmd("SET last value"), ok());
+    }
+    let file = journals(&dir).remove(0);
+    let whole = std::fs::read(&file).expect("journal");
+    // Where the last record starts: read the records.
+    let (records, _) = wetask_shards::journal::record::read_all(&whole);
+    let last_len =
+        records.last().expect("records").len() + wetask_shards::journal::record::HEADER_BYTES;
+    let last_start = whole.len() - last_len;
+    for cut in last_start..whole.len() {
+        std::fs::write(&file, &whole[..cut]).unwrap();
+        let server = start(&dir, 1, "always");
+        let mut c = server.client();
+        assert_eq!(c.cmd("GET k19"), bulk("v19"), "cut at {cut}");
+        assert_eq!(c.cmd("EXISTS last"), int(0), "cut at {cut}");
+        if cut > last_start {
+            assert!(
+                !server.log_lines("torn record").is_empty(),
+                "cut at {cut}: no log line"
+            );
+        }
+    }
+    // A flipped byte in the middle: the start stops with the file and offset...
+    let mut damaged = whole.clone();
+    damaged[last_start / 2] ^= 0x40;
+    std::fs::write(&file, &damaged).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wetask"))
+        .args(["--port", "0", "--shards", "1", "--dir", &dir_s])
+        .output()
+        .expect("run wetask");
+    assert!(
+        !out.status.success(),
+        "a damaged journal must stop the start"
+    );
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("damaged at byte"), "{text}");
+    // ... and `--aof-load-corrupt yes` loads what precedes the damage.
+    let server = Server::start(&[
+        "--shards",
+        "1",
+        "--dir",
+        &dir_s,
+        "--aof-load-corrupt",
+        "yes",
+    ]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET k0"), bulk("v0"));
+    assert_eq!(c.cmd("EXISTS last"), int(0));
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_second_server_on_the_same_directory_is_refused() {
+    let dir = temp_dir("locked");
+    let server = start(&dir, 1, "everysec");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wetask"))
+        .args([
+            "--port",
+            "0",
+            "--shards",
+            "1",
+            "--dir",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .expect("run wetask");
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("in use by another wetask process"), "{text}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_clean_shutdown_keeps_everything_and_appendonly_no_keeps_nothing() {
+    let dir = temp_dir("clean");
+    {
+        let server = start(&dir, 2, "no");
+        let mut c = server.client();
+        assert_eq!(c.cmd("SET a 1"), ok());
+        assert_eq!(c.cmd("RPUSH l x y"), int(2));
+        assert!(server.terminate().success());
+    }
+    let server = start(&dir, 2, "no");
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET a"), bulk("1"));
+    assert_eq!(c.cmd("LLEN l"), int(2));
+    drop(server);
+    let volatile = Server::start(&["--appendonly", "no", "--dir", dir.to_str().unwrap()]);
+    assert_eq!(volatile.client().cmd("GET a"), Frame::Null);
+    let _ = std::fs::remove_dir_all(dir);
+}
