@@ -101,6 +101,10 @@ pub fn run(config: Config) -> Result<(), String> {
     raise_memlock();
     // SAFETY: ignoring SIGPIPE process-wide; sends use MSG_NOSIGNAL anyway.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // SAFETY: ignoring SIGXFSZ process-wide: a journal write past a file-size limit then
+    // fails with EFBIG, which the journal handles like a full disk (MISCONF), instead of
+    // the signal killing the process.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
 
     let (listeners, port) = net::bind_listeners(&config.bind, config.port, shard_count)
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;

@@ -99,6 +99,11 @@ pub struct ShardReport {
     pub evicted_keys: u64,
     /// One `INFO shards` line per shard: what it is waiting on (see `ShardCtx::report`).
     pub shard_lines: Vec<String>,
+    /// Bytes in the shard's journal file, and taken from the shard but not yet written.
+    pub journal_bytes: u64,
+    pub journal_pending: u64,
+    /// Writes journaled since the start (INFO's `rdb_changes_since_last_save`).
+    pub journal_records: u64,
 }
 
 impl ShardReport {
@@ -122,6 +127,9 @@ impl ShardReport {
         }
         self.keyspace.sort();
         self.expired_keys += other.expired_keys;
+        self.journal_bytes += other.journal_bytes;
+        self.journal_pending += other.journal_pending;
+        self.journal_records += other.journal_records;
         self.lua_memory += other.lua_memory;
         self.evicted_keys += other.evicted_keys;
         self.net_input_bytes += other.net_input_bytes;

@@ -454,3 +454,101 @@ fn a_clean_shutdown_keeps_everything_and_appendonly_no_keeps_nothing() {
     assert_eq!(volatile.client().cmd("GET a"), Frame::Null);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Sets the soft file-size limit of process `pid` (the hard one stays unlimited): past it a
+/// write fails (EFBIG) as it would on a full disk.
+fn limit_file_size(pid: u32, bytes: Option<u64>) {
+    let limit = libc::rlimit {
+        rlim_cur: bytes.unwrap_or(libc::RLIM_INFINITY),
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: prlimit on a child process of ours, with a valid struct.
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_FSIZE,
+            &limit,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+}
+
+/// A disk that stops taking writes: writes answer MISCONF, reads go on, nothing
+/// acknowledged is lost or corrupted, and writes resume when the disk does.
+#[test]
+fn a_failing_disk_refuses_writes_then_recovers_without_loss() {
+    let dir = temp_dir("full");
+    let mut acked: Vec<String> = Vec::new();
+    {
+        let server = start(&dir, 1, "everysec");
+        let mut c = server.client();
+        assert_eq!(c.cmd("SET before 1"), ok());
+        acked.push("before".into());
+        let journal = journals(&dir).remove(0);
+        // A few bytes of room: the next record is written in part, then refused.
+        let size = std::fs::metadata(&journal).unwrap().len();
+        limit_file_size(server.child.id(), Some(size + 7));
+        let mut refused = None;
+        for i in 0..100 {
+            match c.cmd(&format!("SET during{i} x")) {
+                frame if frame == ok() => acked.push(format!("during{i}")),
+                Frame::Error(e) => {
+                    refused = Some(e);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let refused = refused.expect("writes were never refused");
+        assert!(refused.starts_with(b"MISCONF"), "{refused:?}");
+        // Reads go on; the failure shows in INFO.
+        assert_eq!(c.cmd("GET before"), bulk("1"));
+        assert!(c.cmd("SET again y").is_error());
+        let Frame::Bulk(info) = c.cmd("INFO persistence") else {
+            panic!()
+        };
+        assert!(String::from_utf8_lossy(&info).contains("aof_last_write_status:err"));
+        // The disk recovers: writes resume on their own.
+        limit_file_size(server.child.id(), None);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.cmd("SET after 1") != ok() {
+            assert!(Instant::now() < deadline, "writes never resumed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        acked.push("after".into());
+        // Killed without a clean shutdown.
+    }
+    let server = start(&dir, 1, "everysec");
+    let mut c = server.client();
+    for key in &acked {
+        assert_eq!(
+            c.cmd(&format!("EXISTS {key}")),
+            int(1),
+            "{key} was acknowledged and is lost"
+        );
+    }
+    drop(server);
+    // Under `always` a failed write ends the process (a reply may wait on it), as Redis
+    // does; a restart loads everything acknowledged before.
+    {
+        let server = start(&dir, 1, "always");
+        let mut c = server.client();
+        assert_eq!(c.cmd("SET last-good 1"), ok());
+        let size = std::fs::metadata(journals(&dir).remove(0)).unwrap().len();
+        limit_file_size(server.child.id(), Some(size + 3));
+        c.send(&[b"SET", b"never-acked", b"1"]);
+        assert!(
+            c.try_read().ok().flatten().is_none(),
+            "a write that could not be synced was acknowledged"
+        );
+        let mut server = server;
+        assert!(!server.wait().success());
+    }
+    let server = start(&dir, 1, "always");
+    let mut c = server.client();
+    assert_eq!(c.cmd("GET last-good"), bulk("1"));
+    assert_eq!(c.cmd("EXISTS before"), int(1));
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -20,13 +20,22 @@ const SECTIONS: &[&str] = &[
     "server",
     "clients",
     "memory",
+    "persistence",
     "stats",
     "tasks",
     "keyspace",
     "commandstats",
     "shards",
 ];
-const DEFAULT_SECTIONS: &[&str] = &["server", "clients", "memory", "stats", "tasks", "keyspace"];
+const DEFAULT_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "tasks",
+    "keyspace",
+];
 
 async fn gather(ctx: &ShardCtx) -> ShardReport {
     let pending: Vec<_> = (0..ctx.shard_count)
@@ -97,6 +106,7 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
             );
         }
         "memory" => memory_section(g, report, out),
+        "persistence" => persistence_section(g, report, out),
         "stats" => stats_section(g, report, out),
         "tasks" => tasks_section(report, out),
         "shards" => {
@@ -125,6 +135,26 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
         }
         _ => {}
     }
+}
+
+/// `# Persistence`: Redis's main fields, from the shards' journals (docs/DURABILITY.md).
+/// There are no snapshots yet: the RDB fields say none ran.
+fn persistence_section(g: &Globals, report: &ShardReport, out: &mut String) {
+    let store = g.store.get();
+    let write_ok = store.is_none_or(|s| s.misconf().is_none());
+    let started_s = crate::globals::unix_ms() / 1000 - g.started.elapsed().as_secs();
+    let _ = write!(
+        out,
+        "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{started_s}\r\nrdb_last_bgsave_status:ok\r\nrdb_saves:0\r\naof_enabled:{}\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_last_write_status:{}\r\naof_current_size:{}\r\naof_buffer_length:{}\r\naof_fsync_policy:{}\r\naof_last_fsync_time:{}\r\naof_shard_files:{}\r\n",
+        report.journal_records,
+        u8::from(store.is_some()),
+        if write_ok { "ok" } else { "err" },
+        report.journal_bytes,
+        report.journal_pending,
+        store.map_or("no", |s| s.policy().name()),
+        store.map_or(0, |s| s.last_sync_s.load(Ordering::Relaxed)),
+        if store.is_some() { g.shard_count } else { 0 },
+    );
 }
 
 /// `# Server`: version, mode, process, port, uptime, shards.

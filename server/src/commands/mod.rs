@@ -616,7 +616,29 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
                 .to_string(),
         ),
         ("save", String::new()),
-        ("appendonly", "no".into()),
+        (
+            "appendonly",
+            if g.store.get().is_some() { "yes" } else { "no" }.into(),
+        ),
+        (
+            "appendfsync",
+            g.store
+                .get()
+                .map_or(g.config.appendfsync, |s| s.policy())
+                .name()
+                .into(),
+        ),
+        ("dir", g.config.dir.clone()),
+        ("appenddirname", g.config.appenddirname.clone()),
+        (
+            "aof-load-truncated",
+            if g.config.aof_load_truncated {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ),
         ("maxmemory", g.maxmemory().to_string()),
         ("maxmemory-policy", g.eviction_policy().name().into()),
         (
@@ -746,6 +768,15 @@ fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bool, String>
         "protected-mode" => match crate::config::yes_no(&value) {
             Ok(on) => g.protected_mode.store(on, Ordering::Relaxed),
             Err(_) => return Err("argument must be 'yes' or 'no'".into()),
+        },
+        "appendfsync" => match crate::persist::Fsync::parse(&value) {
+            // With `appendonly no` there is no journal: accepted, and nothing to change.
+            Some(policy) => {
+                if let Some(store) = g.store.get() {
+                    store.set_policy(policy)
+                }
+            }
+            None => return Err("argument(s) must be one of the following: always, everysec, no".into()),
         },
         "timeout" => g.idle_timeout_s.store(integer(&value)?, Ordering::Relaxed),
         "tcp-keepalive" => g.tcp_keepalive_s.store(integer(&value)?, Ordering::Relaxed),

@@ -38,6 +38,14 @@ pub enum Fsync {
 }
 
 impl Fsync {
+    pub const ALL: [Fsync; 3] = [Fsync::Always, Fsync::Everysec, Fsync::No];
+
+    pub fn parse(name: &str) -> Option<Fsync> {
+        Fsync::ALL
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(name))
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Fsync::Always => "always",
@@ -53,7 +61,8 @@ const MANIFEST_MAGIC: &str = "wetask-journal 1";
 /// The data directory, shared by the shards: held locked for the process's life.
 pub struct Store {
     pub path: PathBuf,
-    pub policy: Fsync,
+    /// `appendfsync`, which CONFIG SET may change (an index into `Fsync::ALL`).
+    policy: std::sync::atomic::AtomicUsize,
     pub load_corrupt: bool,
     pub load_truncated: bool,
     _lock: File,
@@ -124,7 +133,7 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
     }
     let store = Arc::new(Store {
         path,
-        policy: config.appendfsync,
+        policy: std::sync::atomic::AtomicUsize::new(config.appendfsync as usize),
         load_corrupt: config.aof_load_corrupt,
         load_truncated: config.aof_load_truncated,
         _lock: lock,
@@ -133,9 +142,7 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
         last_error: Mutex::new(None),
         last_sync_s: AtomicU64::new(crate::globals::unix_ms() / 1000),
     });
-    if store.policy == Fsync::Everysec {
-        spawn_syncer(store.clone())?;
-    }
+    spawn_syncer(store.clone())?;
     Ok(Some(store))
 }
 
@@ -157,13 +164,17 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()>
     File::open(dir)?.sync_all()
 }
 
-/// The everysec syncer: once a second, fdatasync every file written since the last round.
+/// The everysec syncer: once a second, fdatasync every file written since the last round
+/// (idle under the other policies, which CONFIG SET may change).
 fn spawn_syncer(store: Arc<Store>) -> Result<(), String> {
     std::thread::Builder::new()
         .name("wetask-fsync".into())
         .spawn(move || loop {
             let started = Instant::now();
-            let files: Vec<Arc<SyncedFile>> = store.syncing.lock().expect("syncing").clone();
+            let files: Vec<Arc<SyncedFile>> = match store.policy() {
+                Fsync::Everysec => store.syncing.lock().expect("syncing").clone(),
+                _ => Vec::new(),
+            };
             for f in files {
                 if f.dirty.swap(false, Ordering::AcqRel) {
                     match f.file.sync_data() {
@@ -182,6 +193,15 @@ fn spawn_syncer(store: Arc<Store>) -> Result<(), String> {
 }
 
 impl Store {
+    pub fn policy(&self) -> Fsync {
+        Fsync::ALL[self.policy.load(Ordering::Relaxed)]
+    }
+
+    /// CONFIG SET appendfsync.
+    pub fn set_policy(&self, policy: Fsync) {
+        self.policy.store(policy as usize, Ordering::Relaxed);
+    }
+
     fn fail(&self, error: String) {
         if !self.failing.swap(true, Ordering::AcqRel) {
             tracing::error!("journal: {error}; writes are refused (MISCONF) until it recovers");
@@ -223,6 +243,8 @@ pub struct Journal {
     end: u64,
     /// Records taken from the shard and not yet written (kept across a failed write).
     pending: Vec<u8>,
+    /// Records written since the start.
+    records: u64,
 }
 
 /// What recovery found, for the start-up log line.
@@ -315,6 +337,7 @@ pub fn recover(
         file,
         end: keep as u64,
         pending: Vec::new(),
+        records: 0,
     };
     // What `finish_replay` logged (the released leases) goes down before anything else.
     journal.commit(shard);
@@ -349,15 +372,18 @@ impl Journal {
     /// MISCONF. Under `always` a failure ends the process: a reply may already be queued
     /// behind this write, and it must not leave claiming durability (Redis exits too).
     pub fn commit(&mut self, shard: &mut Shard) {
-        shard.take_journal(&mut self.pending);
+        if shard.take_journal(&mut self.pending) {
+            self.records += 1;
+        }
         if self.pending.is_empty() {
             return;
         }
+        let policy = self.store.policy();
         let result = self
             .file
             .file
             .write_all_at(&self.pending, self.end)
-            .and_then(|()| match self.store.policy {
+            .and_then(|()| match policy {
                 Fsync::Always => self.file.file.sync_data(),
                 _ => Ok(()),
             });
@@ -365,14 +391,14 @@ impl Journal {
             Ok(()) => {
                 self.end += self.pending.len() as u64;
                 self.pending.clear();
-                match self.store.policy {
+                match policy {
                     Fsync::Always => self.store.synced(),
                     Fsync::Everysec => self.file.dirty.store(true, Ordering::Release),
                     Fsync::No => {}
                 }
                 self.store.recovered();
             }
-            Err(e) if self.store.policy == Fsync::Always => {
+            Err(e) if policy == Fsync::Always => {
                 tracing::error!(
                     "journal write failed under appendfsync always ({e}): exiting, as a reply \
                      may be waiting on it"
@@ -393,6 +419,10 @@ impl Journal {
     /// Bytes of journal written by this shard.
     pub fn size(&self) -> u64 {
         self.end
+    }
+
+    pub fn records_written(&self) -> u64 {
+        self.records
     }
 
     pub fn pending_bytes(&self) -> usize {

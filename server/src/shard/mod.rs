@@ -359,6 +359,17 @@ impl ShardCtx {
             pubsub_patterns: self.pubsub.pattern_names(),
             evicted_keys: shard.evicted_keys(),
             shard_lines: vec![self.waiting_line()],
+            journal_bytes: self.journal.borrow().as_ref().map_or(0, |j| j.size()),
+            journal_pending: self
+                .journal
+                .borrow()
+                .as_ref()
+                .map_or(0, |j| j.pending_bytes() as u64),
+            journal_records: self
+                .journal
+                .borrow()
+                .as_ref()
+                .map_or(0, |j| j.records_written()),
             lua_memory: self
                 .scripts
                 .lua
