@@ -44,6 +44,13 @@ const TEMPLATES: &[&str] = &[
     "task.submit q M",
     "task.submit q M delay N",
     "task.submit r M retries 2 backoff 5",
+    "task.submit q M unique K 30",
+    "task.submit r M ttl N",
+    "task.submit r M fallback q",
+    "task.requeue r",
+    "task.pause q",
+    "task.resume q",
+    "task.limit r rate 2 per 20",
 ];
 
 fn fill(template: &str, seed: &mut fastrand::Rng) -> Vec<Bytes> {
@@ -82,9 +89,12 @@ fn state(shard: &mut Shard) -> Vec<String> {
 }
 
 fn replayed(file: &[u8]) -> Shard {
+    replay_into(Shard::new(0), file)
+}
+
+fn replay_into(mut shard: Shard, file: &[u8]) -> Shard {
     let (records, end) = record::read_all(file);
     assert_eq!(end, record::Next::End);
-    let mut shard = Shard::new(0);
     for payload in records {
         for op in ops::read_ops(Bytes::copy_from_slice(payload)).expect("decodes") {
             shard.replay(op).expect("replays");
@@ -104,7 +114,16 @@ proptest! {
         let mut now = 1_000_000u64;
         let mut file = Vec::new();
         let mut leased: Vec<(u64, Bytes)> = Vec::new();
-        for _ in 0..steps {
+        // A snapshot taken at a random turn boundary, and where the journal stood then.
+        let snapshot_at = rng.usize(0..steps);
+        let mut snapshot: Option<(Vec<Vec<u8>>, usize)> = None;
+        for step in 0..steps {
+            if step == snapshot_at {
+                shard.take_journal(&mut file);
+                let mut parts = Vec::new();
+                shard.export_snapshot(&mut |p| parts.push(p.to_vec()));
+                snapshot = Some((parts, file.len()));
+            }
             now += rng.u64(0..40);
             shard.set_clock(now);
             shard.task_advance();
@@ -146,5 +165,17 @@ proptest! {
         let mut copy = replayed(&file);
         copy.set_clock(now);
         prop_assert_eq!(state(&mut copy), state(&mut shard));
+        // The snapshot, then the journal after it, gives the same shard again.
+        let (parts, offset) = snapshot.expect("taken");
+        let mut loaded = Shard::new(0);
+        for part in parts {
+            loaded.import_snapshot_part(Bytes::from(part)).expect("loads");
+        }
+        loaded.finish_snapshot().expect("indexes");
+        loaded.tasks.check_invariants();
+        let mut resumed = replay_into(loaded, &file[offset..]);
+        resumed.set_clock(now);
+        resumed.tasks.check_invariants();
+        prop_assert_eq!(state(&mut resumed), state(&mut shard));
     }
 }

@@ -24,6 +24,7 @@ pub mod node;
 pub mod sets;
 pub mod shard;
 pub mod slot;
+pub mod snapshot;
 pub mod spec;
 pub mod stream;
 pub mod stream_groups;

@@ -18,6 +18,8 @@ use super::model::*;
 
 /// Task ids and queue names come from clients; foldhash is seeded per process.
 type Hasher = foldhash::fast::RandomState;
+
+mod snapshot;
 use crate::slot::{key_slot, slot_tag};
 
 /// Why a task command was refused; `text` is the error reply.

@@ -1,0 +1,339 @@
+//! An engine's whole state as bytes, and back: what a snapshot stores of the task engine.
+//!
+//! Written: the counters and id sequences, the UNIQUE windows and the deadline index (both
+//! kept apart from the tasks: a window outlives its task, and a requeued dead task keeps no
+//! deadline), each queue's own state (its dead list in order, pause, limits, rate window,
+//! counters), and every task with all its fields. Rebuilt on load from the tasks: the ready
+//! sets, the scheduled and lease indexes, the owners' lease index and the retention index,
+//! exactly as the engine maintains them (its invariant check passes on the result).
+//!
+//! The output comes in parts of about [`PART_BYTES`] so that a caller can frame each as a
+//! record; parts must be loaded in order.
+
+use std::cmp::Reverse;
+
+use bytes::Bytes;
+
+use super::{Engine, Queue, Task};
+use crate::journal::wire::{
+    put_bytes, put_bytes_list, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader,
+};
+use crate::tasks::model::{Origin, State, SubmitOptions};
+
+/// About how large one part grows before the next starts.
+pub const PART_BYTES: usize = 1 << 20;
+
+const META: u8 = 1;
+const QUEUE: u8 = 2;
+const TASKS: u8 = 3;
+
+fn put_i64(out: &mut Vec<u8>, v: i64) {
+    put_u64(out, v as u64);
+}
+
+fn read_i64(r: &mut Reader) -> Decoded<i64> {
+    Ok(r.u64()? as i64)
+}
+
+fn put_opt_u32(out: &mut Vec<u8>, v: Option<u32>) {
+    put_opt_u64(out, v.map(u64::from));
+}
+
+fn read_opt_u32(r: &mut Reader) -> Decoded<Option<u32>> {
+    r.opt_u64()?
+        .map(|v| u32::try_from(v).map_err(|_| DecodeError("number out of range")))
+        .transpose()
+}
+
+impl Engine {
+    /// Writes the engine's state as a sequence of parts, each handed to `part`.
+    pub fn export(&self, part: &mut dyn FnMut(&[u8])) {
+        let mut out = vec![META];
+        put_i64(&mut out, self.next_order);
+        put_i64(&mut out, self.next_head);
+        put_u64(&mut out, self.next_id);
+        let t = &self.totals;
+        for v in [
+            t.submitted,
+            t.acked,
+            t.failed,
+            t.retried,
+            t.dead,
+            t.cancelled,
+            t.fallbacks,
+            t.leases_lost,
+        ] {
+            put_u64(&mut out, v);
+        }
+        let mut unique: Vec<_> = self.unique.iter().collect();
+        unique.sort();
+        put_u64(&mut out, unique.len() as u64);
+        for ((queue, key), (id, until)) in unique {
+            put_bytes(&mut out, queue);
+            put_bytes(&mut out, key);
+            put_bytes(&mut out, id);
+            put_u64(&mut out, *until);
+        }
+        put_u64(&mut out, self.deadlines.len() as u64);
+        for (deadline, id) in &self.deadlines {
+            put_u64(&mut out, *deadline);
+            put_bytes(&mut out, id);
+        }
+        part(&out);
+        let mut names: Vec<&Bytes> = self.queues.keys().collect();
+        names.sort();
+        for name in names {
+            let q = &self.queues[name];
+            out.clear();
+            out.push(QUEUE);
+            put_bytes(&mut out, name);
+            let dead: Vec<&Bytes> = q.dead.iter().collect();
+            put_bytes_list(&mut out, &dead);
+            out.push(u8::from(q.paused));
+            put_opt_u32(&mut out, q.concurrency);
+            match q.rate {
+                None => out.push(0),
+                Some((n, per)) => {
+                    out.push(1);
+                    put_u64(&mut out, u64::from(n));
+                    put_u64(&mut out, per);
+                }
+            }
+            put_u64(&mut out, q.window_start_ms);
+            put_u64(&mut out, u64::from(q.window_used));
+            put_u64(&mut out, q.submitted);
+            put_u64(&mut out, q.acked);
+            put_u64(&mut out, q.failed);
+            part(&out);
+        }
+        let mut ids: Vec<&Bytes> = self.tasks.keys().collect();
+        ids.sort();
+        out.clear();
+        for id in ids {
+            if out.is_empty() {
+                out.push(TASKS);
+            }
+            put_task(&mut out, &self.tasks[id]);
+            if out.len() >= PART_BYTES {
+                part(&out);
+                out.clear();
+            }
+        }
+        if !out.is_empty() {
+            part(&out);
+        }
+    }
+
+    /// Loads one part written by [`Engine::export`] (parts in order, into an engine made
+    /// with `Engine::new`); call [`Engine::finish_import`] after the last.
+    pub fn import_part(&mut self, part: Bytes) -> Decoded<()> {
+        let mut r = Reader::new(part);
+        match r.u8()? {
+            META => {
+                self.next_order = read_i64(&mut r)?;
+                self.next_head = read_i64(&mut r)?;
+                self.next_id = r.u64()?;
+                let t = &mut self.totals;
+                for v in [
+                    &mut t.submitted,
+                    &mut t.acked,
+                    &mut t.failed,
+                    &mut t.retried,
+                    &mut t.dead,
+                    &mut t.cancelled,
+                    &mut t.fallbacks,
+                    &mut t.leases_lost,
+                ] {
+                    *v = r.u64()?;
+                }
+                for _ in 0..r.count()? {
+                    let queue = r.bytes()?;
+                    let key = r.bytes()?;
+                    let id = r.bytes()?;
+                    let until = r.u64()?;
+                    self.unique.insert((queue, key), (id, until));
+                }
+                for _ in 0..r.count()? {
+                    let deadline = r.u64()?;
+                    self.deadlines.insert((deadline, r.bytes()?));
+                }
+            }
+            QUEUE => {
+                let name = r.bytes()?;
+                let q = Queue {
+                    dead: r.bytes_list()?.into(),
+                    paused: r.flag()?,
+                    concurrency: read_opt_u32(&mut r)?,
+                    rate: if r.flag()? {
+                        Some((r.u32()?, r.u64()?))
+                    } else {
+                        None
+                    },
+                    window_start_ms: r.u64()?,
+                    window_used: r.u32()?,
+                    submitted: r.u64()?,
+                    acked: r.u64()?,
+                    failed: r.u64()?,
+                    ..Queue::default()
+                };
+                self.queues.insert(name, q);
+            }
+            TASKS => {
+                while !r.is_done() {
+                    let task = read_task(&mut r)?;
+                    self.tasks.insert(task.id.clone(), task);
+                }
+            }
+            _ => return Err(DecodeError("unknown engine part")),
+        }
+        if !r.is_done() {
+            return Err(DecodeError("trailing bytes in an engine part"));
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the indexes that follow from the tasks, after the last part.
+    pub fn finish_import(&mut self) -> Decoded<()> {
+        let ids: Vec<Bytes> = self.tasks.keys().cloned().collect();
+        for id in ids {
+            let task = &self.tasks[&id];
+            let q = self.queues.entry(task.queue.clone()).or_default();
+            match task.state {
+                State::Queued => {
+                    q.ready
+                        .insert((Reverse(task.options.priority), task.order), id.clone());
+                    q.ready_by_age.insert((task.submitted_ms, task.order));
+                }
+                State::Scheduled { due_ms } => {
+                    q.scheduled += 1;
+                    self.scheduled.insert((due_ms, id.clone()));
+                }
+                State::Leased { owner, until_ms } => {
+                    q.leased += 1;
+                    self.leases.insert((until_ms, id.clone()));
+                    self.by_owner.entry(owner).or_default().insert(id.clone());
+                }
+                State::Done | State::Dead | State::Cancelled => {
+                    if task.finished_ms.is_none() {
+                        return Err(DecodeError("a finished task without its finish time"));
+                    }
+                    let forget_at = Engine::forget_at(task, self.retention_ms);
+                    self.retained.insert((forget_at, id.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn put_task(out: &mut Vec<u8>, t: &Task) {
+    put_bytes(out, &t.id);
+    put_bytes(out, &t.queue);
+    put_bytes(out, &t.payload);
+    let o = &t.options;
+    put_opt_bytes(out, o.id.as_deref());
+    put_i64(out, o.priority);
+    put_opt_u64(out, o.due_ms);
+    put_u64(out, u64::from(o.retries));
+    put_u64(out, o.backoff_base_ms);
+    put_u64(out, o.backoff_cap_ms);
+    put_opt_u64(out, o.lease_ms);
+    put_opt_u64(out, o.deadline_ms);
+    put_opt_bytes(out, o.fallback.as_deref());
+    match &o.unique {
+        None => out.push(0),
+        Some((key, window)) => {
+            out.push(1);
+            put_bytes(out, key);
+            put_u64(out, *window);
+        }
+    }
+    match t.state {
+        State::Scheduled { due_ms } => {
+            out.push(0);
+            put_u64(out, due_ms);
+        }
+        State::Queued => out.push(1),
+        State::Leased { owner, until_ms } => {
+            out.push(2);
+            put_u64(out, owner);
+            put_u64(out, until_ms);
+        }
+        State::Done => out.push(3),
+        State::Dead => out.push(4),
+        State::Cancelled => out.push(5),
+    }
+    put_u64(out, u64::from(t.attempts));
+    put_opt_bytes(out, t.last_error.as_deref());
+    put_opt_bytes(out, t.result.as_deref());
+    put_u64(out, t.submitted_ms);
+    put_opt_u64(out, t.finished_ms);
+    put_i64(out, t.order);
+    match &t.origin {
+        None => out.push(0),
+        Some(origin) => {
+            out.push(1);
+            put_bytes(out, &origin.id);
+            put_bytes(out, &origin.queue);
+            put_opt_bytes(out, origin.error.as_deref());
+            put_u64(out, u64::from(origin.attempts));
+        }
+    }
+}
+
+fn read_task(r: &mut Reader) -> Decoded<Task> {
+    let id = r.bytes()?;
+    let queue = r.bytes()?;
+    let payload = r.bytes()?;
+    let options = SubmitOptions {
+        id: r.opt_bytes()?,
+        priority: read_i64(r)?,
+        due_ms: r.opt_u64()?,
+        retries: r.u32()?,
+        backoff_base_ms: r.u64()?,
+        backoff_cap_ms: r.u64()?,
+        lease_ms: r.opt_u64()?,
+        deadline_ms: r.opt_u64()?,
+        fallback: r.opt_bytes()?,
+        unique: if r.flag()? {
+            Some((r.bytes()?, r.u64()?))
+        } else {
+            None
+        },
+    };
+    let state = match r.u8()? {
+        0 => State::Scheduled { due_ms: r.u64()? },
+        1 => State::Queued,
+        2 => State::Leased {
+            owner: r.u64()?,
+            until_ms: r.u64()?,
+        },
+        3 => State::Done,
+        4 => State::Dead,
+        5 => State::Cancelled,
+        _ => return Err(DecodeError("unknown task state")),
+    };
+    Ok(Task {
+        id,
+        queue,
+        payload,
+        options,
+        state,
+        attempts: r.u32()?,
+        last_error: r.opt_bytes()?,
+        result: r.opt_bytes()?,
+        submitted_ms: r.u64()?,
+        finished_ms: r.opt_u64()?,
+        order: read_i64(r)?,
+        origin: if r.flag()? {
+            Some(Origin {
+                id: r.bytes()?,
+                queue: r.bytes()?,
+                error: r.opt_bytes()?,
+                attempts: r.u32()?,
+            })
+        } else {
+            None
+        },
+    })
+}
