@@ -112,6 +112,18 @@ pub struct Config {
     /// offset and reason.
     #[arg(long, default_value = "no", value_parser = yes_no, action = clap::ArgAction::Set)]
     pub aof_load_corrupt: bool,
+    /// Compact a shard's journal into a snapshot when it has grown by this percentage of
+    /// the last snapshot's size (Redis's `auto-aof-rewrite-percentage`; 0: never)...
+    #[arg(long, default_value_t = 100)]
+    pub auto_aof_rewrite_percentage: u64,
+    /// ... and is at least this large (`auto-aof-rewrite-min-size`).
+    #[arg(long, default_value = "64mb", value_parser = memory_size)]
+    pub auto_aof_rewrite_min_size: u64,
+    /// Snapshot points, `"<seconds> <changes> …"`: compact once `changes` writes happened
+    /// and `seconds` passed since the last snapshot (Redis's `save`; empty: none, the
+    /// default, as the journal is always on).
+    #[arg(long, default_value = "")]
+    pub save: String,
     /// Comma-separated CPUs to pin shards to, in order (default: the online CPUs).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,

@@ -552,3 +552,290 @@ fn a_failing_disk_refuses_writes_then_recovers_without_loss() {
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Bytes in a data directory's journals and snapshots.
+fn data_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir.join("appendonlydir"))
+        .expect("data dir")
+        .map(|e| e.expect("entry").metadata().map(|m| m.len()).unwrap_or(0))
+        .sum()
+}
+
+/// Rewriting the same keys and cycling tasks: compaction keeps the files near the live
+/// data's size, not the history's, while serving; SAVE/BGSAVE/LASTSAVE answer as Redis's.
+#[test]
+fn compaction_keeps_disk_use_near_live_data() {
+    let dir = temp_dir("compact");
+    let dir_s = dir.to_str().unwrap().to_string();
+    let args = [
+        "--dir",
+        &dir_s,
+        "--shards",
+        "2",
+        "--auto-aof-rewrite-min-size",
+        "64kb",
+        "--auto-aof-rewrite-percentage",
+        "100",
+    ];
+    let value = "v".repeat(100);
+    let mut written = 0u64;
+    let mut peak = 0u64;
+    {
+        let server = Server::start(&args);
+        let mut c = server.client();
+        for round in 0..100 {
+            for i in 0..100 {
+                c.send(&[
+                    b"SET",
+                    format!("key{i}").as_bytes(),
+                    format!("{round}-{value}").as_bytes(),
+                ]);
+                written += 130;
+            }
+            for _ in 0..100 {
+                assert_eq!(c.read().expect("reply"), ok());
+            }
+            let Frame::Bulk(id) = c.cmd(&format!("TASK.SUBMIT jobs {round}-{value}")) else {
+                panic!("submit")
+            };
+            let _ = c.cmd("TASK.FETCH jobs");
+            assert_eq!(c.cmd_args(&[b"TASK.ACK", &id]), ok());
+            peak = peak.max(data_bytes(&dir));
+        }
+        let Frame::Bulk(info) = c.cmd("INFO persistence") else {
+            panic!()
+        };
+        let info = String::from_utf8_lossy(&info).to_string();
+        let rewrites: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("aof_rewrites:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("aof_rewrites");
+        assert!(rewrites >= 2, "no automatic compaction: {info}");
+        assert_eq!(c.cmd("SAVE"), ok());
+        let Frame::Integer(lastsave) = c.cmd("LASTSAVE") else {
+            panic!()
+        };
+        assert!(lastsave as u64 >= (wetask_shards_now_s() - 60));
+    }
+    // About 1.3 MB of writes went in; the live data is 100 keys and 100 finished tasks.
+    assert!(written > 1_000_000);
+    assert!(
+        peak < written / 3,
+        "disk use peaked at {peak} bytes for {written} bytes written"
+    );
+    let server = Server::start(&args);
+    let mut c = server.client();
+    for i in 0..100 {
+        assert_eq!(c.cmd(&format!("GET key{i}")), bulk(&format!("99-{value}")));
+    }
+    let Frame::Bulk(stats) = c.cmd("INFO tasks") else {
+        panic!()
+    };
+    assert!(
+        String::from_utf8_lossy(&stats).contains("tasks_acked:100"),
+        "{}",
+        String::from_utf8_lossy(&stats)
+    );
+    println!("compaction: {written} bytes written, disk use peaked at {peak} bytes");
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn wetask_shards_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// The state a restart must bring back: keys of every type (some with a TTL) and tasks in
+/// every state, on random names.
+struct Fixture {
+    keys: Vec<String>,
+    queues: Vec<String>,
+    queued: Vec<Vec<u8>>,
+    scheduled: Vec<Vec<u8>>,
+    leased: Vec<Vec<u8>>,
+    done: Vec<Vec<u8>>,
+    dead: Vec<Vec<u8>>,
+}
+
+fn build_fixture(c: &mut Client, rng: &mut fastrand::Rng) -> Fixture {
+    let mut f = Fixture {
+        keys: Vec::new(),
+        queues: (0..20).map(|_| format!("q{}", rng.u32(..))).collect(),
+        queued: Vec::new(),
+        scheduled: Vec::new(),
+        leased: Vec::new(),
+        done: Vec::new(),
+        dead: Vec::new(),
+    };
+    for i in 0..300 {
+        let key = format!("k{}:{i}", rng.u32(..));
+        let reply = match i % 5 {
+            0 => c.cmd(&format!("SET {key} s{i}")),
+            1 => c.cmd(&format!("RPUSH {key} a{i} b{i}")),
+            2 => c.cmd(&format!("HSET {key} f v{i}")),
+            3 => c.cmd(&format!("ZADD {key} {i} m")),
+            _ => c.cmd(&format!("SET {key} t{i} EX 3600")),
+        };
+        assert!(!reply.is_error(), "{reply:?}");
+        f.keys.push(key);
+    }
+    let id = |frame: Frame| match frame {
+        Frame::Bulk(id) => id.to_vec(),
+        other => panic!("{other:?}"),
+    };
+    for (n, q) in f.queues.clone().iter().enumerate() {
+        f.queued.push(id(c.cmd(&format!(
+            "TASK.SUBMIT {q} queued-{n} UNIQUE u{n} FOR 3600000"
+        ))));
+        f.scheduled.push(id(
+            c.cmd(&format!("TASK.SUBMIT {q} later-{n} DELAY 3600000"))
+        ));
+        let d = id(c.cmd(&format!("TASK.SUBMIT {q} die-{n} RETRIES 0")));
+        let a = id(c.cmd(&format!("TASK.SUBMIT {q} ack-{n}")));
+        let l = id(c.cmd(&format!("TASK.SUBMIT {q} lease-{n}")));
+        // FIFO: the fetches get the queued one first; lease all four, then settle three.
+        let Frame::Array(got) = c.cmd(&format!("TASK.FETCH {q} COUNT 4")) else {
+            panic!()
+        };
+        assert_eq!(got.len(), 4);
+        let q0 = f.queued.last().unwrap().clone();
+        assert!(!c
+            .cmd_args(&[b"TASK.FAIL", &d, b"ERROR", b"boom"])
+            .is_error());
+        assert_eq!(
+            c.cmd_args(&[b"TASK.ACK", &a, b"RESULT", format!("r{n}").as_bytes()]),
+            ok()
+        );
+        // The first one goes back to the queue, as if never fetched: fail with a retry.
+        assert!(!c
+            .cmd_args(&[b"TASK.FAIL", &q0, b"RETRYIN", b"0"])
+            .is_error());
+        f.dead.push(d);
+        f.done.push(a);
+        f.leased.push(l);
+        if n % 2 == 0 {
+            assert_eq!(c.cmd(&format!("TASK.PAUSE {q}")), ok());
+        }
+    }
+    f
+}
+
+fn check_fixture(c: &mut Client, f: &Fixture, context: &str) {
+    for (i, key) in f.keys.iter().enumerate() {
+        let expected = match i % 5 {
+            0 => bulk(&format!("s{i}")),
+            1 => array(vec![bulk(&format!("a{i}")), bulk(&format!("b{i}"))]),
+            2 => bulk(&format!("v{i}")),
+            3 => bulk(&i.to_string()),
+            _ => bulk(&format!("t{i}")),
+        };
+        let got = match i % 5 {
+            1 => c.cmd(&format!("LRANGE {key} 0 -1")),
+            2 => c.cmd(&format!("HGET {key} f")),
+            3 => c.cmd(&format!("ZSCORE {key} m")),
+            _ => c.cmd(&format!("GET {key}")),
+        };
+        assert_eq!(got, expected, "{context}: {key}");
+        if i % 5 == 4 {
+            let Frame::Integer(ttl) = c.cmd(&format!("TTL {key}")) else {
+                panic!()
+            };
+            assert!((3500..=3600).contains(&ttl), "{context}: {key} ttl {ttl}");
+        }
+    }
+    let states = |c: &mut Client, ids: &[Vec<u8>]| task_states(c, ids);
+    // A lease from before a restart is lost: back in the queue (an attempt spent).
+    for (what, ids, want) in [
+        ("queued", &f.queued, "queued"),
+        ("scheduled", &f.scheduled, "scheduled"),
+        ("leased", &f.leased, "queued"),
+        ("done", &f.done, "done"),
+        ("dead", &f.dead, "dead"),
+    ] {
+        for (id, state) in ids.iter().zip(states(c, ids)) {
+            assert_eq!(
+                state.as_deref(),
+                Some(want),
+                "{context}: {what} task {}",
+                String::from_utf8_lossy(id)
+            );
+        }
+    }
+    for (n, q) in f.queues.iter().enumerate() {
+        let Frame::Array(dead) = c.cmd(&format!("TASK.DEAD {q}")) else {
+            panic!()
+        };
+        assert_eq!(
+            dead,
+            vec![Frame::Bulk(f.dead[n].clone().into())],
+            "{context}: dead of {q}"
+        );
+        let frame = c.cmd_args(&[b"TASK.GET", &f.done[n]]);
+        assert_eq!(
+            task_field(&frame, "result"),
+            Some(bulk(&format!("r{n}"))),
+            "{context}"
+        );
+        // UNIQUE still holds: the same key gives the first task's id.
+        let again = c.cmd(&format!("TASK.SUBMIT {q} other UNIQUE u{n} FOR 3600000"));
+        assert_eq!(
+            again,
+            Frame::Bulk(f.queued[n].clone().into()),
+            "{context}: unique on {q}"
+        );
+        // A new task gets a new id.
+        let Frame::Bulk(new) = c.cmd(&format!("TASK.SUBMIT {q} fresh")) else {
+            panic!()
+        };
+        for ids in [&f.queued, &f.scheduled, &f.leased, &f.done, &f.dead] {
+            assert!(
+                !ids.iter().any(|id| id[..] == new[..]),
+                "{context}: id reused"
+            );
+        }
+        assert_eq!(c.cmd_args(&[b"TASK.CANCEL", &new]), ok());
+    }
+}
+
+/// 1 → 2 → 1 → 4 shards: every key and every task comes back on the shard that owns it
+/// now, in the state it had (leases lost, as at any restart).
+#[test]
+fn restarts_with_other_shard_counts_keep_every_key_and_task() {
+    let dir = temp_dir("reshard");
+    let mut rng = fastrand::Rng::with_seed(42);
+    let fixture = {
+        let server = start(&dir, 1, "everysec");
+        let mut c = server.client();
+        build_fixture(&mut c, &mut rng)
+    };
+    // The same shard count first: a plain restart.
+    {
+        let server = start(&dir, 1, "everysec");
+        check_fixture(&mut server.client(), &fixture, "after a restart");
+    }
+    for shards in [2, 1, 4] {
+        let server = start(&dir, shards, "everysec");
+        let manifest = std::fs::read_to_string(dir.join("appendonlydir/manifest")).unwrap();
+        assert!(
+            manifest.contains(&format!("shards {shards}\n")),
+            "{manifest}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.join("appendonlydir"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with("shard-") && !n.contains(&format!("-of-{shards}.")))
+            .collect();
+        assert!(left.is_empty(), "files of the old layout left: {left:?}");
+        let mut c = server.client();
+        check_fixture(
+            &mut c,
+            &fixture,
+            &format!("after the move to {shards} shards"),
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

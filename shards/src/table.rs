@@ -299,6 +299,10 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("config", -2, ADMIN | NOSCRIPT | LOADING | STALE, NONE, Server, None, SV, "A container for server configuration commands."),
     row("info", -1, LOADING | STALE, NONE, Server, None, SV, "Returns information and statistics about the server."),
     row("time", 1, FAST | LOADING | STALE | EMBEDDED, NONE, Server, None, SV, "Returns the server time."),
+    row("save", 1, ADMIN | NOSCRIPT, NONE, Server, None, SV, "Synchronously saves the database(s) to disk."),
+    row("bgsave", -1, ADMIN | NOSCRIPT, NONE, Server, None, SV, "Asynchronously saves the database(s) to disk."),
+    row("bgrewriteaof", 1, ADMIN | NOSCRIPT, NONE, Server, None, SV, "Asynchronously rewrites the append-only file to disk."),
+    row("lastsave", 1, LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the Unix timestamp of the last successful save to disk."),
     row("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | PASSES_LOCKS, NONE, Server, None, SV, "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];
 

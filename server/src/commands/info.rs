@@ -143,13 +143,17 @@ fn persistence_section(g: &Globals, report: &ShardReport, out: &mut String) {
     let store = g.store.get();
     let write_ok = store.is_none_or(|s| s.misconf().is_none());
     let started_s = crate::globals::unix_ms() / 1000 - g.started.elapsed().as_secs();
+    let compacting = u8::from(store.is_some_and(|s| s.compacting()));
+    let lastsave = store.map_or(started_s, |s| s.lastsave_s.load(Ordering::Relaxed));
+    let snapshots = store.map_or(0, |s| s.snapshots_written.load(Ordering::Relaxed));
+    let base = store.map_or(0, |s| s.snapshot_bytes());
     let _ = write!(
         out,
-        "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{started_s}\r\nrdb_last_bgsave_status:ok\r\nrdb_saves:0\r\naof_enabled:{}\r\naof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_last_write_status:{}\r\naof_current_size:{}\r\naof_buffer_length:{}\r\naof_fsync_policy:{}\r\naof_last_fsync_time:{}\r\naof_shard_files:{}\r\n",
+        "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:{compacting}\r\nrdb_last_save_time:{lastsave}\r\nrdb_last_bgsave_status:ok\r\nrdb_saves:{snapshots}\r\naof_enabled:{}\r\naof_rewrite_in_progress:{compacting}\r\naof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:{snapshots}\r\naof_last_write_status:{}\r\naof_current_size:{}\r\naof_base_size:{base}\r\naof_buffer_length:{}\r\naof_fsync_policy:{}\r\naof_last_fsync_time:{}\r\naof_shard_files:{}\r\n",
         report.journal_records,
         u8::from(store.is_some()),
         if write_ok { "ok" } else { "err" },
-        report.journal_bytes,
+        base + report.journal_bytes,
         report.journal_pending,
         store.map_or("no", |s| s.policy().name()),
         store.map_or(0, |s| s.last_sync_s.load(Ordering::Relaxed)),

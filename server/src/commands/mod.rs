@@ -8,6 +8,7 @@
 pub mod blocking;
 pub mod embedded;
 pub mod info;
+pub mod persistence;
 pub mod pubsub;
 pub mod scripting;
 pub mod tasks;
@@ -39,7 +40,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     let several = ctx.shard_count > 1;
     match spec.name {
         "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
-        "task.wait" => true,
+        "task.wait" | "save" => true,
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
         "publish" | "spublish" => crate::commands::pubsub::publish_needs_peers(ctx),
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => true,
@@ -96,6 +97,10 @@ pub async fn run(
         "config" => config(ctx, args).await,
         "info" => info::info(ctx, args).await,
         "shutdown" => shutdown(ctx, &mut conn.borrow_mut(), args),
+        "save" => persistence::save(ctx).await,
+        "bgsave" => persistence::bgsave(ctx, args),
+        "bgrewriteaof" => persistence::bgrewriteaof(ctx),
+        "lastsave" => persistence::lastsave(ctx),
         "scan" => {
             let db = conn.borrow().db;
             scan(ctx, db, args).await
@@ -615,7 +620,36 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
                 .load(Ordering::Relaxed)
                 .to_string(),
         ),
-        ("save", String::new()),
+        (
+            "save",
+            g.store.get().map_or(String::new(), |s| {
+                s.save_points
+                    .lock()
+                    .expect("save points")
+                    .iter()
+                    .map(|(secs, changes)| format!("{secs} {changes}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }),
+        ),
+        (
+            "auto-aof-rewrite-percentage",
+            g.store
+                .get()
+                .map_or(g.config.auto_aof_rewrite_percentage, |s| {
+                    s.auto_rewrite_percentage.load(Ordering::Relaxed)
+                })
+                .to_string(),
+        ),
+        (
+            "auto-aof-rewrite-min-size",
+            g.store
+                .get()
+                .map_or(g.config.auto_aof_rewrite_min_size, |s| {
+                    s.auto_rewrite_min_size.load(Ordering::Relaxed)
+                })
+                .to_string(),
+        ),
         (
             "appendonly",
             if g.store.get().is_some() { "yes" } else { "no" }.into(),
@@ -777,6 +811,26 @@ fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bool, String>
                 }
             }
             None => return Err("argument(s) must be one of the following: always, everysec, no".into()),
+        },
+        "save" => {
+            let points = crate::persist::parse_save_points(&value)?;
+            if let Some(store) = g.store.get() {
+                *store.save_points.lock().expect("save points") = points;
+            }
+        }
+        "auto-aof-rewrite-percentage" => {
+            let n = integer(&value)?;
+            if let Some(store) = g.store.get() {
+                store.auto_rewrite_percentage.store(n, Ordering::Relaxed);
+            }
+        }
+        "auto-aof-rewrite-min-size" => match crate::config::memory_size(&value) {
+            Ok(bytes) => {
+                if let Some(store) = g.store.get() {
+                    store.auto_rewrite_min_size.store(bytes, Ordering::Relaxed);
+                }
+            }
+            Err(_) => return Err("argument must be a memory value".into()),
         },
         "timeout" => g.idle_timeout_s.store(integer(&value)?, Ordering::Relaxed),
         "tcp-keepalive" => g.tcp_keepalive_s.store(integer(&value)?, Ordering::Relaxed),

@@ -1,30 +1,38 @@
 //! Durability on the server side: the data directory (locked, with a manifest naming the
-//! shard layout), each shard's journal file, recovery at start, and the fsync policies.
+//! shard layout), each shard's journal, recovery at start, the fsync policies, and
+//! compaction into snapshots.
 //!
-//! Each shard owns one append-only file, `<dir>/<appenddirname>/shard-<id>-of-<n>.journal`.
-//! Once per loop turn the shard's operations ([`wetask_shards::journal::ops`]) become one
-//! record, written before anything of that turn leaves the shard: before the ring submits
-//! the turn's replies and before an envelope goes to a peer (`ShardCore::commit_journal`).
-//! With `appendfsync always` the write is followed by `fdatasync` right there, so one
-//! flush covers every connection's writes of the turn (group commit), and no reply leaves
-//! before its data is on disk. With `everysec` a syncer thread fsyncs every file once a
-//! second; with `no` the kernel decides. docs/DURABILITY.md has the formats and promises.
+//! Each shard owns its files under `<dir>/<appenddirname>/` (`files`). Once per loop turn the
+//! shard's operations ([`wetask_shards::journal::ops`]) become one record, written before
+//! anything of that turn leaves the shard: before the ring submits the turn's replies and
+//! before an envelope goes to a peer (`ShardCore::commit_journal`). With `appendfsync
+//! always` the write is followed by `fdatasync` right there, so one flush covers every
+//! connection's writes of the turn (group commit). With `everysec` a syncer thread fsyncs
+//! every journal once a second; with `no` the kernel decides. When the journal has grown
+//! enough, or a client asks (SAVE, BGSAVE, BGREWRITEAOF), the shard starts a new segment
+//! and the compactor thread folds the old ones into a snapshot (`compact`).
+//! docs/DURABILITY.md has the formats and the promises.
+
+pub mod compact;
+mod files;
+mod journal;
+mod load;
+mod reshard;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use clap::ValueEnum;
-use wetask_shards::journal::{ops, record};
 use wetask_shards::Shard;
 
 use crate::config::Config;
+pub use journal::Journal;
+use journal::SyncedFile;
 
 /// Redis's `appendfsync`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -58,35 +66,70 @@ impl Fsync {
 const MANIFEST: &str = "manifest";
 const MANIFEST_MAGIC: &str = "wetask-journal 1";
 
+/// Redis's `save` points: `"<seconds> <changes> …"` (empty: none).
+pub fn parse_save_points(text: &str) -> Result<Vec<(u64, u64)>, String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if !words.len().is_multiple_of(2) {
+        return Err("Invalid save parameters".into());
+    }
+    words
+        .chunks(2)
+        .map(|pair| match (pair[0].parse(), pair[1].parse()) {
+            (Ok(s), Ok(c)) => Ok((s, c)),
+            _ => Err("Invalid save parameters".into()),
+        })
+        .collect()
+}
+
+/// One shard's compaction state, shared with the compactor thread.
+#[derive(Default)]
+pub struct ShardStatus {
+    pub compacting: AtomicBool,
+    /// Set by the compactor when a job ends; the shard takes it (`Journal::maybe_compact`).
+    pub finished: AtomicBool,
+    pub snapshot_gen: AtomicU64,
+    pub snapshot_bytes: AtomicU64,
+    pub folded_bytes: AtomicU64,
+    /// The newest request epoch a finished job answered.
+    pub done_epoch: AtomicU64,
+    pub started_ms: AtomicU64,
+    pub last_ok: AtomicBool,
+}
+
 /// The data directory, shared by the shards: held locked for the process's life.
 pub struct Store {
     pub path: PathBuf,
+    pub shard_count: usize,
+    retention_ms: u64,
     /// `appendfsync`, which CONFIG SET may change (an index into `Fsync::ALL`).
-    policy: std::sync::atomic::AtomicUsize,
-    pub load_corrupt: bool,
-    pub load_truncated: bool,
+    policy: AtomicUsize,
+    load_corrupt: bool,
+    load_truncated: bool,
     _lock: File,
-    /// Files the everysec syncer flushes.
-    syncing: Mutex<Vec<Arc<SyncedFile>>>,
+    /// Each shard's current journal file, for the everysec syncer.
+    syncing: Mutex<Vec<Option<Arc<SyncedFile>>>>,
     /// Set by a shard whose write or fsync failed; cleared when it succeeds again.
-    pub failing: AtomicBool,
-    pub last_error: Mutex<Option<String>>,
-    /// Unix seconds of the last successful fsync (INFO's `aof_last_fsync` stand-in).
+    failing: AtomicBool,
+    last_error: Mutex<Option<String>>,
+    /// Unix seconds of the last successful fsync.
     pub last_sync_s: AtomicU64,
+    pub shards: Vec<ShardStatus>,
+    jobs: Mutex<std::sync::mpsc::Sender<compact::Job>>,
+    /// Bumped by SAVE, BGSAVE and BGREWRITEAOF: every shard compacts once more.
+    pub compact_epoch: AtomicU64,
+    /// Unix seconds of the last snapshot written (LASTSAVE), and how many were.
+    pub lastsave_s: AtomicU64,
+    pub snapshots_written: AtomicU64,
+    /// `auto-aof-rewrite-percentage`, `auto-aof-rewrite-min-size`, `save`.
+    pub auto_rewrite_percentage: AtomicU64,
+    pub auto_rewrite_min_size: AtomicU64,
+    pub save_points: Mutex<Vec<(u64, u64)>>,
+    started_ms: u64,
 }
 
-/// A journal file as the syncer sees it: the file, and whether it has unsynced writes.
-pub struct SyncedFile {
-    file: File,
-    dirty: AtomicBool,
-}
-
-fn journal_name(id: usize, count: usize) -> String {
-    format!("shard-{id}-of-{count}.journal")
-}
-
-/// Opens (creating) the data directory for `shard_count` shards, locks it, and checks its
-/// manifest. `None` when `appendonly no`.
+/// Opens (creating) the data directory for `shard_count` shards, locks it, checks its
+/// manifest (moving the data to the new layout when the shard count changed), and starts
+/// the syncer and compactor threads. `None` when `appendonly no`.
 pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>, String> {
     if !config.appendonly {
         return Ok(None);
@@ -107,42 +150,48 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
             path.display()
         ));
     }
+    let (jobs, receiver) = compact::channel();
+    let now = crate::globals::unix_ms();
+    let store = Arc::new(Store {
+        path: path.clone(),
+        shard_count,
+        retention_ms: config.task_retention_ms,
+        policy: AtomicUsize::new(config.appendfsync as usize),
+        load_corrupt: config.aof_load_corrupt,
+        load_truncated: config.aof_load_truncated,
+        _lock: lock,
+        syncing: Mutex::new(vec![None; shard_count]),
+        failing: AtomicBool::new(false),
+        last_error: Mutex::new(None),
+        last_sync_s: AtomicU64::new(now / 1000),
+        shards: (0..shard_count).map(|_| ShardStatus::default()).collect(),
+        jobs: Mutex::new(jobs),
+        compact_epoch: AtomicU64::new(0),
+        lastsave_s: AtomicU64::new(now / 1000),
+        snapshots_written: AtomicU64::new(0),
+        auto_rewrite_percentage: AtomicU64::new(config.auto_aof_rewrite_percentage),
+        auto_rewrite_min_size: AtomicU64::new(config.auto_aof_rewrite_min_size),
+        save_points: Mutex::new(parse_save_points(&config.save)?),
+        started_ms: now,
+    });
     let manifest = path.join(MANIFEST);
     match std::fs::read_to_string(&manifest) {
         Ok(text) => {
             let old = parse_manifest(&text)
                 .ok_or_else(|| format!("{} is not a wetask manifest", manifest.display()))?;
             if old != shard_count {
-                return Err(format!(
-                    "the data directory {} holds a journal written by {old} shards; start with \
-                     --shards {old} (loading it into {shard_count} shards is not built yet: \
-                     docs/DURABILITY.md)",
-                    path.display()
-                ));
+                reshard::remove_other_layouts(&path, old)?;
+                reshard::run(&store, old)?;
+                write_manifest(&path, shard_count)?;
+                reshard::remove_layout(&path, old)?;
             }
+            reshard::remove_other_layouts(&path, shard_count)?;
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            write_atomically(
-                &path,
-                MANIFEST,
-                format!("{MANIFEST_MAGIC}\nshards {shard_count}\n").as_bytes(),
-            )
-            .map_err(|e| format!("cannot write {}: {e}", manifest.display()))?;
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_manifest(&path, shard_count)?,
         Err(e) => return Err(format!("cannot read {}: {e}", manifest.display())),
     }
-    let store = Arc::new(Store {
-        path,
-        policy: std::sync::atomic::AtomicUsize::new(config.appendfsync as usize),
-        load_corrupt: config.aof_load_corrupt,
-        load_truncated: config.aof_load_truncated,
-        _lock: lock,
-        syncing: Mutex::new(Vec::new()),
-        failing: AtomicBool::new(false),
-        last_error: Mutex::new(None),
-        last_sync_s: AtomicU64::new(crate::globals::unix_ms() / 1000),
-    });
     spawn_syncer(store.clone())?;
+    compact::spawn(store.clone(), receiver)?;
     Ok(Some(store))
 }
 
@@ -154,25 +203,36 @@ fn parse_manifest(text: &str) -> Option<usize> {
     lines.find_map(|l| l.strip_prefix("shards ")?.trim().parse().ok())
 }
 
-/// Writes `name` in `dir` through a temporary file, a rename and a directory fsync.
-fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut file = File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, dir.join(name))?;
-    File::open(dir)?.sync_all()
+/// Writes the manifest through a temporary file, a rename and a directory fsync: the
+/// moment a new layout takes over.
+fn write_manifest(dir: &Path, shard_count: usize) -> Result<(), String> {
+    let tmp = dir.join(format!("{MANIFEST}.tmp"));
+    let write = || -> std::io::Result<()> {
+        let mut file = File::create(&tmp)?;
+        file.write_all(format!("{MANIFEST_MAGIC}\nshards {shard_count}\n").as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, dir.join(MANIFEST))?;
+        files::sync_dir(dir)
+    };
+    write().map_err(|e| format!("cannot write {}/{MANIFEST}: {e}", dir.display()))
 }
 
-/// The everysec syncer: once a second, fdatasync every file written since the last round
-/// (idle under the other policies, which CONFIG SET may change).
+/// The everysec syncer: once a second, fdatasync every journal written since the last
+/// round (idle under the other policies, which CONFIG SET may change).
 fn spawn_syncer(store: Arc<Store>) -> Result<(), String> {
     std::thread::Builder::new()
         .name("wetask-fsync".into())
         .spawn(move || loop {
             let started = Instant::now();
             let files: Vec<Arc<SyncedFile>> = match store.policy() {
-                Fsync::Everysec => store.syncing.lock().expect("syncing").clone(),
+                Fsync::Everysec => store
+                    .syncing
+                    .lock()
+                    .expect("syncing")
+                    .iter()
+                    .flatten()
+                    .cloned()
+                    .collect(),
                 _ => Vec::new(),
             };
             for f in files {
@@ -220,6 +280,12 @@ impl Store {
         }
     }
 
+    fn snapshot_written(&self) {
+        self.lastsave_s
+            .store(crate::globals::unix_ms() / 1000, Ordering::Release);
+        self.snapshots_written.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// The error a write gets while the journal cannot be written (Redis's MISCONF).
     pub fn misconf(&self) -> Option<String> {
         if !self.failing.load(Ordering::Acquire) {
@@ -233,199 +299,153 @@ impl Store {
             .unwrap_or_default();
         Some(format!("MISCONF Errors writing to the AOF file: {error}"))
     }
-}
 
-/// One shard's journal file.
-pub struct Journal {
-    store: Arc<Store>,
-    file: Arc<SyncedFile>,
-    /// Where the next record goes: the end of the last record written in full.
-    end: u64,
-    /// Records taken from the shard and not yet written (kept across a failed write).
-    pending: Vec<u8>,
-    /// Records written since the start.
-    records: u64,
+    /// A shard as a start or the compactor builds it: empty, with the configured retention.
+    fn scratch_shard(&self, id: usize) -> Shard {
+        let mut shard = Shard::new(id);
+        shard.tasks = wetask_shards::tasks::Engine::new(self.retention_ms);
+        shard
+    }
+
+    fn submit(&self, job: compact::Job) {
+        if self.jobs.lock().expect("jobs").send(job).is_err() {
+            tracing::error!("the compactor thread is gone");
+        }
+    }
+
+    /// Whether a shard whose journal since its snapshot is `size` bytes, with `changes`
+    /// records since its last compaction began, should compact now.
+    fn compaction_due(&self, size: u64, status: &ShardStatus, changes: u64, now_ms: u64) -> bool {
+        let percentage = self.auto_rewrite_percentage.load(Ordering::Relaxed);
+        let min_size = self.auto_rewrite_min_size.load(Ordering::Relaxed);
+        let base = status.snapshot_bytes.load(Ordering::Relaxed);
+        if percentage > 0
+            && size >= min_size
+            && (base == 0 || size.saturating_mul(100) >= base.saturating_mul(percentage))
+        {
+            return true;
+        }
+        let since = now_ms.saturating_sub(
+            status
+                .started_ms
+                .load(Ordering::Relaxed)
+                .max(self.started_ms),
+        );
+        self.save_points
+            .lock()
+            .expect("save points")
+            .iter()
+            .any(|&(seconds, min_changes)| {
+                changes >= min_changes.max(1) && since >= seconds.saturating_mul(1000)
+            })
+    }
+
+    /// Asks every shard for one more compaction; returns the epoch to wait for.
+    pub fn request_compaction(&self) -> u64 {
+        self.compact_epoch.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Whether every shard finished a compaction answering `epoch`, and whether all
+    /// succeeded.
+    pub fn compaction_done(&self, epoch: u64) -> Option<bool> {
+        self.shards
+            .iter()
+            .all(|s| s.done_epoch.load(Ordering::Acquire) >= epoch)
+            .then(|| {
+                self.shards
+                    .iter()
+                    .all(|s| s.last_ok.load(Ordering::Acquire))
+            })
+    }
+
+    /// Whether a compaction runs, or was asked for and not done yet.
+    pub fn compacting(&self) -> bool {
+        let asked = self.compact_epoch.load(Ordering::Acquire);
+        self.shards.iter().any(|s| {
+            s.compacting.load(Ordering::Acquire) || s.done_epoch.load(Ordering::Acquire) < asked
+        })
+    }
+
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.snapshot_bytes.load(Ordering::Relaxed))
+            .sum()
+    }
 }
 
 /// What recovery found, for the start-up log line.
 #[derive(Debug, Default)]
 pub struct Recovered {
+    pub snapshot: Option<u64>,
+    pub snapshot_bytes: u64,
+    pub segments: usize,
     pub records: usize,
     pub operations: usize,
     pub bytes: u64,
     pub leases_released: usize,
 }
 
-/// Loads shard `id`'s journal into `shard` and opens it for appending. A torn tail is cut
-/// off (logged); damage elsewhere stops the start, unless `aof-load-corrupt yes`, which
-/// keeps a copy of the file and loads what precedes the damage.
+/// Loads shard `id` from its snapshot and journal into `shard` and opens its journal for
+/// appending. A torn tail is cut off (logged); damage elsewhere stops the start, unless
+/// `aof-load-corrupt yes`, which keeps a copy of the file and loads what precedes it.
 pub fn recover(
     store: &Arc<Store>,
     id: usize,
     count: usize,
     shard: &mut Shard,
 ) -> Result<(Journal, Recovered), String> {
-    let path = store.path.join(journal_name(id, count));
-    let shown = path.display().to_string();
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("cannot open the journal {shown}: {e}"))?;
-    let bytes =
-        std::fs::read(&path).map_err(|e| format!("cannot read the journal {shown}: {e}"))?;
-    let mut recovered = Recovered::default();
-    let mut at = 0;
-    let keep = loop {
-        match record::read(&bytes, at) {
-            record::Next::Record { payload, end } => {
-                match ops::read_ops(Bytes::copy_from_slice(payload)) {
-                    Ok(list) => {
-                        recovered.operations += list.len();
-                        for op in list {
-                            shard.replay(op).map_err(|e| {
-                                format!("journal {shown}: the record at byte {at} cannot be replayed: {e}")
-                            })?;
-                        }
-                    }
-                    Err(e) => {
-                        corrupt(store, &path, at, e.0)?;
-                        break at;
-                    }
-                }
-                recovered.records += 1;
-                at = end;
-            }
-            record::Next::End => break at,
-            record::Next::TornTail { at } => {
-                if !store.load_truncated {
-                    return Err(format!(
-                        "journal {shown} ends in a torn record at byte {at} (a crash \
-                         mid-write); start with --aof-load-truncated yes to drop it"
-                    ));
-                }
-                tracing::warn!(
-                    journal = %shown,
-                    offset = at,
-                    dropped_bytes = bytes.len() - at,
-                    "journal ends in a torn record (a crash mid-write): dropped"
-                );
-                break at;
-            }
-            record::Next::Corrupt { at, reason } => {
-                corrupt(store, &path, at, reason)?;
-                break at;
-            }
-        }
+    debug_assert_eq!(count, store.shard_count);
+    let dir = &store.path;
+    let repair = load::Repair {
+        truncated: store.load_truncated,
+        corrupt: store.load_corrupt,
+        write: true,
     };
-    if keep < bytes.len() {
-        file.set_len(keep as u64)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| format!("cannot truncate the journal {shown}: {e}"))?;
-    }
-    recovered.bytes = keep as u64;
-    recovered.leases_released = shard.finish_replay(crate::globals::unix_ms(), true);
+    let loaded = load::load_shard(dir, id, count, shard, repair)?;
+    files::remove_stale(dir, id, count)
+        .map_err(|e| format!("cannot tidy {}: {e}", dir.display()))?;
+    let leases_released = shard.finish_replay(crate::globals::unix_ms(), true);
+    let (gen, end) = match loaded.journals.last() {
+        Some(&gen) => (gen, loaded.last_len),
+        None => (loaded.snapshot.unwrap_or(1), 0),
+    };
+    let file = Journal::open_segment(store, id, gen)?;
+    files::sync_dir(dir).map_err(|e| format!("cannot sync {}: {e}", dir.display()))?;
     let file = Arc::new(SyncedFile {
         file,
         dirty: AtomicBool::new(false),
     });
-    store.syncing.lock().expect("syncing").push(file.clone());
+    store.syncing.lock().expect("syncing")[id] = Some(file.clone());
+    let status = &store.shards[id];
+    status
+        .snapshot_gen
+        .store(loaded.snapshot.unwrap_or(0), Ordering::Release);
+    status
+        .snapshot_bytes
+        .store(loaded.snapshot_bytes, Ordering::Release);
     let mut journal = Journal {
         store: store.clone(),
+        id,
         file,
-        end: keep as u64,
+        gen,
+        end,
+        snapshot: loaded.snapshot,
+        earlier_bytes: loaded.journal_bytes - loaded.last_len,
         pending: Vec::new(),
         records: 0,
+        changes: 0,
     };
     // What `finish_replay` logged (the released leases) goes down before anything else.
     journal.commit(shard);
+    let recovered = Recovered {
+        snapshot: loaded.snapshot,
+        snapshot_bytes: loaded.snapshot_bytes,
+        segments: loaded.journals.len(),
+        records: loaded.records,
+        operations: loaded.operations,
+        bytes: loaded.journal_bytes,
+        leases_released,
+    };
     Ok((journal, recovered))
-}
-
-/// Damage before the end of a journal: stops the start, or with `aof-load-corrupt yes`
-/// keeps a copy of the whole file and lets the caller load up to `at`.
-fn corrupt(store: &Store, path: &Path, at: usize, reason: &str) -> Result<(), String> {
-    let shown = path.display();
-    if !store.load_corrupt {
-        return Err(format!(
-            "journal {shown} is damaged at byte {at} ({reason}); to load what precedes it, \
-             start with --aof-load-corrupt yes (a copy of the file is kept)"
-        ));
-    }
-    let copy = path.with_extension(format!("corrupt-{}", crate::globals::unix_ms()));
-    std::fs::copy(path, &copy).map_err(|e| format!("cannot copy {shown}: {e}"))?;
-    tracing::error!(
-        journal = %shown,
-        offset = at,
-        reason,
-        copy = %copy.display(),
-        "journal damaged: loading what precedes the damage (aof-load-corrupt yes)"
-    );
-    Ok(())
-}
-
-impl Journal {
-    /// Writes the shard's operations of this turn as one record (and, under `always`,
-    /// fdatasyncs). A failed write is retried at the next call; meanwhile writes get
-    /// MISCONF. Under `always` a failure ends the process: a reply may already be queued
-    /// behind this write, and it must not leave claiming durability (Redis exits too).
-    pub fn commit(&mut self, shard: &mut Shard) {
-        if shard.take_journal(&mut self.pending) {
-            self.records += 1;
-        }
-        if self.pending.is_empty() {
-            return;
-        }
-        let policy = self.store.policy();
-        let result = self
-            .file
-            .file
-            .write_all_at(&self.pending, self.end)
-            .and_then(|()| match policy {
-                Fsync::Always => self.file.file.sync_data(),
-                _ => Ok(()),
-            });
-        match result {
-            Ok(()) => {
-                self.end += self.pending.len() as u64;
-                self.pending.clear();
-                match policy {
-                    Fsync::Always => self.store.synced(),
-                    Fsync::Everysec => self.file.dirty.store(true, Ordering::Release),
-                    Fsync::No => {}
-                }
-                self.store.recovered();
-            }
-            Err(e) if policy == Fsync::Always => {
-                tracing::error!(
-                    "journal write failed under appendfsync always ({e}): exiting, as a reply \
-                     may be waiting on it"
-                );
-                std::process::exit(1);
-            }
-            Err(e) => self.store.fail(format!("write failed: {e}")),
-        }
-    }
-
-    /// Flushes the file to disk (a clean shutdown).
-    pub fn sync(&self) {
-        if let Err(e) = self.file.file.sync_data() {
-            tracing::error!("journal fsync at shutdown failed: {e}");
-        }
-    }
-
-    /// Bytes of journal written by this shard.
-    pub fn size(&self) -> u64 {
-        self.end
-    }
-
-    pub fn records_written(&self) -> u64 {
-        self.records
-    }
-
-    pub fn pending_bytes(&self) -> usize {
-        self.pending.len()
-    }
 }

@@ -52,6 +52,7 @@ pub struct ShardCore {
     deferred_pushes: RefCell<Vec<(u64, Frame)>>,
     /// This shard's journal file, when `appendonly yes` (`persist`).
     pub journal: RefCell<Option<crate::persist::Journal>>,
+    last_compact_check_ms: Cell<u64>,
 }
 
 impl ShardCore {
@@ -81,6 +82,19 @@ impl ShardCore {
             push_hook: RefCell::new(None),
             deferred_pushes: RefCell::new(Vec::new()),
             journal: RefCell::new(None),
+            last_compact_check_ms: Cell::new(0),
+        }
+    }
+
+    /// Every 10 ms: starts a compaction of the journal if one is due or was asked for.
+    fn compact_if_due(&self, now_ms: u64) {
+        if now_ms < self.last_compact_check_ms.get() + 10 {
+            return;
+        }
+        self.last_compact_check_ms.set(now_ms);
+        let mut journal = self.journal.borrow_mut();
+        if let Some(journal) = journal.as_mut() {
+            journal.maybe_compact(&mut self.shard.borrow_mut(), now_ms);
         }
     }
 
@@ -119,6 +133,7 @@ impl ShardCore {
     /// receivers' safety nudge.
     pub fn housekeeping(&self) {
         let now = self.shard.borrow().now_ms();
+        self.compact_if_due(now);
         self.background_eviction();
         self.close_idle_clients(now);
         self.nudge_receivers(now);

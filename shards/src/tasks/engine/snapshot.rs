@@ -337,3 +337,68 @@ fn read_task(r: &mut Reader) -> Decoded<Task> {
         },
     })
 }
+
+impl Engine {
+    /// Moves the queues `owns` accepts, with their tasks, UNIQUE windows and index entries,
+    /// from `other` into this engine (a restart with another shard count hands each queue to
+    /// its new shard). Id and order sequences continue past both engines'; `with_totals`
+    /// adds `other`'s counters too (pass it for exactly one receiver per source).
+    pub fn absorb(&mut self, other: &mut Engine, owns: &dyn Fn(&[u8]) -> bool, with_totals: bool) {
+        self.next_id = self.next_id.max(other.next_id);
+        self.next_order = self.next_order.max(other.next_order);
+        self.next_head = self.next_head.min(other.next_head);
+        if with_totals {
+            self.totals.add(&other.totals);
+        }
+        let names: Vec<Bytes> = other.queues.keys().filter(|n| owns(n)).cloned().collect();
+        for name in names {
+            let q = other.queues.remove(&name).expect("listed");
+            self.queues.insert(name, q);
+        }
+        let ids: Vec<Bytes> = other
+            .tasks
+            .iter()
+            .filter(|(_, t)| owns(&t.queue))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            let task = other.tasks.remove(&id).expect("listed");
+            match task.state {
+                State::Scheduled { due_ms } => {
+                    other.scheduled.remove(&(due_ms, id.clone()));
+                    self.scheduled.insert((due_ms, id.clone()));
+                }
+                State::Leased { owner, until_ms } => {
+                    other.leases.remove(&(until_ms, id.clone()));
+                    other.release_owner_index(owner, &id);
+                    self.leases.insert((until_ms, id.clone()));
+                    self.by_owner.entry(owner).or_default().insert(id.clone());
+                }
+                State::Queued => {}
+                State::Done | State::Dead | State::Cancelled => {
+                    other
+                        .retained
+                        .remove(&(Engine::forget_at(&task, other.retention_ms), id.clone()));
+                    self.retained
+                        .insert((Engine::forget_at(&task, self.retention_ms), id.clone()));
+                }
+            }
+            if let Some(deadline) = task.options.deadline_ms {
+                if other.deadlines.remove(&(deadline, id.clone())) {
+                    self.deadlines.insert((deadline, id.clone()));
+                }
+            }
+            self.tasks.insert(id, task);
+        }
+        let keys: Vec<(Bytes, Bytes)> = other
+            .unique
+            .keys()
+            .filter(|(queue, _)| owns(queue))
+            .cloned()
+            .collect();
+        for key in keys {
+            let value = other.unique.remove(&key).expect("listed");
+            self.unique.insert(key, value);
+        }
+    }
+}
