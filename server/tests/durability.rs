@@ -16,14 +16,21 @@ use common::*;
 use wetask_protocol::Frame;
 
 fn start(dir: &Path, shards: usize, fsync: &str) -> Server {
-    Server::start(&[
+    start_with(dir, shards, fsync, &[])
+}
+
+fn start_with(dir: &Path, shards: usize, fsync: &str, extra: &[&str]) -> Server {
+    let shards = shards.to_string();
+    let mut args = vec![
         "--dir",
         dir.to_str().expect("utf-8 path"),
         "--shards",
-        &shards.to_string(),
+        &shards,
         "--appendfsync",
         fsync,
-    ])
+    ];
+    args.extend_from_slice(extra);
+    Server::start(&args)
 }
 
 /// A write acknowledged: which key, and when the reply arrived.
@@ -93,13 +100,23 @@ fn check_writes(c: &mut Client, acked: &[Acked], safe_before: Instant) -> Vec<us
 /// Rounds of: restart, check everything acknowledged so far, write under a load that
 /// varies by round, SIGKILL at a random moment.
 fn kill_loop(fsync: &str, rounds: usize, shards: usize, loss_window: Duration) {
+    kill_loop_with(fsync, rounds, shards, loss_window, &[]);
+}
+
+fn kill_loop_with(
+    fsync: &str,
+    rounds: usize,
+    shards: usize,
+    loss_window: Duration,
+    extra: &[&str],
+) {
     let dir = temp_dir("crash");
     let mut all: Vec<Acked> = Vec::new();
     let mut last_kill = Instant::now();
     let mut rng = fastrand::Rng::with_seed(0x5eed ^ rounds as u64);
     let mut missing_total = 0;
     for round in 0..rounds {
-        let mut server = start(&dir, shards, fsync);
+        let mut server = start_with(&dir, shards, fsync, extra);
         let mut c = server.client();
         let missing = check_writes(&mut c, &all, last_kill - loss_window);
         missing_total += missing.len();
@@ -123,11 +140,18 @@ fn kill_loop(fsync: &str, rounds: usize, shards: usize, loss_window: Duration) {
             all.extend(w.join().expect("writer"));
         }
     }
-    let server = start(&dir, shards, fsync);
+    let server = start_with(&dir, shards, fsync, extra);
     let mut c = server.client();
     missing_total += check_writes(&mut c, &all, last_kill - loss_window).len();
+    let snapshots = std::fs::read_dir(dir.join("appendonlydir"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "snapshot"))
+        .count();
+    if !extra.is_empty() {
+        assert!(snapshots > 0, "no snapshot was ever written");
+    }
     println!(
-        "{fsync}: {rounds} kills, {} acknowledged writes checked, {missing_total} missing (allowed: acknowledged within {loss_window:?} of a kill)",
+        "{fsync}: {rounds} kills, {} acknowledged writes checked, {missing_total} missing (allowed: acknowledged within {loss_window:?} of a kill); {snapshots} snapshot files at the end",
         all.len()
     );
     drop(server);
@@ -144,6 +168,19 @@ fn every_acknowledged_write_survives_sigkill_under_always() {
 #[test]
 fn every_acknowledged_write_survives_sigkill_under_always_on_two_shards() {
     kill_loop("always", 20, 2, Duration::ZERO);
+}
+
+/// Compactions all the time (a 16 KB threshold): kills land in the middle of segment
+/// switches, snapshot writes and the removal of what they replace.
+#[test]
+fn kills_during_compaction_lose_nothing() {
+    kill_loop_with(
+        "always",
+        20,
+        2,
+        Duration::ZERO,
+        &["--auto-aof-rewrite-min-size", "16kb"],
+    );
 }
 
 #[test]
