@@ -145,7 +145,13 @@ fn kill_loop_with(
     missing_total += check_writes(&mut c, &all, last_kill - loss_window).len();
     let snapshots = std::fs::read_dir(dir.join("appendonlydir"))
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "snapshot"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "snapshot")
+        })
         .count();
     if !extra.is_empty() {
         assert!(snapshots > 0, "no snapshot was ever written");
