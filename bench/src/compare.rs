@@ -107,11 +107,21 @@ pub fn run(
         let samples;
         match workload.kind {
             Kind::Load {
-                mix, value_bytes, ..
+                mix,
+                value_bytes,
+                fsync,
+                ..
             } => {
+                let dirs = [crate::servers::data_dir()?, crate::servers::data_dir()?];
+                let durable = |side: usize| {
+                    fsync.map(|fsync| crate::servers::Durable {
+                        fsync,
+                        dir: &dirs[side],
+                    })
+                };
                 let servers = [
-                    Server::start(a, opts.server_cpu)?,
-                    Server::start(b, opts.server_cpu)?,
+                    Server::start_in(a, opts.server_cpu, durable(0))?,
+                    Server::start_in(b, opts.server_cpu, durable(1))?,
                 ];
                 if mix == crate::loadgen::Mix::Get {
                     for server in &servers {
@@ -123,6 +133,9 @@ pub fn run(
                 })?;
                 for server in servers {
                     server.stop();
+                }
+                for dir in dirs {
+                    let _ = std::fs::remove_dir_all(dir);
                 }
             }
             Kind::Tasks { .. } => {
@@ -137,6 +150,12 @@ pub fn run(
                 for server in servers {
                     server.stop();
                 }
+            }
+            Kind::Restart { .. } => {
+                let kinds = [a, b];
+                samples = take_pairs(workload.name, pairs, progress, |side| {
+                    workloads::measure_restart(kinds[side], workload.kind, opts)
+                })?;
             }
             Kind::Boot | Kind::Memory { .. } => {
                 let kinds = [a, b];
@@ -188,7 +207,12 @@ fn brief(a: &Metrics, b: &Metrics) -> String {
         .filter(|(k, _)| {
             matches!(
                 k.as_str(),
-                "ops_per_sec" | "cpu_us_per_op" | "boot_ms" | "bytes_per_key"
+                "ops_per_sec"
+                    | "cpu_us_per_op"
+                    | "boot_ms"
+                    | "bytes_per_key"
+                    | "restart_ms"
+                    | "disk_bytes_per_key"
             )
         })
         .map(|(k, va)| {
@@ -211,6 +235,9 @@ const SHOWN: &[&str] = &[
     "p50_us",
     "boot_ms",
     "bytes_per_key",
+    "restart_ms",
+    "log_bytes_per_key",
+    "disk_bytes_per_key",
 ];
 
 /// The readable table: one row per workload and metric.

@@ -7,8 +7,46 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How long a server may take to answer its first PING.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a server may take to answer its first PING (a restart loads its data first).
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Persistence for a server under test: the fsync policy and the data directory. Both
+/// servers get the same: Redis with `appendonly yes` and this `appendfsync`, WeTask with
+/// its journal and this `appendfsync`.
+#[derive(Clone, Copy, Debug)]
+pub struct Durable<'a> {
+    pub fsync: &'a str,
+    pub dir: &'a std::path::Path,
+}
+
+/// A fresh, empty directory for one server's data.
+pub fn data_dir() -> io::Result<PathBuf> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "wetask-bench-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Bytes in the files under `dir`, recursively.
+pub fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
 
 #[derive(Clone, Debug)]
 pub enum ServerKind {
@@ -56,28 +94,42 @@ pub fn pin_self(cpu: usize) -> io::Result<()> {
 }
 
 impl Server {
+    /// Starts a server without persistence.
     pub fn start(kind: &ServerKind, cpu: usize) -> io::Result<Server> {
+        Server::start_in(kind, cpu, None)
+    }
+
+    /// Starts a server, with persistence when `durable` says so.
+    pub fn start_in(kind: &ServerKind, cpu: usize, durable: Option<Durable>) -> io::Result<Server> {
         let port = free_port()?;
         let mut command = match kind {
             ServerKind::Wetask { binary, shards } => {
                 let mut c = Command::new(binary);
                 c.args(["--port", &port.to_string(), "--shards", &shards.to_string()]);
                 c.args(["--cpus", &cpu.to_string(), "--log-level", "warn"]);
-                // Redis below runs without persistence; so does WeTask, for a like-for-like
-                // comparison (the durability workloads configure both themselves).
-                c.args(["--appendonly", "no"]);
+                match durable {
+                    Some(d) => {
+                        c.args(["--appendfsync", d.fsync, "--dir"]).arg(d.dir);
+                    }
+                    // Redis below runs without persistence then; so does WeTask.
+                    None => {
+                        c.args(["--appendonly", "no"]);
+                    }
+                }
                 c
             }
             ServerKind::Redis { binary } => {
                 let mut c = Command::new(binary);
-                c.args([
-                    "--port",
-                    &port.to_string(),
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ]);
+                c.args(["--port", &port.to_string(), "--save", ""]);
+                match durable {
+                    Some(d) => {
+                        c.args(["--appendonly", "yes", "--appendfsync", d.fsync, "--dir"])
+                            .arg(d.dir);
+                    }
+                    None => {
+                        c.args(["--appendonly", "no"]);
+                    }
+                }
                 c
             }
         };
@@ -188,6 +240,15 @@ impl Drop for Server {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Sends one command (as RESP words) and returns the reply text.
+pub fn ask(addr: SocketAddr, words: &[&str]) -> io::Result<String> {
+    let mut bytes = format!("*{}\r\n", words.len());
+    for w in words {
+        bytes.push_str(&format!("${}\r\n{w}\r\n", w.len()));
+    }
+    command(addr, bytes.as_bytes())
 }
 
 fn ping(addr: SocketAddr) -> io::Result<()> {

@@ -21,7 +21,13 @@ pub enum Kind {
         connections: usize,
         pipeline: usize,
         value_bytes: usize,
+        /// `appendfsync` for both servers (`None`: no persistence on either).
+        fsync: Option<&'static str>,
     },
+    /// Load `--memory-keys` keys of `value_bytes` with `appendfsync everysec`, measure the
+    /// log's size, compact it (BGREWRITEAOF), measure the files again, and time a restart
+    /// to the first PONG (both servers with the same settings; Redis's base is RDB).
+    Restart { value_bytes: usize },
     /// Process start to the first PONG.
     Boot,
     /// RSS growth per key after loading `--memory-keys` keys of `value_bytes`.
@@ -48,6 +54,17 @@ const fn load(mix: Mix, connections: usize, pipeline: usize, value_bytes: usize)
         connections,
         pipeline,
         value_bytes,
+        fsync: None,
+    }
+}
+
+const fn durable(fsync: &'static str, connections: usize) -> Kind {
+    Kind::Load {
+        mix: Mix::Set,
+        connections,
+        pipeline: 1,
+        value_bytes: 64,
+        fsync: Some(fsync),
     }
 }
 
@@ -80,6 +97,11 @@ pub static WORKLOADS: &[Workload] = &[
     row("tasks-vs-lmove", "tasks", "jobs, 4 producers and 8 workers; Redis: LPUSH + BLMOVE + LREM", Kind::Tasks { redis_flow: Flow::Lmove, producers: 4, workers: 8 }),
     row("boot", "boot", "process start to first PONG", Kind::Boot),
     row("memory-64b", "memory", "RSS growth per key, 64 B values", Kind::Memory { value_bytes: 64 }),
+    row("set-c16-always", "durable", "unary SET, 64 B, 16 connections, appendfsync always on both", durable("always", 16)),
+    row("set-c64-always", "durable", "unary SET, 64 B, 64 connections, appendfsync always on both", durable("always", 64)),
+    row("set-c256-always", "durable", "unary SET, 64 B, 256 connections, appendfsync always on both", durable("always", 256)),
+    row("set-c16-everysec", "durable", "unary SET, 64 B, 16 connections, appendfsync everysec on both", durable("everysec", 16)),
+    row("restart-64b", "durable", "--memory-keys keys of 64 B: log and compacted bytes per key, restart to first PONG", Kind::Restart { value_bytes: 64 }),
 ];
 
 /// Picks workloads by name or group (`kv`, `pipeline`, `mixed`, `boot`, `memory`, `all`).
@@ -93,7 +115,7 @@ pub fn select(names: &[String]) -> Result<Vec<&'static Workload>, String> {
         if matches.is_empty() {
             let known: Vec<_> = WORKLOADS.iter().map(|w| w.name).collect();
             return Err(format!(
-                "unknown workload '{name}'; known: all, kv, pipeline, mixed, tasks, boot, memory, {}",
+                "unknown workload '{name}'; known: all, kv, pipeline, mixed, tasks, boot, memory, durable, {}",
                 known.join(", ")
             ));
         }
@@ -150,6 +172,7 @@ pub fn measure_load(server: &Server, kind: Kind, opts: &RunOptions) -> io::Resul
         connections,
         pipeline,
         value_bytes,
+        ..
     } = kind
     else {
         unreachable!("measure_load takes load workloads")
@@ -225,7 +248,7 @@ pub fn measure_fresh(
                 after.saturating_sub(before) as f64 / opts.memory_keys.max(1) as f64,
             );
         }
-        Kind::Load { .. } | Kind::Tasks { .. } => {
+        Kind::Load { .. } | Kind::Tasks { .. } | Kind::Restart { .. } => {
             unreachable!("load and task workloads share a running server")
         }
     }
@@ -275,4 +298,60 @@ pub fn measure_tasks(
         cpu_after - cpu_before,
         result.total_jobs,
     ))
+}
+
+/// One sample of a `Kind::Restart` workload (see its row).
+pub fn measure_restart(
+    server_kind: &ServerKind,
+    kind: Kind,
+    opts: &RunOptions,
+) -> io::Result<Metrics> {
+    let Kind::Restart { value_bytes } = kind else {
+        unreachable!("measure_restart takes restart workloads")
+    };
+    let dir = crate::servers::data_dir()?;
+    let durable = Some(crate::servers::Durable {
+        fsync: "everysec",
+        dir: &dir,
+    });
+    let keys = opts.memory_keys.max(1);
+    let mut metrics = Metrics::default();
+    let server = Server::start_in(server_kind, opts.server_cpu, durable)?;
+    preload(&server, keys, value_bytes)?;
+    // The log as written (everysec has flushed to the files within a second).
+    std::thread::sleep(Duration::from_millis(1100));
+    metrics.set(
+        "log_bytes_per_key",
+        crate::servers::dir_bytes(&dir) as f64 / keys as f64,
+    );
+    crate::servers::ask(server.addr, &["BGREWRITEAOF"])?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    loop {
+        let info = crate::servers::ask(server.addr, &["INFO", "persistence"])?;
+        if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(io::Error::other("the rewrite did not finish"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    metrics.set(
+        "disk_bytes_per_key",
+        crate::servers::dir_bytes(&dir) as f64 / keys as f64,
+    );
+    server.stop();
+    let restarted = Server::start_in(server_kind, opts.server_cpu, durable)?;
+    metrics.set("restart_ms", restarted.boot.as_secs_f64() * 1000.0);
+    let size = crate::servers::ask(restarted.addr, &["DBSIZE"])?;
+    restarted.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    if size.trim() != format!(":{keys}") {
+        return Err(io::Error::other(format!(
+            "{} came back with {} keys of {keys}",
+            server_kind.label(),
+            size.trim()
+        )));
+    }
+    Ok(metrics)
 }

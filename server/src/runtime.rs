@@ -268,7 +268,9 @@ async fn shard_main(
         *ctx.journal.borrow_mut() = Some(journal);
         if let Some(mesh) = &mesh {
             let core = ctx.clone();
-            mesh.set_before_send(Box::new(move || core.commit_journal()));
+            mesh.set_before_send(Box::new(move || {
+                core.commit_journal(crate::persist::Commit::Durable)
+            }));
         }
     }
     let beats = ctx.beats.clone();
@@ -306,9 +308,9 @@ async fn shard_main(
         }
     }
     // A clean exit leaves nothing unsynced, whatever the policy.
-    ctx.commit_journal();
-    if let Some(journal) = ctx.journal.borrow().as_ref() {
-        journal.sync();
+    ctx.commit_journal(crate::persist::Commit::Now);
+    if let Some(journal) = ctx.journal.borrow_mut().as_mut() {
+        journal.close();
     }
     beats
         .exited

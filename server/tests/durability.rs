@@ -391,6 +391,16 @@ fn journals(dir: &Path) -> Vec<std::path::PathBuf> {
     files
 }
 
+/// Where a journal's records end: under `always` the file goes on in preallocated zeros.
+fn records_end(file: &Path) -> u64 {
+    let bytes = std::fs::read(file).expect("journal");
+    let (records, _) = wetask_shards::journal::record::read_all(&bytes);
+    records
+        .iter()
+        .map(|r| (r.len() + wetask_shards::journal::record::HEADER_BYTES) as u64)
+        .sum()
+}
+
 #[test]
 fn a_torn_tail_at_every_offset_recovers_and_damage_in_the_middle_is_reported() {
     let dir = temp_dir("torn");
@@ -405,8 +415,10 @@ fn a_torn_tail_at_every_offset_recovers_and_damage_in_the_middle_is_reported() {
         assert_eq!(c.cmd("SET last value"), ok());
     }
     let file = journals(&dir).remove(0);
-    let whole = std::fs::read(&file).expect("journal");
-    // Where the last record starts: read the records.
+    let mut whole = std::fs::read(&file).expect("journal");
+    // The server was killed: under `always` its journal goes on in preallocated zeros, read
+    // back as the end of the journal. Without them, where the last record starts:
+    whole.truncate(records_end(&file) as usize);
     let (records, _) = wetask_shards::journal::record::read_all(&whole);
     let last_len =
         records.last().expect("records").len() + wetask_shards::journal::record::HEADER_BYTES;
@@ -423,6 +435,24 @@ fn a_torn_tail_at_every_offset_recovers_and_damage_in_the_middle_is_reported() {
                 "cut at {cut}: no log line"
             );
         }
+    }
+    // Whole records followed by zeros (unused preallocated space): every record loads, and
+    // nothing is reported torn, not even with `aof-load-truncated no`.
+    let mut padded = whole.clone();
+    padded.resize(whole.len() + 64 * 1024, 0);
+    std::fs::write(&file, &padded).unwrap();
+    {
+        let server = Server::start(&[
+            "--shards",
+            "1",
+            "--dir",
+            &dir_s,
+            "--aof-load-truncated",
+            "no",
+        ]);
+        let mut c = server.client();
+        assert_eq!(c.cmd("GET last"), bulk("value"));
+        assert!(server.log_lines("torn record").is_empty());
     }
     // A flipped byte in the middle: the start stops with the file and offset...
     let mut damaged = whole.clone();
@@ -578,7 +608,8 @@ fn a_failing_disk_refuses_writes_then_recovers_without_loss() {
         let server = start(&dir, 1, "always");
         let mut c = server.client();
         assert_eq!(c.cmd("SET last-good 1"), ok());
-        let size = std::fs::metadata(journals(&dir).remove(0)).unwrap().len();
+        // The records' end, not the file's: the file goes on in preallocated zeros.
+        let size = records_end(&journals(&dir).remove(0));
         limit_file_size(server.child.id(), Some(size + 3));
         c.send(&[b"SET", b"never-acked", b"1"]);
         assert!(

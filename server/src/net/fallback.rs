@@ -59,7 +59,7 @@ pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
 /// Writes queued replies, referenced payloads included, in order.
 /// What the shard journaled goes to its journal first (replies never overtake their writes).
 async fn write_output(ctx: &ShardCtx, stream: &mut TcpStream, out: &Output) -> std::io::Result<()> {
-    ctx.commit_journal();
+    ctx.commit_journal(crate::persist::Commit::Now);
     let mut pieces: Vec<&[u8]> = Vec::new();
     out.for_each_slice(0, |piece| {
         pieces.push(piece);

@@ -4,6 +4,7 @@
 
 pub mod bufring;
 pub mod fallback;
+pub mod held_sends;
 pub mod uring;
 
 use std::cell::RefCell;

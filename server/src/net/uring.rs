@@ -32,6 +32,7 @@ use wetask_protocol::Output;
 use crate::doorbell::Doorbell;
 use crate::mesh::Envelope;
 use crate::net::bufring::BufRing;
+use crate::net::held_sends::{HeldSends, InFlight};
 use crate::net::set_nodelay;
 use crate::session::{self, Pump, Session, OUTPUT_BUFFER_BYTES_MAX};
 use crate::shard::{ShardCtx, CRON_PERIOD};
@@ -66,6 +67,7 @@ const OP_RECV: u64 = 2;
 const OP_SEND: u64 = 3;
 const OP_CANCEL: u64 = 4;
 const OP_DOORBELL: u64 = 5;
+const OP_FSYNC: u64 = 6;
 
 fn user_data(op: u64, index: u32, generation: u32) -> u64 {
     (op << 56) | (u64::from(generation & 0x00FF_FFFF) << 32) | u64::from(index)
@@ -198,6 +200,8 @@ pub struct Net {
     next_cron_ms: Cell<u64>,
     /// Replies of cross-shard batches that finished, for the driver to hand out.
     finished: RefCell<Vec<(u32, u32, Output)>>,
+    /// Under `appendfsync always`: sends waiting for the journal's fsync (`held_sends`).
+    held: RefCell<HeldSends>,
 }
 
 /// `future`, counting its polls in `polls`.
@@ -265,6 +269,7 @@ impl Net {
             overflow_waiting: Cell::new(false),
             next_cron_ms: Cell::new(0),
             finished: RefCell::new(Vec::new()),
+            held: RefCell::new(HeldSends::default()),
         }))
     }
 
@@ -290,7 +295,7 @@ impl Net {
         while unsafe { ring.submission().push(&entry) }.is_err() {
             // Replies queued this turn leave with this submit: their writes go to the
             // journal first.
-            self.ctx.commit_journal();
+            self.ctx.commit_journal(crate::persist::Commit::Now);
             if let Err(err) = ring.submit() {
                 tracing::error!("io_uring submit failed: {err}");
             }
@@ -321,10 +326,13 @@ impl Net {
         std::mem::swap(&mut conn.out, &mut conn.sending);
         conn.sent = 0;
         conn.session.state.borrow_mut().unsent = conn.sending.len();
-        self.submit_send(index, conn);
+        self.submit_send(index, conn, true);
     }
 
-    fn submit_send(&self, index: u32, conn: &mut Conn) {
+    /// Submits the rest of `conn.sending`. `fresh`: it may reveal writes of this turn, so
+    /// under `always` it waits for the journal's fsync; a send's continuation went out in
+    /// part already and needs no wait.
+    fn submit_send(&self, index: u32, conn: &mut Conn, fresh: bool) {
         let entry = if conn.sending.has_spliced() {
             // Large payloads are referenced, not copied: send everything as one iovec list.
             let vectored = &mut *conn.vectored;
@@ -354,8 +362,83 @@ impl Net {
             .flags(libc::MSG_NOSIGNAL)
             .build())
         };
-        self.push(entry.user_data(user_data(OP_SEND, index, conn.generation)));
+        let entry = entry.user_data(user_data(OP_SEND, index, conn.generation));
+        if fresh && self.ring_syncs() {
+            self.held.borrow_mut().held.push(entry);
+        } else {
+            self.push(entry);
+        }
         conn.send_in_flight = true;
+    }
+
+    /// Under `appendfsync always`, whether sends wait for the ring's fsync.
+    fn ring_syncs(&self) -> bool {
+        self.ctx
+            .journal
+            .borrow()
+            .as_ref()
+            .is_some_and(|j| j.ring_syncs())
+    }
+
+    /// Moves held sends on (see `held_sends`): `committed` at a commit point, when what was
+    /// held has its records written. With no fsync in flight, the waiting sends get one, or
+    /// go at once if everything written is already on disk.
+    fn release_held(&self, committed: bool) {
+        let mut held = self.held.borrow_mut();
+        if held.is_idle() {
+            return;
+        }
+        if committed {
+            held.committed();
+        }
+        if held.in_flight.is_some() || held.next.is_empty() {
+            return;
+        }
+        let sends = std::mem::take(&mut held.next);
+        let target = self
+            .ctx
+            .journal
+            .borrow()
+            .as_ref()
+            .and_then(|j| j.sync_target());
+        match target {
+            None => {
+                drop(held);
+                for entry in sends {
+                    self.push(entry);
+                }
+            }
+            Some((file, covers)) => {
+                let entry = opcode::Fsync::new(types::Fd(file.file.as_raw_fd()))
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build()
+                    .user_data(user_data(OP_FSYNC, 0, 0));
+                held.in_flight = Some(InFlight {
+                    _file: file,
+                    covers,
+                    sends,
+                });
+                drop(held);
+                self.push(entry);
+            }
+        }
+    }
+
+    /// The journal's fsync completed: its sends go, and the next group gets its fsync.
+    fn on_fsync(&self, result: i32) {
+        let Some(done) = self.held.borrow_mut().in_flight.take() else {
+            return;
+        };
+        if let Some(journal) = self.ctx.journal.borrow_mut().as_mut() {
+            if result < 0 {
+                journal.sync_failed(io::Error::from_raw_os_error(-result));
+            }
+            journal.made_durable(done.covers);
+        }
+        for entry in done.sends {
+            self.push(entry);
+        }
+        self.release_held(false);
     }
 
     /// Submits queued entries and runs deferred completions; returns completions ready.
@@ -402,7 +485,8 @@ impl Net {
         let finished = self.serve_mesh() + self.collect_finished() + self.collect_pushes();
         // The turn's replies leave with this enter: their writes go to the journal first
         // (and, under `appendfsync always`, to the disk: one fsync for the whole turn).
-        self.ctx.commit_journal();
+        self.ctx.commit_journal(crate::persist::Commit::Now);
+        self.release_held(true);
         self.enter();
         let completions: Vec<cqueue::Entry> = {
             let mut ring = self.ring.borrow_mut();
@@ -423,6 +507,7 @@ impl Net {
             OP_RECV => self.on_recv(index, generation, result, flags),
             OP_SEND => self.on_send(index, generation, result),
             OP_CANCEL => {}
+            OP_FSYNC => self.on_fsync(result),
             OP_DOORBELL => {
                 if result < 0 && result != -libc::ECANCELED {
                     tracing::warn!(
@@ -573,7 +658,7 @@ impl Net {
             conn.session.state.borrow_mut().unsent =
                 conn.sending.len() - conn.sent.min(conn.sending.len());
             if conn.sent < conn.sending.len() {
-                self.submit_send(index, conn);
+                self.submit_send(index, conn, false);
             } else {
                 conn.sending.clear();
                 if conn.sending.capacity() > KEEP_BUFFER_BYTES_MAX {
@@ -860,7 +945,10 @@ impl Net {
         }
         let timespec = types::Timespec::from(timeout);
         let args = types::SubmitArgs::new().timespec(&timespec);
-        self.ctx.commit_journal();
+        // Nothing waits in memory while the shard sleeps (held sends wait for an fsync
+        // submitted with this enter, whose completion wakes it).
+        self.ctx.commit_journal(crate::persist::Commit::Now);
+        self.release_held(true);
         let result = self
             .ring
             .borrow_mut()
@@ -880,6 +968,9 @@ impl Net {
         // behind the connection tasks whose cross-shard commands it sends.
         if let Some(mesh) = &self.ctx.mesh {
             glommio::spawn_local(counted(self.polls.clone(), mesh.clone().run_flusher())).detach();
+        }
+        if let Some(journal) = self.ctx.journal.borrow_mut().as_mut() {
+            journal.set_ring_sync(true);
         }
         self.arm_accept(&mut self.inner.borrow_mut());
         self.arm_doorbell();

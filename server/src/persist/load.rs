@@ -102,6 +102,13 @@ fn replay_journal(
                 at = end;
             }
             record::Next::End => break at,
+            // Zeros from a record boundary on: space preallocated under `appendfsync
+            // always` and not yet used (a record that never reached the disk at all was
+            // never acknowledged either).
+            record::Next::TornTail { at } if bytes[at..].iter().all(|&b| b == 0) => {
+                tracing::debug!(journal = %shown, offset = at, "journal ends in preallocated zeros");
+                break at;
+            }
             record::Next::TornTail { at } if is_last && repair.truncated => {
                 tracing::warn!(
                     journal = %shown,

@@ -31,8 +31,7 @@ use clap::ValueEnum;
 use wetask_shards::Shard;
 
 use crate::config::Config;
-pub use journal::Journal;
-use journal::SyncedFile;
+pub use journal::{Commit, Journal, SyncedFile};
 
 /// Redis's `appendfsync`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -435,9 +434,13 @@ pub fn recover(
         pending: Vec::new(),
         records: 0,
         changes: 0,
+        allocated: end,
+        written: 0,
+        durable: 0,
+        ring_sync: false,
     };
     // What `finish_replay` logged (the released leases) goes down before anything else.
-    journal.commit(shard);
+    journal.commit(shard, Commit::Now);
     let recovered = Recovered {
         snapshot: loaded.snapshot,
         snapshot_bytes: loaded.snapshot_bytes,

@@ -101,13 +101,14 @@ impl ShardCore {
     /// Writes what the shard journaled since the last call (one record), and under
     /// `appendfsync always` syncs it: called before anything the shard did can leave it (the
     /// ring's submissions of replies, an envelope to a peer). Cheap when nothing was written.
-    pub fn commit_journal(&self) {
+    /// `when` (see `persist::Commit`): `Now` before the shard sleeps or stops.
+    pub fn commit_journal(&self, when: crate::persist::Commit) {
         let mut journal = self.journal.borrow_mut();
         let Some(journal) = journal.as_mut() else {
             return;
         };
         match self.shard.try_borrow_mut() {
-            Ok(mut shard) => journal.commit(&mut shard),
+            Ok(mut shard) => journal.commit(&mut shard, when),
             // Never expected: every caller runs between commands. Should it happen, the
             // record goes with the next commit, and only `always` loses its ordering.
             Err(_) => debug_assert!(false, "journal commit while the shard is borrowed"),

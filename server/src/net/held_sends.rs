@@ -1,0 +1,55 @@
+//! Group commit on the shard's own ring under `appendfsync always`: replies wait for the
+//! journal's fsync without the shard thread waiting for the disk.
+//!
+//! The driver writes each turn's journal records (to the page cache) before the turn's
+//! submissions, as under every policy. Under `always` it does not `fdatasync` there: every
+//! send goes into [`HeldSends::held`] instead of the ring, and at the next commit point
+//! (the start of a turn, or before it sleeps) the sends held so far become one group behind
+//! one `IORING_OP_FSYNC` (DATASYNC) on the journal's segment. The group's sends go to the
+//! ring when that fsync completes. While an fsync is in flight, later groups gather in
+//! [`HeldSends::next`] and ride the fsync submitted when it completes, which covers every
+//! record written by then. So the shard keeps receiving, executing and journaling while
+//! the disk flushes, and one fsync covers everything that arrived during the one before it
+//! (docs/DURABILITY.md, "Group commit").
+//!
+//! Everything else that leaves the shard keeps its own rule: an envelope to a peer syncs
+//! the journal first (`Commit::Durable`), and the glommio fallback syncs in its commits.
+
+use std::sync::Arc;
+
+use io_uring::squeue;
+
+use crate::persist::SyncedFile;
+
+#[derive(Default)]
+pub struct HeldSends {
+    /// Sends queued since the last commit point: their records may not be written yet.
+    pub held: Vec<squeue::Entry>,
+    /// Sends whose records are written, waiting for the next fsync.
+    pub next: Vec<squeue::Entry>,
+    /// The fsync submitted and not completed, and the sends it releases.
+    pub in_flight: Option<InFlight>,
+}
+
+pub struct InFlight {
+    /// Kept open until the fsync completes (a compaction may move the journal to a new
+    /// segment meanwhile, and the fd must not be closed or reused under the kernel).
+    pub _file: Arc<SyncedFile>,
+    /// The journal's written-byte count this fsync covers (`Journal::made_durable`).
+    pub covers: u64,
+    pub sends: Vec<squeue::Entry>,
+}
+
+impl HeldSends {
+    /// Nothing held or waiting.
+    pub fn is_idle(&self) -> bool {
+        self.held.is_empty() && self.next.is_empty() && self.in_flight.is_none()
+    }
+
+    /// At a commit point: what was held has its records written now.
+    pub fn committed(&mut self) {
+        let mut held = std::mem::take(&mut self.held);
+        self.next.append(&mut held);
+        self.held = held;
+    }
+}
