@@ -2,6 +2,7 @@
 //!
 //! * `run`: drive one server with one load shape and print throughput and latency.
 //! * `vs-redis`: WeTask and Redis in turns on the same CPU, ratios per workload.
+//! * `journal-cost`: WeTask with persistence against WeTask without, on the `durable` workloads.
 //! * `gate`: the current build against an earlier revision of itself; fails on a slowdown.
 //! * `list`: the workload table.
 
@@ -65,6 +66,9 @@ enum Cmd {
         #[command(flatten)]
         compare: CompareArgs,
     },
+    /// WeTask with the workloads' persistence against WeTask with none (run it on the
+    /// `durable` workloads): what the journal costs.
+    JournalCost(CompareArgs),
     /// List the workloads.
     List,
 }
@@ -163,6 +167,7 @@ fn main() -> ExitCode {
         }
         Cmd::Run(args) => report(run_once(&args)),
         Cmd::VsRedis(args) => report(vs_redis(&args)),
+        Cmd::JournalCost(args) => report(journal_cost(&args)),
         Cmd::VsShards {
             baseline_shards,
             compare,
@@ -275,6 +280,7 @@ fn vs_redis(args: &CompareArgs) -> Result<(), String> {
     let wetask = ServerKind::Wetask {
         binary: wetask_binary(args)?,
         shards: args.shards,
+        journal: true,
     };
     let report = compare(&redis, &wetask, args)?;
     header(&report, args.pairs);
@@ -294,14 +300,36 @@ fn vs_shards(baseline_shards: usize, args: &CompareArgs) -> Result<(), String> {
     let base = ServerKind::Wetask {
         binary: binary.clone(),
         shards: baseline_shards,
+        journal: true,
     };
     let candidate = ServerKind::Wetask {
         binary,
         shards: args.shards.max(2),
+        journal: true,
     };
     let mut report = compare(&base, &candidate, args)?;
     report.a_label = format!("{baseline_shards} shard(s)");
     report.b_label = format!("{} shards", args.shards.max(2));
+    header(&report, args.pairs);
+    print!("{}", compare::table(&report));
+    Ok(())
+}
+
+fn journal_cost(args: &CompareArgs) -> Result<(), String> {
+    let binary = wetask_binary(args)?;
+    let memory = ServerKind::Wetask {
+        binary: binary.clone(),
+        shards: args.shards,
+        journal: false,
+    };
+    let journaled = ServerKind::Wetask {
+        binary,
+        shards: args.shards,
+        journal: true,
+    };
+    let mut report = compare(&memory, &journaled, args)?;
+    report.a_label = "no persistence".into();
+    report.b_label = "journal".into();
     header(&report, args.pairs);
     print!("{}", compare::table(&report));
     Ok(())
@@ -315,10 +343,12 @@ fn gate(baseline: &str, threshold: f64, args: &CompareArgs) -> Result<bool, Stri
     let base = ServerKind::Wetask {
         binary: old,
         shards: args.shards,
+        journal: true,
     };
     let now = ServerKind::Wetask {
         binary: current,
         shards: args.shards,
+        journal: true,
     };
     let mut report = compare(&base, &now, args)?;
     report.a_label = "baseline".into();

@@ -50,8 +50,16 @@ pub fn dir_bytes(dir: &std::path::Path) -> u64 {
 
 #[derive(Clone, Debug)]
 pub enum ServerKind {
-    Wetask { binary: PathBuf, shards: usize },
-    Redis { binary: PathBuf },
+    /// `journal: false` runs without persistence whatever the workload asks
+    /// (`journal-cost`'s baseline).
+    Wetask {
+        binary: PathBuf,
+        shards: usize,
+        journal: bool,
+    },
+    Redis {
+        binary: PathBuf,
+    },
 }
 
 impl ServerKind {
@@ -103,16 +111,20 @@ impl Server {
     pub fn start_in(kind: &ServerKind, cpu: usize, durable: Option<Durable>) -> io::Result<Server> {
         let port = free_port()?;
         let mut command = match kind {
-            ServerKind::Wetask { binary, shards } => {
+            ServerKind::Wetask {
+                binary,
+                shards,
+                journal,
+            } => {
                 let mut c = Command::new(binary);
                 c.args(["--port", &port.to_string(), "--shards", &shards.to_string()]);
                 c.args(["--cpus", &cpu.to_string(), "--log-level", "warn"]);
                 match durable {
-                    Some(d) => {
+                    Some(d) if *journal => {
                         c.args(["--appendfsync", d.fsync, "--dir"]).arg(d.dir);
                     }
                     // Redis below runs without persistence then; so does WeTask.
-                    None => {
+                    _ => {
                         c.args(["--appendonly", "no"]);
                     }
                 }

@@ -22,6 +22,11 @@ pub struct ShardStats {
     /// io_uring_enter calls on the network ring, and times the driver slept in it.
     pub ring_enters: Cell<u64>,
     pub ring_sleeps: Cell<u64>,
+    /// Under `appendfsync always`: the ring's journal fsyncs, the µs they took in all, and
+    /// the sends they held back (`net::held_sends`).
+    pub ring_fsyncs: Cell<u64>,
+    pub ring_fsync_us: Cell<u64>,
+    pub held_sends: Cell<u64>,
 }
 
 impl Default for ShardStats {
@@ -33,6 +38,9 @@ impl Default for ShardStats {
             net_output_bytes: Cell::new(0),
             ring_enters: Cell::new(0),
             ring_sleeps: Cell::new(0),
+            ring_fsyncs: Cell::new(0),
+            ring_fsync_us: Cell::new(0),
+            held_sends: Cell::new(0),
         }
     }
 }
@@ -68,6 +76,9 @@ impl ShardStats {
         self.net_output_bytes.set(0);
         self.ring_enters.set(0);
         self.ring_sleeps.set(0);
+        self.ring_fsyncs.set(0);
+        self.ring_fsync_us.set(0);
+        self.held_sends.set(0);
     }
 }
 
@@ -82,6 +93,9 @@ pub struct ShardReport {
     pub net_output_bytes: u64,
     pub ring_enters: u64,
     pub ring_sleeps: u64,
+    pub ring_fsyncs: u64,
+    pub ring_fsync_us: u64,
+    pub held_sends: u64,
     pub mesh_envelopes: u64,
     pub mesh_messages: u64,
     pub tasks: wetask_shards::tasks::Totals,
@@ -136,6 +150,9 @@ impl ShardReport {
         self.net_output_bytes += other.net_output_bytes;
         self.ring_enters += other.ring_enters;
         self.ring_sleeps += other.ring_sleeps;
+        self.ring_fsyncs += other.ring_fsyncs;
+        self.ring_fsync_us += other.ring_fsync_us;
+        self.held_sends += other.held_sends;
         self.mesh_envelopes += other.mesh_envelopes;
         self.mesh_messages += other.mesh_messages;
         self.tasks.add(&other.tasks);

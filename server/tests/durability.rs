@@ -913,3 +913,60 @@ fn restarts_with_other_shard_counts_keep_every_key_and_task() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// SHUTDOWN SAVE writes a snapshot before it exits (the journal after it is empty), and a
+/// restart loads it; SHUTDOWN NOSAVE leaves the journal as it is.
+#[test]
+fn shutdown_save_leaves_a_snapshot() {
+    let dir = temp_dir("shutdown-save");
+    let count_files = |ext: &str| {
+        std::fs::read_dir(dir.join("appendonlydir"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == ext)
+            })
+            .count()
+    };
+    {
+        let mut server = start(&dir, 2, "everysec");
+        let mut c = server.client();
+        for i in 0..200 {
+            assert_eq!(c.cmd(&format!("SET k{i} v{i}")), ok());
+        }
+        c.send(&[b"SHUTDOWN", b"NOSAVE"]);
+        assert!(server.wait().success());
+    }
+    assert_eq!(count_files("snapshot"), 0, "NOSAVE wrote a snapshot");
+    {
+        let mut server = start(&dir, 2, "everysec");
+        let mut c = server.client();
+        assert_eq!(c.cmd("GET k199"), bulk("v199"));
+        assert_eq!(c.cmd("SET after-restart 1"), ok());
+        c.send(&[b"SHUTDOWN", b"SAVE"]);
+        assert!(server.wait().success());
+    }
+    assert_eq!(count_files("snapshot"), 2, "one snapshot per shard");
+    assert_eq!(
+        data_bytes_of_journals(&dir),
+        0,
+        "the journals after the snapshots are empty"
+    );
+    let server = start(&dir, 2, "everysec");
+    let mut c = server.client();
+    assert_eq!(c.cmd("DBSIZE"), int(201));
+    assert_eq!(c.cmd("GET k0"), bulk("v0"));
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Bytes in a data directory's journal segments.
+fn data_bytes_of_journals(dir: &Path) -> u64 {
+    journals(dir)
+        .iter()
+        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .sum()
+}

@@ -205,7 +205,7 @@ fn memory_section(g: &Globals, report: &ShardReport, out: &mut String) {
 fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
         g.total_connections.load(Ordering::Relaxed),
         report.commands,
         report.net_input_bytes,
@@ -215,6 +215,9 @@ fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
         report.evicted_keys,
         report.ring_enters,
         report.ring_sleeps,
+        report.ring_fsyncs,
+        report.ring_fsync_us,
+        report.held_sends,
         g.doorbells
             .iter()
             .map(|bell| bell.rings.load(Ordering::Relaxed))

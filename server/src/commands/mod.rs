@@ -41,6 +41,8 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     match spec.name {
         "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
         "task.wait" | "save" => true,
+        // SHUTDOWN SAVE waits for the snapshots.
+        "shutdown" => args[1..].iter().any(|a| is(a, "save")),
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
         "publish" | "spublish" => crate::commands::pubsub::publish_needs_peers(ctx),
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => true,
@@ -96,7 +98,22 @@ pub async fn run(
         "command" => command(args),
         "config" => config(ctx, args).await,
         "info" => info::info(ctx, args).await,
-        "shutdown" => shutdown(ctx, &mut conn.borrow_mut(), args),
+        "shutdown" => {
+            // SHUTDOWN SAVE compacts first (the journal alone would do: it is complete and
+            // synced at exit, but a user who asks for a save expects a fast restart).
+            let save = args[1..].iter().any(|a| is(a, "save"))
+                && !args[1..].iter().any(|a| is(a, "nosave"))
+                && ctx.globals.store.get().is_some()
+                && !crate::lua::busy::any_busy(&ctx.globals.script_slots);
+            if save && shutdown_args_valid(args) {
+                let saved = persistence::save(ctx).await;
+                if saved.is_error() {
+                    tracing::warn!("SHUTDOWN SAVE: the snapshot failed; not shutting down");
+                    return Frame::static_error("ERR Errors trying to SHUTDOWN. Check logs.");
+                }
+            }
+            shutdown(ctx, &mut conn.borrow_mut(), args)
+        }
         "save" => persistence::save(ctx).await,
         "bgsave" => persistence::bgsave(ctx, args),
         "bgrewriteaof" => persistence::bgrewriteaof(ctx),
@@ -227,6 +244,15 @@ fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
         .expect("requirepass")
         .is_none();
     Frame::simple("RESET")
+}
+
+/// SHUTDOWN's options are all known ones, and none is ABORT.
+fn shutdown_args_valid(args: &[Bytes]) -> bool {
+    args[1..].iter().all(|arg| {
+        ["nosave", "save", "now", "force"]
+            .iter()
+            .any(|o| is(arg, o))
+    })
 }
 
 fn shutdown(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {

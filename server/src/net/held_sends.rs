@@ -38,6 +38,7 @@ pub struct InFlight {
     /// The journal's written-byte count this fsync covers (`Journal::made_durable`).
     pub covers: u64,
     pub sends: Vec<squeue::Entry>,
+    pub submitted: std::time::Instant,
 }
 
 impl HeldSends {

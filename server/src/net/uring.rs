@@ -413,10 +413,15 @@ impl Net {
                     .flags(types::FsyncFlags::DATASYNC)
                     .build()
                     .user_data(user_data(OP_FSYNC, 0, 0));
+                let stats = &self.ctx.stats;
+                stats
+                    .held_sends
+                    .set(stats.held_sends.get() + sends.len() as u64);
                 held.in_flight = Some(InFlight {
                     _file: file,
                     covers,
                     sends,
+                    submitted: Instant::now(),
                 });
                 drop(held);
                 self.push(entry);
@@ -435,6 +440,11 @@ impl Net {
             }
             journal.made_durable(done.covers);
         }
+        let stats = &self.ctx.stats;
+        stats.ring_fsyncs.set(stats.ring_fsyncs.get() + 1);
+        stats
+            .ring_fsync_us
+            .set(stats.ring_fsync_us.get() + done.submitted.elapsed().as_micros() as u64);
         for entry in done.sends {
             self.push(entry);
         }

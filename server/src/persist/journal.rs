@@ -171,24 +171,26 @@ impl Journal {
         }
     }
 
-    /// Under `always`, makes sure the pending records land inside zeroed, synced space.
+    /// Makes sure the pending records land inside space the file already has (see
+    /// [`PREALLOCATE_BYTES`]): under `always` zeros written and synced, so the turn's
+    /// fdatasync has no size or block allocation to commit; under the other policies a
+    /// `fallocate`, so a write only fills pages and never extends the file.
     fn preallocate(&mut self, policy: Fsync) -> std::io::Result<()> {
         let needed = self.end + self.pending.len() as u64;
-        if policy != Fsync::Always || needed <= self.allocated {
+        if needed <= self.allocated {
             return Ok(());
         }
         let target = needed + PREALLOCATE_BYTES;
-        let zeros = vec![0u8; 256 << 10];
-        let mut at = self.allocated.max(self.end);
-        let mut result = Ok(());
-        while at < target && result.is_ok() {
-            let n = zeros.len().min((target - at) as usize);
-            result = self.file.file.write_all_at(&zeros[..n], at);
-            at += n as u64;
-        }
-        // A disk too full for the zeros may still take the records: they are appended
+        let from = self.allocated.max(self.end);
+        let result = match policy {
+            Fsync::Always => {
+                write_zeros(&self.file.file, from, target).and_then(|()| self.file.file.sync_data())
+            }
+            Fsync::Everysec | Fsync::No => fallocate(&self.file.file, from, target),
+        };
+        // A disk too full for the space may still take the records: they are appended
         // (the slow path), and fail on their own if they cannot be written either.
-        if let Err(e) = result.and_then(|()| self.file.file.sync_data()) {
+        if let Err(e) = result {
             tracing::debug!("journal preallocation failed ({e}): appending");
             return Ok(());
         }
@@ -295,5 +297,29 @@ impl Journal {
         status.compacting.store(true, Ordering::Release);
         status.started_ms.store(now_ms, Ordering::Release);
         store.submit(job);
+    }
+}
+
+/// Writes zeros into `file` from `from` to `to`.
+fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    let zeros = vec![0u8; 256 << 10];
+    let mut at = from;
+    while at < to {
+        let n = zeros.len().min((to - at) as usize);
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Gives `file` blocks from `from` to `to` (read back as zeros), growing its size.
+fn fallocate(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate on our own open file, with no pointers.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, from as i64, (to - from) as i64) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }

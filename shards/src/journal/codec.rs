@@ -12,7 +12,7 @@ use crate::stream::{Consumer, Group, Pending, Stream, StreamId};
 use crate::value::{Hash, List, Set, Value};
 use crate::zset::ZSet;
 
-const STR: u8 = 0;
+pub(crate) const STR: u8 = 0;
 const LIST: u8 = 1;
 const HASH: u8 = 2;
 const SET: u8 = 3;

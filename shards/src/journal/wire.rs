@@ -60,6 +60,28 @@ impl Reader {
         Reader { buf, at: 0 }
     }
 
+    /// Where the reader is, to come back to with [`Reader::rewind`].
+    pub fn position(&self) -> usize {
+        self.at
+    }
+
+    pub fn rewind(&mut self, at: usize) {
+        self.at = at;
+    }
+
+    /// A length-prefixed byte string as its range in [`Reader::buf`]: read without
+    /// taking a reference to the buffer (a `Bytes` slice costs two atomic operations).
+    pub fn range(&mut self) -> Decoded<std::ops::Range<usize>> {
+        let n = self.count()?;
+        let range = self.at..self.at + n;
+        self.at += n;
+        Ok(range)
+    }
+
+    pub fn buf(&self) -> &[u8] {
+        &self.buf
+    }
+
     pub fn is_done(&self) -> bool {
         self.at >= self.buf.len()
     }
