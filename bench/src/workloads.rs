@@ -101,6 +101,7 @@ pub static WORKLOADS: &[Workload] = &[
     row("set-c64-always", "durable", "unary SET, 64 B, 64 connections, appendfsync always on both", durable("always", 64)),
     row("set-c256-always", "durable", "unary SET, 64 B, 256 connections, appendfsync always on both", durable("always", 256)),
     row("set-c16-everysec", "durable", "unary SET, 64 B, 16 connections, appendfsync everysec on both", durable("everysec", 16)),
+    row("set-c16-no", "durable", "unary SET, 64 B, 16 connections, appendonly with appendfsync no on both", durable("no", 16)),
     row("restart-64b", "durable", "--memory-keys keys of 64 B: log and compacted bytes per key, restart to first PONG", Kind::Restart { value_bytes: 64 }),
 ];
 

@@ -34,8 +34,7 @@ pub struct Journal {
     /// Records written since the start, and since the last snapshot began.
     pub(super) records: u64,
     pub(super) changes: u64,
-    /// The file's length: under `always`, zeros written and synced ahead of `end` (see
-    /// [`PREALLOCATE_BYTES`]); otherwise `end`.
+    /// The file's length: space preallocated ahead of `end` (see [`PREALLOCATE_BYTES`]).
     pub(super) allocated: u64,
     /// Bytes written since the start, over every segment, and how many of them are known
     /// to be on disk (monotonic: a ring fsync names the count it covers).
@@ -47,15 +46,15 @@ pub struct Journal {
     pub(super) ring_sync: bool,
 }
 
-/// Under `appendfsync always`, the journal is extended by this many zero bytes (written
-/// and synced) whenever a record would pass its end, so that a turn's `fdatasync` flushes
-/// data blocks only: appending changes the file's size, and every append's `fdatasync`
+/// The journal is extended by this many bytes whenever a record would pass its end: under
+/// `appendfsync always` zeros written and synced, so that a turn's `fdatasync` flushes
+/// data blocks only (under the others a `fallocate`, so a write never extends the file): appending changes the file's size, and every append's `fdatasync`
 /// then also commits the file system's journal. Measured on this project's machines
 /// (ext4 on a virtual disk): 110-120 µs per 4 KiB write + fdatasync into zeroed space
 /// against 160-215 µs appending (docs/DURABILITY.md, "Group commit"). Zeros after the last
 /// record read back as the end of the journal; a segment is cut to its records when it is
 /// closed, at a clean shutdown, and when it is loaded.
-pub const PREALLOCATE_BYTES: u64 = 4 << 20;
+pub const PREALLOCATE_BYTES: u64 = 1 << 20;
 
 /// What a commit must do under `always` (see [`Journal::commit`]); under the other
 /// policies both write and leave the sync to the syncer thread or the kernel.

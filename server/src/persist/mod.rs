@@ -6,8 +6,9 @@
 //! shard's operations ([`wetask_shards::journal::ops`]) become one record, written before
 //! anything of that turn leaves the shard: before the ring submits the turn's replies and
 //! before an envelope goes to a peer (`ShardCore::commit_journal`). With `appendfsync
-//! always` the write is followed by `fdatasync` right there, so one flush covers every
-//! connection's writes of the turn (group commit). With `everysec` a syncer thread fsyncs
+//! always` one flush covers every connection's writes of the turn (group commit): on the
+//! ring path an fsync submitted on the shard's ring while the turn's replies wait for it
+//! (`net::held_sends`), elsewhere an `fdatasync` right there. With `everysec` a syncer thread fsyncs
 //! every journal once a second; with `no` the kernel decides. When the journal has grown
 //! enough, or a client asks (SAVE, BGSAVE, BGREWRITEAOF), the shard starts a new segment
 //! and the compactor thread folds the old ones into a snapshot (`compact`).

@@ -64,11 +64,14 @@ impl Server {
             .expect("start wetask");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
+        // The lines before "listening on" are kept too (start-up's own reports).
+        let mut early = Vec::new();
         let port = loop {
             let line = lines
                 .next()
                 .expect("wetask exited before listening")
                 .expect("log line");
+            early.push(line.clone());
             if let Some(rest) = line.split("listening on ").nth(1) {
                 let addr = rest.split_whitespace().next().expect("address");
                 break addr.rsplit(':').next().unwrap().parse().expect("port");
@@ -80,7 +83,7 @@ impl Server {
             let path = std::path::Path::new(&dir).join(format!("wetask-{port}.log"));
             std::fs::File::create(path).expect("test log file")
         });
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = std::sync::Arc::new(std::sync::Mutex::new(early));
         let kept = log.clone();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
