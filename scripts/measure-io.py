@@ -9,6 +9,7 @@ rounds; the table shows medians with min-max. Used for docs/perf-notes.md.
 
     python3 scripts/measure-io.py --rounds 5 --requests 200000
     python3 scripts/measure-io.py --kinds redis,wetask-uring --clients 1 --requests 50000
+    python3 scripts/measure-io.py --kinds redis,wetask-uring --clients 16 --tests set --appendfsync always
 
 redis-benchmark's p50 (its CSV) is reported too: at one connection it is the round trip.
 """
@@ -18,7 +19,9 @@ import os
 import re
 import signal
 import statistics
+import shutil
 import subprocess
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,13 +34,16 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])  # utime + stime, of all threads
 
 
-def start(kind, port, cpu, binary):
+def start(kind, port, cpu, binary, fsync, data):
+    """`fsync`: None for no persistence, else both servers journal into `data` with it."""
+    persist = ["--appendonly", "no"] if fsync is None else ["--appendfsync", fsync, "--dir", data]
     if kind == "redis":
-        cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+        cmd = ["redis-server", "--port", str(port), "--save", ""]
+        cmd += persist if fsync is None else ["--appendonly", "yes", *persist]
     else:
         io = kind.split("-")[1]
         cmd = [binary, "--port", str(port), "--shards", "1", "--cpus", str(cpu), "--io", io,
-               "--log-level", "warn", "--appendonly", "no"]
+               "--log-level", "warn", *persist]
     proc = subprocess.Popen(["taskset", "-c", str(cpu), *cmd], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     for _ in range(200):
@@ -59,7 +65,8 @@ def bench(port, cpu, clients, requests, tests):
 
 
 def measure(kind, args, port):
-    proc = start(kind, port, args.server_cpu, args.binary)
+    data = tempfile.mkdtemp(prefix="measure-io-")
+    proc = start(kind, port, args.server_cpu, args.binary, args.appendfsync, data)
     try:
         bench(port, args.load_cpu, args.clients, min(20000, args.requests), args.tests)  # warm-up
         perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p", str(proc.pid)],
@@ -74,7 +81,8 @@ def measure(kind, args, port):
                 "rps": rps, "p50_us": p50}
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=10)
+        proc.wait(timeout=30)
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def main():
@@ -87,6 +95,8 @@ def main():
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--load-cpu", type=int, default=1)
     p.add_argument("--kinds", default="redis,wetask-uring,wetask-glommio")
+    p.add_argument("--appendfsync", choices=["always", "everysec", "no"], default=None,
+                   help="both servers persist with this policy (default: no persistence)")
     args = p.parse_args()
     kinds = args.kinds.split(",")
     results = {k: [] for k in kinds}
@@ -96,7 +106,7 @@ def main():
     version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.strip()
     print(f"# {version}; wetask {args.binary}; {args.clients} connections, unpipelined {args.tests}, "
           f"{args.requests} requests per test, {args.rounds} rounds; server on CPU {args.server_cpu}, "
-          f"load on CPU {args.load_cpu}")
+          f"load on CPU {args.load_cpu}; persistence: {args.appendfsync or 'off'}")
     print("| server | CPU µs/request | syscalls/request | requests/s | p50 µs |")
     print("|---|---|---|---|---|")
     for kind in kinds:
@@ -110,6 +120,9 @@ def main():
     for kind in kinds[1:]:
         ratios = [r["cpu_us"] / b["cpu_us"] for r, b in zip(results[kind], base)]
         print(f"{kind} / {kinds[0]} CPU per request, paired: median {statistics.median(ratios):.2f} "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+        ratios = [r["rps"] / b["rps"] for r, b in zip(results[kind], base)]
+        print(f"{kind} / {kinds[0]} requests/s, paired: median {statistics.median(ratios):.2f} "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
         ratios = [r["p50_us"] / b["p50_us"] for r, b in zip(results[kind], base)]
         print(f"{kind} / {kinds[0]} p50 latency, paired: median {statistics.median(ratios):.2f} "
