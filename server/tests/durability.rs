@@ -991,3 +991,54 @@ fn data_bytes_of_journals(dir: &Path) -> u64 {
         .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
         .sum()
 }
+
+/// Under `always` every reply leaves from a ring fsync's completion (held sends), and one
+/// fsync covers the writes of many connections; under `everysec` nothing is held. CONFIG
+/// SET appendfsync switches between the two on a running server.
+#[test]
+fn replies_wait_for_the_rings_fsync_under_always() {
+    let dir = temp_dir("held");
+    let server = start(&dir, 1, "everysec");
+    let mut c = server.client();
+    for i in 0..50 {
+        assert_eq!(c.cmd(&format!("SET e{i} v")), ok());
+    }
+    assert_eq!(info_field(&mut c, "stats", "net_held_sends"), 0);
+    assert_eq!(info_field(&mut c, "stats", "net_ring_fsyncs"), 0);
+    assert_eq!(c.cmd("CONFIG SET appendfsync always"), ok());
+    // 8 connections writing at once: each reply is held, and fsyncs are shared.
+    let port = server.port;
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(port);
+                for i in 0..100 {
+                    assert_eq!(c.cmd(&format!("SET w{w}-{i} v")), ok());
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("writer");
+    }
+    let held = info_field(&mut c, "stats", "net_held_sends");
+    let fsyncs = info_field(&mut c, "stats", "net_ring_fsyncs");
+    // The 800 SETs, the CONFIG SET's own reply and the INFO reply before this one.
+    assert!(held >= 800, "{held} sends held for 800 writes");
+    assert!(
+        fsyncs > 0 && fsyncs <= held,
+        "{fsyncs} fsyncs for {held} held sends"
+    );
+    assert_eq!(c.cmd("CONFIG SET appendfsync everysec"), ok());
+    let held_before = info_field(&mut c, "stats", "net_held_sends");
+    for i in 0..20 {
+        assert_eq!(c.cmd(&format!("SET again{i} v")), ok());
+    }
+    assert_eq!(info_field(&mut c, "stats", "net_held_sends"), held_before);
+    drop(server);
+    let server = start(&dir, 1, "everysec");
+    let mut c = server.client();
+    assert_eq!(c.cmd("DBSIZE"), int(50 + 800 + 20));
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
