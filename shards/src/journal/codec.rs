@@ -228,6 +228,29 @@ mod tests {
         Bytes::copy_from_slice(s.as_bytes())
     }
 
+    /// A decoded value owns its bytes: nothing in it points into the buffer it came from
+    /// (which would keep a whole snapshot part alive for one surviving element).
+    #[test]
+    fn decoded_values_do_not_borrow_their_buffer() {
+        let mut list = List::default();
+        list.push_back(b("element-one"));
+        list.push_back(b("element-two"));
+        let mut out = Vec::new();
+        put_entry(&mut out, &Entry::new(Value::List(Box::new(list))));
+        let buf = Bytes::from(out);
+        let range = buf.as_ptr() as usize..buf.as_ptr() as usize + buf.len();
+        let entry = read_entry(&mut Reader::new(buf.clone())).expect("decodes");
+        let Value::List(list) = entry.value else {
+            panic!("not a list")
+        };
+        for element in list.iter() {
+            assert!(
+                !range.contains(&(element.as_ptr() as usize)),
+                "an element borrows the buffer"
+            );
+        }
+    }
+
     fn round_trip(entry: &Entry) -> Entry {
         let mut out = Vec::new();
         put_entry(&mut out, entry);

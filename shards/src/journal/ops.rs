@@ -187,7 +187,8 @@ pub fn read_op(r: &mut Reader) -> Decoded<Op> {
             let db = read_db(r)?;
             let client = r.u64()?;
             let now_ms = r.u64()?;
-            let args = r.bytes_list()?;
+            // A command copies what it keeps: its arguments can stay slices of the record.
+            let args = r.shared_list()?;
             if args.is_empty() {
                 return Err(DecodeError("empty command"));
             }

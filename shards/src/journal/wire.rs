@@ -117,7 +117,19 @@ impl Reader {
         u32::try_from(self.u64()?).map_err(|_| DecodeError("number out of range"))
     }
 
+    /// A length-prefixed byte string, copied: what a decoded value, key, payload or name
+    /// keeps for good must not hold on to the whole record or snapshot part it came from
+    /// (a slice would keep a 1 MiB part alive for one surviving list element).
     pub fn bytes(&mut self) -> Decoded<Bytes> {
+        let n = self.count()?;
+        let b = Bytes::copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        Ok(b)
+    }
+
+    /// A length-prefixed byte string as a slice of the buffer, for what is used and
+    /// dropped while the record is replayed (a command's arguments).
+    pub fn shared(&mut self) -> Decoded<Bytes> {
         let n = self.count()?;
         let b = self.buf.slice(self.at..self.at + n);
         self.at += n;
@@ -155,9 +167,16 @@ impl Reader {
         })
     }
 
+    /// A list of byte strings, each copied (see [`Reader::bytes`]).
     pub fn bytes_list(&mut self) -> Decoded<Vec<Bytes>> {
         let n = self.count()?;
         (0..n).map(|_| self.bytes()).collect()
+    }
+
+    /// A list of byte strings as slices of the buffer (see [`Reader::shared`]).
+    pub fn shared_list(&mut self) -> Decoded<Vec<Bytes>> {
+        let n = self.count()?;
+        (0..n).map(|_| self.shared()).collect()
     }
 }
 
