@@ -95,8 +95,8 @@ pub struct Config {
     pub appendonly: bool,
     /// When journal writes reach the disk: `always` (before the reply), `everysec` (at most
     /// about a second of acknowledged writes lost in a crash), `no` (the kernel decides).
-    #[arg(long, value_enum, default_value_t = crate::persist::Fsync::Everysec)]
-    pub appendfsync: crate::persist::Fsync,
+    #[arg(long, value_enum, default_value_t = Fsync::Everysec)]
+    pub appendfsync: Fsync,
     /// The working directory for persistence files.
     #[arg(long, default_value = ".")]
     pub dir: String,
@@ -189,6 +189,35 @@ fn file_args(text: &str) -> Result<Vec<String>, String> {
     Ok(args)
 }
 
+/// Redis's `appendfsync` (the journal's policy; `persist` acts on it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Fsync {
+    /// fdatasync after every loop turn's write, before its replies leave.
+    Always,
+    /// fdatasync once a second, from a background thread.
+    Everysec,
+    /// Never: the kernel writes back when it likes.
+    No,
+}
+
+impl Fsync {
+    pub const ALL: [Fsync; 3] = [Fsync::Always, Fsync::Everysec, Fsync::No];
+
+    pub fn parse(name: &str) -> Option<Fsync> {
+        Fsync::ALL
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(name))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fsync::Always => "always",
+            Fsync::Everysec => "everysec",
+            Fsync::No => "no",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,7 +257,7 @@ mod tests {
         assert!(!config.protected_mode && !config.appendonly && config.aof_load_corrupt);
         let defaults = Config::try_parse_from(["wetask"]).unwrap();
         assert!(defaults.protected_mode && defaults.appendonly && !defaults.aof_load_corrupt);
-        assert_eq!(defaults.appendfsync, crate::persist::Fsync::Everysec);
+        assert_eq!(defaults.appendfsync, Fsync::Everysec);
     }
 
     #[test]

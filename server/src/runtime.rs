@@ -99,12 +99,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let shard_count = config.shards.unwrap_or(cpus.len()).max(1);
     let io = usable_io(config.io);
     raise_memlock();
-    // SAFETY: ignoring SIGPIPE process-wide; sends use MSG_NOSIGNAL anyway.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    // SAFETY: ignoring SIGXFSZ process-wide: a journal write past a file-size limit then
-    // fails with EFBIG, which the journal handles like a full disk (MISCONF), instead of
-    // the signal killing the process.
-    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    ignore_signals();
 
     let (listeners, port) = net::bind_listeners(&config.bind, config.port, shard_count)
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
@@ -131,17 +126,7 @@ pub fn run(config: Config) -> Result<(), String> {
         .map(|i| CpuSet::online().map(|set| set.filter(|l| l.cpu == cpus[i % cpus.len()])))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("cannot read the CPU topology: {e}"))?;
-    // glommio 0.9's `MeshBuilder` is `Send` but shares its peer list through an `Rc`, so
-    // cloning it on the shard threads raced on the reference count: heap corruption in about
-    // one two-shard start in fifteen (found with AddressSanitizer; docs/perf-notes.md). Every
-    // clone is made here, on this thread, before any shard starts; each shard takes one. The
-    // shards' concurrent drops at the end of `join` can then only lose a decrement (the peer
-    // list, a few bytes, is never freed), never free it early.
-    let builders: Vec<Option<MeshBuilder<Envelope, Full>>> = {
-        let mesh = MeshBuilder::<Envelope, _>::full(shard_count, CHANNEL_CAPACITY);
-        (0..shard_count).map(|_| Some(mesh.clone())).collect()
-    };
-    let builders = Arc::new(Mutex::new(builders));
+    let builders = Arc::new(Mutex::new(mesh_builders(shard_count)));
     tracing::info!(
         shards = shard_count,
         io = ?io,
@@ -165,6 +150,29 @@ pub fn run(config: Config) -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start the shard executors: {e}"))?;
     join_shards(handles)
+}
+
+/// One mesh builder per shard, each shard to take one. glommio 0.9's `MeshBuilder` is
+/// `Send` but shares its peer list through an `Rc`, so cloning it on the shard threads raced
+/// on the reference count: heap corruption in about one two-shard start in fifteen (found
+/// with AddressSanitizer; docs/perf-notes.md). Every clone is made here, on this thread,
+/// before any shard starts. The shards' concurrent drops at the end of `join` can then only
+/// lose a decrement (the peer list, a few bytes, is never freed), never free it early.
+fn mesh_builders(shard_count: usize) -> Vec<Option<MeshBuilder<Envelope, Full>>> {
+    let mesh = MeshBuilder::<Envelope, _>::full(shard_count, CHANNEL_CAPACITY);
+    (0..shard_count).map(|_| Some(mesh.clone())).collect()
+}
+
+/// Signals that must not kill the server: SIGPIPE (sends use MSG_NOSIGNAL anyway) and
+/// SIGXFSZ (a journal write past a file-size limit then fails with EFBIG, which the journal
+/// handles like a full disk: MISCONF).
+fn ignore_signals() {
+    // SAFETY: setting two signals' dispositions to SIG_IGN, process-wide, before any thread
+    // that could receive them starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
 }
 
 /// The network path asked for, or the glommio fallback when the kernel lacks the ring's
@@ -230,6 +238,33 @@ fn spawn_cron(cron_ctx: Rc<ShardCtx>) {
     .detach();
 }
 
+/// Loads the shard's snapshot and journal (persistence on) and opens its journal; every
+/// envelope to a peer writes and syncs the journal first.
+fn recover_shard(ctx: &Rc<ShardCtx>, store: &Arc<crate::persist::Store>) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let (journal, recovered) = {
+        let mut shard = ctx.shard.borrow_mut();
+        crate::persist::recover(store, ctx.id, ctx.shard_count, &mut shard)?
+    };
+    tracing::info!(
+        shard = ctx.id,
+        records = recovered.records,
+        operations = recovered.operations,
+        bytes = recovered.bytes,
+        leases_released = recovered.leases_released,
+        ms = started.elapsed().as_millis() as u64,
+        "journal loaded"
+    );
+    *ctx.journal.borrow_mut() = Some(journal);
+    if let Some(mesh) = &ctx.mesh {
+        let core = ctx.clone();
+        mesh.set_before_send(Box::new(move || {
+            core.commit_journal(crate::persist::Commit::Durable)
+        }));
+    }
+    Ok(())
+}
+
 async fn shard_main(
     globals: Arc<Globals>,
     listeners: Arc<Mutex<Vec<Option<OwnedFd>>>>,
@@ -251,27 +286,7 @@ async fn shard_main(
     };
     let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
     if let Some(store) = globals.store.get() {
-        let started = std::time::Instant::now();
-        let (journal, recovered) = {
-            let mut shard = ctx.shard.borrow_mut();
-            crate::persist::recover(store, id, shard_count, &mut shard)?
-        };
-        tracing::info!(
-            shard = id,
-            records = recovered.records,
-            operations = recovered.operations,
-            bytes = recovered.bytes,
-            leases_released = recovered.leases_released,
-            ms = started.elapsed().as_millis() as u64,
-            "journal loaded"
-        );
-        *ctx.journal.borrow_mut() = Some(journal);
-        if let Some(mesh) = &mesh {
-            let core = ctx.clone();
-            mesh.set_before_send(Box::new(move || {
-                core.commit_journal(crate::persist::Commit::Durable)
-            }));
-        }
+        recover_shard(&ctx, store)?;
     }
     let beats = ctx.beats.clone();
     let listener = listeners.lock().expect("listeners")[id]

@@ -103,6 +103,22 @@ fn replay_into(mut shard: Shard, file: &[u8]) -> Shard {
     shard
 }
 
+/// A TASK.FETCH of up to two tasks by a random client; what it leased joins `leased`.
+fn fetch_some(shard: &mut Shard, rng: &mut fastrand::Rng, leased: &mut Vec<(u64, Bytes)>) {
+    let client = rng.u64(1..4);
+    let queues = [Bytes::from_static(b"q"), Bytes::from_static(b"r")];
+    let Ok(frames) = shard.task_fetch(&queues, 2, Some(rng.u64(5..60)), client) else {
+        return;
+    };
+    for f in frames {
+        if let wetask_protocol::Frame::Array(fields) = f {
+            if let Some(wetask_protocol::Frame::Bulk(id)) = fields.into_iter().next() {
+                leased.push((client, id));
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -128,18 +144,7 @@ proptest! {
             shard.set_clock(now);
             shard.task_advance();
             match rng.u8(0..10) {
-                0 => {
-                    let client = rng.u64(1..4);
-                    if let Ok(frames) = shard.task_fetch(&[Bytes::from_static(b"q"), Bytes::from_static(b"r")], 2, Some(rng.u64(5..60)), client) {
-                        for f in frames {
-                            if let wetask_protocol::Frame::Array(fields) = f {
-                                if let Some(wetask_protocol::Frame::Bulk(id)) = fields.into_iter().next() {
-                                    leased.push((client, id));
-                                }
-                            }
-                        }
-                    }
-                }
+                0 => fetch_some(&mut shard, &mut rng, &mut leased),
                 1 if !leased.is_empty() => {
                     let (client, id) = leased.swap_remove(rng.usize(..leased.len()));
                     let verb = ["task.ack", "task.fail", "task.cancel"][rng.usize(..3)];

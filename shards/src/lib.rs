@@ -35,6 +35,7 @@ pub mod task_commands;
 pub mod tasks;
 pub mod typed;
 pub mod value;
+pub mod wire;
 pub mod zset;
 pub mod zsets;
 

@@ -8,9 +8,9 @@
 use bytes::Bytes;
 
 use crate::journal::ops::{self, Op};
-use crate::journal::wire::{put_u64, Reader};
 use crate::keyspace::{ScanFilter, DATABASES};
 use crate::shard::Shard;
+use crate::wire::{put_u64, Reader};
 
 /// About how large one batch of keys grows before the next part starts.
 pub const KEYS_PART_BYTES: usize = 1 << 20;

@@ -98,22 +98,10 @@ pub async fn run(
         "command" => command(args),
         "config" => config(ctx, args).await,
         "info" => info::info(ctx, args).await,
-        "shutdown" => {
-            // SHUTDOWN SAVE compacts first (the journal alone would do: it is complete and
-            // synced at exit, but a user who asks for a save expects a fast restart).
-            let save = args[1..].iter().any(|a| is(a, "save"))
-                && !args[1..].iter().any(|a| is(a, "nosave"))
-                && ctx.globals.store.get().is_some()
-                && !crate::lua::busy::any_busy(&ctx.globals.script_slots);
-            if save && shutdown_args_valid(args) {
-                let saved = persistence::save(ctx).await;
-                if saved.is_error() {
-                    tracing::warn!("SHUTDOWN SAVE: the snapshot failed; not shutting down");
-                    return Frame::static_error("ERR Errors trying to SHUTDOWN. Check logs.");
-                }
-            }
-            shutdown(ctx, &mut conn.borrow_mut(), args)
-        }
+        "shutdown" => match save_before_shutdown(ctx, args).await {
+            Ok(()) => shutdown(ctx, &mut conn.borrow_mut(), args),
+            Err(e) => e,
+        },
         "save" => persistence::save(ctx).await,
         "bgsave" => persistence::bgsave(ctx, args),
         "bgrewriteaof" => persistence::bgrewriteaof(ctx),
@@ -244,6 +232,22 @@ fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
         .expect("requirepass")
         .is_none();
     Frame::simple("RESET")
+}
+
+/// SHUTDOWN SAVE compacts first (the journal alone would do: it is complete and synced at
+/// exit, but a user who asks for a save expects a fast restart).
+async fn save_before_shutdown(ctx: &ShardCtx, args: &[Bytes]) -> Result<(), Frame> {
+    let save = args[1..].iter().any(|a| is(a, "save"))
+        && !args[1..].iter().any(|a| is(a, "nosave"))
+        && ctx.globals.store.get().is_some()
+        && !crate::lua::busy::any_busy(&ctx.globals.script_slots);
+    if save && shutdown_args_valid(args) && persistence::save(ctx).await.is_error() {
+        tracing::warn!("SHUTDOWN SAVE: the snapshot failed; not shutting down");
+        return Err(Frame::static_error(
+            "ERR Errors trying to SHUTDOWN. Check logs.",
+        ));
+    }
+    Ok(())
 }
 
 /// SHUTDOWN's options are all known ones, and none is ABORT.
@@ -612,6 +616,7 @@ fn command(args: &[Bytes]) -> Frame {
 }
 
 /// CONFIG GET's parameters: name and current value.
+// Long: one row per parameter, as CONFIG GET lists them; the table reads best whole.
 fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
     let g = &ctx.globals;
     vec![

@@ -102,13 +102,7 @@ fn replay_journal(
                 at = end;
             }
             record::Next::End => break at,
-            // Zeros from a record boundary on: space preallocated under `appendfsync
-            // always` and not yet used (a record that never reached the disk at all was
-            // never acknowledged either).
-            record::Next::TornTail { at } if bytes[at..].iter().all(|&b| b == 0) => {
-                tracing::debug!(journal = %shown, offset = at, "journal ends in preallocated zeros");
-                break at;
-            }
+            record::Next::TornTail { at } if preallocated(&bytes[at..]) => break at,
             record::Next::TornTail { at } if is_last && repair.truncated => {
                 tracing::warn!(
                     journal = %shown,
@@ -148,6 +142,12 @@ fn replay_journal(
     Ok(keep as u64)
 }
 
+/// Zeros from a record boundary on: preallocated space not used yet, the journal's end (a
+/// record that never reached the disk at all was never acknowledged either).
+fn preallocated(rest: &[u8]) -> bool {
+    rest.iter().all(|&b| b == 0)
+}
+
 /// Damage before the end of a journal: an error, or with `aof-load-corrupt yes` a copy of
 /// the file and a load up to `at`.
 fn damaged(path: &Path, at: usize, reason: &str, repair: Repair) -> Result<(), String> {
@@ -158,7 +158,7 @@ fn damaged(path: &Path, at: usize, reason: &str, repair: Repair) -> Result<(), S
              start with --aof-load-corrupt yes (a copy of the file is kept)"
         ));
     }
-    let copy = path.with_extension(format!("corrupt-{}", crate::globals::unix_ms()));
+    let copy = path.with_extension(format!("corrupt-{}", crate::clock::unix_ms()));
     std::fs::copy(path, &copy).map_err(|e| format!("cannot copy {shown}: {e}"))?;
     tracing::error!(
         journal = %shown,

@@ -28,40 +28,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clap::ValueEnum;
 use wetask_shards::Shard;
 
 use crate::config::Config;
+pub use crate::config::Fsync;
 pub use journal::{Commit, Journal, SyncedFile};
-
-/// Redis's `appendfsync`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Fsync {
-    /// fdatasync after every loop turn's write, before its replies leave.
-    Always,
-    /// fdatasync once a second, from a background thread.
-    Everysec,
-    /// Never: the kernel writes back when it likes.
-    No,
-}
-
-impl Fsync {
-    pub const ALL: [Fsync; 3] = [Fsync::Always, Fsync::Everysec, Fsync::No];
-
-    pub fn parse(name: &str) -> Option<Fsync> {
-        Fsync::ALL
-            .into_iter()
-            .find(|f| f.name().eq_ignore_ascii_case(name))
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Fsync::Always => "always",
-            Fsync::Everysec => "everysec",
-            Fsync::No => "no",
-        }
-    }
-}
 
 const MANIFEST: &str = "manifest";
 const MANIFEST_MAGIC: &str = "wetask-journal 1";
@@ -151,7 +122,7 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
         ));
     }
     let (jobs, receiver) = compact::channel();
-    let now = crate::globals::unix_ms();
+    let now = crate::clock::unix_ms();
     let store = Arc::new(Store {
         path: path.clone(),
         shard_count,
@@ -271,7 +242,7 @@ impl Store {
 
     fn synced(&self) {
         self.last_sync_s
-            .store(crate::globals::unix_ms() / 1000, Ordering::Relaxed);
+            .store(crate::clock::unix_ms() / 1000, Ordering::Relaxed);
     }
 
     fn recovered(&self) {
@@ -282,7 +253,7 @@ impl Store {
 
     fn snapshot_written(&self) {
         self.lastsave_s
-            .store(crate::globals::unix_ms() / 1000, Ordering::Release);
+            .store(crate::clock::unix_ms() / 1000, Ordering::Release);
         self.snapshots_written.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -405,7 +376,7 @@ pub fn recover(
     let loaded = load::load_shard(dir, id, count, shard, repair)?;
     files::remove_stale(dir, id, count)
         .map_err(|e| format!("cannot tidy {}: {e}", dir.display()))?;
-    let leases_released = shard.finish_replay(crate::globals::unix_ms(), true);
+    let leases_released = shard.finish_replay(crate::clock::unix_ms(), true);
     let (gen, end) = match loaded.journals.last() {
         Some(&gen) => (gen, loaded.last_len),
         None => (loaded.snapshot.unwrap_or(1), 0),

@@ -6,10 +6,10 @@
 
 use bytes::Bytes;
 
-use super::wire::{put_bytes, put_f64, put_opt_u64, put_u64, DecodeError, Decoded, Reader};
 use crate::keyspace::Entry;
 use crate::stream::{Consumer, Group, Pending, Stream, StreamId};
 use crate::value::{Hash, List, Set, Value};
+use crate::wire::{put_bytes, put_f64, put_opt_u64, put_u64, DecodeError, Decoded, Reader};
 use crate::zset::ZSet;
 
 pub(crate) const STR: u8 = 0;
@@ -140,7 +140,7 @@ fn put_stream(out: &mut Vec<u8>, stream: &Stream) {
     put_u64(out, entries.len() as u64);
     for (id, fields) in entries {
         put_id(out, id);
-        super::wire::put_bytes_list(out, fields);
+        crate::wire::put_bytes_list(out, fields);
     }
     put_u64(out, stream.groups.len() as u64);
     for (name, group) in &stream.groups {

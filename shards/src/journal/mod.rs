@@ -7,4 +7,5 @@
 pub mod codec;
 pub mod ops;
 pub mod record;
-pub mod wire;
+/// The byte-level encoding, a leaf of the crate (the task engine's snapshot uses it too).
+pub use crate::wire;

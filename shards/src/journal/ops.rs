@@ -13,11 +13,11 @@
 use bytes::Bytes;
 
 use super::codec::{put_entry, read_entry};
-use super::wire::{
-    put_bytes, put_bytes_list, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader,
-};
 use crate::keyspace::Entry;
 use crate::tasks::{Fallback, Origin};
+use crate::wire::{
+    put_bytes, put_bytes_list, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader,
+};
 
 const CMD: u8 = 1;
 const PUT: u8 = 2;

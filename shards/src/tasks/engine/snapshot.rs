@@ -15,10 +15,10 @@ use std::cmp::Reverse;
 use bytes::Bytes;
 
 use super::{Engine, Queue, Task};
-use crate::journal::wire::{
+use crate::tasks::model::{Origin, State, SubmitOptions};
+use crate::wire::{
     put_bytes, put_bytes_list, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader,
 };
-use crate::tasks::model::{Origin, State, SubmitOptions};
 
 /// About how large one part grows before the next starts.
 pub const PART_BYTES: usize = 1 << 20;
@@ -43,6 +43,30 @@ fn read_opt_u32(r: &mut Reader) -> Decoded<Option<u32>> {
     r.opt_u64()?
         .map(|v| u32::try_from(v).map_err(|_| DecodeError("number out of range")))
         .transpose()
+}
+
+/// One queue's own state as a part: its dead list in order, pause, limits, rate window and
+/// counters.
+fn put_queue(out: &mut Vec<u8>, name: &[u8], q: &Queue) {
+    out.push(QUEUE);
+    put_bytes(out, name);
+    let dead: Vec<&Bytes> = q.dead.iter().collect();
+    put_bytes_list(out, &dead);
+    out.push(u8::from(q.paused));
+    put_opt_u32(out, q.concurrency);
+    match q.rate {
+        None => out.push(0),
+        Some((n, per)) => {
+            out.push(1);
+            put_u64(out, u64::from(n));
+            put_u64(out, per);
+        }
+    }
+    put_u64(out, q.window_start_ms);
+    put_u64(out, u64::from(q.window_used));
+    put_u64(out, q.submitted);
+    put_u64(out, q.acked);
+    put_u64(out, q.failed);
 }
 
 impl Engine {
@@ -83,27 +107,8 @@ impl Engine {
         let mut names: Vec<&Bytes> = self.queues.keys().collect();
         names.sort();
         for name in names {
-            let q = &self.queues[name];
             out.clear();
-            out.push(QUEUE);
-            put_bytes(&mut out, name);
-            let dead: Vec<&Bytes> = q.dead.iter().collect();
-            put_bytes_list(&mut out, &dead);
-            out.push(u8::from(q.paused));
-            put_opt_u32(&mut out, q.concurrency);
-            match q.rate {
-                None => out.push(0),
-                Some((n, per)) => {
-                    out.push(1);
-                    put_u64(&mut out, u64::from(n));
-                    put_u64(&mut out, per);
-                }
-            }
-            put_u64(&mut out, q.window_start_ms);
-            put_u64(&mut out, u64::from(q.window_used));
-            put_u64(&mut out, q.submitted);
-            put_u64(&mut out, q.acked);
-            put_u64(&mut out, q.failed);
+            put_queue(&mut out, name, &self.queues[name]);
             part(&out);
         }
         let mut ids: Vec<&Bytes> = self.tasks.keys().collect();
