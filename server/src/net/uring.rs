@@ -391,9 +391,10 @@ impl Net {
         if committed {
             held.committed();
         }
-        if held.in_flight.is_some() || held.next.is_empty() {
+        if held.in_flight.is_some() || held.next.is_empty() || held.gather_for().is_some() {
             return;
         }
+        held.released_at = None;
         let sends = std::mem::take(&mut held.next);
         let target = self
             .ctx
@@ -445,6 +446,11 @@ impl Net {
         stats
             .ring_fsync_us
             .set(stats.ring_fsync_us.get() + done.submitted.elapsed().as_micros() as u64);
+        {
+            let mut held = self.held.borrow_mut();
+            held.last_group = done.sends.len();
+            held.released_at = Some(Instant::now());
+        }
         for entry in done.sends {
             self.push(entry);
         }
@@ -953,12 +959,16 @@ impl Net {
         if self.overflow_waiting.get() {
             timeout = timeout.min(OVERFLOW_RETRY);
         }
-        let timespec = types::Timespec::from(timeout);
-        let args = types::SubmitArgs::new().timespec(&timespec);
         // Nothing waits in memory while the shard sleeps (held sends wait for an fsync
-        // submitted with this enter, whose completion wakes it).
+        // submitted with this enter, whose completion wakes it, or gather for the next one
+        // until the timeout below).
         self.ctx.commit_journal(crate::persist::Commit::Now);
         self.release_held(true);
+        if let Some(left) = self.held.borrow().gather_for() {
+            timeout = timeout.min(left);
+        }
+        let timespec = types::Timespec::from(timeout);
+        let args = types::SubmitArgs::new().timespec(&timespec);
         let result = self
             .ring
             .borrow_mut()
