@@ -307,9 +307,23 @@ fn vs_shards(baseline_shards: usize, args: &CompareArgs) -> Result<(), String> {
         shards: args.shards.max(2),
         journal: true,
     };
-    let mut report = compare(&base, &candidate, args)?;
-    report.a_label = format!("{baseline_shards} shard(s)");
-    report.b_label = format!("{} shards", args.shards.max(2));
+    let labels = [
+        format!("{baseline_shards} shard(s)"),
+        format!("{} shards", args.shards.max(2)),
+    ];
+    wetask_pair(&base, &candidate, labels, args)
+}
+
+/// Two WeTask configurations paired, printed under `labels`.
+fn wetask_pair(
+    a: &ServerKind,
+    b: &ServerKind,
+    [a_label, b_label]: [String; 2],
+    args: &CompareArgs,
+) -> Result<(), String> {
+    let mut report = compare(a, b, args)?;
+    report.a_label = a_label;
+    report.b_label = b_label;
     header(&report, args.pairs);
     print!("{}", compare::table(&report));
     Ok(())
@@ -327,12 +341,8 @@ fn journal_cost(args: &CompareArgs) -> Result<(), String> {
         shards: args.shards,
         journal: true,
     };
-    let mut report = compare(&memory, &journaled, args)?;
-    report.a_label = "no persistence".into();
-    report.b_label = "journal".into();
-    header(&report, args.pairs);
-    print!("{}", compare::table(&report));
-    Ok(())
+    let labels = ["no persistence".into(), "journal".into()];
+    wetask_pair(&memory, &journaled, labels, args)
 }
 
 fn gate(baseline: &str, threshold: f64, args: &CompareArgs) -> Result<bool, String> {

@@ -437,18 +437,15 @@ fn a_torn_tail_at_every_offset_recovers_and_damage_in_the_middle_is_reported() {
     }
     // Whole records followed by zeros (unused preallocated space): every record loads, and
     // nothing is reported torn, not even with `aof-load-truncated no`.
+    // A one-shard server on the directory with one more option.
+    let start_with = |option: &str, value: &str| {
+        Server::start(&["--shards", "1", "--dir", &dir_s, option, value])
+    };
     let mut padded = whole.clone();
     padded.resize(whole.len() + 64 * 1024, 0);
     std::fs::write(&file, &padded).unwrap();
     {
-        let server = Server::start(&[
-            "--shards",
-            "1",
-            "--dir",
-            &dir_s,
-            "--aof-load-truncated",
-            "no",
-        ]);
+        let server = start_with("--aof-load-truncated", "no");
         let mut c = server.client();
         assert_eq!(c.cmd("GET last"), bulk("value"));
         // The load's report comes after any torn-record warning of the same load.
@@ -471,14 +468,7 @@ fn a_torn_tail_at_every_offset_recovers_and_damage_in_the_middle_is_reported() {
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("damaged at byte"), "{text}");
     // ... and `--aof-load-corrupt yes` loads what precedes the damage.
-    let server = Server::start(&[
-        "--shards",
-        "1",
-        "--dir",
-        &dir_s,
-        "--aof-load-corrupt",
-        "yes",
-    ]);
+    let server = start_with("--aof-load-corrupt", "yes");
     let mut c = server.client();
     assert_eq!(c.cmd("GET k0"), bulk("v0"));
     assert_eq!(c.cmd("EXISTS last"), int(0));

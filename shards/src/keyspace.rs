@@ -311,7 +311,6 @@ impl Db {
         self.set_expiry_at(pos, expire_at_ms);
     }
 
-    /// Stores `entry` under `key`, replacing any old value and its TTL.
     /// Makes room for `additional` more keys (a snapshot's load, which knows its count).
     pub fn reserve(&mut self, additional: usize) {
         let (nodes, hasher) = (&self.nodes, &self.hasher);
@@ -325,18 +324,24 @@ impl Db {
     /// Inserts a key known to be absent (a snapshot's, each written once from the table),
     /// skipping the lookup `insert` does; debug builds check.
     pub fn insert_new(&mut self, key: &[u8], entry: Entry) {
-        debug_assert!(self.find(key).is_none(), "a snapshot holds a key twice");
-        let pos = self.push(Node::new(key, entry.value));
-        self.set_expiry_at(pos, entry.expire_at_ms);
+        self.push_new(Node::new(key, entry.value), entry.expire_at_ms);
     }
 
     /// As [`Db::insert_new`], for a string value copied from `value`.
     pub fn insert_new_str(&mut self, key: &[u8], value: &[u8], expire_at_ms: u64) {
-        debug_assert!(self.find(key).is_none(), "a snapshot holds a key twice");
-        let pos = self.push(Node::new_str(key, value));
+        self.push_new(Node::new_str(key, value), expire_at_ms);
+    }
+
+    fn push_new(&mut self, node: Node, expire_at_ms: u64) {
+        debug_assert!(
+            self.find(node.key()).is_none(),
+            "a snapshot holds a key twice"
+        );
+        let pos = self.push(node);
         self.set_expiry_at(pos, expire_at_ms);
     }
 
+    /// Stores `entry` under `key`, replacing any old value and its TTL.
     pub fn insert(&mut self, key: &[u8], entry: Entry) {
         let pos = match self.find(key) {
             Some(pos) => {

@@ -1,9 +1,9 @@
 //! A shard's whole state as a sequence of parts, and back: what a snapshot file holds (the
 //! server frames each part as a journal record). First the key count of each database (so
-//! the load sizes each table once instead of growing it, a quarter of a 10 M-key load's
+//! the load sizes each table once instead of growing it, a quarter of a 3 M-key load's
 //! time), then the keys as `Put` operations in batches, then the task engine's parts, then
-//! the clock. Expired keys are left out: at the clock the
-//! snapshot carries they are already gone.
+//! the clock. Expired keys are left out: at the clock the snapshot carries they are
+//! already gone.
 
 use bytes::Bytes;
 

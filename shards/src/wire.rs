@@ -121,19 +121,15 @@ impl Reader {
     /// keeps for good must not hold on to the whole record or snapshot part it came from
     /// (a slice would keep a 1 MiB part alive for one surviving list element).
     pub fn bytes(&mut self) -> Decoded<Bytes> {
-        let n = self.count()?;
-        let b = Bytes::copy_from_slice(&self.buf[self.at..self.at + n]);
-        self.at += n;
-        Ok(b)
+        let range = self.range()?;
+        Ok(Bytes::copy_from_slice(&self.buf[range]))
     }
 
     /// A length-prefixed byte string as a slice of the buffer, for what is used and
     /// dropped while the record is replayed (a command's arguments).
     pub fn shared(&mut self) -> Decoded<Bytes> {
-        let n = self.count()?;
-        let b = self.buf.slice(self.at..self.at + n);
-        self.at += n;
-        Ok(b)
+        let range = self.range()?;
+        Ok(self.buf.slice(range))
     }
 
     pub fn f64(&mut self) -> Decoded<f64> {

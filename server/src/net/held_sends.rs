@@ -74,8 +74,6 @@ impl HeldSends {
 
     /// At a commit point: what was held has its records written now.
     pub fn committed(&mut self) {
-        let mut held = std::mem::take(&mut self.held);
-        self.next.append(&mut held);
-        self.held = held;
+        self.next.append(&mut self.held);
     }
 }

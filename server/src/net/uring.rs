@@ -500,7 +500,7 @@ impl Net {
     fn turn(self: &Rc<Self>) -> usize {
         let finished = self.serve_mesh() + self.collect_finished() + self.collect_pushes();
         // The turn's replies leave with this enter: their writes go to the journal first
-        // (and, under `appendfsync always`, to the disk: one fsync for the whole turn).
+        // (under `appendfsync always` the replies wait for the ring's fsync: held_sends).
         self.ctx.commit_journal(crate::persist::Commit::Now);
         self.release_held(true);
         self.enter();

@@ -40,18 +40,18 @@ pub struct Journal {
     /// to be on disk (monotonic: a ring fsync names the count it covers).
     pub(super) written: u64,
     pub(super) durable: u64,
-    /// Under `always`, the shard's ring syncs (`net::uring`'s held sends): `Soon` and `Now`
-    /// commits only write, and the driver holds the turn's replies until an fsync it
-    /// submitted covers them. Off on the glommio fallback path, where commits sync.
+    /// Under `always`, the shard's ring syncs (`net::held_sends`): `Now` commits only write,
+    /// and the driver holds the turn's replies until an fsync it submitted covers them. Off
+    /// on the glommio fallback path, where commits sync.
     pub(super) ring_sync: bool,
 }
 
-/// The journal is extended by this many bytes whenever a record would pass its end: under
-/// `appendfsync always` zeros written and synced, so that a turn's `fdatasync` flushes
-/// data blocks only (under the others a `fallocate`, so a write never extends the file): appending changes the file's size, and every append's `fdatasync`
-/// then also commits the file system's journal. Measured on this project's machines
-/// (ext4 on a virtual disk): 110-120 µs per 4 KiB write + fdatasync into zeroed space
-/// against 160-215 µs appending (docs/DURABILITY.md, "Group commit"). Zeros after the last
+/// The journal is extended by this many bytes whenever a record would pass its end. Under
+/// `appendfsync always` zeros are written and synced, so that a turn's fsync flushes data
+/// blocks only (an append changes the file's size, and its fsync must then write the inode
+/// too): 110-140 µs per 4 KiB write + fdatasync into zeroed space against 160-320 µs
+/// appending, on this project's machines (docs/DURABILITY.md, "Group commit"). Under the
+/// other policies a `fallocate`, so a write never extends the file. Zeros after the last
 /// record read back as the end of the journal; a segment is cut to its records when it is
 /// closed, at a clean shutdown, and when it is loaded.
 pub const PREALLOCATE_BYTES: u64 = 1 << 20;
@@ -98,9 +98,8 @@ impl Journal {
             // Written but not yet synced (a ring fsync may be on its way): an envelope may
             // reveal it, so it goes to the disk first.
             if when == Commit::Durable && policy == Fsync::Always && self.written > self.durable {
-                match self.file.file.sync_data() {
-                    Ok(()) => self.durable = self.written,
-                    Err(e) => self.sync_failed(e),
+                if let Err(e) = self.sync_all() {
+                    self.sync_failed(e);
                 }
             }
             return;
@@ -124,7 +123,7 @@ impl Journal {
                         self.durable = self.written;
                         self.store.synced();
                     }
-                    // The ring's fsync follows (`RingSync`).
+                    // The ring's fsync follows (`net::held_sends`).
                     Fsync::Always => {}
                     Fsync::Everysec => self.file.dirty.store(true, Ordering::Release),
                     Fsync::No => {}
@@ -208,10 +207,17 @@ impl Journal {
 
     /// Cuts the file to its records and flushes it to disk (a clean shutdown).
     pub fn close(&mut self) {
-        match self.trim().and_then(|()| self.file.file.sync_data()) {
-            Ok(()) => self.durable = self.written,
-            Err(e) => tracing::error!("journal fsync at shutdown failed: {e}"),
+        if let Err(e) = self.trim().and_then(|()| self.sync_all()) {
+            tracing::error!("journal fsync at shutdown failed: {e}");
         }
+    }
+
+    /// Syncs the segment: everything written so far is on disk.
+    fn sync_all(&mut self) -> std::io::Result<()> {
+        self.file.file.sync_data()?;
+        self.durable = self.written;
+        self.store.synced();
+        Ok(())
     }
 
     /// Bytes of journal since the last snapshot (what a compaction would fold in).
@@ -255,13 +261,12 @@ impl Journal {
         if !self.pending.is_empty() {
             return;
         }
-        if let Err(e) = self.trim().and_then(|()| self.file.file.sync_data()) {
+        // Everything so far is on disk after this: a ring fsync still in flight on this
+        // segment covers no more, and the next one goes to the new segment.
+        if let Err(e) = self.trim().and_then(|()| self.sync_all()) {
             store.fail(format!("fsync failed: {e}"));
             return;
         }
-        // Everything so far is on disk: a ring fsync still in flight on this segment
-        // covers no more, and the next one goes to the new segment.
-        self.durable = self.written;
         let next = self.gen + 1;
         let file = match Journal::open_segment(&store, self.id, next).and_then(|f| {
             files::sync_dir(&store.path)

@@ -101,7 +101,8 @@ impl ShardCore {
     /// Writes what the shard journaled since the last call (one record), and under
     /// `appendfsync always` syncs it: called before anything the shard did can leave it (the
     /// ring's submissions of replies, an envelope to a peer). Cheap when nothing was written.
-    /// `when` (see `persist::Commit`): `Now` before the shard sleeps or stops.
+    /// `when` (see `persist::Commit`): `Durable` before an envelope to a peer, which no ring
+    /// holds back; `Now` everywhere else.
     pub fn commit_journal(&self, when: crate::persist::Commit) {
         let mut journal = self.journal.borrow_mut();
         let Some(journal) = journal.as_mut() else {
