@@ -30,6 +30,9 @@ pub struct Globals {
     /// Per shard: how many channels and patterns its clients subscribe to (PUBLISH skips
     /// shards with none).
     pub subscriptions: Vec<AtomicUsize>,
+    /// Per shard: the last cross-shard operation it journaled a part of, published before
+    /// it answers the operation's coordinator (`ShardCore::parts_written`).
+    pub cross_parts: Vec<AtomicU64>,
     /// Script bodies by SHA1, for EVALSHA on any shard.
     pub scripts: Mutex<std::collections::HashMap<String, bytes::Bytes>>,
     /// Scripts seen reaching for undeclared keys on other shards: they hold every shard.
@@ -70,6 +73,7 @@ impl Globals {
             maxclients: AtomicUsize::new(config.maxclients),
             shard_count,
             subscriptions: (0..shard_count).map(|_| AtomicUsize::new(0)).collect(),
+            cross_parts: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
             scripts: Mutex::new(std::collections::HashMap::new()),
             whole_server_scripts: Mutex::new(std::collections::HashSet::new()),
             script_flush_epoch: std::sync::atomic::AtomicU64::new(0),

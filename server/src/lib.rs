@@ -7,6 +7,7 @@ mod clock;
 mod commands;
 pub mod config;
 mod doorbell;
+mod failpoint;
 mod globals;
 mod lua;
 pub mod memory;

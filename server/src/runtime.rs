@@ -255,6 +255,7 @@ fn recover_shard(ctx: &Rc<ShardCtx>, store: &Arc<crate::persist::Store>) -> Resu
         ms = started.elapsed().as_millis() as u64,
         "journal loaded"
     );
+    ctx.seed_tokens();
     *ctx.journal.borrow_mut() = Some(journal);
     if let Some(mesh) = &ctx.mesh {
         let core = ctx.clone();
@@ -272,10 +273,12 @@ async fn shard_main(
 ) -> Result<(), String> {
     let shard_count = globals.shard_count;
     let (id, mesh, receivers) = if shard_count > 1 {
-        let (senders, receivers) = mesh
-            .join()
-            .await
-            .map_err(|_| "cannot join the shard mesh".to_string())?;
+        let Ok((senders, receivers)) = mesh.join().await else {
+            if let Some(store) = globals.store.get() {
+                store.abandon_recovery();
+            }
+            return Err("cannot join the shard mesh".to_string());
+        };
         (
             senders.peer_id(),
             Some(Rc::new(Mesh::new(senders, globals.doorbells.clone()))),

@@ -25,6 +25,7 @@ impl Shard {
     /// off.
     pub fn set_journaling(&mut self, on: bool) {
         self.journal = on.then(Vec::new);
+        self.emitted_tag = None;
         self.tasks.set_recording(on);
     }
 
@@ -33,7 +34,11 @@ impl Shard {
     }
 
     /// The turn's buffer, after logging the engine's clock advances that came first.
+    /// Called before each operation is logged, so a cross-shard part's marker comes first
+    /// (`crate::cross_commit`).
     pub(crate) fn journal_turn(&mut self) -> Option<&mut Vec<u8>> {
+        self.journal.as_ref()?;
+        self.mark_part();
         let journal = self.journal.as_mut()?;
         for now_ms in self.tasks.take_advances() {
             ops::put_tick(journal, now_ms);
@@ -44,9 +49,19 @@ impl Shard {
     /// Appends the operations logged since the last call to `out`, as one framed record;
     /// false when there were none.
     pub fn take_journal(&mut self, out: &mut Vec<u8>) -> bool {
-        let Some(journal) = self.journal_turn() else {
+        if self.journal.is_none() {
+            return false;
+        }
+        let advances = self.tasks.take_advances();
+        if !advances.is_empty() {
+            self.mark_part();
+        }
+        let Some(journal) = self.journal.as_mut() else {
             return false;
         };
+        for now_ms in advances {
+            ops::put_tick(journal, now_ms);
+        }
         if journal.is_empty() {
             return false;
         }
@@ -310,6 +325,9 @@ impl Shard {
                 self.set_clock(now_ms);
                 self.tasks.release_all(now_ms);
             }
+            Op::Commit { token, parts } => self.replay_commit(token, &parts),
+            // Read by `cross_commit::Replay`, which decides what a part's operations do.
+            Op::Part { .. } | Op::PartEnd | Op::Abort { .. } => {}
         }
         Ok(())
     }
@@ -325,8 +343,12 @@ impl Shard {
         drop(self.tasks.take_fallbacks());
         self.blocked = Default::default();
         self.set_clock(now_ms);
-        // Journaling first, so that what the restart changes is logged like anything else.
+        // Journaling first, so that what the restart changes is logged like anything else;
+        // first of all how an open cross-shard part was resolved.
         self.set_journaling(journal);
+        if let (Some(outcome), Some(journal)) = (self.part_outcome.take(), self.journal.as_mut()) {
+            crate::cross_commit::log_outcome(journal, outcome);
+        }
         self.tasks.advance(now_ms);
         let released = self.tasks.release_all(now_ms);
         if released > 0 {

@@ -8,6 +8,7 @@ pub mod blocked_ops;
 pub mod blocking;
 pub mod compat;
 pub mod contain;
+pub mod cross_commit;
 pub mod ctx;
 mod durable;
 pub mod errors;
@@ -48,6 +49,8 @@ pub use table::{lookup, CommandSpec, Merge, Route, COMMANDS};
 
 #[cfg(test)]
 mod collection_tests;
+#[cfg(test)]
+mod cross_commit_tests;
 #[cfg(test)]
 mod durable_tests;
 #[cfg(test)]

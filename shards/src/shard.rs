@@ -45,6 +45,16 @@ pub struct Shard {
     /// touches one is logged as its effect on this shard's own keys (the owner logs its key
     /// when it gets it back).
     pub(crate) borrowed: std::collections::HashSet<(usize, Bytes)>,
+    /// The cross-shard operation holding this shard's lock, and the one the journal's last
+    /// part marker named (`cross_commit`).
+    pub(crate) cross_tag: Option<u64>,
+    pub(crate) emitted_tag: Option<u64>,
+    /// Per shard id: the last operation this shard coordinated that committed with a part
+    /// there.
+    pub(crate) cross_commits: std::collections::BTreeMap<u64, u64>,
+    /// A part left open by the replay and resolved (`Some(token)`: dropped, `None`: kept),
+    /// to journal when journaling starts.
+    pub(crate) part_outcome: Option<Option<u64>>,
 }
 
 impl Shard {
@@ -64,6 +74,10 @@ impl Shard {
             eviction_samples: 5,
             journal: None,
             borrowed: std::collections::HashSet::new(),
+            cross_tag: None,
+            emitted_tag: None,
+            cross_commits: std::collections::BTreeMap::new(),
+            part_outcome: None,
         }
     }
 

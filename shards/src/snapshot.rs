@@ -1,8 +1,9 @@
 //! A shard's whole state as a sequence of parts, and back: what a snapshot file holds (the
 //! server frames each part as a journal record). First the key count of each database (so
 //! the load sizes each table once instead of growing it, a quarter of a 3 M-key load's
-//! time), then the keys as `Put` operations in batches, then the task engine's parts, then
-//! the clock. Expired keys are left out: at the clock the snapshot carries they are
+//! time), then the keys as `Put` operations in batches, then the task engine's parts, the
+//! last commit of each cross-shard operation it coordinated (`cross_commit`), then the
+//! clock. Expired keys are left out: at the clock the snapshot carries they are
 //! already gone.
 
 use bytes::Bytes;
@@ -19,6 +20,7 @@ const KEYS: u8 = 1;
 const ENGINE: u8 = 2;
 const CLOCK: u8 = 3;
 const SIZES: u8 = 4;
+const COMMITS: u8 = 5;
 
 impl Shard {
     /// Writes the shard's state as parts, each handed to `part`.
@@ -58,6 +60,12 @@ impl Shard {
             out.extend_from_slice(engine_part);
             part(&out);
         });
+        out.clear();
+        out.push(COMMITS);
+        self.export_commits(&mut out);
+        if out.len() > 1 {
+            part(&out);
+        }
         out.clear();
         out.push(CLOCK);
         put_u64(&mut out, self.now_ms());
@@ -106,6 +114,7 @@ impl Shard {
                     self.db(db).reserve((len as usize).min(1 << 28));
                 }
             }
+            COMMITS => self.import_commits(body)?,
             CLOCK => {
                 let now = Reader::new(body).u64().map_err(|e| e.0.to_string())?;
                 self.set_clock(now);

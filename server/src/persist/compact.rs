@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
+use wetask_shards::cross_commit::Replay;
 use wetask_shards::Shard;
 
 use super::{files, load, Store};
@@ -72,10 +73,14 @@ fn run(store: &Store, job: &Job) -> Result<(u64, u64), String> {
     if let Some(base) = job.base {
         load::read_snapshot(&files::snapshot(dir, job.id, count, base), &mut scratch)?;
     }
+    // The shard closes a segment only while no cross-shard operation holds it, so a part
+    // at the end of the closed ones has committed.
+    let mut replay = Replay::default();
     for &gen in &job.journals {
         let path = files::journal(dir, job.id, count, gen);
-        folded += replay_closed(&path, &mut scratch)?;
+        folded += replay_closed(&path, &mut scratch, &mut replay)?;
     }
+    replay.finish_committed(&mut scratch)?;
     let bytes = load::write_snapshot(dir, job.id, count, job.target, &mut scratch)?;
     drop(scratch);
     // The new snapshot is in place and synced: what it replaces can go.
@@ -90,7 +95,11 @@ fn run(store: &Store, job: &Job) -> Result<(u64, u64), String> {
 }
 
 /// Replays a closed segment, which must be whole; returns its size.
-fn replay_closed(path: &std::path::Path, shard: &mut Shard) -> Result<u64, String> {
+fn replay_closed(
+    path: &std::path::Path,
+    shard: &mut Shard,
+    replay: &mut Replay,
+) -> Result<u64, String> {
     use bytes::Bytes;
     use wetask_shards::journal::{ops, record};
     let shown = path.display();
@@ -103,7 +112,7 @@ fn replay_closed(path: &std::path::Path, shard: &mut Shard) -> Result<u64, Strin
         for op in ops::read_ops(Bytes::copy_from_slice(payload))
             .map_err(|e| format!("{shown}: {}", e.0))?
         {
-            shard.replay(op).map_err(|e| format!("{shown}: {e}"))?;
+            replay.op(shard, op).map_err(|e| format!("{shown}: {e}"))?;
         }
     }
     Ok(file.len() as u64)

@@ -7,6 +7,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 use bytes::Bytes;
+use wetask_shards::cross_commit::{OpenPart, Replay};
 use wetask_shards::journal::{ops, record};
 use wetask_shards::Shard;
 
@@ -37,6 +38,9 @@ pub struct Loaded {
     pub last_len: u64,
     pub records: usize,
     pub operations: usize,
+    /// A cross-shard operation's part at the journal's end whose commit this shard cannot
+    /// see: the caller resolves it (`wetask_shards::cross_commit`).
+    pub open: Option<OpenPart>,
 }
 
 pub fn load_shard(
@@ -57,16 +61,18 @@ pub fn load_shard(
         loaded.snapshot_bytes = read_snapshot(&files::snapshot(dir, id, count, gen), shard)?;
     }
     let last = journals.last().copied();
+    let mut replay = Replay::default();
     for gen in journals {
         let path = files::journal(dir, id, count, gen);
         let is_last = Some(gen) == last;
-        let kept = replay_journal(&path, shard, is_last, repair, &mut loaded)?;
+        let kept = replay_journal(&path, shard, &mut replay, is_last, repair, &mut loaded)?;
         loaded.journal_bytes += kept;
         if is_last {
             loaded.last_len = kept;
         }
         loaded.journals.push(gen);
     }
+    loaded.open = replay.finish();
     Ok(loaded)
 }
 
@@ -74,6 +80,7 @@ pub fn load_shard(
 fn replay_journal(
     path: &Path,
     shard: &mut Shard,
+    replay: &mut Replay,
     is_last: bool,
     repair: Repair,
     loaded: &mut Loaded,
@@ -88,7 +95,7 @@ fn replay_journal(
                     Ok(list) => {
                         loaded.operations += list.len();
                         for op in list {
-                            shard.replay(op).map_err(|e| {
+                            replay.op(shard, op).map_err(|e| {
                                 format!("journal {shown}: the record at byte {at} cannot be replayed: {e}")
                             })?;
                         }
@@ -131,15 +138,21 @@ fn replay_journal(
         }
     };
     if keep < bytes.len() && repair.write {
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|e| format!("cannot open {shown}: {e}"))?;
-        file.set_len(keep as u64)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| format!("cannot truncate the journal {shown}: {e}"))?;
+        cut(path, keep as u64)?;
     }
     Ok(keep as u64)
+}
+
+/// Cuts a journal segment to its first `keep` bytes (synced).
+fn cut(path: &Path, keep: u64) -> Result<(), String> {
+    let shown = path.display();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("cannot open {shown}: {e}"))?;
+    file.set_len(keep)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| format!("cannot truncate the journal {shown}: {e}"))
 }
 
 /// Zeros from a record boundary on: preallocated space not used yet, the journal's end (a

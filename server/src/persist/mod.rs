@@ -19,6 +19,7 @@ mod files;
 mod journal;
 mod load;
 mod reshard;
+mod resolve;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -96,6 +97,8 @@ pub struct Store {
     pub auto_rewrite_min_size: AtomicU64,
     pub save_points: Mutex<Vec<(u64, u64)>>,
     started_ms: u64,
+    /// Where the shards meet at a start to resolve cross-shard parts left open.
+    rendezvous: resolve::Rendezvous,
 }
 
 /// Opens (creating) the data directory for `shard_count` shards, locks it, checks its
@@ -144,6 +147,7 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
         auto_rewrite_min_size: AtomicU64::new(config.auto_aof_rewrite_min_size),
         save_points: Mutex::new(parse_save_points(&config.save)?),
         started_ms: now,
+        rendezvous: resolve::Rendezvous::new(shard_count),
     });
     let manifest = path.join(MANIFEST);
     match std::fs::read_to_string(&manifest) {
@@ -224,6 +228,11 @@ fn spawn_syncer(store: Arc<Store>) -> Result<(), String> {
 }
 
 impl Store {
+    /// A shard that failed before its `recover`: the others stop waiting for it.
+    pub fn abandon_recovery(&self) {
+        self.rendezvous.abandon();
+    }
+
     pub fn policy(&self) -> Fsync {
         Fsync::ALL[self.policy.load(Ordering::Relaxed)]
     }
@@ -345,6 +354,26 @@ impl Store {
     }
 }
 
+/// Loads shard `id`, meets the other shards (even when the load failed, so that none waits
+/// forever) and resolves the cross-shard part a crash left open, if any.
+fn load_and_resolve(
+    store: &Store,
+    id: usize,
+    shard: &mut Shard,
+    repair: load::Repair,
+) -> Result<load::Loaded, String> {
+    let loaded = load::load_shard(&store.path, id, store.shard_count, shard, repair);
+    let commits = store
+        .rendezvous
+        .meet(id, loaded.as_ref().ok().map(|_| shard.last_commits()));
+    let mut loaded = loaded?;
+    let commits = commits.ok_or("another shard failed to load its data")?;
+    if let Some(part) = loaded.open.take() {
+        resolve::resolve(part, id, &commits, shard)?;
+    }
+    Ok(loaded)
+}
+
 /// What recovery found, for the start-up log line.
 #[derive(Debug, Default)]
 pub struct Recovered {
@@ -358,7 +387,8 @@ pub struct Recovered {
 }
 
 /// Loads shard `id` from its snapshot and journal into `shard` and opens its journal for
-/// appending. A torn tail is cut off (logged); damage elsewhere stops the start, unless
+/// appending. Every shard of the process must call it (it waits for the others' loads to
+/// resolve cross-shard parts; `Store::abandon_recovery` when a shard cannot). A torn tail is cut off (logged); damage elsewhere stops the start, unless
 /// `aof-load-corrupt yes`, which keeps a copy of the file and loads what precedes it.
 pub fn recover(
     store: &Arc<Store>,
@@ -373,7 +403,7 @@ pub fn recover(
         corrupt: store.load_corrupt,
         write: true,
     };
-    let loaded = load::load_shard(dir, id, count, shard, repair)?;
+    let loaded = load_and_resolve(store, id, shard, repair)?;
     files::remove_stale(dir, id, count)
         .map_err(|e| format!("cannot tidy {}: {e}", dir.display()))?;
     let leases_released = shard.finish_replay(crate::clock::unix_ms(), true);

@@ -1,6 +1,6 @@
 //! A start with another shard count than the data was written with: every old shard is
-//! loaded (snapshot and journal, read only) into memory, each key and each queue (with its
-//! tasks) moves to the shard that owns it now, and each new shard's state is written as a
+//! loaded (snapshot and journal, read only) into memory, cross-shard parts left open are
+//! resolved among them, each key and each queue (with its tasks) moves to the shard that owns it now, and each new shard's state is written as a
 //! snapshot. The manifest, rewritten after (by the caller), is the moment the new layout
 //! takes over; the old files are removed only then, so a crash at any point leaves one
 //! complete layout to start from.
@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use wetask_shards::keyspace::{ScanFilter, DATABASES};
-use wetask_shards::shard_of;
+use wetask_shards::{shard_of, Shard};
 
 use super::{files, load, Store};
 
@@ -23,23 +23,10 @@ pub fn run(store: &Store, old_count: usize) -> Result<(), String> {
     );
     // Past every generation any old file used, so no new file meets an old one.
     let mut gen = 1;
+    let sources = load_all(store, old_count, &mut gen)?;
     let mut targets: Vec<_> = (0..new_count).map(|i| store.scratch_shard(i)).collect();
     let mut keys = 0usize;
-    for j in 0..old_count {
-        let found = files::list(dir, j, old_count)
-            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-        gen = found
-            .snapshots
-            .iter()
-            .chain(&found.journals)
-            .fold(gen, |g, &x| g.max(x + 1));
-        let mut source = store.scratch_shard(j);
-        let repair = load::Repair {
-            truncated: store.load_truncated,
-            corrupt: false,
-            write: false,
-        };
-        load::load_shard(dir, j, old_count, &mut source, repair)?;
+    for (j, mut source) in sources.into_iter().enumerate() {
         for db in 0..DATABASES {
             let (_, names) = source.scan(db, 0, usize::MAX >> 1, &ScanFilter::default());
             for key in names {
@@ -71,6 +58,39 @@ pub fn run(store: &Store, old_count: usize) -> Result<(), String> {
         "data moved to {new_count} shards"
     );
     Ok(())
+}
+
+/// Loads every old shard (read only), then resolves the cross-shard parts left open: one
+/// is replayed only if its coordinator, another old shard, committed it. Moves `gen` past
+/// every generation the old files use.
+fn load_all(store: &Store, old_count: usize, gen: &mut u64) -> Result<Vec<Shard>, String> {
+    let dir = &store.path;
+    let mut sources = Vec::with_capacity(old_count);
+    let mut open = Vec::with_capacity(old_count);
+    for j in 0..old_count {
+        let found = files::list(dir, j, old_count)
+            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        *gen = found
+            .snapshots
+            .iter()
+            .chain(&found.journals)
+            .fold(*gen, |g, &x| g.max(x + 1));
+        let mut source = store.scratch_shard(j);
+        let repair = load::Repair {
+            truncated: store.load_truncated,
+            corrupt: false,
+            write: false,
+        };
+        open.push(load::load_shard(dir, j, old_count, &mut source, repair)?.open);
+        sources.push(source);
+    }
+    let commits: Vec<_> = sources.iter().map(|s| s.last_commits()).collect();
+    for (j, part) in open.into_iter().enumerate() {
+        if let Some(part) = part {
+            super::resolve::resolve(part, j, &commits, &mut sources[j])?;
+        }
+    }
+    Ok(sources)
 }
 
 /// Removes every file of a layout (`shard-*-of-<count>.*`).

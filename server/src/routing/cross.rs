@@ -10,6 +10,10 @@
 //! that concurrent coordinators cannot deadlock (DESIGN §2.4). A locked shard runs only
 //! the steps carrying the coordinator's token; its own clients' commands and other shards'
 //! requests wait until the unlock. So no client ever sees the moment between two steps.
+//!
+//! Recovery: every involved shard journals its part tagged with the operation's token; the
+//! coordinator logs the commit, durable before the first lock is released, and a restart
+//! replays a part only if its operation committed (`wetask_shards::cross_commit`).
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
@@ -84,7 +88,21 @@ impl Held<'_> {
         &self.shards
     }
 
+    /// Commits (`ShardCore::log_cross_commit`), then releases every lock.
     pub async fn unlock(mut self) {
+        if !self.owned.is_empty() {
+            if crate::failpoint::is_armed("cross-before-commit") {
+                // Every part on disk, the coordinator's too, and no commit.
+                self.ctx.commit_journal(crate::persist::Commit::Durable);
+                crate::failpoint::crash_if_armed("cross-before-commit");
+            }
+            self.ctx.log_cross_commit(self.token, &self.shards);
+            if crate::failpoint::is_armed("cross-after-commit") {
+                // The commit on disk, and no lock released.
+                self.ctx.commit_journal(crate::persist::Commit::Durable);
+                crate::failpoint::crash_if_armed("cross-after-commit");
+            }
+        }
         let mut pending = Vec::new();
         for shard in std::mem::take(&mut self.owned) {
             if shard == self.ctx.id {
@@ -113,6 +131,8 @@ impl Drop for Held<'_> {
             shards = ?self.owned,
             "a cross-shard operation ended without unlocking; releasing its locks"
         );
+        // What it did stays done: committed like any other end.
+        self.ctx.log_cross_commit(self.token, &self.shards);
         for shard in std::mem::take(&mut self.owned) {
             if shard == self.ctx.id {
                 if self.ctx.lock_holder() == Some(self.token) {

@@ -77,7 +77,9 @@ impl ShardCore {
             last_receiver_nudge_ms: Cell::new(0),
             lock: Cell::new(None),
             unlock_wakers: RefCell::new(Vec::new()),
-            tokens_issued: Cell::new(0),
+            // Past any token a journal from an earlier run may remember (see
+            // `seed_tokens`), 64 per millisecond of the clock.
+            tokens_issued: Cell::new(unix_ms() << 6),
             push_ready: RefCell::new(Vec::new()),
             push_hook: RefCell::new(None),
             deferred_pushes: RefCell::new(Vec::new()),
@@ -87,8 +89,10 @@ impl ShardCore {
     }
 
     /// Every 10 ms: starts a compaction of the journal if one is due or was asked for.
+    /// Never while a cross-shard operation holds the shard: a closed segment must not end
+    /// inside a part whose commit may not come (`wetask_shards::cross_commit`).
     fn compact_if_due(&self, now_ms: u64) {
-        if now_ms < self.last_compact_check_ms.get() + 10 {
+        if self.is_locked() || now_ms < self.last_compact_check_ms.get() + 10 {
             return;
         }
         self.last_compact_check_ms.set(now_ms);
@@ -240,6 +244,7 @@ impl ShardCore {
 
     /// Answers a peer's request `id`.
     pub fn respond(&self, to: usize, id: u64, response: Response) {
+        self.note_part();
         self.mesh
             .as_ref()
             .expect("a peer's request came over the mesh")
@@ -267,11 +272,67 @@ impl ShardCore {
         self.lock.get()
     }
 
-    /// A fresh token for one cross-shard operation.
+    /// A fresh token for one cross-shard operation (it names this shard as coordinator).
     pub fn new_token(&self) -> u64 {
         let count = self.tokens_issued.get() + 1;
         self.tokens_issued.set(count);
-        ((self.id as u64) << 48) | count
+        wetask_shards::cross_commit::token(self.id, count)
+    }
+
+    /// After a load: the next tokens pass every one this shard's commits remember, so a
+    /// commit from before the restart can never be taken for a new operation's.
+    pub fn seed_tokens(&self) {
+        let newest = self.shard.borrow().newest_commit_count();
+        if newest >= self.tokens_issued.get() {
+            self.tokens_issued.set(newest);
+        }
+    }
+
+    /// The shards of `shards` that journaled a part of the operation `token` (what its
+    /// commit names): this one by its own journal, a peer by what it published before
+    /// answering (`note_part`).
+    pub fn parts_written(&self, token: u64, shards: &[usize]) -> Vec<u64> {
+        shards
+            .iter()
+            .copied()
+            .filter(|&s| match s == self.id {
+                true => self
+                    .shard
+                    .try_borrow()
+                    .is_ok_and(|shard| shard.wrote_part(token)),
+                false => self.globals.cross_parts[s].load(Ordering::Acquire) == token,
+            })
+            .map(|s| s as u64)
+            .collect()
+    }
+
+    /// Before answering a peer: publishes that this shard journaled a part of the
+    /// operation holding its lock, for the coordinator's commit (`parts_written`).
+    fn note_part(&self) {
+        let Some(token) = self.lock.get() else {
+            return;
+        };
+        if self
+            .shard
+            .try_borrow()
+            .is_ok_and(|shard| shard.wrote_part(token))
+        {
+            self.globals.cross_parts[self.id].store(token, Ordering::Release);
+        }
+    }
+
+    /// Logs the commit of the cross-shard operation `token` if any of `shards` journaled a
+    /// part of it; the caller releases the locks after, and the release's envelopes make
+    /// the commit durable first (`commit_journal`).
+    pub fn log_cross_commit(&self, token: u64, shards: &[usize]) {
+        let parts = self.parts_written(token, shards);
+        match self.shard.try_borrow_mut() {
+            Ok(mut shard) => shard.log_cross_commit(token, &parts),
+            // Never expected: locks are released between commands.
+            Err(_) => debug_assert!(false, "a commit while the shard is borrowed"),
+        }
+        // No peer's unlock (so no envelope) follows when this shard alone holds a part:
+        // the turn's commit, which its replies wait for, carries it like any write.
     }
 
     /// Waits until no cross-shard operation holds this shard's lock.
@@ -316,7 +377,7 @@ impl ShardCore {
         loop {
             self.wait_unlocked().await;
             if self.lock.get().is_none() {
-                self.lock.set(Some(token));
+                self.set_lock(Some(token));
                 return;
             }
         }
@@ -325,14 +386,20 @@ impl ShardCore {
     /// Takes the lock for a peer's operation (its Lock request reached the front).
     pub(super) fn grant_lock(&self, token: Option<u64>) {
         debug_assert!(self.lock.get().is_none(), "a lock granted over another");
+        self.set_lock(token);
+    }
+
+    /// The lock's holder, which the journal tags what it logs with (`cross_commit`).
+    fn set_lock(&self, token: Option<u64>) {
         self.lock.set(token);
+        self.shard.borrow_mut().set_cross_tag(token);
     }
 
     /// Lets go of the lock held by `token` and wakes the local waiters. The deferred peer
     /// requests are the shard context's to serve (`ShardCtx::unlock`).
     pub(super) fn release_lock(&self, token: u64) {
         assert_eq!(self.lock.get(), Some(token), "unlock by a non-holder");
-        self.lock.set(None);
+        self.set_lock(None);
         self.wake_lock_waiters();
     }
 

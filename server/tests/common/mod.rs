@@ -36,6 +36,11 @@ pub fn temp_dir(what: &str) -> std::path::PathBuf {
 
 impl Server {
     pub fn start(args: &[&str]) -> Server {
+        Server::start_with_env(args, &[])
+    }
+
+    /// As [`Server::start`], with these variables in the server's environment.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
         // $WETASK_TEST_WRAPPER runs the server under a tool (`gdb -batch -ex run -ex bt
         // --args`, `valgrind`) when chasing a crash.
         let wrapper = std::env::var("WETASK_TEST_WRAPPER").unwrap_or_default();
@@ -58,6 +63,7 @@ impl Server {
             .args(["--port", "0", "--log-level"])
             .arg(std::env::var("WETASK_TEST_LOG_LEVEL").unwrap_or_else(|_| "info".into()))
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

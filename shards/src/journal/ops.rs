@@ -28,6 +28,13 @@ const UNLEASE: u8 = 6;
 const RELEASE: u8 = 7;
 const FALLBACK: u8 = 8;
 const RELEASE_ALL: u8 = 9;
+const PART: u8 = 10;
+const PART_END: u8 = 11;
+const ABORT: u8 = 12;
+const COMMIT: u8 = 13;
+
+/// The most shards one commit names (far past any shard count a server takes).
+const PARTS_MAX: u64 = 4096;
 
 /// One logged operation, decoded.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +72,17 @@ pub enum Op {
     Fallback { now_ms: u64, fallback: Fallback },
     /// Every lease released (a restart: leases from before it are lost).
     ReleaseAll { now_ms: u64 },
+    /// The operations after this one belong to the cross-shard operation `token`, which
+    /// holds this shard's lock (`crate::cross_commit`).
+    Part { token: u64 },
+    /// The operations after this one belong to no cross-shard operation.
+    PartEnd,
+    /// Written at a restart: the cross-shard operation whose part ends this journal never
+    /// committed, and its part is not replayed.
+    Abort { token: u64 },
+    /// On the coordinator of a cross-shard operation: it committed, with parts journaled
+    /// on `parts` (shard ids).
+    Commit { token: u64, parts: Vec<u64> },
 }
 
 pub fn put_cmd(out: &mut Vec<u8>, db: usize, client: u64, now_ms: u64, args: &[Bytes]) {
@@ -127,6 +145,29 @@ pub fn put_release_all(out: &mut Vec<u8>, now_ms: u64) {
     put_u64(out, now_ms);
 }
 
+pub fn put_part(out: &mut Vec<u8>, token: u64) {
+    out.push(PART);
+    put_u64(out, token);
+}
+
+pub fn put_part_end(out: &mut Vec<u8>) {
+    out.push(PART_END);
+}
+
+pub fn put_abort(out: &mut Vec<u8>, token: u64) {
+    out.push(ABORT);
+    put_u64(out, token);
+}
+
+pub fn put_commit(out: &mut Vec<u8>, token: u64, parts: &[u64]) {
+    out.push(COMMIT);
+    put_u64(out, token);
+    put_u64(out, parts.len() as u64);
+    for &part in parts {
+        put_u64(out, part);
+    }
+}
+
 pub fn put_fallback(out: &mut Vec<u8>, now_ms: u64, fallback: &Fallback) {
     out.push(FALLBACK);
     put_u64(out, now_ms);
@@ -180,6 +221,36 @@ fn read_db(r: &mut Reader) -> Decoded<usize> {
     Ok(db as usize)
 }
 
+fn read_commit(r: &mut Reader) -> Decoded<Op> {
+    let token = r.u64()?;
+    let count = r.u64()?;
+    if count > PARTS_MAX {
+        return Err(DecodeError("a commit names too many shards"));
+    }
+    let parts = (0..count).map(|_| r.u64()).collect::<Decoded<Vec<u64>>>()?;
+    Ok(Op::Commit { token, parts })
+}
+
+fn read_fallback(r: &mut Reader) -> Decoded<Op> {
+    let now_ms = r.u64()?;
+    let queue = r.bytes()?;
+    let payload = r.bytes()?;
+    let origin = Origin {
+        id: r.bytes()?,
+        queue: r.bytes()?,
+        error: r.opt_bytes()?,
+        attempts: r.u32()?,
+    };
+    Ok(Op::Fallback {
+        now_ms,
+        fallback: Fallback {
+            queue,
+            payload,
+            origin,
+        },
+    })
+}
+
 /// Decodes the next operation of a record.
 pub fn read_op(r: &mut Reader) -> Decoded<Op> {
     Ok(match r.u8()? {
@@ -226,25 +297,11 @@ pub fn read_op(r: &mut Reader) -> Decoded<Op> {
             now_ms: r.u64()?,
         },
         RELEASE_ALL => Op::ReleaseAll { now_ms: r.u64()? },
-        FALLBACK => {
-            let now_ms = r.u64()?;
-            let queue = r.bytes()?;
-            let payload = r.bytes()?;
-            let origin = Origin {
-                id: r.bytes()?,
-                queue: r.bytes()?,
-                error: r.opt_bytes()?,
-                attempts: r.u32()?,
-            };
-            Op::Fallback {
-                now_ms,
-                fallback: Fallback {
-                    queue,
-                    payload,
-                    origin,
-                },
-            }
-        }
+        PART => Op::Part { token: r.u64()? },
+        PART_END => Op::PartEnd,
+        ABORT => Op::Abort { token: r.u64()? },
+        COMMIT => read_commit(r)?,
+        FALLBACK => read_fallback(r)?,
         _ => return Err(DecodeError("unknown operation")),
     })
 }
@@ -338,6 +395,32 @@ mod tests {
                 Op::ReleaseAll { now_ms: 60 },
             ]
         );
+    }
+
+    #[test]
+    fn cross_shard_markers_round_trip() {
+        let mut out = Vec::new();
+        put_part(&mut out, 1 << 48 | 5);
+        put_part_end(&mut out);
+        put_abort(&mut out, 7);
+        put_commit(&mut out, 8, &[0, 3]);
+        let ops = read_ops(Bytes::from(out)).expect("decodes");
+        let commit = Op::Commit {
+            token: 8,
+            parts: vec![0, 3],
+        };
+        assert_eq!(
+            ops,
+            vec![
+                Op::Part { token: 1 << 48 | 5 },
+                Op::PartEnd,
+                Op::Abort { token: 7 },
+                commit
+            ]
+        );
+        let mut huge = Vec::new();
+        put_commit(&mut huge, 8, &vec![1; PARTS_MAX as usize + 1]);
+        assert!(read_ops(Bytes::from(huge)).is_err());
     }
 
     proptest! {
