@@ -1,8 +1,8 @@
 //! Cross-shard operations recover all-or-nothing. Each involved shard journals its own part;
 //! a crash between the parts and the coordinator's commit must bring back no part at all,
 //! and a crash after the commit every part. Crash points (`WETASK_FAILPOINT`) end the real
-//! server at exactly those two moments, for a MULTI/EXEC, a RENAME, a script and an LMOVE
-//! whose keys live on both shards of two; and SIGKILLs at random moments under many
+//! server at exactly those two moments, for a MULTI/EXEC, a RENAME, a script, an MSET, a DEL
+//! and an LMOVE whose keys live on both shards of two; and SIGKILLs at random moments under many
 //! connections' cross-shard transactions must never leave one half of a transaction.
 
 mod common;
@@ -93,6 +93,30 @@ fn cases() -> Vec<Case> {
             checks: vec![
                 (get(&a), bulk("old"), bulk("new")),
                 (get(&b), bulk("old"), bulk("new")),
+            ],
+        },
+        Case {
+            name: "MSET",
+            setup: vec![
+                words(&format!("SET {a} old")),
+                words(&format!("SET {b} old")),
+            ],
+            operation: vec![words(&format!("MSET {a} new {b} new"))],
+            checks: vec![
+                (get(&a), bulk("old"), bulk("new")),
+                (get(&b), bulk("old"), bulk("new")),
+            ],
+        },
+        Case {
+            name: "DEL",
+            setup: vec![
+                words(&format!("SET {a} old")),
+                words(&format!("SET {b} old")),
+            ],
+            operation: vec![words(&format!("DEL {a} {b}"))],
+            checks: vec![
+                (get(&a), bulk("old"), Frame::Null),
+                (get(&b), bulk("old"), Frame::Null),
             ],
         },
         Case {
@@ -218,24 +242,30 @@ fn a_restart_on_another_shard_count_resolves_the_same() {
 }
 
 /// One connection's cross-shard transactions: `x` (shard 0) and `y` (shard 1) both set to
-/// `from + 1`, `from + 2` … in one MULTI/EXEC each, until the server dies. Returns the last
+/// `from + 1`, `from + 2` … in one MULTI/EXEC or MSET each, until the server dies. Returns the last
 /// value acknowledged (`from` if none was).
 fn transact_until_killed(port: u16, x: String, y: String, from: u64) -> u64 {
     let mut c = Client::connect(port);
     let mut acked = from;
     for n in from + 1.. {
         let n_text = n.to_string();
-        c.send(&[b"MULTI"]);
-        c.send(&[b"SET", x.as_bytes(), n_text.as_bytes()]);
-        c.send(&[b"SET", y.as_bytes(), n_text.as_bytes()]);
-        c.send(&[b"EXEC"]);
-        for _ in 0..3 {
-            if !matches!(c.try_read(), Ok(Some(_))) {
-                return acked;
+        let (x, y, n_bytes) = (x.as_bytes(), y.as_bytes(), n_text.as_bytes());
+        // A MULTI/EXEC and an MSET (a split command) in turn: two cross-shard paths.
+        if n % 2 == 0 {
+            c.send(&[b"MSET", x, n_bytes, y, n_bytes]);
+        } else {
+            c.send(&[b"MULTI"]);
+            c.send(&[b"SET", x, n_bytes]);
+            c.send(&[b"SET", y, n_bytes]);
+            c.send(&[b"EXEC"]);
+            for _ in 0..3 {
+                if !matches!(c.try_read(), Ok(Some(_))) {
+                    return acked;
+                }
             }
         }
         match c.try_read() {
-            Ok(Some(Frame::Array(_))) => acked = n,
+            Ok(Some(Frame::Array(_) | Frame::Simple(_))) => acked = n,
             _ => return acked,
         }
     }

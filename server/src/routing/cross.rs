@@ -91,17 +91,7 @@ impl Held<'_> {
     /// Commits (`ShardCore::log_cross_commit`), then releases every lock.
     pub async fn unlock(mut self) {
         if !self.owned.is_empty() {
-            if crate::failpoint::is_armed("cross-before-commit") {
-                // Every part on disk, the coordinator's too, and no commit.
-                self.ctx.commit_journal(crate::persist::Commit::Durable);
-                crate::failpoint::crash_if_armed("cross-before-commit");
-            }
-            self.ctx.log_cross_commit(self.token, &self.shards);
-            if crate::failpoint::is_armed("cross-after-commit") {
-                // The commit on disk, and no lock released.
-                self.ctx.commit_journal(crate::persist::Commit::Durable);
-                crate::failpoint::crash_if_armed("cross-after-commit");
-            }
+            commit(self.ctx, self.token, &self.shards);
         }
         let mut pending = Vec::new();
         for shard in std::mem::take(&mut self.owned) {
@@ -118,6 +108,21 @@ impl Held<'_> {
         for future in pending {
             future.await;
         }
+    }
+}
+
+/// Logs the commit of the cross-shard operation `token` over `shards`, before its locks are
+/// released (`ShardCore::log_cross_commit`). The crash points `cross-before-commit` and
+/// `cross-after-commit` end the process here, with every part (and the commit) on disk.
+pub fn commit(ctx: &ShardCtx, token: u64, shards: &[usize]) {
+    if crate::failpoint::is_armed("cross-before-commit") {
+        ctx.commit_journal(crate::persist::Commit::Durable);
+        crate::failpoint::crash_if_armed("cross-before-commit");
+    }
+    ctx.log_cross_commit(token, shards);
+    if crate::failpoint::is_armed("cross-after-commit") {
+        ctx.commit_journal(crate::persist::Commit::Durable);
+        crate::failpoint::crash_if_armed("cross-after-commit");
     }
 }
 

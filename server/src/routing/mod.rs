@@ -132,7 +132,8 @@ pub async fn split(
 /// A split command over several shards runs as one atomic step, as in Redis (an MGET never
 /// sees half of a concurrent MSET or EXEC): each shard is locked in ascending order, a peer's
 /// lock travelling with its part of the command (`Request::Lock(LockRequest::Exec)`, so the lock costs no
-/// extra round trip), and all are unlocked once every part has run.
+/// extra round trip), and all are unlocked once every part has run and the commit is logged
+/// (`wetask_shards::cross_commit`: after a crash the parts come back all or none).
 pub async fn split_atomically(
     ctx: &ShardCtx,
     at: Target,
@@ -159,6 +160,7 @@ pub async fn split_atomically(
         locked.push(owner);
         replies.push((frame, positions));
     }
+    cross::commit(ctx, token, &locked);
     for owner in locked {
         if owner == ctx.id {
             ctx.unlock(token);
