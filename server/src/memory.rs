@@ -123,3 +123,22 @@ pub fn over_maxmemory() -> bool {
     let max = maxmemory();
     max > 0 && used_memory() > max
 }
+
+/// The most `used_memory` seen (sampled every 100 ms by each shard), and what it was when
+/// the server started, before any data was loaded: INFO's `used_memory_peak` and
+/// `used_memory_startup`.
+static PEAK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static STARTUP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn note_peak() -> u64 {
+    let used = used_memory();
+    PEAK.fetch_max(used, Ordering::Relaxed).max(used)
+}
+
+pub fn note_startup() {
+    STARTUP.store(used_memory(), Ordering::Relaxed);
+}
+
+pub fn startup_memory() -> u64 {
+    STARTUP.load(Ordering::Relaxed)
+}

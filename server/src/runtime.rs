@@ -90,6 +90,7 @@ pub fn install_panic_hook() {
 }
 
 pub fn run(config: Config) -> Result<(), String> {
+    crate::memory::note_startup();
     crate::memory::set_maxmemory(config.maxmemory);
     let cpus = if config.cpus.is_empty() {
         allowed_cpus()

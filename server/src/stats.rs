@@ -19,6 +19,10 @@ pub struct ShardStats {
     per_command: RefCell<Vec<CommandCounts>>,
     pub net_input_bytes: Cell<u64>,
     pub net_output_bytes: Cell<u64>,
+    /// Receives and sends completed on the network (INFO's `total_reads_processed` and
+    /// `total_writes_processed`).
+    pub net_reads: Cell<u64>,
+    pub net_writes: Cell<u64>,
     /// io_uring_enter calls on the network ring, and times the driver slept in it.
     pub ring_enters: Cell<u64>,
     pub ring_sleeps: Cell<u64>,
@@ -27,6 +31,35 @@ pub struct ShardStats {
     pub ring_fsyncs: Cell<u64>,
     pub ring_fsync_us: Cell<u64>,
     pub held_sends: Cell<u64>,
+    /// Counter samples for INFO's `instantaneous_*` rates.
+    rates: RefCell<Rates>,
+}
+
+/// Redis's "instantaneous" rates: a sample of the counters every 100 ms, a rate over the
+/// last 16 of them (1.6 s).
+const SAMPLE_EVERY_MS: u64 = 100;
+const SAMPLES: usize = 16;
+
+#[derive(Default, Clone, Copy)]
+struct Sample {
+    at_ms: u64,
+    commands: u64,
+    input: u64,
+    output: u64,
+}
+
+#[derive(Default)]
+struct Rates {
+    samples: [Sample; SAMPLES],
+    taken: usize,
+}
+
+/// Commands per second and input and output kilobytes per second, over about 1.6 s.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct Instantaneous {
+    pub ops_per_sec: f64,
+    pub input_kbps: f64,
+    pub output_kbps: f64,
 }
 
 impl Default for ShardStats {
@@ -36,16 +69,74 @@ impl Default for ShardStats {
             per_command: RefCell::new(vec![CommandCounts::default(); COMMANDS.len()]),
             net_input_bytes: Cell::new(0),
             net_output_bytes: Cell::new(0),
+            net_reads: Cell::new(0),
+            net_writes: Cell::new(0),
             ring_enters: Cell::new(0),
             ring_sleeps: Cell::new(0),
             ring_fsyncs: Cell::new(0),
             ring_fsync_us: Cell::new(0),
             held_sends: Cell::new(0),
+            rates: RefCell::new(Rates::default()),
         }
     }
 }
 
 impl ShardStats {
+    /// A receive of `bytes` completed.
+    pub fn received(&self, bytes: u64) {
+        self.net_input_bytes.set(self.net_input_bytes.get() + bytes);
+        self.net_reads.set(self.net_reads.get() + 1);
+    }
+
+    /// A send of `bytes` completed.
+    pub fn sent(&self, bytes: u64) {
+        self.net_output_bytes
+            .set(self.net_output_bytes.get() + bytes);
+        self.net_writes.set(self.net_writes.get() + 1);
+    }
+
+    fn now(&self, at_ms: u64) -> Sample {
+        Sample {
+            at_ms,
+            commands: self.commands.get(),
+            input: self.net_input_bytes.get(),
+            output: self.net_output_bytes.get(),
+        }
+    }
+
+    /// Takes a sample of the counters if the last is 100 ms old (called every loop turn);
+    /// true when it did.
+    pub fn sample(&self, now_ms: u64) -> bool {
+        let mut rates = self.rates.borrow_mut();
+        let newest = rates
+            .taken
+            .checked_sub(1)
+            .map(|i| rates.samples[i % SAMPLES]);
+        if newest.is_some_and(|s| now_ms < s.at_ms + SAMPLE_EVERY_MS) {
+            return false;
+        }
+        let slot = rates.taken % SAMPLES;
+        rates.samples[slot] = self.now(now_ms);
+        rates.taken += 1;
+        true
+    }
+
+    /// The rates from the oldest sample kept to now (zero before any sample).
+    pub fn instantaneous(&self, now_ms: u64) -> Instantaneous {
+        let rates = self.rates.borrow();
+        let kept = rates.taken.min(SAMPLES);
+        let Some(oldest) = (0..kept).map(|i| rates.samples[i]).min_by_key(|s| s.at_ms) else {
+            return Instantaneous::default();
+        };
+        let now = self.now(now_ms);
+        let seconds = now_ms.saturating_sub(oldest.at_ms).max(1) as f64 / 1000.0;
+        Instantaneous {
+            ops_per_sec: now.commands.saturating_sub(oldest.commands) as f64 / seconds,
+            input_kbps: now.input.saturating_sub(oldest.input) as f64 / 1024.0 / seconds,
+            output_kbps: now.output.saturating_sub(oldest.output) as f64 / 1024.0 / seconds,
+        }
+    }
+
     pub fn record(&self, spec: &'static CommandSpec, failed: bool) {
         self.commands.set(self.commands.get() + 1);
         let mut counts = self.per_command.borrow_mut();
@@ -74,6 +165,10 @@ impl ShardStats {
         self.per_command.borrow_mut().fill(CommandCounts::default());
         self.net_input_bytes.set(0);
         self.net_output_bytes.set(0);
+        self.net_reads.set(0);
+        self.net_writes.set(0);
+        // The samples hold the counters from before: rates start again.
+        *self.rates.borrow_mut() = Rates::default();
         self.ring_enters.set(0);
         self.ring_sleeps.set(0);
         self.ring_fsyncs.set(0);
@@ -118,6 +213,12 @@ pub struct ShardReport {
     pub journal_pending: u64,
     /// Writes journaled since the start (INFO's `rdb_changes_since_last_save`).
     pub journal_records: u64,
+    pub instantaneous: Instantaneous,
+    pub reads: u64,
+    pub writes: u64,
+    /// Read commands' key lookups that found their key, and that did not.
+    pub keyspace_hits: u64,
+    pub keyspace_misses: u64,
 }
 
 impl ShardReport {
@@ -144,6 +245,13 @@ impl ShardReport {
         self.journal_bytes += other.journal_bytes;
         self.journal_pending += other.journal_pending;
         self.journal_records += other.journal_records;
+        self.instantaneous.ops_per_sec += other.instantaneous.ops_per_sec;
+        self.instantaneous.input_kbps += other.instantaneous.input_kbps;
+        self.instantaneous.output_kbps += other.instantaneous.output_kbps;
+        self.keyspace_hits += other.keyspace_hits;
+        self.reads += other.reads;
+        self.writes += other.writes;
+        self.keyspace_misses += other.keyspace_misses;
         self.lua_memory += other.lua_memory;
         self.evicted_keys += other.evicted_keys;
         self.net_input_bytes += other.net_input_bytes;

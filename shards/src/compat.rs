@@ -8,8 +8,10 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "streams, MULTI/EXEC/WATCH, pub/sub, EVAL/scripting",
-        "the real-clients issue (see the family table above)",
+        "SORT, OBJECT, bitmaps (SETBIT, BITCOUNT, BITFIELD …), HyperLogLog, GEO, \
+         FUNCTION/FCALL, DUMP/RESTORE, LCS, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, \
+         MEMORY USAGE, SLOWLOG, LATENCY, keyspace notifications",
+        "the Redis 7 compatibility issue",
     ),
     ("replication, cluster", "later issues"),
 ];
@@ -288,10 +290,25 @@ pub fn render() -> String {
          - `MGET`, `MSET`, `DEL`, `EXISTS` and `TOUCH` over several shards run as one part per\n  \
          shard, all under the shards' locks (taken in ascending order, each travelling with its\n  \
          part): atomic as a whole, as in Redis.\n\
-         - `INFO commandstats` reports calls, rejected and failed calls, not time spent.\n\
-         - `INFO memory` reports the process RSS as `used_memory`.\n\
-         - `CONFIG SET` changes `requirepass` and `maxclients`; other listed parameters are\n  \
-         read-only.\n\
+         - `INFO` carries every field of Redis 7.0's default sections (compared with a\n  \
+         redis-server by `tests/python/test_info_compat.py`). Fields for what WeTask does not\n  \
+         do (replicas, forks, defragmentation, threaded I/O, client tracking) report what Redis\n  \
+         reports without it. `used_memory` is the allocator's count; `keyspace_hits` and\n  \
+         `keyspace_misses` count the key lookups of read commands; there is no `# Errorstats`\n  \
+         section (`total_error_replies` is kept); `INFO commandstats` reports calls, rejected\n  \
+         and failed calls, not time spent.\n\
+         - `CONFIG GET` and `CONFIG SET` know every Redis 7.0 parameter, aliases included\n  \
+         (`scripts/redis-config-table.py` reads them from a redis-server;\n  \
+         `tests/python/test_config_compat.py` compares). WeTask acts on `requirepass`,\n  \
+         `maxclients`, `maxmemory`, `maxmemory-policy`, `maxmemory-samples`, `timeout`,\n  \
+         `tcp-keepalive`, `client-output-buffer-limit`, `protected-mode`, `appendfsync`,\n  \
+         `save`, `auto-aof-rewrite-percentage`, `auto-aof-rewrite-min-size` and\n  \
+         `busy-reply-threshold` (`lua-time-limit`). It sets at start only, where Redis also\n  \
+         changes them at run time: `port`, `bind`, `appendonly`, `aof-load-truncated`,\n  \
+         `proto-max-bulk-len`, and `notify-keyspace-events` (keyspace notifications are not\n  \
+         built). Every other parameter (encoding thresholds such as\n  \
+         `hash-max-listpack-entries`, replication, cluster, TLS, RDB, threads, logging) is\n  \
+         stored and reported, checked as Redis checks it, and has no effect.\n\
          - `CLIENT KILL` supports `ID`, `ADDR`, `LADDR`, `SKIPME`, `USER default`, `TYPE normal`\n  \
          and the old `ip:port` form.\n",
     );

@@ -117,6 +117,9 @@ pub struct Db {
     tracking: crate::evict::Tracking,
     /// The shard's clock, for stamps (kept only while tracking).
     now_ms: u64,
+    /// Lookups of a key that was there (live) and of one that was not (`Db::lookups`).
+    hits: u64,
+    misses: u64,
 }
 
 impl Db {
@@ -187,14 +190,25 @@ impl Db {
 
     /// The position of `key` if it is live, removing it first if it has expired (lazy expiry).
     /// An access: it refreshes the key's eviction stamp when a policy tracks them.
+    /// Lookups so far that found a live key, and that did not (INFO's `keyspace_hits` and
+    /// `keyspace_misses` count those of read commands: `Shard::run`).
+    pub fn lookups(&self) -> (u64, u64) {
+        (self.hits, self.misses)
+    }
+
     fn find_live(&mut self, key: &[u8], now_ms: u64) -> Option<(usize, u64)> {
-        let pos = self.find(key)?;
+        let Some(pos) = self.find(key) else {
+            self.misses += 1;
+            return None;
+        };
         let at = self.expiry_at(pos);
         if at != NO_EXPIRY && at <= now_ms {
             self.remove_at(pos);
             self.expired_count += 1;
+            self.misses += 1;
             return None;
         }
+        self.hits += 1;
         if self.tracking != crate::evict::Tracking::None {
             let node = &mut self.nodes[pos];
             node.set_stamp(crate::evict::touched(self.tracking, node.stamp(), now_ms));

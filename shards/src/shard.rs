@@ -55,6 +55,9 @@ pub struct Shard {
     /// A part left open by the replay and resolved (`Some(token)`: dropped, `None`: kept),
     /// to journal when journaling starts.
     pub(crate) part_outcome: Option<Option<u64>>,
+    /// Read commands' key lookups that found their key, and that did not.
+    keyspace_hits: u64,
+    keyspace_misses: u64,
 }
 
 impl Shard {
@@ -78,7 +81,21 @@ impl Shard {
             emitted_tag: None,
             cross_commits: std::collections::BTreeMap::new(),
             part_outcome: None,
+            keyspace_hits: 0,
+            keyspace_misses: 0,
         }
+    }
+
+    /// INFO's `keyspace_hits` and `keyspace_misses`: the key lookups of read commands that
+    /// found a live key, and that did not.
+    pub fn keyspace_lookups(&self) -> (u64, u64) {
+        (self.keyspace_hits, self.keyspace_misses)
+    }
+
+    /// CONFIG RESETSTAT.
+    pub fn reset_keyspace_lookups(&mut self) {
+        self.keyspace_hits = 0;
+        self.keyspace_misses = 0;
     }
 
     /// The coarse clock, set once per loop turn by the server (unix milliseconds).
@@ -233,6 +250,8 @@ impl Shard {
             self.touch_written(db, spec, args);
         }
         let mark = out.as_ref().map(|o| o.mark());
+        let reads = !spec.has(crate::table::flag::WRITE);
+        let lookups_before = self.dbs[db].lookups();
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
             db,
@@ -254,6 +273,12 @@ impl Shard {
             }
         };
         let rewrite = ctx.rewrite.take();
+        if reads {
+            // As Redis counts them: the key lookups of read commands.
+            let (hits, misses) = self.dbs[db].lookups();
+            self.keyspace_hits += hits - lookups_before.0;
+            self.keyspace_misses += misses - lookups_before.1;
+        }
         if self.journal.is_some() && spec.has(crate::table::flag::WRITE) {
             self.log_command(db, client, spec, args, rewrite);
         }

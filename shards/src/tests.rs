@@ -495,3 +495,20 @@ fn xautoclaim_scans_at_most_ten_times_count() {
     assert_eq!(reply[1], Frame::Array(vec![bulk("51-0"), bulk("53-0")]));
     assert_eq!(reply[2], Frame::Array(vec![bulk("52-0")]));
 }
+
+#[test]
+fn read_commands_count_keyspace_hits_and_misses_and_writes_do_not() {
+    let mut shard = shard_at(1_000);
+    run(&mut shard, "set a 1");
+    run(&mut shard, "set gone 1 px 5");
+    assert_eq!(shard.keyspace_lookups(), (0, 0), "writes are not counted");
+    run(&mut shard, "get a");
+    run(&mut shard, "get nope");
+    run(&mut shard, "mget a nope a");
+    shard.set_clock(2_000);
+    run(&mut shard, "get gone");
+    run(&mut shard, "incr a");
+    assert_eq!(shard.keyspace_lookups(), (3, 3));
+    shard.reset_keyspace_lookups();
+    assert_eq!(shard.keyspace_lookups(), (0, 0));
+}

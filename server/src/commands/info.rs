@@ -1,5 +1,9 @@
-//! INFO: sections server, clients, memory, stats, keyspace and commandstats, gathered from
-//! every shard. Counters are per shard (plain cells on each core) and summed here.
+//! INFO: Redis's sections (server, clients, memory, persistence, stats, replication, cpu,
+//! modules, cluster, keyspace, commandstats) with Redis's field names, WeTask's own (tasks,
+//! shards), gathered from every shard. Counters are per shard (plain cells on each core) and
+//! summed here. Fields for what WeTask does not have (replicas, forks, defragmentation,
+//! threaded I/O, client tracking) report what Redis reports without them, so that clients
+//! and exporters that read them work; docs/COMPATIBILITY.md lists them.
 
 use std::fmt::Write;
 use std::rc::Rc;
@@ -22,6 +26,10 @@ const SECTIONS: &[&str] = &[
     "memory",
     "persistence",
     "stats",
+    "replication",
+    "cpu",
+    "modules",
+    "cluster",
     "tasks",
     "keyspace",
     "commandstats",
@@ -33,6 +41,10 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "memory",
     "persistence",
     "stats",
+    "replication",
+    "cpu",
+    "modules",
+    "cluster",
     "tasks",
     "keyspace",
 ];
@@ -99,12 +111,16 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
         "clients" => {
             let _ = write!(
                 out,
-                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n",
+                "# Clients\r\nconnected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:{}\r\ntracking_clients:0\r\nclients_in_timeout_table:0\r\n",
                 g.connected_clients.load(Ordering::Relaxed),
                 g.maxclients.load(Ordering::Relaxed),
                 report.blocked_clients.len(),
             );
         }
+        "replication" => replication_section(out),
+        "cpu" => cpu_section(out),
+        "modules" => out.push_str("# Modules\r\n"),
+        "cluster" => out.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
         "memory" => memory_section(g, report, out),
         "persistence" => persistence_section(g, report, out),
         "stats" => stats_section(g, report, out),
@@ -139,6 +155,11 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
 
 /// `# Persistence`: Redis's main fields, from the shards' journals (docs/DURABILITY.md).
 /// There are no snapshots yet: the RDB fields say none ran.
+/// Redis's persistence fields about its forked child, and the times of its last RDB and AOF
+/// rewrite. WeTask compacts without a fork, on the compactor thread (docs/DURABILITY.md): no
+/// copy-on-write, no child; the durations are not kept (-1, as Redis before its first).
+const NO_FORK_FIELDS: &str = "current_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\ncurrent_save_keys_total:0\r\nrdb_last_bgsave_time_sec:-1\r\nrdb_current_bgsave_time_sec:-1\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\naof_rewrites_consecutive_failures:0\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\nmodule_fork_last_cow_size:0\r\n";
+
 fn persistence_section(g: &Globals, report: &ShardReport, out: &mut String) {
     let store = g.store.get();
     let write_ok = store.is_none_or(|s| s.misconf().is_none());
@@ -149,7 +170,7 @@ fn persistence_section(g: &Globals, report: &ShardReport, out: &mut String) {
     let base = store.map_or(0, |s| s.snapshot_bytes());
     let _ = write!(
         out,
-        "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:{compacting}\r\nrdb_last_save_time:{lastsave}\r\nrdb_last_bgsave_status:ok\r\nrdb_saves:{snapshots}\r\naof_enabled:{}\r\naof_rewrite_in_progress:{compacting}\r\naof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:{snapshots}\r\naof_last_write_status:{}\r\naof_current_size:{}\r\naof_base_size:{base}\r\naof_buffer_length:{}\r\naof_fsync_policy:{}\r\naof_last_fsync_time:{}\r\naof_shard_files:{}\r\n",
+        "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:{compacting}\r\nrdb_last_save_time:{lastsave}\r\nrdb_last_bgsave_status:ok\r\nrdb_saves:{snapshots}\r\naof_enabled:{}\r\naof_rewrite_in_progress:{compacting}\r\naof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:{snapshots}\r\naof_last_write_status:{}\r\naof_current_size:{}\r\naof_base_size:{base}\r\naof_buffer_length:{}\r\naof_fsync_policy:{}\r\naof_last_fsync_time:{}\r\naof_shard_files:{}\r\n{NO_FORK_FIELDS}",
         report.journal_records,
         u8::from(store.is_some()),
         if write_ok { "ok" } else { "err" },
@@ -161,25 +182,96 @@ fn persistence_section(g: &Globals, report: &ShardReport, out: &mut String) {
     );
 }
 
-/// `# Server`: version, mode, process, port, uptime, shards.
+/// `# Server`: version, mode, process, port, uptime, shards, and Redis's build fields.
 fn server_section(g: &Globals, out: &mut String) {
     let uptime = g.started.elapsed().as_secs();
     let io = match g.config.io {
         IoMode::Uring => "io_uring",
         IoMode::Glommio => "glommio",
     };
+    let now_us = crate::globals::unix_ms() * 1000;
+    let executable = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let config_file = g
+        .config
+        .config
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     let _ = write!(
         out,
-        "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nwetask_version:{}\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:64\r\nmultiplexing_api:{io}\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nshards:{}\r\n",
+        "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nwetask_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:{io}\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{now_us}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nlru_clock:{}\r\nexecutable:{executable}\r\nconfig_file:{config_file}\r\nio_threads_active:0\r\nshards:{}\r\n",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
+        run_id(),
         g.port.load(Ordering::Relaxed),
         uptime / 86_400,
+        (now_us / 1_000_000) & ((1 << 24) - 1),
         g.shard_count,
     );
 }
 
-/// `# Memory`: the allocator's count, RSS, Lua, scripts, maxmemory and its policy.
+/// This run's 40 hex digits (INFO's `run_id`, and the `master_replid` of a server no replica
+/// follows), drawn once at start.
+fn run_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let mut rng = fastrand::Rng::with_seed(
+            crate::globals::unix_ms() ^ (u64::from(std::process::id()) << 32),
+        );
+        (0..40)
+            .map(|_| char::from_digit(rng.u32(0..16), 16).expect("a hex digit"))
+            .collect()
+    })
+}
+
+/// `# Replication`: a primary with no replicas (WeTask does not replicate).
+fn replication_section(out: &mut String) {
+    let _ = write!(
+        out,
+        "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\nmaster_replid:{}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n",
+        run_id()
+    );
+}
+
+/// CPU seconds used by `who` (RUSAGE_SELF, RUSAGE_CHILDREN, RUSAGE_THREAD): system, user.
+fn cpu_seconds(who: libc::c_int) -> (f64, f64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(who, &mut usage) } != 0 {
+        return (0.0, 0.0);
+    }
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (seconds(usage.ru_stime), seconds(usage.ru_utime))
+}
+
+/// `# CPU`: the process's CPU time; `main_thread` is the shard thread that answers.
+fn cpu_section(out: &mut String) {
+    let (sys, user) = cpu_seconds(libc::RUSAGE_SELF);
+    let (sys_children, user_children) = cpu_seconds(libc::RUSAGE_CHILDREN);
+    let (sys_main, user_main) = cpu_seconds(libc::RUSAGE_THREAD);
+    let _ = write!(
+        out,
+        "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\nused_cpu_sys_children:{sys_children:.6}\r\nused_cpu_user_children:{user_children:.6}\r\nused_cpu_sys_main_thread:{sys_main:.6}\r\nused_cpu_user_main_thread:{user_main:.6}\r\n",
+    );
+}
+
+/// The machine's memory, from sysinfo(2).
+fn total_system_memory() -> u64 {
+    // SAFETY: sysinfo fills the struct it is given.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return 0;
+    }
+    info.totalram as u64 * u64::from(info.mem_unit)
+}
+
+fn human(bytes: u64) -> String {
+    format!("{:.2}M", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// `# Memory`: the allocator's count, its peak, RSS, Lua, scripts, maxmemory and its policy.
 fn memory_section(g: &Globals, report: &ShardReport, out: &mut String) {
     let rss = rss_bytes();
     // The allocator's own count; RSS where the counting allocator is not installed.
@@ -187,32 +279,65 @@ fn memory_section(g: &Globals, report: &ShardReport, out: &mut String) {
         0 => rss,
         used => used,
     };
+    let peak = crate::memory::note_peak().max(used);
+    let startup = crate::memory::startup_memory().min(used);
+    let dataset = used - startup;
+    let system = total_system_memory();
     let max = g.maxmemory();
+    let lua = report.lua_memory;
     let _ = write!(
         out,
-        "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{:.2}M\r\nused_memory_lua:{}\r\nnumber_of_cached_scripts:{}\r\nmaxmemory:{max}\r\nmaxmemory_human:{:.2}M\r\nmaxmemory_policy:{}\r\nevicted_keys:{}\r\n",
-        used as f64 / (1024.0 * 1024.0),
-        rss as f64 / (1024.0 * 1024.0),
-        report.lua_memory,
+        "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\nused_memory_peak_perc:{:.2}%\r\nused_memory_overhead:{startup}\r\nused_memory_startup:{startup}\r\nused_memory_dataset:{dataset}\r\nused_memory_dataset_perc:{:.2}%\r\ntotal_system_memory:{system}\r\ntotal_system_memory_human:{}\r\nused_memory_lua:{lua}\r\nused_memory_vm_eval:{lua}\r\nused_memory_lua_human:{}\r\nused_memory_scripts_eval:0\r\nnumber_of_cached_scripts:{}\r\nnumber_of_functions:0\r\nnumber_of_libraries:0\r\nused_memory_vm_functions:0\r\nused_memory_vm_total:{lua}\r\nused_memory_vm_total_human:{}\r\nused_memory_functions:0\r\nused_memory_scripts:0\r\nused_memory_scripts_human:0B\r\nmaxmemory:{max}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nallocator_allocated:{used}\r\nallocator_active:{used}\r\nallocator_resident:{rss}\r\nallocator_frag_ratio:1.00\r\nallocator_frag_bytes:0\r\nallocator_rss_ratio:{:.2}\r\nallocator_rss_bytes:{}\r\nrss_overhead_ratio:1.00\r\nrss_overhead_bytes:0\r\nmem_fragmentation_ratio:{:.2}\r\nmem_fragmentation_bytes:{}\r\nmem_not_counted_for_evict:0\r\nmem_replication_backlog:0\r\nmem_total_replication_buffers:0\r\nmem_clients_slaves:0\r\nmem_clients_normal:0\r\nmem_cluster_links:0\r\nmem_aof_buffer:{}\r\nmem_allocator:libc\r\nactive_defrag_running:0\r\nlazyfree_pending_objects:0\r\nlazyfreed_objects:0\r\nevicted_keys:{}\r\n",
+        human(used),
+        human(rss),
+        human(peak),
+        used as f64 * 100.0 / peak.max(1) as f64,
+        dataset as f64 * 100.0 / used.max(1) as f64,
+        human(system),
+        human(lua),
         g.scripts.lock().map_or(0, |s| s.len()),
-        max as f64 / (1024.0 * 1024.0),
+        human(lua),
+        human(max),
         g.eviction_policy().name(),
+        rss as f64 / used.max(1) as f64,
+        rss as i64 - used as i64,
+        rss as f64 / used.max(1) as f64,
+        rss as i64 - used as i64,
+        report.journal_pending,
         report.evicted_keys,
     );
 }
 
-/// `# Stats`: connections, commands, bytes, expiry and eviction, the ring, the watchdog, the mesh, pub/sub.
+/// Redis's stats for what WeTask does not do (replication, forks, defragmentation, threaded
+/// I/O, client tracking, eviction of clients), as Redis reports them without it.
+const NOT_DONE_STATS: &str = "expired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:0\r\ncurrent_eviction_exceeded_time:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:0\r\ntracking_total_items:0\r\ntracking_total_prefixes:0\r\nunexpected_error_replies:0\r\ndump_payload_sanitizations:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\n";
+
+/// `# Stats`: connections, commands, rates, bytes, keyspace hits, expiry and eviction,
+/// errors, the ring, the watchdog, the mesh, pub/sub.
 fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
+    let rates = report.instantaneous;
+    let errors: u64 = report
+        .per_command
+        .values()
+        .map(|c| c.failed + c.rejected)
+        .sum();
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nnet_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ninstantaneous_input_kbps:{:.2}\r\ninstantaneous_output_kbps:{:.2}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{errors}\r\ntotal_reads_processed:{}\r\ntotal_writes_processed:{}\r\n{NOT_DONE_STATS}net_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
         g.total_connections.load(Ordering::Relaxed),
         report.commands,
+        rates.ops_per_sec.round() as u64,
         report.net_input_bytes,
         report.net_output_bytes,
+        rates.input_kbps,
+        rates.output_kbps,
         g.rejected_connections.load(Ordering::Relaxed),
         report.expired_keys,
         report.evicted_keys,
+        report.keyspace_hits,
+        report.keyspace_misses,
+        report.reads,
+        report.writes,
         report.ring_enters,
         report.ring_sleeps,
         report.ring_fsyncs,

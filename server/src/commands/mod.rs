@@ -6,6 +6,8 @@
 //! fetches, INFO, and the commands EXEC and scripts run too: `embedded`).
 
 pub mod blocking;
+mod config_inert;
+mod config_table;
 pub mod embedded;
 pub mod info;
 pub mod persistence;
@@ -737,19 +739,25 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
 async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
     let sub = &args[1];
     if is(sub, "get") && args.len() >= 3 {
-        let params = config_params(ctx);
-        let mut pairs = Vec::new();
-        for (name, value) in &params {
-            if args[2..]
+        let patterns: Vec<Vec<u8>> = args[2..].iter().map(|p| p.to_ascii_lowercase()).collect();
+        let matches = |name: &str| {
+            patterns
                 .iter()
-                .any(|p| wetask_shards::glob::glob_match(&p.to_ascii_lowercase(), name.as_bytes()))
-            {
-                pairs.push((
+                .any(|p| wetask_shards::glob::glob_match(p, name.as_bytes()))
+        };
+        let mut params: Vec<(&'static str, String)> = config_params(ctx);
+        let live: Vec<&'static str> = params.iter().map(|(name, _)| *name).collect();
+        params.retain(|(name, _)| matches(name));
+        params.extend(config_inert::INERT.matching(&|n| live.contains(&n), &matches));
+        let pairs = params
+            .into_iter()
+            .map(|(name, value)| {
+                (
                     Frame::Bulk(Bytes::from_static(name.as_bytes())),
-                    Frame::Bulk(Bytes::from(value.clone())),
-                ));
-            }
-        }
+                    Frame::Bulk(Bytes::from(value)),
+                )
+            })
+            .collect();
         return Frame::Map(pairs);
     }
     if is(sub, "set") && args.len() >= 4 && args.len().is_multiple_of(2) {
@@ -757,6 +765,7 @@ async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
     }
     if is(sub, "resetstat") && args.len() == 2 {
         ctx.stats.reset();
+        ctx.shard.borrow_mut().reset_keyspace_lookups();
         let pending: Vec<_> = (0..ctx.shard_count)
             .filter(|&s| s != ctx.id)
             .map(|s| ctx.request(s, Request::Admin(AdminRequest::ResetStats)))
@@ -779,18 +788,32 @@ fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
     for pair in pairs.chunks(2) {
         let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
         let value = String::from_utf8_lossy(&pair[1]).into_owned();
-        match set_parameter(&ctx.globals, &name, value) {
+        match set_parameter(&ctx.globals, &name, value.clone()) {
             Ok(true) => {}
             Ok(false) if config_params(ctx).iter().any(|(p, _)| *p == name) => {
+                // Redis's word for `dir`, which it refuses too.
+                let kind = if name == "dir" {
+                    "protected"
+                } else {
+                    "immutable"
+                };
                 return Frame::error(format!(
-                    "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
-                ))
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set {kind} config"
+                ));
             }
-            Ok(false) => {
-                return Frame::error(format!(
-                    "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
-                ))
-            }
+            Ok(false) => match config_inert::INERT.set(&name, &value) {
+                Some(Ok(())) => {}
+                Some(Err(why)) => {
+                    return Frame::error(format!(
+                        "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                    ))
+                }
+                None => {
+                    return Frame::error(format!(
+                        "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                    ))
+                }
+            },
             Err(why) => {
                 return Frame::error(format!(
                     "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"

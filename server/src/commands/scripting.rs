@@ -252,7 +252,8 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             return Err("ERR This Redis command is not allowed from script".into());
         }
         Route::AllShards(merge) => {
-            return call_everywhere(ctx, at, token, spec, &argv, merge).await
+            let reply = call_everywhere(ctx, at, token, spec, &argv, merge).await;
+            return reply.map(|frame| counted(ctx, spec, frame));
         }
         Route::Keyed | Route::Split(_) => {}
     }
@@ -277,12 +278,21 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             .next()
             .map_or(ctx.id, |i| ctx.owner_of(&argv[i]));
         if shard != ctx.id {
-            return Ok(exec_on(&held, shard, at, spec, &argv).await);
+            return Ok(counted(
+                ctx,
+                spec,
+                exec_on(&held, shard, at, spec, &argv).await,
+            ));
         }
     }
     let frame = ctx.shard.borrow_mut().execute(db, client, spec, &argv);
+    Ok(counted(ctx, spec, frame))
+}
+
+/// A `redis.call`'s reply, counted in INFO commandstats as Redis counts it.
+fn counted(ctx: &ShardCtx, spec: &'static CommandSpec, frame: Frame) -> Frame {
     ctx.stats.record(spec, frame.is_error());
-    Ok(frame)
+    frame
 }
 
 /// A `redis.call`'s arguments as a command: looked up, its arity checked, and allowed

@@ -626,10 +626,7 @@ impl Net {
                 .input
                 .extend_from_slice(inner.bufs.bytes(id, result as usize));
             inner.bufs.recycle(id);
-            self.ctx
-                .stats
-                .net_input_bytes
-                .set(self.ctx.stats.net_input_bytes.get() + result as u64);
+            self.ctx.stats.received(result as u64);
             if !conn.recv_armed && !conn.closing {
                 self.arm_recv(index, conn, inner.bufs.group());
             }
@@ -666,10 +663,7 @@ impl Net {
             conn.out.clear();
             self.begin_close(conn);
         } else {
-            self.ctx
-                .stats
-                .net_output_bytes
-                .set(self.ctx.stats.net_output_bytes.get() + result as u64);
+            self.ctx.stats.sent(result as u64);
             conn.sent += result as usize;
             conn.session.state.borrow_mut().unsent =
                 conn.sending.len() - conn.sent.min(conn.sending.len());

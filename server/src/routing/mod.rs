@@ -269,6 +269,7 @@ pub async fn run_segment(
     for (future, slots) in pending {
         if let Response::Frames(replies) = future.await {
             for (frame, slot) in replies.into_iter().zip(slots) {
+                ctx.stats.record(targets[slot].1, frame.is_error());
                 frames[slot] = Some(frame);
             }
         }

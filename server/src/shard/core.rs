@@ -486,9 +486,8 @@ impl ShardCore {
                     .iter()
                     .map(|(spec, args)| {
                         let spec = &wetask_shards::COMMANDS[*spec];
-                        let frame = shard.execute(db, client, spec, args);
-                        self.stats.record(spec, frame.is_error());
-                        frame
+                        // Counted (INFO commandstats) where the command came from.
+                        shard.execute(db, client, spec, args)
                     })
                     .collect(),
             ),

@@ -93,6 +93,9 @@ impl ShardCtx {
     /// before a peer's request is served (a parked shard's clock may be a cron period old).
     pub fn tick(&self) {
         let fallbacks = self.core.advance_clock();
+        if self.stats.sample(self.shard.borrow().now_ms()) {
+            crate::memory::note_peak();
+        }
         self.scripts.drop_flushed_state(&self.core);
         self.core.housekeeping();
         if self.is_locked() {
@@ -279,6 +282,7 @@ impl ShardCtx {
             AdminRequest::Stats => Response::Stats(Box::new(self.report())),
             AdminRequest::ResetStats => {
                 self.stats.reset();
+                self.shard.borrow_mut().reset_keyspace_lookups();
                 Response::Done
             }
             AdminRequest::ClientList => Response::Text(self.clients.borrow().list(unix_ms(), None)),
@@ -373,6 +377,11 @@ impl ShardCtx {
                 .borrow()
                 .as_ref()
                 .map_or(0, |j| j.records_written()),
+            instantaneous: self.stats.instantaneous(crate::globals::unix_ms()),
+            reads: self.stats.net_reads.get(),
+            writes: self.stats.net_writes.get(),
+            keyspace_hits: shard.keyspace_lookups().0,
+            keyspace_misses: shard.keyspace_lookups().1,
             lua_memory: self
                 .scripts
                 .lua
