@@ -4,6 +4,8 @@
 //! [`table::COMMANDS`].
 
 pub mod args;
+pub mod bitfield;
+pub mod bitmaps;
 pub mod blocked_ops;
 pub mod blocking;
 pub mod compat;

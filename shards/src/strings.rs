@@ -15,7 +15,7 @@ use crate::node::ValueRef;
 pub const STRING_BYTES_MAX: usize = 512 * 1024 * 1024;
 
 /// The string at `key`: `Ok(None)` when missing, WRONGTYPE when it holds another type.
-fn read_string(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Bytes>, Frame> {
+pub(crate) fn read_string(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Bytes>, Frame> {
     let now = ctx.now_ms;
     match ctx.db().get(key, now) {
         None => Ok(None),
@@ -329,7 +329,11 @@ fn string_len(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<usize>, Frame> {
 /// growth (doubling, as Redis's SDS preallocation) and put back, so N appends copy O(N)
 /// bytes in all, not O(N²); a short (inline) or missing string is rebuilt. The caller has
 /// checked the type.
-fn edit_string(ctx: &mut Ctx<'_>, key: &[u8], edit: impl FnOnce(&mut BytesMut)) -> usize {
+pub(crate) fn edit_string(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    edit: impl FnOnce(&mut BytesMut),
+) -> usize {
     let now = ctx.now_ms;
     if let Some(mut entry) = ctx.db().get(key, now) {
         if let Some(Value::Str(stored)) = entry.typed_mut() {

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 
 use crate::task_commands as tasks;
-use crate::{hashes, keys, lists, sets, stream_groups, streams, strings, zsets};
+use crate::{bitfield, bitmaps, hashes, keys, lists, sets, stream_groups, streams, strings, zsets};
 
 pub use crate::spec::{flag, CommandSpec, Handler, KeyFinder, KeyPositions, Merge, Route};
 
@@ -79,6 +79,7 @@ const TWO: (i32, i32, i32) = (1, 2, 1);
 const ALL: (i32, i32, i32) = (1, -1, 1);
 const PAIRS: (i32, i32, i32) = (1, -1, 2);
 const S: &str = "string";
+const BM: &str = "bitmap";
 const G: &str = "generic";
 const C: &str = "connection";
 const SV: &str = "server";
@@ -114,6 +115,14 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::incrbyfloat), S, "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist."),
     row("getrange", 4, READONLY, ONE, Keyed, Some(strings::getrange), S, "Returns a substring of the string stored at a key."),
     row("setrange", 4, WRITE | DENYOOM, ONE, Keyed, Some(strings::setrange), S, "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist."),
+    // bitmaps
+    row("setbit", 4, WRITE | DENYOOM, ONE, Keyed, Some(bitmaps::setbit), BM, "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist."),
+    row("getbit", 3, READONLY | FAST, ONE, Keyed, Some(bitmaps::getbit), BM, "Returns a bit value by offset."),
+    row("bitcount", -2, READONLY, ONE, Keyed, Some(bitmaps::bitcount), BM, "Counts the number of set bits (population counting) in a string."),
+    row("bitpos", -3, READONLY, ONE, Keyed, Some(bitmaps::bitpos), BM, "Finds the first set (1) or clear (0) bit in a string."),
+    row("bitop", -4, WRITE | DENYOOM, (2, -1, 1), Keyed, Some(bitmaps::bitop), BM, "Performs bitwise operations on multiple strings, and stores the result."),
+    row("bitfield", -2, WRITE | DENYOOM, ONE, Keyed, Some(bitfield::bitfield), BM, "Performs arbitrary bitfield integer operations on strings."),
+    row("bitfield_ro", -2, READONLY | FAST, ONE, Keyed, Some(bitfield::bitfield_ro), BM, "Performs arbitrary read-only bitfield integer operations on strings."),
     // lists
     row("lpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::lpush), L, "Prepends one or more elements to a list. Creates the key if it doesn't exist."),
     row("rpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::rpush), L, "Appends one or more elements to a list. Creates the key if it doesn't exist."),

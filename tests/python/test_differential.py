@@ -5,6 +5,7 @@ Each script runs on a fresh database in both servers, in RESP2 and in RESP3. Rep
 Redis itself returns in an unspecified order (SMEMBERS, SINTER …) are compared sorted.
 """
 
+import re
 import shutil
 import socket
 import subprocess
@@ -19,6 +20,45 @@ UNORDERED = {
 }
 
 SCRIPTS = {
+    "bitmaps": [
+        "SETBIT b 7 1", "SETBIT b 7 0", "SETBIT b 7 1", "GETBIT b 7", "GETBIT b 6",
+        "GETBIT b 100", "GETBIT nope 3", "SETBIT b -1 1", "SETBIT b x 1", "SETBIT b 1 2",
+        "SETBIT b 1 x", "SETBIT b 4294967296 1", "GETBIT b 4294967296", "GET b",
+        "SETBIT b 100 1", "STRLEN b", "GET b", "SET s foobar", "BITCOUNT s", "BITCOUNT s 0 0",
+        "BITCOUNT s 1 1", "BITCOUNT s 1 -2", "BITCOUNT s -2 -1", "BITCOUNT s -1 -2",
+        "BITCOUNT s 5 30", "BITCOUNT s 0 -1 BIT", "BITCOUNT s 5 30 BIT", "BITCOUNT s 3 3 BIT",
+        "BITCOUNT s -5 -1 BIT", "BITCOUNT s 0 -1 BYTE", "BITCOUNT s 0 -1 NIBBLE",
+        "BITCOUNT s 0", "BITCOUNT s a b", "BITCOUNT nope", "BITCOUNT nope 0 x",
+        "BITCOUNT s 0 1 BIT x", "SET z \\xff\\xf0\\x00", "BITPOS z 0", "BITPOS z 1",
+        "BITPOS z 1 2", "BITPOS z 0 1 -1", "BITPOS z 1 2 -1", "BITPOS z 0 0 0",
+        "BITPOS z 0 0 -1 BIT", "BITPOS z 1 7 15 BIT", "BITPOS z 0 3 5 BIT",
+        "BITPOS z 0 12 BIT", "BITPOS z 2", "BITPOS z x", "BITPOS nope 0", "BITPOS nope 1",
+        "BITPOS nope 1 0 -1 BIT", "BITPOS z 1 -1 -2", "BITPOS z 0 1 2 BYTE x",
+        "SET ones \\xff\\xff", "BITPOS ones 0", "BITPOS ones 0 0 -1", "BITPOS ones 0 0",
+        "BITPOS ones 0 0 -1 BIT", "SET empty \\x20", "BITPOS empty 1 1",
+        "SET a1 abc", "SET a2 \\x01\\x02", "BITOP AND dst a1 a2", "GET dst",
+        "BITOP OR dst a1 a2", "GET dst", "BITOP XOR dst a1 a2 nope", "GET dst",
+        "BITOP NOT dst a1", "GET dst", "BITOP NOT dst a1 a2", "BITOP NAND dst a1",
+        "BITOP AND dst nope nope2", "EXISTS dst", "SET dst x EX 100", "BITOP OR dst a1",
+        "TTL dst", "RPUSH lst x", "BITOP AND dst a1 lst", "SETBIT lst 1 1", "GETBIT lst 1",
+        "BITCOUNT lst", "BITPOS lst 1",
+        "BITFIELD bf SET u8 0 255 GET u8 0", "BITFIELD bf INCRBY u8 0 10",
+        "BITFIELD bf OVERFLOW SAT INCRBY u8 0 300", "BITFIELD bf OVERFLOW FAIL INCRBY u8 0 1",
+        "BITFIELD bf OVERFLOW WRAP INCRBY u8 0 1", "BITFIELD bf SET i8 8 -100 GET i8 8",
+        "BITFIELD bf INCRBY i8 8 -100", "BITFIELD bf OVERFLOW SAT INCRBY i8 8 -100",
+        "BITFIELD bf OVERFLOW FAIL SET i8 8 200", "BITFIELD bf SET i8 8 200 GET i8 8",
+        "BITFIELD bf SET u4 #3 15 GET u4 #3 GET u4 12", "BITFIELD bf GET i64 0",
+        "BITFIELD bf SET i64 0 -1 INCRBY i64 0 1", "BITFIELD bf OVERFLOW WRAP INCRBY i64 0 9223372036854775807",
+        "BITFIELD bf SET u63 1 9223372036854775807 GET u63 1", "BITFIELD bf GET u64 0",
+        "BITFIELD bf GET i65 0", "BITFIELD bf GET x8 0", "BITFIELD bf GET u0 0",
+        "BITFIELD bf GET u8 -1", "BITFIELD bf GET u8 x", "BITFIELD bf SET u8 0 x",
+        "BITFIELD bf OVERFLOW MAYBE GET u8 0", "BITFIELD bf GET u8", "BITFIELD bf FOO u8 0",
+        "BITFIELD bf", "BITFIELD fresh GET u8 0", "EXISTS fresh", "BITFIELD fresh SET u8 100 1",
+        "STRLEN fresh", "BITFIELD_RO bf GET u8 0 GET i4 4", "BITFIELD_RO bf SET u8 0 1",
+        "BITFIELD_RO nope GET u8 0", "BITFIELD lst GET u8 0", "BITFIELD lst SET u8 0 1",
+        "BITFIELD bf SET u8 0 1 GET u8 x", "BITFIELD_RO bf OVERFLOW SAT GET u8 0",
+        "BITFIELD bf SET i8 #1 -1 GET u16 0", "BITFIELD bf SET u8 100000 1", "STRLEN bf",
+    ],
     "lists": [
         "RPUSH l a b c d e", "LPUSH l z", "LRANGE l 0 -1", "LRANGE l -3 -2", "LRANGE l 5 1",
         "LINDEX l 2", "LINDEX l -1", "LINDEX l 99", "LLEN l", "LPOP l", "RPOP l 2",
@@ -219,14 +259,17 @@ def normalise(reply):
 
 def reply_of(client, line):
     """The reply to one command, normalised for comparison; errors by their text."""
-    # Within one word, \x20 stands for a space (scripts).
-    words = [w.replace("\\x20", " ") for w in line.split(" ")]
+    # Within one word, \xNN stands for that byte (\x20: a space, in scripts).
+    words = [
+        re.sub(rb"\\x([0-9a-f]{2})", lambda m: bytes([int(m.group(1), 16)]), w.encode())
+        for w in line.split(" ")
+    ]
     try:
         reply = client.execute_command(*words)
     except redis.ResponseError as e:
         return ("error", str(e))
     reply = normalise(reply)
-    if words[0].upper() in UNORDERED and isinstance(reply, (list, set)):
+    if words[0].upper().decode() in UNORDERED and isinstance(reply, (list, set)):
         return ("unordered", sorted(map(repr, reply)))
     if isinstance(reply, set):
         return ("unordered", sorted(map(repr, reply)))
