@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "SORT, OBJECT, HyperLogLog, GEO, FUNCTION/FCALL, DUMP/RESTORE, LCS, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, \
+        "SORT, OBJECT, HyperLogLog, GEO, FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, \
          MEMORY USAGE, SLOWLOG, LATENCY, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),

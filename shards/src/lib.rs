@@ -22,6 +22,7 @@ pub mod journal;
 pub mod key;
 pub mod keys;
 pub mod keyspace;
+pub mod lcs;
 pub mod lists;
 pub mod node;
 pub mod sets;

@@ -9,7 +9,9 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 
 use crate::task_commands as tasks;
-use crate::{bitfield, bitmaps, hashes, keys, lists, sets, stream_groups, streams, strings, zsets};
+use crate::{
+    bitfield, bitmaps, hashes, keys, lcs, lists, sets, stream_groups, streams, strings, zsets,
+};
 
 pub use crate::spec::{flag, CommandSpec, Handler, KeyFinder, KeyPositions, Merge, Route};
 
@@ -114,6 +116,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("decrby", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::decrby), S, "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist."),
     row("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::incrbyfloat), S, "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist."),
     row("getrange", 4, READONLY, ONE, Keyed, Some(strings::getrange), S, "Returns a substring of the string stored at a key."),
+    row("lcs", -3, READONLY, (1, 2, 1), Keyed, Some(lcs::lcs), S, "Finds the longest common substring."),
     row("setrange", 4, WRITE | DENYOOM, ONE, Keyed, Some(strings::setrange), S, "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist."),
     // bitmaps
     row("setbit", 4, WRITE | DENYOOM, ONE, Keyed, Some(bitmaps::setbit), BM, "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist."),

@@ -20,6 +20,17 @@ UNORDERED = {
 }
 
 SCRIPTS = {
+    "lcs": [
+        "MSET key1 ohmytext key2 mynewtext", "LCS key1 key2", "LCS key1 key2 LEN",
+        "LCS key1 key2 IDX", "LCS key1 key2 IDX MINMATCHLEN 4",
+        "LCS key1 key2 IDX MINMATCHLEN 4 WITHMATCHLEN", "LCS key1 key2 IDX WITHMATCHLEN",
+        "LCS key1 key2 LEN IDX", "LCS key1 key2 MINMATCHLEN", "LCS key1 key2 MINMATCHLEN x",
+        "LCS key1 key2 IDX MINMATCHLEN -5", "LCS key1 key2 FOO", "LCS key1 nope",
+        "LCS nope nope2 IDX", "LCS key1 key1 IDX WITHMATCHLEN", "RPUSH l a", "LCS key1 l",
+        "LCS l nope LEN", "MSET a ACCGGTCGAGTGCGCGGAAGCCGGCCGAA b GTCGTTCGGAATGCCGTTGCTCTGTAAA",
+        "LCS a b", "LCS a b IDX WITHMATCHLEN", "LCS b a IDX MINMATCHLEN 2 WITHMATCHLEN",
+        "LCS a b IDX len", "MSET x abcabc y cabcab", "LCS x y IDX", "LCS y x", "LCS x",
+    ],
     "bitmaps": [
         "SETBIT b 7 1", "SETBIT b 7 0", "SETBIT b 7 1", "GETBIT b 7", "GETBIT b 6",
         "GETBIT b 100", "GETBIT nope 3", "SETBIT b -1 1", "SETBIT b x 1", "SETBIT b 1 2",
