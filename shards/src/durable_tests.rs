@@ -44,6 +44,8 @@ const TEMPLATES: &[&str] = &[
     "setbit K N 1",
     "bitfield K incrby u8 N N set i4 0 N",
     "bitop xor K K L",
+    "pfadd K M M",
+    "pfmerge K L",
     "task.submit q M",
     "task.submit q M delay N",
     "task.submit r M retries 2 backoff 5",

@@ -18,6 +18,7 @@ pub mod evict;
 pub mod glob;
 pub mod hashes;
 pub mod hashing;
+pub mod hyperloglog;
 pub mod journal;
 pub mod key;
 pub mod keys;

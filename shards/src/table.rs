@@ -10,7 +10,8 @@ use bytes::Bytes;
 
 use crate::task_commands as tasks;
 use crate::{
-    bitfield, bitmaps, hashes, keys, lcs, lists, sets, stream_groups, streams, strings, zsets,
+    bitfield, bitmaps, hashes, hyperloglog, keys, lcs, lists, sets, stream_groups, streams,
+    strings, zsets,
 };
 
 pub use crate::spec::{flag, CommandSpec, Handler, KeyFinder, KeyPositions, Merge, Route};
@@ -82,6 +83,7 @@ const ALL: (i32, i32, i32) = (1, -1, 1);
 const PAIRS: (i32, i32, i32) = (1, -1, 2);
 const S: &str = "string";
 const BM: &str = "bitmap";
+const HLL: &str = "hyperloglog";
 const G: &str = "generic";
 const C: &str = "connection";
 const SV: &str = "server";
@@ -126,6 +128,10 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("bitop", -4, WRITE | DENYOOM, (2, -1, 1), Keyed, Some(bitmaps::bitop), BM, "Performs bitwise operations on multiple strings, and stores the result."),
     row("bitfield", -2, WRITE | DENYOOM, ONE, Keyed, Some(bitfield::bitfield), BM, "Performs arbitrary bitfield integer operations on strings."),
     row("bitfield_ro", -2, READONLY | FAST, ONE, Keyed, Some(bitfield::bitfield_ro), BM, "Performs arbitrary read-only bitfield integer operations on strings."),
+    // hyperloglog
+    row("pfadd", -2, WRITE | DENYOOM | FAST, ONE, Keyed, Some(hyperloglog::pfadd), HLL, "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist."),
+    row("pfcount", -2, READONLY, ALL, Keyed, Some(hyperloglog::pfcount), HLL, "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s)."),
+    row("pfmerge", -2, WRITE | DENYOOM, ALL, Keyed, Some(hyperloglog::pfmerge), HLL, "Merges one or more HyperLogLog values into a single key."),
     // lists
     row("lpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::lpush), L, "Prepends one or more elements to a list. Creates the key if it doesn't exist."),
     row("rpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::rpush), L, "Appends one or more elements to a list. Creates the key if it doesn't exist."),
