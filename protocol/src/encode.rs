@@ -163,6 +163,12 @@ pub fn encode(out: &mut Vec<u8>, frame: &Frame, protocol: Protocol) {
                 encode_bulk(out, text.as_bytes());
             }
         }
+        Frame::DoubleText(text) if resp3 => {
+            out.push(b',');
+            out.extend_from_slice(text);
+            out.extend_from_slice(b"\r\n");
+        }
+        Frame::DoubleText(text) => encode_bulk(out, text),
         Frame::Boolean(value) if resp3 => {
             out.extend_from_slice(if *value { b"#t\r\n" } else { b"#f\r\n" })
         }

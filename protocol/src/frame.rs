@@ -24,6 +24,9 @@ pub enum Frame {
     NullArray,
     Array(Vec<Frame>),
     Double(f64),
+    /// A double already written out (Redis's "human" form of a long double, as GEOPOS
+    /// replies coordinates): `,text` in RESP3, a bulk string in RESP2. Never decoded.
+    DoubleText(Bytes),
     Boolean(bool),
     BigNumber(Bytes),
     /// A verbatim string: three bytes of format (`txt`, `mkd`) and the text.

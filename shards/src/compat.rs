@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "SORT, OBJECT, GEO, FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, \
+        "SORT, OBJECT, FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, \
          MEMORY USAGE, SLOWLOG, LATENCY, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),
@@ -18,6 +18,21 @@ const MISSING: &[(&str, &str)] = &[
 /// Every Redis 7.0 command of the families the real-clients issue covers, by family.
 const FAMILIES: &[(&str, &[&str])] = &[
     ("hyperloglog", &["pfadd", "pfcount", "pfmerge"]),
+    (
+        "geo",
+        &[
+            "geoadd",
+            "geodist",
+            "geohash",
+            "geopos",
+            "georadius",
+            "georadius_ro",
+            "georadiusbymember",
+            "georadiusbymember_ro",
+            "geosearch",
+            "geosearchstore",
+        ],
+    ),
     (
         "bitmaps",
         &[

@@ -15,6 +15,8 @@ pub mod ctx;
 mod durable;
 pub mod errors;
 pub mod evict;
+pub mod geo;
+pub mod geohash;
 pub mod glob;
 pub mod hashes;
 pub mod hashing;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use crate::task_commands as tasks;
 use crate::{
-    bitfield, bitmaps, hashes, hyperloglog, keys, lcs, lists, sets, stream_groups, streams,
+    bitfield, bitmaps, geo, hashes, hyperloglog, keys, lcs, lists, sets, stream_groups, streams,
     strings, zsets,
 };
 
@@ -84,6 +84,7 @@ const PAIRS: (i32, i32, i32) = (1, -1, 2);
 const S: &str = "string";
 const BM: &str = "bitmap";
 const HLL: &str = "hyperloglog";
+const GEO: &str = "geo";
 const G: &str = "generic";
 const C: &str = "connection";
 const SV: &str = "server";
@@ -132,6 +133,17 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("pfadd", -2, WRITE | DENYOOM | FAST, ONE, Keyed, Some(hyperloglog::pfadd), HLL, "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist."),
     row("pfcount", -2, READONLY, ALL, Keyed, Some(hyperloglog::pfcount), HLL, "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s)."),
     row("pfmerge", -2, WRITE | DENYOOM, ALL, Keyed, Some(hyperloglog::pfmerge), HLL, "Merges one or more HyperLogLog values into a single key."),
+    // geo
+    row("geoadd", -5, WRITE | DENYOOM, ONE, Keyed, Some(geo::geoadd), GEO, "Adds one or more members to a geospatial index. The key is created if it doesn't exist."),
+    row("geodist", -4, READONLY, ONE, Keyed, Some(geo::geodist), GEO, "Returns the distance between two members of a geospatial index."),
+    row("geohash", -2, READONLY, ONE, Keyed, Some(geo::geohash_command), GEO, "Returns members from a geospatial index as geohash strings."),
+    row("geopos", -2, READONLY, ONE, Keyed, Some(geo::geopos), GEO, "Returns the longitude and latitude of members from a geospatial index."),
+    row("georadius", -6, WRITE | DENYOOM, MOVABLE, Keyed, Some(geo::georadius), GEO, "Queries a geospatial index for members within a distance from a coordinate, optionally stores the result.").movable(geo::radius_keys),
+    row("georadius_ro", -6, READONLY, ONE, Keyed, Some(geo::georadius_ro), GEO, "Returns members from a geospatial index that are within a distance from a coordinate."),
+    row("georadiusbymember", -5, WRITE | DENYOOM, MOVABLE, Keyed, Some(geo::georadiusbymember), GEO, "Queries a geospatial index for members within a distance from a member, optionally stores the result.").movable(geo::radius_keys),
+    row("georadiusbymember_ro", -5, READONLY, ONE, Keyed, Some(geo::georadiusbymember_ro), GEO, "Returns members from a geospatial index that are within a distance from a member."),
+    row("geosearch", -7, READONLY, ONE, Keyed, Some(geo::geosearch), GEO, "Queries a geospatial index for members inside an area of a box or a circle."),
+    row("geosearchstore", -8, WRITE | DENYOOM, (1, 2, 1), Keyed, Some(geo::geosearchstore), GEO, "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result."),
     // lists
     row("lpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::lpush), L, "Prepends one or more elements to a list. Creates the key if it doesn't exist."),
     row("rpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::rpush), L, "Appends one or more elements to a list. Creates the key if it doesn't exist."),

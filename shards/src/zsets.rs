@@ -505,7 +505,11 @@ pub fn zrangestore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 
 /// Replaces `key` with a sorted set of `items` (deleting it when there are none); replies
 /// the new size.
-fn store_zset(ctx: &mut Ctx<'_>, key: &[u8], items: impl Iterator<Item = (Bytes, f64)>) -> Frame {
+pub(crate) fn store_zset(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    items: impl Iterator<Item = (Bytes, f64)>,
+) -> Frame {
     let mut z = ZSet::default();
     for (m, s) in items {
         z.insert(m, s);

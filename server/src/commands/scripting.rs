@@ -441,7 +441,7 @@ fn frame_to_lua(lua: &Lua, frame: &Frame, depth: usize) -> mlua::Result<Value> {
     };
     Ok(match frame {
         Frame::Integer(n) => Value::Integer(*n),
-        Frame::Bulk(b) | Frame::BigNumber(b) | Frame::Verbatim(_, b) => {
+        Frame::Bulk(b) | Frame::BigNumber(b) | Frame::DoubleText(b) | Frame::Verbatim(_, b) => {
             Value::String(lua.create_string(b)?)
         }
         Frame::Double(d) => Value::String(lua.create_string(format_double(*d))?),
