@@ -504,3 +504,33 @@ fn large_values_come_back_exact_through_vectored_sends() {
         }
     });
 }
+
+#[test]
+fn sort_patterns_naming_another_shards_keys_are_refused_not_missed() {
+    let server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    let list = "{s}list";
+    let home = wetask_shards::shard_of(list.as_bytes(), 2);
+    // An element whose weight key lives on the other shard, and one on the list's own.
+    let away = (0..)
+        .find(|i| wetask_shards::shard_of(format!("w_{i}").as_bytes(), 2) != home)
+        .expect("some key hashes there");
+    assert_eq!(c.cmd(&format!("RPUSH {list} {away}")), int(1));
+    assert_eq!(c.cmd(&format!("SET w_{away} 5")), ok());
+    let refused = c.cmd(&format!("SORT {list} BY w_*"));
+    assert!(
+        matches!(&refused, Frame::Error(e) if e.starts_with(b"ERR a SORT pattern names a key on another shard")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        c.cmd(&format!("SORT {list} BY w_* STORE {{s}}out")),
+        refused
+    );
+    assert_eq!(c.cmd("EXISTS {s}out"), int(0));
+    // With the pattern's keys on the list's shard (a hash tag), it sorts.
+    assert_eq!(c.cmd(&format!("SET {{s}}w_{away} 5")), ok());
+    assert_eq!(
+        c.cmd(&format!("SORT {list} BY {{s}}w_* GET {{s}}w_* GET #")),
+        array(vec![bulk("5"), bulk(&away.to_string())])
+    );
+}

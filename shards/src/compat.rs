@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "SORT, OBJECT, FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, \
+        "OBJECT, FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, \
          MEMORY USAGE, SLOWLOG, LATENCY, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),
@@ -210,6 +210,10 @@ const FAMILIES: &[(&str, &[&str])] = &[
 
 /// What a served command of those families lacks, where it lacks something.
 const PARTIAL: &[(&str, &str)] = &[
+    (
+        "sort",
+        "BY and GET patterns must name keys on the sorted key's shard when the server runs several (a {hash tag} in the pattern); an error says so",
+    ),
     (
         "pfadd",
         "counts as Redis counts; a sketch is written dense (12 KB) from its first element, where Redis starts sparse; Redis's sparse sketches are read",

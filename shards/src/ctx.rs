@@ -30,11 +30,20 @@ pub struct Ctx<'a> {
     /// the state and the clock (SPOP's draw: the SREM of what it took). `Some(empty)`: log
     /// nothing.
     pub rewrite: Option<Vec<bytes::Bytes>>,
+    /// This shard's id and the server's shard count (for the few commands that name keys
+    /// at run time, such as SORT's patterns: they must be this shard's own).
+    pub layout: (usize, usize),
 }
 
 impl Ctx<'_> {
     pub fn db(&mut self) -> &mut Db {
         &mut self.dbs[self.db]
+    }
+
+    /// Whether `key` lives on this shard.
+    pub fn owns(&self, key: &[u8]) -> bool {
+        let (id, count) = self.layout;
+        count <= 1 || crate::shard_of(key, count) == id
     }
 
     /// Notes that `key` (in the selected database) got data a blocked client may want.

@@ -48,6 +48,7 @@ const TEMPLATES: &[&str] = &[
     "pfmerge K L",
     "geoadd K 13.361389 38.115556 M 15.087269 37.502669 M",
     "georadius K 15 37 200 km store L",
+    "sort K alpha desc limit 0 3 store L",
     "task.submit q M",
     "task.submit q M delay N",
     "task.submit r M retries 2 backoff 5",

@@ -32,6 +32,7 @@ pub mod sets;
 pub mod shard;
 pub mod slot;
 pub mod snapshot;
+pub mod sort;
 pub mod spec;
 pub mod stream;
 pub mod stream_groups;

@@ -55,6 +55,8 @@ pub struct Shard {
     /// A part left open by the replay and resolved (`Some(token)`: dropped, `None`: kept),
     /// to journal when journaling starts.
     pub(crate) part_outcome: Option<Option<u64>>,
+    /// How many shards the server runs (1 until the server says: `Shard::set_shard_count`).
+    shard_count: usize,
     /// Read commands' key lookups that found their key, and that did not.
     keyspace_hits: u64,
     keyspace_misses: u64,
@@ -81,6 +83,7 @@ impl Shard {
             emitted_tag: None,
             cross_commits: std::collections::BTreeMap::new(),
             part_outcome: None,
+            shard_count: 1,
             keyspace_hits: 0,
             keyspace_misses: 0,
         }
@@ -90,6 +93,11 @@ impl Shard {
     /// found a live key, and that did not.
     pub fn keyspace_lookups(&self) -> (u64, u64) {
         (self.keyspace_hits, self.keyspace_misses)
+    }
+
+    /// The server's shard count (this shard is `id` among them).
+    pub fn set_shard_count(&mut self, count: usize) {
+        self.shard_count = count.max(1);
     }
 
     /// CONFIG RESETSTAT.
@@ -261,6 +269,7 @@ impl Shard {
             client,
             blocked: &mut self.blocked,
             rewrite: None,
+            layout: (self.id, self.shard_count),
         };
         let frame = match crate::contain::contained(spec.name, || handler(&mut ctx, args)) {
             Ok(frame) => frame,
@@ -304,6 +313,7 @@ impl Shard {
             client,
             blocked: &mut self.blocked,
             rewrite: None,
+            layout: (self.id, self.shard_count),
         };
         crate::contain::contained(what, || f(&mut ctx)).ok()
     }

@@ -10,8 +10,8 @@ use bytes::Bytes;
 
 use crate::task_commands as tasks;
 use crate::{
-    bitfield, bitmaps, geo, hashes, hyperloglog, keys, lcs, lists, sets, stream_groups, streams,
-    strings, zsets,
+    bitfield, bitmaps, geo, hashes, hyperloglog, keys, lcs, lists, sets, sort, stream_groups,
+    streams, strings, zsets,
 };
 
 pub use crate::spec::{flag, CommandSpec, Handler, KeyFinder, KeyPositions, Merge, Route};
@@ -144,6 +144,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("georadiusbymember_ro", -5, READONLY, ONE, Keyed, Some(geo::georadiusbymember_ro), GEO, "Returns members from a geospatial index that are within a distance from a member."),
     row("geosearch", -7, READONLY, ONE, Keyed, Some(geo::geosearch), GEO, "Queries a geospatial index for members inside an area of a box or a circle."),
     row("geosearchstore", -8, WRITE | DENYOOM, (1, 2, 1), Keyed, Some(geo::geosearchstore), GEO, "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result."),
+    // sort
+    row("sort", -2, WRITE | DENYOOM, MOVABLE, Keyed, Some(sort::sort), G, "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.").movable(sort::sort_keys),
+    row("sort_ro", -2, READONLY, ONE, Keyed, Some(sort::sort_ro), G, "Returns the sorted elements of a list, a set, or a sorted set."),
     // lists
     row("lpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::lpush), L, "Prepends one or more elements to a list. Creates the key if it doesn't exist."),
     row("rpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::rpush), L, "Appends one or more elements to a list. Creates the key if it doesn't exist."),

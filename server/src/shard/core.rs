@@ -64,6 +64,7 @@ impl ShardCore {
             beats: Arc::new(crate::watchdog::Beats::new(unix_ms())),
             shard: RefCell::new({
                 let mut shard = Shard::new(id);
+                shard.set_shard_count(shard_count);
                 shard.tasks = wetask_shards::tasks::Engine::new(globals.config.task_retention_ms);
                 shard
             }),
