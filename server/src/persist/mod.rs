@@ -97,7 +97,8 @@ pub struct Store {
     pub auto_rewrite_min_size: AtomicU64,
     pub save_points: Mutex<Vec<(u64, u64)>>,
     started_ms: u64,
-    /// Where the shards meet at a start to resolve cross-shard parts left open.
+    /// Where the shards publish their last commits at a start, for the cross-shard parts
+    /// left open.
     rendezvous: resolve::Rendezvous,
 }
 
@@ -354,8 +355,9 @@ impl Store {
     }
 }
 
-/// Loads shard `id`, meets the other shards (even when the load failed, so that none waits
-/// forever) and resolves the cross-shard part a crash left open, if any.
+/// Loads shard `id`, publishes its last commits for the others (even when the load failed,
+/// so that none waits for ever), and resolves the cross-shard part a crash left open, if
+/// any, which waits for its coordinator's commits.
 fn load_and_resolve(
     store: &Store,
     id: usize,
@@ -363,13 +365,20 @@ fn load_and_resolve(
     repair: load::Repair,
 ) -> Result<load::Loaded, String> {
     let loaded = load::load_shard(&store.path, id, store.shard_count, shard, repair);
-    let commits = store
+    store
         .rendezvous
-        .meet(id, loaded.as_ref().ok().map(|_| shard.last_commits()));
+        .publish(id, loaded.as_ref().ok().map(|_| shard.last_commits()));
     let mut loaded = loaded?;
-    let commits = commits.ok_or("another shard failed to load its data")?;
     if let Some(part) = loaded.open.take() {
-        resolve::resolve(part, id, &commits, shard)?;
+        let coordinator = part.coordinator();
+        let commits = match coordinator == id {
+            true => Some(shard.last_commits()),
+            false => store.rendezvous.commits_of(coordinator),
+        };
+        if commits.is_none() && coordinator < store.shard_count {
+            return Err("another shard failed to load its data".into());
+        }
+        resolve::resolve(part, id, commits.as_ref(), shard)?;
     }
     Ok(loaded)
 }
@@ -387,8 +396,8 @@ pub struct Recovered {
 }
 
 /// Loads shard `id` from its snapshot and journal into `shard` and opens its journal for
-/// appending. Every shard of the process must call it (it waits for the others' loads to
-/// resolve cross-shard parts; `Store::abandon_recovery` when a shard cannot). A torn tail is cut off (logged); damage elsewhere stops the start, unless
+/// appending. Every shard of the process must call it (a shard with an open cross-shard
+/// part waits for its coordinator's load; `Store::abandon_recovery` when a shard cannot). A torn tail is cut off (logged); damage elsewhere stops the start, unless
 /// `aof-load-corrupt yes`, which keeps a copy of the file and loads what precedes it.
 pub fn recover(
     store: &Arc<Store>,

@@ -87,7 +87,8 @@ fn load_all(store: &Store, old_count: usize, gen: &mut u64) -> Result<Vec<Shard>
     let commits: Vec<_> = sources.iter().map(|s| s.last_commits()).collect();
     for (j, part) in open.into_iter().enumerate() {
         if let Some(part) = part {
-            super::resolve::resolve(part, j, &commits, &mut sources[j])?;
+            let coordinator = commits.get(part.coordinator());
+            super::resolve::resolve(part, j, coordinator, &mut sources[j])?;
         }
     }
     Ok(sources)

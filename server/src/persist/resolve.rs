@@ -1,7 +1,10 @@
-//! At a start, the shards' meeting point for cross-shard parts a crash left open at the end
-//! of their journals (`wetask_shards::cross_commit`): a part is replayed only if its
+//! At a start, how the shards decide the cross-shard parts a crash left open at the end of
+//! their journals (`wetask_shards::cross_commit`): a part is replayed only if its
 //! coordinator's journal, which another shard loads on another thread, shows the commit.
-//! Each shard publishes its last commits once loaded and waits until every shard has.
+//! Each shard publishes its last commits as soon as it has loaded; only a shard with an
+//! open part (rare: a crash cut a cross-shard operation) waits, for its coordinator's. A
+//! shard publishes before it could wait, so no two wait on each other, and a start with no
+//! open part waits for nothing.
 
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex};
@@ -9,27 +12,19 @@ use std::sync::{Condvar, Mutex};
 use wetask_shards::cross_commit::OpenPart;
 use wetask_shards::Shard;
 
-/// Every shard's last commits (`Shard::last_commits`), by shard id.
-pub type Commits = Vec<BTreeMap<u64, u64>>;
+/// A shard's last commits (`Shard::last_commits`).
+pub type Commits = BTreeMap<u64, u64>;
 
-/// Whether `part`, left open on shard `shard`, committed: its coordinator's last commit
-/// naming `shard` is its token.
-fn part_committed(part: &OpenPart, shard: usize, commits: &Commits) -> bool {
-    let last = commits
-        .get(part.coordinator())
-        .and_then(|c| c.get(&(shard as u64)).copied());
-    part.committed(last)
-}
-
-/// Replays `part`, left open on shard `shard`, or rolls it back, as `commits` say; logs
-/// which.
+/// Replays `part`, left open on shard `shard`, or rolls it back: it committed when its
+/// coordinator's last commit naming `shard` is its token. Logs which.
 pub fn resolve(
     part: OpenPart,
     shard: usize,
-    commits: &Commits,
+    coordinator: Option<&Commits>,
     into: &mut Shard,
 ) -> Result<(), String> {
-    let committed = part_committed(&part, shard, commits);
+    let last = coordinator.and_then(|c| c.get(&(shard as u64)).copied());
+    let committed = part.committed(last);
     tracing::warn!(
         shard,
         token = part.token,
@@ -48,13 +43,12 @@ pub fn resolve(
 
 pub struct Rendezvous {
     state: Mutex<State>,
-    all_here: Condvar,
+    published: Condvar,
 }
 
 struct State {
-    arrived: usize,
-    commits: Commits,
-    /// A shard failed to load (or to start): nobody resolves anything, the start fails.
+    commits: Vec<Option<Commits>>,
+    /// A shard failed to load (or to start): nobody waits any more, the start fails.
     failed: bool,
 }
 
@@ -62,36 +56,44 @@ impl Rendezvous {
     pub fn new(shard_count: usize) -> Self {
         Rendezvous {
             state: Mutex::new(State {
-                arrived: 0,
-                commits: vec![BTreeMap::new(); shard_count],
+                commits: vec![None; shard_count],
                 failed: false,
             }),
-            all_here: Condvar::new(),
+            published: Condvar::new(),
         }
     }
 
-    /// Publishes shard `id`'s last commits (`None`: its load failed) and waits for every
-    /// other shard's. `None` when any shard failed.
-    pub fn meet(&self, id: usize, commits: Option<BTreeMap<u64, u64>>) -> Option<Commits> {
+    /// Shard `id` has loaded: its last commits (`None`: its load failed).
+    pub fn publish(&self, id: usize, commits: Option<Commits>) {
         let mut state = self.state.lock().expect("rendezvous");
         match commits {
-            Some(commits) => state.commits[id] = commits,
+            Some(commits) => state.commits[id] = Some(commits),
             None => state.failed = true,
         }
-        state.arrived += 1;
-        self.all_here.notify_all();
-        let count = state.commits.len();
-        let state = self
-            .all_here
-            .wait_while(state, |s| s.arrived < count && !s.failed)
-            .expect("rendezvous");
-        (!state.failed).then(|| state.commits.clone())
+        self.published.notify_all();
     }
 
-    /// A shard that will never arrive (it failed before its load): the others stop waiting.
+    /// Shard `id`'s last commits, once it has published them; `None` when a shard failed
+    /// (or `id` names no shard: a damaged token).
+    pub fn commits_of(&self, id: usize) -> Option<Commits> {
+        let state = self.state.lock().expect("rendezvous");
+        if id >= state.commits.len() {
+            return None;
+        }
+        let state = self
+            .published
+            .wait_while(state, |s| s.commits[id].is_none() && !s.failed)
+            .expect("rendezvous");
+        if state.failed {
+            return None;
+        }
+        state.commits[id].clone()
+    }
+
+    /// A shard that will never publish (it failed before its load): nobody waits for it.
     pub fn abandon(&self) {
         self.state.lock().expect("rendezvous").failed = true;
-        self.all_here.notify_all();
+        self.published.notify_all();
     }
 }
 
@@ -101,34 +103,33 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn every_shard_sees_every_shards_commits() {
-        let meeting = Arc::new(Rendezvous::new(3));
-        let threads: Vec<_> = (0..3u64)
-            .map(|id| {
-                let meeting = meeting.clone();
-                std::thread::spawn(move || {
-                    meeting.meet(id as usize, Some(BTreeMap::from([(id, id + 10)])))
-                })
-            })
-            .collect();
-        for thread in threads {
-            let commits = thread.join().expect("joins").expect("nobody failed");
-            assert_eq!(commits[2].get(&2), Some(&12));
-            assert_eq!(commits[0].get(&0), Some(&10));
-        }
-    }
-
-    #[test]
-    fn a_failed_shard_releases_the_others() {
+    fn a_shard_waits_only_for_the_coordinator_it_asks_for() {
         let meeting = Arc::new(Rendezvous::new(3));
         let waiter = {
             let meeting = meeting.clone();
-            std::thread::spawn(move || meeting.meet(0, Some(BTreeMap::new())))
+            std::thread::spawn(move || meeting.commits_of(2))
         };
-        meeting.meet(1, None);
+        meeting.publish(0, Some(BTreeMap::from([(1, 10)])));
+        assert_eq!(meeting.commits_of(0), Some(BTreeMap::from([(1, 10)])));
+        meeting.publish(2, Some(BTreeMap::from([(0, 7)])));
+        assert_eq!(
+            waiter.join().expect("joins"),
+            Some(BTreeMap::from([(0, 7)]))
+        );
+        assert_eq!(meeting.commits_of(9), None);
+    }
+
+    #[test]
+    fn a_failed_shard_releases_the_waiters() {
+        let meeting = Arc::new(Rendezvous::new(2));
+        let waiter = {
+            let meeting = meeting.clone();
+            std::thread::spawn(move || meeting.commits_of(1))
+        };
+        meeting.publish(1, None);
         assert!(waiter.join().expect("joins").is_none());
         let late = Rendezvous::new(2);
         late.abandon();
-        assert!(late.meet(0, Some(BTreeMap::new())).is_none());
+        assert!(late.commits_of(0).is_none());
     }
 }

@@ -216,6 +216,21 @@ impl Client {
     /// from one the server took and did not answer.
     pub fn diagnose(&self, pid: u32) -> String {
         let mut out = format!("--- server {pid} at the timeout ---\n");
+        // $WETASK_TEST_GDB: every thread's stack too (gdb attaches to the live server).
+        if std::env::var_os("WETASK_TEST_GDB").is_some() {
+            if let Ok(stacks) = std::process::Command::new("gdb")
+                .args([
+                    "-p",
+                    &pid.to_string(),
+                    "-batch",
+                    "-ex",
+                    "thread apply all bt",
+                ])
+                .output()
+            {
+                out += &String::from_utf8_lossy(&stacks.stdout);
+            }
+        }
         let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
         if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
             for task in tasks.flatten() {
