@@ -11,7 +11,7 @@ use crate::args::{int_arg, is};
 use crate::ctx::Ctx;
 use crate::errors::*;
 use crate::keyspace::NO_EXPIRY;
-use crate::strings::{edit_string, read_string, STRING_BYTES_MAX};
+use crate::strings::{edit_string, read_string, string_len, STRING_BYTES_MAX};
 
 const BIT_OFFSET: &str = "ERR bit offset is not an integer or out of range";
 const BIT_VALUE: &str = "ERR bit is not an integer or out of range";
@@ -62,7 +62,7 @@ pub(crate) fn with_room<R>(
     max_bit: u64,
     edit: impl FnOnce(&mut BytesMut) -> R,
 ) -> Result<R, Frame> {
-    read_string(ctx, key)?;
+    string_len(ctx, key)?;
     let needed = (max_bit >> 3) as usize + 1;
     let mut result = None;
     edit_string(ctx, key, |value| {

@@ -87,7 +87,8 @@ impl Shard {
         }
     }
 
-    fn note_commit(&mut self, token: u64, parts: &[u64]) {
+    /// Records that `token` committed with parts on `parts` (logging, and replay).
+    pub(crate) fn note_commit(&mut self, token: u64, parts: &[u64]) {
         for &part in parts {
             self.cross_commits.insert(part, token);
         }
@@ -111,10 +112,6 @@ impl Shard {
             .map(|&t| count_of(t))
             .max()
             .unwrap_or(0)
-    }
-
-    pub(crate) fn replay_commit(&mut self, token: u64, parts: &[u64]) {
-        self.note_commit(token, parts);
     }
 
     /// The last commits as a snapshot part's body (empty when there are none).
@@ -165,7 +162,7 @@ impl Replay {
                 }
             }
             Op::Commit { token, ref parts } => {
-                shard.replay_commit(token, parts);
+                shard.note_commit(token, parts);
                 if self.open == Some(token) {
                     self.release(shard)?;
                     self.committed = true;

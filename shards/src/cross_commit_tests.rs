@@ -6,9 +6,9 @@ use bytes::Bytes;
 use proptest::prelude::*;
 
 use crate::cross_commit::{token, Replay};
+use crate::durable_tests::keyspace;
 use crate::journal::ops::{self, Op};
 use crate::journal::record;
-use crate::keyspace::{ScanFilter, DATABASES};
 use crate::Shard;
 
 fn run(shard: &mut Shard, line: &str) {
@@ -35,18 +35,6 @@ fn ops_of(file: &[u8]) -> Vec<Op> {
         .into_iter()
         .flat_map(|p| ops::read_ops(Bytes::copy_from_slice(p)).expect("decodes"))
         .collect()
-}
-
-fn keys(shard: &mut Shard) -> Vec<String> {
-    let mut out = Vec::new();
-    for db in 0..DATABASES {
-        let (_, mut names) = shard.scan(db, 0, usize::MAX >> 1, &ScanFilter::default());
-        names.sort();
-        for key in names {
-            out.push(format!("{db} {key:?} {:?}", shard.clone_entry(db, &key)));
-        }
-    }
-    out
 }
 
 /// Replays `ops` into a fresh shard; returns it and what was left open.
@@ -245,7 +233,7 @@ proptest! {
             }
             shard.take_journal(&mut file);
         }
-        let before = keys(&mut shard);
+        let before = keyspace(&mut shard);
         count += 1;
         shard.set_cross_tag(Some(token(1, count)));
         // The part journals something, whatever the random commands do.
@@ -254,13 +242,13 @@ proptest! {
             random_command(&mut shard, &mut rng);
         }
         shard.take_journal(&mut file);
-        let after = keys(&mut shard);
+        let after = keyspace(&mut shard);
         for committed in [false, true] {
             let (mut copy, open) = replay(ops_of(&file));
             open.expect("the last part is open")
                 .resolve(&mut copy, committed)
                 .expect("resolves");
-            let got = keys(&mut copy);
+            let got = keyspace(&mut copy);
             prop_assert_eq!(&got, if committed { &after } else { &before });
         }
     }

@@ -325,7 +325,7 @@ impl Shard {
                 self.set_clock(now_ms);
                 self.tasks.release_all(now_ms);
             }
-            Op::Commit { token, parts } => self.replay_commit(token, &parts),
+            Op::Commit { token, parts } => self.note_commit(token, &parts),
             // Read by `cross_commit::Replay`, which decides what a part's operations do.
             Op::Part { .. } | Op::PartEnd | Op::Abort { .. } => {}
         }

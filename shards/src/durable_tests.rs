@@ -74,8 +74,8 @@ fn fill(template: &str, seed: &mut fastrand::Rng) -> Vec<Bytes> {
     args(&line.join(" "))
 }
 
-/// Everything observable about a shard, comparable.
-fn state(shard: &mut Shard) -> Vec<String> {
+/// Every key of every database with its entry, comparable.
+pub(crate) fn keyspace(shard: &mut Shard) -> Vec<String> {
     let mut out = Vec::new();
     for db in 0..DATABASES {
         let (_, mut keys) = shard.scan(db, 0, usize::MAX >> 1, &ScanFilter::default());
@@ -84,6 +84,12 @@ fn state(shard: &mut Shard) -> Vec<String> {
             out.push(format!("{db} {key:?} {:?}", shard.clone_entry(db, &key)));
         }
     }
+    out
+}
+
+/// Everything observable about a shard, comparable.
+fn state(shard: &mut Shard) -> Vec<String> {
+    let mut out = keyspace(shard);
     for id in shard.tasks.task_ids() {
         out.push(format!("{:?}", shard.tasks.get(&id)));
     }

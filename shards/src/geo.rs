@@ -88,7 +88,8 @@ fn coordinates(score: f64) -> Frame {
     ])
 }
 
-pub fn geopos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+/// One reply per member named after the key: `found` of its score, `missing` without one.
+fn per_member(ctx: &mut Ctx<'_>, args: &[Bytes], found: fn(f64) -> Frame, missing: Frame) -> Frame {
     let z = match zset(ctx, &args[1]) {
         Ok(z) => z,
         Err(err) => return err,
@@ -96,28 +97,22 @@ pub fn geopos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     Frame::Array(
         args[2..]
             .iter()
-            .map(|m| match z.as_ref().and_then(|z| z.score(m)) {
-                Some(score) => coordinates(score),
-                None => Frame::NullArray,
+            .map(|m| {
+                z.as_ref()
+                    .and_then(|z| z.score(m))
+                    .map_or(missing.clone(), found)
             })
             .collect(),
     )
 }
 
+pub fn geopos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    per_member(ctx, args, coordinates, Frame::NullArray)
+}
+
 pub fn geohash_command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let z = match zset(ctx, &args[1]) {
-        Ok(z) => z,
-        Err(err) => return err,
-    };
-    Frame::Array(
-        args[2..]
-            .iter()
-            .map(|m| match z.as_ref().and_then(|z| z.score(m)) {
-                Some(score) => Frame::Bulk(Bytes::from(geohash::standard_geohash(score))),
-                None => Frame::Null,
-            })
-            .collect(),
-    )
+    let hash = |score| Frame::Bulk(Bytes::from(geohash::standard_geohash(score)));
+    per_member(ctx, args, hash, Frame::Null)
 }
 
 pub fn geodist(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {

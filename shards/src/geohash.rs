@@ -146,40 +146,36 @@ pub fn standard_geohash(score: f64) -> String {
         .collect()
 }
 
-fn moved_x(hash: Hash, d: i8) -> Hash {
-    let x = hash.bits & 0xaaaa_aaaa_aaaa_aaaa;
-    let y = hash.bits & 0x5555_5555_5555_5555;
-    let zz = 0x5555_5555_5555_5555u64 >> (64 - hash.step * 2);
-    let x = match d {
-        1 => x.wrapping_add(zz + 1),
-        _ => (x | zz).wrapping_sub(zz + 1),
-    } & (0xaaaa_aaaa_aaaa_aaaau64 >> (64 - hash.step * 2));
-    Hash {
-        bits: x | y,
-        step: hash.step,
-    }
-}
+/// Longitude bits (odd positions) and latitude bits (even positions) of a hash.
+const LONG_BITS: u64 = 0xaaaa_aaaa_aaaa_aaaa;
+const LAT_BITS: u64 = 0x5555_5555_5555_5555;
 
-fn moved_y(hash: Hash, d: i8) -> Hash {
-    let x = hash.bits & 0xaaaa_aaaa_aaaa_aaaa;
-    let y = hash.bits & 0x5555_5555_5555_5555;
-    let zz = 0xaaaa_aaaa_aaaa_aaaau64 >> (64 - hash.step * 2);
-    let y = match d {
-        1 => y.wrapping_add(zz + 1),
-        _ => (y | zz).wrapping_sub(zz + 1),
-    } & (0x5555_5555_5555_5555u64 >> (64 - hash.step * 2));
+/// The cell one step along `lane` (`LONG_BITS`: east for +1; `LAT_BITS`: north), as
+/// Redis's `geohash_move_x`/`_y`: the other lane's bits are set so the carry runs through.
+fn moved_along(hash: Hash, d: i8, lane: u64) -> Hash {
+    let shift = 64 - hash.step * 2;
+    let (mine, rest) = (hash.bits & lane, hash.bits & !lane);
+    let zz = !lane >> shift;
+    let mine = match d {
+        1 => mine.wrapping_add(zz + 1),
+        _ => (mine | zz).wrapping_sub(zz + 1),
+    } & (lane >> shift);
     Hash {
-        bits: x | y,
+        bits: mine | rest,
         step: hash.step,
     }
 }
 
 fn moved(hash: Hash, dx: i8, dy: i8) -> Hash {
-    let hash = if dx == 0 { hash } else { moved_x(hash, dx) };
+    let hash = if dx == 0 {
+        hash
+    } else {
+        moved_along(hash, dx, LONG_BITS)
+    };
     if dy == 0 {
         hash
     } else {
-        moved_y(hash, dy)
+        moved_along(hash, dy, LAT_BITS)
     }
 }
 

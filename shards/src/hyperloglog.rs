@@ -11,8 +11,7 @@ use wetask_protocol::Frame;
 
 use crate::ctx::Ctx;
 use crate::errors::WRONGTYPE;
-use crate::keyspace::NO_EXPIRY;
-use crate::strings::read_string;
+use crate::strings::{read_string, store_keeping_ttl};
 
 const P: u32 = 14;
 const REGISTERS: usize = 1 << P;
@@ -198,12 +197,7 @@ fn load(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Registers>, Frame> {
 
 /// Stores `registers` at `key`, keeping its TTL (a sketch is changed in place in Redis).
 fn store(ctx: &mut Ctx<'_>, key: &[u8], registers: &Registers) {
-    let value = registers.to_dense();
-    let now = ctx.now_ms;
-    match ctx.db().get(key, now) {
-        Some(mut entry) => entry.set_str(&value),
-        None => ctx.db().set_str(key, &value, NO_EXPIRY),
-    }
+    store_keeping_ttl(ctx, key, Bytes::from(registers.to_dense()));
 }
 
 pub fn pfadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {

@@ -259,7 +259,7 @@ impl Shard {
         }
         let mark = out.as_ref().map(|o| o.mark());
         let reads = !spec.has(crate::table::flag::WRITE);
-        let lookups_before = self.dbs[db].lookups();
+        let lookups_before = reads.then(|| self.dbs[db].lookups());
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
             db,
@@ -282,11 +282,11 @@ impl Shard {
             }
         };
         let rewrite = ctx.rewrite.take();
-        if reads {
+        if let Some((hits_before, misses_before)) = lookups_before {
             // As Redis counts them: the key lookups of read commands.
             let (hits, misses) = self.dbs[db].lookups();
-            self.keyspace_hits += hits - lookups_before.0;
-            self.keyspace_misses += misses - lookups_before.1;
+            self.keyspace_hits += hits - hits_before;
+            self.keyspace_misses += misses - misses_before;
         }
         if self.journal.is_some() && spec.has(crate::table::flag::WRITE) {
             self.log_command(db, client, spec, args, rewrite);

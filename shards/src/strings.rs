@@ -304,7 +304,7 @@ pub fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 /// Replaces the string at `key`, keeping its TTL (APPEND, SETRANGE, counters).
-fn store_keeping_ttl(ctx: &mut Ctx<'_>, key: &[u8], value: Bytes) {
+pub(crate) fn store_keeping_ttl(ctx: &mut Ctx<'_>, key: &[u8], value: Bytes) {
     let now = ctx.now_ms;
     match ctx.db().get(key, now) {
         Some(mut entry) => entry.set_str(&value),
@@ -313,7 +313,7 @@ fn store_keeping_ttl(ctx: &mut Ctx<'_>, key: &[u8], value: Bytes) {
 }
 
 /// The length of the string at `key` (`None` when missing), read in place.
-fn string_len(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<usize>, Frame> {
+pub(crate) fn string_len(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<usize>, Frame> {
     let now = ctx.now_ms;
     match ctx.db().get(key, now) {
         None => Ok(None),

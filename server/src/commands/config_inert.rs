@@ -51,17 +51,11 @@ impl InertConfig {
         let param = param(name)?;
         Some(checked(param, value).map(|value| {
             let mut values = self.values.lock().expect("inert config");
-            for alias in param.aliases.iter().copied().chain([param.name]) {
-                if let Some(p) = param_static(alias) {
-                    values.insert(p, value.clone());
-                }
+            for name in param.aliases.iter().copied().chain([param.name]) {
+                values.insert(name, value.clone());
             }
         }))
     }
-}
-
-fn param_static(name: &str) -> Option<&'static str> {
-    param(name).map(|p| p.name)
 }
 
 /// `value` as the parameter stores it, or Redis's reason for refusing it.
