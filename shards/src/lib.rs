@@ -40,6 +40,7 @@ pub mod streams;
 pub mod strings;
 pub mod table;
 pub mod task_commands;
+pub mod task_admin;
 pub mod tasks;
 pub mod typed;
 pub mod value;

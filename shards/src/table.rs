@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 
 use crate::task_commands as tasks;
+use crate::task_admin;
 use crate::{
     bitfield, bitmaps, geo, hashes, hyperloglog, keys, lcs, lists, sets, sort, stream_groups,
     streams, strings, zsets,
@@ -297,6 +298,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.limit", -2, WRITE | TASK, ONE, Keyed, Some(tasks::limit), T, "Sets or shows a queue's concurrency and rate limits."),
     row("task.stats", 2, READONLY | TASK, ONE, Keyed, Some(tasks::stats), T, "Returns a queue's counts and the age of its oldest waiting task."),
     row("task.queues", 1, READONLY | TASK, NONE, AllShards(Concat), Some(tasks::queues), T, "Lists the queues."),
+    row("task.list", -3, READONLY | TASK, ONE, Keyed, Some(task_admin::list), T, "Pages through a queue's tasks in one state."),
+    row("task.purge", 3, WRITE | TASK, ONE, Keyed, Some(task_admin::purge), T, "Drops every task of a queue in one state."),
+    row("task.delqueue", -2, WRITE | TASK, ONE, Keyed, Some(task_admin::delqueue), T, "Deletes a queue and every task in it."),
     // pub/sub
     row("subscribe", -2, NOSCRIPT | LOADING | STALE | WHILE_SUBSCRIBED, NONE, Server, None, "pubsub", "Listens for messages published to channels."),
     row("psubscribe", -2, NOSCRIPT | LOADING | STALE | WHILE_SUBSCRIBED, NONE, Server, None, "pubsub", "Listens for messages published to channels that match one or more patterns."),

@@ -79,6 +79,14 @@ fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOptions, Frame> {
                 )));
             }
             options.retries = retries as u32;
+        } else if is(arg, "lostmax") {
+            let most = count_arg(next, "LOSTMAX")?;
+            if most == 0 || most > u64::from(RETRIES_MAX) {
+                return Err(Frame::error(format!(
+                    "ERR LOSTMAX must be 1..{RETRIES_MAX}"
+                )));
+            }
+            options.lost_max = most as u32;
         } else if is(arg, "backoff") {
             options.backoff_base_ms = count_arg(next, "BACKOFF")?;
             options.backoff_cap_ms = BACKOFF_CAP_MS_DEFAULT.max(options.backoff_base_ms);
@@ -212,8 +220,9 @@ pub fn ack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
 }
 
-/// TASK.FAIL id [ERROR msg] [RETRYIN ms | NORETRY]: replies `retry` with the unix ms of the
-/// next attempt, or `dead`.
+/// TASK.FAIL id [ERROR msg] [RETRYIN ms | NORETRY | SNOOZE ms]: replies `retry` with the
+/// unix ms of the next attempt, `dead`, or `snoozed` with the unix ms it comes back (a snooze
+/// spends no attempt and is no failure).
 pub fn fail(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let mut message = None;
     let mut retry = Retry::Backoff;
@@ -231,6 +240,12 @@ pub fn fail(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         } else if is(&args[i], "noretry") && retry == Retry::Backoff {
             retry = Retry::Never;
             i += 1;
+        } else if is(&args[i], "snooze") && retry == Retry::Backoff {
+            match count_arg(args.get(i + 1), "SNOOZE") {
+                Ok(ms) => retry = Retry::Snooze(ms),
+                Err(err) => return err,
+            }
+            i += 2;
         } else {
             return Frame::static_error(SYNTAX);
         }
@@ -243,6 +258,9 @@ pub fn fail(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             Frame::Array(vec![text("retry"), Frame::Integer(at as i64)])
         }
         Ok(FailOutcome::Dead) => Frame::Array(vec![text("dead")]),
+        Ok(FailOutcome::SnoozedUntil(at)) => {
+            Frame::Array(vec![text("snoozed"), Frame::Integer(at as i64)])
+        }
         Err(err) => error(err),
     }
 }
@@ -282,6 +300,10 @@ pub fn task_frame(task: &Task) -> Frame {
         (text("queue"), Frame::Bulk(task.queue.clone())),
         (text("state"), text(task.state.name())),
         (text("attempts"), Frame::Integer(i64::from(task.attempts))),
+        (
+            text("lost_leases"),
+            Frame::Integer(i64::from(task.lost_leases)),
+        ),
         (
             text("retries"),
             Frame::Integer(i64::from(task.options.retries)),

@@ -19,7 +19,9 @@ use super::model::*;
 /// Task ids and queue names come from clients; foldhash is seeded per process.
 type Hasher = foldhash::fast::RandomState;
 
+mod admin;
 mod snapshot;
+pub use admin::{Cursor, Listed, LIST_SCAN_MAX};
 use crate::slot::{key_slot, slot_tag};
 
 /// Why a task command was refused; `text` is the error reply.
@@ -35,6 +37,8 @@ pub enum TaskError {
     NotDead,
     QueueFull,
     TooLarge(&'static str),
+    /// DELQUEUE of a queue with tasks leased, without FORCE.
+    QueueHasLeases(usize),
 }
 
 impl TaskError {
@@ -51,6 +55,9 @@ impl TaskError {
                 format!("ERR queue is full ({QUEUE_TASKS_MAX} tasks waiting)")
             }
             TaskError::TooLarge(what) => format!("ERR {what} too large"),
+            TaskError::QueueHasLeases(n) => {
+                format!("ERR queue has {n} leased tasks; wait for them or use FORCE")
+            }
         }
     }
 }
@@ -93,6 +100,9 @@ pub enum Retry {
     In(u64),
     /// Dead now.
     Never,
+    /// Back in this many ms without spending an attempt or counting a failure (SNOOZE:
+    /// the worker could not take it now).
+    Snooze(u64),
 }
 
 /// What became of a failed task.
@@ -100,6 +110,7 @@ pub enum Retry {
 pub enum FailOutcome {
     RetryAt(u64),
     Dead,
+    SnoozedUntil(u64),
 }
 
 /// Engine-wide counters (INFO tasks).
@@ -152,13 +163,14 @@ struct Queue {
     ready_by_age: BTreeSet<(u64, i64)>,
     scheduled: usize,
     leased: usize,
-    dead: VecDeque<Bytes>,
+    /// Dead tasks by (time of death, id): oldest first.
+    dead: BTreeSet<(u64, Bytes)>,
     paused: bool,
     concurrency: Option<u32>,
-    /// (at most n, per window ms), counted in fixed windows.
+    /// (at most n, per window ms), in any window of that length (a sliding window).
     rate: Option<(u32, u64)>,
-    window_start_ms: u64,
-    window_used: u32,
+    /// The times of the leases taken in the last window, oldest first (at most n).
+    rate_log: VecDeque<u64>,
     submitted: u64,
     acked: u64,
     failed: u64,
@@ -183,24 +195,39 @@ impl Queue {
             return false;
         }
         if let Some((max, per_ms)) = self.rate {
-            let window_over = now_ms >= self.window_start_ms.saturating_add(per_ms);
-            if !window_over && self.window_used >= max {
+            if self.leases_in_window(now_ms, per_ms) >= max as usize {
                 return false;
             }
         }
         true
     }
 
-    /// Counts a lease taken at `now_ms` against the rate window (a new window starts with
-    /// the first lease after the last one ended).
+    /// Leases logged in the window of `per_ms` that ends at `now_ms`, i.e. after
+    /// `now_ms - per_ms`: a lease is allowed while fewer than the limit are, so no window of
+    /// that length ever holds more.
+    fn leases_in_window(&self, now_ms: u64, per_ms: u64) -> usize {
+        let start = now_ms.saturating_sub(per_ms);
+        let old = if now_ms >= per_ms {
+            self.rate_log.partition_point(|&t| t <= start)
+        } else {
+            0
+        };
+        self.rate_log.len() - old
+    }
+
+    /// Counts a lease taken at `now_ms` against the rate limit's window.
     fn count_lease(&mut self, now_ms: u64) {
         self.leased += 1;
         if let Some((_, per_ms)) = self.rate {
-            if now_ms >= self.window_start_ms.saturating_add(per_ms) {
-                self.window_start_ms = now_ms;
-                self.window_used = 0;
+            let start = now_ms.saturating_sub(per_ms);
+            while self
+                .rate_log
+                .front()
+                .is_some_and(|&t| now_ms >= per_ms && t <= start)
+            {
+                self.rate_log.pop_front();
             }
-            self.window_used += 1;
+            self.rate_log.push_back(now_ms);
         }
     }
 }
@@ -213,8 +240,15 @@ pub struct Engine {
     leases: BTreeSet<(u64, Bytes)>,
     by_owner: HashMap<u64, HashSet<Bytes, Hasher>, Hasher>,
     deadlines: BTreeSet<(u64, Bytes)>,
-    /// Finished tasks by the time they are forgotten.
+    /// Done and cancelled tasks by the time they are forgotten.
     retained: BTreeSet<(u64, Bytes)>,
+    /// Dead tasks by the time they are forgotten (kept apart: `dead_retention_ms`, and
+    /// not subject to `RETAINED_TASKS_MAX`).
+    dead_retained: BTreeSet<(u64, Bytes)>,
+    dead_retention_ms: u64,
+    /// Owners whose fetches lease nothing (TASK.QUIET: a worker being drained). Not
+    /// persisted: it belongs to live connections, and none outlives a restart.
+    quiet: HashSet<u64, Hasher>,
     /// (queue, unique key) -> (id, window end).
     unique: HashMap<(Bytes, Bytes), (Bytes, u64), Hasher>,
     fallbacks: Vec<Fallback>,
@@ -248,10 +282,17 @@ impl Engine {
     pub fn new(retention_ms: u64) -> Self {
         Engine {
             retention_ms,
+            dead_retention_ms: DEAD_RETENTION_MS_DEFAULT,
             next_head: -1,
             in_flight_max: IN_FLIGHT_PER_QUEUE_MAX,
             ..Engine::default()
         }
+    }
+
+    /// How long dead tasks are kept (default `DEAD_RETENTION_MS_DEFAULT`).
+    pub fn with_dead_retention(mut self, ms: u64) -> Self {
+        self.dead_retention_ms = ms;
+        self
     }
 
     pub fn totals(&self) -> Totals {
@@ -375,6 +416,7 @@ impl Engine {
             payload,
             state: State::Queued,
             attempts: 0,
+            lost_leases: 0,
             last_error: None,
             result: None,
             submitted_ms: now_ms,
@@ -454,6 +496,9 @@ impl Engine {
     ) -> Vec<Leased> {
         self.advance(now_ms);
         let mut leased = Vec::new();
+        if self.quiet.contains(&owner) {
+            return leased;
+        }
         for name in queues {
             while leased.len() < count {
                 let Some(q) = self.queues.get_mut(name) else {
@@ -574,6 +619,13 @@ impl Engine {
         }
         self.take_lease(id, owner, now_ms)?;
         let task = self.tasks.get_mut(id).expect("checked");
+        if let Retry::Snooze(ms) = retry {
+            // Not a failure: the attempt is given back and the error left as it was.
+            task.attempts -= 1;
+            let due = now_ms.saturating_add(ms);
+            self.schedule(id, due);
+            return Ok(FailOutcome::SnoozedUntil(due));
+        }
         task.last_error = error;
         if let Some(q) = self.queues.get_mut(&task.queue) {
             q.failed += 1;
@@ -581,7 +633,7 @@ impl Engine {
         self.totals.failed += 1;
         let attempts_left = task.attempts <= task.options.retries;
         let delay = match retry {
-            Retry::Never => None,
+            Retry::Never | Retry::Snooze(_) => None,
             _ if !attempts_left => None,
             Retry::In(ms) => Some(ms),
             Retry::Backoff => Some(backoff_ms(
@@ -643,6 +695,11 @@ impl Engine {
     /// Requeues, at the head of their queues, every task leased by `owner` (its connection
     /// closed). A task whose attempts are spent dies instead. Returns how many were leased.
     pub fn release_owner(&mut self, owner: u64, now_ms: u64) -> usize {
+        self.release_leases_of(owner, now_ms, true)
+    }
+
+    /// [`Engine::release_owner`]; `counts`: whether the losses count toward `lost_max`.
+    fn release_leases_of(&mut self, owner: u64, now_ms: u64, counts: bool) -> usize {
         let Some(ids) = self.by_owner.remove(&owner) else {
             return 0;
         };
@@ -658,7 +715,7 @@ impl Engine {
                     if let Some(q) = self.queues.get_mut(&task.queue) {
                         q.leased -= 1;
                     }
-                    self.lose_lease(&id, now_ms);
+                    self.lose_lease(&id, now_ms, counts);
                 }
             }
         }
@@ -681,17 +738,42 @@ impl Engine {
         count
     }
 
-    /// A lease ended without ACK or FAIL (expiry or disconnect): that counts as an attempt.
-    /// The task goes back to the head of its queue, or dies when its attempts are spent.
-    fn lose_lease(&mut self, id: &Bytes, now_ms: u64) {
+    /// A lease ended without ACK or FAIL (expiry, disconnect, a worker gone): that counts
+    /// as an attempt. The first loss sends the task back to the head of its queue; later
+    /// ones back off as a retry would (a task that crashes its worker must not crash the
+    /// next one at once), and the `lost_max`-th (default 3) kills it whatever its retries:
+    /// a poison pill stops there. A restart's loss (`counts` false) is not the task's doing
+    /// and only costs the attempt.
+    fn lose_lease(&mut self, id: &Bytes, now_ms: u64, counts: bool) {
         self.epoch += 1;
         self.totals.leases_lost += 1;
         let task = self.tasks.get_mut(id).expect("a leased task exists");
+        if counts {
+            task.lost_leases += 1;
+        }
+        if task.lost_leases >= task.options.lost_max.max(1) && counts {
+            task.last_error = Some(Bytes::from(format!(
+                "lease lost {} times (its worker crashed, stalled or went away each time)",
+                task.lost_leases
+            )));
+            self.die(id, now_ms);
+            return;
+        }
         if task.last_error.is_none() {
             task.last_error = Some(Bytes::from_static(b"lease lost"));
         }
         if task.attempts > task.options.retries {
             self.die(id, now_ms);
+            return;
+        }
+        if task.lost_leases >= 2 {
+            let delay = backoff_ms(
+                task.options.backoff_base_ms,
+                task.options.backoff_cap_ms,
+                task.lost_leases - 1,
+                jitter(id, task.attempts),
+            );
+            self.schedule(id, now_ms.saturating_add(delay));
             return;
         }
         self.make_ready(id, Place::Head);
@@ -757,11 +839,6 @@ impl Engine {
     fn die(&mut self, id: &[u8], now_ms: u64) {
         self.totals.dead += 1;
         let task = self.tasks.get(id).expect("present");
-        let q = self.queues.entry(task.queue.clone()).or_default();
-        q.dead.push_back(task.id.clone());
-        if q.dead.len() > DEAD_PER_QUEUE_MAX {
-            q.dead.pop_front();
-        }
         if let Some(queue) = task.options.fallback.clone() {
             self.fallbacks.push(Fallback {
                 queue,
@@ -774,7 +851,22 @@ impl Engine {
                 },
             });
         }
+        let queue = task.queue.clone();
         self.finish(id, State::Dead, now_ms);
+        let q = self.queues.get_mut(&queue).expect("a task's queue exists");
+        if q.dead.len() > DEAD_PER_QUEUE_MAX {
+            let (_, oldest) = q.dead.pop_first().expect("over the cap");
+            self.forget_dead(&oldest);
+        }
+    }
+
+    /// Forgets a dead task that has already left its queue's dead set.
+    fn forget_dead(&mut self, id: &Bytes) {
+        if let Some(task) = self.tasks.get(id) {
+            let key = (Engine::forget_at(task, self.dead_retention_ms), id.clone());
+            self.dead_retained.remove(&key);
+            self.forget(id);
+        }
     }
 
     /// Enters a terminal state and schedules the task to be forgotten.
@@ -786,8 +878,19 @@ impl Engine {
         if let Some(deadline) = task.options.deadline_ms {
             self.deadlines.remove(&(deadline, task.id.clone()));
         }
-        let forget_at = Engine::forget_at(task, self.retention_ms);
-        self.retained.insert((forget_at, task.id.clone()));
+        let id = task.id.clone();
+        if task.state == State::Dead {
+            let forget_at = Engine::forget_at(task, self.dead_retention_ms);
+            self.queues
+                .entry(task.queue.clone())
+                .or_default()
+                .dead
+                .insert((now_ms, id.clone()));
+            self.dead_retained.insert((forget_at, id));
+        } else {
+            let forget_at = Engine::forget_at(task, self.retention_ms);
+            self.retained.insert((forget_at, id));
+        }
     }
 
     /// When a finished task is forgotten: after the retention time, or at the end of its
@@ -816,13 +919,14 @@ impl Engine {
     }
 
     /// Every lease ends as a lost lease, owners in order (a restart: no connection from
-    /// before it exists any more). Returns how many were leased.
+    /// before it exists any more). Returns how many were leased. The attempts are spent, but
+    /// the losses do not count toward a task's `lost_max`: a restart is not its doing.
     pub fn release_all(&mut self, now_ms: u64) -> usize {
         let mut owners: Vec<u64> = self.by_owner.keys().copied().collect();
         owners.sort_unstable();
         owners
             .into_iter()
-            .map(|owner| self.release_owner(owner, now_ms))
+            .map(|owner| self.release_leases_of(owner, now_ms, false))
             .sum()
     }
 
@@ -837,6 +941,7 @@ impl Engine {
             self.leases.len(),
             self.deadlines.len(),
             self.retained.len(),
+            self.dead_retained.len(),
         );
         self.advance_unrecorded(now_ms);
         let after = (
@@ -844,9 +949,11 @@ impl Engine {
             self.leases.len(),
             self.deadlines.len(),
             self.retained.len(),
+            self.dead_retained.len(),
         );
-        // Every step of `advance` removes from one of these four and never adds to the
-        // first three; a task that finished adds to `retained` only after leaving another.
+        // Every step of `advance` removes from one of these and never adds to the first
+        // three; a task that finished is retained only after leaving another. (A lost lease
+        // that backs off moves from `leases` to `scheduled`: the lease count still fell.)
         if before != after {
             if let Some(advances) = self.advances.as_mut() {
                 advances.push(now_ms);
@@ -875,7 +982,7 @@ impl Engine {
                     q.leased -= 1;
                 }
                 self.release_owner_index(owner, &id);
-                self.lose_lease(&id, now_ms);
+                self.lose_lease(&id, now_ms, true);
             }
         }
         while let Some((deadline, _)) = self.deadlines.first() {
@@ -896,6 +1003,13 @@ impl Engine {
             let (_, id) = self.retained.pop_first().expect("non-empty");
             self.forget(&id);
         }
+        while let Some((at, _)) = self.dead_retained.first() {
+            if *at > now_ms {
+                break;
+            }
+            let (_, id) = self.dead_retained.pop_first().expect("non-empty");
+            self.forget(&id);
+        }
     }
 
     /// Drops a finished task for good (its retention ended, or the cap was reached).
@@ -907,9 +1021,9 @@ impl Engine {
                     self.unique.remove(&slot);
                 }
             }
-            if let Some(q) = self.queues.get_mut(&task.queue) {
+            if let (Some(q), Some(died)) = (self.queues.get_mut(&task.queue), task.finished_ms) {
                 if task.state == State::Dead {
-                    q.dead.retain(|dead| dead != id);
+                    q.dead.remove(&(died, id.clone()));
                 }
             }
         }
@@ -947,7 +1061,7 @@ impl Engine {
     pub fn dead(&self, queue: &[u8]) -> Vec<Bytes> {
         self.queues
             .get(queue)
-            .map_or_else(Vec::new, |q| q.dead.iter().cloned().collect())
+            .map_or_else(Vec::new, |q| q.dead.iter().map(|(_, id)| id.clone()).collect())
     }
 
     /// Puts a dead task back in its queue with fresh attempts.
@@ -958,9 +1072,6 @@ impl Engine {
             return Err(TaskError::NotDead);
         }
         let id = task.id.clone();
-        if let Some(q) = self.queues.get_mut(&task.queue) {
-            q.dead.retain(|dead| *dead != id);
-        }
         self.revive(&id);
         Ok(())
     }
@@ -971,22 +1082,25 @@ impl Engine {
         let Some(q) = self.queues.get_mut(queue) else {
             return 0;
         };
-        let dead = std::mem::take(&mut q.dead);
-        let count = dead.len();
-        for id in dead {
-            self.revive(&id);
+        let dead: Vec<Bytes> = q.dead.iter().map(|(_, id)| id.clone()).collect();
+        for id in &dead {
+            self.revive(id);
         }
-        count
+        dead.len()
     }
 
-    /// A dead task, already out of its queue's dead list, back at the end of its queue with
-    /// fresh attempts.
+    /// A dead task back at the end of its queue with fresh attempts and lost leases.
     fn revive(&mut self, id: &Bytes) {
         let task = self.tasks.get_mut(id).expect("a dead task is known");
-        let forget_at = Engine::forget_at(task, self.retention_ms);
+        let forget_at = Engine::forget_at(task, self.dead_retention_ms);
+        let died = task.finished_ms.expect("a dead task has finished");
         task.attempts = 0;
+        task.lost_leases = 0;
         task.finished_ms = None;
-        self.retained.remove(&(forget_at, id.clone()));
+        self.dead_retained.remove(&(forget_at, id.clone()));
+        if let Some(q) = self.queues.get_mut(&task.queue) {
+            q.dead.remove(&(died, id.clone()));
+        }
         self.make_ready(id, Place::Tail);
     }
 
@@ -1008,8 +1122,7 @@ impl Engine {
         q.concurrency = concurrency;
         if q.rate != rate {
             q.rate = rate;
-            q.window_used = 0;
-            q.window_start_ms = 0;
+            q.rate_log.clear();
         }
     }
 
@@ -1065,14 +1178,24 @@ impl Engine {
             .filter(|t| t.state.is_terminal())
             .collect();
         assert_eq!(
-            self.retained.len(),
+            self.retained.len() + self.dead_retained.len(),
             finished.len(),
             "one retention entry per finished task"
         );
         for task in finished {
-            let key = (Engine::forget_at(task, self.retention_ms), task.id.clone());
-            assert!(self.retained.contains(&key));
+            let id = task.id.clone();
+            if task.state == State::Dead {
+                let key = (Engine::forget_at(task, self.dead_retention_ms), id.clone());
+                assert!(self.dead_retained.contains(&key));
+                let died = task.finished_ms.expect("finished");
+                assert!(self.queues[&task.queue].dead.contains(&(died, id)));
+            } else {
+                let key = (Engine::forget_at(task, self.retention_ms), id);
+                assert!(self.retained.contains(&key));
+            }
         }
+        let dead: usize = self.queues.values().map(|q| q.dead.len()).sum();
+        assert_eq!(dead, self.dead_retained.len(), "one dead-set entry per dead task");
         let indexed: usize = self.by_owner.values().map(|ids| ids.len()).sum();
         assert_eq!(indexed, self.leases.len());
     }

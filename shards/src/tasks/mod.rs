@@ -8,6 +8,10 @@ pub mod engine;
 pub mod model;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod admin_tests;
 
-pub use engine::{Engine, FailOutcome, Fallback, Leased, QueueStats, Retry, TaskError, Totals};
+pub use engine::{
+    Cursor, Engine, FailOutcome, Fallback, Leased, Listed, QueueStats, Retry, TaskError, Totals,
+};
 pub use model::{Origin, State, SubmitOptions, Task};

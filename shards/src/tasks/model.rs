@@ -17,7 +17,15 @@ pub const BACKOFF_BASE_MS_DEFAULT: u64 = 1_000;
 pub const BACKOFF_CAP_MS_DEFAULT: u64 = 3_600_000;
 /// How long a finished task (done, dead, cancelled) and its result stay readable.
 pub const RETENTION_MS_DEFAULT: u64 = 600_000;
-/// Most finished tasks one shard keeps; past it the oldest finished are forgotten first, so
+/// How long a dead task stays in its queue's dead set (and readable), unless REQUEUEd or
+/// pushed out by the per-queue cap: kept apart from finished tasks, so a busy shard's
+/// acknowledged tasks never push dead ones out.
+pub const DEAD_RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3_600_000;
+/// Leases a task may lose (its worker died, stalled past the lease, or disconnected) before
+/// it goes dead instead of back to its queue: a task that kills its worker stops at the
+/// third, whatever its retries.
+pub const LOST_LEASES_MAX_DEFAULT: u32 = 3;
+/// Most done and cancelled tasks one shard keeps; past it the oldest finished are forgotten first, so
 /// memory stays bounded however fast tasks finish.
 pub const RETAINED_TASKS_MAX: usize = 100_000;
 /// Largest payload, result or error text.
@@ -43,7 +51,7 @@ pub enum State {
     },
     /// In its queue, ready to lease.
     Queued,
-    /// Leased to client `owner` until `until_ms`.
+    /// Leased to `owner` (a client id, or a worker identity's owner id) until `until_ms`.
     Leased {
         owner: u64,
         until_ms: u64,
@@ -86,6 +94,8 @@ pub struct SubmitOptions {
     /// The task dies if it has not finished by this absolute time.
     pub deadline_ms: Option<u64>,
     pub fallback: Option<Bytes>,
+    /// Leases it may lose before it goes dead (LOSTMAX).
+    pub lost_max: u32,
     /// (key, window): a second submit with the key while the first task is live, or within
     /// `window` ms of its submission, returns the first id.
     pub unique: Option<(Bytes, u64)>,
@@ -104,6 +114,7 @@ impl Default for SubmitOptions {
             deadline_ms: None,
             fallback: None,
             unique: None,
+            lost_max: LOST_LEASES_MAX_DEFAULT,
         }
     }
 }
@@ -127,6 +138,9 @@ pub struct Task {
     pub state: State,
     /// Attempts started (leases handed out).
     pub attempts: u32,
+    /// Leases that ended with no ACK or FAIL (expiry, or the worker went away); a server
+    /// restart's loss is not counted: it is not the task's doing.
+    pub lost_leases: u32,
     pub last_error: Option<Bytes>,
     pub result: Option<Bytes>,
     pub submitted_ms: u64,

@@ -386,7 +386,30 @@ enum Op {
     Advance {
         ms: u64,
     },
+    Snooze {
+        worker: u64,
+        pick: usize,
+        ms: u64,
+    },
+    Quiet {
+        worker: u64,
+        on: bool,
+    },
+    Purge {
+        queue: u8,
+        state: u8,
+    },
+    Restart,
 }
+
+/// The states TASK.PURGE takes (leased ones are refused before the engine).
+const PURGEABLE: [Listed; 5] = [
+    Listed::Queued,
+    Listed::Scheduled,
+    Listed::Dead,
+    Listed::Done,
+    Listed::Cancelled,
+];
 
 fn op() -> impl Strategy<Value = Op> {
     let worker = 1u64..4;
@@ -402,15 +425,21 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(worker, pick, ms)| Op::Extend { worker, pick, ms }),
         1 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
         1 => any::<usize>().prop_map(|pick| Op::Requeue { pick }),
-        1 => worker.prop_map(|worker| Op::Disconnect { worker }),
+        1 => worker.clone().prop_map(|worker| Op::Disconnect { worker }),
         2 => (1u64..40).prop_map(|ms| Op::Advance { ms }),
+        1 => (worker.clone(), any::<usize>(), 0u64..30)
+            .prop_map(|(worker, pick, ms)| Op::Snooze { worker, pick, ms }),
+        1 => (worker, any::<bool>()).prop_map(|(worker, on)| Op::Quiet { worker, on }),
+        1 => (0u8..3, 0u8..5).prop_map(|(queue, state)| Op::Purge { queue, state }),
+        1 => Just(Op::Restart),
     ]
 }
 
 proptest! {
     /// Random interleavings of every operation against a simple model: no task is lost, none
-    /// is leased to two workers at once, and every task ends done, dead or cancelled, counted
-    /// once.
+    /// is leased to two workers at once, a quiet worker leases nothing, a snooze spends no
+    /// attempt, and every task ends done, dead (failures, spent retries, lost-lease
+    /// quarantine) or cancelled, counted once, unless purged first.
     #[test]
     // Long: one randomized scenario against a model, its steps in one match so each reads beside the check that follows it.
     fn engine_keeps_every_task_and_leases_each_to_one_worker(ops in proptest::collection::vec(op(), 1..200)) {
@@ -422,6 +451,10 @@ proptest! {
         let mut held: std::collections::HashMap<Bytes, u64> = Default::default();
         let mut finished: std::collections::HashMap<Bytes, State> = Default::default();
         let mut requeued = 0u64;
+        let mut submitted = 0u64;
+        // Lives ended by a purge rather than a terminal state.
+        let mut purged_live = 0u64;
+        let mut quiet: std::collections::HashSet<u64> = Default::default();
         for op in ops {
             match op {
                 Op::Submit { queue, retries, delay } => {
@@ -434,12 +467,15 @@ proptest! {
                     let (id, created) = e.submit(&[b'q', queue], b("p"), options, now).unwrap();
                     prop_assert!(created);
                     ids.push(id);
+                    submitted += 1;
                 }
                 Op::Fetch { worker, queues, count, lease } => {
                     let names: Vec<Bytes> = queues.iter().map(|q| Bytes::copy_from_slice(&[b'q', *q])).collect();
                     let before: std::collections::HashMap<Bytes, State> =
                         ids.iter().map(|id| (id.clone(), e.get(id).unwrap().state.clone())).collect();
-                    for leased in e.fetch(&names, count, Some(lease), worker, now) {
+                    let leased = e.fetch(&names, count, Some(lease), worker, now);
+                    prop_assert!(leased.is_empty() || !quiet.contains(&worker), "a quiet worker leased");
+                    for leased in leased {
                         let was = &before[&leased.id];
                         prop_assert!(!was.is_terminal(), "a finished task was leased");
                         prop_assert!(
@@ -501,6 +537,52 @@ proptest! {
                     now += ms;
                     e.advance(now);
                 }
+                Op::Snooze { worker, pick, ms } if !ids.is_empty() => {
+                    let id = ids[pick % ids.len()].clone();
+                    let task = e.get(&id).unwrap();
+                    let holds = matches!(task.state, State::Leased { owner, .. } if owner == worker);
+                    let attempts = task.attempts;
+                    let result = e.fail(&id, worker, None, Retry::Snooze(ms), now);
+                    prop_assert_eq!(result.is_ok(), holds);
+                    if holds {
+                        prop_assert_eq!(result, Ok(FailOutcome::SnoozedUntil(now + ms)));
+                        prop_assert_eq!(e.get(&id).unwrap().attempts, attempts - 1, "a snooze spends no attempt");
+                        held.remove(&id);
+                    }
+                }
+                Op::Quiet { worker, on } => {
+                    e.set_quiet(worker, on);
+                    if on {
+                        quiet.insert(worker);
+                    } else {
+                        quiet.remove(&worker);
+                    }
+                }
+                Op::Purge { queue, state } => {
+                    let listed = PURGEABLE[state as usize];
+                    let name = [b'q', queue];
+                    let before: Vec<(Bytes, bool)> = ids
+                        .iter()
+                        .filter(|id| {
+                            let task = e.get(id).unwrap();
+                            task.queue == name[..] && Listed::parse(task.state.name().as_bytes()) == Some(listed)
+                        })
+                        .map(|id| (id.clone(), e.get(id).unwrap().state.is_terminal()))
+                        .collect();
+                    prop_assert_eq!(e.purge(&name, listed, now), before.len());
+                    for (id, terminal) in before {
+                        prop_assert!(e.get(&id).is_none(), "a purged task is gone");
+                        ids.retain(|known| *known != id);
+                        finished.remove(&id);
+                        if !terminal {
+                            purged_live += 1;
+                        }
+                    }
+                }
+                Op::Restart => {
+                    e.release_all(now);
+                    held.clear();
+                }
                 _ => {}
             }
             e.check_invariants();
@@ -534,9 +616,9 @@ proptest! {
         // A requeued dead task lives again, so it reaches a terminal state once more.
         prop_assert_eq!(
             totals.acked + totals.dead + totals.cancelled,
-            ids.len() as u64 + requeued,
-            "each life counted once"
+            submitted + requeued - purged_live,
+            "each life counted once (unless purged before it ended)"
         );
-        prop_assert_eq!(totals.submitted, ids.len() as u64);
+        prop_assert_eq!(totals.submitted, submitted);
     }
 }

@@ -2,10 +2,12 @@
 //!
 //! Written: the counters and id sequences, the UNIQUE windows and the deadline index (both
 //! kept apart from the tasks: a window outlives its task, and a requeued dead task keeps no
-//! deadline), each queue's own state (its dead list in order, pause, limits, rate window,
+//! deadline), each queue's own state (pause, limits, the rate limit's log of recent leases,
 //! counters), and every task with all its fields. Rebuilt on load from the tasks: the ready
-//! sets, the scheduled and lease indexes, the owners' lease index and the retention index,
-//! exactly as the engine maintains them (its invariant check passes on the result).
+//! sets, the scheduled and lease indexes, the owners' lease index, the dead sets and the
+//! retention indexes, exactly as the engine maintains them (its invariant check passes on the
+//! result). The first format's queue and task parts (no lost-lease counts, a fixed rate
+//! window) still load.
 //!
 //! The output comes in parts of about [`PART_BYTES`] so that a caller can frame each as a
 //! record; parts must be loaded in order.
@@ -15,17 +17,22 @@ use std::cmp::Reverse;
 use bytes::Bytes;
 
 use super::{Engine, Queue, Task};
-use crate::tasks::model::{Origin, State, SubmitOptions};
+use crate::tasks::model::{Origin, State, SubmitOptions, LOST_LEASES_MAX_DEFAULT};
 use crate::wire::{
-    put_bytes, put_bytes_list, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader,
+    put_bytes, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader,
 };
 
 /// About how large one part grows before the next starts.
 pub const PART_BYTES: usize = 1 << 20;
 
 const META: u8 = 1;
-const QUEUE: u8 = 2;
-const TASKS: u8 = 3;
+/// A queue as the first format wrote it (read only): with its dead list and a fixed rate
+/// window.
+const QUEUE_V1: u8 = 2;
+/// Tasks as the first format wrote them (read only): without lost leases and LOSTMAX.
+const TASKS_V1: u8 = 3;
+const QUEUE: u8 = 4;
+const TASKS: u8 = 5;
 
 fn put_i64(out: &mut Vec<u8>, v: i64) {
     put_u64(out, v as u64);
@@ -45,13 +52,11 @@ fn read_opt_u32(r: &mut Reader) -> Decoded<Option<u32>> {
         .transpose()
 }
 
-/// One queue's own state as a part: its dead list in order, pause, limits, rate window and
-/// counters.
+/// One queue's own state as a part: pause, limits, the rate limit's log and counters (its
+/// dead set follows from its tasks).
 fn put_queue(out: &mut Vec<u8>, name: &[u8], q: &Queue) {
     out.push(QUEUE);
     put_bytes(out, name);
-    let dead: Vec<&Bytes> = q.dead.iter().collect();
-    put_bytes_list(out, &dead);
     out.push(u8::from(q.paused));
     put_opt_u32(out, q.concurrency);
     match q.rate {
@@ -62,8 +67,10 @@ fn put_queue(out: &mut Vec<u8>, name: &[u8], q: &Queue) {
             put_u64(out, per);
         }
     }
-    put_u64(out, q.window_start_ms);
-    put_u64(out, u64::from(q.window_used));
+    put_u64(out, q.rate_log.len() as u64);
+    for at in &q.rate_log {
+        put_u64(out, *at);
+    }
     put_u64(out, q.submitted);
     put_u64(out, q.acked);
     put_u64(out, q.failed);
@@ -118,7 +125,10 @@ impl Engine {
             if out.is_empty() {
                 out.push(TASKS);
             }
-            put_task(&mut out, &self.tasks[id]);
+            let task = &self.tasks[id];
+            put_task(&mut out, task);
+            put_u64(&mut out, u64::from(task.lost_leases));
+            put_u64(&mut out, u64::from(task.options.lost_max));
             if out.len() >= PART_BYTES {
                 part(&out);
                 out.clear();
@@ -163,10 +173,13 @@ impl Engine {
                     self.deadlines.insert((deadline, r.bytes()?));
                 }
             }
-            QUEUE => {
+            kind @ (QUEUE | QUEUE_V1) => {
                 let name = r.bytes()?;
-                let q = Queue {
-                    dead: r.bytes_list()?.into(),
+                if kind == QUEUE_V1 {
+                    // The dead list: rebuilt from the tasks.
+                    r.bytes_list()?;
+                }
+                let mut q = Queue {
                     paused: r.flag()?,
                     concurrency: read_opt_u32(&mut r)?,
                     rate: if r.flag()? {
@@ -174,18 +187,29 @@ impl Engine {
                     } else {
                         None
                     },
-                    window_start_ms: r.u64()?,
-                    window_used: r.u32()?,
-                    submitted: r.u64()?,
-                    acked: r.u64()?,
-                    failed: r.u64()?,
                     ..Queue::default()
                 };
+                if kind == QUEUE_V1 {
+                    // A fixed window's start and count: the sliding log starts empty.
+                    r.u64()?;
+                    r.u32()?;
+                } else {
+                    for _ in 0..r.count()? {
+                        q.rate_log.push_back(r.u64()?);
+                    }
+                }
+                q.submitted = r.u64()?;
+                q.acked = r.u64()?;
+                q.failed = r.u64()?;
                 self.queues.insert(name, q);
             }
-            TASKS => {
+            kind @ (TASKS | TASKS_V1) => {
                 while !r.is_done() {
-                    let task = read_task(&mut r)?;
+                    let mut task = read_task(&mut r)?;
+                    if kind == TASKS {
+                        task.lost_leases = r.u32()?;
+                        task.options.lost_max = r.u32()?;
+                    }
                     self.tasks.insert(task.id.clone(), task);
                 }
             }
@@ -218,7 +242,15 @@ impl Engine {
                     self.leases.insert((until_ms, id.clone()));
                     self.by_owner.entry(owner).or_default().insert(id.clone());
                 }
-                State::Done | State::Dead | State::Cancelled => {
+                State::Dead => {
+                    let Some(died) = task.finished_ms else {
+                        return Err(DecodeError("a finished task without its finish time"));
+                    };
+                    q.dead.insert((died, id.clone()));
+                    let forget_at = Engine::forget_at(task, self.dead_retention_ms);
+                    self.dead_retained.insert((forget_at, id.clone()));
+                }
+                State::Done | State::Cancelled => {
                     if task.finished_ms.is_none() {
                         return Err(DecodeError("a finished task without its finish time"));
                     }
@@ -305,6 +337,7 @@ fn read_task(r: &mut Reader) -> Decoded<Task> {
         } else {
             None
         },
+        lost_max: LOST_LEASES_MAX_DEFAULT,
     };
     let state = match r.u8()? {
         0 => State::Scheduled { due_ms: r.u64()? },
@@ -325,6 +358,7 @@ fn read_task(r: &mut Reader) -> Decoded<Task> {
         options,
         state,
         attempts: r.u32()?,
+        lost_leases: 0,
         last_error: r.opt_bytes()?,
         result: r.opt_bytes()?,
         submitted_ms: r.u64()?,
@@ -380,7 +414,15 @@ impl Engine {
                     self.by_owner.entry(owner).or_default().insert(id.clone());
                 }
                 State::Queued => {}
-                State::Done | State::Dead | State::Cancelled => {
+                State::Dead => {
+                    let forget_at = Engine::forget_at(&task, other.dead_retention_ms);
+                    other.dead_retained.remove(&(forget_at, id.clone()));
+                    self.dead_retained.insert((
+                        Engine::forget_at(&task, self.dead_retention_ms),
+                        id.clone(),
+                    ));
+                }
+                State::Done | State::Cancelled => {
                     other
                         .retained
                         .remove(&(Engine::forget_at(&task, other.retention_ms), id.clone()));

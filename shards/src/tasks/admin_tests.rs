@@ -1,0 +1,280 @@
+//! The engine's v2 rules, one test each: dead tasks kept apart from finished ones, the
+//! lost-lease quarantine and its backoff, SNOOZE, the sliding-window rate limit, quiet
+//! owners, and the operations TASK.LIST, TASK.PURGE and TASK.DELQUEUE stand on.
+
+use bytes::Bytes;
+
+use super::engine::*;
+use super::model::*;
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+fn submit_with(e: &mut Engine, queue: &str, options: SubmitOptions, now: u64) -> Bytes {
+    e.submit(queue.as_bytes(), b("p"), options, now).expect("submit").0
+}
+
+fn submit(e: &mut Engine, queue: &str, now: u64) -> Bytes {
+    submit_with(e, queue, SubmitOptions::default(), now)
+}
+
+const W1: u64 = 1;
+const W2: u64 = 2;
+
+#[test]
+fn dead_tasks_outlive_a_flood_of_acknowledged_ones() {
+    let mut e = Engine::new(600_000);
+    let doomed = submit(&mut e, "q", 0);
+    e.fetch(&[b("q")], 1, None, W1, 0);
+    e.fail(&doomed, W1, None, Retry::Never, 0).unwrap();
+    // Past the shard-wide cap of finished tasks, all acknowledged after the death.
+    for n in 0..(RETAINED_TASKS_MAX as u64 + 500) {
+        let id = submit(&mut e, "q", n);
+        e.fetch(&[b("q")], 1, None, W1, n);
+        e.ack(&id, W1, None, n).unwrap();
+    }
+    e.advance(1_000_000);
+    assert_eq!(e.dead(b"q"), vec![doomed.clone()]);
+    assert_eq!(e.get(&doomed).unwrap().state, State::Dead);
+    assert!(e.len() <= RETAINED_TASKS_MAX + 1);
+    // The dead retention is its own (default 7 days).
+    e.advance(DEAD_RETENTION_MS_DEFAULT - 1);
+    assert_eq!(e.dead(b"q").len(), 1);
+    e.advance(DEAD_RETENTION_MS_DEFAULT);
+    assert!(e.dead(b"q").is_empty());
+    assert!(e.get(&doomed).is_none());
+    e.check_invariants();
+}
+
+#[test]
+fn the_dead_set_is_capped_per_queue_oldest_forgotten_first() {
+    let mut e = Engine::new(1000).with_dead_retention(u64::MAX / 4);
+    let mut ids = Vec::new();
+    for n in 0..(DEAD_PER_QUEUE_MAX as u64 + 2) {
+        let id = submit(&mut e, "q", n);
+        e.fetch(&[b("q")], 1, None, W1, n);
+        e.fail(&id, W1, None, Retry::Never, n).unwrap();
+        ids.push(id);
+    }
+    let dead = e.dead(b"q");
+    assert_eq!(dead.len(), DEAD_PER_QUEUE_MAX);
+    assert_eq!(dead[0], ids[2], "the two oldest went");
+    assert!(e.get(&ids[0]).is_none() && e.get(&ids[1]).is_none());
+    e.check_invariants();
+}
+
+#[test]
+fn a_task_that_loses_three_leases_dies_and_is_not_leased_a_fourth_time() {
+    let mut e = Engine::new(600_000);
+    let options = SubmitOptions {
+        retries: 10,
+        backoff_base_ms: 100,
+        ..SubmitOptions::default()
+    };
+    let id = submit_with(&mut e, "q", options, 0);
+    // First loss: straight back to the head.
+    assert_eq!(e.fetch(&[b("q")], 1, None, W1, 0).len(), 1);
+    e.release_owner(W1, 10);
+    assert_eq!(e.get(&id).unwrap().state, State::Queued);
+    // Second: it backs off (base 100 ms, minus up to 25% jitter).
+    assert_eq!(e.fetch(&[b("q")], 1, None, W2, 10).len(), 1);
+    e.release_owner(W2, 20);
+    let State::Scheduled { due_ms } = e.get(&id).unwrap().state else {
+        panic!("a second lost lease backs off");
+    };
+    assert!((20 + 75..=20 + 100).contains(&due_ms), "due {due_ms}");
+    assert!(e.fetch(&[b("q")], 1, None, W1, due_ms - 1).is_empty());
+    // Third: dead, with the reason, whatever retries were left.
+    assert_eq!(e.fetch(&[b("q")], 1, None, W1, due_ms).len(), 1);
+    e.release_owner(W1, due_ms + 1);
+    let task = e.get(&id).unwrap();
+    assert_eq!(task.state, State::Dead);
+    assert_eq!((task.attempts, task.lost_leases), (3, 3));
+    assert!(task.last_error.as_ref().unwrap().starts_with(b"lease lost 3 times"));
+    assert!(e.fetch(&[b("q")], 1, None, W2, due_ms + 10_000).is_empty());
+    // Expiry counts too, and LOSTMAX sets the limit; REQUEUE starts the count again.
+    e.requeue(&id, due_ms + 1).unwrap();
+    assert_eq!(e.get(&id).unwrap().lost_leases, 0);
+    let once = SubmitOptions {
+        lost_max: 1,
+        ..SubmitOptions::default()
+    };
+    let fragile = submit_with(&mut e, "r", once, 0);
+    e.fetch(&[b("r")], 1, Some(50), W1, 0);
+    e.advance(50);
+    assert_eq!(e.get(&fragile).unwrap().state, State::Dead);
+    e.check_invariants();
+}
+
+#[test]
+fn a_restart_spends_the_attempt_but_not_a_lost_lease() {
+    let mut e = Engine::new(600_000);
+    let id = submit(&mut e, "q", 0);
+    for now in 0..4 {
+        assert_eq!(e.fetch(&[b("q")], 1, None, W1, now).len(), 1, "restart {now}");
+        e.release_all(now);
+    }
+    let task = e.get(&id).unwrap();
+    assert_eq!((task.lost_leases, task.attempts), (0, 4));
+    assert_eq!(task.state, State::Dead, "4 attempts spent: the retries ran out");
+}
+
+#[test]
+fn snooze_returns_later_without_spending_an_attempt_or_counting_a_failure() {
+    let mut e = Engine::new(600_000);
+    let options = SubmitOptions {
+        retries: 0,
+        ..SubmitOptions::default()
+    };
+    let id = submit_with(&mut e, "q", options, 0);
+    for round in 0..5u64 {
+        let now = round * 100;
+        let leased = e.fetch(&[b("q")], 1, None, W1, now);
+        assert_eq!(leased[0].attempt, 1, "round {round}");
+        assert_eq!(
+            e.fail(&id, W1, None, Retry::Snooze(100), now),
+            Ok(FailOutcome::SnoozedUntil(now + 100))
+        );
+        assert!(e.fetch(&[b("q")], 1, None, W1, now + 99).is_empty());
+    }
+    assert_eq!(e.totals().failed, 0);
+    assert_eq!(e.get(&id).unwrap().last_error, None);
+    e.fetch(&[b("q")], 1, None, W1, 500);
+    e.ack(&id, W1, None, 500).unwrap();
+    e.check_invariants();
+}
+
+#[test]
+fn the_rate_limit_holds_in_every_sliding_window() {
+    let mut e = Engine::new(600_000);
+    for _ in 0..100 {
+        submit(&mut e, "q", 0);
+    }
+    e.set_limits(b"q", None, Some((3, 100)));
+    let mut leased_at = Vec::new();
+    // One lease at 0, then bursts around each 100 ms edge: a window fixed at [0, 100) would
+    // let 2 through at 99 and 3 more at 100 (5 within 2 ms); a sliding one never lets more
+    // than 3 into any 100 ms.
+    for now in (0..400u64).filter(|t| *t == 0 || t % 100 >= 95 || t % 100 <= 5) {
+        let count = if now == 0 { 1 } else { 5 };
+        for _ in e.fetch(&[b("q")], count, None, W1, now) {
+            leased_at.push(now);
+        }
+    }
+    for (i, &start) in leased_at.iter().enumerate() {
+        let in_window = leased_at[i..].iter().take_while(|&&t| t < start + 100).count();
+        assert!(in_window <= 3, "{in_window} leases in [{start}, {})", start + 100);
+    }
+    assert!(leased_at.len() >= 10, "the limit lets work through: {leased_at:?}");
+}
+
+#[test]
+fn a_quiet_owner_leases_nothing_until_let_go() {
+    let mut e = Engine::new(600_000);
+    submit(&mut e, "q", 0);
+    e.set_quiet(W1, true);
+    assert!(e.fetch(&[b("q")], 1, None, W1, 0).is_empty());
+    assert_eq!(e.fetch(&[b("q")], 1, None, W2, 0).len(), 1);
+    submit(&mut e, "q", 0);
+    e.set_quiet(W1, false);
+    assert_eq!(e.fetch(&[b("q")], 1, None, W1, 0).len(), 1);
+}
+
+/// Every id of `state` in `queue`, walking pages of `count`.
+fn walk(e: &mut Engine, queue: &str, state: Listed, count: usize) -> Vec<Bytes> {
+    let mut all = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (next, ids) = e.list(queue.as_bytes(), state, cursor.as_ref(), count, 0);
+        all.extend(ids);
+        match next {
+            // The cursor goes over the wire as bytes.
+            Some(c) => cursor = Cursor::decode(&c.encode(), state).unwrap(),
+            None => return all,
+        }
+    }
+}
+
+#[test]
+fn list_pages_through_each_state_once_in_order() {
+    let mut e = Engine::new(600_000);
+    let mut queued = Vec::new();
+    for n in 0..25 {
+        let priority = if n % 5 == 0 { 1 } else { 0 };
+        let options = SubmitOptions {
+            priority,
+            ..SubmitOptions::default()
+        };
+        queued.push((priority, submit_with(&mut e, "q", options, 0)));
+        submit(&mut e, "other", 0);
+    }
+    let scheduled: Vec<Bytes> = (0..7)
+        .map(|n| {
+            let options = SubmitOptions {
+                due_ms: Some(1000 + n),
+                ..SubmitOptions::default()
+            };
+            submit_with(&mut e, "q", options, 0)
+        })
+        .collect();
+    // Lease order: priority 1 first, then submission order.
+    let mut expected: Vec<Bytes> = queued.iter().filter(|(p, _)| *p == 1).map(|(_, id)| id.clone()).collect();
+    expected.extend(queued.iter().filter(|(p, _)| *p == 0).map(|(_, id)| id.clone()));
+    for count in [1, 3, 10, 1000] {
+        assert_eq!(walk(&mut e, "q", Listed::Queued, count), expected, "count {count}");
+        assert_eq!(walk(&mut e, "q", Listed::Scheduled, count), scheduled);
+    }
+    let leased: Vec<Bytes> = e.fetch(&[b("q")], 4, None, W1, 0).into_iter().map(|l| l.id).collect();
+    let mut sorted = leased.clone();
+    sorted.sort();
+    let mut listed = walk(&mut e, "q", Listed::Leased, 3);
+    listed.sort();
+    assert_eq!(listed, sorted);
+    e.ack(&leased[0], W1, None, 0).unwrap();
+    e.fail(&leased[1], W1, None, Retry::Never, 0).unwrap();
+    e.cancel(&leased[2], 0).unwrap();
+    assert_eq!(walk(&mut e, "q", Listed::Done, 2), vec![leased[0].clone()]);
+    assert_eq!(walk(&mut e, "q", Listed::Dead, 2), vec![leased[1].clone()]);
+    assert_eq!(walk(&mut e, "q", Listed::Cancelled, 2), vec![leased[2].clone()]);
+    assert!(walk(&mut e, "nothing", Listed::Queued, 2).is_empty());
+    assert_eq!(Cursor::decode(b"junk", Listed::Queued), None);
+}
+
+#[test]
+fn purge_and_delete_queue_leave_no_trace() {
+    let mut e = Engine::new(600_000);
+    let unique = SubmitOptions {
+        unique: Some((b("k"), 0)),
+        deadline_ms: Some(50_000),
+        ..SubmitOptions::default()
+    };
+    let first = submit_with(&mut e, "q", unique.clone(), 0);
+    for _ in 0..4 {
+        submit(&mut e, "q", 0);
+    }
+    let later = SubmitOptions {
+        due_ms: Some(500),
+        ..SubmitOptions::default()
+    };
+    submit_with(&mut e, "q", later, 0);
+    let keep = submit(&mut e, "r", 0);
+    assert_eq!(e.purge(b"q", Listed::Queued, 1), 5);
+    e.check_invariants();
+    assert!(e.get(&first).is_none());
+    let (again, created) = e.submit(b"q", b("p"), unique, 1).unwrap();
+    assert!(created && again != first, "the unique key went with its task");
+    assert_eq!(e.purge(b"q", Listed::Scheduled, 1), 1);
+    e.fetch(&[b("q")], 1, None, W1, 1);
+    assert_eq!(
+        e.delete_queue(b"q", false, 2),
+        Err(TaskError::QueueHasLeases(1))
+    );
+    assert_eq!(e.delete_queue(b"q", true, 2), Ok(Some(1)));
+    assert_eq!(e.ack(&again, W1, None, 3), Err(TaskError::NoSuchTask));
+    assert!(!e.queue_names().contains(&b("q")));
+    assert_eq!(e.delete_queue(b"q", false, 3), Ok(None));
+    assert_eq!(e.get(&keep).unwrap().state, State::Queued);
+    e.advance(100_000);
+    e.check_invariants();
+}
