@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-use crate::task_commands as tasks;
 use crate::task_admin;
+use crate::task_commands as tasks;
 use crate::{
     bitfield, bitmaps, geo, hashes, hyperloglog, keys, lcs, lists, sets, sort, stream_groups,
     streams, strings, zsets,
@@ -298,6 +298,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.limit", -2, WRITE | TASK, ONE, Keyed, Some(tasks::limit), T, "Sets or shows a queue's concurrency and rate limits."),
     row("task.stats", 2, READONLY | TASK, ONE, Keyed, Some(tasks::stats), T, "Returns a queue's counts and the age of its oldest waiting task."),
     row("task.queues", 1, READONLY | TASK, NONE, AllShards(Concat), Some(tasks::queues), T, "Lists the queues."),
+    row("task.worker", -2, NOSCRIPT | FAST | TASK, NONE, Server, None, T, "Binds the connection to a worker identity that owns its leases."),
+    row("task.workers", 1, READONLY | TASK, NONE, Server, None, T, "Lists the workers, their connections and leases."),
+    row("task.quiet", 2, NOSCRIPT | TASK, NONE, Server, None, T, "Stops a worker's fetches (to drain it)."),
     row("task.list", -3, READONLY | TASK, ONE, Keyed, Some(task_admin::list), T, "Pages through a queue's tasks in one state."),
     row("task.purge", 3, WRITE | TASK, ONE, Keyed, Some(task_admin::purge), T, "Drops every task of a queue in one state."),
     row("task.delqueue", -2, WRITE | TASK, ONE, Keyed, Some(task_admin::delqueue), T, "Deletes a queue and every task in it."),

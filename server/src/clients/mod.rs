@@ -13,6 +13,19 @@ use wetask_protocol::Protocol;
 mod subscriptions;
 pub use subscriptions::{Kind, Subscriptions};
 
+/// The worker identity a connection took with TASK.WORKER.
+#[derive(Clone, Debug)]
+pub struct WorkerBinding {
+    pub name: Bytes,
+    /// The owner id its leases carry (`wetask_shards::tasks::workers::worker_owner`).
+    pub owner: u64,
+    /// The shard that keeps the worker's book (the shard of its name).
+    pub home: usize,
+    pub heartbeat_ms: Option<u64>,
+    /// When this connection last told the home shard it is alive.
+    pub last_beat_ms: u64,
+}
+
 /// A watched key: its owner shard, database, name and the version seen at WATCH.
 #[derive(Clone, Debug)]
 pub struct Watched {
@@ -69,6 +82,8 @@ pub struct ConnState {
     pub push_waker: Option<std::task::Waker>,
     /// The io_uring transport's slot for this connection: (index, generation).
     pub slot: (u32, u32),
+    /// TASK.WORKER's identity: leases go to the worker, not to this connection.
+    pub worker: Option<WorkerBinding>,
 }
 
 impl ConnState {
@@ -117,7 +132,13 @@ impl ConnState {
             pushes: Default::default(),
             push_waker: None,
             slot: (0, 0),
+            worker: None,
         }
+    }
+
+    /// Who the tasks this connection leases belong to: its worker, or the connection.
+    pub fn task_owner(&self) -> u64 {
+        self.worker.as_ref().map_or(self.id, |w| w.owner)
     }
 
     /// One `CLIENT LIST` line (without the newline).

@@ -15,6 +15,7 @@ pub mod pubsub;
 pub mod scripting;
 pub mod tasks;
 pub mod transaction;
+pub mod workers;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -42,7 +43,8 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     let several = ctx.shard_count > 1;
     match spec.name {
         "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
-        "task.wait" | "save" => true,
+        "task.wait" | "save" | "task.worker" | "task.quiet" => true,
+        "task.workers" => several,
         // SHUTDOWN SAVE waits for the snapshots.
         "shutdown" => args[1..].iter().any(|a| is(a, "save")),
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
@@ -63,6 +65,9 @@ pub async fn run(
     match spec.name {
         "task.fetch" => crate::commands::tasks::run(ctx, conn, args).await,
         "task.wait" => crate::commands::tasks::wait(ctx, conn, args).await,
+        "task.worker" => workers::worker(ctx, conn, args).await,
+        "task.workers" => workers::workers(ctx).await,
+        "task.quiet" => workers::quiet(ctx, args).await,
         "subscribe" | "psubscribe" | "ssubscribe" => crate::commands::pubsub::subscribe(
             ctx,
             &mut conn.borrow_mut(),
@@ -220,6 +225,7 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
 
 fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
     ctx.pubsub.drop_subscriptions(ctx, conn);
+    workers::leave(ctx, conn);
     conn.subscriptions = Default::default();
     conn.multi = None;
     conn.multi_failed = false;

@@ -601,7 +601,7 @@ pub async fn eval(
 ) -> Frame {
     let (db, client) = {
         let state = conn.borrow();
-        (state.db, state.id)
+        (state.db, state.task_owner())
     };
     eval_in(ctx, spec, args, db, client, None).await
 }

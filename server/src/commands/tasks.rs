@@ -4,7 +4,8 @@
 //! are tried in the order named, a run of consecutive queues on one shard in one request, until
 //! COUNT tasks are leased. Strict queue order holds because a later shard is asked only once the
 //! earlier ones had too few. Every shard that leased to the client is remembered on the
-//! connection, so its leases are released there when the connection closes.
+//! connection, so its leases are released there when the connection closes. Leases go to the
+//! connection's task owner: the connection itself, or the worker it took (TASK.WORKER).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -31,7 +32,7 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
                 .chain(&fetch.acks)
                 .any(|name| ctx.owner_of(name) != ctx.id);
             // A local blocking fetch that can lease now runs inline like any other; only
-            // one that may have to wait needs a task. (Its ACKs run first and cannot make
+            // one that may have to wait needs a task (with a quiet worker about, any may). (Its ACKs run first and cannot make
             // a task ready for it... except its own, which then counts as not ready: it
             // simply takes the task path.)
             remote
@@ -49,12 +50,13 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
         Ok(fetch) => fetch,
         Err(err) => return err,
     };
-    let at = {
+    let (at, client) = {
         let state = conn.borrow();
-        Target {
+        let at = Target {
             db: state.db,
-            client: state.id,
-        }
+            client: state.task_owner(),
+        };
+        (at, state.id)
     };
     // A worker's usual step, FETCH q … ACK ids with q and the ids on one other shard, goes
     // there as one message: the ACKs ride with the first queue group's fetch.
@@ -94,7 +96,9 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
     }
     match (fetch.block_ms, held_back) {
         (_, Some(error)) if leased.is_empty() => error,
-        (Some(block_ms), _) if leased.is_empty() => block(ctx, at.client, &fetch, block_ms).await,
+        (Some(block_ms), _) if leased.is_empty() => {
+            block(ctx, client, at.client, &fetch, block_ms).await
+        }
         _ => Frame::Array(leased),
     }
 }
@@ -204,7 +208,13 @@ async fn ack_all(ctx: &ShardCtx, at: Target, ids: &[Bytes]) -> Option<Frame> {
 
 /// Waits until one of the queues' shards leases something (or the time is up); see the
 /// module docs of `shard::tasks`.
-async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64) -> Frame {
+async fn block(
+    ctx: &Rc<ShardCtx>,
+    client: u64,
+    owner: u64,
+    fetch: &FetchArgs,
+    block_ms: u64,
+) -> Frame {
     // The real clock, not the shard's coarse one (which may lag): a deadline must never
     // come early.
     let now = crate::globals::unix_ms();
@@ -227,6 +237,7 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
                     ctx,
                     Parked {
                         client,
+                        owner,
                         want: want(queues),
                         deadline_ms,
                         reply,
@@ -236,6 +247,7 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
             there: &|queues| {
                 Request::Tasks(TaskRequest::FetchBlocking {
                     client,
+                    owner,
                     queues: queues.clone(),
                     count: fetch.count,
                     lease_ms: fetch.lease_ms,
@@ -251,17 +263,18 @@ async fn block(ctx: &Rc<ShardCtx>, client: u64, fetch: &FetchArgs, block_ms: u64
     let mut delivered: Vec<Frame> = answers.into_frames().collect();
     if let Some(error) = delivered.iter().find(|f| f.is_error()).cloned() {
         let leased: Vec<Frame> = delivered.into_iter().filter(|f| !f.is_error()).collect();
-        hand_back(ctx, client, leased);
+        hand_back(ctx, owner, leased);
         return error;
     }
     if delivered.len() > fetch.count {
         let extra = delivered.split_off(fetch.count);
-        hand_back(ctx, client, extra);
+        hand_back(ctx, owner, extra);
     }
     Frame::Array(delivered)
 }
 
-/// Gives back leased tasks the client will not receive (each task frame starts with its id).
+/// Gives back leased tasks the client will not receive (each task frame starts with its id);
+/// `client` is the owner they were leased to.
 fn hand_back(ctx: &ShardCtx, client: u64, tasks: Vec<Frame>) {
     let ids = tasks.into_iter().filter_map(|task| match task {
         Frame::Array(fields) => match fields.into_iter().next() {
@@ -309,6 +322,7 @@ pub async fn wait(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byt
             ctx,
             Parked {
                 client,
+                owner: client,
                 want: Want::Finish { id },
                 deadline_ms,
                 reply: Reply::Local(slot.clone()),

@@ -212,7 +212,7 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
             failed,
             std::mem::take(&mut state.watched),
             state.db,
-            state.id,
+            state.task_owner(),
         )
     };
     if failed {

@@ -111,7 +111,10 @@ pub enum TaskRequest {
     /// Like `Fetch`, but when nothing can be leased the request is held (parked) until
     /// something can, or until `deadline_ms`.
     FetchBlocking {
+        /// The connection (its parked fetch is let go by this id).
         client: u64,
+        /// Who the leases go to: the connection, or its worker.
+        owner: u64,
         queues: Vec<Bytes>,
         count: usize,
         lease_ms: Option<u64>,
@@ -126,14 +129,41 @@ pub enum TaskRequest {
     },
     /// Let go of `client`'s parked fetches and waits (each is answered with nothing).
     Unpark { client: u64 },
-    /// Hand back tasks leased to `client` that it never received.
+    /// Hand back tasks leased to `client` (an owner id) that it never received.
     Unlease { client: u64, ids: Vec<Bytes> },
     /// `client`'s connection closed: requeue every task leased to it.
     ReleaseLeases { client: u64 },
+    /// Worker identities (TASK.WORKER and friends), on the worker's home shard unless said.
+    Worker(WorkerRequest),
     /// Submit a fallback task to a queue on the receiving shard.
     SubmitFallback {
         fallback: wetask_shards::tasks::Fallback,
     },
+}
+
+/// The worker registry's requests (`shard::tasks`, `wetask_shards::tasks::workers`).
+pub enum WorkerRequest {
+    /// Bind connection `conn` to worker `name`: answered `Version(owner id)`, or `Refused`.
+    Bind {
+        name: Bytes,
+        conn: u64,
+        options: wetask_shards::tasks::workers::WorkerOptions,
+    },
+    /// A sign of life from one of `name`'s connections.
+    Beat { name: Bytes },
+    /// Connection `conn` of `name` closed or left.
+    Unbind { name: Bytes, conn: u64 },
+    /// TASK.QUIET: answered `Version(owner id)`, or `Refused` for an unknown worker.
+    Quiet { name: Bytes },
+    /// On every shard: `owner`'s fetches lease nothing from now on.
+    SetQuiet { owner: u64 },
+    /// On every shard: a worker's GRACE ran out; its leases go back, and when it is
+    /// `forgotten` (no connection left) its quiet flag goes too.
+    Released { owner: u64, forgotten: bool },
+    /// This shard's workers, as TASK.WORKERS rows without their lease counts.
+    List,
+    /// On every shard: how many tasks each of `owners` holds here.
+    LeaseCounts { owners: Vec<u64> },
 }
 
 /// Blocked pops parked on the owner of their keys.

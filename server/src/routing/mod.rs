@@ -17,7 +17,8 @@ use wetask_shards::table::{CommandSpec, Merge};
 use crate::mesh::{KeyRequest, LockRequest, Request, Response, ResponseFuture, ShardCommands};
 use crate::shard::ShardCtx;
 
-/// Where a command runs: the connection's database, and the client it runs for.
+/// Where a command runs: the connection's database, and who it runs for: the client id, or
+/// its worker's owner id (task leases go to it; nothing else in a shard reads it).
 #[derive(Clone, Copy, Debug)]
 pub struct Target {
     pub db: usize,

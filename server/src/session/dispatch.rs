@@ -223,7 +223,7 @@ async fn execute_spec(
                 if state.multi.is_some() && !transaction::controls_transaction(spec) {
                     return transaction::queue(&mut state, spec, args);
                 }
-                (spec, state.db, state.id)
+                (spec, state.db, state.task_owner())
             }
             Err(err) => {
                 // A command refused inside MULTI makes its EXEC abort, as in Redis.
@@ -302,7 +302,7 @@ pub async fn run_batch(
             }
             let at = Target {
                 db: state.db,
-                client: state.id,
+                client: state.task_owner(),
             };
             (at, state.protocol)
         };

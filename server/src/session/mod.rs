@@ -126,6 +126,7 @@ impl Session {
     /// Runs every buffered command that can run inline; see the module docs.
     pub fn pump(&mut self, ctx: &Rc<ShardCtx>, out: &mut Output) -> Pump {
         self.state.borrow_mut().last_active_ms = ctx.shard.borrow().now_ms();
+        crate::commands::workers::beat_if_due(ctx, &self.state);
         if let Some(err) = self.held_error.take() {
             return self.protocol_error(&err, out);
         }

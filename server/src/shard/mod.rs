@@ -104,6 +104,7 @@ impl ShardCtx {
         for fallback in fallbacks {
             self.task_waits.route_fallback(&self.core, fallback);
         }
+        self.task_waits.expire_workers(&self.core);
         self.task_waits.serve_parked(&self.core);
         self.lists.serve(&self.core);
     }

@@ -8,18 +8,23 @@
 //! The connection's coordinator (`commands::tasks`) takes the first shard's answer, asks the
 //! others to let go, and hands back anything they leased meanwhile that it cannot deliver,
 //! so no task stays leased to a client that did not receive it.
+//!
+//! It also keeps the book of the worker identities whose home this shard is (TASK.WORKER;
+//! `wetask_shards::tasks::workers`): their connections come and go here, and when a
+//! worker's GRACE runs out this shard tells every shard to release its leases.
 
 use std::cell::{Cell, RefCell};
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::task_commands::task_frame;
+use wetask_shards::tasks::workers::{BindError, Release, Workers, WORKERS_MAX};
 
 use super::core::ShardCore;
 use super::reply::Reply;
 use super::ConnectionHooks;
 use crate::clients::ConnState;
-use crate::mesh::{Request, Response, TaskRequest};
+use crate::mesh::{Request, Response, TaskRequest, WorkerRequest};
 
 /// Most fetches parked on one shard at once; beyond it a blocked fetch is refused.
 pub const PARKED_FETCHES_MAX: usize = 100_000;
@@ -37,7 +42,10 @@ pub enum Want {
 }
 
 pub struct Parked {
+    /// The connection that waits (let go by this id).
     pub client: u64,
+    /// Who a fetch's leases go to: the connection, or its worker.
+    pub owner: u64,
     pub want: Want,
     /// Unix ms when it gives up empty-handed; `None` waits for ever.
     pub deadline_ms: Option<u64>,
@@ -49,6 +57,10 @@ pub struct TaskWaits {
     parked: RefCell<Vec<Parked>>,
     /// The engine epoch the parked fetches were last tried at.
     epoch: Cell<u64>,
+    /// The workers whose home this shard is.
+    workers: RefCell<Workers>,
+    /// When the next worker's GRACE runs out (`None`: no worker is gone).
+    next_release_ms: Cell<Option<u64>>,
 }
 
 impl TaskWaits {
@@ -57,6 +69,7 @@ impl TaskWaits {
         match request {
             TaskRequest::FetchBlocking {
                 client,
+                owner,
                 queues,
                 count,
                 lease_ms,
@@ -65,6 +78,7 @@ impl TaskWaits {
                 core,
                 Parked {
                     client,
+                    owner,
                     want: Want::Fetch {
                         queues,
                         count,
@@ -87,6 +101,7 @@ impl TaskWaits {
                         core,
                         Parked {
                             client,
+                            owner: client,
                             want: Want::Finish { id: task },
                             deadline_ms,
                             reply: Reply::Peer { from, id },
@@ -124,6 +139,7 @@ impl TaskWaits {
                     .task_submit_fallback(fallback)
                     .is_ok(),
             ),
+            TaskRequest::Worker(request) => self.worker_request(core, request),
             TaskRequest::FetchBlocking { .. } | TaskRequest::Wait { .. } => {
                 unreachable!("parking requests go through `handle`")
             }
@@ -197,7 +213,7 @@ impl TaskWaits {
                         lease_ms,
                     } => {
                         // Nothing to lease (or held back by the in-flight limit): keep waiting.
-                        match shard.task_fetch(queues, *count, *lease_ms, p.client) {
+                        match shard.task_fetch(queues, *count, *lease_ms, p.owner) {
                             Ok(frames) if !frames.is_empty() => Some(frames),
                             _ => expired.then(Vec::new),
                         }
@@ -247,9 +263,20 @@ impl ConnectionHooks for TaskWaits {
         }
     }
 
-    /// Requeues every task leased to the connection, on every shard it fetched from.
+    /// Requeues every task leased to the connection, on every shard it fetched from; a
+    /// worker's connection tells the worker's home instead (its leases wait out GRACE).
     fn connection_closed(&self, core: &ShardCore, state: &ConnState) {
         self.unpark_client(core, state.id);
+        if let Some(worker) = &state.worker {
+            self.send_worker(
+                core,
+                worker.home,
+                WorkerRequest::Unbind {
+                    name: worker.name.clone(),
+                    conn: state.id,
+                },
+            );
+        }
         for &shard in &state.task_shards {
             if shard == core.id {
                 self.release_client(core, state.id);
@@ -291,4 +318,121 @@ fn fetch(
     }
     let fetched = shard.task_fetch(queues, count, lease_ms, client);
     Response::Frames(fetched.unwrap_or_else(|error| vec![error]))
+}
+
+impl TaskWaits {
+    /// Serves a worker registry request (see `WorkerRequest`).
+    pub fn worker_request(&self, core: &ShardCore, request: WorkerRequest) -> Response {
+        let now = core.shard.borrow().now_ms();
+        let response = match request {
+            WorkerRequest::Bind {
+                name,
+                conn,
+                options,
+            } => match self.workers.borrow_mut().bind(&name, conn, options, now) {
+                Ok(owner) => Response::Version(owner),
+                Err(BindError::TooMany) => Response::Refused(Frame::error(format!(
+                    "ERR too many workers on one shard ({WORKERS_MAX})"
+                ))),
+                Err(BindError::Collision) => Response::Refused(Frame::static_error(
+                    "ERR worker name collides with another worker's id; pick another name",
+                )),
+            },
+            WorkerRequest::Beat { name } => {
+                self.workers.borrow_mut().beat(&name, now);
+                Response::Done
+            }
+            WorkerRequest::Unbind { name, conn } => {
+                self.workers.borrow_mut().unbind(&name, conn, now);
+                Response::Done
+            }
+            WorkerRequest::Quiet { name } => match self.workers.borrow_mut().quiet(&name) {
+                Some(owner) => Response::Version(owner),
+                None => Response::Refused(Frame::static_error("ERR no such worker")),
+            },
+            WorkerRequest::SetQuiet { owner } => {
+                core.shard.borrow_mut().tasks.set_quiet(owner, true);
+                Response::Done
+            }
+            WorkerRequest::Released { owner, forgotten } => {
+                let released = core.shard.borrow_mut().task_release_owner(owner);
+                if forgotten {
+                    core.shard.borrow_mut().tasks.set_quiet(owner, false);
+                }
+                Response::Count(released)
+            }
+            WorkerRequest::List => Response::Frames(self.worker_rows(now)),
+            WorkerRequest::LeaseCounts { owners } => {
+                let shard = core.shard.borrow();
+                let counts = owners.iter().map(|&owner| shard.tasks.leases_of(owner));
+                Response::Frames(counts.map(|n| Frame::Integer(n as i64)).collect())
+            }
+        };
+        self.next_release_ms
+            .set(self.workers.borrow().next_release_ms());
+        self.expire_workers(core);
+        response
+    }
+
+    /// Sends a worker request to `shard` (served here when it is this one), not waiting.
+    pub fn send_worker(&self, core: &ShardCore, shard: usize, request: WorkerRequest) {
+        if shard == core.id {
+            self.worker_request(core, request);
+        } else {
+            drop(core.request(shard, Request::Tasks(TaskRequest::Worker(request))));
+        }
+    }
+
+    /// Releases, on every shard, the leases of the workers whose GRACE ran out. Cheap when
+    /// none is due: called every turn.
+    pub fn expire_workers(&self, core: &ShardCore) {
+        let Some(due) = self.next_release_ms.get() else {
+            return;
+        };
+        let now = core.shard.borrow().now_ms();
+        if now < due {
+            return;
+        }
+        let releases = self.workers.borrow_mut().expire(now);
+        self.next_release_ms
+            .set(self.workers.borrow().next_release_ms());
+        for Release { owner, forgotten } in releases {
+            tracing::debug!(
+                owner,
+                forgotten,
+                "a worker's grace ran out: its leases go back"
+            );
+            for shard in 0..core.shard_count {
+                self.send_worker(core, shard, WorkerRequest::Released { owner, forgotten });
+            }
+        }
+    }
+
+    /// This shard's workers as `[owner id, row]` pairs; the row is TASK.WORKERS's map less
+    /// its lease count.
+    fn worker_rows(&self, now: u64) -> Vec<Frame> {
+        let text = |s: &str| Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()));
+        let int = |n: u64| Frame::Integer(n as i64);
+        let workers = self.workers.borrow();
+        workers
+            .list()
+            .into_iter()
+            .map(|w| {
+                let row = Frame::Map(vec![
+                    (text("name"), Frame::Bulk(w.name.clone())),
+                    (text("status"), text(w.status(now))),
+                    (text("connections"), int(w.connections.len() as u64)),
+                    (text("quiet"), int(u64::from(w.quiet))),
+                    (text("grace"), int(w.options.grace_ms)),
+                    (
+                        text("heartbeat"),
+                        w.options.heartbeat_ms.map_or(Frame::Null, int),
+                    ),
+                    (text("registered"), int(w.registered_ms)),
+                    (text("last_seen"), int(w.last_seen_ms)),
+                ]);
+                Frame::Array(vec![Frame::Integer(w.owner as i64), row])
+            })
+            .collect()
+    }
 }

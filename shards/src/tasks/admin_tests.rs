@@ -12,7 +12,9 @@ fn b(s: &str) -> Bytes {
 }
 
 fn submit_with(e: &mut Engine, queue: &str, options: SubmitOptions, now: u64) -> Bytes {
-    e.submit(queue.as_bytes(), b("p"), options, now).expect("submit").0
+    e.submit(queue.as_bytes(), b("p"), options, now)
+        .expect("submit")
+        .0
 }
 
 fn submit(e: &mut Engine, queue: &str, now: u64) -> Bytes {
@@ -91,7 +93,11 @@ fn a_task_that_loses_three_leases_dies_and_is_not_leased_a_fourth_time() {
     let task = e.get(&id).unwrap();
     assert_eq!(task.state, State::Dead);
     assert_eq!((task.attempts, task.lost_leases), (3, 3));
-    assert!(task.last_error.as_ref().unwrap().starts_with(b"lease lost 3 times"));
+    assert!(task
+        .last_error
+        .as_ref()
+        .unwrap()
+        .starts_with(b"lease lost 3 times"));
     assert!(e.fetch(&[b("q")], 1, None, W2, due_ms + 10_000).is_empty());
     // Expiry counts too, and LOSTMAX sets the limit; REQUEUE starts the count again.
     e.requeue(&id, due_ms + 1).unwrap();
@@ -112,12 +118,20 @@ fn a_restart_spends_the_attempt_but_not_a_lost_lease() {
     let mut e = Engine::new(600_000);
     let id = submit(&mut e, "q", 0);
     for now in 0..4 {
-        assert_eq!(e.fetch(&[b("q")], 1, None, W1, now).len(), 1, "restart {now}");
+        assert_eq!(
+            e.fetch(&[b("q")], 1, None, W1, now).len(),
+            1,
+            "restart {now}"
+        );
         e.release_all(now);
     }
     let task = e.get(&id).unwrap();
     assert_eq!((task.lost_leases, task.attempts), (0, 4));
-    assert_eq!(task.state, State::Dead, "4 attempts spent: the retries ran out");
+    assert_eq!(
+        task.state,
+        State::Dead,
+        "4 attempts spent: the retries ran out"
+    );
 }
 
 #[test]
@@ -163,10 +177,20 @@ fn the_rate_limit_holds_in_every_sliding_window() {
         }
     }
     for (i, &start) in leased_at.iter().enumerate() {
-        let in_window = leased_at[i..].iter().take_while(|&&t| t < start + 100).count();
-        assert!(in_window <= 3, "{in_window} leases in [{start}, {})", start + 100);
+        let in_window = leased_at[i..]
+            .iter()
+            .take_while(|&&t| t < start + 100)
+            .count();
+        assert!(
+            in_window <= 3,
+            "{in_window} leases in [{start}, {})",
+            start + 100
+        );
     }
-    assert!(leased_at.len() >= 10, "the limit lets work through: {leased_at:?}");
+    assert!(
+        leased_at.len() >= 10,
+        "the limit lets work through: {leased_at:?}"
+    );
 }
 
 #[test]
@@ -219,13 +243,30 @@ fn list_pages_through_each_state_once_in_order() {
         })
         .collect();
     // Lease order: priority 1 first, then submission order.
-    let mut expected: Vec<Bytes> = queued.iter().filter(|(p, _)| *p == 1).map(|(_, id)| id.clone()).collect();
-    expected.extend(queued.iter().filter(|(p, _)| *p == 0).map(|(_, id)| id.clone()));
+    let mut expected: Vec<Bytes> = queued
+        .iter()
+        .filter(|(p, _)| *p == 1)
+        .map(|(_, id)| id.clone())
+        .collect();
+    expected.extend(
+        queued
+            .iter()
+            .filter(|(p, _)| *p == 0)
+            .map(|(_, id)| id.clone()),
+    );
     for count in [1, 3, 10, 1000] {
-        assert_eq!(walk(&mut e, "q", Listed::Queued, count), expected, "count {count}");
+        assert_eq!(
+            walk(&mut e, "q", Listed::Queued, count),
+            expected,
+            "count {count}"
+        );
         assert_eq!(walk(&mut e, "q", Listed::Scheduled, count), scheduled);
     }
-    let leased: Vec<Bytes> = e.fetch(&[b("q")], 4, None, W1, 0).into_iter().map(|l| l.id).collect();
+    let leased: Vec<Bytes> = e
+        .fetch(&[b("q")], 4, None, W1, 0)
+        .into_iter()
+        .map(|l| l.id)
+        .collect();
     let mut sorted = leased.clone();
     sorted.sort();
     let mut listed = walk(&mut e, "q", Listed::Leased, 3);
@@ -236,7 +277,10 @@ fn list_pages_through_each_state_once_in_order() {
     e.cancel(&leased[2], 0).unwrap();
     assert_eq!(walk(&mut e, "q", Listed::Done, 2), vec![leased[0].clone()]);
     assert_eq!(walk(&mut e, "q", Listed::Dead, 2), vec![leased[1].clone()]);
-    assert_eq!(walk(&mut e, "q", Listed::Cancelled, 2), vec![leased[2].clone()]);
+    assert_eq!(
+        walk(&mut e, "q", Listed::Cancelled, 2),
+        vec![leased[2].clone()]
+    );
     assert!(walk(&mut e, "nothing", Listed::Queued, 2).is_empty());
     assert_eq!(Cursor::decode(b"junk", Listed::Queued), None);
 }
@@ -263,7 +307,10 @@ fn purge_and_delete_queue_leave_no_trace() {
     e.check_invariants();
     assert!(e.get(&first).is_none());
     let (again, created) = e.submit(b"q", b("p"), unique, 1).unwrap();
-    assert!(created && again != first, "the unique key went with its task");
+    assert!(
+        created && again != first,
+        "the unique key went with its task"
+    );
     assert_eq!(e.purge(b"q", Listed::Scheduled, 1), 1);
     e.fetch(&[b("q")], 1, None, W1, 1);
     assert_eq!(

@@ -21,8 +21,8 @@ type Hasher = foldhash::fast::RandomState;
 
 mod admin;
 mod snapshot;
-pub use admin::{Cursor, Listed, LIST_SCAN_MAX};
 use crate::slot::{key_slot, slot_tag};
+pub use admin::{Cursor, Listed, LIST_SCAN_MAX};
 
 /// Why a task command was refused; `text` is the error reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -542,9 +542,14 @@ impl Engine {
         })
     }
 
-    /// Whether a fetch of `queues` would lease something now (for blocked fetches).
+    /// Whether a fetch of `queues` would lease something now (for blocked fetches), to any
+    /// owner that is not quiet (with quiet owners about: never, so that a quiet worker's
+    /// blocking fetch is never taken for one that cannot wait).
     pub fn has_ready(&mut self, queues: &[Bytes], now_ms: u64) -> bool {
         self.advance(now_ms);
+        if !self.quiet.is_empty() {
+            return false;
+        }
         let max = self.in_flight_max;
         queues.iter().any(|name| {
             self.queues
@@ -574,6 +579,11 @@ impl Engine {
             ref state if state.is_terminal() => Err(TaskError::Finished),
             _ => Err(TaskError::NotLeased),
         }
+    }
+
+    /// How many tasks `owner` holds leased here.
+    pub fn leases_of(&self, owner: u64) -> usize {
+        self.by_owner.get(&owner).map_or(0, |ids| ids.len())
     }
 
     fn release_owner_index(&mut self, owner: u64, id: &Bytes) {
@@ -1059,9 +1069,9 @@ impl Engine {
 
     /// The dead tasks of `queue`, oldest first.
     pub fn dead(&self, queue: &[u8]) -> Vec<Bytes> {
-        self.queues
-            .get(queue)
-            .map_or_else(Vec::new, |q| q.dead.iter().map(|(_, id)| id.clone()).collect())
+        self.queues.get(queue).map_or_else(Vec::new, |q| {
+            q.dead.iter().map(|(_, id)| id.clone()).collect()
+        })
     }
 
     /// Puts a dead task back in its queue with fresh attempts.
@@ -1195,7 +1205,11 @@ impl Engine {
             }
         }
         let dead: usize = self.queues.values().map(|q| q.dead.len()).sum();
-        assert_eq!(dead, self.dead_retained.len(), "one dead-set entry per dead task");
+        assert_eq!(
+            dead,
+            self.dead_retained.len(),
+            "one dead-set entry per dead task"
+        );
         let indexed: usize = self.by_owner.values().map(|ids| ids.len()).sum();
         assert_eq!(indexed, self.leases.len());
     }

@@ -4,12 +4,13 @@
 //! `engine` is one shard's state machine. Pure and synchronous, like the rest of this crate:
 //! the server routes commands here and supplies the time and the client id.
 
+#[cfg(test)]
+mod admin_tests;
 pub mod engine;
 pub mod model;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod admin_tests;
+pub mod workers;
 
 pub use engine::{
     Cursor, Engine, FailOutcome, Fallback, Leased, Listed, QueueStats, Retry, TaskError, Totals,

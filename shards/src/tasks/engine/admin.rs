@@ -83,9 +83,15 @@ impl Cursor {
             return Some(None);
         }
         let colon = word.iter().position(|&c| c == b':')?;
-        let (head, rest) = (std::str::from_utf8(&word[..colon]).ok()?, &word[colon + 1..]);
+        let (head, rest) = (
+            std::str::from_utf8(&word[..colon]).ok()?,
+            &word[colon + 1..],
+        );
         let cursor = if state == Listed::Queued {
-            Cursor::Ready(head.parse().ok()?, std::str::from_utf8(rest).ok()?.parse().ok()?)
+            Cursor::Ready(
+                head.parse().ok()?,
+                std::str::from_utf8(rest).ok()?.parse().ok()?,
+            )
         } else {
             Cursor::Timed(head.parse().ok()?, Bytes::copy_from_slice(rest))
         };

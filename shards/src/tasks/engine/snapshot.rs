@@ -18,9 +18,7 @@ use bytes::Bytes;
 
 use super::{Engine, Queue, Task};
 use crate::tasks::model::{Origin, State, SubmitOptions, LOST_LEASES_MAX_DEFAULT};
-use crate::wire::{
-    put_bytes, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader,
-};
+use crate::wire::{put_bytes, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader};
 
 /// About how large one part grows before the next starts.
 pub const PART_BYTES: usize = 1 << 20;
@@ -417,10 +415,8 @@ impl Engine {
                 State::Dead => {
                     let forget_at = Engine::forget_at(&task, other.dead_retention_ms);
                     other.dead_retained.remove(&(forget_at, id.clone()));
-                    self.dead_retained.insert((
-                        Engine::forget_at(&task, self.dead_retention_ms),
-                        id.clone(),
-                    ));
+                    self.dead_retained
+                        .insert((Engine::forget_at(&task, self.dead_retention_ms), id.clone()));
                 }
                 State::Done | State::Cancelled => {
                     other
