@@ -50,6 +50,10 @@ pub struct Config {
     /// How long a finished task (and its result) stays readable, in ms (docs/TASKS.md).
     #[arg(long, default_value_t = wetask_shards::tasks::model::RETENTION_MS_DEFAULT)]
     pub task_retention_ms: u64,
+    /// How long a dead task stays in its queue's dead set, in ms (kept apart from finished
+    /// tasks; docs/TASKS.md).
+    #[arg(long, default_value_t = wetask_shards::tasks::model::DEAD_RETENTION_MS_DEFAULT)]
+    pub task_dead_retention_ms: u64,
     /// Let Lua scripts touch keys they did not declare, on any shard: every script then
     /// locks every shard while it runs (for clients such as BullMQ; docs/ARCHITECTURE.md).
     #[arg(long)]

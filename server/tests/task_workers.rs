@@ -188,14 +188,26 @@ fn a_silent_worker_loses_its_leases_when_its_heartbeat_stops() {
         assert_eq!(field(row, "connections"), int(1));
         // Its lease is gone; any command is a sign of life and makes it present again.
         assert!(silent.cmd_args(&[b"TASK.ACK", &id]).is_error());
-        let Frame::Array(rows) = producer.cmd("TASK.WORKERS") else {
-            panic!("expected rows")
-        };
-        let row = rows
-            .iter()
-            .find(|r| field(r, "name") == bulk(&worker))
-            .unwrap();
-        assert_eq!(field(row, "status"), bulk("present"));
+        // The beat travels to the worker's home shard on its own: wait for it to land.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let Frame::Array(rows) = producer.cmd("TASK.WORKERS") else {
+                panic!("expected rows")
+            };
+            let row = rows
+                .iter()
+                .find(|r| field(r, "name") == bulk(&worker))
+                .unwrap();
+            if field(row, "status") == bulk("present") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "still {:?}",
+                field(row, "status")
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     });
 }
 

@@ -59,6 +59,13 @@ const TEMPLATES: &[&str] = &[
     "task.pause q",
     "task.resume q",
     "task.limit r rate 2 per 20",
+    "task.submit q M lostmax 1",
+    "task.purge q dead",
+    "task.purge r queued",
+    "task.delqueue r force",
+    "task.cron set M @every N q M",
+    "task.cron set M @every 30 r M priority 2",
+    "task.cron del M",
 ];
 
 fn fill(template: &str, seed: &mut fastrand::Rng) -> Vec<Bytes> {
@@ -161,9 +168,13 @@ proptest! {
                 0 => fetch_some(&mut shard, &mut rng, &mut leased),
                 1 if !leased.is_empty() => {
                     let (client, id) = leased.swap_remove(rng.usize(..leased.len()));
-                    let verb = ["task.ack", "task.fail", "task.cancel"][rng.usize(..3)];
+                    let verb = ["task.ack", "task.fail", "task.cancel", "task.fail"][rng.usize(..4)];
                     let spec = crate::lookup(verb.as_bytes()).expect("in the table");
-                    shard.execute(0, client, spec, &[Bytes::from_static(verb.as_bytes()), id]);
+                    let mut line = vec![Bytes::from_static(verb.as_bytes()), id];
+                    if rng.bool() && verb == "task.fail" {
+                        line.extend([Bytes::from_static(b"snooze"), Bytes::from(rng.u8(0..30).to_string())]);
+                    }
+                    shard.execute(0, client, spec, &line);
                 }
                 2 => {
                     shard.task_release_owner(rng.u64(1..4));

@@ -41,6 +41,7 @@ pub mod strings;
 pub mod table;
 pub mod task_admin;
 pub mod task_commands;
+pub mod task_cron;
 pub mod tasks;
 pub mod typed;
 pub mod value;

@@ -10,6 +10,7 @@ use bytes::Bytes;
 
 use crate::task_admin;
 use crate::task_commands as tasks;
+use crate::task_cron;
 use crate::{
     bitfield, bitmaps, geo, hashes, hyperloglog, keys, lcs, lists, sets, sort, stream_groups,
     streams, strings, zsets,
@@ -301,6 +302,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.worker", -2, NOSCRIPT | FAST | TASK, NONE, Server, None, T, "Binds the connection to a worker identity that owns its leases."),
     row("task.workers", 1, READONLY | TASK, NONE, Server, None, T, "Lists the workers, their connections and leases."),
     row("task.quiet", 2, NOSCRIPT | TASK, NONE, Server, None, T, "Stops a worker's fetches (to drain it)."),
+    row("task.cron", -2, WRITE | TASK, NONE, Server, Some(task_cron::cron), T, "Defines, removes or lists server-side schedules that submit tasks."),
     row("task.list", -3, READONLY | TASK, ONE, Keyed, Some(task_admin::list), T, "Pages through a queue's tasks in one state."),
     row("task.purge", 3, WRITE | TASK, ONE, Keyed, Some(task_admin::purge), T, "Drops every task of a queue in one state."),
     row("task.delqueue", -2, WRITE | TASK, ONE, Keyed, Some(task_admin::delqueue), T, "Deletes a queue and every task in it."),
@@ -390,9 +392,12 @@ mod tests {
         assert_eq!(index().len(), COMMANDS.len());
         for spec in COMMANDS {
             assert_eq!(spec.name, spec.name.to_ascii_lowercase());
+            // A server-routed command has no shard handler, but for the ones whose server
+            // side only decides which shards run the handler (TASK.CRON).
+            let server_decides_shards = ["task.cron"].contains(&spec.name);
             assert_eq!(
                 spec.route == Server,
-                spec.handler.is_none(),
+                spec.handler.is_none() || server_decides_shards,
                 "{}",
                 spec.name
             );

@@ -57,7 +57,7 @@ pub fn submit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
 }
 
-fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOptions, Frame> {
+pub(crate) fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOptions, Frame> {
     let mut options = SubmitOptions::default();
     let mut i = 0;
     while i < args.len() {

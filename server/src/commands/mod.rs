@@ -8,6 +8,7 @@
 pub mod blocking;
 mod config_inert;
 mod config_table;
+mod cron;
 pub mod embedded;
 pub mod info;
 pub mod persistence;
@@ -44,7 +45,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     match spec.name {
         "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
         "task.wait" | "save" | "task.worker" | "task.quiet" => true,
-        "task.workers" => several,
+        "task.workers" | "task.cron" => several,
         // SHUTDOWN SAVE waits for the snapshots.
         "shutdown" => args[1..].iter().any(|a| is(a, "save")),
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
@@ -68,6 +69,16 @@ pub async fn run(
         "task.worker" => workers::worker(ctx, conn, args).await,
         "task.workers" => workers::workers(ctx).await,
         "task.quiet" => workers::quiet(ctx, args).await,
+        "task.cron" => {
+            let at = {
+                let state = conn.borrow();
+                crate::routing::Target {
+                    db: state.db,
+                    client: state.task_owner(),
+                }
+            };
+            cron::cron(ctx, at, spec, args).await
+        }
         "subscribe" | "psubscribe" | "ssubscribe" => crate::commands::pubsub::subscribe(
             ctx,
             &mut conn.borrow_mut(),

@@ -73,6 +73,7 @@ pub struct Store {
     pub path: PathBuf,
     pub shard_count: usize,
     retention_ms: u64,
+    dead_retention_ms: u64,
     /// `appendfsync`, which CONFIG SET may change (an index into `Fsync::ALL`).
     policy: AtomicUsize,
     load_corrupt: bool,
@@ -131,6 +132,7 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
         path: path.clone(),
         shard_count,
         retention_ms: config.task_retention_ms,
+        dead_retention_ms: config.task_dead_retention_ms,
         policy: AtomicUsize::new(config.appendfsync as usize),
         load_corrupt: config.aof_load_corrupt,
         load_truncated: config.aof_load_truncated,
@@ -284,7 +286,8 @@ impl Store {
     /// A shard as a start or the compactor builds it: empty, with the configured retention.
     fn scratch_shard(&self, id: usize) -> Shard {
         let mut shard = Shard::new(id);
-        shard.tasks = wetask_shards::tasks::Engine::new(self.retention_ms);
+        shard.tasks = wetask_shards::tasks::Engine::new(self.retention_ms)
+            .with_dead_retention(self.dead_retention_ms);
         shard
     }
 

@@ -20,9 +20,15 @@ use super::model::*;
 type Hasher = foldhash::fast::RandomState;
 
 mod admin;
+mod crons;
+mod events;
+mod extras;
 mod snapshot;
 use crate::slot::{key_slot, slot_tag};
 pub use admin::{Cursor, Listed, LIST_SCAN_MAX};
+pub use crons::{CronEntry, CRONS_MAX, CRON_CATCHUP_MAX};
+pub use events::{Event, EventKind, EventsGone, EVENTS_PER_QUEUE_MAX};
+pub use extras::{Extras, LOG_BYTES_MAX, LOG_LINES_MAX};
 
 /// Why a task command was refused; `text` is the error reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,6 +177,8 @@ struct Queue {
     rate: Option<(u32, u64)>,
     /// The times of the leases taken in the last window, oldest first (at most n).
     rate_log: VecDeque<u64>,
+    /// Every state change of its tasks (TASK.EVENTS).
+    events: events::EventLog,
     submitted: u64,
     acked: u64,
     failed: u64,
@@ -249,6 +257,16 @@ pub struct Engine {
     /// Owners whose fetches lease nothing (TASK.QUIET: a worker being drained). Not
     /// persisted: it belongs to live connections, and none outlives a restart.
     quiet: HashSet<u64, Hasher>,
+    /// TASK.CRON schedules whose queue lives here, by name.
+    crons: BTreeMap<Bytes, CronEntry>,
+    /// (next tick, name) of every cron that has one.
+    cron_due: BTreeSet<(u64, Bytes)>,
+    /// Tasks cron ticks created (the journal's recorder sees a tick fire by it).
+    cron_fired: u64,
+    /// The latest time `advance` was given: the time of the events noted.
+    clock_ms: u64,
+    /// Progress and log lines of the tasks that have any (most have none).
+    extras: HashMap<Bytes, Extras, Hasher>,
     /// (queue, unique key) -> (id, window end).
     unique: HashMap<(Bytes, Bytes), (Bytes, u64), Hasher>,
     fallbacks: Vec<Fallback>,
@@ -386,6 +404,18 @@ impl Engine {
         now_ms: u64,
     ) -> Result<(Bytes, bool), TaskError> {
         self.advance(now_ms);
+        self.submit_now(queue, payload, options, origin, now_ms)
+    }
+
+    /// A submit with the engine's time already advanced (a cron tick fires inside `advance`).
+    fn submit_now(
+        &mut self,
+        queue: &[u8],
+        payload: Bytes,
+        options: SubmitOptions,
+        origin: Option<Origin>,
+        now_ms: u64,
+    ) -> Result<(Bytes, bool), TaskError> {
         if too_long(queue) {
             return Err(TaskError::TooLarge("queue name"));
         }
@@ -435,6 +465,7 @@ impl Engine {
             Some(due) if due > now_ms => {
                 task.state = State::Scheduled { due_ms: due };
                 q.scheduled += 1;
+                q.note(self.clock_ms, &id, events::EventKind::Scheduled, 0);
                 self.scheduled.insert((due, id.clone()));
             }
             _ => {
@@ -518,6 +549,7 @@ impl Engine {
                 let until_ms = now_ms.saturating_add(lease);
                 task.state = State::Leased { owner, until_ms };
                 task.attempts += 1;
+                q.note(self.clock_ms, &id, events::EventKind::Leased, task.attempts);
                 self.leases.insert((until_ms, id.clone()));
                 self.by_owner.entry(owner).or_default().insert(id.clone());
                 leased.push(Leased {
@@ -810,6 +842,12 @@ impl Engine {
             task.id.clone(),
         );
         q.ready_by_age.insert((task.submitted_ms, task.order));
+        q.note(
+            self.clock_ms,
+            &task.id,
+            events::EventKind::Queued,
+            task.attempts,
+        );
         self.epoch += 1;
     }
 
@@ -841,7 +879,14 @@ impl Engine {
     fn schedule(&mut self, id: &[u8], due_ms: u64) {
         let task = self.tasks.get_mut(id).expect("present");
         task.state = State::Scheduled { due_ms };
-        self.queues.entry(task.queue.clone()).or_default().scheduled += 1;
+        let q = self.queues.entry(task.queue.clone()).or_default();
+        q.scheduled += 1;
+        q.note(
+            self.clock_ms,
+            &task.id,
+            events::EventKind::Scheduled,
+            task.attempts,
+        );
         self.scheduled.insert((due_ms, task.id.clone()));
     }
 
@@ -882,9 +927,17 @@ impl Engine {
     /// Enters a terminal state and schedules the task to be forgotten.
     fn finish(&mut self, id: &[u8], state: State, now_ms: u64) {
         self.epoch += 1;
+        let kind = match state {
+            State::Done => events::EventKind::Done,
+            State::Dead => events::EventKind::Dead,
+            _ => events::EventKind::Cancelled,
+        };
         let task = self.tasks.get_mut(id).expect("present");
         task.state = state;
         task.finished_ms = Some(now_ms);
+        if let Some(q) = self.queues.get_mut(&task.queue) {
+            q.note(self.clock_ms.max(now_ms), &task.id, kind, task.attempts);
+        }
         if let Some(deadline) = task.options.deadline_ms {
             self.deadlines.remove(&(deadline, task.id.clone()));
         }
@@ -952,6 +1005,7 @@ impl Engine {
             self.deadlines.len(),
             self.retained.len(),
             self.dead_retained.len(),
+            self.cron_fired,
         );
         self.advance_unrecorded(now_ms);
         let after = (
@@ -960,6 +1014,7 @@ impl Engine {
             self.deadlines.len(),
             self.retained.len(),
             self.dead_retained.len(),
+            self.cron_fired,
         );
         // Every step of `advance` removes from one of these and never adds to the first
         // three; a task that finished is retained only after leaving another. (A lost lease
@@ -972,6 +1027,8 @@ impl Engine {
     }
 
     fn advance_unrecorded(&mut self, now_ms: u64) {
+        self.clock_ms = self.clock_ms.max(now_ms);
+        self.fire_crons(now_ms);
         while let Some((due, _)) = self.scheduled.first() {
             if *due > now_ms {
                 break;
@@ -1024,6 +1081,7 @@ impl Engine {
 
     /// Drops a finished task for good (its retention ended, or the cap was reached).
     fn forget(&mut self, id: &Bytes) {
+        self.extras.remove(id);
         if let Some(task) = self.tasks.remove(id) {
             if let Some((key, _)) = &task.options.unique {
                 let slot = (task.queue.clone(), key.clone());
@@ -1204,6 +1262,15 @@ impl Engine {
                 assert!(self.retained.contains(&key));
             }
         }
+        let due: BTreeSet<(u64, Bytes)> = self
+            .crons
+            .values()
+            .filter_map(|c| c.next_ms.map(|next| (next, c.name.clone())))
+            .collect();
+        assert_eq!(
+            due, self.cron_due,
+            "one due entry per cron with a next tick"
+        );
         let dead: usize = self.queues.values().map(|q| q.dead.len()).sum();
         assert_eq!(
             dead,

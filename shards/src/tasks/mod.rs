@@ -6,6 +6,9 @@
 
 #[cfg(test)]
 mod admin_tests;
+pub mod cron;
+#[cfg(test)]
+mod cron_tests;
 pub mod engine;
 pub mod model;
 #[cfg(test)]

@@ -182,6 +182,7 @@ impl Engine {
             .map(|t| t.id.clone())
             .collect();
         for id in &ids {
+            self.note_event(id, super::events::EventKind::Purged);
             self.drop_task(id);
         }
         self.epoch += 1;

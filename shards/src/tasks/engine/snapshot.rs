@@ -3,7 +3,7 @@
 //! Written: the counters and id sequences, the UNIQUE windows and the deadline index (both
 //! kept apart from the tasks: a window outlives its task, and a requeued dead task keeps no
 //! deadline), each queue's own state (pause, limits, the rate limit's log of recent leases,
-//! counters), and every task with all its fields. Rebuilt on load from the tasks: the ready
+//! counters), every task with all its fields, and the cron schedules. Rebuilt on load from the tasks: the ready
 //! sets, the scheduled and lease indexes, the owners' lease index, the dead sets and the
 //! retention indexes, exactly as the engine maintains them (its invariant check passes on the
 //! result). The first format's queue and task parts (no lost-lease counts, a fixed rate
@@ -16,7 +16,8 @@ use std::cmp::Reverse;
 
 use bytes::Bytes;
 
-use super::{Engine, Queue, Task};
+use super::{CronEntry, Engine, Queue, Task};
+use crate::tasks::cron::Schedule;
 use crate::tasks::model::{Origin, State, SubmitOptions, LOST_LEASES_MAX_DEFAULT};
 use crate::wire::{put_bytes, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader};
 
@@ -31,6 +32,11 @@ const QUEUE_V1: u8 = 2;
 const TASKS_V1: u8 = 3;
 const QUEUE: u8 = 4;
 const TASKS: u8 = 5;
+const CRONS: u8 = 6;
+/// One queue's event log (after its queue part).
+const EVENTS: u8 = 7;
+/// Tasks' progress and log lines (after the tasks).
+const EXTRAS: u8 = 8;
 
 fn put_i64(out: &mut Vec<u8>, v: i64) {
     put_u64(out, v as u64);
@@ -115,6 +121,13 @@ impl Engine {
             out.clear();
             put_queue(&mut out, name, &self.queues[name]);
             part(&out);
+            if !self.queues[name].events.events.is_empty() {
+                out.clear();
+                out.push(EVENTS);
+                put_bytes(&mut out, name);
+                super::events::put_log(&mut out, &self.queues[name].events);
+                part(&out);
+            }
         }
         let mut ids: Vec<&Bytes> = self.tasks.keys().collect();
         ids.sort();
@@ -127,6 +140,41 @@ impl Engine {
             put_task(&mut out, task);
             put_u64(&mut out, u64::from(task.lost_leases));
             put_u64(&mut out, u64::from(task.options.lost_max));
+            if out.len() >= PART_BYTES {
+                part(&out);
+                out.clear();
+            }
+        }
+        if !out.is_empty() {
+            part(&out);
+        }
+        out.clear();
+        let mut with_extras: Vec<&Bytes> = self.extras.keys().collect();
+        with_extras.sort();
+        for id in with_extras {
+            if out.is_empty() {
+                out.push(EXTRAS);
+            }
+            let extras = &self.extras[id];
+            put_bytes(&mut out, id);
+            put_opt_bytes(&mut out, extras.progress.as_deref());
+            let lines: Vec<&Bytes> = extras.logs.iter().collect();
+            crate::wire::put_bytes_list(&mut out, &lines);
+            put_u64(&mut out, extras.logs_dropped);
+            if out.len() >= PART_BYTES {
+                part(&out);
+                out.clear();
+            }
+        }
+        if !out.is_empty() {
+            part(&out);
+        }
+        out.clear();
+        for cron in self.crons.values() {
+            if out.is_empty() {
+                out.push(CRONS);
+            }
+            put_cron(&mut out, cron);
             if out.len() >= PART_BYTES {
                 part(&out);
                 out.clear();
@@ -211,6 +259,33 @@ impl Engine {
                     self.tasks.insert(task.id.clone(), task);
                 }
             }
+            EVENTS => {
+                let name = r.bytes()?;
+                let log = super::events::read_log(&mut r)?;
+                self.queues
+                    .get_mut(&name)
+                    .ok_or(DecodeError("events of a queue not loaded"))?
+                    .events = log;
+            }
+            EXTRAS => {
+                while !r.is_done() {
+                    let id = r.bytes()?;
+                    let progress = r.opt_bytes()?;
+                    let logs = r.bytes_list()?;
+                    let dropped = r.u64()?;
+                    self.extras
+                        .insert(id, super::Extras::restore(progress, logs, dropped));
+                }
+            }
+            CRONS => {
+                while !r.is_done() {
+                    let cron = read_cron(&mut r)?;
+                    if let Some(next) = cron.next_ms {
+                        self.cron_due.insert((next, cron.name.clone()));
+                    }
+                    self.crons.insert(cron.name.clone(), cron);
+                }
+            }
             _ => return Err(DecodeError("unknown engine part")),
         }
         if !r.is_done() {
@@ -265,7 +340,12 @@ fn put_task(out: &mut Vec<u8>, t: &Task) {
     put_bytes(out, &t.id);
     put_bytes(out, &t.queue);
     put_bytes(out, &t.payload);
-    let o = &t.options;
+    put_options(out, &t.options);
+    put_state_and_rest(out, t);
+}
+
+/// A task's options (not LOSTMAX, which the current task parts write after the task).
+fn put_options(out: &mut Vec<u8>, o: &SubmitOptions) {
     put_opt_bytes(out, o.id.as_deref());
     put_i64(out, o.priority);
     put_opt_u64(out, o.due_ms);
@@ -283,6 +363,9 @@ fn put_task(out: &mut Vec<u8>, t: &Task) {
             put_u64(out, *window);
         }
     }
+}
+
+fn put_state_and_rest(out: &mut Vec<u8>, t: &Task) {
     match t.state {
         State::Scheduled { due_ms } => {
             out.push(0);
@@ -320,7 +403,12 @@ fn read_task(r: &mut Reader) -> Decoded<Task> {
     let id = r.bytes()?;
     let queue = r.bytes()?;
     let payload = r.bytes()?;
-    let options = SubmitOptions {
+    let options = read_options(r)?;
+    read_state_and_rest(r, id, queue, payload, options)
+}
+
+fn read_options(r: &mut Reader) -> Decoded<SubmitOptions> {
+    Ok(SubmitOptions {
         id: r.opt_bytes()?,
         priority: read_i64(r)?,
         due_ms: r.opt_u64()?,
@@ -336,7 +424,16 @@ fn read_task(r: &mut Reader) -> Decoded<Task> {
             None
         },
         lost_max: LOST_LEASES_MAX_DEFAULT,
-    };
+    })
+}
+
+fn read_state_and_rest(
+    r: &mut Reader,
+    id: Bytes,
+    queue: Bytes,
+    payload: Bytes,
+    options: SubmitOptions,
+) -> Decoded<Task> {
     let state = match r.u8()? {
         0 => State::Scheduled { due_ms: r.u64()? },
         1 => State::Queued,
@@ -372,6 +469,46 @@ fn read_task(r: &mut Reader) -> Decoded<Task> {
         } else {
             None
         },
+    })
+}
+
+fn put_cron(out: &mut Vec<u8>, c: &CronEntry) {
+    put_bytes(out, &c.name);
+    put_bytes(out, &c.spec);
+    put_bytes(out, &c.queue);
+    put_bytes(out, &c.payload);
+    put_options(out, &c.options);
+    put_u64(out, u64::from(c.options.lost_max));
+    put_opt_u64(out, c.next_ms);
+    put_u64(out, c.created_ms);
+    put_u64(out, c.fired);
+    put_opt_u64(out, c.last_fired_ms);
+    put_u64(out, c.skipped);
+}
+
+fn read_cron(r: &mut Reader) -> Decoded<CronEntry> {
+    let name = r.bytes()?;
+    let spec = r.bytes()?;
+    let schedule = std::str::from_utf8(&spec)
+        .ok()
+        .and_then(|text| Schedule::parse(text).ok())
+        .ok_or(DecodeError("a cron schedule that does not parse"))?;
+    let queue = r.bytes()?;
+    let payload = r.bytes()?;
+    let mut options = read_options(r)?;
+    options.lost_max = r.u32()?;
+    Ok(CronEntry {
+        name,
+        spec,
+        schedule,
+        queue,
+        payload,
+        options,
+        next_ms: r.opt_u64()?,
+        created_ms: r.u64()?,
+        fired: r.u64()?,
+        last_fired_ms: r.opt_u64()?,
+        skipped: r.u64()?,
     })
 }
 
@@ -431,6 +568,9 @@ impl Engine {
                     self.deadlines.insert((deadline, id.clone()));
                 }
             }
+            if let Some(extras) = other.extras.remove(&id) {
+                self.extras.insert(id.clone(), extras);
+            }
             self.tasks.insert(id, task);
         }
         let keys: Vec<(Bytes, Bytes)> = other
@@ -443,5 +583,7 @@ impl Engine {
             let value = other.unique.remove(&key).expect("listed");
             self.unique.insert(key, value);
         }
+        self.absorb_crons(other, owns);
+        self.cron_fired += other.cron_fired;
     }
 }

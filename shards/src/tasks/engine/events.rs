@@ -1,0 +1,215 @@
+//! TASK.EVENTS on the engine: every state change of every task of a queue, in order, with a
+//! sequence number per queue, so a consumer resumes from the number after the last one it
+//! saw and misses nothing. The log keeps the last [`EVENTS_PER_QUEUE_MAX`] events of each
+//! queue; a consumer asking for older ones gets an error that says so, never a silent gap.
+//! Replay makes the same events (they follow from the commands), and snapshots carry them.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use super::{Engine, Queue};
+
+/// Events one queue keeps; past it the oldest go.
+pub const EVENTS_PER_QUEUE_MAX: usize = 100_000;
+
+/// What happened to a task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Queued,
+    Scheduled,
+    Leased,
+    Done,
+    Dead,
+    Cancelled,
+    /// Dropped by TASK.PURGE.
+    Purged,
+    /// TASK.PROGRESS, with its value.
+    Progress(Bytes),
+}
+
+impl EventKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::Queued => "queued",
+            EventKind::Scheduled => "scheduled",
+            EventKind::Leased => "leased",
+            EventKind::Done => "done",
+            EventKind::Dead => "dead",
+            EventKind::Cancelled => "cancelled",
+            EventKind::Purged => "purged",
+            EventKind::Progress(_) => "progress",
+        }
+    }
+
+    pub(super) fn code(&self) -> u8 {
+        match self {
+            EventKind::Queued => 0,
+            EventKind::Scheduled => 1,
+            EventKind::Leased => 2,
+            EventKind::Done => 3,
+            EventKind::Dead => 4,
+            EventKind::Cancelled => 5,
+            EventKind::Purged => 6,
+            EventKind::Progress(_) => 7,
+        }
+    }
+
+    pub(super) fn from_code(code: u8, value: Option<Bytes>) -> Option<EventKind> {
+        Some(match (code, value) {
+            (0, None) => EventKind::Queued,
+            (1, None) => EventKind::Scheduled,
+            (2, None) => EventKind::Leased,
+            (3, None) => EventKind::Done,
+            (4, None) => EventKind::Dead,
+            (5, None) => EventKind::Cancelled,
+            (6, None) => EventKind::Purged,
+            (7, Some(value)) => EventKind::Progress(value),
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub at_ms: u64,
+    pub id: Bytes,
+    pub kind: EventKind,
+    /// The task's attempts at the time.
+    pub attempt: u32,
+}
+
+/// A queue's event log: `events[0]` has sequence number `first`.
+#[derive(Debug, Default)]
+pub struct EventLog {
+    pub(super) first: u64,
+    pub(super) events: VecDeque<Event>,
+}
+
+impl EventLog {
+    pub(super) fn push(&mut self, event: Event) {
+        if self.first == 0 {
+            self.first = 1;
+        }
+        self.events.push_back(event);
+        if self.events.len() > EVENTS_PER_QUEUE_MAX {
+            self.events.pop_front();
+            self.first += 1;
+        }
+    }
+
+    /// The sequence number the next event gets.
+    pub fn next_seq(&self) -> u64 {
+        self.first.max(1) + self.events.len() as u64
+    }
+}
+
+/// Why TASK.EVENTS could not answer from a cursor.
+#[derive(Debug, PartialEq, Eq)]
+pub struct EventsGone {
+    /// The oldest sequence number still kept.
+    pub oldest: u64,
+}
+
+impl Queue {
+    pub(super) fn note(&mut self, at_ms: u64, id: &Bytes, kind: EventKind, attempt: u32) {
+        self.events.push(Event {
+            at_ms,
+            id: id.clone(),
+            kind,
+            attempt,
+        });
+    }
+}
+
+impl Engine {
+    /// Up to `count` events of `queue` from sequence number `from` on (0: the oldest kept),
+    /// each with its number, and the cursor to go on from. An error when `from` names events
+    /// no longer kept.
+    pub fn events(
+        &mut self,
+        queue: &[u8],
+        from: u64,
+        count: usize,
+        now_ms: u64,
+    ) -> Result<(Vec<(u64, Event)>, u64), EventsGone> {
+        self.advance(now_ms);
+        let Some(q) = self.queues.get(queue) else {
+            return Ok((Vec::new(), from.max(1)));
+        };
+        let log = &q.events;
+        let oldest = log.first.max(1);
+        if from != 0 && from < oldest {
+            return Err(EventsGone { oldest });
+        }
+        let start = from.max(oldest);
+        let skip = (start - oldest) as usize;
+        let events: Vec<(u64, Event)> = log
+            .events
+            .iter()
+            .skip(skip)
+            .take(count)
+            .enumerate()
+            .map(|(i, e)| (start + i as u64, e.clone()))
+            .collect();
+        let next = start + events.len() as u64;
+        Ok((events, next))
+    }
+
+    /// Whether `queue` has an event numbered `from` or later (for a blocked TASK.EVENTS).
+    pub fn has_events(&self, queue: &[u8], from: u64) -> bool {
+        self.queues
+            .get(queue)
+            .is_some_and(|q| !q.events.events.is_empty() && q.events.next_seq() > from)
+    }
+
+    /// Notes an event for task `id` (in `queue`) at the engine's clock.
+    pub(super) fn note_event(&mut self, id: &[u8], kind: EventKind) {
+        let at = self.clock_ms;
+        if let Some(task) = self.tasks.get(id) {
+            let attempt = task.attempts;
+            let id = task.id.clone();
+            if let Some(q) = self.queues.get_mut(&task.queue) {
+                q.note(at, &id, kind, attempt);
+            }
+        }
+    }
+}
+
+/// Events as stored in snapshots: (first, events), for one queue.
+pub(super) fn put_log(out: &mut Vec<u8>, log: &EventLog) {
+    use crate::wire::{put_bytes, put_opt_bytes, put_u64};
+    put_u64(out, log.first);
+    put_u64(out, log.events.len() as u64);
+    for e in &log.events {
+        put_u64(out, e.at_ms);
+        put_bytes(out, &e.id);
+        out.push(e.kind.code());
+        let value = match &e.kind {
+            EventKind::Progress(v) => Some(&v[..]),
+            _ => None,
+        };
+        put_opt_bytes(out, value);
+        put_u64(out, u64::from(e.attempt));
+    }
+}
+
+pub(super) fn read_log(r: &mut crate::wire::Reader) -> crate::wire::Decoded<EventLog> {
+    let first = r.u64()?;
+    let mut events = VecDeque::new();
+    for _ in 0..r.count()? {
+        let at_ms = r.u64()?;
+        let id = r.bytes()?;
+        let code = r.u8()?;
+        let value = r.opt_bytes()?;
+        let kind = EventKind::from_code(code, value)
+            .ok_or(crate::wire::DecodeError("unknown task event"))?;
+        events.push_back(Event {
+            at_ms,
+            id,
+            kind,
+            attempt: r.u32()?,
+        });
+    }
+    Ok(EventLog { first, events })
+}
