@@ -42,6 +42,7 @@ pub mod table;
 pub mod task_admin;
 pub mod task_commands;
 pub mod task_cron;
+pub mod task_reports;
 pub mod tasks;
 pub mod typed;
 pub mod value;

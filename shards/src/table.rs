@@ -11,6 +11,7 @@ use bytes::Bytes;
 use crate::task_admin;
 use crate::task_commands as tasks;
 use crate::task_cron;
+use crate::task_reports;
 use crate::{
     bitfield, bitmaps, geo, hashes, hyperloglog, keys, lcs, lists, sets, sort, stream_groups,
     streams, strings, zsets,
@@ -303,6 +304,10 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.workers", 1, READONLY | TASK, NONE, Server, None, T, "Lists the workers, their connections and leases."),
     row("task.quiet", 2, NOSCRIPT | TASK, NONE, Server, None, T, "Stops a worker's fetches (to drain it)."),
     row("task.cron", -2, WRITE | TASK, NONE, Server, Some(task_cron::cron), T, "Defines, removes or lists server-side schedules that submit tasks."),
+    row("task.progress", 3, WRITE | FAST | TASK, ONE, Keyed, Some(task_reports::progress), T, "Reports a leased task's progress."),
+    row("task.log", 3, WRITE | FAST | TASK, ONE, Keyed, Some(task_reports::log), T, "Adds a log line to a leased task."),
+    row("task.logs", 2, READONLY | TASK, ONE, Keyed, Some(task_reports::logs), T, "Returns a task's log lines."),
+    row("task.events", -2, READONLY | TASK, NONE, Server, None, T, "Reads a queue's task state changes from a cursor, optionally waiting."),
     row("task.list", -3, READONLY | TASK, ONE, Keyed, Some(task_admin::list), T, "Pages through a queue's tasks in one state."),
     row("task.purge", 3, WRITE | TASK, ONE, Keyed, Some(task_admin::purge), T, "Drops every task of a queue in one state."),
     row("task.delqueue", -2, WRITE | TASK, ONE, Keyed, Some(task_admin::delqueue), T, "Deletes a queue and every task in it."),

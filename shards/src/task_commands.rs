@@ -281,11 +281,14 @@ pub fn extend(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 /// TASK.GET id: the task's fields as a map (nil for an unknown or forgotten id).
 pub fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     ctx.tasks.advance(ctx.now_ms);
-    ctx.tasks.get(&args[1]).map_or(Frame::Null, task_frame)
+    ctx.tasks
+        .get(&args[1])
+        .map_or(Frame::Null, |task| task_frame(ctx.tasks, task))
 }
 
-/// A task's fields as TASK.GET and TASK.WAIT reply them.
-pub fn task_frame(task: &Task) -> Frame {
+/// A task's fields as TASK.GET and TASK.WAIT reply them (`tasks` holds it: its progress).
+pub fn task_frame(tasks: &Engine, task: &Task) -> Frame {
+    let progress = tasks.extras(&task.id).and_then(|e| e.progress.clone());
     let opt_ms = |ms: Option<u64>| ms.map_or(Frame::Null, |ms| Frame::Integer(ms as i64));
     let due = match task.state {
         State::Scheduled { due_ms } => Some(due_ms),
@@ -312,6 +315,7 @@ pub fn task_frame(task: &Task) -> Frame {
         (text("payload"), Frame::Bulk(task.payload.clone())),
         (text("result"), opt_bulk(&task.result)),
         (text("error"), opt_bulk(&task.last_error)),
+        (text("progress"), opt_bulk(&progress)),
         (text("submitted"), Frame::Integer(task.submitted_ms as i64)),
         (text("due"), opt_ms(due)),
         (text("lease_until"), opt_ms(lease)),

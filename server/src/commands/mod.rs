@@ -44,7 +44,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     let several = ctx.shard_count > 1;
     match spec.name {
         "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
-        "task.wait" | "save" | "task.worker" | "task.quiet" => true,
+        "task.wait" | "save" | "task.worker" | "task.quiet" | "task.events" => true,
         "task.workers" | "task.cron" => several,
         // SHUTDOWN SAVE waits for the snapshots.
         "shutdown" => args[1..].iter().any(|a| is(a, "save")),
@@ -66,6 +66,7 @@ pub async fn run(
     match spec.name {
         "task.fetch" => crate::commands::tasks::run(ctx, conn, args).await,
         "task.wait" => crate::commands::tasks::wait(ctx, conn, args).await,
+        "task.events" => crate::commands::tasks::events(ctx, conn, args).await,
         "task.worker" => workers::worker(ctx, conn, args).await,
         "task.workers" => workers::workers(ctx).await,
         "task.quiet" => workers::quiet(ctx, args).await,

@@ -348,3 +348,53 @@ pub async fn wait(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byt
     };
     frames.into_iter().next().unwrap_or(Frame::Null)
 }
+
+/// TASK.EVENTS queue [FROM cursor] [COUNT n] [BLOCK ms]: on the queue's shard, the events
+/// from the cursor on; with BLOCK, waits there until there are some (an empty page with the
+/// same cursor when the time runs out).
+pub async fn events(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
+    let parsed = match wetask_shards::task_reports::parse_events(args) {
+        Ok(parsed) => parsed,
+        Err(err) => return err,
+    };
+    let client = conn.borrow().id;
+    // The real clock: a deadline must never come early.
+    let now = crate::globals::unix_ms();
+    let block = parsed
+        .block_ms
+        .map(|ms| (ms > 0).then(|| now.saturating_add(ms)));
+    let shard = ctx.owner_of(&parsed.queue);
+    let frames = if shard == ctx.id {
+        let slot = Rc::new(LocalSlot::default());
+        ctx.task_waits.events(
+            ctx,
+            client,
+            parsed.queue,
+            parsed.from,
+            parsed.count,
+            block,
+            Reply::Local(slot.clone()),
+        );
+        LocalWait(slot).await
+    } else {
+        conn.borrow_mut().note_task_shard(shard);
+        let request = Request::Tasks(TaskRequest::Events {
+            client,
+            queue: parsed.queue,
+            from: parsed.from,
+            count: parsed.count,
+            block,
+        });
+        match ctx.request(shard, request).await {
+            Response::Frames(frames) => frames,
+            _ => Vec::new(),
+        }
+    };
+    // Let go of (closing connection): an empty page from where it was.
+    frames.into_iter().next().unwrap_or_else(|| {
+        Frame::Array(vec![
+            Frame::Integer(parsed.from as i64),
+            Frame::Array(Vec::new()),
+        ])
+    })
+}

@@ -127,6 +127,16 @@ pub enum TaskRequest {
         id: Bytes,
         deadline_ms: Option<u64>,
     },
+    /// TASK.EVENTS: answered at once with the events from `from` on, or, when there are none
+    /// and `block` is set, held until there are (or until its deadline: `Some(None)` waits
+    /// for ever).
+    Events {
+        client: u64,
+        queue: Bytes,
+        from: u64,
+        count: usize,
+        block: Option<Option<u64>>,
+    },
     /// Let go of `client`'s parked fetches and waits (each is answered with nothing).
     Unpark { client: u64 },
     /// Hand back tasks leased to `client` (an owner id) that it never received.

@@ -222,7 +222,9 @@ impl ShardCtx {
                 self.respond(from, id, response);
             }
             Request::Tasks(
-                request @ (TaskRequest::FetchBlocking { .. } | TaskRequest::Wait { .. }),
+                request @ (TaskRequest::FetchBlocking { .. }
+                | TaskRequest::Wait { .. }
+                | TaskRequest::Events { .. }),
             ) => {
                 self.tick();
                 self.task_waits.handle(&self.core, from, id, request);
@@ -362,7 +364,11 @@ impl ShardCtx {
             mesh_envelopes: self.mesh.as_ref().map_or(0, |m| m.envelopes_sent.get()),
             mesh_messages: self.mesh.as_ref().map_or(0, |m| m.messages_sent.get()),
             tasks: shard.tasks.totals(),
-            blocked_clients: self.lists.blocked_clients(),
+            blocked_clients: {
+                let mut blocked = self.lists.blocked_clients();
+                blocked.extend(self.task_waits.blocked_clients());
+                blocked
+            },
             pubsub_channels: self.pubsub.channel_names(),
             pubsub_patterns: self.pubsub.pattern_names(),
             evicted_keys: shard.evicted_keys(),

@@ -18,6 +18,7 @@ use std::cell::{Cell, RefCell};
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::task_commands::task_frame;
+use wetask_shards::task_reports::{events_frame, has_events};
 use wetask_shards::tasks::workers::{BindError, Release, Workers, WORKERS_MAX};
 
 use super::core::ShardCore;
@@ -39,6 +40,12 @@ pub enum Want {
     },
     /// TASK.WAIT: the task to finish (answered with its fields, or nil on time-out).
     Finish { id: Bytes },
+    /// TASK.EVENTS … BLOCK: an event of `queue` numbered `from` or later.
+    Events {
+        queue: Bytes,
+        from: u64,
+        count: usize,
+    },
 }
 
 pub struct Parked {
@@ -57,6 +64,8 @@ pub struct TaskWaits {
     parked: RefCell<Vec<Parked>>,
     /// The engine epoch the parked fetches were last tried at.
     epoch: Cell<u64>,
+    /// The engine's event count when the parked reads were last looked at.
+    events_seen: Cell<u64>,
     /// The workers whose home this shard is.
     workers: RefCell<Workers>,
     /// When the next worker's GRACE runs out (`None`: no worker is gone).
@@ -109,7 +118,59 @@ impl TaskWaits {
                     );
                 }
             }
+            TaskRequest::Events {
+                client,
+                queue,
+                from: cursor,
+                count,
+                block,
+            } => self.events(
+                core,
+                client,
+                queue,
+                cursor,
+                count,
+                block,
+                Reply::Peer { from, id },
+            ),
             request => core.respond(from, id, self.serve(core, request)),
+        }
+    }
+
+    /// TASK.EVENTS here: answered now when there are events (or an error), or when it does
+    /// not block; else parked until the queue has news or the deadline.
+    #[allow(clippy::too_many_arguments)]
+    pub fn events(
+        &self,
+        core: &ShardCore,
+        client: u64,
+        queue: Bytes,
+        cursor: u64,
+        count: usize,
+        block: Option<Option<u64>>,
+        reply: Reply,
+    ) {
+        let frame = {
+            let mut shard = core.shard.borrow_mut();
+            let now = shard.now_ms();
+            events_frame(&mut shard.tasks, &queue, cursor, count, now)
+        };
+        match block {
+            Some(deadline_ms) if !frame.is_error() && !has_events(&frame) => self.park(
+                core,
+                Parked {
+                    client,
+                    owner: client,
+                    want: Want::Events {
+                        queue,
+                        from: cursor,
+                        count,
+                    },
+                    deadline_ms,
+                    reply,
+                },
+            ),
+            _ => reply.send(core, vec![frame]),
         }
     }
 
@@ -140,7 +201,9 @@ impl TaskWaits {
                     .is_ok(),
             ),
             TaskRequest::Worker(request) => self.worker_request(core, request),
-            TaskRequest::FetchBlocking { .. } | TaskRequest::Wait { .. } => {
+            TaskRequest::FetchBlocking { .. }
+            | TaskRequest::Wait { .. }
+            | TaskRequest::Events { .. } => {
                 unreachable!("parking requests go through `handle`")
             }
         }
@@ -199,7 +262,13 @@ impl TaskWaits {
             let deadline_passed = parked
                 .iter()
                 .any(|p| p.deadline_ms.is_some_and(|d| now >= d));
-            if epoch == self.epoch.get() && !deadline_passed {
+            // New events matter only to parked TASK.EVENTS reads (a lease is an event but
+            // frees nothing for a fetch, so it does not move the epoch).
+            let events = shard.tasks.events_noted();
+            let news = events != self.events_seen.get()
+                && parked.iter().any(|p| matches!(p.want, Want::Events { .. }));
+            self.events_seen.set(events);
+            if epoch == self.epoch.get() && !deadline_passed && !news {
                 return;
             }
             let mut i = 0;
@@ -218,8 +287,24 @@ impl TaskWaits {
                             _ => expired.then(Vec::new),
                         }
                     }
+                    Want::Events { queue, from, count } => {
+                        if shard.tasks.has_events(queue, *from) || expired {
+                            let now = shard.now_ms();
+                            Some(vec![events_frame(
+                                &mut shard.tasks,
+                                queue,
+                                *from,
+                                *count,
+                                now,
+                            )])
+                        } else {
+                            None
+                        }
+                    }
                     Want::Finish { id } => match shard.tasks.get(id) {
-                        Some(task) if task.state.is_terminal() => Some(vec![task_frame(task)]),
+                        Some(task) if task.state.is_terminal() => {
+                            Some(vec![task_frame(&shard.tasks, task)])
+                        }
                         None => Some(vec![Frame::Null]),
                         _ => expired.then(|| vec![Frame::Null]),
                     },
@@ -234,6 +319,12 @@ impl TaskWaits {
         for (reply, frames) in answers {
             reply.send(core, frames);
         }
+    }
+
+    /// The clients with a fetch, wait or events read parked here (INFO's blocked_clients,
+    /// with the blocked pops).
+    pub fn blocked_clients(&self) -> Vec<u64> {
+        self.parked.borrow().iter().map(|p| p.client).collect()
     }
 
     /// Lets go of `client`'s parked fetches, answering each with nothing.

@@ -325,3 +325,101 @@ fn purge_and_delete_queue_leave_no_trace() {
     e.advance(100_000);
     e.check_invariants();
 }
+
+/// (seq, id, state) of every event of `q` from `from`.
+fn events_of(e: &mut Engine, from: u64) -> Vec<(u64, Bytes, &'static str)> {
+    let (events, _) = e.events(b"q", from, 10_000, 0).unwrap();
+    events
+        .into_iter()
+        .map(|(seq, ev)| (seq, ev.id, ev.kind.name()))
+        .collect()
+}
+
+#[test]
+fn every_state_change_is_an_event_in_order() {
+    let mut e = Engine::new(600_000);
+    let options = SubmitOptions {
+        backoff_base_ms: 10,
+        ..SubmitOptions::default()
+    };
+    let id = submit_with(&mut e, "q", options, 0);
+    e.fetch(&[b("q")], 1, None, W1, 0);
+    e.set_progress(&id, W1, b("50%"), 1).unwrap();
+    e.fail(&id, W1, None, Retry::Backoff, 1).unwrap();
+    e.advance(100);
+    e.fetch(&[b("q")], 1, None, W1, 100);
+    e.ack(&id, W1, None, 100).unwrap();
+    let states: Vec<&str> = events_of(&mut e, 0)
+        .into_iter()
+        .map(|(_, _, s)| s)
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "queued",
+            "leased",
+            "progress",
+            "scheduled",
+            "queued",
+            "leased",
+            "done"
+        ]
+    );
+    let seqs: Vec<u64> = events_of(&mut e, 0)
+        .into_iter()
+        .map(|(s, _, _)| s)
+        .collect();
+    assert_eq!(seqs, (1..=7).collect::<Vec<u64>>());
+    assert_eq!(events_of(&mut e, 5).len(), 3, "from a cursor");
+    let (none, next) = e.events(b"q", 8, 10, 100).unwrap();
+    assert!(none.is_empty() && next == 8);
+    assert!(e.has_events(b"q", 7) && !e.has_events(b"q", 8));
+    assert_eq!(e.extras(&id).unwrap().progress, Some(b("50%")));
+}
+
+#[test]
+fn the_event_log_is_bounded_and_says_when_a_cursor_is_too_old() {
+    let mut e = Engine::new(600_000);
+    for _ in 0..EVENTS_PER_QUEUE_MAX + 10 {
+        submit(&mut e, "q", 0);
+    }
+    assert_eq!(e.events(b"q", 5, 1, 0), Err(EventsGone { oldest: 11 }));
+    let (events, _) = e.events(b"q", 0, 1, 0).unwrap();
+    assert_eq!(events[0].0, 11, "FROM 0 is the oldest kept");
+}
+
+#[test]
+fn progress_and_logs_come_from_the_holder_and_survive_a_snapshot() {
+    let mut e = Engine::new(600_000);
+    let id = submit(&mut e, "q", 0);
+    assert_eq!(e.add_log(&id, W1, b("x"), 0), Err(TaskError::NotLeased));
+    e.fetch(&[b("q")], 1, None, W1, 0);
+    assert_eq!(
+        e.set_progress(&id, W2, b("1"), 0),
+        Err(TaskError::NotLeased)
+    );
+    for n in 0..(LOG_LINES_MAX + 5) {
+        e.add_log(&id, W1, Bytes::from(format!("line {n}")), 0)
+            .unwrap();
+    }
+    e.set_progress(&id, W1, b("3/4"), 0).unwrap();
+    let mut parts = Vec::new();
+    e.export(&mut |part| parts.push(Bytes::copy_from_slice(part)));
+    let mut loaded = Engine::new(600_000);
+    for part in parts {
+        loaded.import_part(part).unwrap();
+    }
+    loaded.finish_import().unwrap();
+    let extras = loaded.extras(&id).unwrap();
+    assert_eq!(extras.logs.len(), LOG_LINES_MAX);
+    assert_eq!(extras.logs[0], b("line 5"));
+    assert_eq!(
+        (extras.logs_dropped, extras.progress.clone()),
+        (5, Some(b("3/4")))
+    );
+    assert_eq!(loaded.events(b"q", 0, 100, 0), e.events(b"q", 0, 100, 0));
+    e.ack(&id, W1, None, 0).unwrap();
+    assert_eq!(e.add_log(&id, W1, b("late"), 0), Err(TaskError::Finished));
+    e.advance(10_000_000);
+    assert!(e.extras(&id).is_none(), "forgotten with the task");
+}

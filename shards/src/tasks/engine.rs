@@ -265,6 +265,8 @@ pub struct Engine {
     cron_fired: u64,
     /// The latest time `advance` was given: the time of the events noted.
     clock_ms: u64,
+    /// Events noted by any queue (for parked TASK.EVENTS reads).
+    events_noted: u64,
     /// Progress and log lines of the tasks that have any (most have none).
     extras: HashMap<Bytes, Extras, Hasher>,
     /// (queue, unique key) -> (id, window end).
@@ -466,6 +468,7 @@ impl Engine {
                 task.state = State::Scheduled { due_ms: due };
                 q.scheduled += 1;
                 q.note(self.clock_ms, &id, events::EventKind::Scheduled, 0);
+                self.events_noted += 1;
                 self.scheduled.insert((due, id.clone()));
             }
             _ => {
@@ -550,6 +553,7 @@ impl Engine {
                 task.state = State::Leased { owner, until_ms };
                 task.attempts += 1;
                 q.note(self.clock_ms, &id, events::EventKind::Leased, task.attempts);
+                self.events_noted += 1;
                 self.leases.insert((until_ms, id.clone()));
                 self.by_owner.entry(owner).or_default().insert(id.clone());
                 leased.push(Leased {
@@ -848,6 +852,7 @@ impl Engine {
             events::EventKind::Queued,
             task.attempts,
         );
+        self.events_noted += 1;
         self.epoch += 1;
     }
 
@@ -887,6 +892,7 @@ impl Engine {
             events::EventKind::Scheduled,
             task.attempts,
         );
+        self.events_noted += 1;
         self.scheduled.insert((due_ms, task.id.clone()));
     }
 
@@ -937,6 +943,7 @@ impl Engine {
         task.finished_ms = Some(now_ms);
         if let Some(q) = self.queues.get_mut(&task.queue) {
             q.note(self.clock_ms.max(now_ms), &task.id, kind, task.attempts);
+            self.events_noted += 1;
         }
         if let Some(deadline) = task.options.deadline_ms {
             self.deadlines.remove(&(deadline, task.id.clone()));

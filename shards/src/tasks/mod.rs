@@ -16,6 +16,7 @@ mod tests;
 pub mod workers;
 
 pub use engine::{
-    Cursor, Engine, FailOutcome, Fallback, Leased, Listed, QueueStats, Retry, TaskError, Totals,
+    Cursor, Engine, EventKind, FailOutcome, Fallback, Leased, Listed, QueueStats, Retry, TaskError,
+    Totals, EVENTS_PER_QUEUE_MAX,
 };
 pub use model::{Origin, State, SubmitOptions, Task};

@@ -156,6 +156,11 @@ impl Engine {
         Ok((events, next))
     }
 
+    /// How many events this engine has noted (moves whenever any queue's log grows).
+    pub fn events_noted(&self) -> u64 {
+        self.events_noted
+    }
+
     /// Whether `queue` has an event numbered `from` or later (for a blocked TASK.EVENTS).
     pub fn has_events(&self, queue: &[u8], from: u64) -> bool {
         self.queues
@@ -171,6 +176,7 @@ impl Engine {
             let id = task.id.clone();
             if let Some(q) = self.queues.get_mut(&task.queue) {
                 q.note(at, &id, kind, attempt);
+                self.events_noted += 1;
             }
         }
     }
