@@ -371,3 +371,51 @@ fn snooze_list_purge_and_delqueue_over_the_wire() {
         assert_eq!(c.cmd(&format!("TASK.DELQUEUE {queue}")), int(0));
     });
 }
+
+#[test]
+fn groups_take_turns_and_keep_their_limits_over_the_wire() {
+    each_layout(|server| {
+        let queue = random_name("q");
+        let (a, b) = (random_name("tenant"), random_name("tenant"));
+        let mut c = server.client();
+        for _ in 0..20 {
+            for _ in 0..100 {
+                c.send(&[
+                    b"TASK.SUBMIT",
+                    queue.as_bytes(),
+                    b"flood",
+                    b"GROUP",
+                    a.as_bytes(),
+                ]);
+            }
+            for _ in 0..100 {
+                assert!(matches!(c.read(), Some(Frame::Bulk(_))));
+            }
+        }
+        let lone = id_of(c.cmd(&format!("TASK.SUBMIT {queue} mine GROUP {b}")));
+        let mut worker = server.client();
+        let first: Vec<Bytes> = leased(worker.cmd(&format!("TASK.FETCH {queue} COUNT 2")))
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert!(
+            first.contains(&lone),
+            "B's task waits one turn at most: {first:?}"
+        );
+        let limits = c.cmd(&format!("TASK.LIMIT {queue} GROUP CONCURRENCY 3"));
+        assert_eq!(field(&limits, "concurrency"), int(3));
+        assert_eq!(
+            field(&c.cmd(&format!("TASK.LIMIT {queue}")), "concurrency"),
+            Frame::Null
+        );
+        // A already holds 1; 2 more at most.
+        assert_eq!(
+            leased(worker.cmd(&format!("TASK.FETCH {queue} COUNT 10"))).len(),
+            2
+        );
+        assert_eq!(
+            field(&c.cmd(&format!("TASK.STATS {queue}")), "groups"),
+            int(2)
+        );
+    });
+}

@@ -79,6 +79,12 @@ pub(crate) fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOption
                 )));
             }
             options.retries = retries as u32;
+        } else if is(arg, "group") {
+            let group = owned(next.ok_or(Frame::static_error(SYNTAX))?);
+            if group.len() > NAME_BYTES_MAX {
+                return Err(Frame::static_error("ERR group key too long"));
+            }
+            options.group = Some(group);
         } else if is(arg, "lostmax") {
             let most = count_arg(next, "LOSTMAX")?;
             if most == 0 || most > u64::from(RETRIES_MAX) {
@@ -366,13 +372,19 @@ pub fn resume(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     Frame::ok()
 }
 
-/// TASK.LIMIT queue [CONCURRENCY n | CONCURRENCY NONE] [RATE n PER ms | RATE NONE]. With no
-/// option it replies the current limits. An option not named keeps its current value.
+/// TASK.LIMIT queue [GROUP] [CONCURRENCY n | CONCURRENCY NONE] [RATE n PER ms | RATE NONE].
+/// With no option it replies the current limits. An option not named keeps its current
+/// value. With GROUP the limits are each group's (every group key of the queue has them).
 pub fn limit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let now = ctx.now_ms;
     let current = ctx.tasks.queue_stats(&args[1], now).unwrap_or_default();
-    let (mut concurrency, mut rate) = (current.concurrency, current.rate);
-    let mut i = 2;
+    let per_group = args.get(2).is_some_and(|a| is(a, "group"));
+    let (mut concurrency, mut rate) = if per_group {
+        (current.group_concurrency, current.group_rate)
+    } else {
+        (current.concurrency, current.rate)
+    };
+    let mut i = if per_group { 3 } else { 2 };
     while i < args.len() {
         let next = args.get(i + 1);
         if is(&args[i], "concurrency") && next.is_some_and(|n| is(n, "none")) {
@@ -404,7 +416,11 @@ pub fn limit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             return Frame::static_error(SYNTAX);
         }
     }
-    ctx.tasks.set_limits(&args[1], concurrency, rate);
+    if per_group {
+        ctx.tasks.set_group_limits(&args[1], concurrency, rate);
+    } else {
+        ctx.tasks.set_limits(&args[1], concurrency, rate);
+    }
     Frame::Map(vec![
         (
             text("concurrency"),
@@ -439,6 +455,7 @@ pub fn stats(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         (text("acked"), int(s.acked)),
         (text("failed"), int(s.failed)),
         (text("paused"), int(u64::from(s.paused))),
+        (text("groups"), int(s.groups as u64)),
     ])
 }
 

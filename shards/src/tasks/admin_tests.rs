@@ -423,3 +423,114 @@ fn progress_and_logs_come_from_the_holder_and_survive_a_snapshot() {
     e.advance(10_000_000);
     assert!(e.extras(&id).is_none(), "forgotten with the task");
 }
+
+fn submit_grouped(e: &mut Engine, queue: &str, group: Option<&str>, now: u64) -> Bytes {
+    let options = SubmitOptions {
+        group: group.map(b),
+        ..SubmitOptions::default()
+    };
+    submit_with(e, queue, options, now)
+}
+
+#[test]
+fn a_flooding_group_cannot_starve_another() {
+    let mut e = Engine::new(600_000);
+    for _ in 0..100_000 {
+        submit_grouped(&mut e, "q", Some("tenant-a"), 0);
+    }
+    let lone = submit_grouped(&mut e, "q", Some("tenant-b"), 0);
+    let plain = submit_grouped(&mut e, "q", None, 0);
+    let mut fetches = 0;
+    let mut seen = Vec::new();
+    while !(seen.contains(&lone) && seen.contains(&plain)) {
+        let got = e.fetch(&[b("q")], 1, None, W1, 0);
+        seen.push(got[0].id.clone());
+        fetches += 1;
+        assert!(fetches <= 3, "B waited {fetches} fetches behind A's flood");
+    }
+    // A batch fetch takes the groups in turn too.
+    for _ in 0..3 {
+        submit_grouped(&mut e, "q", Some("tenant-b"), 0);
+    }
+    let batch: Vec<Bytes> = e
+        .fetch(&[b("q")], 6, None, W1, 0)
+        .into_iter()
+        .map(|l| l.id)
+        .collect();
+    let b_count = batch
+        .iter()
+        .filter(|id| e.get(id).unwrap().options.group == Some(b("tenant-b")))
+        .count();
+    assert_eq!(b_count, 3, "{batch:?}");
+    e.check_invariants();
+}
+
+#[test]
+fn group_limits_hold_for_every_group_in_every_window() {
+    let mut e = Engine::new(600_000);
+    for n in 0..300 {
+        let group = ["a", "b", "c"][n % 3];
+        submit_grouped(&mut e, "q", Some(group), 0);
+    }
+    e.set_group_limits(b"q", Some(2), Some((5, 100)));
+    let mut leased: Vec<(u64, Bytes, Bytes)> = Vec::new();
+    for now in 0..1000u64 {
+        for task in e.fetch(&[b("q")], 10, None, W1, now) {
+            let group = e.get(&task.id).unwrap().options.group.clone().unwrap();
+            leased.push((now, group, task.id));
+        }
+        // Finish what was leased 3 ms ago: the concurrency limit frees up.
+        for (at, _, id) in &leased {
+            if *at + 3 == now {
+                e.ack(id, W1, None, now).unwrap();
+            }
+        }
+        let stats = e.queue_stats(b"q", now).unwrap();
+        assert!(stats.leased <= 6, "2 per group, 3 groups");
+        e.check_invariants();
+    }
+    for group in ["a", "b", "c"] {
+        let times: Vec<u64> = leased
+            .iter()
+            .filter(|l| l.1 == b(group))
+            .map(|l| l.0)
+            .collect();
+        for (i, &start) in times.iter().enumerate() {
+            let in_window = times[i..].iter().take_while(|&&t| t < start + 100).count();
+            assert!(
+                in_window <= 5,
+                "group {group}: {in_window} in [{start}, +100)"
+            );
+        }
+        assert!(
+            times.len() >= 40,
+            "group {group} got {} leases",
+            times.len()
+        );
+    }
+}
+
+#[test]
+fn turns_survive_a_snapshot_so_a_replay_leases_in_the_same_order() {
+    let mut e = Engine::new(600_000);
+    for n in 0..30 {
+        submit_grouped(&mut e, "q", [Some("a"), Some("b"), None][n % 3], 0);
+    }
+    e.set_group_limits(b"q", Some(4), None);
+    e.fetch(&[b("q")], 4, None, W1, 0);
+    let mut parts = Vec::new();
+    e.export(&mut |part| parts.push(Bytes::copy_from_slice(part)));
+    let mut loaded = Engine::new(600_000);
+    for part in parts {
+        loaded.import_part(part).unwrap();
+    }
+    loaded.finish_import().unwrap();
+    loaded.check_invariants();
+    let order = |e: &mut Engine| -> Vec<Bytes> {
+        e.fetch(&[b("q")], 26, None, W2, 1)
+            .into_iter()
+            .map(|l| l.id)
+            .collect()
+    };
+    assert_eq!(order(&mut loaded), order(&mut e));
+}

@@ -23,6 +23,7 @@ mod admin;
 mod crons;
 mod events;
 mod extras;
+mod groups;
 mod snapshot;
 use crate::slot::{key_slot, slot_tag};
 pub use admin::{Cursor, Listed, LIST_SCAN_MAX};
@@ -160,11 +161,18 @@ pub struct QueueStats {
     pub paused: bool,
     pub concurrency: Option<u32>,
     pub rate: Option<(u32, u64)>,
+    /// Groups with ready or leased tasks.
+    pub groups: usize,
+    pub group_concurrency: Option<u32>,
+    pub group_rate: Option<(u32, u64)>,
 }
+
+/// A ready task's place in its queue: higher priority first, then its order.
+type ReadyKey = (Reverse<i64>, i64);
 
 #[derive(Default, Debug)]
 struct Queue {
-    ready: BTreeMap<(Reverse<i64>, i64), Bytes>,
+    ready: BTreeMap<ReadyKey, Bytes>,
     /// (submitted_ms, order) of ready tasks, for the age of the oldest.
     ready_by_age: BTreeSet<(u64, i64)>,
     scheduled: usize,
@@ -179,6 +187,8 @@ struct Queue {
     rate_log: VecDeque<u64>,
     /// Every state change of its tasks (TASK.EVENTS).
     events: events::EventLog,
+    /// Groups, their limits and turns (`groups`).
+    groups: groups::Groups,
     submitted: u64,
     acked: u64,
     failed: u64,
@@ -202,41 +212,40 @@ impl Queue {
         {
             return false;
         }
+        // A lease is allowed while fewer than the limit were taken in the window that ends
+        // now, so no window of that length ever holds more.
         if let Some((max, per_ms)) = self.rate {
-            if self.leases_in_window(now_ms, per_ms) >= max as usize {
+            if groups::leases_in_window(&self.rate_log, now_ms, per_ms) >= max as usize {
                 return false;
             }
         }
-        true
+        !self.groups.on || self.groups.any_may_lease(now_ms)
     }
 
-    /// Leases logged in the window of `per_ms` that ends at `now_ms`, i.e. after
-    /// `now_ms - per_ms`: a lease is allowed while fewer than the limit are, so no window of
-    /// that length ever holds more.
-    fn leases_in_window(&self, now_ms: u64, per_ms: u64) -> usize {
-        let start = now_ms.saturating_sub(per_ms);
-        let old = if now_ms >= per_ms {
-            self.rate_log.partition_point(|&t| t <= start)
+    /// Takes the next task to lease out of the ready sets: the first in priority order, or,
+    /// once the queue has groups, the head of the group whose turn it is.
+    fn take_next(&mut self, now_ms: u64) -> Option<(ReadyKey, Bytes)> {
+        let key = if self.groups.on {
+            self.groups.pick(now_ms)?
         } else {
-            0
+            *self.ready.first_key_value()?.0
         };
-        self.rate_log.len() - old
+        let id = self.ready.remove(&key)?;
+        Some((key, id))
     }
 
     /// Counts a lease taken at `now_ms` against the rate limit's window.
     fn count_lease(&mut self, now_ms: u64) {
         self.leased += 1;
         if let Some((_, per_ms)) = self.rate {
-            let start = now_ms.saturating_sub(per_ms);
-            while self
-                .rate_log
-                .front()
-                .is_some_and(|&t| now_ms >= per_ms && t <= start)
-            {
-                self.rate_log.pop_front();
-            }
-            self.rate_log.push_back(now_ms);
+            groups::log_lease(&mut self.rate_log, now_ms, per_ms);
         }
+    }
+
+    /// A lease of a task of `group` ended (any way).
+    fn lease_ended(&mut self, group: &Option<Bytes>) {
+        self.leased -= 1;
+        self.groups.lease_ended(group);
     }
 }
 
@@ -541,7 +550,9 @@ impl Engine {
                 if !q.may_lease(now_ms, self.in_flight_max) {
                     break;
                 }
-                let (_, id) = q.ready.pop_first().expect("may_lease saw a ready task");
+                let Some((_, id)) = q.take_next(now_ms) else {
+                    break;
+                };
                 q.count_lease(now_ms);
                 let task = self.tasks.get_mut(&id).expect("a ready task exists");
                 q.ready_by_age.remove(&(task.submitted_ms, task.order));
@@ -605,10 +616,11 @@ impl Engine {
             } if holder == owner => {
                 self.epoch += 1;
                 let (id, queue) = (task.id.clone(), task.queue.clone());
+                let group = task.options.group.clone();
                 self.leases.remove(&(until_ms, id.clone()));
                 self.release_owner_index(owner, &id);
                 if let Some(q) = self.queues.get_mut(&queue) {
-                    q.leased -= 1;
+                    q.lease_ended(&group);
                 }
                 Ok(())
             }
@@ -718,6 +730,7 @@ impl Engine {
         let id = task.id.clone();
         if let Some(q) = self.queues.get_mut(&task.queue) {
             q.leased += 1;
+            q.groups.lease_resumed(&task.options.group);
         }
         self.leases.insert((until_ms, id.clone()));
         self.by_owner.entry(owner).or_default().insert(id);
@@ -759,7 +772,7 @@ impl Engine {
                 if let State::Leased { until_ms, .. } = task.state {
                     self.leases.remove(&(until_ms, id.clone()));
                     if let Some(q) = self.queues.get_mut(&task.queue) {
-                        q.leased -= 1;
+                        q.lease_ended(&task.options.group);
                     }
                     self.lose_lease(&id, now_ms, counts);
                 }
@@ -846,6 +859,8 @@ impl Engine {
             task.id.clone(),
         );
         q.ready_by_age.insert((task.submitted_ms, task.order));
+        let key = (Reverse(task.options.priority), task.order);
+        q.groups.insert(&task.options.group, key, &q.ready);
         q.note(
             self.clock_ms,
             &task.id,
@@ -864,8 +879,9 @@ impl Engine {
         let q = self.queues.entry(task.queue.clone()).or_default();
         match task.state {
             State::Queued => {
-                q.ready
-                    .remove(&(Reverse(task.options.priority), task.order));
+                let key = (Reverse(task.options.priority), task.order);
+                q.ready.remove(&key);
+                q.groups.remove(&task.options.group, &key);
                 q.ready_by_age.remove(&(task.submitted_ms, task.order));
             }
             State::Scheduled { due_ms } => {
@@ -873,7 +889,7 @@ impl Engine {
                 self.scheduled.remove(&(due_ms, id));
             }
             State::Leased { owner, until_ms } => {
-                q.leased -= 1;
+                q.lease_ended(&task.options.group);
                 self.leases.remove(&(until_ms, id.clone()));
                 self.release_owner_index(owner, &id);
             }
@@ -1053,7 +1069,7 @@ impl Engine {
             let task = self.tasks.get(&id).expect("a leased task exists");
             if let State::Leased { owner, .. } = task.state {
                 if let Some(q) = self.queues.get_mut(&task.queue) {
-                    q.leased -= 1;
+                    q.lease_ended(&task.options.group);
                 }
                 self.release_owner_index(owner, &id);
                 self.lose_lease(&id, now_ms, true);
@@ -1122,6 +1138,9 @@ impl Engine {
             paused: q.paused,
             concurrency: q.concurrency,
             rate: q.rate,
+            groups: q.groups.count(),
+            group_concurrency: q.groups.concurrency,
+            group_rate: q.groups.rate,
         })
     }
 
@@ -1201,6 +1220,27 @@ impl Engine {
         }
     }
 
+    /// Sets (or with `None`, clears) the limits each group of a queue has.
+    pub fn set_group_limits(
+        &mut self,
+        queue: &[u8],
+        concurrency: Option<u32>,
+        rate: Option<(u32, u64)>,
+    ) {
+        self.epoch += 1;
+        let q = self
+            .queues
+            .entry(Bytes::copy_from_slice(queue))
+            .or_default();
+        q.groups.concurrency = concurrency;
+        if q.groups.rate != rate {
+            q.groups.rate = rate;
+            for state in q.groups.by_key.values_mut() {
+                state.rate_log.clear();
+            }
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn set_in_flight_max(&mut self, max: usize) {
         self.in_flight_max = max;
@@ -1268,6 +1308,9 @@ impl Engine {
                 let key = (Engine::forget_at(task, self.retention_ms), id);
                 assert!(self.retained.contains(&key));
             }
+        }
+        for (name, q) in &self.queues {
+            q.groups.check(name, &q.ready, &self.tasks);
         }
         let due: BTreeSet<(u64, Bytes)> = self
             .crons

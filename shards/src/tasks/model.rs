@@ -96,6 +96,8 @@ pub struct SubmitOptions {
     pub fallback: Option<Bytes>,
     /// Leases it may lose before it goes dead (LOSTMAX).
     pub lost_max: u32,
+    /// GROUP key: the queue's group limits apply per key, and fetches take turns.
+    pub group: Option<Bytes>,
     /// (key, window): a second submit with the key while the first task is live, or within
     /// `window` ms of its submission, returns the first id.
     pub unique: Option<(Bytes, u64)>,
@@ -115,6 +117,7 @@ impl Default for SubmitOptions {
             fallback: None,
             unique: None,
             lost_max: LOST_LEASES_MAX_DEFAULT,
+            group: None,
         }
     }
 }

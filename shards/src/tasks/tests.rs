@@ -353,6 +353,12 @@ enum Op {
         queue: u8,
         retries: u32,
         delay: Option<u64>,
+        group: Option<u8>,
+    },
+    GroupLimits {
+        queue: u8,
+        concurrency: Option<u32>,
+        rate: Option<(u32, u64)>,
     },
     Fetch {
         worker: u64,
@@ -414,8 +420,10 @@ const PURGEABLE: [Listed; 5] = [
 fn op() -> impl Strategy<Value = Op> {
     let worker = 1u64..4;
     prop_oneof![
-        3 => (0u8..3, 0u32..3, proptest::option::weighted(0.2, 1u64..50))
-            .prop_map(|(queue, retries, delay)| Op::Submit { queue, retries, delay }),
+        3 => (0u8..3, 0u32..3, proptest::option::weighted(0.2, 1u64..50), proptest::option::weighted(0.4, 0u8..3))
+            .prop_map(|(queue, retries, delay, group)| Op::Submit { queue, retries, delay, group }),
+        1 => (0u8..3, proptest::option::of(1u32..3), proptest::option::of((1u32..4, 1u64..30)))
+            .prop_map(|(queue, concurrency, rate)| Op::GroupLimits { queue, concurrency, rate }),
         3 => (worker.clone(), proptest::collection::vec(0u8..3, 1..3), 1usize..4, 1u64..60)
             .prop_map(|(worker, queues, count, lease)| Op::Fetch { worker, queues, count, lease }),
         2 => (worker.clone(), any::<usize>()).prop_map(|(worker, pick)| Op::Ack { worker, pick }),
@@ -457,11 +465,15 @@ proptest! {
         let mut quiet: std::collections::HashSet<u64> = Default::default();
         for op in ops {
             match op {
-                Op::Submit { queue, retries, delay } => {
+                Op::GroupLimits { queue, concurrency, rate } => {
+                    e.set_group_limits(&[b'q', queue], concurrency, rate);
+                }
+                Op::Submit { queue, retries, delay, group } => {
                     let options = SubmitOptions {
                         retries,
                         backoff_base_ms: 5,
                         due_ms: delay.map(|d| now + d),
+                        group: group.map(|g| Bytes::copy_from_slice(&[b'g', g])),
                         ..SubmitOptions::default()
                     };
                     let (id, created) = e.submit(&[b'q', queue], b("p"), options, now).unwrap();

@@ -78,6 +78,36 @@ fn put_queue(out: &mut Vec<u8>, name: &[u8], q: &Queue) {
     put_u64(out, q.submitted);
     put_u64(out, q.acked);
     put_u64(out, q.failed);
+    let g = &q.groups;
+    out.push(u8::from(g.on));
+    put_opt_u32(out, g.concurrency);
+    match g.rate {
+        None => out.push(0),
+        Some((n, per)) => {
+            out.push(1);
+            put_u64(out, u64::from(n));
+            put_u64(out, per);
+        }
+    }
+    put_u64(out, g.turns.len() as u64);
+    for group in &g.turns {
+        put_opt_bytes(out, group.as_deref());
+    }
+    let mut logs: Vec<(&Option<Bytes>, &std::collections::VecDeque<u64>)> = g
+        .by_key
+        .iter()
+        .filter(|(_, state)| !state.rate_log.is_empty())
+        .map(|(key, state)| (key, &state.rate_log))
+        .collect();
+    logs.sort();
+    put_u64(out, logs.len() as u64);
+    for (group, log) in logs {
+        put_opt_bytes(out, group.as_deref());
+        put_u64(out, log.len() as u64);
+        for at in log {
+            put_u64(out, *at);
+        }
+    }
 }
 
 impl Engine {
@@ -140,6 +170,7 @@ impl Engine {
             put_task(&mut out, task);
             put_u64(&mut out, u64::from(task.lost_leases));
             put_u64(&mut out, u64::from(task.options.lost_max));
+            put_opt_bytes(&mut out, task.options.group.as_deref());
             if out.len() >= PART_BYTES {
                 part(&out);
                 out.clear();
@@ -247,6 +278,28 @@ impl Engine {
                 q.submitted = r.u64()?;
                 q.acked = r.u64()?;
                 q.failed = r.u64()?;
+                if kind == QUEUE {
+                    let g = &mut q.groups;
+                    g.on = r.flag()?;
+                    g.concurrency = read_opt_u32(&mut r)?;
+                    g.rate = if r.flag()? {
+                        Some((r.u32()?, r.u64()?))
+                    } else {
+                        None
+                    };
+                    let mut turns = Vec::new();
+                    for _ in 0..r.count()? {
+                        turns.push(r.opt_bytes()?);
+                    }
+                    g.restore_turns(turns);
+                    for _ in 0..r.count()? {
+                        let group = r.opt_bytes()?;
+                        let state = g.by_key.entry(group).or_default();
+                        for _ in 0..r.count()? {
+                            state.rate_log.push_back(r.u64()?);
+                        }
+                    }
+                }
                 self.queues.insert(name, q);
             }
             kind @ (TASKS | TASKS_V1) => {
@@ -255,6 +308,7 @@ impl Engine {
                     if kind == TASKS {
                         task.lost_leases = r.u32()?;
                         task.options.lost_max = r.u32()?;
+                        task.options.group = r.opt_bytes()?;
                     }
                     self.tasks.insert(task.id.clone(), task);
                 }
@@ -302,9 +356,13 @@ impl Engine {
             let q = self.queues.entry(task.queue.clone()).or_default();
             match task.state {
                 State::Queued => {
-                    q.ready
-                        .insert((Reverse(task.options.priority), task.order), id.clone());
+                    let key = (Reverse(task.options.priority), task.order);
+                    q.ready.insert(key, id.clone());
                     q.ready_by_age.insert((task.submitted_ms, task.order));
+                    if q.groups.on {
+                        let group = task.options.group.clone();
+                        q.groups.by_key.entry(group).or_default().ready.insert(key);
+                    }
                 }
                 State::Scheduled { due_ms } => {
                     q.scheduled += 1;
@@ -312,6 +370,10 @@ impl Engine {
                 }
                 State::Leased { owner, until_ms } => {
                     q.leased += 1;
+                    if q.groups.on && task.options.group.is_some() {
+                        let group = task.options.group.clone();
+                        q.groups.by_key.entry(group).or_default().leased += 1;
+                    }
                     self.leases.insert((until_ms, id.clone()));
                     self.by_owner.entry(owner).or_default().insert(id.clone());
                 }
@@ -424,6 +486,7 @@ fn read_options(r: &mut Reader) -> Decoded<SubmitOptions> {
             None
         },
         lost_max: LOST_LEASES_MAX_DEFAULT,
+        group: None,
     })
 }
 
@@ -479,6 +542,7 @@ fn put_cron(out: &mut Vec<u8>, c: &CronEntry) {
     put_bytes(out, &c.payload);
     put_options(out, &c.options);
     put_u64(out, u64::from(c.options.lost_max));
+    put_opt_bytes(out, c.options.group.as_deref());
     put_opt_u64(out, c.next_ms);
     put_u64(out, c.created_ms);
     put_u64(out, c.fired);
@@ -497,6 +561,7 @@ fn read_cron(r: &mut Reader) -> Decoded<CronEntry> {
     let payload = r.bytes()?;
     let mut options = read_options(r)?;
     options.lost_max = r.u32()?;
+    options.group = r.opt_bytes()?;
     Ok(CronEntry {
         name,
         spec,
