@@ -911,9 +911,12 @@ impl Net {
     /// yields to *other* queues, so with several shards the loop yields within its queue
     /// after every busy turn; otherwise a ring that never goes dry starves those tasks
     /// (docs/perf-notes.md). With one shard the only such tasks are blocked commands and
-    /// scripts, which run when the ring goes dry or at glommio's preemption tick (1 ms).
+    /// scripts, which run when the ring goes dry or at glommio's preemption tick (1 ms),
+    /// unless one was just answered: a blocked TASK.FETCH handed a task, a BLPOP its
+    /// element. Then it runs now, not up to 1 ms later (that tick was most of a job's
+    /// submit-to-worker latency on one shard under load).
     async fn let_others_run(&self) {
-        if self.ctx.shard_count > 1 {
+        if self.ctx.shard_count > 1 || self.ctx.local_wakes.replace(false) {
             futures_lite::future::yield_now().await;
         } else {
             glommio::yield_if_needed().await;
@@ -1005,6 +1008,10 @@ impl Net {
             self.ctx.beats.turn.store(now, Ordering::Relaxed);
             self.cron_if_due(now);
             if self.turn() > 0 || self.notified.replace(false) {
+                // A SUBMIT (or a push) this turn may have what a command parked here waits
+                // for: hand it over now rather than at the next turn's tick.
+                self.ctx.task_waits.serve_parked(&self.ctx.core);
+                self.ctx.lists.serve(&self.ctx.core);
                 self.let_others_run().await;
                 continue;
             }

@@ -48,6 +48,9 @@ pub struct ShardCore {
     pub push_ready: RefCell<Vec<u64>>,
     /// Wakes the transport when a push arrives (set by the io_uring driver).
     pub push_hook: RefCell<Option<Box<dyn Fn()>>>,
+    /// A parked command of a connection here was answered since the transport last looked:
+    /// its task is runnable, and the transport lets it run before the next turn.
+    pub local_wakes: Cell<bool>,
     /// Pushes that met their connection busy, settled by the transport.
     deferred_pushes: RefCell<Vec<(u64, Frame)>>,
     /// This shard's journal file, when `appendonly yes` (`persist`).
@@ -84,6 +87,7 @@ impl ShardCore {
             tokens_issued: Cell::new(unix_ms() << 6),
             push_ready: RefCell::new(Vec::new()),
             push_hook: RefCell::new(None),
+            local_wakes: Cell::new(false),
             deferred_pushes: RefCell::new(Vec::new()),
             journal: RefCell::new(None),
             last_compact_check_ms: Cell::new(0),

@@ -25,7 +25,10 @@ impl Reply {
     pub fn send(self, core: &ShardCore, frames: Vec<Frame>) {
         match self {
             Reply::Peer { from, id } => core.respond(from, id, Response::Frames(frames)),
-            Reply::Local(slot) => slot.complete(frames),
+            Reply::Local(slot) => {
+                core.local_wakes.set(true);
+                slot.complete(frames);
+            }
         }
     }
 }
