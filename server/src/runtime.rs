@@ -291,6 +291,8 @@ async fn shard_main(
     let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
     if let Some(store) = globals.store.get() {
         recover_shard(&ctx, store)?;
+        // Runs once the shard serves: it asks its peers.
+        glommio::spawn_local(crate::commands::reconcile_batches(ctx.clone())).detach();
     }
     let beats = ctx.beats.clone();
     let listener = listeners.lock().expect("listeners")[id]

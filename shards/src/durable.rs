@@ -18,7 +18,7 @@ use crate::keyspace::{Entry, DATABASES};
 use crate::lists::End;
 use crate::shard::Shard;
 use crate::table::{lookup, CommandSpec};
-use crate::tasks::{Fallback, TaskError};
+use crate::tasks::{BatchNote, Fallback, TaskError};
 
 impl Shard {
     /// Turns journaling on (the turn's operations are kept for [`Shard::take_journal`]) or
@@ -252,6 +252,25 @@ impl Shard {
         submitted
     }
 
+    /// On a batch's home: a child's end heard of (logged when it counted). Returns the
+    /// callback orders when it completed the batch: (callback id, release: true, cancel:
+    /// false).
+    pub fn task_batch_note(&mut self, note: &BatchNote) -> Vec<(Bytes, bool)> {
+        let now = self.now_ms();
+        let counted = self.tasks.batch(&note.batch).is_some_and(|b| {
+            b.fired_ms.is_none()
+                && b.members.contains(&note.child)
+                && !b.ends.contains_key(&note.child)
+        });
+        let orders = self.tasks.batch_note(note, now);
+        if counted {
+            if let Some(journal) = self.journal_turn() {
+                ops::put_batch_note(journal, now, note);
+            }
+        }
+        orders
+    }
+
     /// Applies the passage of time to the task engine (logged if it changed something).
     pub fn task_advance(&mut self) {
         let now = self.now_ms();
@@ -325,6 +344,10 @@ impl Shard {
                 self.set_clock(now_ms);
                 self.tasks.release_all(now_ms);
             }
+            Op::BatchNote { now_ms, note } => {
+                self.set_clock(now_ms);
+                self.tasks.batch_note(&note, now_ms);
+            }
             Op::Commit { token, parts } => self.note_commit(token, &parts),
             // Read by `cross_commit::Replay`, which decides what a part's operations do.
             Op::Part { .. } | Op::PartEnd | Op::Abort { .. } => {}
@@ -341,6 +364,8 @@ impl Shard {
         // The replay's fallbacks were submitted (and journaled) where they went the first
         // time; those of tasks that die now, of the restart, go out with the next turn.
         drop(self.tasks.take_fallbacks());
+        // Notes lost with the process are asked for again after a restart (`batch_pending`).
+        drop(self.tasks.take_batch_notes());
         self.blocked = Default::default();
         self.set_clock(now_ms);
         // Journaling first, so that what the restart changes is logged like anything else;

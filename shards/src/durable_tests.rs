@@ -66,6 +66,9 @@ const TEMPLATES: &[&str] = &[
     "task.cron set M @every N q M",
     "task.cron set M @every 30 r M priority 2",
     "task.cron del M",
+    "task.submit q M hold",
+    "task.submit r M batch M",
+    "task.batch M on-complete q M children r M q M",
 ];
 
 fn fill(template: &str, seed: &mut fastrand::Rng) -> Vec<Bytes> {

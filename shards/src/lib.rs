@@ -40,6 +40,7 @@ pub mod streams;
 pub mod strings;
 pub mod table;
 pub mod task_admin;
+pub mod task_batch;
 pub mod task_commands;
 pub mod task_cron;
 pub mod task_reports;

@@ -79,6 +79,13 @@ pub(crate) fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOption
                 )));
             }
             options.retries = retries as u32;
+        } else if is(arg, "hold") {
+            options.hold = true;
+            // A flag: no value follows.
+            i += 1;
+            continue;
+        } else if is(arg, "batch") {
+            options.batch = Some(owned(next.ok_or(Frame::static_error(SYNTAX))?));
         } else if is(arg, "group") {
             let group = owned(next.ok_or(Frame::static_error(SYNTAX))?);
             if group.len() > NAME_BYTES_MAX {

@@ -5,6 +5,7 @@
 //! have their own files below (pub/sub, transactions, scripts, blocking pops, task
 //! fetches, INFO, and the commands EXEC and scripts run too: `embedded`).
 
+mod batch;
 pub mod blocking;
 mod config_inert;
 mod config_table;
@@ -45,7 +46,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     match spec.name {
         "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
         "task.wait" | "save" | "task.worker" | "task.quiet" | "task.events" => true,
-        "task.workers" | "task.cron" => several,
+        "task.workers" | "task.cron" | "task.batch" => several,
         // SHUTDOWN SAVE waits for the snapshots.
         "shutdown" => args[1..].iter().any(|a| is(a, "save")),
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
@@ -56,6 +57,8 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
         _ => false,
     }
 }
+
+pub use batch::reconcile as reconcile_batches;
 
 pub async fn run(
     ctx: &Rc<ShardCtx>,
@@ -79,6 +82,16 @@ pub async fn run(
                 }
             };
             cron::cron(ctx, at, spec, args).await
+        }
+        "task.batch" => {
+            let at = {
+                let state = conn.borrow();
+                crate::routing::Target {
+                    db: state.db,
+                    client: state.task_owner(),
+                }
+            };
+            batch::batch(ctx, at, spec, args).await
         }
         "subscribe" | "psubscribe" | "ssubscribe" => crate::commands::pubsub::subscribe(
             ctx,

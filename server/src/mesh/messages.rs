@@ -145,6 +145,14 @@ pub enum TaskRequest {
     ReleaseLeases { client: u64 },
     /// Worker identities (TASK.WORKER and friends), on the worker's home shard unless said.
     Worker(WorkerRequest),
+    /// On a batch's home: a child's end (`shard::tasks` applies it and sends the callback
+    /// orders when it completed the batch).
+    BatchNote {
+        note: wetask_shards::tasks::BatchNote,
+    },
+    /// How each of these tasks ended: `Frames` of 1 (done), 0 (dead or cancelled) or -1
+    /// (not ended, or unknown here).
+    ChildEnds { ids: Vec<Bytes> },
     /// Submit a fallback task to a queue on the receiving shard.
     SubmitFallback {
         fallback: wetask_shards::tasks::Fallback,

@@ -128,8 +128,14 @@ impl ShardCore {
 
     /// Updates the coarse clock and, at most once per millisecond however fast the loop
     /// turns, runs one bounded round of active expiry and advances the task engine (due
-    /// tasks, expired leases, deadlines, retention). Returns the fallbacks of tasks that died.
-    pub fn advance_clock(&self) -> Vec<wetask_shards::tasks::Fallback> {
+    /// tasks, expired leases, deadlines, retention). Returns the fallbacks of tasks that died
+    /// and the ends of batch children, for the shards they go to.
+    pub fn advance_clock(
+        &self,
+    ) -> (
+        Vec<wetask_shards::tasks::Fallback>,
+        Vec<wetask_shards::tasks::BatchNote>,
+    ) {
         let now = unix_ms();
         let mut shard = self.shard.borrow_mut();
         shard.set_clock(now);
@@ -138,7 +144,7 @@ impl ShardCore {
             shard.active_expire(ACTIVE_EXPIRE_SAMPLES_PER_TURN);
             shard.task_advance();
         }
-        shard.tasks.take_fallbacks()
+        (shard.tasks.take_fallbacks(), shard.tasks.take_batch_notes())
     }
 
     /// The chores of a loop turn that need only the core: eviction, idle clients, the mesh

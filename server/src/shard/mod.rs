@@ -92,7 +92,7 @@ impl ShardCtx {
     /// and wake-ups, eviction, idle clients. Called every loop turn by the transport, and
     /// before a peer's request is served (a parked shard's clock may be a cron period old).
     pub fn tick(&self) {
-        let fallbacks = self.core.advance_clock();
+        let (fallbacks, batch_notes) = self.core.advance_clock();
         if self.stats.sample(self.shard.borrow().now_ms()) {
             crate::memory::note_peak();
         }
@@ -103,6 +103,9 @@ impl ShardCtx {
         }
         for fallback in fallbacks {
             self.task_waits.route_fallback(&self.core, fallback);
+        }
+        for note in batch_notes {
+            self.task_waits.route_batch_note(&self.core, note);
         }
         self.task_waits.expire_workers(&self.core);
         self.task_waits.serve_parked(&self.core);

@@ -201,6 +201,15 @@ impl TaskWaits {
                     .is_ok(),
             ),
             TaskRequest::Worker(request) => self.worker_request(core, request),
+            TaskRequest::BatchNote { note } => {
+                self.apply_batch_note(core, &note);
+                Response::Done
+            }
+            TaskRequest::ChildEnds { ids } => {
+                let ends = core.shard.borrow().tasks.child_ends(&ids);
+                let code = |end: Option<bool>| Frame::Integer(end.map_or(-1, i64::from));
+                Response::Frames(ends.into_iter().map(code).collect())
+            }
             TaskRequest::FetchBlocking { .. }
             | TaskRequest::Wait { .. }
             | TaskRequest::Events { .. } => {
@@ -214,6 +223,23 @@ impl TaskWaits {
     pub fn release_client(&self, core: &ShardCore, client: u64) -> usize {
         self.unpark_client(core, client);
         core.shard.borrow_mut().task_release_owner(client)
+    }
+
+    /// Sends a batch child's end to its batch's home (applied here when it is this shard).
+    pub fn route_batch_note(&self, core: &ShardCore, note: wetask_shards::tasks::BatchNote) {
+        let home = core.owner_of(&note.batch);
+        if home == core.id {
+            self.apply_batch_note(core, &note);
+        } else {
+            drop(core.request(home, Request::Tasks(TaskRequest::BatchNote { note })));
+        }
+    }
+
+    /// On a batch's home: counts a child's end; when it was the last, releases or cancels
+    /// the callbacks where they live.
+    pub fn apply_batch_note(&self, core: &ShardCore, note: &wetask_shards::tasks::BatchNote) {
+        let orders = core.shard.borrow_mut().task_batch_note(note);
+        send_callback_orders(core, orders);
     }
 
     /// Submits a dead task's fallback on the shard that owns the fallback queue.
@@ -525,5 +551,30 @@ impl TaskWaits {
                 Frame::Array(vec![Frame::Integer(w.owner as i64), row])
             })
             .collect()
+    }
+}
+
+/// Tells the callbacks' shards to release (or cancel) them: TASK.RELEASE / TASK.CANCEL run
+/// there as commands (so journaled there), and either sent twice changes nothing.
+pub fn send_callback_orders(core: &ShardCore, orders: Vec<(Bytes, bool)>) {
+    for (id, release) in orders {
+        let verb: &'static [u8] = if release {
+            b"task.release"
+        } else {
+            b"task.cancel"
+        };
+        let spec = wetask_shards::lookup(verb).expect("in the table");
+        let args = vec![Bytes::from_static(verb), id.clone()];
+        let owner = core.owner_of(&id);
+        if owner == core.id {
+            core.shard.borrow_mut().execute(0, 0, spec, &args);
+        } else {
+            let request = Request::Keys(crate::mesh::KeyRequest::Exec {
+                db: 0,
+                client: 0,
+                commands: vec![(spec.index(), args)],
+            });
+            drop(core.request(owner, request));
+        }
     }
 }

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::codec::{put_entry, read_entry};
 use crate::keyspace::Entry;
-use crate::tasks::{Fallback, Origin};
+use crate::tasks::{BatchNote, Fallback, Origin};
 use crate::wire::{
     put_bytes, put_bytes_list, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader,
 };
@@ -32,6 +32,7 @@ const PART: u8 = 10;
 const PART_END: u8 = 11;
 const ABORT: u8 = 12;
 const COMMIT: u8 = 13;
+const BATCH_NOTE: u8 = 14;
 
 /// The most shards one commit names (far past any shard count a server takes).
 const PARTS_MAX: u64 = 4096;
@@ -83,6 +84,8 @@ pub enum Op {
     /// On the coordinator of a cross-shard operation: it committed, with parts journaled
     /// on `parts` (shard ids).
     Commit { token: u64, parts: Vec<u64> },
+    /// On a batch's home: a child's end heard of.
+    BatchNote { now_ms: u64, note: BatchNote },
 }
 
 pub fn put_cmd(out: &mut Vec<u8>, db: usize, client: u64, now_ms: u64, args: &[Bytes]) {
@@ -166,6 +169,14 @@ pub fn put_commit(out: &mut Vec<u8>, token: u64, parts: &[u64]) {
     for &part in parts {
         put_u64(out, part);
     }
+}
+
+pub fn put_batch_note(out: &mut Vec<u8>, now_ms: u64, note: &BatchNote) {
+    out.push(BATCH_NOTE);
+    put_u64(out, now_ms);
+    put_bytes(out, &note.batch);
+    put_bytes(out, &note.child);
+    out.push(u8::from(note.succeeded));
 }
 
 pub fn put_fallback(out: &mut Vec<u8>, now_ms: u64, fallback: &Fallback) {
@@ -302,6 +313,14 @@ pub fn read_op(r: &mut Reader) -> Decoded<Op> {
         ABORT => Op::Abort { token: r.u64()? },
         COMMIT => read_commit(r)?,
         FALLBACK => read_fallback(r)?,
+        BATCH_NOTE => Op::BatchNote {
+            now_ms: r.u64()?,
+            note: BatchNote {
+                batch: r.bytes()?,
+                child: r.bytes()?,
+                succeeded: r.flag()?,
+            },
+        },
         _ => return Err(DecodeError("unknown operation")),
     })
 }
@@ -404,6 +423,12 @@ mod tests {
         put_part_end(&mut out);
         put_abort(&mut out, 7);
         put_commit(&mut out, 8, &[0, 3]);
+        let note = BatchNote {
+            batch: b("b1"),
+            child: b("{x}batch:b1:0"),
+            succeeded: true,
+        };
+        put_batch_note(&mut out, 9, &note);
         let ops = read_ops(Bytes::from(out)).expect("decodes");
         let commit = Op::Commit {
             token: 8,
@@ -415,7 +440,8 @@ mod tests {
                 Op::Part { token: 1 << 48 | 5 },
                 Op::PartEnd,
                 Op::Abort { token: 7 },
-                commit
+                commit,
+                Op::BatchNote { now_ms: 9, note }
             ]
         );
         let mut huge = Vec::new();

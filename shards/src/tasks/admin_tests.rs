@@ -534,3 +534,65 @@ fn turns_survive_a_snapshot_so_a_replay_leases_in_the_same_order() {
     };
     assert_eq!(order(&mut loaded), order(&mut e));
 }
+
+#[test]
+fn a_batch_and_its_held_callback_survive_a_snapshot() {
+    let mut e = Engine::new(600_000);
+    let hold = SubmitOptions {
+        hold: true,
+        ..SubmitOptions::default()
+    };
+    let cb = submit_with(&mut e, "cb", hold, 0);
+    let child = |e: &mut Engine| {
+        let options = SubmitOptions {
+            batch: Some(b("b")),
+            ..SubmitOptions::default()
+        };
+        submit_with(e, "q", options, 0)
+    };
+    let (one, two) = (child(&mut e), child(&mut e));
+    assert_eq!(
+        e.batch_open(
+            b"b",
+            vec![one.clone(), two.clone()],
+            None,
+            Some(cb.clone()),
+            0
+        ),
+        Ok(true)
+    );
+    e.fetch(&[b("q")], 1, None, W1, 0);
+    e.ack(&one, W1, None, 0).unwrap();
+    let notes = e.take_batch_notes();
+    assert_eq!(notes.len(), 1);
+    assert!(e.batch_note(&notes[0], 0).is_empty(), "one child of two");
+    let mut parts = Vec::new();
+    e.export(&mut |part| parts.push(Bytes::copy_from_slice(part)));
+    let mut loaded = Engine::new(600_000);
+    for part in parts {
+        loaded.import_part(part).unwrap();
+    }
+    loaded.finish_import().unwrap();
+    loaded.check_invariants();
+    assert_eq!(loaded.batch_pending(), vec![(b("b"), two.clone())]);
+    assert_eq!(loaded.get(&cb).unwrap().state, State::Held);
+    assert_eq!(
+        loaded.child_ends(&[one.clone(), two.clone()]),
+        vec![Some(true), None]
+    );
+    loaded.cancel(&two, 1).unwrap();
+    let note = loaded.take_batch_notes().pop().unwrap();
+    assert!(!note.succeeded);
+    assert_eq!(loaded.batch_note(&note, 1), vec![(cb.clone(), true)]);
+    assert!(
+        loaded.batch_note(&note, 1).is_empty(),
+        "heard twice, fired once"
+    );
+    assert_eq!(loaded.release_held(&cb, 1), Ok(true));
+    assert_eq!(
+        loaded.release_held(&cb, 1),
+        Ok(false),
+        "a second release does nothing"
+    );
+    assert_eq!(loaded.get(&cb).unwrap().state, State::Queued);
+}

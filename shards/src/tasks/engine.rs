@@ -20,6 +20,7 @@ use super::model::*;
 type Hasher = foldhash::fast::RandomState;
 
 mod admin;
+mod batches;
 mod crons;
 mod events;
 mod extras;
@@ -27,6 +28,7 @@ mod groups;
 mod snapshot;
 use crate::slot::{key_slot, slot_tag};
 pub use admin::{Cursor, Listed, LIST_SCAN_MAX};
+pub use batches::{Batch, BatchNote, BATCH_CHILDREN_MAX};
 pub use crons::{CronEntry, CRONS_MAX, CRON_CATCHUP_MAX};
 pub use events::{Event, EventKind, EventsGone, EVENTS_PER_QUEUE_MAX};
 pub use extras::{Extras, LOG_BYTES_MAX, LOG_LINES_MAX};
@@ -276,6 +278,12 @@ pub struct Engine {
     clock_ms: u64,
     /// Events noted by any queue (for parked TASK.EVENTS reads).
     events_noted: u64,
+    /// Batches whose home is this shard, by id.
+    batches: BTreeMap<Bytes, Batch>,
+    /// (fired at, id) of the batches that fired, to forget them after the retention time.
+    batches_fired: BTreeSet<(u64, Bytes)>,
+    /// Ends of batch children here, for their batches' shards (drained by the server).
+    batch_notes: Vec<BatchNote>,
     /// Progress and log lines of the tasks that have any (most have none).
     extras: HashMap<Bytes, Extras, Hasher>,
     /// (queue, unique key) -> (id, window end).
@@ -374,7 +382,7 @@ impl Engine {
     }
 
     /// A caller's ID, given the queue's tag unless it already routes to the queue's slot.
-    fn custom_id(queue: &[u8], id: &Bytes) -> Bytes {
+    pub fn custom_id(queue: &[u8], id: &Bytes) -> Bytes {
         let slot = key_slot(queue);
         if key_slot(id) == slot {
             return id.clone();
@@ -473,6 +481,11 @@ impl Engine {
         q.submitted += 1;
         self.totals.submitted += 1;
         match task.options.due_ms {
+            _ if task.options.hold => {
+                task.state = State::Held;
+                q.note(self.clock_ms, &id, events::EventKind::Held, 0);
+                self.events_noted += 1;
+            }
             Some(due) if due > now_ms => {
                 task.state = State::Scheduled { due_ms: due };
                 q.scheduled += 1;
@@ -965,6 +978,13 @@ impl Engine {
             self.deadlines.remove(&(deadline, task.id.clone()));
         }
         let id = task.id.clone();
+        if let Some(batch) = task.options.batch.clone() {
+            self.batch_notes.push(BatchNote {
+                batch,
+                child: id.clone(),
+                succeeded: task.state == State::Done,
+            });
+        }
         if task.state == State::Dead {
             let forget_at = Engine::forget_at(task, self.dead_retention_ms);
             self.queues
@@ -1029,6 +1049,7 @@ impl Engine {
             self.retained.len(),
             self.dead_retained.len(),
             self.cron_fired,
+            self.batches_fired.len(),
         );
         self.advance_unrecorded(now_ms);
         let after = (
@@ -1038,6 +1059,7 @@ impl Engine {
             self.retained.len(),
             self.dead_retained.len(),
             self.cron_fired,
+            self.batches_fired.len(),
         );
         // Every step of `advance` removes from one of these and never adds to the first
         // three; a task that finished is retained only after leaving another. (A lost lease
@@ -1052,6 +1074,7 @@ impl Engine {
     fn advance_unrecorded(&mut self, now_ms: u64) {
         self.clock_ms = self.clock_ms.max(now_ms);
         self.fire_crons(now_ms);
+        self.forget_batches(now_ms);
         while let Some((due, _)) = self.scheduled.first() {
             if *due > now_ms {
                 break;

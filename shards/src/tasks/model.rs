@@ -51,6 +51,9 @@ pub enum State {
     },
     /// In its queue, ready to lease.
     Queued,
+    /// Held until released (TASK.RELEASE: a batch's callback waits so until its batch is
+    /// complete).
+    Held,
     /// Leased to `owner` (a client id, or a worker identity's owner id) until `until_ms`.
     Leased {
         owner: u64,
@@ -66,6 +69,7 @@ impl State {
         match self {
             State::Scheduled { .. } => "scheduled",
             State::Queued => "queued",
+            State::Held => "held",
             State::Leased { .. } => "leased",
             State::Done => "done",
             State::Dead => "dead",
@@ -98,6 +102,10 @@ pub struct SubmitOptions {
     pub lost_max: u32,
     /// GROUP key: the queue's group limits apply per key, and fetches take turns.
     pub group: Option<Bytes>,
+    /// The batch it is a child of: its end is reported there.
+    pub batch: Option<Bytes>,
+    /// HOLD: submitted held, until TASK.RELEASE.
+    pub hold: bool,
     /// (key, window): a second submit with the key while the first task is live, or within
     /// `window` ms of its submission, returns the first id.
     pub unique: Option<(Bytes, u64)>,
@@ -118,6 +126,8 @@ impl Default for SubmitOptions {
             unique: None,
             lost_max: LOST_LEASES_MAX_DEFAULT,
             group: None,
+            batch: None,
+            hold: false,
         }
     }
 }

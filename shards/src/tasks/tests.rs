@@ -406,6 +406,11 @@ enum Op {
         state: u8,
     },
     Restart,
+    /// A batch of `children` new tasks in queue q<queue>, with a held callback in q<9>.
+    Batch {
+        queue: u8,
+        children: u8,
+    },
 }
 
 /// The states TASK.PURGE takes (leased ones are refused before the engine).
@@ -440,6 +445,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (worker, any::<bool>()).prop_map(|(worker, on)| Op::Quiet { worker, on }),
         1 => (0u8..3, 0u8..5).prop_map(|(queue, state)| Op::Purge { queue, state }),
         1 => Just(Op::Restart),
+        1 => (0u8..3, 1u8..5).prop_map(|(queue, children)| Op::Batch { queue, children }),
     ]
 }
 
@@ -447,7 +453,9 @@ proptest! {
     /// Random interleavings of every operation against a simple model: no task is lost, none
     /// is leased to two workers at once, a quiet worker leases nothing, a snooze spends no
     /// attempt, and every task ends done, dead (failures, spent retries, lost-lease
-    /// quarantine) or cancelled, counted once, unless purged first.
+    /// quarantine) or cancelled, counted once, unless purged first; and a batch's callback
+    /// stays held until the last of its children ended, then is released once (every
+    /// child's end heard twice).
     #[test]
     // Long: one randomized scenario against a model, its steps in one match so each reads beside the check that follows it.
     fn engine_keeps_every_task_and_leases_each_to_one_worker(ops in proptest::collection::vec(op(), 1..200)) {
@@ -463,6 +471,10 @@ proptest! {
         // Lives ended by a purge rather than a terminal state.
         let mut purged_live = 0u64;
         let mut quiet: std::collections::HashSet<u64> = Default::default();
+        // (name, children, callback id, times fired)
+        let mut batches: Vec<(String, Vec<Bytes>, Bytes, u32)> = Vec::new();
+        // A batch counts a child's first end: one REQUEUEd after it may live again.
+        let mut revived: std::collections::HashSet<Bytes> = Default::default();
         for op in ops {
             match op {
                 Op::GroupLimits { queue, concurrency, rate } => {
@@ -539,6 +551,7 @@ proptest! {
                     if dead {
                         finished.remove(&id);
                         requeued += 1;
+                        revived.insert(id.clone());
                     }
                 }
                 Op::Disconnect { worker } => {
@@ -595,7 +608,57 @@ proptest! {
                     e.release_all(now);
                     held.clear();
                 }
+                Op::Batch { queue, children } => {
+                    let name = format!("b{}", batches.len());
+                    let callback = SubmitOptions { hold: true, ..SubmitOptions::default() };
+                    let (cb, _) = e.submit(&[b'q', 9], b("callback"), callback, now).unwrap();
+                    ids.push(cb.clone());
+                    submitted += 1;
+                    let mut kids = Vec::new();
+                    for _ in 0..children {
+                        let options = SubmitOptions {
+                            batch: Some(b(&name)),
+                            backoff_base_ms: 5,
+                            ..SubmitOptions::default()
+                        };
+                        let (id, _) = e.submit(&[b'q', queue], b("child"), options, now).unwrap();
+                        kids.push(id.clone());
+                        ids.push(id);
+                        submitted += 1;
+                    }
+                    prop_assert_eq!(e.batch_open(name.as_bytes(), kids.clone(), None, Some(cb.clone()), now), Ok(true));
+                    batches.push((name, kids, cb, 0u32));
+                }
                 _ => {}
+            }
+            // The batches' home hears of its children's ends (here, the same engine); a note
+            // heard twice counts once.
+            let notes = e.take_batch_notes();
+            for note in notes.iter().chain(notes.iter()) {
+                for (id, release) in e.batch_note(note, now) {
+                    let batch = batches.iter_mut().find(|b| b.2 == id).expect("a known callback");
+                    prop_assert!(release);
+                    batch.3 += 1;
+                    // (Unless a user cancelled or purged the callback meanwhile.)
+                    let was_held = e.get(&id).is_some_and(|t| t.state == State::Held);
+                    prop_assert_eq!(e.release_held(&id, now).unwrap_or(false), was_held);
+                }
+            }
+            for (name, kids, cb, fired) in &batches {
+                let all_ended = kids
+                    .iter()
+                    .all(|k| revived.contains(k) || e.get(k).is_none_or(|t| t.state.is_terminal()));
+                let batch_fired = e.batch(name.as_bytes()).is_some_and(|b| b.fired_ms.is_some());
+                prop_assert!(*fired <= 1, "a batch fired twice");
+                if batch_fired {
+                    prop_assert!(all_ended, "batch {} fired before its last child", name);
+                } else {
+                    let state = e.get(cb).map(|t| t.state.clone());
+                    prop_assert!(
+                        matches!(state, None | Some(State::Held | State::Cancelled)),
+                        "a callback ran early: {:?}", state
+                    );
+                }
             }
             e.check_invariants();
             // Deaths by lost leases happen inside the engine: learn them from its state.
@@ -613,7 +676,12 @@ proptest! {
             for worker in 1..4 {
                 e.release_owner(worker, now);
             }
-            let names: Vec<Bytes> = (0..3u8).map(|q| Bytes::copy_from_slice(&[b'q', q])).collect();
+            for note in e.take_batch_notes() {
+                for (id, _) in e.batch_note(&note, now) {
+                    let _ = e.release_held(&id, now);
+                }
+            }
+            let names: Vec<Bytes> = [0u8, 1, 2, 9].iter().map(|q| Bytes::copy_from_slice(&[b'q', *q])).collect();
             for leased in e.fetch(&names, 100, Some(1000), 9, now) {
                 e.ack(&leased.id, 9, None, now).unwrap();
             }

@@ -244,6 +244,14 @@ impl Engine {
                 self.retained.remove(&key);
             }
         } else {
+            // A batch child that goes without an end counts as failed for its batch.
+            if let Some(batch) = task.options.batch.clone() {
+                self.batch_notes.push(super::BatchNote {
+                    batch,
+                    child: id.clone(),
+                    succeeded: false,
+                });
+            }
             if let Some(deadline) = task.options.deadline_ms {
                 self.deadlines.remove(&(deadline, id.clone()));
             }

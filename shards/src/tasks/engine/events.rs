@@ -18,6 +18,7 @@ pub const EVENTS_PER_QUEUE_MAX: usize = 100_000;
 pub enum EventKind {
     Queued,
     Scheduled,
+    Held,
     Leased,
     Done,
     Dead,
@@ -33,6 +34,7 @@ impl EventKind {
         match self {
             EventKind::Queued => "queued",
             EventKind::Scheduled => "scheduled",
+            EventKind::Held => "held",
             EventKind::Leased => "leased",
             EventKind::Done => "done",
             EventKind::Dead => "dead",
@@ -52,6 +54,7 @@ impl EventKind {
             EventKind::Cancelled => 5,
             EventKind::Purged => 6,
             EventKind::Progress(_) => 7,
+            EventKind::Held => 8,
         }
     }
 
@@ -65,6 +68,7 @@ impl EventKind {
             (5, None) => EventKind::Cancelled,
             (6, None) => EventKind::Purged,
             (7, Some(value)) => EventKind::Progress(value),
+            (8, None) => EventKind::Held,
             _ => return None,
         })
     }

@@ -16,7 +16,7 @@ use std::cmp::Reverse;
 
 use bytes::Bytes;
 
-use super::{CronEntry, Engine, Queue, Task};
+use super::{Batch, CronEntry, Engine, Queue, Task};
 use crate::tasks::cron::Schedule;
 use crate::tasks::model::{Origin, State, SubmitOptions, LOST_LEASES_MAX_DEFAULT};
 use crate::wire::{put_bytes, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader};
@@ -37,6 +37,7 @@ const CRONS: u8 = 6;
 const EVENTS: u8 = 7;
 /// Tasks' progress and log lines (after the tasks).
 const EXTRAS: u8 = 8;
+const BATCHES: u8 = 9;
 
 fn put_i64(out: &mut Vec<u8>, v: i64) {
     put_u64(out, v as u64);
@@ -171,6 +172,8 @@ impl Engine {
             put_u64(&mut out, u64::from(task.lost_leases));
             put_u64(&mut out, u64::from(task.options.lost_max));
             put_opt_bytes(&mut out, task.options.group.as_deref());
+            put_opt_bytes(&mut out, task.options.batch.as_deref());
+            out.push(u8::from(task.options.hold));
             if out.len() >= PART_BYTES {
                 part(&out);
                 out.clear();
@@ -192,6 +195,20 @@ impl Engine {
             let lines: Vec<&Bytes> = extras.logs.iter().collect();
             crate::wire::put_bytes_list(&mut out, &lines);
             put_u64(&mut out, extras.logs_dropped);
+            if out.len() >= PART_BYTES {
+                part(&out);
+                out.clear();
+            }
+        }
+        if !out.is_empty() {
+            part(&out);
+        }
+        out.clear();
+        for batch in self.batches.values() {
+            if out.is_empty() {
+                out.push(BATCHES);
+            }
+            put_batch(&mut out, batch);
             if out.len() >= PART_BYTES {
                 part(&out);
                 out.clear();
@@ -309,6 +326,8 @@ impl Engine {
                         task.lost_leases = r.u32()?;
                         task.options.lost_max = r.u32()?;
                         task.options.group = r.opt_bytes()?;
+                        task.options.batch = r.opt_bytes()?;
+                        task.options.hold = r.flag()?;
                     }
                     self.tasks.insert(task.id.clone(), task);
                 }
@@ -329,6 +348,12 @@ impl Engine {
                     let dropped = r.u64()?;
                     self.extras
                         .insert(id, super::Extras::restore(progress, logs, dropped));
+                }
+            }
+            BATCHES => {
+                while !r.is_done() {
+                    let batch = read_batch(&mut r)?;
+                    self.restore_batch(batch);
                 }
             }
             CRONS => {
@@ -355,6 +380,7 @@ impl Engine {
             let task = &self.tasks[&id];
             let q = self.queues.entry(task.queue.clone()).or_default();
             match task.state {
+                State::Held => {}
                 State::Queued => {
                     let key = (Reverse(task.options.priority), task.order);
                     q.ready.insert(key, id.clone());
@@ -442,6 +468,7 @@ fn put_state_and_rest(out: &mut Vec<u8>, t: &Task) {
         State::Done => out.push(3),
         State::Dead => out.push(4),
         State::Cancelled => out.push(5),
+        State::Held => out.push(6),
     }
     put_u64(out, u64::from(t.attempts));
     put_opt_bytes(out, t.last_error.as_deref());
@@ -487,6 +514,8 @@ fn read_options(r: &mut Reader) -> Decoded<SubmitOptions> {
         },
         lost_max: LOST_LEASES_MAX_DEFAULT,
         group: None,
+        batch: None,
+        hold: false,
     })
 }
 
@@ -507,6 +536,7 @@ fn read_state_and_rest(
         3 => State::Done,
         4 => State::Dead,
         5 => State::Cancelled,
+        6 => State::Held,
         _ => return Err(DecodeError("unknown task state")),
     };
     Ok(Task {
@@ -535,6 +565,43 @@ fn read_state_and_rest(
     })
 }
 
+fn put_batch(out: &mut Vec<u8>, b: &Batch) {
+    put_bytes(out, &b.id);
+    let children: Vec<&Bytes> = b.children.iter().collect();
+    crate::wire::put_bytes_list(out, &children);
+    let mut ends: Vec<(&Bytes, &bool)> = b.ends.iter().collect();
+    ends.sort();
+    put_u64(out, ends.len() as u64);
+    for (child, ok) in ends {
+        put_bytes(out, child);
+        out.push(u8::from(*ok));
+    }
+    put_opt_bytes(out, b.on_success.as_deref());
+    put_opt_bytes(out, b.on_complete.as_deref());
+    put_u64(out, b.created_ms);
+    put_opt_u64(out, b.fired_ms);
+}
+
+fn read_batch(r: &mut Reader) -> Decoded<Batch> {
+    let id = r.bytes()?;
+    let children = r.bytes_list()?;
+    let mut ends = std::collections::HashMap::new();
+    for _ in 0..r.count()? {
+        let child = r.bytes()?;
+        ends.insert(child, r.flag()?);
+    }
+    Ok(Batch {
+        id,
+        members: children.iter().cloned().collect(),
+        children,
+        ends,
+        on_success: r.opt_bytes()?,
+        on_complete: r.opt_bytes()?,
+        created_ms: r.u64()?,
+        fired_ms: r.opt_u64()?,
+    })
+}
+
 fn put_cron(out: &mut Vec<u8>, c: &CronEntry) {
     put_bytes(out, &c.name);
     put_bytes(out, &c.spec);
@@ -543,6 +610,8 @@ fn put_cron(out: &mut Vec<u8>, c: &CronEntry) {
     put_options(out, &c.options);
     put_u64(out, u64::from(c.options.lost_max));
     put_opt_bytes(out, c.options.group.as_deref());
+    put_opt_bytes(out, c.options.batch.as_deref());
+    out.push(u8::from(c.options.hold));
     put_opt_u64(out, c.next_ms);
     put_u64(out, c.created_ms);
     put_u64(out, c.fired);
@@ -562,6 +631,8 @@ fn read_cron(r: &mut Reader) -> Decoded<CronEntry> {
     let mut options = read_options(r)?;
     options.lost_max = r.u32()?;
     options.group = r.opt_bytes()?;
+    options.batch = r.opt_bytes()?;
+    options.hold = r.flag()?;
     Ok(CronEntry {
         name,
         spec,
@@ -603,6 +674,7 @@ impl Engine {
         for id in ids {
             let task = other.tasks.remove(&id).expect("listed");
             match task.state {
+                State::Held => {}
                 State::Scheduled { due_ms } => {
                     other.scheduled.remove(&(due_ms, id.clone()));
                     self.scheduled.insert((due_ms, id.clone()));
@@ -649,6 +721,19 @@ impl Engine {
             self.unique.insert(key, value);
         }
         self.absorb_crons(other, owns);
+        let batches: Vec<Bytes> = other
+            .batches
+            .keys()
+            .filter(|id| owns(id))
+            .cloned()
+            .collect();
+        for id in batches {
+            let batch = other.batches.remove(&id).expect("listed");
+            if let Some(fired) = batch.fired_ms {
+                other.batches_fired.remove(&(fired, id.clone()));
+            }
+            self.restore_batch(batch);
+        }
         self.cron_fired += other.cron_fired;
     }
 }

@@ -1,0 +1,157 @@
+//! TASK.BATCH, TASK.BATCHINFO and TASK.RELEASE. `plan` reads a TASK.BATCH into the ids of its
+//! children and held callbacks (ids of their own: `batch:<batch id>:<n>`,
+//! `batch:<batch id>:on-success`, `…:on-complete`, each tagged with its queue's slot, so a
+//! batch sent again makes nothing twice). The server (`server/src/commands/batch.rs`) makes
+//! the batch on its home shard with [`open`], submits the callbacks held, then the children.
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+
+use crate::args::is;
+use crate::ctx::Ctx;
+use crate::errors::SYNTAX;
+use crate::tasks::{Engine, BATCH_CHILDREN_MAX};
+
+/// A task to submit: its queue, payload and id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned {
+    pub queue: Bytes,
+    pub payload: Bytes,
+    pub id: Bytes,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchPlan {
+    pub id: Bytes,
+    pub on_success: Option<Planned>,
+    pub on_complete: Option<Planned>,
+    pub children: Vec<Planned>,
+}
+
+fn planned(batch: &[u8], queue: &Bytes, payload: &Bytes, suffix: &str) -> Planned {
+    let local = Bytes::from([b"batch:", batch, b":", suffix.as_bytes()].concat());
+    Planned {
+        queue: queue.clone(),
+        payload: payload.clone(),
+        id: Engine::custom_id(queue, &local),
+    }
+}
+
+/// Reads TASK.BATCH id [ON-SUCCESS queue payload] [ON-COMPLETE queue payload] CHILDREN queue
+/// payload [queue payload ...].
+pub fn plan(args: &[Bytes]) -> Result<BatchPlan, Frame> {
+    let id = args.get(1).ok_or(Frame::static_error(SYNTAX))?;
+    if id.is_empty() || id.len() > crate::tasks::model::NAME_BYTES_MAX {
+        return Err(Frame::static_error("ERR batch id must be 1..1024 bytes"));
+    }
+    let mut plan = BatchPlan {
+        id: Bytes::copy_from_slice(id),
+        on_success: None,
+        on_complete: None,
+        children: Vec::new(),
+    };
+    let mut i = 2;
+    while i < args.len() {
+        let word = &args[i];
+        if (is(word, "on-success") || is(word, "on-complete")) && i + 2 < args.len() {
+            let which = if is(word, "on-success") {
+                "on-success"
+            } else {
+                "on-complete"
+            };
+            let task = Some(planned(id, &args[i + 1], &args[i + 2], which));
+            if which == "on-success" {
+                plan.on_success = task;
+            } else {
+                plan.on_complete = task;
+            }
+            i += 3;
+        } else if is(word, "children") {
+            let rest = &args[i + 1..];
+            if rest.is_empty() || !rest.len().is_multiple_of(2) {
+                return Err(Frame::static_error(
+                    "ERR CHILDREN takes queue payload pairs, at least one",
+                ));
+            }
+            if rest.len() / 2 > BATCH_CHILDREN_MAX {
+                return Err(Frame::error(format!(
+                    "ERR a batch has at most {BATCH_CHILDREN_MAX} children"
+                )));
+            }
+            plan.children = rest
+                .chunks(2)
+                .enumerate()
+                .map(|(n, pair)| planned(id, &pair[0], &pair[1], &n.to_string()))
+                .collect();
+            break;
+        } else {
+            return Err(Frame::static_error(SYNTAX));
+        }
+    }
+    if plan.children.is_empty() {
+        return Err(Frame::static_error("ERR a batch needs CHILDREN"));
+    }
+    Ok(plan)
+}
+
+/// TASK.BATCH on the batch's home shard: makes the batch (the same batch again is no
+/// error); replies the children's ids.
+pub fn open(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let plan = match plan(args) {
+        Ok(plan) => plan,
+        Err(err) => return err,
+    };
+    let children: Vec<Bytes> = plan.children.iter().map(|c| c.id.clone()).collect();
+    let on_success = plan.on_success.map(|c| c.id);
+    let on_complete = plan.on_complete.map(|c| c.id);
+    match ctx.tasks.batch_open(
+        &plan.id,
+        children.clone(),
+        on_success,
+        on_complete,
+        ctx.now_ms,
+    ) {
+        Ok(_) => Frame::Array(children.into_iter().map(Frame::Bulk).collect()),
+        Err(crate::tasks::TaskError::IdExists) => Frame::static_error(
+            "ERR a different batch with this id exists (or two children share an id)",
+        ),
+        Err(err) => Frame::error(err.text()),
+    }
+}
+
+fn text(s: &str) -> Frame {
+    Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+/// TASK.BATCHINFO id: map of total, ended, succeeded, failed, fired (unix ms or nil),
+/// on_success and on_complete (callback ids or nil); nil for an unknown batch.
+pub fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    ctx.tasks.advance(ctx.now_ms);
+    let Some(b) = ctx.tasks.batch(&args[1]) else {
+        return Frame::Null;
+    };
+    let int = |n: usize| Frame::Integer(n as i64);
+    let opt = |id: &Option<Bytes>| id.clone().map_or(Frame::Null, Frame::Bulk);
+    let ok = b.succeeded();
+    Frame::Map(vec![
+        (text("total"), int(b.children.len())),
+        (text("ended"), int(b.ends.len())),
+        (text("succeeded"), int(ok)),
+        (text("failed"), int(b.ends.len() - ok)),
+        (
+            text("fired"),
+            b.fired_ms
+                .map_or(Frame::Null, |ms| Frame::Integer(ms as i64)),
+        ),
+        (text("on_success"), opt(&b.on_success)),
+        (text("on_complete"), opt(&b.on_complete)),
+    ])
+}
+
+/// TASK.RELEASE id: a held task goes to its queue; replies 1, or 0 when it was not held.
+pub fn release(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    match ctx.tasks.release_held(&args[1], ctx.now_ms) {
+        Ok(held) => Frame::Integer(i64::from(held)),
+        Err(err) => Frame::error(err.text()),
+    }
+}
