@@ -244,3 +244,130 @@ fn each_round_fires_once_after_its_last_child_through_kills() {
     }
     assert_eq!(fired, vec![1; rounds], "each round's callback once");
 }
+
+fn flow_line(id: &str, rule: &str, children: usize) -> Vec<Vec<u8>> {
+    let mut line: Vec<Vec<u8>> = [
+        "TASK.FLOW",
+        id,
+        "PARENT",
+        "parents",
+        "sum",
+        "ON-FAIL",
+        rule,
+        "CHILDREN",
+    ]
+    .iter()
+    .map(|w| w.as_bytes().to_vec())
+    .collect();
+    for n in 0..children {
+        line.push(format!("parts{}", n % 5).into_bytes());
+        line.push(n.to_string().into_bytes());
+    }
+    line
+}
+
+#[test]
+fn a_flows_parent_runs_after_its_children_and_reads_their_results() {
+    for shards in ["1", "2", "4"] {
+        let server = Server::start(&["--shards", shards]);
+        let mut c = server.client();
+        let parts = "parts0 parts1 parts2 parts3 parts4";
+        // All children done: the parent runs and reads their results.
+        send(&mut c, &flow_line("f1", "FAIL", 10));
+        assert_eq!(
+            c.cmd("TASK.FETCH parents"),
+            array(vec![]),
+            "held until the children end"
+        );
+        let mut left = 10;
+        work(&mut c, parts, |c, id, payload| {
+            let doubled = (std::str::from_utf8(payload)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+                * 2)
+            .to_string();
+            c.cmd_args(&[b"TASK.ACK", id, b"RESULT", doubled.as_bytes()]);
+            left -= 1;
+            left == 0
+        });
+        work(&mut c, "parents", |c, id, payload| {
+            assert_eq!(payload, &Bytes::from("sum"));
+            let Frame::Array(rows) = c.cmd("TASK.RESULTS f1") else {
+                panic!()
+            };
+            let total: u64 = rows
+                .iter()
+                .map(|row| {
+                    let Frame::Array(f) = row else { panic!() };
+                    assert_eq!(f[1], bulk("done"));
+                    let Frame::Bulk(r) = &f[2] else {
+                        panic!("a result")
+                    };
+                    std::str::from_utf8(r).unwrap().parse::<u64>().unwrap()
+                })
+                .sum();
+            assert_eq!(total, 90, "2 * (0 + 1 + ... + 9)");
+            c.cmd_args(&[b"TASK.ACK", id]);
+            true
+        });
+        // A child dies: FAIL kills the parent, IGNORE runs it with the error to read.
+        for (flow, rule) in [("f2", "FAIL"), ("f3", "IGNORE")] {
+            send(&mut c, &flow_line(flow, rule, 4));
+            let mut left = 4;
+            work(&mut c, parts, |c, id, payload| {
+                if payload == &Bytes::from("2") {
+                    c.cmd_args(&[b"TASK.FAIL", id, b"ERROR", b"no disk", b"NORETRY"]);
+                } else {
+                    c.cmd_args(&[b"TASK.ACK", id]);
+                }
+                left -= 1;
+                left == 0
+            });
+            let info = c.cmd(&format!("TASK.BATCHINFO {flow}"));
+            let Frame::Bulk(parent) = field(&info, "on_complete") else {
+                panic!()
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let state = loop {
+                let state = field(&c.cmd_args(&[b"TASK.GET", &parent]), "state");
+                if state != bulk("held") {
+                    break state;
+                }
+                assert!(Instant::now() < deadline, "the parent stayed held");
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            if rule == "FAIL" {
+                assert_eq!(state, bulk("dead"));
+                let Frame::Bulk(error) = field(&c.cmd_args(&[b"TASK.GET", &parent]), "error")
+                else {
+                    panic!()
+                };
+                assert!(error.starts_with(b"a child failed: "), "{error:?}");
+            } else {
+                assert_eq!(state, bulk("queued"));
+                let Frame::Array(rows) = c.cmd(&format!("TASK.RESULTS {flow}")) else {
+                    panic!()
+                };
+                let failed: Vec<&Frame> = rows
+                    .iter()
+                    .filter(|r| matches!(r, Frame::Array(f) if f[1] == bulk("failed")))
+                    .collect();
+                assert_eq!(failed.len(), 1);
+                let Frame::Array(f) = failed[0] else { panic!() };
+                assert_eq!(f[2], bulk("no disk"));
+                work(&mut c, "parents", |c, id, _| {
+                    c.cmd_args(&[b"TASK.ACK", id]);
+                    true
+                });
+            }
+        }
+        assert!(
+            c.cmd("TASK.FLOW f9 ON-FAIL FAIL CHILDREN q p").is_error(),
+            "no parent"
+        );
+        assert!(c
+            .cmd("TASK.FLOW f9 PARENT q p ON-FAIL MAYBE CHILDREN q p")
+            .is_error());
+    }
+}

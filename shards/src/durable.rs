@@ -253,9 +253,8 @@ impl Shard {
     }
 
     /// On a batch's home: a child's end heard of (logged when it counted). Returns the
-    /// callback orders when it completed the batch: (callback id, release: true, cancel:
-    /// false).
-    pub fn task_batch_note(&mut self, note: &BatchNote) -> Vec<(Bytes, bool)> {
+    /// callback orders when it completed the batch.
+    pub fn task_batch_note(&mut self, note: &BatchNote) -> Vec<(Bytes, crate::tasks::Order)> {
         let now = self.now_ms();
         let counted = self.tasks.batch(&note.batch).is_some_and(|b| {
             b.fired_ms.is_none()

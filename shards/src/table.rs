@@ -311,7 +311,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.events", -2, READONLY | TASK, NONE, Server, None, T, "Reads a queue's task state changes from a cursor, optionally waiting."),
     row("task.batch", -4, WRITE | DENYOOM | TASK, NONE, Server, Some(task_batch::open), T, "Submits child tasks with callbacks that run once after the last child ends."),
     row("task.batchinfo", 2, READONLY | TASK, ONE, Keyed, Some(task_batch::info), T, "Returns a batch's counts and callbacks."),
-    row("task.release", 2, WRITE | FAST | TASK, ONE, Keyed, Some(task_batch::release), T, "Lets a held task go to its queue."),
+    row("task.flow", -6, WRITE | DENYOOM | TASK, NONE, Server, Some(task_batch::open), T, "Submits child tasks and a parent that runs after them, with a rule for failed children."),
+    row("task.results", 2, READONLY | TASK, ONE, Keyed, Some(task_batch::results), T, "Returns a flow's children's ends and results."),
+    row("task.release", -2, WRITE | FAST | TASK, ONE, Keyed, Some(task_batch::release), T, "Lets a held task go to its queue."),
     row("task.list", -3, READONLY | TASK, ONE, Keyed, Some(task_admin::list), T, "Pages through a queue's tasks in one state."),
     row("task.purge", 3, WRITE | TASK, ONE, Keyed, Some(task_admin::purge), T, "Drops every task of a queue in one state."),
     row("task.delqueue", -2, WRITE | TASK, ONE, Keyed, Some(task_admin::delqueue), T, "Deletes a queue and every task in it."),
@@ -403,7 +405,8 @@ mod tests {
             assert_eq!(spec.name, spec.name.to_ascii_lowercase());
             // A server-routed command has no shard handler, but for the ones whose server
             // side only decides which shards run the handler (TASK.CRON).
-            let server_decides_shards = ["task.cron", "task.batch"].contains(&spec.name);
+            let server_decides_shards =
+                ["task.cron", "task.batch", "task.flow"].contains(&spec.name);
             assert_eq!(
                 spec.route == Server,
                 spec.handler.is_none() || server_decides_shards,

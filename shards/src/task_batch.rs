@@ -10,7 +10,7 @@ use wetask_protocol::Frame;
 use crate::args::is;
 use crate::ctx::Ctx;
 use crate::errors::SYNTAX;
-use crate::tasks::{Engine, BATCH_CHILDREN_MAX};
+use crate::tasks::{Engine, OnFail, BATCH_CHILDREN_MAX};
 
 /// A task to submit: its queue, payload and id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub struct Planned {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchPlan {
     pub id: Bytes,
+    /// TASK.FLOW: `on_complete` is the parent, run (or failed) by this rule.
+    pub flow: Option<OnFail>,
     pub on_success: Option<Planned>,
     pub on_complete: Option<Planned>,
     pub children: Vec<Planned>,
@@ -38,14 +40,18 @@ fn planned(batch: &[u8], queue: &Bytes, payload: &Bytes, suffix: &str) -> Planne
 }
 
 /// Reads TASK.BATCH id [ON-SUCCESS queue payload] [ON-COMPLETE queue payload] CHILDREN queue
-/// payload [queue payload ...].
+/// payload [queue payload ...], or TASK.FLOW id PARENT queue payload [ON-FAIL FAIL|IGNORE]
+/// CHILDREN queue payload [queue payload ...].
+// Long: one loop over the options of both commands, each branch a few lines.
 pub fn plan(args: &[Bytes]) -> Result<BatchPlan, Frame> {
+    let flow = is(&args[0], "task.flow");
     let id = args.get(1).ok_or(Frame::static_error(SYNTAX))?;
     if id.is_empty() || id.len() > crate::tasks::model::NAME_BYTES_MAX {
         return Err(Frame::static_error("ERR batch id must be 1..1024 bytes"));
     }
     let mut plan = BatchPlan {
         id: Bytes::copy_from_slice(id),
+        flow: flow.then_some(OnFail::FailParent),
         on_success: None,
         on_complete: None,
         children: Vec::new(),
@@ -53,7 +59,20 @@ pub fn plan(args: &[Bytes]) -> Result<BatchPlan, Frame> {
     let mut i = 2;
     while i < args.len() {
         let word = &args[i];
-        if (is(word, "on-success") || is(word, "on-complete")) && i + 2 < args.len() {
+        if flow && is(word, "parent") && i + 2 < args.len() {
+            plan.on_complete = Some(planned(id, &args[i + 1], &args[i + 2], "parent"));
+            i += 3;
+        } else if flow && is(word, "on-fail") && i + 1 < args.len() {
+            plan.flow = Some(if is(&args[i + 1], "fail") {
+                OnFail::FailParent
+            } else if is(&args[i + 1], "ignore") {
+                OnFail::Ignore
+            } else {
+                return Err(Frame::static_error("ERR ON-FAIL is FAIL or IGNORE"));
+            });
+            i += 2;
+        } else if !flow && (is(word, "on-success") || is(word, "on-complete")) && i + 2 < args.len()
+        {
             let which = if is(word, "on-success") {
                 "on-success"
             } else {
@@ -91,6 +110,9 @@ pub fn plan(args: &[Bytes]) -> Result<BatchPlan, Frame> {
     if plan.children.is_empty() {
         return Err(Frame::static_error("ERR a batch needs CHILDREN"));
     }
+    if flow && plan.on_complete.is_none() {
+        return Err(Frame::static_error("ERR a flow needs a PARENT"));
+    }
     Ok(plan)
 }
 
@@ -109,6 +131,7 @@ pub fn open(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         children.clone(),
         on_success,
         on_complete,
+        plan.flow,
         ctx.now_ms,
     ) {
         Ok(_) => Frame::Array(children.into_iter().map(Frame::Bulk).collect()),
@@ -148,9 +171,42 @@ pub fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     ])
 }
 
-/// TASK.RELEASE id: a held task goes to its queue; replies 1, or 0 when it was not held.
+/// TASK.RESULTS id: a flow's children as `[id, state (done or failed, nil while running),
+/// result or error]`, in the order given; nil for an unknown flow.
+pub fn results(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    ctx.tasks.advance(ctx.now_ms);
+    let Some(b) = ctx.tasks.batch(&args[1]) else {
+        return Frame::Null;
+    };
+    let rows = b
+        .children
+        .iter()
+        .map(|child| {
+            let state = match b.ends.get(child) {
+                Some(true) => text("done"),
+                Some(false) => text("failed"),
+                None => Frame::Null,
+            };
+            let outcome = b
+                .outcomes
+                .get(child)
+                .cloned()
+                .map_or(Frame::Null, Frame::Bulk);
+            Frame::Array(vec![Frame::Bulk(child.clone()), state, outcome])
+        })
+        .collect();
+    Frame::Array(rows)
+}
+
+/// TASK.RELEASE id [DEAD error]: a held task goes to its queue (or dead, with the error);
+/// replies 1, or 0 when it was not held.
 pub fn release(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    match ctx.tasks.release_held(&args[1], ctx.now_ms) {
+    let dead = match &args[2..] {
+        [] => None,
+        [word, error] if is(word, "dead") => Some(Bytes::copy_from_slice(error)),
+        _ => return Frame::static_error(SYNTAX),
+    };
+    match ctx.tasks.release_held_to(&args[1], dead, ctx.now_ms) {
         Ok(held) => Frame::Integer(i64::from(held)),
         Err(err) => Frame::error(err.text()),
     }

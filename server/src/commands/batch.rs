@@ -116,7 +116,7 @@ pub async fn batch(
 pub async fn reconcile(ctx: Rc<ShardCtx>) {
     let (pending, fired) = {
         let shard = ctx.shard.borrow();
-        let fired: Vec<(Bytes, bool)> = shard
+        let fired: Vec<(Bytes, wetask_shards::tasks::Order)> = shard
             .tasks
             .batches()
             .flat_map(|b| b.callback_orders())
@@ -137,28 +137,33 @@ pub async fn reconcile(ctx: Rc<ShardCtx>) {
     let mut heard = 0;
     for (shard, children) in by_shard {
         let ids: Vec<Bytes> = children.iter().map(|(_, c)| c.clone()).collect();
-        let ends: Vec<i64> = if shard == ctx.id {
+        let ends: Vec<Frame> = if shard == ctx.id {
             let ends = ctx.shard.borrow().tasks.child_ends(&ids);
-            ends.into_iter().map(|e| e.map_or(-1, i64::from)).collect()
+            ends.into_iter()
+                .map(crate::shard::tasks::end_frame)
+                .collect()
         } else {
-            match ctx
-                .request(shard, Request::Tasks(TaskRequest::ChildEnds { ids }))
-                .await
-            {
-                Response::Frames(frames) => frames
-                    .into_iter()
-                    .map(|f| if let Frame::Integer(n) = f { n } else { -1 })
-                    .collect(),
+            let request = Request::Tasks(TaskRequest::ChildEnds { ids });
+            match ctx.request(shard, request).await {
+                Response::Frames(frames) => frames,
                 _ => Vec::new(),
             }
         };
         for ((batch, child), end) in children.into_iter().zip(ends) {
-            if end >= 0 {
+            let Frame::Array(parts) = end else { continue };
+            let (Some(Frame::Integer(code)), Some(outcome)) = (parts.first(), parts.get(1)) else {
+                continue;
+            };
+            if *code >= 0 {
                 heard += 1;
                 let note = BatchNote {
                     batch,
                     child,
-                    succeeded: end == 1,
+                    succeeded: *code == 1,
+                    outcome: match outcome {
+                        Frame::Bulk(bytes) => Some(bytes.clone()),
+                        _ => None,
+                    },
                 };
                 ctx.task_waits.apply_batch_note(&ctx, &note);
             }

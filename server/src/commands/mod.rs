@@ -46,7 +46,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     match spec.name {
         "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
         "task.wait" | "save" | "task.worker" | "task.quiet" | "task.events" => true,
-        "task.workers" | "task.cron" | "task.batch" => several,
+        "task.workers" | "task.cron" | "task.batch" | "task.flow" => several,
         // SHUTDOWN SAVE waits for the snapshots.
         "shutdown" => args[1..].iter().any(|a| is(a, "save")),
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
@@ -83,7 +83,7 @@ pub async fn run(
             };
             cron::cron(ctx, at, spec, args).await
         }
-        "task.batch" => {
+        "task.batch" | "task.flow" => {
             let at = {
                 let state = conn.borrow();
                 crate::routing::Target {

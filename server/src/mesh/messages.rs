@@ -150,8 +150,8 @@ pub enum TaskRequest {
     BatchNote {
         note: wetask_shards::tasks::BatchNote,
     },
-    /// How each of these tasks ended: `Frames` of 1 (done), 0 (dead or cancelled) or -1
-    /// (not ended, or unknown here).
+    /// How each of these tasks ended: `Frames` of `[1 (done) | 0 (dead or cancelled) | -1
+    /// (not ended, or unknown here), result or error]`.
     ChildEnds { ids: Vec<Bytes> },
     /// Submit a fallback task to a queue on the receiving shard.
     SubmitFallback {

@@ -207,8 +207,7 @@ impl TaskWaits {
             }
             TaskRequest::ChildEnds { ids } => {
                 let ends = core.shard.borrow().tasks.child_ends(&ids);
-                let code = |end: Option<bool>| Frame::Integer(end.map_or(-1, i64::from));
-                Response::Frames(ends.into_iter().map(code).collect())
+                Response::Frames(ends.into_iter().map(end_frame).collect())
             }
             TaskRequest::FetchBlocking { .. }
             | TaskRequest::Wait { .. }
@@ -554,17 +553,32 @@ impl TaskWaits {
     }
 }
 
-/// Tells the callbacks' shards to release (or cancel) them: TASK.RELEASE / TASK.CANCEL run
-/// there as commands (so journaled there), and either sent twice changes nothing.
-pub fn send_callback_orders(core: &ShardCore, orders: Vec<(Bytes, bool)>) {
-    for (id, release) in orders {
-        let verb: &'static [u8] = if release {
-            b"task.release"
-        } else {
-            b"task.cancel"
+/// A child's end as ChildEnds answers it: `[1 done | 0 failed | -1 not ended, outcome]`.
+pub fn end_frame(end: Option<(bool, Option<Bytes>)>) -> Frame {
+    match end {
+        None => Frame::Array(vec![Frame::Integer(-1), Frame::Null]),
+        Some((ok, outcome)) => Frame::Array(vec![
+            Frame::Integer(i64::from(ok)),
+            outcome.map_or(Frame::Null, Frame::Bulk),
+        ]),
+    }
+}
+
+/// Tells the callbacks' shards to release, cancel or fail them: TASK.RELEASE [DEAD error]
+/// and TASK.CANCEL run there as commands (so journaled there), and each sent twice changes
+/// nothing.
+pub fn send_callback_orders(core: &ShardCore, orders: Vec<(Bytes, wetask_shards::tasks::Order)>) {
+    use wetask_shards::tasks::Order;
+    for (id, order) in orders {
+        let verb: &'static [u8] = match order {
+            Order::Cancel => b"task.cancel",
+            Order::Release | Order::Kill(_) => b"task.release",
         };
         let spec = wetask_shards::lookup(verb).expect("in the table");
-        let args = vec![Bytes::from_static(verb), id.clone()];
+        let mut args = vec![Bytes::from_static(verb), id.clone()];
+        if let Order::Kill(error) = order {
+            args.extend([Bytes::from_static(b"DEAD"), error]);
+        }
         let owner = core.owner_of(&id);
         if owner == core.id {
             core.shard.borrow_mut().execute(0, 0, spec, &args);

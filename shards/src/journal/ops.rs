@@ -177,6 +177,7 @@ pub fn put_batch_note(out: &mut Vec<u8>, now_ms: u64, note: &BatchNote) {
     put_bytes(out, &note.batch);
     put_bytes(out, &note.child);
     out.push(u8::from(note.succeeded));
+    put_opt_bytes(out, note.outcome.as_deref());
 }
 
 pub fn put_fallback(out: &mut Vec<u8>, now_ms: u64, fallback: &Fallback) {
@@ -319,6 +320,7 @@ pub fn read_op(r: &mut Reader) -> Decoded<Op> {
                 batch: r.bytes()?,
                 child: r.bytes()?,
                 succeeded: r.flag()?,
+                outcome: r.opt_bytes()?,
             },
         },
         _ => return Err(DecodeError("unknown operation")),
@@ -427,6 +429,7 @@ mod tests {
             batch: b("b1"),
             child: b("{x}batch:b1:0"),
             succeeded: true,
+            outcome: Some(b("42")),
         };
         put_batch_note(&mut out, 9, &note);
         let ops = read_ops(Bytes::from(out)).expect("decodes");

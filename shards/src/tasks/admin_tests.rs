@@ -557,6 +557,7 @@ fn a_batch_and_its_held_callback_survive_a_snapshot() {
             vec![one.clone(), two.clone()],
             None,
             Some(cb.clone()),
+            None,
             0
         ),
         Ok(true)
@@ -578,12 +579,15 @@ fn a_batch_and_its_held_callback_survive_a_snapshot() {
     assert_eq!(loaded.get(&cb).unwrap().state, State::Held);
     assert_eq!(
         loaded.child_ends(&[one.clone(), two.clone()]),
-        vec![Some(true), None]
+        vec![Some((true, None)), None]
     );
     loaded.cancel(&two, 1).unwrap();
     let note = loaded.take_batch_notes().pop().unwrap();
     assert!(!note.succeeded);
-    assert_eq!(loaded.batch_note(&note, 1), vec![(cb.clone(), true)]);
+    assert_eq!(
+        loaded.batch_note(&note, 1),
+        vec![(cb.clone(), Order::Release)]
+    );
     assert!(
         loaded.batch_note(&note, 1).is_empty(),
         "heard twice, fired once"

@@ -28,7 +28,7 @@ mod groups;
 mod snapshot;
 use crate::slot::{key_slot, slot_tag};
 pub use admin::{Cursor, Listed, LIST_SCAN_MAX};
-pub use batches::{Batch, BatchNote, BATCH_CHILDREN_MAX};
+pub use batches::{Batch, BatchNote, OnFail, Order, BATCH_CHILDREN_MAX};
 pub use crons::{CronEntry, CRONS_MAX, CRON_CATCHUP_MAX};
 pub use events::{Event, EventKind, EventsGone, EVENTS_PER_QUEUE_MAX};
 pub use extras::{Extras, LOG_BYTES_MAX, LOG_LINES_MAX};
@@ -979,10 +979,16 @@ impl Engine {
         }
         let id = task.id.clone();
         if let Some(batch) = task.options.batch.clone() {
+            let outcome = if task.state == State::Done {
+                task.result.clone()
+            } else {
+                task.last_error.clone()
+            };
             self.batch_notes.push(BatchNote {
                 batch,
                 child: id.clone(),
                 succeeded: task.state == State::Done,
+                outcome,
             });
         }
         if task.state == State::Dead {

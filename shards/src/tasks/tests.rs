@@ -626,7 +626,7 @@ proptest! {
                         ids.push(id);
                         submitted += 1;
                     }
-                    prop_assert_eq!(e.batch_open(name.as_bytes(), kids.clone(), None, Some(cb.clone()), now), Ok(true));
+                    prop_assert_eq!(e.batch_open(name.as_bytes(), kids.clone(), None, Some(cb.clone()), None, now), Ok(true));
                     batches.push((name, kids, cb, 0u32));
                 }
                 _ => {}
@@ -637,7 +637,7 @@ proptest! {
             for note in notes.iter().chain(notes.iter()) {
                 for (id, release) in e.batch_note(note, now) {
                     let batch = batches.iter_mut().find(|b| b.2 == id).expect("a known callback");
-                    prop_assert!(release);
+                    prop_assert_eq!(release, Order::Release);
                     batch.3 += 1;
                     // (Unless a user cancelled or purged the callback meanwhile.)
                     let was_held = e.get(&id).is_some_and(|t| t.state == State::Held);

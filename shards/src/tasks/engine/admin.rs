@@ -250,6 +250,7 @@ impl Engine {
                     batch,
                     child: id.clone(),
                     succeeded: false,
+                    outcome: Some(Bytes::from_static(b"purged")),
                 });
             }
             if let Some(deadline) = task.options.deadline_ms {

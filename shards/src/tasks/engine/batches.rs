@@ -27,6 +27,27 @@ pub struct BatchNote {
     pub batch: Bytes,
     pub child: Bytes,
     pub succeeded: bool,
+    /// Its result (a done child's ACK RESULT) or last error, kept by a flow for its parent.
+    pub outcome: Option<Bytes>,
+}
+
+/// What a completed batch tells a callback's shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Order {
+    Release,
+    Cancel,
+    /// A flow's parent whose rule is to fail when a child failed: it goes dead with this
+    /// error.
+    Kill(Bytes),
+}
+
+/// A flow's rule for a failed child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnFail {
+    /// The parent goes dead (with the first failed child named in its error).
+    FailParent,
+    /// The parent runs anyway; it reads which children failed from TASK.RESULTS.
+    Ignore,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +64,10 @@ pub struct Batch {
     pub created_ms: u64,
     /// When the last child's end was heard (the callbacks were released then).
     pub fired_ms: Option<u64>,
+    /// A flow (TASK.FLOW): its parent is `on_complete`; it keeps the children's outcomes.
+    pub flow: Option<OnFail>,
+    /// A flow's children's results or errors, by child.
+    pub outcomes: HashMap<Bytes, Bytes>,
 }
 
 impl Batch {
@@ -52,17 +77,33 @@ impl Batch {
 
     /// What the callbacks' shards are told once it fired: (callback id, release it: true;
     /// cancel it: false).
-    pub fn callback_orders(&self) -> Vec<(Bytes, bool)> {
+    pub fn callback_orders(&self) -> Vec<(Bytes, Order)> {
         if self.fired_ms.is_none() {
             return Vec::new();
         }
         let all_ok = self.succeeded() == self.children.len();
         let mut orders = Vec::new();
         if let Some(id) = &self.on_complete {
-            orders.push((id.clone(), true));
+            let order = match self.flow {
+                Some(OnFail::FailParent) if !all_ok => {
+                    let failed = self
+                        .children
+                        .iter()
+                        .find(|c| self.ends.get(*c) == Some(&false))
+                        .expect("a failed child");
+                    Order::Kill(Bytes::from([b"a child failed: ", &failed[..]].concat()))
+                }
+                _ => Order::Release,
+            };
+            orders.push((id.clone(), order));
         }
         if let Some(id) = &self.on_success {
-            orders.push((id.clone(), all_ok));
+            let order = if all_ok {
+                Order::Release
+            } else {
+                Order::Cancel
+            };
+            orders.push((id.clone(), order));
         }
         orders
     }
@@ -78,13 +119,15 @@ impl Engine {
         children: Vec<Bytes>,
         on_success: Option<Bytes>,
         on_complete: Option<Bytes>,
+        flow: Option<OnFail>,
         now_ms: u64,
     ) -> Result<bool, TaskError> {
         self.advance(now_ms);
         if let Some(existing) = self.batches.get(id) {
             let same = existing.children == children
                 && existing.on_success == on_success
-                && existing.on_complete == on_complete;
+                && existing.on_complete == on_complete
+                && existing.flow == flow;
             return if same {
                 Ok(false)
             } else {
@@ -110,6 +153,8 @@ impl Engine {
                 on_complete,
                 created_ms: now_ms,
                 fired_ms: None,
+                flow,
+                outcomes: HashMap::new(),
             },
         );
         Ok(true)
@@ -117,7 +162,7 @@ impl Engine {
 
     /// A child's end heard of. Returns the callback orders if this end completed the batch
     /// (once: later notes, and notes of unknown batches or children, change nothing).
-    pub fn batch_note(&mut self, note: &BatchNote, now_ms: u64) -> Vec<(Bytes, bool)> {
+    pub fn batch_note(&mut self, note: &BatchNote, now_ms: u64) -> Vec<(Bytes, Order)> {
         self.advance(now_ms);
         let Some(batch) = self.batches.get_mut(&note.batch) else {
             return Vec::new();
@@ -129,6 +174,9 @@ impl Engine {
             return Vec::new();
         }
         batch.ends.insert(note.child.clone(), note.succeeded);
+        if let (Some(_), Some(outcome)) = (batch.flow, &note.outcome) {
+            batch.outcomes.insert(note.child.clone(), outcome.clone());
+        }
         if batch.ends.len() < batch.children.len() {
             return Vec::new();
         }
@@ -167,28 +215,47 @@ impl Engine {
             .collect()
     }
 
-    /// How each of `ids` ended, if it has: `Some(true)` done, `Some(false)` dead or
-    /// cancelled, `None` not ended (or not known here).
-    pub fn child_ends(&self, ids: &[Bytes]) -> Vec<Option<bool>> {
+    /// How each of `ids` ended, if it has: (done: true, dead or cancelled: false, and its
+    /// result or last error); `None` not ended (or not known here).
+    pub fn child_ends(&self, ids: &[Bytes]) -> Vec<Option<(bool, Option<Bytes>)>> {
         ids.iter()
-            .map(|id| match self.tasks.get(id).map(|t| &t.state) {
-                Some(State::Done) => Some(true),
-                Some(State::Dead | State::Cancelled) => Some(false),
-                _ => None,
+            .map(|id| {
+                let task = self.tasks.get(id)?;
+                match task.state {
+                    State::Done => Some((true, task.result.clone())),
+                    State::Dead | State::Cancelled => Some((false, task.last_error.clone())),
+                    _ => None,
+                }
             })
             .collect()
     }
 
-    /// TASK.RELEASE: a held task goes to its queue (anything else is left as it is: a
-    /// release sent twice does nothing). Returns whether it was held.
-    pub fn release_held(&mut self, id: &[u8], now_ms: u64) -> Result<bool, TaskError> {
+    /// TASK.RELEASE: a held task goes to its queue, or with `dead`, dead with that error
+    /// (anything not held is left as it is: a release sent twice does nothing). Returns
+    /// whether it was held.
+    pub fn release_held_to(
+        &mut self,
+        id: &[u8],
+        dead: Option<Bytes>,
+        now_ms: u64,
+    ) -> Result<bool, TaskError> {
         self.advance(now_ms);
-        let task = self.tasks.get(id).ok_or(TaskError::NoSuchTask)?;
+        let task = self.tasks.get_mut(id).ok_or(TaskError::NoSuchTask)?;
         if task.state != State::Held {
             return Ok(false);
         }
-        self.make_ready(id, super::Place::Keep);
+        match dead {
+            Some(error) => {
+                task.last_error = Some(error);
+                self.die(id, now_ms);
+            }
+            None => self.make_ready(id, super::Place::Keep),
+        }
         Ok(true)
+    }
+
+    pub fn release_held(&mut self, id: &[u8], now_ms: u64) -> Result<bool, TaskError> {
+        self.release_held_to(id, None, now_ms)
     }
 
     /// Forgets batches that fired longer than the retention time ago.

@@ -16,7 +16,7 @@ use std::cmp::Reverse;
 
 use bytes::Bytes;
 
-use super::{Batch, CronEntry, Engine, Queue, Task};
+use super::{Batch, CronEntry, Engine, OnFail, Queue, Task};
 use crate::tasks::cron::Schedule;
 use crate::tasks::model::{Origin, State, SubmitOptions, LOST_LEASES_MAX_DEFAULT};
 use crate::wire::{put_bytes, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader};
@@ -580,6 +580,18 @@ fn put_batch(out: &mut Vec<u8>, b: &Batch) {
     put_opt_bytes(out, b.on_complete.as_deref());
     put_u64(out, b.created_ms);
     put_opt_u64(out, b.fired_ms);
+    out.push(match b.flow {
+        None => 0,
+        Some(OnFail::FailParent) => 1,
+        Some(OnFail::Ignore) => 2,
+    });
+    let mut outcomes: Vec<(&Bytes, &Bytes)> = b.outcomes.iter().collect();
+    outcomes.sort();
+    put_u64(out, outcomes.len() as u64);
+    for (child, outcome) in outcomes {
+        put_bytes(out, child);
+        put_bytes(out, outcome);
+    }
 }
 
 fn read_batch(r: &mut Reader) -> Decoded<Batch> {
@@ -599,6 +611,20 @@ fn read_batch(r: &mut Reader) -> Decoded<Batch> {
         on_complete: r.opt_bytes()?,
         created_ms: r.u64()?,
         fired_ms: r.opt_u64()?,
+        flow: match r.u8()? {
+            0 => None,
+            1 => Some(OnFail::FailParent),
+            2 => Some(OnFail::Ignore),
+            _ => return Err(DecodeError("unknown flow rule")),
+        },
+        outcomes: {
+            let mut outcomes = std::collections::HashMap::new();
+            for _ in 0..r.count()? {
+                let child = r.bytes()?;
+                outcomes.insert(child, r.bytes()?);
+            }
+            outcomes
+        },
     })
 }
 
