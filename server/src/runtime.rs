@@ -264,6 +264,8 @@ fn recover_shard(ctx: &Rc<ShardCtx>, store: &Arc<crate::persist::Store>) -> Resu
             core.commit_journal(crate::persist::Commit::Durable)
         }));
     }
+    // Runs once the shard serves: it asks its peers about batch children it has not heard of.
+    glommio::spawn_local(crate::commands::reconcile_batches(ctx.clone())).detach();
     Ok(())
 }
 
@@ -291,8 +293,6 @@ async fn shard_main(
     let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
     if let Some(store) = globals.store.get() {
         recover_shard(&ctx, store)?;
-        // Runs once the shard serves: it asks its peers.
-        glommio::spawn_local(crate::commands::reconcile_batches(ctx.clone())).detach();
     }
     let beats = ctx.beats.clone();
     let listener = listeners.lock().expect("listeners")[id]

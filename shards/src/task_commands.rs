@@ -57,6 +57,7 @@ pub fn submit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
 }
 
+// Long: one short branch per SUBMIT option, as docs/TASKS.md lists them.
 pub(crate) fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOptions, Frame> {
     let mut options = SubmitOptions::default();
     let mut i = 0;

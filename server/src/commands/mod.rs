@@ -60,6 +60,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
 
 pub use batch::reconcile as reconcile_batches;
 
+// Long: one arm per server command: the dispatch table reads best whole.
 pub async fn run(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,

@@ -300,40 +300,7 @@ impl TaskWaits {
             while i < parked.len() {
                 let p = &parked[i];
                 let expired = p.deadline_ms.is_some_and(|d| now >= d);
-                let answer: Option<Vec<Frame>> = match &p.want {
-                    Want::Fetch {
-                        queues,
-                        count,
-                        lease_ms,
-                    } => {
-                        // Nothing to lease (or held back by the in-flight limit): keep waiting.
-                        match shard.task_fetch(queues, *count, *lease_ms, p.owner) {
-                            Ok(frames) if !frames.is_empty() => Some(frames),
-                            _ => expired.then(Vec::new),
-                        }
-                    }
-                    Want::Events { queue, from, count } => {
-                        if shard.tasks.has_events(queue, *from) || expired {
-                            let now = shard.now_ms();
-                            Some(vec![events_frame(
-                                &mut shard.tasks,
-                                queue,
-                                *from,
-                                *count,
-                                now,
-                            )])
-                        } else {
-                            None
-                        }
-                    }
-                    Want::Finish { id } => match shard.tasks.get(id) {
-                        Some(task) if task.state.is_terminal() => {
-                            Some(vec![task_frame(&shard.tasks, task)])
-                        }
-                        None => Some(vec![Frame::Null]),
-                        _ => expired.then(|| vec![Frame::Null]),
-                    },
-                };
+                let answer = answer_of(&mut shard, p, expired);
                 match answer {
                     Some(frames) => answers.push((parked.remove(i).reply, frames)),
                     None => i += 1,
@@ -550,6 +517,43 @@ impl TaskWaits {
                 Frame::Array(vec![Frame::Integer(w.owner as i64), row])
             })
             .collect()
+    }
+}
+
+/// A parked request's answer now, if it has one: what a fetch leased, the events that came,
+/// the task that finished; an empty one when it `expired`; `None` to keep waiting.
+fn answer_of(shard: &mut wetask_shards::Shard, p: &Parked, expired: bool) -> Option<Vec<Frame>> {
+    match &p.want {
+        Want::Fetch {
+            queues,
+            count,
+            lease_ms,
+        } => {
+            // Nothing to lease (or held back by the in-flight limit): keep waiting.
+            match shard.task_fetch(queues, *count, *lease_ms, p.owner) {
+                Ok(frames) if !frames.is_empty() => Some(frames),
+                _ => expired.then(Vec::new),
+            }
+        }
+        Want::Events { queue, from, count } => {
+            if shard.tasks.has_events(queue, *from) || expired {
+                let now = shard.now_ms();
+                Some(vec![events_frame(
+                    &mut shard.tasks,
+                    queue,
+                    *from,
+                    *count,
+                    now,
+                )])
+            } else {
+                None
+            }
+        }
+        Want::Finish { id } => match shard.tasks.get(id) {
+            Some(task) if task.state.is_terminal() => Some(vec![task_frame(&shard.tasks, task)]),
+            None => Some(vec![Frame::Null]),
+            _ => expired.then(|| vec![Frame::Null]),
+        },
     }
 }
 

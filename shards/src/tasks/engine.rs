@@ -459,7 +459,7 @@ impl Engine {
                 .insert((queue.clone(), key.clone()), (id.clone(), until));
         }
         self.next_order += 1;
-        let mut task = Task {
+        let task = Task {
             id: id.clone(),
             queue: queue.clone(),
             payload,
@@ -477,30 +477,26 @@ impl Engine {
         if let Some(deadline) = task.options.deadline_ms {
             self.deadlines.insert((deadline, id.clone()));
         }
-        let q = self.queues.entry(queue).or_default();
-        q.submitted += 1;
+        self.queues.entry(queue).or_default().submitted += 1;
         self.totals.submitted += 1;
-        match task.options.due_ms {
-            _ if task.options.hold => {
-                task.state = State::Held;
-                q.note(self.clock_ms, &id, events::EventKind::Held, 0);
-                self.events_noted += 1;
-            }
-            Some(due) if due > now_ms => {
-                task.state = State::Scheduled { due_ms: due };
-                q.scheduled += 1;
-                q.note(self.clock_ms, &id, events::EventKind::Scheduled, 0);
-                self.events_noted += 1;
-                self.scheduled.insert((due, id.clone()));
-            }
-            _ => {
-                self.tasks.insert(id.clone(), task);
-                self.make_ready(&id, Place::Keep);
-                return Ok((id, true));
-            }
-        }
+        let (hold, due) = (task.options.hold, task.options.due_ms);
         self.tasks.insert(id.clone(), task);
+        match due {
+            _ if hold => self.hold(&id),
+            Some(due) if due > now_ms => self.schedule(&id, due),
+            _ => self.make_ready(&id, Place::Keep),
+        }
         Ok((id, true))
+    }
+
+    /// A new task submitted HOLD: it waits for TASK.RELEASE.
+    fn hold(&mut self, id: &Bytes) {
+        let task = self.tasks.get_mut(id).expect("present");
+        task.state = State::Held;
+        if let Some(q) = self.queues.get_mut(&task.queue) {
+            q.note(self.clock_ms, id, events::EventKind::Held, 0);
+            self.events_noted += 1;
+        }
     }
 
     /// The task that holds a submission's UNIQUE key on `queue`, if it is still live or its
@@ -1276,6 +1272,7 @@ impl Engine {
     }
 
     #[cfg(test)]
+    // Long: the invariants listed in the module docs, checked one after the other.
     pub(crate) fn check_invariants(&self) {
         let mut ready = 0;
         for (name, q) in &self.queues {

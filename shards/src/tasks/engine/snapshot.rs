@@ -57,6 +57,29 @@ fn read_opt_u32(r: &mut Reader) -> Decoded<Option<u32>> {
         .transpose()
 }
 
+/// Writes `items` as parts tagged `tag` of about [`PART_BYTES`] each.
+fn put_chunked<T>(
+    part: &mut dyn FnMut(&[u8]),
+    tag: u8,
+    items: impl Iterator<Item = T>,
+    mut put: impl FnMut(&mut Vec<u8>, T),
+) {
+    let mut out = Vec::new();
+    for item in items {
+        if out.is_empty() {
+            out.push(tag);
+        }
+        put(&mut out, item);
+        if out.len() >= PART_BYTES {
+            part(&out);
+            out.clear();
+        }
+    }
+    if !out.is_empty() {
+        part(&out);
+    }
+}
+
 /// One queue's own state as a part: pause, limits, the rate limit's log and counters (its
 /// dead set follows from its tasks).
 fn put_queue(out: &mut Vec<u8>, name: &[u8], q: &Queue) {
@@ -64,14 +87,7 @@ fn put_queue(out: &mut Vec<u8>, name: &[u8], q: &Queue) {
     put_bytes(out, name);
     out.push(u8::from(q.paused));
     put_opt_u32(out, q.concurrency);
-    match q.rate {
-        None => out.push(0),
-        Some((n, per)) => {
-            out.push(1);
-            put_u64(out, u64::from(n));
-            put_u64(out, per);
-        }
-    }
+    put_rate(out, q.rate);
     put_u64(out, q.rate_log.len() as u64);
     for at in &q.rate_log {
         put_u64(out, *at);
@@ -82,14 +98,7 @@ fn put_queue(out: &mut Vec<u8>, name: &[u8], q: &Queue) {
     let g = &q.groups;
     out.push(u8::from(g.on));
     put_opt_u32(out, g.concurrency);
-    match g.rate {
-        None => out.push(0),
-        Some((n, per)) => {
-            out.push(1);
-            put_u64(out, u64::from(n));
-            put_u64(out, per);
-        }
-    }
+    put_rate(out, g.rate);
     put_u64(out, g.turns.len() as u64);
     for group in &g.turns {
         put_opt_bytes(out, group.as_deref());
@@ -114,6 +123,27 @@ fn put_queue(out: &mut Vec<u8>, name: &[u8], q: &Queue) {
 impl Engine {
     /// Writes the engine's state as a sequence of parts, each handed to `part`.
     pub fn export(&self, part: &mut dyn FnMut(&[u8])) {
+        part(&self.meta_part());
+        let mut out = Vec::new();
+        let mut names: Vec<&Bytes> = self.queues.keys().collect();
+        names.sort();
+        for name in names {
+            out.clear();
+            put_queue(&mut out, name, &self.queues[name]);
+            part(&out);
+            if !self.queues[name].events.events.is_empty() {
+                out.clear();
+                out.push(EVENTS);
+                put_bytes(&mut out, name);
+                super::events::put_log(&mut out, &self.queues[name].events);
+                part(&out);
+            }
+        }
+        self.export_records(part);
+    }
+
+    /// The counters, id sequences, UNIQUE windows and deadlines.
+    fn meta_part(&self) -> Vec<u8> {
         let mut out = vec![META];
         put_i64(&mut out, self.next_order);
         put_i64(&mut out, self.next_head);
@@ -145,92 +175,34 @@ impl Engine {
             put_u64(&mut out, *deadline);
             put_bytes(&mut out, id);
         }
-        part(&out);
-        let mut names: Vec<&Bytes> = self.queues.keys().collect();
-        names.sort();
-        for name in names {
-            out.clear();
-            put_queue(&mut out, name, &self.queues[name]);
-            part(&out);
-            if !self.queues[name].events.events.is_empty() {
-                out.clear();
-                out.push(EVENTS);
-                put_bytes(&mut out, name);
-                super::events::put_log(&mut out, &self.queues[name].events);
-                part(&out);
-            }
-        }
+        out
+    }
+
+    /// The tasks, their progress and logs, the batches and the crons, in chunked parts.
+    fn export_records(&self, part: &mut dyn FnMut(&[u8])) {
         let mut ids: Vec<&Bytes> = self.tasks.keys().collect();
         ids.sort();
-        out.clear();
-        for id in ids {
-            if out.is_empty() {
-                out.push(TASKS);
-            }
+        put_chunked(part, TASKS, ids.into_iter(), |out, id| {
             let task = &self.tasks[id];
-            put_task(&mut out, task);
-            put_u64(&mut out, u64::from(task.lost_leases));
-            put_u64(&mut out, u64::from(task.options.lost_max));
-            put_opt_bytes(&mut out, task.options.group.as_deref());
-            put_opt_bytes(&mut out, task.options.batch.as_deref());
+            put_task(out, task);
+            put_u64(out, u64::from(task.lost_leases));
+            put_u64(out, u64::from(task.options.lost_max));
+            put_opt_bytes(out, task.options.group.as_deref());
+            put_opt_bytes(out, task.options.batch.as_deref());
             out.push(u8::from(task.options.hold));
-            if out.len() >= PART_BYTES {
-                part(&out);
-                out.clear();
-            }
-        }
-        if !out.is_empty() {
-            part(&out);
-        }
-        out.clear();
+        });
         let mut with_extras: Vec<&Bytes> = self.extras.keys().collect();
         with_extras.sort();
-        for id in with_extras {
-            if out.is_empty() {
-                out.push(EXTRAS);
-            }
+        put_chunked(part, EXTRAS, with_extras.into_iter(), |out, id| {
             let extras = &self.extras[id];
-            put_bytes(&mut out, id);
-            put_opt_bytes(&mut out, extras.progress.as_deref());
+            put_bytes(out, id);
+            put_opt_bytes(out, extras.progress.as_deref());
             let lines: Vec<&Bytes> = extras.logs.iter().collect();
-            crate::wire::put_bytes_list(&mut out, &lines);
-            put_u64(&mut out, extras.logs_dropped);
-            if out.len() >= PART_BYTES {
-                part(&out);
-                out.clear();
-            }
-        }
-        if !out.is_empty() {
-            part(&out);
-        }
-        out.clear();
-        for batch in self.batches.values() {
-            if out.is_empty() {
-                out.push(BATCHES);
-            }
-            put_batch(&mut out, batch);
-            if out.len() >= PART_BYTES {
-                part(&out);
-                out.clear();
-            }
-        }
-        if !out.is_empty() {
-            part(&out);
-        }
-        out.clear();
-        for cron in self.crons.values() {
-            if out.is_empty() {
-                out.push(CRONS);
-            }
-            put_cron(&mut out, cron);
-            if out.len() >= PART_BYTES {
-                part(&out);
-                out.clear();
-            }
-        }
-        if !out.is_empty() {
-            part(&out);
-        }
+            crate::wire::put_bytes_list(out, &lines);
+            put_u64(out, extras.logs_dropped);
+        });
+        put_chunked(part, BATCHES, self.batches.values(), put_batch);
+        put_chunked(part, CRONS, self.crons.values(), put_cron);
     }
 
     /// Loads one part written by [`Engine::export`] (parts in order, into an engine made
@@ -238,85 +210,9 @@ impl Engine {
     pub fn import_part(&mut self, part: Bytes) -> Decoded<()> {
         let mut r = Reader::new(part);
         match r.u8()? {
-            META => {
-                self.next_order = read_i64(&mut r)?;
-                self.next_head = read_i64(&mut r)?;
-                self.next_id = r.u64()?;
-                let t = &mut self.totals;
-                for v in [
-                    &mut t.submitted,
-                    &mut t.acked,
-                    &mut t.failed,
-                    &mut t.retried,
-                    &mut t.dead,
-                    &mut t.cancelled,
-                    &mut t.fallbacks,
-                    &mut t.leases_lost,
-                ] {
-                    *v = r.u64()?;
-                }
-                for _ in 0..r.count()? {
-                    let queue = r.bytes()?;
-                    let key = r.bytes()?;
-                    let id = r.bytes()?;
-                    let until = r.u64()?;
-                    self.unique.insert((queue, key), (id, until));
-                }
-                for _ in 0..r.count()? {
-                    let deadline = r.u64()?;
-                    self.deadlines.insert((deadline, r.bytes()?));
-                }
-            }
+            META => self.import_meta(&mut r)?,
             kind @ (QUEUE | QUEUE_V1) => {
-                let name = r.bytes()?;
-                if kind == QUEUE_V1 {
-                    // The dead list: rebuilt from the tasks.
-                    r.bytes_list()?;
-                }
-                let mut q = Queue {
-                    paused: r.flag()?,
-                    concurrency: read_opt_u32(&mut r)?,
-                    rate: if r.flag()? {
-                        Some((r.u32()?, r.u64()?))
-                    } else {
-                        None
-                    },
-                    ..Queue::default()
-                };
-                if kind == QUEUE_V1 {
-                    // A fixed window's start and count: the sliding log starts empty.
-                    r.u64()?;
-                    r.u32()?;
-                } else {
-                    for _ in 0..r.count()? {
-                        q.rate_log.push_back(r.u64()?);
-                    }
-                }
-                q.submitted = r.u64()?;
-                q.acked = r.u64()?;
-                q.failed = r.u64()?;
-                if kind == QUEUE {
-                    let g = &mut q.groups;
-                    g.on = r.flag()?;
-                    g.concurrency = read_opt_u32(&mut r)?;
-                    g.rate = if r.flag()? {
-                        Some((r.u32()?, r.u64()?))
-                    } else {
-                        None
-                    };
-                    let mut turns = Vec::new();
-                    for _ in 0..r.count()? {
-                        turns.push(r.opt_bytes()?);
-                    }
-                    g.restore_turns(turns);
-                    for _ in 0..r.count()? {
-                        let group = r.opt_bytes()?;
-                        let state = g.by_key.entry(group).or_default();
-                        for _ in 0..r.count()? {
-                            state.rate_log.push_back(r.u64()?);
-                        }
-                    }
-                }
+                let (name, q) = read_queue(kind, &mut r)?;
                 self.queues.insert(name, q);
             }
             kind @ (TASKS | TASKS_V1) => {
@@ -373,6 +269,38 @@ impl Engine {
         Ok(())
     }
 
+    /// The META part: counters, id sequences, UNIQUE windows and deadlines.
+    fn import_meta(&mut self, r: &mut Reader) -> Decoded<()> {
+        self.next_order = read_i64(r)?;
+        self.next_head = read_i64(r)?;
+        self.next_id = r.u64()?;
+        let t = &mut self.totals;
+        for v in [
+            &mut t.submitted,
+            &mut t.acked,
+            &mut t.failed,
+            &mut t.retried,
+            &mut t.dead,
+            &mut t.cancelled,
+            &mut t.fallbacks,
+            &mut t.leases_lost,
+        ] {
+            *v = r.u64()?;
+        }
+        for _ in 0..r.count()? {
+            let queue = r.bytes()?;
+            let key = r.bytes()?;
+            let id = r.bytes()?;
+            let until = r.u64()?;
+            self.unique.insert((queue, key), (id, until));
+        }
+        for _ in 0..r.count()? {
+            let deadline = r.u64()?;
+            self.deadlines.insert((deadline, r.bytes()?));
+        }
+        Ok(())
+    }
+
     /// Rebuilds the indexes that follow from the tasks, after the last part.
     pub fn finish_import(&mut self) -> Decoded<()> {
         let ids: Vec<Bytes> = self.tasks.keys().cloned().collect();
@@ -422,6 +350,76 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// A queue part, of either format: its name and own state (its groups' turns and rate logs
+/// in the current one).
+fn read_queue(kind: u8, r: &mut Reader) -> Decoded<(Bytes, Queue)> {
+    let name = r.bytes()?;
+    if kind == QUEUE_V1 {
+        // The dead list: rebuilt from the tasks.
+        r.bytes_list()?;
+    }
+    let mut q = Queue {
+        paused: r.flag()?,
+        concurrency: read_opt_u32(r)?,
+        rate: read_rate(r)?,
+        ..Queue::default()
+    };
+    if kind == QUEUE_V1 {
+        // A fixed window's start and count: the sliding log starts empty.
+        r.u64()?;
+        r.u32()?;
+    } else {
+        for _ in 0..r.count()? {
+            q.rate_log.push_back(r.u64()?);
+        }
+    }
+    q.submitted = r.u64()?;
+    q.acked = r.u64()?;
+    q.failed = r.u64()?;
+    if kind == QUEUE {
+        read_groups(&mut q.groups, r)?;
+    }
+    Ok((name, q))
+}
+
+fn put_rate(out: &mut Vec<u8>, rate: Option<(u32, u64)>) {
+    match rate {
+        None => out.push(0),
+        Some((n, per)) => {
+            out.push(1);
+            put_u64(out, u64::from(n));
+            put_u64(out, per);
+        }
+    }
+}
+
+fn read_rate(r: &mut Reader) -> Decoded<Option<(u32, u64)>> {
+    Ok(if r.flag()? {
+        Some((r.u32()?, r.u64()?))
+    } else {
+        None
+    })
+}
+
+fn read_groups(g: &mut super::groups::Groups, r: &mut Reader) -> Decoded<()> {
+    g.on = r.flag()?;
+    g.concurrency = read_opt_u32(r)?;
+    g.rate = read_rate(r)?;
+    let mut turns = Vec::new();
+    for _ in 0..r.count()? {
+        turns.push(r.opt_bytes()?);
+    }
+    g.restore_turns(turns);
+    for _ in 0..r.count()? {
+        let group = r.opt_bytes()?;
+        let state = g.by_key.entry(group).or_default();
+        for _ in 0..r.count()? {
+            state.rate_log.push_back(r.u64()?);
+        }
+    }
+    Ok(())
 }
 
 fn put_task(out: &mut Vec<u8>, t: &Task) {
@@ -698,43 +696,7 @@ impl Engine {
             .map(|(id, _)| id.clone())
             .collect();
         for id in ids {
-            let task = other.tasks.remove(&id).expect("listed");
-            match task.state {
-                State::Held => {}
-                State::Scheduled { due_ms } => {
-                    other.scheduled.remove(&(due_ms, id.clone()));
-                    self.scheduled.insert((due_ms, id.clone()));
-                }
-                State::Leased { owner, until_ms } => {
-                    other.leases.remove(&(until_ms, id.clone()));
-                    other.release_owner_index(owner, &id);
-                    self.leases.insert((until_ms, id.clone()));
-                    self.by_owner.entry(owner).or_default().insert(id.clone());
-                }
-                State::Queued => {}
-                State::Dead => {
-                    let forget_at = Engine::forget_at(&task, other.dead_retention_ms);
-                    other.dead_retained.remove(&(forget_at, id.clone()));
-                    self.dead_retained
-                        .insert((Engine::forget_at(&task, self.dead_retention_ms), id.clone()));
-                }
-                State::Done | State::Cancelled => {
-                    other
-                        .retained
-                        .remove(&(Engine::forget_at(&task, other.retention_ms), id.clone()));
-                    self.retained
-                        .insert((Engine::forget_at(&task, self.retention_ms), id.clone()));
-                }
-            }
-            if let Some(deadline) = task.options.deadline_ms {
-                if other.deadlines.remove(&(deadline, id.clone())) {
-                    self.deadlines.insert((deadline, id.clone()));
-                }
-            }
-            if let Some(extras) = other.extras.remove(&id) {
-                self.extras.insert(id.clone(), extras);
-            }
-            self.tasks.insert(id, task);
+            self.take_task(other, id);
         }
         let keys: Vec<(Bytes, Bytes)> = other
             .unique
@@ -761,5 +723,46 @@ impl Engine {
             self.restore_batch(batch);
         }
         self.cron_fired += other.cron_fired;
+    }
+
+    /// Moves task `id` of `other` here, with its index entries and extras.
+    fn take_task(&mut self, other: &mut Engine, id: Bytes) {
+        let task = other.tasks.remove(&id).expect("listed");
+        match task.state {
+            State::Held => {}
+            State::Scheduled { due_ms } => {
+                other.scheduled.remove(&(due_ms, id.clone()));
+                self.scheduled.insert((due_ms, id.clone()));
+            }
+            State::Leased { owner, until_ms } => {
+                other.leases.remove(&(until_ms, id.clone()));
+                other.release_owner_index(owner, &id);
+                self.leases.insert((until_ms, id.clone()));
+                self.by_owner.entry(owner).or_default().insert(id.clone());
+            }
+            State::Queued => {}
+            State::Dead => {
+                let forget_at = Engine::forget_at(&task, other.dead_retention_ms);
+                other.dead_retained.remove(&(forget_at, id.clone()));
+                self.dead_retained
+                    .insert((Engine::forget_at(&task, self.dead_retention_ms), id.clone()));
+            }
+            State::Done | State::Cancelled => {
+                other
+                    .retained
+                    .remove(&(Engine::forget_at(&task, other.retention_ms), id.clone()));
+                self.retained
+                    .insert((Engine::forget_at(&task, self.retention_ms), id.clone()));
+            }
+        }
+        if let Some(deadline) = task.options.deadline_ms {
+            if other.deadlines.remove(&(deadline, id.clone())) {
+                self.deadlines.insert((deadline, id.clone()));
+            }
+        }
+        if let Some(extras) = other.extras.remove(&id) {
+            self.extras.insert(id.clone(), extras);
+        }
+        self.tasks.insert(id, task);
     }
 }
