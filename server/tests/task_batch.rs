@@ -12,17 +12,6 @@ use bytes::Bytes;
 use common::*;
 use wetask_protocol::Frame;
 
-fn field(frame: &Frame, name: &str) -> Frame {
-    let Frame::Array(items) = frame else {
-        panic!("expected a flat map, got {frame:?}")
-    };
-    items
-        .chunks(2)
-        .find(|pair| pair[0] == bulk(name))
-        .map(|pair| pair[1].clone())
-        .unwrap_or_else(|| panic!("no field {name} in {frame:?}"))
-}
-
 fn batch_line(id: &str, queues: &[String], children: usize, extra: &[&str]) -> Vec<Vec<u8>> {
     let mut line: Vec<Vec<u8>> = vec![b"TASK.BATCH".to_vec(), id.as_bytes().to_vec()];
     line.extend(extra.iter().map(|w| w.as_bytes().to_vec()));

@@ -44,18 +44,6 @@ fn leased(frame: Frame) -> Vec<(Bytes, i64)> {
         .collect()
 }
 
-/// A field of a RESP2 flat map.
-fn field(frame: &Frame, name: &str) -> Frame {
-    let Frame::Array(items) = frame else {
-        panic!("expected a flat map, got {frame:?}")
-    };
-    items
-        .chunks(2)
-        .find(|pair| pair[0] == bulk(name))
-        .map(|pair| pair[1].clone())
-        .unwrap_or_else(|| panic!("no field {name} in {frame:?}"))
-}
-
 fn get(c: &mut Client, id: &Bytes) -> Frame {
     c.cmd_args(&[b"TASK.GET", id])
 }

@@ -52,17 +52,6 @@ fn tasks_of(frame: Frame) -> Vec<(Bytes, Bytes, Bytes, i64, Vec<Frame>)> {
         .collect()
 }
 
-fn field(frame: &Frame, name: &str) -> Frame {
-    let Frame::Array(items) = frame else {
-        panic!("expected a flat map, got {frame:?}")
-    };
-    items
-        .chunks(2)
-        .find(|pair| pair[0] == bulk(name))
-        .map(|pair| pair[1].clone())
-        .unwrap_or_else(|| panic!("no field {name}"))
-}
-
 #[test]
 fn worker_cycle_in_queue_order_with_fused_acks() {
     for server in servers() {

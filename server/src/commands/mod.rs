@@ -74,26 +74,8 @@ pub async fn run(
         "task.worker" => workers::worker(ctx, conn, args).await,
         "task.workers" => workers::workers(ctx).await,
         "task.quiet" => workers::quiet(ctx, args).await,
-        "task.cron" => {
-            let at = {
-                let state = conn.borrow();
-                crate::routing::Target {
-                    db: state.db,
-                    client: state.task_owner(),
-                }
-            };
-            cron::cron(ctx, at, spec, args).await
-        }
-        "task.batch" | "task.flow" => {
-            let at = {
-                let state = conn.borrow();
-                crate::routing::Target {
-                    db: state.db,
-                    client: state.task_owner(),
-                }
-            };
-            batch::batch(ctx, at, spec, args).await
-        }
+        "task.cron" => cron::cron(ctx, task_target(conn), spec, args).await,
+        "task.batch" | "task.flow" => batch::batch(ctx, task_target(conn), spec, args).await,
         "subscribe" | "psubscribe" | "ssubscribe" => crate::commands::pubsub::subscribe(
             ctx,
             &mut conn.borrow_mut(),
@@ -148,6 +130,16 @@ pub async fn run(
             randomkey(ctx, db).await
         }
         other => Frame::error(format!("ERR '{other}' is not handled by this server")),
+    }
+}
+
+/// Where a task command a server command sends on runs: the connection's database and
+/// task owner (its worker, if it took one).
+fn task_target(conn: &RefCell<ConnState>) -> crate::routing::Target {
+    let state = conn.borrow();
+    crate::routing::Target {
+        db: state.db,
+        client: state.task_owner(),
     }
 }
 

@@ -355,6 +355,18 @@ impl Client {
     }
 }
 
+/// A field of a RESP2 flat map (TASK.GET, TASK.STATS …).
+pub fn field(frame: &Frame, name: &str) -> Frame {
+    let Frame::Array(items) = frame else {
+        panic!("expected a flat map, got {frame:?}")
+    };
+    items
+        .chunks(2)
+        .find(|pair| pair[0] == bulk(name))
+        .map(|pair| pair[1].clone())
+        .unwrap_or_else(|| panic!("no field {name} in {frame:?}"))
+}
+
 pub fn bulk(s: &str) -> Frame {
     Frame::Bulk(bytes::Bytes::copy_from_slice(s.as_bytes()))
 }

@@ -403,13 +403,7 @@ fn progress_and_logs_come_from_the_holder_and_survive_a_snapshot() {
             .unwrap();
     }
     e.set_progress(&id, W1, b("3/4"), 0).unwrap();
-    let mut parts = Vec::new();
-    e.export(&mut |part| parts.push(Bytes::copy_from_slice(part)));
-    let mut loaded = Engine::new(600_000);
-    for part in parts {
-        loaded.import_part(part).unwrap();
-    }
-    loaded.finish_import().unwrap();
+    let mut loaded = super::tests::reloaded(&e);
     let extras = loaded.extras(&id).unwrap();
     assert_eq!(extras.logs.len(), LOG_LINES_MAX);
     assert_eq!(extras.logs[0], b("line 5"));
@@ -518,13 +512,7 @@ fn turns_survive_a_snapshot_so_a_replay_leases_in_the_same_order() {
     }
     e.set_group_limits(b"q", Some(4), None);
     e.fetch(&[b("q")], 4, None, W1, 0);
-    let mut parts = Vec::new();
-    e.export(&mut |part| parts.push(Bytes::copy_from_slice(part)));
-    let mut loaded = Engine::new(600_000);
-    for part in parts {
-        loaded.import_part(part).unwrap();
-    }
-    loaded.finish_import().unwrap();
+    let mut loaded = super::tests::reloaded(&e);
     loaded.check_invariants();
     let order = |e: &mut Engine| -> Vec<Bytes> {
         e.fetch(&[b("q")], 26, None, W2, 1)
@@ -567,13 +555,7 @@ fn a_batch_and_its_held_callback_survive_a_snapshot() {
     let notes = e.take_batch_notes();
     assert_eq!(notes.len(), 1);
     assert!(e.batch_note(&notes[0], 0).is_empty(), "one child of two");
-    let mut parts = Vec::new();
-    e.export(&mut |part| parts.push(Bytes::copy_from_slice(part)));
-    let mut loaded = Engine::new(600_000);
-    for part in parts {
-        loaded.import_part(part).unwrap();
-    }
-    loaded.finish_import().unwrap();
+    let mut loaded = super::tests::reloaded(&e);
     loaded.check_invariants();
     assert_eq!(loaded.batch_pending(), vec![(b("b"), two.clone())]);
     assert_eq!(loaded.get(&cb).unwrap().state, State::Held);

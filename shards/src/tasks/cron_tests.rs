@@ -99,13 +99,7 @@ fn a_snapshot_carries_schedules_and_their_place() {
     e.cron_set(b"daily", b"0 3 * * *", b"q", b("report"), options, 0)
         .unwrap();
     e.advance(250);
-    let mut parts = Vec::new();
-    e.export(&mut |part| parts.push(Bytes::copy_from_slice(part)));
-    let mut loaded = Engine::new(600_000);
-    for part in parts {
-        loaded.import_part(part).unwrap();
-    }
-    loaded.finish_import().unwrap();
+    let mut loaded = super::tests::reloaded(&e);
     loaded.check_invariants();
     let names: Vec<(Bytes, Option<u64>, u64)> = loaded
         .crons()

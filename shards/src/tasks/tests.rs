@@ -21,6 +21,18 @@ fn submit(e: &mut Engine, queue: &str, payload: &str, now: u64) -> Bytes {
         .0
 }
 
+/// The engine as a snapshot of it loads (with the default retention times).
+pub(super) fn reloaded(e: &Engine) -> Engine {
+    let mut parts = Vec::new();
+    e.export(&mut |part| parts.push(Bytes::copy_from_slice(part)));
+    let mut loaded = Engine::new(600_000);
+    for part in parts {
+        loaded.import_part(part).unwrap();
+    }
+    loaded.finish_import().unwrap();
+    loaded
+}
+
 const W1: u64 = 1;
 const W2: u64 = 2;
 
