@@ -11,11 +11,18 @@ use bytes::Bytes;
 use common::*;
 use wetask_protocol::Frame;
 
-const TASKS: usize = 20_000;
+/// Tasks per run: 20,000, or `$WETASK_EVENTS_TASKS` for a run at the scale (1 M, with
+/// `cargo test --release`).
+fn task_count() -> usize {
+    std::env::var("WETASK_EVENTS_TASKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000)
+}
 
 fn produce(port: u16, queue: String) {
     let mut c = Client::connect(port);
-    for batch in 0..TASKS / 100 {
+    for batch in 0..task_count() / 100 {
         for n in 0..100 {
             let payload = format!("p{}", batch * 100 + n);
             c.send(&[b"TASK.SUBMIT", queue.as_bytes(), payload.as_bytes()]);
@@ -30,7 +37,7 @@ fn work(port: u16, queue: String) {
     let mut c = Client::connect(port);
     let mut done = 0;
     let mut acks: Vec<Bytes> = Vec::new();
-    while done < TASKS {
+    while done < task_count() {
         let mut line: Vec<&[u8]> = vec![
             b"TASK.FETCH",
             queue.as_bytes(),
@@ -56,7 +63,7 @@ fn work(port: u16, queue: String) {
             };
             acks.push(id.clone());
         }
-        if done + acks.len() >= TASKS && !acks.is_empty() {
+        if done + acks.len() >= task_count() && !acks.is_empty() {
             for id in acks.drain(..) {
                 assert_eq!(c.cmd_args(&[b"TASK.ACK", &id]), ok());
                 done += 1;
@@ -83,15 +90,11 @@ fn a_consumer_resuming_from_its_cursor_sees_every_change_once() {
         let mut cursor = 0u64;
         let mut expected_seq = None;
         let mut reconnects = 0;
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_secs(120 + task_count() as u64 / 2_000);
         let mut c = server.client();
         let mut since_reconnect = 0;
-        while seen
-            .values()
-            .filter(|s| s.last().map(String::as_str) == Some("done"))
-            .count()
-            < TASKS
-        {
+        let mut done = 0;
+        while done < task_count() {
             assert!(Instant::now() < deadline, "events stopped coming");
             let from = cursor.to_string();
             let reply = c.cmd_args(&[
@@ -100,7 +103,7 @@ fn a_consumer_resuming_from_its_cursor_sees_every_change_once() {
                 b"FROM",
                 from.as_bytes(),
                 b"COUNT",
-                b"1000",
+                b"10000",
                 b"BLOCK",
                 b"2000",
             ]);
@@ -120,6 +123,9 @@ fn a_consumer_resuming_from_its_cursor_sees_every_change_once() {
                 let seq = *seq as u64;
                 assert_eq!(seq, expected_seq.unwrap_or(seq), "no gap, no repeat");
                 expected_seq = Some(seq + 1);
+                if &state[..] == b"done" {
+                    done += 1;
+                }
                 seen.entry(id.clone())
                     .or_default()
                     .push(String::from_utf8_lossy(state).into_owned());
@@ -135,13 +141,14 @@ fn a_consumer_resuming_from_its_cursor_sees_every_change_once() {
         }
         producer.join().unwrap();
         worker.join().unwrap();
-        assert_eq!(seen.len(), TASKS);
+        assert_eq!(seen.len(), task_count());
         for (id, states) in &seen {
             assert_eq!(states, &["queued", "leased", "done"], "task {id:?}");
         }
         println!(
-            "{shards} shards: {} events of {TASKS} tasks, {reconnects} consumer restarts",
-            cursor - 1
+            "{shards} shards: {} events of {} tasks, {reconnects} consumer restarts",
+            cursor - 1,
+            task_count()
         );
         assert!(reconnects >= 5);
     }
