@@ -54,6 +54,10 @@ pub struct Config {
     /// tasks; docs/TASKS.md).
     #[arg(long, default_value_t = wetask_shards::tasks::model::DEAD_RETENTION_MS_DEFAULT)]
     pub task_dead_retention_ms: u64,
+    /// How many events (TASK.EVENTS) each queue keeps; a consumer further behind gets an
+    /// error saying so.
+    #[arg(long, default_value_t = wetask_shards::tasks::EVENTS_PER_QUEUE_MAX)]
+    pub task_events_max: usize,
     /// Let Lua scripts touch keys they did not declare, on any shard: every script then
     /// locks every shard while it runs (for clients such as BullMQ; docs/ARCHITECTURE.md).
     #[arg(long)]

@@ -127,7 +127,7 @@ pub fn events_frame(
             "ERR events before {} are no longer kept (the oldest is {}; a queue keeps its last {})",
             gone.oldest,
             gone.oldest,
-            crate::tasks::EVENTS_PER_QUEUE_MAX
+            tasks.events_max()
         )),
     }
 }

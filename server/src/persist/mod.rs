@@ -74,6 +74,7 @@ pub struct Store {
     pub shard_count: usize,
     retention_ms: u64,
     dead_retention_ms: u64,
+    events_max: usize,
     /// `appendfsync`, which CONFIG SET may change (an index into `Fsync::ALL`).
     policy: AtomicUsize,
     load_corrupt: bool,
@@ -133,6 +134,7 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
         shard_count,
         retention_ms: config.task_retention_ms,
         dead_retention_ms: config.task_dead_retention_ms,
+        events_max: config.task_events_max,
         policy: AtomicUsize::new(config.appendfsync as usize),
         load_corrupt: config.aof_load_corrupt,
         load_truncated: config.aof_load_truncated,
@@ -287,7 +289,8 @@ impl Store {
     fn scratch_shard(&self, id: usize) -> Shard {
         let mut shard = Shard::new(id);
         shard.tasks = wetask_shards::tasks::Engine::new(self.retention_ms)
-            .with_dead_retention(self.dead_retention_ms);
+            .with_dead_retention(self.dead_retention_ms)
+            .with_events_max(self.events_max);
         shard
     }
 

@@ -69,7 +69,8 @@ impl ShardCore {
                 let mut shard = Shard::new(id);
                 shard.set_shard_count(shard_count);
                 shard.tasks = wetask_shards::tasks::Engine::new(globals.config.task_retention_ms)
-                    .with_dead_retention(globals.config.task_dead_retention_ms);
+                    .with_dead_retention(globals.config.task_dead_retention_ms)
+                    .with_events_max(globals.config.task_events_max);
                 shard
             }),
             mesh,

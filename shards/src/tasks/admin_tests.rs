@@ -391,6 +391,12 @@ fn the_event_log_is_bounded_and_says_when_a_cursor_is_too_old() {
     assert_eq!(e.events(b"q", 5, 1, 0), Err(EventsGone { oldest: 11 }));
     let (events, _) = e.events(b"q", 0, 1, 0).unwrap();
     assert_eq!(events[0].0, 11, "FROM 0 is the oldest kept");
+    let mut small = Engine::new(600_000).with_events_max(3);
+    for _ in 0..5 {
+        submit(&mut small, "q", 0);
+    }
+    assert_eq!(small.events(b"q", 2, 10, 0), Err(EventsGone { oldest: 3 }));
+    assert_eq!(small.events(b"q", 3, 10, 0).unwrap().0.len(), 3);
 }
 
 #[test]

@@ -278,6 +278,8 @@ pub struct Engine {
     clock_ms: u64,
     /// Events noted by any queue (for parked TASK.EVENTS reads).
     events_noted: u64,
+    /// Events each queue keeps.
+    events_max: usize,
     /// Batches whose home is this shard, by id.
     batches: BTreeMap<Bytes, Batch>,
     /// (fired at, id) of the batches that fired, to forget them after the retention time.
@@ -320,6 +322,7 @@ impl Engine {
         Engine {
             retention_ms,
             dead_retention_ms: DEAD_RETENTION_MS_DEFAULT,
+            events_max: EVENTS_PER_QUEUE_MAX,
             next_head: -1,
             in_flight_max: IN_FLIGHT_PER_QUEUE_MAX,
             ..Engine::default()
@@ -494,7 +497,12 @@ impl Engine {
         let task = self.tasks.get_mut(id).expect("present");
         task.state = State::Held;
         if let Some(q) = self.queues.get_mut(&task.queue) {
-            q.note(self.clock_ms, id, events::EventKind::Held, 0);
+            q.note(
+                (self.clock_ms, self.events_max),
+                id,
+                events::EventKind::Held,
+                0,
+            );
             self.events_noted += 1;
         }
     }
@@ -572,7 +580,12 @@ impl Engine {
                 let until_ms = now_ms.saturating_add(lease);
                 task.state = State::Leased { owner, until_ms };
                 task.attempts += 1;
-                q.note(self.clock_ms, &id, events::EventKind::Leased, task.attempts);
+                q.note(
+                    (self.clock_ms, self.events_max),
+                    &id,
+                    events::EventKind::Leased,
+                    task.attempts,
+                );
                 self.events_noted += 1;
                 self.leases.insert((until_ms, id.clone()));
                 self.by_owner.entry(owner).or_default().insert(id.clone());
@@ -871,7 +884,7 @@ impl Engine {
         let key = (Reverse(task.options.priority), task.order);
         q.groups.insert(&task.options.group, key, &q.ready);
         q.note(
-            self.clock_ms,
+            (self.clock_ms, self.events_max),
             &task.id,
             events::EventKind::Queued,
             task.attempts,
@@ -912,7 +925,7 @@ impl Engine {
         let q = self.queues.entry(task.queue.clone()).or_default();
         q.scheduled += 1;
         q.note(
-            self.clock_ms,
+            (self.clock_ms, self.events_max),
             &task.id,
             events::EventKind::Scheduled,
             task.attempts,
@@ -967,7 +980,12 @@ impl Engine {
         task.state = state;
         task.finished_ms = Some(now_ms);
         if let Some(q) = self.queues.get_mut(&task.queue) {
-            q.note(self.clock_ms.max(now_ms), &task.id, kind, task.attempts);
+            q.note(
+                (self.clock_ms.max(now_ms), self.events_max),
+                &task.id,
+                kind,
+                task.attempts,
+            );
             self.events_noted += 1;
         }
         if let Some(deadline) = task.options.deadline_ms {

@@ -1,7 +1,7 @@
 //! TASK.EVENTS on the engine: every state change of every task of a queue, in order, with a
 //! sequence number per queue, so a consumer resumes from the number after the last one it
 //! saw and misses nothing. The log keeps the last [`EVENTS_PER_QUEUE_MAX`] events of each
-//! queue; a consumer asking for older ones gets an error that says so, never a silent gap.
+//! queue (`--task-events-max`); a consumer asking for older ones gets an error that says so, never a silent gap.
 //! Replay makes the same events (they follow from the commands), and snapshots carry them.
 
 use std::collections::VecDeque;
@@ -91,12 +91,12 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    pub(super) fn push(&mut self, event: Event) {
+    pub(super) fn push(&mut self, event: Event, max: usize) {
         if self.first == 0 {
             self.first = 1;
         }
         self.events.push_back(event);
-        if self.events.len() > EVENTS_PER_QUEUE_MAX {
+        while self.events.len() > max.max(1) {
             self.events.pop_front();
             self.first += 1;
         }
@@ -116,13 +116,21 @@ pub struct EventsGone {
 }
 
 impl Queue {
-    pub(super) fn note(&mut self, at_ms: u64, id: &Bytes, kind: EventKind, attempt: u32) {
-        self.events.push(Event {
+    /// Logs an event; `(at_ms, max)`: its time and how many events the queue keeps.
+    pub(super) fn note(
+        &mut self,
+        (at_ms, max): (u64, usize),
+        id: &Bytes,
+        kind: EventKind,
+        attempt: u32,
+    ) {
+        let event = Event {
             at_ms,
             id: id.clone(),
             kind,
             attempt,
-        });
+        };
+        self.events.push(event, max);
     }
 }
 
@@ -165,6 +173,16 @@ impl Engine {
         self.events_noted
     }
 
+    /// How many events each queue keeps (default `EVENTS_PER_QUEUE_MAX`).
+    pub fn with_events_max(mut self, max: usize) -> Self {
+        self.events_max = max.max(1);
+        self
+    }
+
+    pub fn events_max(&self) -> usize {
+        self.events_max
+    }
+
     /// Whether `queue` has an event numbered `from` or later (for a blocked TASK.EVENTS).
     pub fn has_events(&self, queue: &[u8], from: u64) -> bool {
         self.queues
@@ -174,12 +192,12 @@ impl Engine {
 
     /// Notes an event for task `id` (in `queue`) at the engine's clock.
     pub(super) fn note_event(&mut self, id: &[u8], kind: EventKind) {
-        let at = self.clock_ms;
+        let stamp = (self.clock_ms, self.events_max);
         if let Some(task) = self.tasks.get(id) {
             let attempt = task.attempts;
             let id = task.id.clone();
             if let Some(q) = self.queues.get_mut(&task.queue) {
-                q.note(at, &id, kind, attempt);
+                q.note(stamp, &id, kind, attempt);
                 self.events_noted += 1;
             }
         }
