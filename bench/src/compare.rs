@@ -157,7 +157,7 @@ pub fn run(
                     workloads::measure_restart(kinds[side], workload.kind, opts)
                 })?;
             }
-            Kind::Boot | Kind::Memory { .. } => {
+            Kind::Boot | Kind::Memory { .. } | Kind::TaskMemory { .. } => {
                 let kinds = [a, b];
                 samples = take_pairs(workload.name, pairs, progress, |side| {
                     workloads::measure_fresh(kinds[side], workload.kind, opts)
@@ -211,6 +211,7 @@ fn brief(a: &Metrics, b: &Metrics) -> String {
                     | "cpu_us_per_op"
                     | "boot_ms"
                     | "bytes_per_key"
+                    | "bytes_per_job"
                     | "restart_ms"
                     | "disk_bytes_per_key"
             )
@@ -235,6 +236,7 @@ const SHOWN: &[&str] = &[
     "p50_us",
     "boot_ms",
     "bytes_per_key",
+    "bytes_per_job",
     "restart_ms",
     "log_bytes_per_key",
     "disk_bytes_per_key",

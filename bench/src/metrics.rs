@@ -18,6 +18,7 @@ pub fn label(metric: &str) -> &'static str {
         "cpu_us_per_op" => "server CPU µs/op",
         "boot_ms" => "boot ms",
         "bytes_per_key" => "RSS bytes/key",
+        "bytes_per_job" => "RSS bytes/waiting job",
         "restart_ms" => "restart ms",
         "log_bytes_per_key" => "log bytes/key",
         "disk_bytes_per_key" => "disk bytes/key",

@@ -91,6 +91,11 @@ impl Conn {
         self.out.clear();
         encode(&mut self.out, &frame, Protocol::Resp2);
         self.stream.write_all(&self.out)?;
+        self.reply()
+    }
+
+    /// The next reply.
+    fn reply(&mut self) -> io::Result<Frame> {
         loop {
             if let Some(reply) = self
                 .decoder
@@ -110,6 +115,45 @@ impl Conn {
             self.buf.extend_from_slice(&chunk[..n]);
         }
     }
+}
+
+/// Queues `count` jobs of `payload_bytes` in one queue, in pipelines of 100 (`Tasks`:
+/// TASK.SUBMIT; the Redis flows: LPUSH), nobody taking them: what waiting jobs cost.
+pub fn fill_queue(
+    addr: SocketAddr,
+    flow: Flow,
+    count: u64,
+    payload_bytes: usize,
+) -> io::Result<()> {
+    let mut conn = Conn::open(addr)?;
+    let payload = vec![b'x'; payload_bytes];
+    let verb: &[u8] = if flow == Flow::Tasks {
+        b"TASK.SUBMIT"
+    } else {
+        b"LPUSH"
+    };
+    let mut left = count;
+    while left > 0 {
+        let batch = left.min(100);
+        conn.out.clear();
+        for _ in 0..batch {
+            let frame = Frame::Array(
+                [verb, b"waiting".as_slice(), &payload]
+                    .iter()
+                    .map(|a| Frame::Bulk(Bytes::copy_from_slice(a)))
+                    .collect(),
+            );
+            encode(&mut conn.out, &frame, Protocol::Resp2);
+        }
+        conn.stream.write_all(&conn.out)?;
+        for _ in 0..batch {
+            if let Frame::Error(e) = conn.reply()? {
+                return Err(io::Error::other(String::from_utf8_lossy(&e).into_owned()));
+            }
+        }
+        left -= batch;
+    }
+    Ok(())
 }
 
 struct Shared {

@@ -32,6 +32,9 @@ pub enum Kind {
     Boot,
     /// RSS growth per key after loading `--memory-keys` keys of `value_bytes`.
     Memory { value_bytes: usize },
+    /// RSS growth per waiting job after queueing `--memory-keys` jobs of `payload_bytes`:
+    /// WeTask `TASK.SUBMIT`, Redis `LPUSH` (a list element: the job as Sidekiq stores it).
+    TaskMemory { payload_bytes: usize },
     /// Producers submit jobs, workers take them one at a time: WeTask with `TASK.*`, Redis
     /// with `redis_flow`.
     Tasks {
@@ -97,6 +100,7 @@ pub static WORKLOADS: &[Workload] = &[
     row("tasks-vs-lmove", "tasks", "jobs, 4 producers and 8 workers; Redis: LPUSH + BLMOVE + LREM", Kind::Tasks { redis_flow: Flow::Lmove, producers: 4, workers: 8 }),
     row("boot", "boot", "process start to first PONG", Kind::Boot),
     row("memory-64b", "memory", "RSS growth per key, 64 B values", Kind::Memory { value_bytes: 64 }),
+    row("memory-task-32b", "memory", "RSS growth per waiting job, 32 B payloads; Redis: LPUSH list elements", Kind::TaskMemory { payload_bytes: 32 }),
     row("set-c16-always", "durable", "unary SET, 64 B, 16 connections, appendfsync always on both", durable("always", 16)),
     row("set-c64-always", "durable", "unary SET, 64 B, 64 connections, appendfsync always on both", durable("always", 64)),
     row("set-c256-always", "durable", "unary SET, 64 B, 256 connections, appendfsync always on both", durable("always", 256)),
@@ -246,6 +250,19 @@ pub fn measure_fresh(
             let after = server.rss_bytes()?;
             metrics.set(
                 "bytes_per_key",
+                after.saturating_sub(before) as f64 / opts.memory_keys.max(1) as f64,
+            );
+        }
+        Kind::TaskMemory { payload_bytes } => {
+            let flow = match server_kind {
+                ServerKind::Wetask { .. } => Flow::Tasks,
+                ServerKind::Redis { .. } => Flow::Brpop,
+            };
+            let before = server.rss_bytes()?;
+            taskflow::fill_queue(server.addr, flow, opts.memory_keys, payload_bytes)?;
+            let after = server.rss_bytes()?;
+            metrics.set(
+                "bytes_per_job",
                 after.saturating_sub(before) as f64 / opts.memory_keys.max(1) as f64,
             );
         }
