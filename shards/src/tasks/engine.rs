@@ -274,12 +274,8 @@ pub struct Engine {
     cron_due: BTreeSet<(u64, Bytes)>,
     /// Tasks cron ticks created (the journal's recorder sees a tick fire by it).
     cron_fired: u64,
-    /// The latest time `advance` was given: the time of the events noted.
-    clock_ms: u64,
-    /// Events noted by any queue (for parked TASK.EVENTS reads).
-    events_noted: u64,
-    /// Events each queue keeps.
-    events_max: usize,
+    /// The clock, cap and count of the events noted (TASK.EVENTS).
+    events: events::EventClock,
     /// Batches whose home is this shard, by id.
     batches: BTreeMap<Bytes, Batch>,
     /// (fired at, id) of the batches that fired, to forget them after the retention time.
@@ -322,7 +318,6 @@ impl Engine {
         Engine {
             retention_ms,
             dead_retention_ms: DEAD_RETENTION_MS_DEFAULT,
-            events_max: EVENTS_PER_QUEUE_MAX,
             next_head: -1,
             in_flight_max: IN_FLIGHT_PER_QUEUE_MAX,
             ..Engine::default()
@@ -497,13 +492,7 @@ impl Engine {
         let task = self.tasks.get_mut(id).expect("present");
         task.state = State::Held;
         if let Some(q) = self.queues.get_mut(&task.queue) {
-            q.note(
-                (self.clock_ms, self.events_max),
-                id,
-                events::EventKind::Held,
-                0,
-            );
-            self.events_noted += 1;
+            q.note(&mut self.events, id, events::EventKind::Held, 0);
         }
     }
 
@@ -581,12 +570,11 @@ impl Engine {
                 task.state = State::Leased { owner, until_ms };
                 task.attempts += 1;
                 q.note(
-                    (self.clock_ms, self.events_max),
+                    &mut self.events,
                     &id,
                     events::EventKind::Leased,
                     task.attempts,
                 );
-                self.events_noted += 1;
                 self.leases.insert((until_ms, id.clone()));
                 self.by_owner.entry(owner).or_default().insert(id.clone());
                 leased.push(Leased {
@@ -884,12 +872,11 @@ impl Engine {
         let key = (Reverse(task.options.priority), task.order);
         q.groups.insert(&task.options.group, key, &q.ready);
         q.note(
-            (self.clock_ms, self.events_max),
+            &mut self.events,
             &task.id,
             events::EventKind::Queued,
             task.attempts,
         );
-        self.events_noted += 1;
         self.epoch += 1;
     }
 
@@ -925,12 +912,11 @@ impl Engine {
         let q = self.queues.entry(task.queue.clone()).or_default();
         q.scheduled += 1;
         q.note(
-            (self.clock_ms, self.events_max),
+            &mut self.events,
             &task.id,
             events::EventKind::Scheduled,
             task.attempts,
         );
-        self.events_noted += 1;
         self.scheduled.insert((due_ms, task.id.clone()));
     }
 
@@ -961,11 +947,37 @@ impl Engine {
 
     /// Forgets a dead task that has already left its queue's dead set.
     fn forget_dead(&mut self, id: &Bytes) {
-        if let Some(task) = self.tasks.get(id) {
-            let key = (Engine::forget_at(task, self.dead_retention_ms), id.clone());
-            self.dead_retained.remove(&key);
+        if self.tasks.contains_key(id) {
+            self.unretain(id);
             self.forget(id);
         }
+    }
+
+    /// A finished task's entry in its retention index: whether that is the dead tasks' index,
+    /// and the key (when it is forgotten, its id).
+    fn retention_key(&self, task: &Task) -> (bool, (u64, Bytes)) {
+        let dead = task.state == State::Dead;
+        let ms = if dead {
+            self.dead_retention_ms
+        } else {
+            self.retention_ms
+        };
+        (dead, (Engine::forget_at(task, ms), task.id.clone()))
+    }
+
+    /// The retention index of dead tasks, or of done and cancelled ones.
+    fn retention_index(&mut self, dead: bool) -> &mut BTreeSet<(u64, Bytes)> {
+        if dead {
+            &mut self.dead_retained
+        } else {
+            &mut self.retained
+        }
+    }
+
+    /// Takes finished task `id` out of its retention index.
+    fn unretain(&mut self, id: &[u8]) {
+        let (dead, key) = self.retention_key(&self.tasks[id]);
+        self.retention_index(dead).remove(&key);
     }
 
     /// Enters a terminal state and schedules the task to be forgotten.
@@ -980,13 +992,8 @@ impl Engine {
         task.state = state;
         task.finished_ms = Some(now_ms);
         if let Some(q) = self.queues.get_mut(&task.queue) {
-            q.note(
-                (self.clock_ms.max(now_ms), self.events_max),
-                &task.id,
-                kind,
-                task.attempts,
-            );
-            self.events_noted += 1;
+            let at = self.events.clock_ms.max(now_ms);
+            q.note_at(&mut self.events, at, &task.id, kind, task.attempts);
         }
         if let Some(deadline) = task.options.deadline_ms {
             self.deadlines.remove(&(deadline, task.id.clone()));
@@ -1092,7 +1099,7 @@ impl Engine {
     }
 
     fn advance_unrecorded(&mut self, now_ms: u64) {
-        self.clock_ms = self.clock_ms.max(now_ms);
+        self.events.clock_ms = self.events.clock_ms.max(now_ms);
         self.fire_crons(now_ms);
         self.forget_batches(now_ms);
         while let Some((due, _)) = self.scheduled.first() {
@@ -1228,13 +1235,12 @@ impl Engine {
 
     /// A dead task back at the end of its queue with fresh attempts and lost leases.
     fn revive(&mut self, id: &Bytes) {
+        self.unretain(id);
         let task = self.tasks.get_mut(id).expect("a dead task is known");
-        let forget_at = Engine::forget_at(task, self.dead_retention_ms);
         let died = task.finished_ms.expect("a dead task has finished");
         task.attempts = 0;
         task.lost_leases = 0;
         task.finished_ms = None;
-        self.dead_retained.remove(&(forget_at, id.clone()));
         if let Some(q) = self.queues.get_mut(&task.queue) {
             q.dead.remove(&(died, id.clone()));
         }

@@ -236,13 +236,7 @@ impl Engine {
             return;
         };
         if task.state.is_terminal() {
-            if task.state == State::Dead {
-                let key = (Engine::forget_at(task, self.dead_retention_ms), id.clone());
-                self.dead_retained.remove(&key);
-            } else {
-                let key = (Engine::forget_at(task, self.retention_ms), id.clone());
-                self.retained.remove(&key);
-            }
+            self.unretain(id);
         } else {
             // A batch child that goes without an end counts as failed for its batch.
             if let Some(batch) = task.options.batch.clone() {

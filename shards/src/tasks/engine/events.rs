@@ -115,11 +115,44 @@ pub struct EventsGone {
     pub oldest: u64,
 }
 
+/// What every event noted needs from the engine: its clock, how many events a queue keeps,
+/// and the count of events noted so far (a parked TASK.EVENTS looks again when it moved).
+#[derive(Debug)]
+pub(super) struct EventClock {
+    /// The latest time `advance` was given: the time of the events noted.
+    pub(super) clock_ms: u64,
+    pub(super) max: usize,
+    pub(super) noted: u64,
+}
+
+impl Default for EventClock {
+    fn default() -> Self {
+        EventClock {
+            clock_ms: 0,
+            max: EVENTS_PER_QUEUE_MAX,
+            noted: 0,
+        }
+    }
+}
+
 impl Queue {
-    /// Logs an event; `(at_ms, max)`: its time and how many events the queue keeps.
+    /// Logs an event at the engine's clock.
     pub(super) fn note(
         &mut self,
-        (at_ms, max): (u64, usize),
+        clock: &mut EventClock,
+        id: &Bytes,
+        kind: EventKind,
+        attempt: u32,
+    ) {
+        let at_ms = clock.clock_ms;
+        self.note_at(clock, at_ms, id, kind, attempt);
+    }
+
+    /// Logs an event at `at_ms`.
+    pub(super) fn note_at(
+        &mut self,
+        clock: &mut EventClock,
+        at_ms: u64,
         id: &Bytes,
         kind: EventKind,
         attempt: u32,
@@ -130,7 +163,8 @@ impl Queue {
             kind,
             attempt,
         };
-        self.events.push(event, max);
+        self.events.push(event, clock.max);
+        clock.noted += 1;
     }
 }
 
@@ -170,17 +204,17 @@ impl Engine {
 
     /// How many events this engine has noted (moves whenever any queue's log grows).
     pub fn events_noted(&self) -> u64 {
-        self.events_noted
+        self.events.noted
     }
 
     /// How many events each queue keeps (default `EVENTS_PER_QUEUE_MAX`).
     pub fn with_events_max(mut self, max: usize) -> Self {
-        self.events_max = max.max(1);
+        self.events.max = max.max(1);
         self
     }
 
     pub fn events_max(&self) -> usize {
-        self.events_max
+        self.events.max
     }
 
     /// Whether `queue` has an event numbered `from` or later (for a blocked TASK.EVENTS).
@@ -192,13 +226,11 @@ impl Engine {
 
     /// Notes an event for task `id` (in `queue`) at the engine's clock.
     pub(super) fn note_event(&mut self, id: &[u8], kind: EventKind) {
-        let stamp = (self.clock_ms, self.events_max);
         if let Some(task) = self.tasks.get(id) {
             let attempt = task.attempts;
             let id = task.id.clone();
             if let Some(q) = self.queues.get_mut(&task.queue) {
-                q.note(stamp, &id, kind, attempt);
-                self.events_noted += 1;
+                q.note(&mut self.events, &id, kind, attempt);
             }
         }
     }

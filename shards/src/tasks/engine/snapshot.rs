@@ -741,18 +741,11 @@ impl Engine {
                 self.by_owner.entry(owner).or_default().insert(id.clone());
             }
             State::Queued => {}
-            State::Dead => {
-                let forget_at = Engine::forget_at(&task, other.dead_retention_ms);
-                other.dead_retained.remove(&(forget_at, id.clone()));
-                self.dead_retained
-                    .insert((Engine::forget_at(&task, self.dead_retention_ms), id.clone()));
-            }
-            State::Done | State::Cancelled => {
-                other
-                    .retained
-                    .remove(&(Engine::forget_at(&task, other.retention_ms), id.clone()));
-                self.retained
-                    .insert((Engine::forget_at(&task, self.retention_ms), id.clone()));
+            State::Done | State::Dead | State::Cancelled => {
+                let (dead, key) = other.retention_key(&task);
+                other.retention_index(dead).remove(&key);
+                let (dead, key) = self.retention_key(&task);
+                self.retention_index(dead).insert(key);
             }
         }
         if let Some(deadline) = task.options.deadline_ms {
