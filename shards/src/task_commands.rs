@@ -326,14 +326,14 @@ pub fn task_frame(tasks: &Engine, task: &Task) -> Frame {
             Frame::Integer(i64::from(task.options.retries)),
         ),
         (text("priority"), Frame::Integer(task.options.priority)),
-        (text("payload"), Frame::Bulk(task.payload.clone())),
-        (text("result"), opt_bulk(&task.result)),
-        (text("error"), opt_bulk(&task.last_error)),
+        (text("payload"), Frame::Bulk(task.payload.to_bytes())),
+        (text("result"), opt_bulk(&task.result().cloned())),
+        (text("error"), opt_bulk(&task.last_error().cloned())),
         (text("progress"), opt_bulk(&progress)),
         (text("submitted"), Frame::Integer(task.submitted_ms as i64)),
         (text("due"), opt_ms(due)),
         (text("lease_until"), opt_ms(lease)),
-        (text("finished"), opt_ms(task.finished_ms)),
+        (text("finished"), opt_ms(task.finished_ms())),
     ])
 }
 

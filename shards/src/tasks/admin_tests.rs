@@ -99,8 +99,7 @@ fn a_task_that_loses_three_leases_dies_and_is_not_leased_a_fourth_time() {
     assert_eq!(task.state, State::Dead);
     assert_eq!((task.attempts, task.lost_leases), (3, 3));
     assert!(task
-        .last_error
-        .as_ref()
+        .last_error()
         .unwrap()
         .starts_with(b"lease lost 3 times"));
     assert!(e.fetch(&[b("q")], 1, None, W2, due_ms + 10_000).is_empty());
@@ -158,7 +157,7 @@ fn snooze_returns_later_without_spending_an_attempt_or_counting_a_failure() {
         assert!(e.fetch(&[b("q")], 1, None, W1, now + 99).is_empty());
     }
     assert_eq!(e.totals().failed, 0);
-    assert_eq!(e.get(&id).unwrap().last_error, None);
+    assert_eq!(e.get(&id).unwrap().last_error(), None);
     e.fetch(&[b("q")], 1, None, W1, 500);
     e.ack(&id, W1, None, 500).unwrap();
     e.check_invariants();

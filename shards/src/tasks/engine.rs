@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use bytes::Bytes;
 
 use super::model::*;
+use super::table::{Slot, TaskTable};
 
 /// Task ids and queue names come from clients; foldhash is seeded per process.
 type Hasher = foldhash::fast::RandomState;
@@ -25,6 +26,7 @@ mod crons;
 mod events;
 mod extras;
 mod groups;
+mod ready;
 mod snapshot;
 use crate::slot::{key_slot, slot_tag};
 pub use admin::{Cursor, Listed, LIST_SCAN_MAX};
@@ -174,9 +176,9 @@ type ReadyKey = (Reverse<i64>, i64);
 
 #[derive(Default, Debug)]
 struct Queue {
-    ready: BTreeMap<ReadyKey, Bytes>,
-    /// (submitted_ms, order) of ready tasks, for the age of the oldest.
-    ready_by_age: BTreeSet<(u64, i64)>,
+    ready: ready::ReadySet,
+    /// Submission times of ready tasks, for the age of the oldest.
+    ready_by_age: ready::ReadyAges,
     scheduled: usize,
     leased: usize,
     /// Dead tasks by (time of death, id): oldest first.
@@ -226,14 +228,14 @@ impl Queue {
 
     /// Takes the next task to lease out of the ready sets: the first in priority order, or,
     /// once the queue has groups, the head of the group whose turn it is.
-    fn take_next(&mut self, now_ms: u64) -> Option<(ReadyKey, Bytes)> {
+    fn take_next(&mut self, now_ms: u64) -> Option<(ReadyKey, Slot)> {
         let key = if self.groups.on {
             self.groups.pick(now_ms)?
         } else {
-            *self.ready.first_key_value()?.0
+            self.ready.first()?.0
         };
-        let id = self.ready.remove(&key)?;
-        Some((key, id))
+        let slot = self.ready.remove(&key)?;
+        Some((key, slot))
     }
 
     /// Counts a lease taken at `now_ms` against the rate limit's window.
@@ -253,7 +255,7 @@ impl Queue {
 
 #[derive(Default, Debug)]
 pub struct Engine {
-    tasks: HashMap<Bytes, Task, Hasher>,
+    tasks: TaskTable,
     queues: HashMap<Bytes, Queue, Hasher>,
     scheduled: BTreeSet<(u64, Bytes)>,
     leases: BTreeSet<(u64, Bytes)>,
@@ -376,7 +378,8 @@ impl Engine {
         id.extend_from_slice(tag);
         id.push(b'}');
         id.extend_from_slice(format!("{:x}", self.next_id).as_bytes());
-        Bytes::from(id)
+        // Exactly its length: a `Bytes` of a fuller vector would allocate a second header.
+        Bytes::from(id.into_boxed_slice())
     }
 
     /// A caller's ID, given the queue's tag unless it already routes to the queue's slot.
@@ -457,42 +460,42 @@ impl Engine {
                 .insert((queue.clone(), key.clone()), (id.clone(), until));
         }
         self.next_order += 1;
-        let task = Task {
-            id: id.clone(),
-            queue: queue.clone(),
+        let (hold, due) = (options.hold, options.due_ms);
+        // The reply gets a copy: a clone would give the task's id a shared header (32 more
+        // bytes for as long as the task lives), and nothing else clones it while it waits.
+        let reply = Bytes::copy_from_slice(&id);
+        let mut task = Task::new(
+            id,
+            queue.clone(),
             payload,
-            state: State::Queued,
-            attempts: 0,
-            lost_leases: 0,
-            last_error: None,
-            result: None,
-            submitted_ms: now_ms,
-            finished_ms: None,
-            order: self.next_order,
             options,
-            origin,
-        };
+            State::Queued,
+            now_ms,
+            self.next_order,
+        );
+        if let Some(origin) = origin {
+            task.set_origin(Some(origin));
+        }
         if let Some(deadline) = task.options.deadline_ms {
-            self.deadlines.insert((deadline, id.clone()));
+            self.deadlines.insert((deadline, task.id.clone()));
         }
         self.queues.entry(queue).or_default().submitted += 1;
         self.totals.submitted += 1;
-        let (hold, due) = (task.options.hold, task.options.due_ms);
-        self.tasks.insert(id.clone(), task);
+        self.tasks.insert(task);
         match due {
-            _ if hold => self.hold(&id),
-            Some(due) if due > now_ms => self.schedule(&id, due),
-            _ => self.make_ready(&id, Place::Keep),
+            _ if hold => self.hold(&reply),
+            Some(due) if due > now_ms => self.schedule(&reply, due),
+            _ => self.make_ready(&reply, Place::Keep),
         }
-        Ok((id, true))
+        Ok((reply, true))
     }
 
     /// A new task submitted HOLD: it waits for TASK.RELEASE.
-    fn hold(&mut self, id: &Bytes) {
+    fn hold(&mut self, id: &[u8]) {
         let task = self.tasks.get_mut(id).expect("present");
         task.state = State::Held;
         if let Some(q) = self.queues.get_mut(&task.queue) {
-            q.note(&mut self.events, id, events::EventKind::Held, 0);
+            q.note(&mut self.events, &task.id, events::EventKind::Held, 0);
         }
     }
 
@@ -556,12 +559,13 @@ impl Engine {
                 if !q.may_lease(now_ms, self.in_flight_max) {
                     break;
                 }
-                let Some((_, id)) = q.take_next(now_ms) else {
+                let Some((_, slot)) = q.take_next(now_ms) else {
                     break;
                 };
                 q.count_lease(now_ms);
-                let task = self.tasks.get_mut(&id).expect("a ready task exists");
-                q.ready_by_age.remove(&(task.submitted_ms, task.order));
+                let task = self.tasks.at_mut(slot);
+                let id = task.id.clone();
+                q.ready_by_age.remove(task.submitted_ms);
                 let lease = lease_ms
                     .or(task.options.lease_ms)
                     .unwrap_or(LEASE_MS_DEFAULT)
@@ -580,9 +584,9 @@ impl Engine {
                 leased.push(Leased {
                     id,
                     queue: task.queue.clone(),
-                    payload: task.payload.clone(),
+                    payload: task.payload.to_bytes(),
                     attempt: task.attempts,
-                    origin: task.origin.clone(),
+                    origin: task.origin().cloned(),
                 });
             }
         }
@@ -665,7 +669,7 @@ impl Engine {
         }
         self.take_lease(id, owner, now_ms)?;
         let task = self.tasks.get_mut(id).expect("checked");
-        task.result = result;
+        task.set_result(result);
         if let Some(q) = self.queues.get_mut(&task.queue) {
             q.acked += 1;
         }
@@ -694,7 +698,7 @@ impl Engine {
             self.schedule(id, due);
             return Ok(FailOutcome::SnoozedUntil(due));
         }
-        task.last_error = error;
+        task.set_last_error(error);
         if let Some(q) = self.queues.get_mut(&task.queue) {
             q.failed += 1;
         }
@@ -821,15 +825,16 @@ impl Engine {
             task.lost_leases += 1;
         }
         if task.lost_leases >= task.options.lost_max.max(1) && counts {
-            task.last_error = Some(Bytes::from(format!(
+            let error = format!(
                 "lease lost {} times (its worker crashed, stalled or went away each time)",
                 task.lost_leases
-            )));
+            );
+            task.set_last_error(Some(Bytes::from(error)));
             self.die(id, now_ms);
             return;
         }
-        if task.last_error.is_none() {
-            task.last_error = Some(Bytes::from_static(b"lease lost"));
+        if task.last_error().is_none() {
+            task.set_last_error(Some(Bytes::from_static(b"lease lost")));
         }
         if task.attempts > task.options.retries {
             self.die(id, now_ms);
@@ -850,7 +855,8 @@ impl Engine {
 
     /// Puts a task in its queue's ready set and marks it queued.
     fn make_ready(&mut self, id: &[u8], place: Place) {
-        let task = self.tasks.get_mut(id).expect("present");
+        let slot = self.tasks.slot_of(id).expect("present");
+        let task = self.tasks.at_mut(slot);
         match place {
             Place::Keep => {}
             Place::Head => {
@@ -864,11 +870,9 @@ impl Engine {
         }
         task.state = State::Queued;
         let q = self.queues.entry(task.queue.clone()).or_default();
-        q.ready.insert(
-            (Reverse(task.options.priority), task.order),
-            task.id.clone(),
-        );
-        q.ready_by_age.insert((task.submitted_ms, task.order));
+        q.ready
+            .insert((Reverse(task.options.priority), task.order), slot);
+        q.ready_by_age.insert(task.submitted_ms);
         let key = (Reverse(task.options.priority), task.order);
         q.groups.insert(&task.options.group, key, &q.ready);
         q.note(
@@ -891,7 +895,7 @@ impl Engine {
                 let key = (Reverse(task.options.priority), task.order);
                 q.ready.remove(&key);
                 q.groups.remove(&task.options.group, &key);
-                q.ready_by_age.remove(&(task.submitted_ms, task.order));
+                q.ready_by_age.remove(task.submitted_ms);
             }
             State::Scheduled { due_ms } => {
                 q.scheduled -= 1;
@@ -927,11 +931,11 @@ impl Engine {
         if let Some(queue) = task.options.fallback.clone() {
             self.fallbacks.push(Fallback {
                 queue,
-                payload: task.payload.clone(),
+                payload: task.payload.to_bytes(),
                 origin: Origin {
                     id: task.id.clone(),
                     queue: task.queue.clone(),
-                    error: task.last_error.clone(),
+                    error: task.last_error().cloned(),
                     attempts: task.attempts,
                 },
             });
@@ -990,7 +994,7 @@ impl Engine {
         };
         let task = self.tasks.get_mut(id).expect("present");
         task.state = state;
-        task.finished_ms = Some(now_ms);
+        task.set_finished_ms(Some(now_ms));
         if let Some(q) = self.queues.get_mut(&task.queue) {
             let at = self.events.clock_ms.max(now_ms);
             q.note_at(&mut self.events, at, &task.id, kind, task.attempts);
@@ -1001,9 +1005,9 @@ impl Engine {
         let id = task.id.clone();
         if let Some(batch) = task.options.batch.clone() {
             let outcome = if task.state == State::Done {
-                task.result.clone()
+                task.result().cloned()
             } else {
-                task.last_error.clone()
+                task.last_error().cloned()
             };
             self.batch_notes.push(BatchNote {
                 batch,
@@ -1029,7 +1033,7 @@ impl Engine {
     /// When a finished task is forgotten: after the retention time, or at the end of its
     /// UNIQUE window if that is later. Derived, so a requeue finds its `retained` entry.
     fn forget_at(task: &Task, retention_ms: u64) -> u64 {
-        let finished = task.finished_ms.expect("a finished task");
+        let finished = task.finished_ms().expect("a finished task");
         let window_end = task
             .options
             .unique
@@ -1132,7 +1136,7 @@ impl Engine {
             let (_, id) = self.deadlines.pop_first().expect("non-empty");
             self.unplace(&id);
             if let Some(task) = self.tasks.get_mut(&id) {
-                task.last_error = Some(Bytes::from_static(b"TTL expired"));
+                task.set_last_error(Some(Bytes::from_static(b"TTL expired")));
             }
             self.die(&id, now_ms);
         }
@@ -1162,7 +1166,7 @@ impl Engine {
                     self.unique.remove(&slot);
                 }
             }
-            if let (Some(q), Some(died)) = (self.queues.get_mut(&task.queue), task.finished_ms) {
+            if let (Some(q), Some(died)) = (self.queues.get_mut(&task.queue), task.finished_ms()) {
                 if task.state == State::Dead {
                     q.dead.remove(&(died, id.clone()));
                 }
@@ -1174,8 +1178,8 @@ impl Engine {
         let q = self.queues.get(queue)?;
         let oldest_age_ms = q
             .ready_by_age
-            .first()
-            .map_or(0, |(at, _)| now_ms.saturating_sub(*at));
+            .oldest()
+            .map_or(0, |at| now_ms.saturating_sub(at));
         Some(QueueStats {
             queued: q.ready.len(),
             scheduled: q.scheduled,
@@ -1237,10 +1241,10 @@ impl Engine {
     fn revive(&mut self, id: &Bytes) {
         self.unretain(id);
         let task = self.tasks.get_mut(id).expect("a dead task is known");
-        let died = task.finished_ms.expect("a dead task has finished");
+        let died = task.finished_ms().expect("a dead task has finished");
         task.attempts = 0;
         task.lost_leases = 0;
-        task.finished_ms = None;
+        task.set_finished_ms(None);
         if let Some(q) = self.queues.get_mut(&task.queue) {
             q.dead.remove(&(died, id.clone()));
         }
@@ -1302,8 +1306,12 @@ impl Engine {
         for (name, q) in &self.queues {
             assert_eq!(q.ready.len(), q.ready_by_age.len(), "queue {name:?}");
             ready += q.ready.len();
-            for id in q.ready.values() {
-                assert_eq!(self.tasks[id].state, State::Queued);
+            for slot in q.ready.slots() {
+                let task = self.tasks.at(slot);
+                assert_eq!(task.state, State::Queued);
+                assert_eq!(task.queue, *name);
+                let key = (Reverse(task.options.priority), task.order);
+                assert_eq!(q.ready.get(&key), Some(slot), "a ready task at its own key");
             }
             let leased = self
                 .tasks
@@ -1352,7 +1360,7 @@ impl Engine {
             if task.state == State::Dead {
                 let key = (Engine::forget_at(task, self.dead_retention_ms), id.clone());
                 assert!(self.dead_retained.contains(&key));
-                let died = task.finished_ms.expect("finished");
+                let died = task.finished_ms().expect("finished");
                 assert!(self.queues[&task.queue].dead.contains(&(died, id)));
             } else {
                 let key = (Engine::forget_at(task, self.retention_ms), id);

@@ -1,7 +1,7 @@
 //! The task engine (`TASK.*`): a task is submitted, leased to one worker, acknowledged or
 //! failed and retried with backoff, and in the end done, dead (with an optional fallback
 //! task) or cancelled. `model` says what a task is, with the documented defaults and limits;
-//! `engine` is one shard's state machine. Pure and synchronous, like the rest of this crate:
+//! `engine` is one shard's state machine; `table` holds its tasks. Pure and synchronous, like the rest of this crate:
 //! the server routes commands here and supplies the time and the client id.
 
 #[cfg(test)]
@@ -11,6 +11,7 @@ pub mod cron;
 mod cron_tests;
 pub mod engine;
 pub mod model;
+pub mod table;
 #[cfg(test)]
 mod tests;
 pub mod workers;

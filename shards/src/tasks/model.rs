@@ -111,25 +111,67 @@ pub struct SubmitOptions {
     pub unique: Option<(Bytes, u64)>,
 }
 
+/// SUBMIT's defaults, shared by every task submitted without options.
+pub static DEFAULT_OPTIONS: SubmitOptions = SubmitOptions {
+    id: None,
+    priority: 0,
+    due_ms: None,
+    retries: RETRIES_DEFAULT,
+    backoff_base_ms: BACKOFF_BASE_MS_DEFAULT,
+    backoff_cap_ms: BACKOFF_CAP_MS_DEFAULT,
+    lease_ms: None,
+    deadline_ms: None,
+    fallback: None,
+    unique: None,
+    lost_max: LOST_LEASES_MAX_DEFAULT,
+    group: None,
+    batch: None,
+    hold: false,
+};
+
 impl Default for SubmitOptions {
     fn default() -> Self {
-        SubmitOptions {
-            id: None,
-            priority: 0,
-            due_ms: None,
-            retries: RETRIES_DEFAULT,
-            backoff_base_ms: BACKOFF_BASE_MS_DEFAULT,
-            backoff_cap_ms: BACKOFF_CAP_MS_DEFAULT,
-            lease_ms: None,
-            deadline_ms: None,
-            fallback: None,
-            unique: None,
-            lost_max: LOST_LEASES_MAX_DEFAULT,
-            group: None,
-            batch: None,
-            hold: false,
+        DEFAULT_OPTIONS.clone()
+    }
+}
+
+/// A task's options as it keeps them: nothing for a task submitted with the defaults (most
+/// are), a box otherwise. Reads see a [`SubmitOptions`] either way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskOptions(Option<Box<SubmitOptions>>);
+
+impl TaskOptions {
+    /// What a task keeps of SUBMIT's options: not its ID and due time, which the task
+    /// itself and its state hold from then on.
+    pub fn new(mut options: SubmitOptions) -> Self {
+        options.id = None;
+        options.due_ms = None;
+        if options == DEFAULT_OPTIONS {
+            TaskOptions(None)
+        } else {
+            TaskOptions(Some(Box::new(options)))
         }
     }
+}
+
+impl std::ops::Deref for TaskOptions {
+    type Target = SubmitOptions;
+
+    fn deref(&self) -> &SubmitOptions {
+        self.0.as_deref().unwrap_or(&DEFAULT_OPTIONS)
+    }
+}
+
+/// What a task has only once something happened to it (an error, a result, its end) or
+/// when a death created it: boxed, so a waiting task pays 8 bytes for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub last_error: Option<Bytes>,
+    pub result: Option<Bytes>,
+    /// When it entered a terminal state.
+    pub finished_ms: Option<u64>,
+    /// Set on a fallback task: the task whose death created it.
+    pub origin: Option<Origin>,
 }
 
 /// What a fallback task carries about the task that died.
@@ -141,29 +183,165 @@ pub struct Origin {
     pub attempts: u32,
 }
 
-/// One task.
+/// Payloads up to this long are kept inside the task; longer ones in a shared buffer.
+pub const PAYLOAD_INLINE_MAX: usize = 38;
+
+/// A task's payload. Most job payloads are an id or a little JSON, so a short one lives in
+/// the task record itself (as Redis keeps short list elements in the list's own memory)
+/// instead of in an allocation of its own; a long one is shared, never copied.
+#[derive(Clone)]
+pub struct Payload(PayloadRepr);
+
+#[derive(Clone)]
+enum PayloadRepr {
+    Inline {
+        len: u8,
+        bytes: [u8; PAYLOAD_INLINE_MAX],
+    },
+    Shared(Bytes),
+}
+
+impl Payload {
+    pub fn new(payload: Bytes) -> Payload {
+        if payload.len() > PAYLOAD_INLINE_MAX {
+            return Payload(PayloadRepr::Shared(payload));
+        }
+        let mut bytes = [0; PAYLOAD_INLINE_MAX];
+        bytes[..payload.len()].copy_from_slice(&payload);
+        Payload(PayloadRepr::Inline {
+            len: payload.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The payload for a reply: a short one copied, a long one shared.
+    pub fn to_bytes(&self) -> Bytes {
+        match &self.0 {
+            PayloadRepr::Inline { .. } => Bytes::copy_from_slice(self),
+            PayloadRepr::Shared(bytes) => bytes.clone(),
+        }
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            PayloadRepr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            PayloadRepr::Shared(bytes) => bytes,
+        }
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Payload) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Payload {}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Bytes::copy_from_slice(self).fmt(f)
+    }
+}
+
+/// One task. Kept small (docs/TASKS.md, "Memory per waiting task"): options that are the
+/// defaults and an outcome not yet known cost a pointer each.
 #[derive(Clone, Debug)]
 pub struct Task {
     pub id: Bytes,
     pub queue: Bytes,
-    pub payload: Bytes,
-    pub options: SubmitOptions,
+    pub payload: Payload,
     pub state: State,
     /// Attempts started (leases handed out).
     pub attempts: u32,
     /// Leases that ended with no ACK or FAIL (expiry, or the worker went away); a server
     /// restart's loss is not counted: it is not the task's doing.
     pub lost_leases: u32,
-    pub last_error: Option<Bytes>,
-    pub result: Option<Bytes>,
     pub submitted_ms: u64,
-    /// When it entered a terminal state.
-    pub finished_ms: Option<u64>,
     /// Its place in its queue: (priority, order). Smaller order runs first; a requeue after
     /// a lost lease takes an order below every other, so it goes back to the head.
     pub order: i64,
+    pub options: TaskOptions,
+    outcome: Option<Box<Outcome>>,
+}
+
+impl Task {
+    /// A task as submitted: not yet attempted, no outcome.
+    pub fn new(
+        id: Bytes,
+        queue: Bytes,
+        payload: Bytes,
+        options: SubmitOptions,
+        state: State,
+        submitted_ms: u64,
+        order: i64,
+    ) -> Task {
+        Task {
+            id,
+            queue,
+            payload: Payload::new(payload),
+            state,
+            attempts: 0,
+            lost_leases: 0,
+            submitted_ms,
+            order,
+            options: TaskOptions::new(options),
+            outcome: None,
+        }
+    }
+
+    pub fn last_error(&self) -> Option<&Bytes> {
+        self.outcome.as_ref()?.last_error.as_ref()
+    }
+
+    pub fn result(&self) -> Option<&Bytes> {
+        self.outcome.as_ref()?.result.as_ref()
+    }
+
+    /// When it entered a terminal state.
+    pub fn finished_ms(&self) -> Option<u64> {
+        self.outcome.as_ref()?.finished_ms
+    }
+
     /// Set on a fallback task: the task whose death created it.
-    pub origin: Option<Origin>,
+    pub fn origin(&self) -> Option<&Origin> {
+        self.outcome.as_ref()?.origin.as_ref()
+    }
+
+    pub fn set_last_error(&mut self, error: Option<Bytes>) {
+        self.change_outcome(|o| o.last_error = error);
+    }
+
+    pub fn set_result(&mut self, result: Option<Bytes>) {
+        self.change_outcome(|o| o.result = result);
+    }
+
+    pub fn set_finished_ms(&mut self, ms: Option<u64>) {
+        self.change_outcome(|o| o.finished_ms = ms);
+    }
+
+    pub fn set_origin(&mut self, origin: Option<Origin>) {
+        self.change_outcome(|o| o.origin = origin);
+    }
+
+    /// Changes the outcome, allocated on first use and dropped again once it is empty, so
+    /// that equal tasks have equal representations (a replay and a snapshot compare so).
+    fn change_outcome(&mut self, change: impl FnOnce(&mut Outcome)) {
+        let mut outcome = self.outcome.take().unwrap_or_default();
+        change(&mut outcome);
+        if *outcome != Outcome::default() {
+            self.outcome = Some(outcome);
+        }
+    }
+
+    /// The whole outcome, replaced (a snapshot's task): an empty one costs nothing.
+    pub fn set_outcome(&mut self, outcome: Outcome) {
+        self.outcome = (outcome != Outcome::default()).then(|| Box::new(outcome));
+    }
 }
 
 /// The backoff before retry number `retry` (1 for the first retry): `base * 2^(retry-1)`,
@@ -179,6 +357,19 @@ pub fn backoff_ms(base_ms: u64, cap_ms: u64, retry: u32, jitter: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn payloads_short_inline_long_shared_read_the_same() {
+        for len in [0, 1, PAYLOAD_INLINE_MAX, PAYLOAD_INLINE_MAX + 1, 1000] {
+            let bytes = Bytes::from(vec![7u8; len]);
+            let payload = Payload::new(bytes.clone());
+            assert_eq!(&payload[..], &bytes[..]);
+            assert_eq!(payload.to_bytes(), bytes);
+            let shared = matches!(payload.0, PayloadRepr::Shared(_));
+            assert_eq!(shared, len > PAYLOAD_INLINE_MAX, "{len}");
+        }
+        assert!(std::mem::size_of::<Payload>() <= 40);
+    }
 
     #[test]
     fn backoff_doubles_is_capped_and_jittered_down_only() {

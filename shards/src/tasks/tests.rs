@@ -94,7 +94,7 @@ fn ack_finishes_and_keeps_the_result_for_the_retention_time() {
     );
     e.ack(&id, W1, Some(b("42")), 1).unwrap();
     assert_eq!(e.get(&id).unwrap().state, State::Done);
-    assert_eq!(e.get(&id).unwrap().result, Some(b("42")));
+    assert_eq!(e.get(&id).unwrap().result().cloned(), Some(b("42")));
     assert_eq!(e.ack(&id, W1, None, 2), Err(TaskError::Finished));
     e.advance(1000);
     assert!(e.get(&id).is_some());
@@ -268,7 +268,10 @@ fn delays_deadlines_and_cancel() {
         .0;
     e.advance(50);
     assert_eq!(e.get(&doomed).unwrap().state, State::Dead);
-    assert_eq!(e.get(&doomed).unwrap().last_error, Some(b("TTL expired")));
+    assert_eq!(
+        e.get(&doomed).unwrap().last_error().cloned(),
+        Some(b("TTL expired"))
+    );
     e.cancel(&delayed, 60).unwrap();
     assert_eq!(e.cancel(&delayed, 61), Err(TaskError::Finished));
     assert!(e.fetch(&[b("q")], 1, None, W1, 200).is_empty());

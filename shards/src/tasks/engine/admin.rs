@@ -147,20 +147,18 @@ impl Engine {
         };
         match state {
             Listed::Queued => {
-                let start = match from {
-                    Some(Cursor::Ready(priority, order)) => {
-                        Bound::Excluded((Reverse(*priority), *order))
-                    }
-                    _ => Bound::Unbounded,
+                let after = match from {
+                    Some(Cursor::Ready(priority, order)) => Some((Reverse(*priority), *order)),
+                    _ => None,
                 };
                 let mut ids = Vec::new();
                 let mut last = None;
-                for ((Reverse(priority), order), id) in q.ready.range((start, Bound::Unbounded)) {
+                for ((Reverse(priority), order), slot) in q.ready.after(after) {
                     if ids.len() >= count {
                         return (last, ids);
                     }
-                    last = Some(Cursor::Ready(*priority, *order));
-                    ids.push(id.clone());
+                    last = Some(Cursor::Ready(priority, order));
+                    ids.push(self.tasks.at(slot).id.clone());
                 }
                 (None, ids)
             }

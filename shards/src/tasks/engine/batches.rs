@@ -222,8 +222,8 @@ impl Engine {
             .map(|id| {
                 let task = self.tasks.get(id)?;
                 match task.state {
-                    State::Done => Some((true, task.result.clone())),
-                    State::Dead | State::Cancelled => Some((false, task.last_error.clone())),
+                    State::Done => Some((true, task.result().cloned())),
+                    State::Dead | State::Cancelled => Some((false, task.last_error().cloned())),
                     _ => None,
                 }
             })
@@ -246,7 +246,7 @@ impl Engine {
         }
         match dead {
             Some(error) => {
-                task.last_error = Some(error);
+                task.set_last_error(Some(error));
                 self.die(id, now_ms);
             }
             None => self.make_ready(id, super::Place::Keep),

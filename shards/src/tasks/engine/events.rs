@@ -53,7 +53,7 @@ impl EventKind {
             EventKind::Dead => 4,
             EventKind::Cancelled => 5,
             EventKind::Purged => 6,
-            EventKind::Progress(_) => 7,
+            EventKind::Progress(_) => PROGRESS,
             EventKind::Held => 8,
         }
     }
@@ -67,7 +67,7 @@ impl EventKind {
             (4, None) => EventKind::Dead,
             (5, None) => EventKind::Cancelled,
             (6, None) => EventKind::Purged,
-            (7, Some(value)) => EventKind::Progress(value),
+            (PROGRESS, Some(value)) => EventKind::Progress(value),
             (8, None) => EventKind::Held,
             _ => return None,
         })
@@ -83,30 +83,130 @@ pub struct Event {
     pub attempt: u32,
 }
 
-/// A queue's event log: `events[0]` has sequence number `first`.
+/// A queue's event log: the oldest event kept has sequence number `first`. Stored compactly,
+/// as every submit adds one (docs/TASKS.md, "Memory per waiting task"): a fixed 24-byte
+/// record per event, the ids' bytes one after another in one ring, and the rare progress
+/// values apart; an [`Event`] is built when one is read.
 #[derive(Debug, Default)]
 pub struct EventLog {
     pub(super) first: u64,
-    pub(super) events: VecDeque<Event>,
+    records: VecDeque<Record>,
+    /// The ids of the events kept, in order; `ids[0]` is byte `ids_start` of all ever noted.
+    ids: VecDeque<u8>,
+    ids_start: u64,
+    /// (sequence number, value) of the progress events kept, in order.
+    values: VecDeque<(u64, Bytes)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    at_ms: u64,
+    /// Where its id starts among all the id bytes ever noted.
+    id_at: u64,
+    attempt: u32,
+    id_len: u16,
+    code: u8,
 }
 
 impl EventLog {
-    pub(super) fn push(&mut self, event: Event, max: usize) {
+    pub(super) fn push(
+        &mut self,
+        at_ms: u64,
+        id: &[u8],
+        kind: EventKind,
+        attempt: u32,
+        max: usize,
+    ) {
         if self.first == 0 {
             self.first = 1;
         }
-        self.events.push_back(event);
-        while self.events.len() > max.max(1) {
-            self.events.pop_front();
-            self.first += 1;
+        let seq = self.next_seq();
+        let code = kind.code();
+        if let EventKind::Progress(value) = kind {
+            self.values.push_back((seq, value));
         }
+        let id_at = self.ids_start + self.ids.len() as u64;
+        self.ids.extend(id);
+        self.records.push_back(Record {
+            at_ms,
+            id_at,
+            attempt,
+            // Ids are at most NAME_BYTES_MAX plus a slot tag.
+            id_len: u16::try_from(id.len()).unwrap_or(u16::MAX),
+            code,
+        });
+        while self.records.len() > max.max(1) {
+            self.pop_oldest();
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        let Some(record) = self.records.pop_front() else {
+            return;
+        };
+        if self
+            .values
+            .front()
+            .is_some_and(|(seq, _)| *seq == self.first)
+        {
+            self.values.pop_front();
+        }
+        self.ids.drain(..usize::from(record.id_len));
+        self.ids_start += u64::from(record.id_len);
+        self.first += 1;
     }
 
     /// The sequence number the next event gets.
     pub fn next_seq(&self) -> u64 {
-        self.first.max(1) + self.events.len() as u64
+        self.first.max(1) + self.records.len() as u64
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The events kept from the `skip`-th on, oldest first.
+    pub fn iter_from(&self, skip: usize) -> impl Iterator<Item = Event> + '_ {
+        let first = self.first.max(1);
+        let from = first + skip as u64;
+        let mut values = self
+            .values
+            .range(self.values.partition_point(|(seq, _)| *seq < from)..)
+            .peekable();
+        self.records
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .map(move |(i, record)| {
+                let seq = first + i as u64;
+                let value = if record.code == PROGRESS {
+                    while values.next_if(|(s, _)| *s < seq).is_some() {}
+                    values.next_if(|(s, _)| *s == seq).map(|(_, v)| v.clone())
+                } else {
+                    None
+                };
+                let start = (record.id_at - self.ids_start) as usize;
+                let id: Vec<u8> = self
+                    .ids
+                    .range(start..start + usize::from(record.id_len))
+                    .copied()
+                    .collect();
+                Event {
+                    at_ms: record.at_ms,
+                    id: Bytes::from(id),
+                    kind: EventKind::from_code(record.code, value).expect("a code this log wrote"),
+                    attempt: record.attempt,
+                }
+            })
     }
 }
+
+/// `EventKind::Progress`'s code.
+const PROGRESS: u8 = 7;
 
 /// Why TASK.EVENTS could not answer from a cursor.
 #[derive(Debug, PartialEq, Eq)]
@@ -140,7 +240,7 @@ impl Queue {
     pub(super) fn note(
         &mut self,
         clock: &mut EventClock,
-        id: &Bytes,
+        id: &[u8],
         kind: EventKind,
         attempt: u32,
     ) {
@@ -153,17 +253,11 @@ impl Queue {
         &mut self,
         clock: &mut EventClock,
         at_ms: u64,
-        id: &Bytes,
+        id: &[u8],
         kind: EventKind,
         attempt: u32,
     ) {
-        let event = Event {
-            at_ms,
-            id: id.clone(),
-            kind,
-            attempt,
-        };
-        self.events.push(event, clock.max);
+        self.events.push(at_ms, id, kind, attempt, clock.max);
         clock.noted += 1;
     }
 }
@@ -191,12 +285,10 @@ impl Engine {
         let start = from.max(oldest);
         let skip = (start - oldest) as usize;
         let events: Vec<(u64, Event)> = log
-            .events
-            .iter()
-            .skip(skip)
+            .iter_from(skip)
             .take(count)
             .enumerate()
-            .map(|(i, e)| (start + i as u64, e.clone()))
+            .map(|(i, e)| (start + i as u64, e))
             .collect();
         let next = start + events.len() as u64;
         Ok((events, next))
@@ -221,16 +313,14 @@ impl Engine {
     pub fn has_events(&self, queue: &[u8], from: u64) -> bool {
         self.queues
             .get(queue)
-            .is_some_and(|q| !q.events.events.is_empty() && q.events.next_seq() > from)
+            .is_some_and(|q| !q.events.is_empty() && q.events.next_seq() > from)
     }
 
     /// Notes an event for task `id` (in `queue`) at the engine's clock.
     pub(super) fn note_event(&mut self, id: &[u8], kind: EventKind) {
         if let Some(task) = self.tasks.get(id) {
-            let attempt = task.attempts;
-            let id = task.id.clone();
             if let Some(q) = self.queues.get_mut(&task.queue) {
-                q.note(&mut self.events, &id, kind, attempt);
+                q.note(&mut self.events, &task.id, kind, task.attempts);
             }
         }
     }
@@ -240,8 +330,8 @@ impl Engine {
 pub(super) fn put_log(out: &mut Vec<u8>, log: &EventLog) {
     use crate::wire::{put_bytes, put_opt_bytes, put_u64};
     put_u64(out, log.first);
-    put_u64(out, log.events.len() as u64);
-    for e in &log.events {
+    put_u64(out, log.len() as u64);
+    for e in log.iter_from(0) {
         put_u64(out, e.at_ms);
         put_bytes(out, &e.id);
         out.push(e.kind.code());
@@ -255,8 +345,10 @@ pub(super) fn put_log(out: &mut Vec<u8>, log: &EventLog) {
 }
 
 pub(super) fn read_log(r: &mut crate::wire::Reader) -> crate::wire::Decoded<EventLog> {
-    let first = r.u64()?;
-    let mut events = VecDeque::new();
+    let mut log = EventLog {
+        first: r.u64()?,
+        ..EventLog::default()
+    };
     for _ in 0..r.count()? {
         let at_ms = r.u64()?;
         let id = r.bytes()?;
@@ -264,12 +356,11 @@ pub(super) fn read_log(r: &mut crate::wire::Reader) -> crate::wire::Decoded<Even
         let value = r.opt_bytes()?;
         let kind = EventKind::from_code(code, value)
             .ok_or(crate::wire::DecodeError("unknown task event"))?;
-        events.push_back(Event {
-            at_ms,
-            id,
-            kind,
-            attempt: r.u32()?,
-        });
+        let attempt = r.u32()?;
+        // `push` numbers from `first`, already read: keep all of them.
+        let first = log.first;
+        log.push(at_ms, &id, kind, attempt, usize::MAX);
+        log.first = first;
     }
-    Ok(EventLog { first, events })
+    Ok(log)
 }

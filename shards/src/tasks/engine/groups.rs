@@ -9,7 +9,7 @@
 //! in the same order). Each group indexes its ready tasks by their place in the queue's
 //! ready set.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use bytes::Bytes;
 
@@ -64,7 +64,7 @@ impl Groups {
         &mut self,
         group: &Option<Bytes>,
         key: ReadyKey,
-        ready: &BTreeMap<ReadyKey, Bytes>,
+        ready: &super::ready::ReadySet,
     ) {
         if !self.on {
             if group.is_none() {
@@ -72,8 +72,7 @@ impl Groups {
             }
             self.on = true;
             // Until now every ready task was ungrouped.
-            let ungrouped: BTreeSet<ReadyKey> =
-                ready.keys().filter(|k| **k != key).copied().collect();
+            let ungrouped: BTreeSet<ReadyKey> = ready.keys().filter(|k| *k != key).collect();
             if !ungrouped.is_empty() {
                 self.by_key.insert(
                     None,
@@ -214,13 +213,15 @@ impl Groups {
     pub(super) fn check(
         &self,
         name: &Bytes,
-        ready: &BTreeMap<ReadyKey, Bytes>,
-        tasks: &HashMap<Bytes, crate::tasks::Task, super::Hasher>,
+        ready: &super::ready::ReadySet,
+        tasks: &crate::tasks::table::TaskTable,
     ) {
         use crate::tasks::State;
         if !self.on {
             assert!(
-                ready.values().all(|id| tasks[id].options.group.is_none()),
+                ready
+                    .slots()
+                    .all(|slot| tasks.at(slot).options.group.is_none()),
                 "queue {name:?}"
             );
             return;
@@ -228,8 +229,12 @@ impl Groups {
         let mut indexed = 0;
         for (group, state) in &self.by_key {
             for key in &state.ready {
-                let id = &ready[key];
-                assert_eq!(&tasks[id].options.group, group, "task {id:?} in its group");
+                let task = tasks.at(ready.get(key).expect("a group's ready task is ready"));
+                assert_eq!(
+                    &task.options.group, group,
+                    "task {:?} in its group",
+                    task.id
+                );
             }
             indexed += state.ready.len();
             assert_eq!(

@@ -18,7 +18,9 @@ use bytes::Bytes;
 
 use super::{Batch, CronEntry, Engine, OnFail, Queue, Task};
 use crate::tasks::cron::Schedule;
-use crate::tasks::model::{Origin, State, SubmitOptions, LOST_LEASES_MAX_DEFAULT};
+use crate::tasks::model::{
+    Origin, Outcome, State, SubmitOptions, TaskOptions, LOST_LEASES_MAX_DEFAULT,
+};
 use crate::wire::{put_bytes, put_opt_bytes, put_opt_u64, put_u64, DecodeError, Decoded, Reader};
 
 /// About how large one part grows before the next starts.
@@ -131,7 +133,7 @@ impl Engine {
             out.clear();
             put_queue(&mut out, name, &self.queues[name]);
             part(&out);
-            if !self.queues[name].events.events.is_empty() {
+            if !self.queues[name].events.is_empty() {
                 out.clear();
                 out.push(EVENTS);
                 put_bytes(&mut out, name);
@@ -220,12 +222,14 @@ impl Engine {
                     let mut task = read_task(&mut r)?;
                     if kind == TASKS {
                         task.lost_leases = r.u32()?;
-                        task.options.lost_max = r.u32()?;
-                        task.options.group = r.opt_bytes()?;
-                        task.options.batch = r.opt_bytes()?;
-                        task.options.hold = r.flag()?;
+                        let mut options = (*task.options).clone();
+                        options.lost_max = r.u32()?;
+                        options.group = r.opt_bytes()?;
+                        options.batch = r.opt_bytes()?;
+                        options.hold = r.flag()?;
+                        task.options = TaskOptions::new(options);
                     }
-                    self.tasks.insert(task.id.clone(), task);
+                    self.tasks.insert(task);
                 }
             }
             EVENTS => {
@@ -305,14 +309,15 @@ impl Engine {
     pub fn finish_import(&mut self) -> Decoded<()> {
         let ids: Vec<Bytes> = self.tasks.keys().cloned().collect();
         for id in ids {
-            let task = &self.tasks[&id];
+            let slot = self.tasks.slot_of(&id).expect("listed");
+            let task = self.tasks.at(slot);
             let q = self.queues.entry(task.queue.clone()).or_default();
             match task.state {
                 State::Held => {}
                 State::Queued => {
                     let key = (Reverse(task.options.priority), task.order);
-                    q.ready.insert(key, id.clone());
-                    q.ready_by_age.insert((task.submitted_ms, task.order));
+                    q.ready.insert(key, slot);
+                    q.ready_by_age.insert(task.submitted_ms);
                     if q.groups.on {
                         let group = task.options.group.clone();
                         q.groups.by_key.entry(group).or_default().ready.insert(key);
@@ -332,7 +337,7 @@ impl Engine {
                     self.by_owner.entry(owner).or_default().insert(id.clone());
                 }
                 State::Dead => {
-                    let Some(died) = task.finished_ms else {
+                    let Some(died) = task.finished_ms() else {
                         return Err(DecodeError("a finished task without its finish time"));
                     };
                     q.dead.insert((died, id.clone()));
@@ -340,7 +345,7 @@ impl Engine {
                     self.dead_retained.insert((forget_at, id.clone()));
                 }
                 State::Done | State::Cancelled => {
-                    if task.finished_ms.is_none() {
+                    if task.finished_ms().is_none() {
                         return Err(DecodeError("a finished task without its finish time"));
                     }
                     let forget_at = Engine::forget_at(task, self.retention_ms);
@@ -469,12 +474,12 @@ fn put_state_and_rest(out: &mut Vec<u8>, t: &Task) {
         State::Held => out.push(6),
     }
     put_u64(out, u64::from(t.attempts));
-    put_opt_bytes(out, t.last_error.as_deref());
-    put_opt_bytes(out, t.result.as_deref());
+    put_opt_bytes(out, t.last_error().map(|b| &b[..]));
+    put_opt_bytes(out, t.result().map(|b| &b[..]));
     put_u64(out, t.submitted_ms);
-    put_opt_u64(out, t.finished_ms);
+    put_opt_u64(out, t.finished_ms());
     put_i64(out, t.order);
-    match &t.origin {
+    match t.origin() {
         None => out.push(0),
         Some(origin) => {
             out.push(1);
@@ -537,30 +542,31 @@ fn read_state_and_rest(
         6 => State::Held,
         _ => return Err(DecodeError("unknown task state")),
     };
-    Ok(Task {
-        id,
-        queue,
-        payload,
-        options,
-        state,
-        attempts: r.u32()?,
-        lost_leases: 0,
-        last_error: r.opt_bytes()?,
-        result: r.opt_bytes()?,
-        submitted_ms: r.u64()?,
-        finished_ms: r.opt_u64()?,
-        order: read_i64(r)?,
-        origin: if r.flag()? {
-            Some(Origin {
-                id: r.bytes()?,
-                queue: r.bytes()?,
-                error: r.opt_bytes()?,
-                attempts: r.u32()?,
-            })
-        } else {
-            None
-        },
-    })
+    let attempts = r.u32()?;
+    let last_error = r.opt_bytes()?;
+    let result = r.opt_bytes()?;
+    let submitted_ms = r.u64()?;
+    let finished_ms = r.opt_u64()?;
+    let order = read_i64(r)?;
+    let origin = if r.flag()? {
+        Some(Origin {
+            id: r.bytes()?,
+            queue: r.bytes()?,
+            error: r.opt_bytes()?,
+            attempts: r.u32()?,
+        })
+    } else {
+        None
+    };
+    let mut task = Task::new(id, queue, payload, options, state, submitted_ms, order);
+    task.attempts = attempts;
+    task.set_outcome(Outcome {
+        last_error,
+        result,
+        finished_ms,
+        origin,
+    });
+    Ok(task)
 }
 
 fn put_batch(out: &mut Vec<u8>, b: &Batch) {
@@ -691,9 +697,9 @@ impl Engine {
         }
         let ids: Vec<Bytes> = other
             .tasks
-            .iter()
-            .filter(|(_, t)| owns(&t.queue))
-            .map(|(id, _)| id.clone())
+            .values()
+            .filter(|t| owns(&t.queue))
+            .map(|t| t.id.clone())
             .collect();
         for id in ids {
             self.take_task(other, id);
@@ -756,6 +762,13 @@ impl Engine {
         if let Some(extras) = other.extras.remove(&id) {
             self.extras.insert(id.clone(), extras);
         }
-        self.tasks.insert(id, task);
+        let key = (Reverse(task.options.priority), task.order);
+        let (queued, queue) = (task.state == State::Queued, task.queue.clone());
+        let (slot, _) = self.tasks.insert(task);
+        if queued {
+            // Its queue came over first, its ready set naming the task's slot over there.
+            let q = self.queues.get_mut(&queue).expect("moved with its queue");
+            q.ready.insert(key, slot);
+        }
     }
 }
