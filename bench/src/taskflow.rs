@@ -38,6 +38,8 @@ pub struct FlowSpec {
     pub flow: Flow,
     pub producers: usize,
     pub workers: usize,
+    /// `Tasks` jobs carry `GROUP t<n>` for n in 0..groups, in turn (0: no groups).
+    pub groups: usize,
     pub warmup: Duration,
     pub duration: Duration,
     /// Or stop once this many jobs were measured (whichever comes first).
@@ -170,6 +172,7 @@ struct Shared {
 fn produce(spec: &FlowSpec, shared: &Shared) -> io::Result<()> {
     let mut conn = Conn::open(spec.addr)?;
     let queue = spec.queue.as_bytes();
+    let mut sent = 0u64;
     while !shared.stop.load(Ordering::Relaxed) {
         let backlog = shared
             .submitted
@@ -181,6 +184,17 @@ fn produce(spec: &FlowSpec, shared: &Shared) -> io::Result<()> {
         }
         let stamp = shared.start.elapsed().as_nanos().to_string();
         let reply = match spec.flow {
+            Flow::Tasks if spec.groups > 0 => {
+                sent += 1;
+                let group = format!("t{}", sent % spec.groups as u64);
+                conn.call(&[
+                    b"TASK.SUBMIT",
+                    queue,
+                    stamp.as_bytes(),
+                    b"GROUP",
+                    group.as_bytes(),
+                ])?
+            }
             Flow::Tasks => conn.call(&[b"TASK.SUBMIT", queue, stamp.as_bytes()])?,
             Flow::Brpop | Flow::Lmove => conn.call(&[b"LPUSH", queue, stamp.as_bytes()])?,
         };

@@ -41,6 +41,9 @@ pub enum Kind {
         redis_flow: Flow,
         producers: usize,
         workers: usize,
+        /// WeTask's jobs carry `GROUP` keys of this many tenants, in turn (0: none); set
+        /// beside a row without, it shows what groups cost against the same Redis flow.
+        groups: usize,
     },
 }
 
@@ -96,8 +99,9 @@ pub static WORKLOADS: &[Workload] = &[
     row("get-64b-p16", "pipeline", "GET pipelines of 16, 64 B values, 16 connections", load(Mix::Get, 16, 16, 64)),
     row("mixed-p10", "mixed", "SET/GET/DEL pipelines of 10, 16 connections", load(Mix::SetGetDel, 16, 10, 64)),
     row("mixed-p1000", "mixed", "SET/GET/DEL pipelines of 1000, 16 connections", load(Mix::SetGetDel, 16, 1000, 64)),
-    row("tasks-vs-brpop", "tasks", "jobs, 4 producers and 8 workers; Redis: LPUSH + BRPOP", Kind::Tasks { redis_flow: Flow::Brpop, producers: 4, workers: 8 }),
-    row("tasks-vs-lmove", "tasks", "jobs, 4 producers and 8 workers; Redis: LPUSH + BLMOVE + LREM", Kind::Tasks { redis_flow: Flow::Lmove, producers: 4, workers: 8 }),
+    row("tasks-vs-brpop", "tasks", "jobs, 4 producers and 8 workers; Redis: LPUSH + BRPOP", Kind::Tasks { redis_flow: Flow::Brpop, producers: 4, workers: 8, groups: 0 }),
+    row("tasks-groups-vs-brpop", "tasks", "jobs of 100 tenants (SUBMIT … GROUP, fetches take turns), 4 producers and 8 workers; Redis: LPUSH + BRPOP", Kind::Tasks { redis_flow: Flow::Brpop, producers: 4, workers: 8, groups: 100 }),
+    row("tasks-vs-lmove", "tasks", "jobs, 4 producers and 8 workers; Redis: LPUSH + BLMOVE + LREM", Kind::Tasks { redis_flow: Flow::Lmove, producers: 4, workers: 8, groups: 0 }),
     row("boot", "boot", "process start to first PONG", Kind::Boot),
     row("memory-64b", "memory", "RSS growth per key, 64 B values", Kind::Memory { value_bytes: 64 }),
     row("memory-task-32b", "memory", "RSS growth per waiting job, 32 B payloads; Redis: LPUSH list elements", Kind::TaskMemory { payload_bytes: 32 }),
@@ -286,6 +290,7 @@ pub fn measure_tasks(
         redis_flow,
         producers,
         workers,
+        groups,
     } = kind
     else {
         unreachable!("measure_tasks takes task workloads")
@@ -296,6 +301,7 @@ pub fn measure_tasks(
         flow: if redis { redis_flow } else { Flow::Tasks },
         producers,
         workers,
+        groups,
         warmup: opts.warmup,
         duration: opts.duration.unwrap_or(Duration::from_secs(3)),
         jobs: opts.ops,

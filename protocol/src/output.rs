@@ -48,6 +48,14 @@ impl DerefMut for Output {
 }
 
 impl Output {
+    /// An empty output with room for `bytes` of replies (no growth steps for a small batch).
+    pub fn with_capacity(bytes: usize) -> Output {
+        Output {
+            bytes: Vec::with_capacity(bytes),
+            ..Output::default()
+        }
+    }
+
     /// Appends `payload`: referenced when it is large, copied otherwise.
     pub fn splice(&mut self, payload: &Bytes) {
         if payload.len() < SPLICE_BYTES_MIN {

@@ -51,7 +51,12 @@ pub fn submit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Ok(options) => options,
         Err(err) => return err,
     };
-    match ctx.tasks.submit(&args[1], owned(&args[2]), options, now) {
+    // A short payload is copied into the task record (`Payload`): no copy of it here.
+    let payload = match args[2].len() {
+        n if n <= PAYLOAD_INLINE_MAX => args[2].clone(),
+        _ => owned(&args[2]),
+    };
+    match ctx.tasks.submit(&args[1], payload, options, now) {
         Ok((id, _)) => Frame::Bulk(id),
         Err(err) => error(err),
     }

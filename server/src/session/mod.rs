@@ -203,12 +203,17 @@ impl Session {
 }
 
 /// Runs a batch that needs other shards; replies go to `out` in order.
+/// The reply buffer a spawned batch starts with.
+const BATCH_OUTPUT_BYTES: usize = 256;
+
 pub async fn run_batch(
     ctx: Rc<ShardCtx>,
     state: Rc<RefCell<ConnState>>,
     batch: Vec<Vec<Bytes>>,
 ) -> Output {
-    let mut out = Output::default();
+    // Room for a few replies: a blocked FETCH's reply (id, queue, payload, attempt) would
+    // otherwise grow the buffer through four reallocations.
+    let mut out = Output::with_capacity(BATCH_OUTPUT_BYTES);
     state.borrow_mut().in_batch = true;
     dispatch::run_batch(&ctx, &state, batch, &mut out).await;
     let mut state = state.borrow_mut();

@@ -373,13 +373,20 @@ impl Engine {
     fn new_id(&mut self, queue: &[u8]) -> Bytes {
         self.next_id += 1;
         let tag = slot_tag(key_slot(queue));
-        let mut id = Vec::with_capacity(tag.len() + 16);
-        id.push(b'{');
-        id.extend_from_slice(tag);
-        id.push(b'}');
-        id.extend_from_slice(format!("{:x}", self.next_id).as_bytes());
-        // Exactly its length: a `Bytes` of a fuller vector would allocate a second header.
-        Bytes::from(id.into_boxed_slice())
+        let mut hex = [0u8; 16];
+        let mut n = self.next_id;
+        let mut at = hex.len();
+        loop {
+            at -= 1;
+            hex[at] = b"0123456789abcdef"[(n & 0xf) as usize];
+            n >>= 4;
+            if n == 0 {
+                break;
+            }
+        }
+        // One allocation of exactly its length: a `Bytes` of a fuller vector would allocate
+        // a second header.
+        Bytes::from([b"{".as_slice(), tag, b"}", &hex[at..]].concat())
     }
 
     /// A caller's ID, given the queue's tag unless it already routes to the queue's slot.
@@ -481,7 +488,7 @@ impl Engine {
         }
         self.queues.entry(queue).or_default().submitted += 1;
         self.totals.submitted += 1;
-        self.tasks.insert(task);
+        self.tasks.insert_new(task);
         match due {
             _ if hold => self.hold(&reply),
             Some(due) if due > now_ms => self.schedule(&reply, due),
@@ -533,7 +540,13 @@ impl Engine {
                 }
                 Ok(id)
             }
-            None => Ok(self.new_id(queue)),
+            // A caller's ID may take the form of one of ours ("{tag}1f"): skip those taken.
+            None => loop {
+                let id = self.new_id(queue);
+                if !self.tasks.contains_key(&id) {
+                    return Ok(id);
+                }
+            },
         }
     }
 
@@ -1158,7 +1171,9 @@ impl Engine {
 
     /// Drops a finished task for good (its retention ended, or the cap was reached).
     fn forget(&mut self, id: &Bytes) {
-        self.extras.remove(id);
+        if !self.extras.is_empty() {
+            self.extras.remove(id);
+        }
         if let Some(task) = self.tasks.remove(id) {
             if let Some((key, _)) = &task.options.unique {
                 let slot = (task.queue.clone(), key.clone());

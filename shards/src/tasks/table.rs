@@ -96,6 +96,13 @@ impl TaskTable {
         if let Some(slot) = self.slot_of(&task.id) {
             return (slot, self.at_mut_cell(slot).replace(task));
         }
+        (self.insert_new(task), None)
+    }
+
+    /// Adds `task`, whose id the caller knows is not here (one lookup fewer); returns its
+    /// slot.
+    pub fn insert_new(&mut self, task: Task) -> Slot {
+        debug_assert!(!self.contains_key(&task.id), "a new id");
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -112,7 +119,7 @@ impl TaskTable {
             Self::hash(hasher, &Self::cell(chunks, s).as_ref().expect("indexed").id)
         });
         self.len += 1;
-        (slot, None)
+        slot
     }
 
     fn at_mut_cell(&mut self, slot: Slot) -> &mut Option<Task> {

@@ -37,6 +37,28 @@ const W1: u64 = 1;
 const W2: u64 = 2;
 
 #[test]
+fn a_callers_id_in_the_form_of_ours_is_never_reused() {
+    let mut e = engine();
+    let first = submit(&mut e, "q", "auto", 0);
+    // The id the next automatic one would take: "{tag}" and the next hex number.
+    let next = format!(
+        "{}2",
+        std::str::from_utf8(&first[..first.len() - 1]).unwrap()
+    );
+    let options = SubmitOptions {
+        id: Some(b(&next)),
+        ..SubmitOptions::default()
+    };
+    let (custom, _) = e.submit(b"q", b("custom"), options, 0).unwrap();
+    assert_eq!(custom, b(&next));
+    let auto = submit(&mut e, "q", "auto again", 0);
+    assert_ne!(auto, custom);
+    assert_eq!(&e.get(&custom).unwrap().payload[..], b"custom");
+    assert_eq!(&e.get(&auto).unwrap().payload[..], b"auto again");
+    assert_eq!(e.len(), 3);
+}
+
+#[test]
 fn ids_route_to_their_queue_slot() {
     let mut e = engine();
     let id = submit(&mut e, "emails", "x", 0);
