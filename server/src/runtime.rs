@@ -269,6 +269,16 @@ fn recover_shard(ctx: &Rc<ShardCtx>, store: &Arc<crate::persist::Store>) -> Resu
     Ok(())
 }
 
+/// Until the network loop's first poll publishes its own waker, the watchdog (registered by
+/// `Net::new`) rouses the shard's start-up task instead: glommio's lost wake-up can strike
+/// between the loop's spawn and its first poll, the executor parked, and with no waker to
+/// wake the shard slept until a peer happened to send it something (a restarted server that
+/// read nothing for seconds: docs/ARCHITECTURE.md).
+async fn publish_start_waker(ctx: &ShardCtx) {
+    let waker = std::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone())).await;
+    *ctx.beats.loop_waker.lock().expect("waker") = Some(waker);
+}
+
 async fn shard_main(
     globals: Arc<Globals>,
     listeners: Arc<Mutex<Vec<Option<OwnedFd>>>>,
@@ -311,13 +321,7 @@ async fn shard_main(
             );
             let net = net::uring::Net::new(ctx.clone(), listener, peers)
                 .map_err(|e| format!("shard {id}: io_uring set-up failed: {e}"))?;
-            // Until the loop's first poll publishes its own waker, the watchdog (registered
-            // by `Net::new`) rouses this task instead: glommio's lost wake-up can strike
-            // right here, the loop spawned and the executor parked, and with no waker to
-            // wake the shard slept until a peer happened to send it something (a restarted
-            // server that read nothing for seconds: docs/ARCHITECTURE.md).
-            let waker = std::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone())).await;
-            *ctx.beats.loop_waker.lock().expect("waker") = Some(waker);
+            publish_start_waker(&ctx).await;
             glommio::spawn_local_into(net.run(), net_queue)
                 .map_err(|e| format!("shard {id}: cannot spawn the network loop: {e}"))?
                 .await;

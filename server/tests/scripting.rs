@@ -81,28 +81,59 @@ fn undeclared_keys_need_a_shared_shard_or_whole_server_mode() {
         eval(&mut c, read, &[&declared], &[&elsewhere]),
         bulk("there")
     );
-    // Written first: that run fails (nothing can be undone) ...
+    // Written first: the write is undone and the script runs again holding every shard, so
+    // the client sees one success and the key was incremented once.
     let write_then_read = "redis.call('incr', KEYS[1]) return redis.call('get', ARGV[1])";
-    let reply = eval(&mut c, write_then_read, &[&declared], &[&elsewhere]);
+    assert_eq!(
+        eval(&mut c, write_then_read, &[&declared], &[&elsewhere]),
+        bulk("there")
+    );
+    assert_eq!(
+        c.cmd(&format!("GET {declared}")),
+        bulk("1"),
+        "incremented once"
+    );
+    // What the undone run did is gone before the real one starts: a key it created does
+    // not exist, a TTL its SET cleared is back (the script reports what it found first).
+    let (fresh, timed) = (key_on("f:", 0), key_on("t:", 0));
+    c.cmd(&format!("SET {timed} old EX 1000"));
+    let body = "local existed = redis.call('exists', KEYS[1]) \
+        local ttl = redis.call('ttl', KEYS[2]) \
+        redis.call('set', KEYS[1], 'x') redis.call('set', KEYS[2], 'new') \
+        return {existed, ttl > 900 and 1 or 0, redis.call('get', ARGV[1])}";
+    let reply = eval(&mut c, body, &[&fresh, &timed], &[&elsewhere]);
+    assert_eq!(reply, array(vec![int(0), int(1), bulk("there")]));
+    assert_eq!(c.cmd(&format!("GET {timed}")), bulk("new"));
+    // A task command cannot be undone: that run fails, and its writes stay (as in Redis).
+    let queue = key_on("q:", 0);
+    let submit_then_read = "redis.call('incr', KEYS[1]) redis.call('task.submit', KEYS[2], 'p') \
+        return redis.call('get', ARGV[1])";
+    let reply = eval(
+        &mut c,
+        submit_then_read,
+        &[&declared, &queue],
+        &[&elsewhere],
+    );
     let Frame::Error(text) = reply else {
         panic!("{reply:?}")
     };
     let text = String::from_utf8_lossy(&text);
     assert!(
-        text.starts_with("ERR Script attempted to access key"),
+        text.starts_with("ERR Script attempted to access key") && text.contains("cannot be undone"),
         "{text}"
     );
-    assert_eq!(
-        c.cmd(&format!("GET {declared}")),
-        bulk("1"),
-        "its write stays, as in Redis"
-    );
+    assert_eq!(c.cmd(&format!("GET {declared}")), bulk("2"));
     // ... and every later run holds every shard.
     assert_eq!(
-        eval(&mut c, write_then_read, &[&declared], &[&elsewhere]),
+        eval(
+            &mut c,
+            submit_then_read,
+            &[&declared, &queue],
+            &[&elsewhere]
+        ),
         bulk("there")
     );
-    assert_eq!(c.cmd(&format!("GET {declared}")), bulk("2"));
+    assert_eq!(c.cmd(&format!("GET {declared}")), bulk("3"));
     // Keys with one hash tag share a shard: the undeclared one is reachable.
     let set = "redis.call('set', ARGV[1], 'v') return redis.call('get', ARGV[1])";
     assert_eq!(eval(&mut c, set, &["{q}:meta"], &["{q}:job:1"]), bulk("v"));
@@ -172,4 +203,74 @@ fn evalsha_script_cache_and_runaway_scripts() {
         Frame::Simple("PONG".into()),
         "the server goes on"
     );
+}
+
+/// Scripts that write a declared key and then reach an undeclared one wherever it hashes, many
+/// clients at once, on 2 and 4 shards with random names: each such run is undone and run
+/// again holding every shard, so no client ever sees an error and no one, not even a script
+/// that reads every pair at once, ever sees one half of a pair's update.
+#[test]
+fn scripts_that_reach_other_shards_after_writing_are_never_half_applied() {
+    const PAIRS: usize = 20;
+    const WRITERS: usize = 4;
+    const RUNS: usize = 40;
+    for shards in ["2", "4"] {
+        let server = Server::start(&["--shards", shards]);
+        let mut rng = fastrand::Rng::new();
+        let pairs: Vec<(String, String)> = (0..PAIRS)
+            .map(|_| (format!("a{}", rng.u64(..)), format!("b{}", rng.u64(..))))
+            .collect();
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let (pairs, port) = (pairs.clone(), server.port);
+                std::thread::spawn(move || {
+                    let mut c = Client::connect(port);
+                    let mut rng = fastrand::Rng::new();
+                    let mut done = vec![0i64; PAIRS];
+                    for run in 0..RUNS {
+                        let p = rng.usize(..PAIRS);
+                        let (a, b) = &pairs[p];
+                        // A new body each time: a script the server has not yet learned to
+                        // run holding every shard.
+                        let body = format!(
+                            "-- writer {w} run {run}\n\
+                             redis.call('incr', KEYS[1]) redis.call('incr', ARGV[1]) \
+                             return redis.call('get', KEYS[1])"
+                        );
+                        let reply = eval(&mut c, &body, &[a], &[b]);
+                        assert!(matches!(reply, Frame::Bulk(_)), "{reply:?}");
+                        done[p] += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut c = server.client();
+        let keys: Vec<&str> = pairs
+            .iter()
+            .flat_map(|(a, b)| [a.as_str(), b.as_str()])
+            .collect();
+        // Declares no key: holds every shard, so it sees all pairs at one instant.
+        let uneven = "local n = 0 for i = 1, #ARGV, 2 do \
+            if redis.call('get', ARGV[i]) ~= redis.call('get', ARGV[i + 1]) then n = n + 1 end \
+            end return n";
+        while writers.iter().any(|w| !w.is_finished()) {
+            assert_eq!(eval(&mut c, uneven, &[], &keys), int(0), "{shards} shards");
+        }
+        let mut expected = vec![0i64; PAIRS];
+        for w in writers {
+            for (p, n) in w.join().expect("writer").into_iter().enumerate() {
+                expected[p] += n;
+            }
+        }
+        for ((a, b), n) in pairs.iter().zip(expected) {
+            let want = if n == 0 {
+                Frame::Null
+            } else {
+                bulk(&n.to_string())
+            };
+            assert_eq!(c.cmd(&format!("GET {a}")), want, "{a} on {shards} shards");
+            assert_eq!(c.cmd(&format!("GET {b}")), want, "{b} on {shards} shards");
+        }
+    }
 }

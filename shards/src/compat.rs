@@ -229,7 +229,7 @@ const PARTIAL: &[(&str, &str)] = &[
     ("bzpopmin", "as BLPOP (a member handed back keeps its score)"),
     ("bzpopmax", "as BZPOPMIN"),
     ("bzmpop", "as BZPOPMIN"),
-    ("eval", "Lua 5.1 with the base, table, string and math libraries: the cjson, cmsgpack, struct and bit libraries Redis embeds are not there yet; scripts speak RESP2 only (`redis.setresp(3)` is refused); a script runs in Redis 7's sandbox and past `busy-reply-threshold` the shards it holds answer BUSY until SCRIPT KILL or SHUTDOWN NOSAVE, as in Redis (docs/SECURITY.md); a key neither declared nor on a declared key's shard is refused unless the server runs with `--lua-whole-server` (a script that declares no key locks every shard and may use any)"),
+    ("eval", "Lua 5.1 with the base, table, string and math libraries and the cjson and cmsgpack libraries Redis embeds (its struct and bit libraries are not there yet); scripts speak RESP2 only (`redis.setresp(3)` is refused); a script runs in Redis 7's sandbox and past `busy-reply-threshold` the shards it holds answer BUSY until SCRIPT KILL or SHUTDOWN NOSAVE, as in Redis (docs/SECURITY.md); a script may touch any key: one that reaches a key neither declared nor on a declared key's shard has its writes so far undone and runs again holding every shard (and does so from the start on later runs), so the client sees one run; only a run that had already done a task command or PUBLISH (which cannot be undone) fails that once. A script that declares no key, or any script under `--lua-whole-server`, locks every shard"),
     ("evalsha", "as EVAL"),
     ("eval_ro", "as EVAL"),
     ("evalsha_ro", "as EVAL"),

@@ -6,11 +6,13 @@
 //! script here, and gives the keys back before it unlocks. `redis.call` runs commands on this
 //! shard's keyspace. A key the script did not declare may be used only when its shard is
 //! locked anyway (the same shard as a declared key: a hash tag such as `{queue}` puts related
-//! keys there); any other undeclared key is refused with a clear error, never touched behind
-//! the locks' back: a script that does so before it has written anything is run again from
-//! the start holding every shard, and holds every shard on each later run (the server learns
-//! it by SHA); one that had already written fails that once. A script that declares no key
-//! locks every shard (Redis lets it use any key). `--lua-whole-server` makes every script
+//! keys there); any other undeclared key is never touched behind the locks' back: the run
+//! stops, its writes are undone (the run keeps each written key's entry from before its first
+//! write, `UndoLog`), and it runs again from the start holding every shard, as it does on
+//! every later run (the server learns it by SHA). The client sees one success, never a
+//! partial write. Only a script that had already done what no entry can take back (a task
+//! command, a PUBLISH) fails that once instead. A script that declares no key locks every
+//! shard (Redis lets it use any key). `--lua-whole-server` makes every script
 //! lock every shard from the first run, so
 //! scripts that build key names at run time (BullMQ's, for one) work unchanged; the price is
 //! that a script then stalls every shard while it runs (docs/ARCHITECTURE.md).
@@ -34,7 +36,7 @@ use crate::clients::ConnState;
 use crate::mesh::{KeyRequest, Request};
 use crate::routing::cross::{borrow, give_back, Held};
 use crate::routing::Target;
-use crate::shard::{ScriptRun, ShardCtx};
+use crate::shard::{ScriptRun, ShardCtx, UndoLog};
 
 /// Most scripts kept for EVALSHA.
 pub const SCRIPTS_MAX: usize = 100_000;
@@ -238,15 +240,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     let at = Target { db, client };
     match spec.route {
         Route::Server if spec.has(flag::EMBEDDED) => {
-            let mut selected = db;
-            let frame =
-                crate::commands::embedded::run_embedded(ctx, spec, &argv, &mut selected).await;
-            if selected != db {
-                if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
-                    run.db = selected;
-                }
-            }
-            return Ok(frame);
+            return Ok(call_embedded(ctx, spec, &argv, db).await);
         }
         Route::Server => {
             return Err("ERR This Redis command is not allowed from script".into());
@@ -266,11 +260,7 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
         }
     }
     if spec.has(flag::WRITE) {
-        mark_written(ctx);
-        if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
-            run.written
-                .extend(spec.key_positions(&argv).map(|i| (db, argv[i].clone())));
-        }
+        note_write(ctx, spec, &argv, db);
     }
     if spec.has(flag::TASK) {
         let shard = spec
@@ -287,6 +277,93 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
     }
     let frame = ctx.shard.borrow_mut().execute(db, client, spec, &argv);
     Ok(counted(ctx, spec, frame))
+}
+
+/// A `redis.call` of an embedded server command (SELECT, PING, PUBLISH …).
+async fn call_embedded(
+    ctx: &Rc<ShardCtx>,
+    spec: &'static CommandSpec,
+    argv: &[Bytes],
+    db: usize,
+) -> Frame {
+    if spec.name.ends_with("publish") {
+        mark_irreversible(ctx);
+    }
+    let mut selected = db;
+    let frame = crate::commands::embedded::run_embedded(ctx, spec, argv, &mut selected).await;
+    if selected != db {
+        if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
+            run.db = selected;
+        }
+    }
+    frame
+}
+
+/// Before a write command runs: the script has written (it can no longer simply start
+/// again), its keys count as changed for WATCH, and what it replaces goes into the undo log
+/// (a task command's effects cannot: the run becomes irreversible).
+fn note_write(ctx: &ShardCtx, spec: &CommandSpec, argv: &[Bytes], db: usize) {
+    mark_written(ctx);
+    if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
+        run.written
+            .extend(spec.key_positions(argv).map(|i| (db, argv[i].clone())));
+    }
+    if spec.has(flag::TASK) {
+        mark_irreversible(ctx);
+    } else {
+        remember_before_write(ctx, spec, argv, db);
+    }
+}
+
+/// Keeps, in the run's undo log, the entries a write command is about to change: its keys,
+/// and MOVE's and COPY … DB's key in the other database.
+fn remember_before_write(ctx: &ShardCtx, spec: &CommandSpec, argv: &[Bytes], db: usize) {
+    let mut run = ctx.scripts.run.borrow_mut();
+    let Some(undo) = run.as_mut().and_then(|run| run.undo.as_mut()) else {
+        return;
+    };
+    let mut shard = ctx.shard.borrow_mut();
+    for i in spec.key_positions(argv) {
+        undo.remember(&mut shard, db, &argv[i]);
+    }
+    let other_db = |arg: &Bytes| {
+        std::str::from_utf8(arg)
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+    };
+    match spec.name {
+        "move" => {
+            if let Some(to) = argv.get(2).and_then(other_db) {
+                if to < wetask_shards::DATABASES {
+                    undo.remember(&mut shard, to, &argv[1]);
+                }
+            }
+        }
+        "copy" => {
+            let to = argv
+                .iter()
+                .position(|a| is(a, "db"))
+                .and_then(|i| argv.get(i + 1))
+                .and_then(other_db);
+            if let Some(to) = to.filter(|&to| to < wetask_shards::DATABASES) {
+                undo.remember(&mut shard, to, &argv[2]);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The running script did something its undo log cannot take back.
+fn mark_irreversible(ctx: &ShardCtx) {
+    if let Some(undo) = ctx
+        .scripts
+        .run
+        .borrow_mut()
+        .as_mut()
+        .and_then(|run| run.undo.as_mut())
+    {
+        undo.irreversible = true;
+    }
 }
 
 /// A `redis.call`'s reply, counted in INFO commandstats as Redis counts it.
@@ -401,12 +478,13 @@ fn undeclared_keys_to_borrow(
                 .lock()
                 .expect("whole-server scripts")
                 .insert(run.sha.clone());
-            if !run.wrote {
+            let undoable = run.undo.as_ref().is_some_and(|undo| !undo.irreversible);
+            if !run.wrote || undoable {
                 run.retry_whole = true;
                 return Err(RETRY_WHOLE.into());
             }
             return Err(format!(
-                "ERR Script attempted to access key '{}', which was not declared in KEYS and lives on another shard, after it had written; it will hold every shard from its next run (declare the key, or give related keys one hash tag)",
+                "ERR Script attempted to access key '{}', which was not declared in KEYS and lives on another shard, after a task command or PUBLISH that cannot be undone; it will hold every shard from its next run (declare the key, or give related keys one hash tag)",
                 String::from_utf8_lossy(key)
             ));
         }
@@ -653,12 +731,7 @@ pub async fn eval_in(
         Ok(found) => found,
         Err(err) => return err,
     };
-    let (lua, function) = match lua(ctx)
-        .map_err(|e| Frame::error(format!("ERR cannot start Lua: {e}")))
-        .and_then(|lua| {
-            let function = compiled(&lua, &sha, &body)?;
-            Ok((lua, function))
-        }) {
+    let (lua, function) = match lua_and_function(ctx, &sha, &body) {
         Ok(ready) => ready,
         Err(err) => return err,
     };
@@ -680,6 +753,7 @@ pub async fn eval_in(
         wrote: false,
         written: Vec::new(),
         retry_whole: false,
+        undo: None,
     };
     let script = Script {
         lua: &lua,
@@ -705,6 +779,13 @@ pub async fn eval_in(
         Ok(value) => lua_to_frame(&value, 0),
         Err(error) => script_error(&error, &sha),
     }
+}
+
+/// This shard's Lua state and the script compiled in it.
+fn lua_and_function(ctx: &Rc<ShardCtx>, sha: &str, body: &[u8]) -> Result<(Lua, Function), Frame> {
+    let lua = lua(ctx).map_err(|e| Frame::error(format!("ERR cannot start Lua: {e}")))?;
+    let function = compiled(&lua, sha, body)?;
+    Ok((lua, function))
 }
 
 /// EVAL's numkeys: not negative, not more than the arguments that follow.
@@ -775,13 +856,25 @@ async fn run_holding(
         shards.push(ctx.id);
         let held = Held::lock_shards(ctx, shards).await;
         let borrowed = borrow(&held, keys.iter().map(|k| (db, k.clone()))).await;
-        *ctx.scripts.run.borrow_mut() = Some(new_run(&held, open_shards, borrowed));
+        // Holding fewer than every shard, the run may have to start again: keep what its
+        // writes replace.
+        let may_restart = (0..ctx.shard_count).any(|s| !open_shards.contains(&s));
+        let mut run = new_run(&held, open_shards, borrowed);
+        run.undo = may_restart.then(UndoLog::default);
+        *ctx.scripts.run.borrow_mut() = Some(run);
         let result = run_script(ctx, lua, function.clone(), keys, argv).await;
-        let run = ctx.scripts.run.borrow_mut().take().expect("set above");
+        let mut run = ctx.scripts.run.borrow_mut().take().expect("set above");
+        // It reached for a key elsewhere: take its writes back (borrowed keys too, before
+        // they go home), then run it again, now holding every shard.
+        let restart = run.retry_whole;
+        if restart {
+            if let Some(undo) = run.undo.take() {
+                undo.undo(&mut ctx.shard.borrow_mut());
+            }
+        }
         give_back(&held, run.borrowed, &run.written).await;
         held.unlock().await;
-        // Nothing was written: run it again, now holding every shard.
-        if run.retry_whole && !run.wrote {
+        if restart {
             continue;
         }
         return result;

@@ -3,9 +3,11 @@
 //! is `scripting`'s; the busy-script watch is `script_busy`'s.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use wetask_shards::{Entry, Shard};
 
 use super::core::ShardCore;
 
@@ -28,9 +30,51 @@ pub struct ScriptRun {
     pub wrote: bool,
     /// The keys its write commands named (they count as changed for WATCH).
     pub written: Vec<(usize, Bytes)>,
-    /// The script reached for an undeclared key on a shard it does not hold before writing
-    /// anything: every further call fails, and EVAL runs it again holding every shard.
+    /// The script reached for an undeclared key on a shard it does not hold, having written
+    /// nothing or only what `undo` can take back: every further call fails, and EVAL undoes
+    /// its writes and runs it again holding every shard.
     pub retry_whole: bool,
+    /// The keys' entries before the script first wrote them, while it holds fewer than every
+    /// shard (a run that holds them all can never need to start again, and keeps none).
+    pub undo: Option<UndoLog>,
+}
+
+/// What a script's writes replaced, so that a run which must start again holding every shard
+/// can be taken back first and the client sees one success, never a partial write. Every
+/// write of a script lands in this shard's keyspace (declared and reachable keys of other
+/// shards are borrowed here first), so a key's entry before its first write is all it takes.
+#[derive(Default)]
+pub struct UndoLog {
+    /// (db, key, the entry before the script's first write to it: `None` when absent).
+    before: Vec<(usize, Bytes, Option<Entry>)>,
+    seen: HashSet<(usize, Bytes)>,
+    /// The script did what no entry can take back (a task command, a PUBLISH): a later
+    /// undeclared key fails the script instead of running it again.
+    pub irreversible: bool,
+}
+
+impl UndoLog {
+    /// Keeps `key`'s entry as it is now, unless the script wrote it before.
+    pub fn remember(&mut self, shard: &mut Shard, db: usize, key: &Bytes) {
+        if self.seen.insert((db, key.clone())) {
+            let entry = shard.clone_entry(db, key);
+            self.before.push((db, key.clone(), entry));
+        }
+    }
+
+    /// Puts every key the script wrote back as it was (journaled like any write).
+    pub fn undo(self, shard: &mut Shard) {
+        for (db, key, entry) in self.before {
+            match entry {
+                Some(entry) => {
+                    shard.put_entry(db, &key, entry, true);
+                }
+                None => {
+                    shard.take_entry(db, &key);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Default)]
