@@ -274,3 +274,25 @@ fn scripts_that_reach_other_shards_after_writing_are_never_half_applied() {
         }
     }
 }
+
+/// COPY … DB from a script, whatever shard the connection landed on: the copy in the other
+/// database lives on its key's owner afterwards (a borrowed key copied there used to stay
+/// behind on the script's shard, invisible to everyone else).
+#[test]
+fn a_script_copies_keys_between_databases_on_their_owner() {
+    let server = Server::start(&["--shards", "2"]);
+    for shard in 0..2 {
+        let copied = key_on(&format!("cp{shard}:"), shard);
+        // Several connections, so some land on the other shard than the key.
+        for round in 0..4 {
+            let mut c = server.client();
+            c.cmd(&format!("SET {copied} c{round}"));
+            let body = "return redis.call('copy', KEYS[1], KEYS[1], 'db', 4, 'replace')";
+            assert_eq!(eval(&mut c, body, &[&copied], &[]), int(1));
+            assert_eq!(c.cmd("SELECT 4"), ok());
+            assert_eq!(c.cmd(&format!("GET {copied}")), bulk(&format!("c{round}")));
+            assert_eq!(c.cmd("SELECT 0"), ok());
+            assert_eq!(c.cmd(&format!("GET {copied}")), bulk(&format!("c{round}")));
+        }
+    }
+}

@@ -307,6 +307,7 @@ fn note_write(ctx: &ShardCtx, spec: &CommandSpec, argv: &[Bytes], db: usize) {
     if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
         run.written
             .extend(spec.key_positions(argv).map(|i| (db, argv[i].clone())));
+        run.written.extend(other_db_target(spec, argv));
     }
     if spec.has(flag::TASK) {
         mark_irreversible(ctx);
@@ -316,7 +317,7 @@ fn note_write(ctx: &ShardCtx, spec: &CommandSpec, argv: &[Bytes], db: usize) {
 }
 
 /// Keeps, in the run's undo log, the entries a write command is about to change: its keys,
-/// and MOVE's and COPY … DB's key in the other database.
+/// and COPY … DB's destination in the other database.
 fn remember_before_write(ctx: &ShardCtx, spec: &CommandSpec, argv: &[Bytes], db: usize) {
     let mut run = ctx.scripts.run.borrow_mut();
     let Some(undo) = run.as_mut().and_then(|run| run.undo.as_mut()) else {
@@ -326,31 +327,20 @@ fn remember_before_write(ctx: &ShardCtx, spec: &CommandSpec, argv: &[Bytes], db:
     for i in spec.key_positions(argv) {
         undo.remember(&mut shard, db, &argv[i]);
     }
-    let other_db = |arg: &Bytes| {
-        std::str::from_utf8(arg)
-            .ok()
-            .and_then(|s| s.parse::<usize>().ok())
-    };
-    match spec.name {
-        "move" => {
-            if let Some(to) = argv.get(2).and_then(other_db) {
-                if to < wetask_shards::DATABASES {
-                    undo.remember(&mut shard, to, &argv[1]);
-                }
-            }
-        }
-        "copy" => {
-            let to = argv
-                .iter()
-                .position(|a| is(a, "db"))
-                .and_then(|i| argv.get(i + 1))
-                .and_then(other_db);
-            if let Some(to) = to.filter(|&to| to < wetask_shards::DATABASES) {
-                undo.remember(&mut shard, to, &argv[2]);
-            }
-        }
-        _ => {}
+    if let Some((to, key)) = other_db_target(spec, argv) {
+        undo.remember(&mut shard, to, &key);
     }
+}
+
+/// The key a command writes in another database than the selected one: COPY … DB n's
+/// destination. (It is borrowed, remembered and given back like the command's own keys.)
+fn other_db_target(spec: &CommandSpec, argv: &[Bytes]) -> Option<(usize, Bytes)> {
+    if spec.name != "copy" {
+        return None;
+    }
+    let at = argv.iter().skip(3).position(|a| is(a, "db"))? + 3;
+    let to: usize = std::str::from_utf8(argv.get(at + 1)?).ok()?.parse().ok()?;
+    (to < wetask_shards::DATABASES).then(|| (to, argv[2].clone()))
 }
 
 /// The running script did something its undo log cannot take back.
@@ -491,6 +481,12 @@ fn undeclared_keys_to_borrow(
         let borrowed = run.borrowed.iter().any(|(d, k)| *d == db && k == key);
         if shard != ctx.id && !borrowed && !spec.has(flag::TASK) {
             needed.push((db, key.clone()));
+        }
+    }
+    if let Some((to, key)) = other_db_target(spec, argv) {
+        let borrowed = run.borrowed.iter().any(|(d, k)| *d == to && *k == key);
+        if ctx.owner_of(&key) != ctx.id && !borrowed {
+            needed.push((to, key));
         }
     }
     Ok(needed)
