@@ -275,11 +275,11 @@ fn scripts_that_reach_other_shards_after_writing_are_never_half_applied() {
     }
 }
 
-/// COPY … DB from a script, whatever shard the connection landed on: the copy in the other
-/// database lives on its key's owner afterwards (a borrowed key copied there used to stay
-/// behind on the script's shard, invisible to everyone else).
+/// COPY … DB and MOVE from a script, whatever shard the connection landed on: the key in
+/// the other database lives on its owner afterwards (a borrowed key copied or moved there
+/// used to stay behind on the script's shard, invisible to everyone else).
 #[test]
-fn a_script_copies_keys_between_databases_on_their_owner() {
+fn a_script_copies_and_moves_keys_between_databases_on_their_owner() {
     let server = Server::start(&["--shards", "2"]);
     for shard in 0..2 {
         let copied = key_on(&format!("cp{shard}:"), shard);
@@ -287,12 +287,21 @@ fn a_script_copies_keys_between_databases_on_their_owner() {
         for round in 0..4 {
             let mut c = server.client();
             c.cmd(&format!("SET {copied} c{round}"));
-            let body = "return redis.call('copy', KEYS[1], KEYS[1], 'db', 4, 'replace')";
-            assert_eq!(eval(&mut c, body, &[&copied], &[]), int(1));
-            assert_eq!(c.cmd("SELECT 4"), ok());
-            assert_eq!(c.cmd(&format!("GET {copied}")), bulk(&format!("c{round}")));
+            let body = "return {redis.call('copy', KEYS[1], KEYS[1], 'db', 4, 'replace'), \
+                redis.call('move', KEYS[1], 3)}";
+            assert_eq!(
+                eval(&mut c, body, &[&copied], &[]),
+                array(vec![int(1), int(1)])
+            );
+            assert_eq!(c.cmd(&format!("EXISTS {copied}")), int(0));
+            for db in ["4", "3"] {
+                assert_eq!(c.cmd(&format!("SELECT {db}")), ok());
+                assert_eq!(
+                    c.cmd(&format!("GETDEL {copied}")),
+                    bulk(&format!("c{round}"))
+                );
+            }
             assert_eq!(c.cmd("SELECT 0"), ok());
-            assert_eq!(c.cmd(&format!("GET {copied}")), bulk(&format!("c{round}")));
         }
     }
 }

@@ -8,8 +8,8 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "OBJECT, FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, \
-         MEMORY USAGE, SLOWLOG, LATENCY, keyspace notifications",
+        "FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, SWAPDB, \
+         MEMORY STATS, SLOWLOG, LATENCY, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),
     ("replication, cluster", "later issues"),
@@ -17,6 +17,12 @@ const MISSING: &[(&str, &str)] = &[
 
 /// Every Redis 7.0 command of the families the real-clients issue covers, by family.
 const FAMILIES: &[(&str, &[&str])] = &[
+    (
+        "keys and server introspection",
+        &[
+            "move", "swapdb", "object", "memory", "role", "wait", "slowlog", "latency", "monitor",
+        ],
+    ),
     ("hyperloglog", &["pfadd", "pfcount", "pfmerge"]),
     (
         "geo",
@@ -210,6 +216,14 @@ const FAMILIES: &[(&str, &[&str])] = &[
 
 /// What a served command of those families lacks, where it lacks something.
 const PARTIAL: &[(&str, &str)] = &[
+    (
+        "object",
+        "ENCODING reports what Redis 7.0 would pick for the value as it is now, at Redis's default thresholds (int/embstr/raw, quicklist, listpack/hashtable, intset/hashtable, listpack/skiplist, stream): Redis also keeps a converted encoding after a value shrinks, and makes an APPENDed string raw; IDLETIME is kept only under an LRU `maxmemory-policy` (0 otherwise: Redis tracks it always); FREQ and REFCOUNT as Redis",
+    ),
+    (
+        "memory",
+        "USAGE [SAMPLES n] estimates this store's bytes for the key (node, key, value; collections sampled as Redis samples), so the numbers differ from Redis's; DOCTOR, MALLOC-STATS, PURGE and HELP answer; STATS is not there yet (INFO memory has used_memory and used_memory_rss)",
+    ),
     (
         "sort",
         "BY and GET patterns must name keys on the sorted key's shard when the server runs several (a {hash tag} in the pattern); an error says so",

@@ -261,6 +261,29 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     Frame::Integer(1)
 }
 
+/// MOVE key db: the key and its TTL go to another database of this shard (a key's shard
+/// does not depend on its database), unless the target already holds the name.
+pub fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let target_db = match crate::args::db_index(&args[2]) {
+        Ok(db) => db,
+        Err(err) => return err,
+    };
+    if target_db == ctx.db {
+        return Frame::static_error(SAME_OBJECT);
+    }
+    let now = ctx.now_ms;
+    let key = &args[1];
+    if !ctx.db().contains(key, now) || ctx.dbs[target_db].contains(key, now) {
+        return Frame::Integer(0);
+    }
+    let Some(entry) = ctx.db().remove_live(key, now) else {
+        return Frame::Integer(0);
+    };
+    ctx.dbs[target_db].insert(key, entry);
+    ctx.blocked.signal(target_db, key);
+    Frame::Integer(1)
+}
+
 pub fn dbsize(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> Frame {
     Frame::Integer(ctx.db().len() as i64)
 }

@@ -216,6 +216,24 @@ impl Db {
         Some((pos, at))
     }
 
+    /// The access tracking this database keeps (that of the `maxmemory` policy).
+    pub fn tracking(&self) -> crate::evict::Tracking {
+        self.tracking
+    }
+
+    /// A live key's eviction score under the tracking kept (idle seconds for LRU, 255 less
+    /// its decayed counter for LFU), read without counting as an access: OBJECT IDLETIME's
+    /// and FREQ's.
+    pub fn access_score(&self, key: &[u8], now_ms: u64) -> Option<u64> {
+        let pos = self.find(key)?;
+        let at = self.expiry_at(pos);
+        if at != NO_EXPIRY && at <= now_ms {
+            return None;
+        }
+        let stamp = self.nodes[pos].stamp();
+        Some(crate::evict::eviction_score(self.tracking, stamp, now_ms))
+    }
+
     /// Starts (or stops) keeping access stamps for an eviction policy; `now_ms` is the clock.
     pub fn set_tracking(&mut self, tracking: crate::evict::Tracking, now_ms: u64) {
         self.tracking = tracking;

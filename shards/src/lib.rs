@@ -21,6 +21,7 @@ pub mod glob;
 pub mod hashes;
 pub mod hashing;
 pub mod hyperloglog;
+pub mod introspection;
 pub mod journal;
 pub mod key;
 pub mod keys;

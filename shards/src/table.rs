@@ -14,8 +14,8 @@ use crate::task_commands as tasks;
 use crate::task_cron;
 use crate::task_reports;
 use crate::{
-    bitfield, bitmaps, geo, hashes, hyperloglog, keys, lcs, lists, sets, sort, stream_groups,
-    streams, strings, zsets,
+    bitfield, bitmaps, geo, hashes, hyperloglog, introspection, keys, lcs, lists, sets, sort,
+    stream_groups, streams, strings, zsets,
 };
 
 pub use crate::spec::{flag, CommandSpec, Handler, KeyFinder, KeyPositions, Merge, Route};
@@ -122,6 +122,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("incrby", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::incrby), S, "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist."),
     row("decrby", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::decrby), S, "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist."),
     row("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(strings::incrbyfloat), S, "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist."),
+    row("substr", 4, READONLY, ONE, Keyed, Some(strings::getrange), S, "Returns a substring from a string value."),
     row("getrange", 4, READONLY, ONE, Keyed, Some(strings::getrange), S, "Returns a substring of the string stored at a key."),
     row("lcs", -3, READONLY, (1, 2, 1), Keyed, Some(lcs::lcs), S, "Finds the longest common substring."),
     row("setrange", 4, WRITE | DENYOOM, ONE, Keyed, Some(strings::setrange), S, "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist."),
@@ -281,6 +282,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("randomkey", 1, READONLY, NONE, Server, None, G, "Returns a random key name from the database."),
     row("rename", 3, WRITE, TWO, Keyed, Some(keys::rename), G, "Renames a key and overwrites the destination."),
     row("renamenx", 3, WRITE | FAST, TWO, Keyed, Some(keys::renamenx), G, "Renames a key only when the target key name doesn't exist."),
+    row("move", 3, WRITE | FAST, ONE, Keyed, Some(keys::move_key), G, "Moves a key to another database."),
+    row("object", -2, READONLY, (2, 2, 1), Keyed, Some(introspection::object), G, "A container for object introspection commands."),
+    row("memory", -2, READONLY, (2, 2, 1), Keyed, Some(introspection::memory), SV, "A container for memory diagnostics commands."),
     row("copy", -3, WRITE | DENYOOM, TWO, Keyed, Some(keys::copy), G, "Copies the value of a key to a new key."),
     row("dbsize", 1, READONLY | FAST, NONE, AllShards(Sum), Some(keys::dbsize), SV, "Returns the number of keys in the database."),
     row("flushdb", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushdb), SV, "Remove all keys from the current database."),
@@ -355,6 +359,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("save", 1, ADMIN | NOSCRIPT, NONE, Server, None, SV, "Synchronously saves the database(s) to disk."),
     row("bgsave", -1, ADMIN | NOSCRIPT, NONE, Server, None, SV, "Asynchronously saves the database(s) to disk."),
     row("bgrewriteaof", 1, ADMIN | NOSCRIPT, NONE, Server, None, SV, "Asynchronously rewrites the append-only file to disk."),
+    row("role", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the replication role."),
     row("lastsave", 1, LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the Unix timestamp of the last successful save to disk."),
     row("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | PASSES_LOCKS, NONE, Server, None, SV, "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];

@@ -361,6 +361,27 @@ SCRIPTS = {
         "TYPE z", "RENAME l l2", "LRANGE l2 0 -1", "COPY h h2", "HGETALL h2", "DEL s z l2",
         "EXISTS s z l2 h", "EXPIRE h 100", "TTL h", "GET h", "APPEND h x", "INCR h",
     ],
+    "introspection": [
+        "SET k 1", "MOVE k 0", "MOVE k 99", "MOVE k x", "MOVE k -1", "MOVE nokey 1",
+        "EXPIRE k 100", "MOVE k 3", "EXISTS k", "SET k 2", "MOVE k 3", "SELECT 3", "GET k",
+        "TTL k", "SELECT 0", "MOVE", "MOVE k",
+        "SET s v", "SET i 12345", "SET small 99", "SET neg -3", "SET zeros 007",
+        "SET big aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "SET edge aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "OBJECT ENCODING s", "OBJECT ENCODING i", "OBJECT ENCODING small", "OBJECT ENCODING neg",
+        "OBJECT ENCODING zeros", "OBJECT ENCODING big", "OBJECT ENCODING edge",
+        "OBJECT REFCOUNT s", "OBJECT REFCOUNT i", "OBJECT REFCOUNT small", "OBJECT IDLETIME s",
+        "OBJECT FREQ s", "OBJECT ENCODING nokey", "OBJECT REFCOUNT nokey", "OBJECT IDLETIME nokey",
+        "OBJECT FOO s", "OBJECT ENCODING", "OBJECT ENCODING s extra", "OBJECT HELP", "OBJECT",
+        "RPUSH l a", "OBJECT ENCODING l", "HSET h a b", "OBJECT ENCODING h",
+        "HSET hbig f aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "OBJECT ENCODING hbig", "SADD si 1 2 3", "OBJECT ENCODING si", "SADD ss a 1",
+        "OBJECT ENCODING ss", "ZADD z 1 a", "OBJECT ENCODING z", "XADD x 1-1 a b",
+        "OBJECT ENCODING x", "MEMORY USAGE nokey", "MEMORY USAGE s samples", "MEMORY USAGE s samples x",
+        "MEMORY USAGE s samples -1", "MEMORY USAGE", "MEMORY FOO", "MEMORY HELP", "MEMORY PURGE",
+        "ROLE", "SUBSTR s 0 0", "SUBSTR i 1 -2", "SUBSTR nokey 0 1",
+        "SUBSTR s x 1", "SUBSTR s 0",
+    ],
 }
 
 

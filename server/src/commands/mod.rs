@@ -121,6 +121,12 @@ pub async fn run(
         "bgsave" => persistence::bgsave(ctx, args),
         "bgrewriteaof" => persistence::bgrewriteaof(ctx),
         "lastsave" => persistence::lastsave(ctx),
+        // No replication: always a primary with no replicas (Redis's reply for one).
+        "role" => Frame::Array(vec![
+            Frame::Bulk(Bytes::from_static(b"master")),
+            Frame::Integer(0),
+            Frame::Array(Vec::new()),
+        ]),
         "scan" => {
             let db = conn.borrow().db;
             scan(ctx, db, args).await

@@ -317,7 +317,7 @@ fn note_write(ctx: &ShardCtx, spec: &CommandSpec, argv: &[Bytes], db: usize) {
 }
 
 /// Keeps, in the run's undo log, the entries a write command is about to change: its keys,
-/// and COPY … DB's destination in the other database.
+/// and MOVE's and COPY … DB's key in the other database.
 fn remember_before_write(ctx: &ShardCtx, spec: &CommandSpec, argv: &[Bytes], db: usize) {
     let mut run = ctx.scripts.run.borrow_mut();
     let Some(undo) = run.as_mut().and_then(|run| run.undo.as_mut()) else {
@@ -332,15 +332,19 @@ fn remember_before_write(ctx: &ShardCtx, spec: &CommandSpec, argv: &[Bytes], db:
     }
 }
 
-/// The key a command writes in another database than the selected one: COPY … DB n's
-/// destination. (It is borrowed, remembered and given back like the command's own keys.)
+/// The key a command writes in another database than the selected one: MOVE's, and
+/// COPY … DB n's destination. (It is borrowed, remembered and given back like the command's own keys.)
 fn other_db_target(spec: &CommandSpec, argv: &[Bytes]) -> Option<(usize, Bytes)> {
-    if spec.name != "copy" {
-        return None;
-    }
-    let at = argv.iter().skip(3).position(|a| is(a, "db"))? + 3;
-    let to: usize = std::str::from_utf8(argv.get(at + 1)?).ok()?.parse().ok()?;
-    (to < wetask_shards::DATABASES).then(|| (to, argv[2].clone()))
+    let (db, key) = match spec.name {
+        "move" => (argv.get(2)?, &argv[1]),
+        "copy" => {
+            let at = argv.iter().skip(3).position(|a| is(a, "db"))? + 3;
+            (argv.get(at + 1)?, &argv[2])
+        }
+        _ => return None,
+    };
+    let to: usize = std::str::from_utf8(db).ok()?.parse().ok()?;
+    (to < wetask_shards::DATABASES).then(|| (to, key.clone()))
 }
 
 /// The running script did something its undo log cannot take back.
