@@ -57,6 +57,8 @@ pub struct Globals {
     pub tcp_keepalive_s: AtomicU64,
     /// `busy-reply-threshold` (alias `lua-time-limit`), in ms; 0 never reports busy.
     pub busy_reply_threshold_ms: std::sync::Arc<AtomicU64>,
+    /// SLOWLOG's entries and its two parameters.
+    pub slowlog: crate::slowlog::SlowLog,
 }
 
 impl Globals {
@@ -93,6 +95,7 @@ impl Globals {
             busy_reply_threshold_ms: std::sync::Arc::new(AtomicU64::new(
                 config.busy_reply_threshold,
             )),
+            slowlog: Default::default(),
             connected_clients: AtomicUsize::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),

@@ -19,5 +19,6 @@ mod routing;
 pub mod runtime;
 mod session;
 mod shard;
+mod slowlog;
 mod stats;
 mod watchdog;

@@ -55,3 +55,61 @@ fn memory_usage_grows_with_the_value_and_object_reads_the_policy_data() {
         array(vec![bulk("master"), int(0), array(vec![])])
     );
 }
+
+/// SLOWLOG records what passes the threshold, newest first, with Redis's entry shape, for
+/// commands on either shard; `-1` turns it off and `slowlog-max-len` bounds it.
+#[test]
+fn slowlog_records_commands_over_the_threshold() {
+    let server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    let entries = |c: &mut Client, n: &str| match c.cmd(&format!("SLOWLOG GET {n}")) {
+        Frame::Array(entries) => entries,
+        other => panic!("{other:?}"),
+    };
+    // A script that spins ~30 ms passes a 20 ms threshold; the commands around it do not.
+    assert_eq!(c.cmd("CONFIG SET slowlog-log-slower-than 20000"), ok());
+    assert_eq!(c.cmd("SLOWLOG RESET"), ok());
+    c.cmd("SET fast 1");
+    let spin = "local t = redis.call('time') local start = t[1] * 1000000 + t[2] \
+        repeat t = redis.call('time') until t[1] * 1000000 + t[2] - start > 30000 return 1";
+    assert_eq!(c.cmd_args(&[b"EVAL", spin.as_bytes(), b"0"]), int(1));
+    let logged = entries(&mut c, "10");
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let Frame::Array(fields) = &logged[0] else {
+        panic!("{logged:?}")
+    };
+    assert_eq!(fields.len(), 6);
+    assert!(
+        matches!(fields[2], Frame::Integer(us) if us >= 30_000),
+        "{fields:?}"
+    );
+    // An argument over 128 bytes is kept cut, saying how much more there was.
+    let cut = format!("{}... ({} more bytes)", &spin[..128], spin.len() - 128);
+    assert_eq!(fields[3], array(vec![bulk("EVAL"), bulk(&cut), bulk("0")]));
+    // Threshold 0: everything, with the client's name, keys on both shards.
+    assert_eq!(c.cmd("CONFIG SET slowlog-log-slower-than 0"), ok());
+    assert_eq!(c.cmd("CLIENT SETNAME watcher"), ok());
+    for i in 0..10 {
+        c.cmd(&format!("SET key{i} v"));
+    }
+    let logged = entries(&mut c, "1");
+    let Frame::Array(fields) = &logged[0] else {
+        panic!("{logged:?}")
+    };
+    assert_eq!(fields[3], array(vec![bulk("SET"), bulk("key9"), bulk("v")]));
+    assert_eq!(fields[5], bulk("watcher"));
+    // The EVAL, then CONFIG SET, CLIENT SETNAME, ten SETs and the SLOWLOG GET before.
+    assert_eq!(
+        entries(&mut c, "-1").len(),
+        1 + 1 + 1 + 10 + 1,
+        "every command"
+    );
+    assert_eq!(c.cmd("CONFIG SET slowlog-max-len 3"), ok());
+    c.cmd("PING");
+    assert_eq!(c.cmd("SLOWLOG LEN"), int(3));
+    // Off: nothing more is kept.
+    assert_eq!(c.cmd("CONFIG SET slowlog-log-slower-than -1"), ok());
+    assert_eq!(c.cmd("SLOWLOG RESET"), ok());
+    c.cmd("SET key0 w");
+    assert_eq!(c.cmd("SLOWLOG LEN"), int(0));
+}

@@ -9,7 +9,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 const MISSING: &[(&str, &str)] = &[
     (
         "FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, SWAPDB, \
-         MEMORY STATS, SLOWLOG, LATENCY, keyspace notifications",
+         MEMORY STATS, LATENCY, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),
     ("replication, cluster", "later issues"),
@@ -219,6 +219,10 @@ const PARTIAL: &[(&str, &str)] = &[
     (
         "object",
         "ENCODING reports what Redis 7.0 would pick for the value as it is now, at Redis's default thresholds (int/embstr/raw, quicklist, listpack/hashtable, intset/hashtable, listpack/skiplist, stream): Redis also keeps a converted encoding after a value shrinks, and makes an APPENDed string raw; IDLETIME is kept only under an LRU `maxmemory-policy` (0 otherwise: Redis tracks it always); FREQ and REFCOUNT as Redis",
+    ),
+    (
+        "slowlog",
+        "as Redis, with `slowlog-log-slower-than` and `slowlog-max-len`; a command's time includes its mesh round trips when its keys live on other shards; commands inside MULTI are not logged one by one",
     ),
     (
         "memory",

@@ -382,6 +382,12 @@ SCRIPTS = {
         "ROLE", "SUBSTR s 0 0", "SUBSTR i 1 -2", "SUBSTR nokey 0 1",
         "SUBSTR s x 1", "SUBSTR s 0",
     ],
+    "slowlog": [
+        "SLOWLOG HELP", "SLOWLOG GET x", "SLOWLOG GET -2", "SLOWLOG FOO", "SLOWLOG",
+        "SLOWLOG LEN extra", "SLOWLOG RESET extra", "SLOWLOG GET 1 2", "CONFIG GET slowlog-max-len",
+        "CONFIG SET slowlog-log-slower-than x", "CONFIG SET slowlog-max-len -1",
+        "CONFIG GET slowlog-log-slower-than",
+    ],
 }
 
 

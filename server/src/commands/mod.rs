@@ -121,6 +121,7 @@ pub async fn run(
         "bgsave" => persistence::bgsave(ctx, args),
         "bgrewriteaof" => persistence::bgrewriteaof(ctx),
         "lastsave" => persistence::lastsave(ctx),
+        "slowlog" => ctx.globals.slowlog.command(args),
         // No replication: always a primary with no replicas (Redis's reply for one).
         "role" => Frame::Array(vec![
             Frame::Bulk(Bytes::from_static(b"master")),
@@ -678,6 +679,14 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
                 .to_string(),
         ),
         (
+            "slowlog-log-slower-than",
+            g.slowlog.slower_than_us.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "slowlog-max-len",
+            g.slowlog.max_len.load(Ordering::Relaxed).to_string(),
+        ),
+        (
             "lua-time-limit",
             g.busy_reply_threshold_ms
                 .load(Ordering::Relaxed)
@@ -856,6 +865,7 @@ fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
 
 /// Sets one parameter CONFIG SET may change; `Ok(false)` when `name` is not one of them,
 /// `Err` with Redis's reason when the value is not acceptable.
+// Long: one short arm per parameter CONFIG SET acts on, each with Redis's check; a table.
 fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bool, String> {
     const NOT_AN_INTEGER: &str = "argument couldn't be parsed into an integer";
     let integer = |value: &str| value.parse::<u64>().map_err(|_| NOT_AN_INTEGER.to_string());
@@ -867,6 +877,7 @@ fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bool, String>
         "busy-reply-threshold" | "lua-time-limit" => {
             g.busy_reply_threshold_ms.store(integer(&value)?, Ordering::Relaxed)
         }
+        "slowlog-log-slower-than" | "slowlog-max-len" => g.slowlog.set(name, &value)?,
         "maxmemory" => match crate::config::memory_size(&value) {
             Ok(bytes) => crate::memory::set_maxmemory(bytes),
             Err(_) => return Err("argument must be a memory value".into()),

@@ -235,6 +235,8 @@ async fn execute_spec(
         }
     };
     let at = Target { db, client };
+    let timed = ctx.globals.slowlog.enabled() && !crate::slowlog::never_logged(spec, args);
+    let started = timed.then(std::time::Instant::now);
     let frame = match spec.route {
         Route::Server => commands::run(ctx, conn, spec, args).await,
         Route::Keyed if spec.has(flag::BLOCKING) => {
@@ -252,6 +254,13 @@ async fn execute_spec(
     };
     if spec.route != Route::Server || !frame.is_error() {
         ctx.stats.record(spec, frame.is_error());
+    }
+    if let Some(started) = started {
+        let micros = started.elapsed().as_micros() as u64;
+        let state = conn.borrow();
+        ctx.globals
+            .slowlog
+            .record(micros, args, &state.addr, state.name.as_ref());
     }
     frame
 }
