@@ -534,3 +534,45 @@ fn sort_patterns_naming_another_shards_keys_are_refused_not_missed() {
         array(vec![bulk("5"), bulk(&away.to_string())])
     );
 }
+
+/// CLIENT REPLY OFF / SKIP / ON, in one pipeline, with keys on both shards (so some of the
+/// dropped replies come from a cross-shard batch, some from commands run inline): exactly
+/// the replies Redis would send arrive, in order.
+#[test]
+fn client_reply_off_skip_and_on_drop_exactly_the_replies_redis_drops() {
+    let server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    let (here, there) = (key_on("r:", 0), key_on("r:", 1));
+    let pipeline: Vec<Vec<&[u8]>> = vec![
+        vec![b"CLIENT", b"REPLY", b"OFF"],
+        vec![b"SET", here.as_bytes(), b"1"],
+        vec![b"SET", there.as_bytes(), b"2"],
+        vec![b"GET", there.as_bytes()],
+        vec![b"CLIENT", b"REPLY", b"SKIP"],
+        vec![b"CLIENT", b"REPLY", b"ON"],
+        vec![b"GET", here.as_bytes()],
+        vec![b"CLIENT", b"REPLY", b"SKIP"],
+        vec![b"GET", there.as_bytes()],
+        vec![b"GET", there.as_bytes()],
+        vec![b"CLIENT", b"REPLY", b"MAYBE"],
+        vec![b"PING"],
+    ];
+    for args in &pipeline {
+        c.send(args);
+    }
+    let replies: Vec<Frame> = (0..5).map(|_| c.read().expect("a reply")).collect();
+    assert_eq!(
+        replies,
+        vec![
+            ok(),
+            bulk("1"),
+            bulk("2"),
+            err("ERR syntax error"),
+            Frame::Simple("PONG".into()),
+        ]
+    );
+    assert_eq!(
+        c.cmd("CLIENT REPLY"),
+        err("ERR wrong number of arguments for 'client|reply' command")
+    );
+}

@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/REPLY/PAUSE, MONITOR, WAIT, SWAPDB, \
+        "FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/PAUSE, MONITOR, WAIT, SWAPDB, \
          MEMORY STATS, LATENCY, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),

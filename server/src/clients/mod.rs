@@ -35,6 +35,16 @@ pub struct Watched {
     pub version: u64,
 }
 
+/// CLIENT REPLY's modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyMode {
+    On,
+    /// No replies until CLIENT REPLY ON.
+    Off,
+    /// Drop this many more replies, then On (SKIP: its own and the next command's).
+    Skip(u8),
+}
+
 pub struct ConnState {
     pub id: u64,
     pub fd: RawFd,
@@ -63,6 +73,8 @@ pub struct ConnState {
     pub close_requested: bool,
     /// Set by a successful SHUTDOWN: the connection closes without a reply, as in Redis.
     pub skip_reply: bool,
+    /// CLIENT REPLY: whether replies go out (`reply_allowed` takes each reply's turn).
+    pub reply: ReplyMode,
     /// Shards this client fetched or waited on tasks from: its leases and parked commands
     /// there are released when the connection closes.
     pub task_shards: Vec<usize>,
@@ -87,6 +99,25 @@ pub struct ConnState {
 }
 
 impl ConnState {
+    /// Whether the reply now due goes out (CLIENT REPLY, SHUTDOWN): takes its turn.
+    pub fn reply_allowed(&mut self) -> bool {
+        if self.skip_reply {
+            return false;
+        }
+        match self.reply {
+            ReplyMode::On => true,
+            ReplyMode::Off => false,
+            ReplyMode::Skip(n) => {
+                self.reply = if n <= 1 {
+                    ReplyMode::On
+                } else {
+                    ReplyMode::Skip(n - 1)
+                };
+                false
+            }
+        }
+    }
+
     /// Remembers that this client holds, or may come to hold, task state on `shard`.
     pub fn note_task_shard(&mut self, shard: usize) {
         if !self.task_shards.contains(&shard) {
@@ -123,6 +154,7 @@ impl ConnState {
             last_command: "NULL",
             close_requested: false,
             skip_reply: false,
+            reply: ReplyMode::On,
             task_shards: Vec::new(),
             blocked_on: Vec::new(),
             multi: None,

@@ -30,7 +30,7 @@ use wetask_shards::errors::{unknown_subcommand, wrong_arity, SYNTAX};
 use wetask_shards::table::{flag, CommandSpec};
 use wetask_shards::{lookup, ScanFilter, COMMANDS, DATABASES};
 
-use crate::clients::{ConnState, KillFilter};
+use crate::clients::{ConnState, KillFilter, ReplyMode};
 use crate::globals::{unix_ms, Globals};
 use crate::mesh::{AdminRequest, KeyRequest, Request, Response};
 use crate::shard::ShardCtx;
@@ -378,6 +378,9 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
             Frame::static_error(SYNTAX)
         };
     }
+    if is(sub, "reply") {
+        return client_reply(&mut conn.borrow_mut(), args);
+    }
     if is(sub, "list") {
         return client_list(ctx, conn, args).await;
     }
@@ -396,6 +399,7 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
             "KILL <ip:port> | KILL [ID <id>] [ADDR <ip:port>] [LADDR <ip:port>] [SKIPME yes|no]",
             "NO-EVICT <on|off>",
             "NO-TOUCH <on|off>",
+            "REPLY <ON|OFF|SKIP>",
         ];
         return Frame::Array(
             lines
@@ -405,6 +409,27 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
         );
     }
     unknown_subcommand("client", sub)
+}
+
+/// CLIENT REPLY ON | OFF | SKIP: OFF and SKIP are not answered (SKIP drops the next
+/// command's reply too; under OFF it changes nothing), ON is.
+fn client_reply(state: &mut ConnState, args: &[Bytes]) -> Frame {
+    if args.len() != 3 {
+        return wrong_arity("client|reply");
+    }
+    let mode = &args[2];
+    if is(mode, "on") {
+        state.reply = ReplyMode::On;
+    } else if is(mode, "off") {
+        state.reply = ReplyMode::Off;
+    } else if is(mode, "skip") {
+        if state.reply != ReplyMode::Off {
+            state.reply = ReplyMode::Skip(2);
+        }
+    } else {
+        return Frame::static_error(SYNTAX);
+    }
+    Frame::ok()
 }
 
 async fn client_list(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {

@@ -182,7 +182,9 @@ pub fn try_inline(
     if !queueing && needs_remote(ctx, db, spec, args) {
         return None;
     }
-    let frame = poll_once(execute_spec(ctx, conn, spec, args, Some(out)));
+    // A reply that may be dropped (CLIENT REPLY) must come back as a frame, not written.
+    let direct = (conn.borrow().reply == crate::clients::ReplyMode::On).then_some(out);
+    let frame = poll_once(execute_spec(ctx, conn, spec, args, direct));
     debug_assert!(frame.is_some(), "a local command waited");
     frame
 }
@@ -235,8 +237,6 @@ async fn execute_spec(
         }
     };
     let at = Target { db, client };
-    let timed = ctx.globals.slowlog.enabled() && !crate::slowlog::never_logged(spec, args);
-    let started = timed.then(std::time::Instant::now);
     let frame = match spec.route {
         Route::Server => commands::run(ctx, conn, spec, args).await,
         Route::Keyed if spec.has(flag::BLOCKING) => {
@@ -255,14 +255,24 @@ async fn execute_spec(
     if spec.route != Route::Server || !frame.is_error() {
         ctx.stats.record(spec, frame.is_error());
     }
-    if let Some(started) = started {
-        let micros = started.elapsed().as_micros() as u64;
-        let state = conn.borrow();
-        ctx.globals
-            .slowlog
-            .record(micros, args, &state.addr, state.name.as_ref());
-    }
     frame
+}
+
+/// SLOWLOG: logs the command `args` that took `ticks` if that is over the threshold (the
+/// caller times it: chained in a pipeline, one counter read per command).
+pub fn note_time(
+    ctx: &ShardCtx,
+    conn: &RefCell<ConnState>,
+    spec: Option<&CommandSpec>,
+    args: &[Bytes],
+    ticks: u64,
+) {
+    let slowlog = &ctx.globals.slowlog;
+    if !slowlog.is_slow(ticks) || spec.is_some_and(|s| crate::slowlog::never_logged(s, args)) {
+        return;
+    }
+    let state = conn.borrow();
+    slowlog.record_ticks(ticks, args, &state.addr, state.name.as_ref());
 }
 
 /// The single shard a command runs on wholly, if there is one (used to batch a pipeline's
@@ -323,9 +333,17 @@ pub async fn run_batch(
             }
         }
         if segment.len() < 2 {
+            let started = crate::slowlog::ticks();
             let frame = execute(ctx, conn, &commands[i], None).await;
-            let protocol = conn.borrow().protocol;
-            encode_output(out, &frame, protocol);
+            let took = crate::slowlog::ticks().wrapping_sub(started);
+            if ctx.globals.slowlog.is_slow(took) {
+                note_time(ctx, conn, lookup(&commands[i][0]), &commands[i], took);
+            }
+            let mut state = conn.borrow_mut();
+            if state.reply_allowed() {
+                encode_output(out, &frame, state.protocol);
+            }
+            drop(state);
             if reached_output_limit(ctx, conn, out) {
                 return;
             }
@@ -334,7 +352,9 @@ pub async fn run_batch(
         }
         let frames = run_segment(ctx, at, &segment, &commands[i..i + segment.len()]).await;
         for frame in &frames {
-            encode_output(out, frame, protocol);
+            if conn.borrow_mut().reply_allowed() {
+                encode_output(out, frame, protocol);
+            }
         }
         if reached_output_limit(ctx, conn, out) {
             return;

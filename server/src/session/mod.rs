@@ -143,6 +143,8 @@ impl Session {
                     &self.specs[..n],
                 );
             }
+            // SLOWLOG: each command's time, chained (one counter read per command).
+            let mut last = crate::slowlog::ticks();
             for i in 0..n {
                 if self.state.borrow().close_requested {
                     self.clear_window(n);
@@ -150,8 +152,12 @@ impl Session {
                 }
                 match dispatch::try_inline(ctx, &self.state, self.specs[i], &self.window[i], out) {
                     Some(frame) => {
-                        let state = self.state.borrow();
-                        if !state.skip_reply {
+                        let now = crate::slowlog::ticks();
+                        let took = now.wrapping_sub(last);
+                        dispatch::note_time(ctx, &self.state, self.specs[i], &self.window[i], took);
+                        last = now;
+                        let mut state = self.state.borrow_mut();
+                        if state.reply_allowed() {
                             encode_output(out, &frame, state.protocol);
                         }
                         drop(state);

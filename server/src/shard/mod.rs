@@ -95,6 +95,7 @@ impl ShardCtx {
         let (fallbacks, batch_notes) = self.core.advance_clock();
         if self.stats.sample(self.shard.borrow().now_ms()) {
             crate::memory::note_peak();
+            self.globals.slowlog.calibrate();
         }
         self.scripts.drop_flushed_state(&self.core);
         self.core.housekeeping();
