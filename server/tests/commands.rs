@@ -576,3 +576,48 @@ fn client_reply_off_skip_and_on_drop_exactly_the_replies_redis_drops() {
         err("ERR wrong number of arguments for 'client|reply' command")
     );
 }
+
+/// SWAPDB on two shards: every shard's halves trade places, a WATCH on either database
+/// aborts its EXEC, and a client blocked on a key of the database that receives a list is
+/// served from it.
+#[test]
+fn swapdb_swaps_every_shard_wakes_blocked_clients_and_aborts_watchers() {
+    let server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    let (here, there) = (key_on("sw:", 0), key_on("sw:", 1));
+    c.cmd(&format!("SET {here} a"));
+    c.cmd(&format!("SET {there} b"));
+    c.cmd(&format!("RPUSH {there}:list x"));
+    // A client blocked in db 1 on the list that db 0 holds.
+    let port = server.port;
+    let list = format!("{there}:list");
+    let blocked = std::thread::spawn(move || {
+        let mut b = Client::connect(port);
+        assert_eq!(b.cmd("SELECT 1"), ok());
+        b.cmd(&format!("BLPOP {list} 10"))
+    });
+    wait_blocked(&server, 1);
+    let mut watcher = server.client();
+    assert_eq!(watcher.cmd(&format!("WATCH {here}")), ok());
+    assert_eq!(c.cmd("SWAPDB 0 1"), ok());
+    assert_eq!(
+        blocked.join().unwrap(),
+        array(vec![bulk(&format!("{there}:list")), bulk("x")])
+    );
+    assert_eq!(watcher.cmd("MULTI"), ok());
+    assert_eq!(
+        watcher.cmd(&format!("SET {here} lost")),
+        Frame::Simple("QUEUED".into())
+    );
+    assert_eq!(
+        watcher.cmd("EXEC"),
+        Frame::NullArray,
+        "the watched key's database changed"
+    );
+    assert_eq!(c.cmd("DBSIZE"), int(0));
+    assert_eq!(c.cmd("SELECT 1"), ok());
+    assert_eq!(
+        c.cmd(&format!("MGET {here} {there}")),
+        array(vec![bulk("a"), bulk("b")])
+    );
+}

@@ -1032,3 +1032,30 @@ fn replies_wait_for_the_rings_fsync_under_always() {
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// SWAPDB and MOVE are journaled on every shard: after a SIGKILL the keys are in the
+/// databases they were moved to.
+#[test]
+fn swapdb_and_move_survive_a_crash() {
+    let dir = temp_dir("swapdb");
+    let server = start(&dir, 2, "always");
+    let mut c = server.client();
+    let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        assert_eq!(c.cmd(&format!("SET {k} v-{k}")), ok());
+    }
+    assert_eq!(c.cmd("SWAPDB 0 4"), ok());
+    assert_eq!(c.cmd("SELECT 4"), ok());
+    assert_eq!(c.cmd("MOVE k0 6"), int(1));
+    let mut server = server;
+    server.child.kill().expect("SIGKILL");
+    let _ = server.child.wait();
+    let server = start(&dir, 2, "always");
+    let mut c = server.client();
+    assert_eq!(c.cmd("DBSIZE"), int(0));
+    assert_eq!(c.cmd("SELECT 4"), ok());
+    assert_eq!(c.cmd("DBSIZE"), int(19));
+    assert_eq!(c.cmd("GET k7"), bulk("v-k7"));
+    assert_eq!(c.cmd("SELECT 6"), ok());
+    assert_eq!(c.cmd("GET k0"), bulk("v-k0"));
+}

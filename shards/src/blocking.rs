@@ -71,6 +71,17 @@ impl Blocked {
         }
     }
 
+    /// Notes every key of `db` with waiters as possibly ready (SWAPDB brought other data).
+    pub fn signal_db(&mut self, db: usize) {
+        if self.waiting_keys == 0 {
+            return;
+        }
+        let keys: Vec<Bytes> = self.keys[db].keys().cloned().collect();
+        for key in keys {
+            self.signal(db, &key);
+        }
+    }
+
     pub fn has_ready(&self) -> bool {
         !self.ready.is_empty()
     }

@@ -284,6 +284,29 @@ pub fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     Frame::Integer(1)
 }
 
+/// SWAPDB a b, this shard's half: the two databases trade contents (the server runs it on
+/// every shard); clients blocked on keys of either are then looked at again.
+pub fn swapdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    // Both must be integers (first, then second) before either is checked for range.
+    let Some(a) = crate::args::parse_i64(&args[1]) else {
+        return Frame::static_error("ERR invalid first DB index");
+    };
+    let Some(b) = crate::args::parse_i64(&args[2]) else {
+        return Frame::static_error("ERR invalid second DB index");
+    };
+    let range = 0..crate::ctx::DATABASES as i64;
+    if !range.contains(&a) || !range.contains(&b) {
+        return Frame::static_error(DB_INDEX_RANGE);
+    }
+    let (a, b) = (a as usize, b as usize);
+    if a != b {
+        ctx.dbs.swap(a, b);
+        ctx.blocked.signal_db(a);
+        ctx.blocked.signal_db(b);
+    }
+    Frame::ok()
+}
+
 pub fn dbsize(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> Frame {
     Frame::Integer(ctx.db().len() as i64)
 }

@@ -326,6 +326,25 @@ impl Shard {
         let epoch = self.watch_epoch;
         match spec.name {
             "flushall" => self.watched.values_mut().for_each(|v| v.0 = epoch),
+            // Both databases' keys changed; MOVE's key changed in both.
+            "swapdb" => {
+                let dbs: Vec<usize> = args[1..]
+                    .iter()
+                    .filter_map(|a| crate::args::parse_i64(a).map(|d| d as usize))
+                    .collect();
+                self.watched
+                    .iter_mut()
+                    .filter(|((d, _), _)| dbs.contains(d))
+                    .for_each(|(_, v)| v.0 = epoch);
+            }
+            "move" => {
+                let to = crate::args::parse_i64(&args[2]).map_or(db, |d| d as usize);
+                for d in [db, to] {
+                    if let Some(v) = self.watched.get_mut(&(d, args[1].clone())) {
+                        v.0 = epoch;
+                    }
+                }
+            }
             "flushdb" => self
                 .watched
                 .iter_mut()

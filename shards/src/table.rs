@@ -287,6 +287,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("memory", -2, READONLY, (2, 2, 1), Keyed, Some(introspection::memory), SV, "A container for memory diagnostics commands."),
     row("copy", -3, WRITE | DENYOOM, TWO, Keyed, Some(keys::copy), G, "Copies the value of a key to a new key."),
     row("dbsize", 1, READONLY | FAST, NONE, AllShards(Sum), Some(keys::dbsize), SV, "Returns the number of keys in the database."),
+    row("swapdb", 3, WRITE | FAST, NONE, AllShards(Ok), Some(keys::swapdb), SV, "Swaps two Redis databases."),
     row("flushdb", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushdb), SV, "Remove all keys from the current database."),
     row("flushall", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushall), SV, "Removes all keys from all databases."),
     // tasks

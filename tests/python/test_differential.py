@@ -381,6 +381,9 @@ SCRIPTS = {
         "MEMORY USAGE s samples -1", "MEMORY USAGE", "MEMORY FOO", "MEMORY HELP", "MEMORY PURGE",
         "ROLE", "SUBSTR s 0 0", "SUBSTR i 1 -2", "SUBSTR nokey 0 1",
         "SUBSTR s x 1", "SUBSTR s 0",
+        "SET sw 1", "RPUSH swl a b", "SWAPDB 0 1", "GET sw", "SELECT 1", "GET sw", "LRANGE swl 0 -1",
+        "SELECT 0", "SWAPDB x 1", "SWAPDB 0 x", "SWAPDB 0 99", "SWAPDB 99 x", "SWAPDB -1 0",
+        "SWAPDB 0 0", "SWAPDB 0", "SWAPDB 1 0", "GET sw", "DBSIZE",
     ],
     "slowlog": [
         "SLOWLOG HELP", "SLOWLOG GET x", "SLOWLOG GET -2", "SLOWLOG FOO", "SLOWLOG",
