@@ -5,7 +5,9 @@
 // getJobCounts must say so. A script that half-applied would leave the queue paused and the
 // jobs waiting for ever. WETASK_PORT names the port, WETASK_QUEUES how many names (50).
 // Prints a JSON report; exits non-zero on any failure.
-const { Queue, Worker } = require("bullmq");
+// BULLMQ_HOME names the install to test (tests/node: the pinned release; tests/node-current:
+// the newest), so one script drives both.
+const { Queue, Worker } = require(require.resolve("bullmq", { paths: [process.env.BULLMQ_HOME || __dirname] }));
 
 const connection = { host: "127.0.0.1", port: Number(process.env.WETASK_PORT), maxRetriesPerRequest: null };
 const QUEUES = Number(process.env.WETASK_QUEUES || 50);

@@ -1,7 +1,9 @@
 // BullMQ on WeTask: a Worker runs 100 jobs added to a Queue; every job's return value is
 // checked, plus one job that fails once and succeeds on its retry. The port comes from
 // WETASK_PORT. Prints a JSON report; exits non-zero on any failure.
-const { Queue, Worker, QueueEvents } = require("bullmq");
+// BULLMQ_HOME names the install to test (tests/node: the pinned release; tests/node-current:
+// the newest), so one script drives both.
+const { Queue, Worker, QueueEvents } = require(require.resolve("bullmq", { paths: [process.env.BULLMQ_HOME || __dirname] }));
 
 const connection = { host: "127.0.0.1", port: Number(process.env.WETASK_PORT), maxRetriesPerRequest: null };
 
