@@ -132,6 +132,11 @@ impl SlowLog {
         }
     }
 
+    /// The cycle counter's ticks per microsecond, as last calibrated.
+    pub fn ticks_per_us(&self) -> u64 {
+        self.ticks_per_us.load(Ordering::Relaxed).max(1)
+    }
+
     /// Whether a command that took `ticks` (from [`ticks`]) is over the threshold: a load, a
     /// multiplication and a compare.
     #[inline]

@@ -11,12 +11,17 @@ pub struct CommandCounts {
     pub calls: u64,
     pub failed: u64,
     pub rejected: u64,
+    /// Microseconds spent in the command (kept in ticks apart while counting).
+    pub time: u64,
 }
 
 pub struct ShardStats {
     pub commands: Cell<u64>,
     /// Indexed by the command's row in the command table: O(1) per command.
     per_command: RefCell<Vec<CommandCounts>>,
+    /// Each command's time in cycle-counter ticks, apart from the counts: added for every
+    /// command, so a plain cell, no `RefCell` flag to set and clear.
+    per_command_ticks: Box<[Cell<u64>]>,
     pub net_input_bytes: Cell<u64>,
     pub net_output_bytes: Cell<u64>,
     /// Receives and sends completed on the network (INFO's `total_reads_processed` and
@@ -67,6 +72,7 @@ impl Default for ShardStats {
         ShardStats {
             commands: Cell::new(0),
             per_command: RefCell::new(vec![CommandCounts::default(); COMMANDS.len()]),
+            per_command_ticks: (0..COMMANDS.len()).map(|_| Cell::new(0)).collect(),
             net_input_bytes: Cell::new(0),
             net_output_bytes: Cell::new(0),
             net_reads: Cell::new(0),
@@ -145,24 +151,35 @@ impl ShardStats {
         counts.failed += u64::from(failed);
     }
 
+    /// Adds `ticks` (from `slowlog::ticks`) to the command's time (INFO commandstats' usec).
+    pub fn add_time(&self, spec: &'static CommandSpec, ticks: u64) {
+        let cell = &self.per_command_ticks[spec.index()];
+        cell.set(cell.get() + ticks);
+    }
+
     pub fn record_rejected(&self, spec: &'static CommandSpec) {
         self.per_command.borrow_mut()[spec.index()].rejected += 1;
     }
 
-    /// Counters of the commands called at least once, by name.
-    pub fn per_command(&self) -> BTreeMap<&'static str, CommandCounts> {
+    /// Counters of the commands called at least once, by name, their time in microseconds
+    /// (`ticks_per_us`: the cycle counter's calibrated rate).
+    pub fn per_command(&self, ticks_per_us: u64) -> BTreeMap<&'static str, CommandCounts> {
         let counts = self.per_command.borrow();
         COMMANDS
             .iter()
-            .zip(counts.iter())
-            .filter(|(_, c)| c.calls + c.rejected > 0)
-            .map(|(spec, c)| (spec.name, *c))
+            .zip(counts.iter().zip(self.per_command_ticks.iter()))
+            .filter(|(_, (c, _))| c.calls + c.rejected > 0)
+            .map(|(spec, (c, ticks))| {
+                let time = ticks.get() / ticks_per_us.max(1);
+                (spec.name, CommandCounts { time, ..*c })
+            })
             .collect()
     }
 
     pub fn reset(&self) {
         self.commands.set(0);
         self.per_command.borrow_mut().fill(CommandCounts::default());
+        self.per_command_ticks.iter().for_each(|t| t.set(0));
         self.net_input_bytes.set(0);
         self.net_output_bytes.set(0);
         self.net_reads.set(0);
@@ -230,6 +247,7 @@ impl ShardReport {
             mine.calls += counts.calls;
             mine.failed += counts.failed;
             mine.rejected += counts.rejected;
+            mine.time += counts.time;
         }
         for (db, keys, volatile) in other.keyspace {
             match self.keyspace.iter_mut().find(|(d, _, _)| *d == db) {

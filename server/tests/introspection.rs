@@ -83,6 +83,22 @@ fn slowlog_records_commands_over_the_threshold() {
         matches!(fields[2], Frame::Integer(us) if us >= 30_000),
         "{fields:?}"
     );
+    // INFO commandstats counts the same time (Redis's usec and usec_per_call).
+    let Frame::Bulk(info) = c.cmd("INFO commandstats") else {
+        panic!("no INFO")
+    };
+    let info = String::from_utf8_lossy(&info).into_owned();
+    let eval = info
+        .lines()
+        .find(|l| l.starts_with("cmdstat_eval:"))
+        .expect("cmdstat_eval");
+    let usec: u64 = eval
+        .split(&[':', ','][..])
+        .find_map(|f| f.strip_prefix("usec="))
+        .and_then(|v| v.parse().ok())
+        .expect("usec");
+    assert!(usec >= 30_000, "{eval}");
+    assert!(eval.contains(",usec_per_call="), "{eval}");
     // An argument over 128 bytes is kept cut, saying how much more there was.
     let cut = format!("{}... ({} more bytes)", &spin[..128], spin.len() - 128);
     assert_eq!(fields[3], array(vec![bulk("EVAL"), bulk(&cut), bulk("0")]));

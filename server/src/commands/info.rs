@@ -144,8 +144,12 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
             for (name, counts) in &report.per_command {
                 let _ = write!(
                     out,
-                    "cmdstat_{name}:calls={},rejected_calls={},failed_calls={}\r\n",
-                    counts.calls, counts.rejected, counts.failed
+                    "cmdstat_{name}:calls={},usec={},usec_per_call={:.2},rejected_calls={},failed_calls={}\r\n",
+                    counts.calls,
+                    counts.time,
+                    counts.time as f64 / counts.calls.max(1) as f64,
+                    counts.rejected,
+                    counts.failed
                 );
             }
         }

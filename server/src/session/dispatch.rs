@@ -3,7 +3,7 @@
 //! keyed rest through `routing`: inline on this shard when every key is ours, else across
 //! shards, with one message per destination shard per pipeline segment.
 //!
-//! There is one execution path, [`execute`], an async fn. The transports first ask
+//! There is one execution path, [`execute_spec`], an async fn. The transports first ask
 //! [`needs_remote`]; when a command needs no other shard, `execute` cannot wait on anything,
 //! so it is polled once, inline, with no task. Otherwise it runs in a spawned task.
 
@@ -160,7 +160,7 @@ pub fn prefetch_keys(
 }
 
 /// Runs a command inline when it needs no other shard: the fast path. `None` means the
-/// caller must run [`execute`] in a task. `spec` is `lookup(&args[0])`, done once by the
+/// caller must run [`execute_spec`] in a task. `spec` is `lookup(&args[0])`, done once by the
 /// caller for the whole path (a table lookup costs about as much as a GET's keyspace probe).
 pub fn try_inline(
     ctx: &Rc<ShardCtx>,
@@ -189,18 +189,9 @@ pub fn try_inline(
     frame
 }
 
-/// Runs one command, wherever its keys live. With `direct`, a command that runs wholly on
-/// this shard may encode its reply straight into that buffer and return `Frame::Written`.
-pub async fn execute(
-    ctx: &Rc<ShardCtx>,
-    conn: &Rc<RefCell<ConnState>>,
-    args: &[Bytes],
-    direct: Option<&mut Output>,
-) -> Frame {
-    execute_spec(ctx, conn, lookup(&args[0]), args, direct).await
-}
-
-/// [`execute`] for a command already looked up (`spec` is `lookup(&args[0])`).
+/// Runs one command, wherever its keys live (`spec` is `lookup(&args[0])`). With `direct`, a
+/// command that runs wholly on this shard may encode its reply straight into that buffer and
+/// return `Frame::Written`.
 async fn execute_spec(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
@@ -258,21 +249,40 @@ async fn execute_spec(
     frame
 }
 
-/// SLOWLOG: logs the command `args` that took `ticks` if that is over the threshold (the
-/// caller times it: chained in a pipeline, one counter read per command).
+/// A command `args` took `ticks` (the caller times it: chained in a pipeline, one counter read
+/// per command): INFO commandstats' usec, and SLOWLOG when over the threshold.
+#[inline]
 pub fn note_time(
     ctx: &ShardCtx,
     conn: &RefCell<ConnState>,
-    spec: Option<&CommandSpec>,
+    spec: Option<&'static CommandSpec>,
     args: &[Bytes],
     ticks: u64,
 ) {
-    let slowlog = &ctx.globals.slowlog;
-    if !slowlog.is_slow(ticks) || spec.is_some_and(|s| crate::slowlog::never_logged(s, args)) {
+    let Some(spec) = spec else {
+        return;
+    };
+    ctx.stats.add_time(spec, ticks);
+    if ctx.globals.slowlog.is_slow(ticks) {
+        note_slow(ctx, conn, spec, args, ticks);
+    }
+}
+
+#[cold]
+fn note_slow(
+    ctx: &ShardCtx,
+    conn: &RefCell<ConnState>,
+    spec: &CommandSpec,
+    args: &[Bytes],
+    ticks: u64,
+) {
+    if crate::slowlog::never_logged(spec, args) {
         return;
     }
     let state = conn.borrow();
-    slowlog.record_ticks(ticks, args, &state.addr, state.name.as_ref());
+    ctx.globals
+        .slowlog
+        .record_ticks(ticks, args, &state.addr, state.name.as_ref());
 }
 
 /// The single shard a command runs on wholly, if there is one (used to batch a pipeline's
@@ -334,11 +344,10 @@ pub async fn run_batch(
         }
         if segment.len() < 2 {
             let started = crate::slowlog::ticks();
-            let frame = execute(ctx, conn, &commands[i], None).await;
+            let spec = lookup(&commands[i][0]);
+            let frame = execute_spec(ctx, conn, spec, &commands[i], None).await;
             let took = crate::slowlog::ticks().wrapping_sub(started);
-            if ctx.globals.slowlog.is_slow(took) {
-                note_time(ctx, conn, lookup(&commands[i][0]), &commands[i], took);
-            }
+            note_time(ctx, conn, spec, &commands[i], took);
             let mut state = conn.borrow_mut();
             if state.reply_allowed() {
                 encode_output(out, &frame, state.protocol);
@@ -350,7 +359,13 @@ pub async fn run_batch(
             i += 1;
             continue;
         }
+        let started = crate::slowlog::ticks();
         let frames = run_segment(ctx, at, &segment, &commands[i..i + segment.len()]).await;
+        // One message ran them all: each is counted an equal share (not SLOWLOG-checked).
+        let share = crate::slowlog::ticks().wrapping_sub(started) / segment.len() as u64;
+        for (_, spec) in &segment {
+            ctx.stats.add_time(spec, share);
+        }
         for frame in &frames {
             if conn.borrow_mut().reply_allowed() {
                 encode_output(out, frame, protocol);

@@ -355,7 +355,7 @@ impl ShardCtx {
         let shard = self.shard.borrow();
         ShardReport {
             commands: self.stats.commands.get(),
-            per_command: self.stats.per_command(),
+            per_command: self.stats.per_command(self.globals.slowlog.ticks_per_us()),
             keyspace: shard.keyspace_summary(),
             expired_keys: shard.expired_keys(),
             net_input_bytes: self.stats.net_input_bytes.get(),
