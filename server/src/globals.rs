@@ -59,6 +59,8 @@ pub struct Globals {
     pub busy_reply_threshold_ms: std::sync::Arc<AtomicU64>,
     /// SLOWLOG's entries and its two parameters.
     pub slowlog: crate::slowlog::SlowLog,
+    /// LATENCY's samples and `latency-monitor-threshold`.
+    pub latency: crate::latency::LatencyMonitor,
 }
 
 impl Globals {
@@ -96,6 +98,7 @@ impl Globals {
                 config.busy_reply_threshold,
             )),
             slowlog: Default::default(),
+            latency: Default::default(),
             connected_clients: AtomicUsize::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),

@@ -9,6 +9,7 @@ pub mod config;
 mod doorbell;
 mod failpoint;
 mod globals;
+mod latency;
 mod lua;
 pub mod memory;
 mod mesh;

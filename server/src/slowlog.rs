@@ -61,7 +61,20 @@ pub struct SlowLog {
     /// microsecond measured since (until the first calibration: a 3 GHz guess).
     origin: (u64, Instant),
     ticks_per_us: AtomicU64,
+    /// `latency-monitor-threshold` in ms (0: off): the latency monitor's, mirrored here so
+    /// one precomputed bound decides for both.
+    pub latency_ms: AtomicU64,
+    /// The fewest ticks that SLOWLOG or the latency monitor may want to see (u64::MAX: both
+    /// off): every command costs one load and one compare against it.
+    notice_ticks: AtomicU64,
 }
+
+/// The counter's rate until the first calibration: a 3 GHz guess (nanoseconds elsewhere).
+const GUESSED_TICKS_PER_US: u64 = if cfg!(target_arch = "x86_64") {
+    3000
+} else {
+    1000
+};
 
 impl Default for SlowLog {
     fn default() -> Self {
@@ -71,11 +84,9 @@ impl Default for SlowLog {
             slower_than_us: AtomicI64::new(10_000),
             max_len: AtomicU64::new(128),
             origin: (ticks(), Instant::now()),
-            ticks_per_us: AtomicU64::new(if cfg!(target_arch = "x86_64") {
-                3000
-            } else {
-                1000
-            }),
+            ticks_per_us: AtomicU64::new(GUESSED_TICKS_PER_US),
+            latency_ms: AtomicU64::new(0),
+            notice_ticks: AtomicU64::new(10_000 * GUESSED_TICKS_PER_US),
         }
     }
 }
@@ -118,7 +129,19 @@ impl SlowLog {
         } else {
             self.max_len.store(n as u64, Ordering::Relaxed);
         }
+        self.refresh_notice();
         Ok(())
+    }
+
+    /// Recomputes the bound [`SlowLog::is_slow`] checks, after a threshold or the rate moved.
+    pub fn refresh_notice(&self) {
+        let rate = self.ticks_per_us();
+        let slow_us = self.slower_than_us.load(Ordering::Relaxed);
+        let slow = (slow_us >= 0).then(|| (slow_us as u64).saturating_mul(rate));
+        let latency_ms = self.latency_ms.load(Ordering::Relaxed);
+        let spike = (latency_ms > 0).then(|| latency_ms.saturating_mul(1000).saturating_mul(rate));
+        let notice = slow.into_iter().chain(spike).min().unwrap_or(u64::MAX);
+        self.notice_ticks.store(notice, Ordering::Relaxed);
     }
 
     /// Measures the counter's rate against the monotonic clock (each shard's cron, every
@@ -129,6 +152,7 @@ impl SlowLog {
         if us >= 10_000 {
             let rate = ticks().wrapping_sub(ticks0) / us;
             self.ticks_per_us.store(rate.max(1), Ordering::Relaxed);
+            self.refresh_notice();
         }
     }
 
@@ -137,21 +161,27 @@ impl SlowLog {
         self.ticks_per_us.load(Ordering::Relaxed).max(1)
     }
 
-    /// Whether a command that took `ticks` (from [`ticks`]) is over the threshold: a load, a
-    /// multiplication and a compare.
+    /// Whether a command that took `ticks` (from [`ticks`]) may interest SLOWLOG or the
+    /// latency monitor (each then checks its own threshold): a load and a compare.
     #[inline]
     pub fn is_slow(&self, ticks: u64) -> bool {
-        let threshold = self.slower_than_us.load(Ordering::Relaxed);
-        threshold >= 0
-            && ticks >= (threshold as u64).saturating_mul(self.ticks_per_us.load(Ordering::Relaxed))
+        ticks >= self.notice_ticks.load(Ordering::Relaxed)
     }
 
-    /// Logs a command that took `ticks`, over the threshold (see [`SlowLog::is_slow`]).
-    pub fn record_ticks(&self, ticks: u64, args: &[Bytes], addr: &str, name: Option<&Bytes>) {
+    /// Logs a command that took `ticks` if over the threshold (see [`SlowLog::is_slow`]);
+    /// returns the microseconds.
+    pub fn record_ticks(
+        &self,
+        ticks: u64,
+        args: &[Bytes],
+        addr: &str,
+        name: Option<&Bytes>,
+    ) -> u64 {
         // Rare, so the rate can be brought up to date first (the first crons may not have).
         self.calibrate();
         let micros = ticks / self.ticks_per_us.load(Ordering::Relaxed).max(1);
         self.record(micros, args, addr, name);
+        micros
     }
 
     /// Logs a command that took `micros`, if that is over the threshold.

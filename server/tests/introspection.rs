@@ -129,3 +129,42 @@ fn slowlog_records_commands_over_the_threshold() {
     c.cmd("SET key0 w");
     assert_eq!(c.cmd("SLOWLOG LEN"), int(0));
 }
+
+/// The latency monitor: off by default (DOCTOR says so); with a threshold, a command over it
+/// is a `command` sample in LATEST, HISTORY and DOCTOR, until RESET.
+#[test]
+fn latency_monitor_samples_commands_over_its_threshold() {
+    let server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    let text = |frame: Frame| match frame {
+        Frame::Bulk(b) | Frame::Verbatim(_, b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("{other:?}"),
+    };
+    assert!(text(c.cmd("LATENCY DOCTOR")).contains("Latency monitoring is disabled"));
+    assert_eq!(c.cmd("CONFIG SET latency-monitor-threshold 20"), ok());
+    assert!(text(c.cmd("LATENCY DOCTOR")).contains("no latency spike was observed"));
+    c.cmd("SET quick 1");
+    let spin = "local t = redis.call('time') local start = t[1] * 1000000 + t[2] \
+        repeat t = redis.call('time') until t[1] * 1000000 + t[2] - start > 30000 return 1";
+    assert_eq!(c.cmd_args(&[b"EVAL", spin.as_bytes(), b"0"]), int(1));
+    let Frame::Array(latest) = c.cmd("LATENCY LATEST") else {
+        panic!("no LATEST")
+    };
+    assert_eq!(latest.len(), 1, "{latest:?}");
+    let Frame::Array(fields) = &latest[0] else {
+        panic!("{latest:?}")
+    };
+    assert_eq!(fields[0], bulk("command"));
+    assert!(
+        matches!(fields[2], Frame::Integer(ms) if ms >= 30),
+        "{fields:?}"
+    );
+    let Frame::Array(history) = c.cmd("LATENCY HISTORY command") else {
+        panic!("no HISTORY")
+    };
+    assert_eq!(history.len(), 1);
+    assert!(text(c.cmd("LATENCY DOCTOR")).contains("1. command: 1 latency spikes"));
+    assert!(matches!(c.cmd("LATENCY GRAPH command"), Frame::Error(_)));
+    assert_eq!(c.cmd("LATENCY RESET command"), int(1));
+    assert_eq!(c.cmd("LATENCY LATEST"), array(vec![]));
+}

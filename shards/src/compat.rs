@@ -9,7 +9,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 const MISSING: &[(&str, &str)] = &[
     (
         "FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/PAUSE, MONITOR, WAIT, \
-         MEMORY STATS, LATENCY, keyspace notifications",
+         MEMORY STATS, LATENCY GRAPH/HISTOGRAM, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),
     ("replication, cluster", "later issues"),
@@ -223,6 +223,10 @@ const PARTIAL: &[(&str, &str)] = &[
     (
         "swapdb",
         "every shard swaps its halves in turn, as FLUSHALL runs: a client reading both databases during the swap may see one shard swapped and another not yet",
+    ),
+    (
+        "latency",
+        "LATEST, HISTORY, RESET, DOCTOR and HELP, with `latency-monitor-threshold` (off by default, as in Redis); the events are `command` and `fast-command` (no fork, AOF or expiry events here); DOCTOR's advice is shorter than Redis's; GRAPH's chart and HISTOGRAM are not there yet (errors say so)",
     ),
     (
         "slowlog",

@@ -360,6 +360,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("save", 1, ADMIN | NOSCRIPT, NONE, Server, None, SV, "Synchronously saves the database(s) to disk."),
     row("bgsave", -1, ADMIN | NOSCRIPT, NONE, Server, None, SV, "Asynchronously saves the database(s) to disk."),
     row("bgrewriteaof", 1, ADMIN | NOSCRIPT, NONE, Server, None, SV, "Asynchronously rewrites the append-only file to disk."),
+    row("latency", -2, ADMIN | NOSCRIPT | LOADING | STALE, NONE, Server, None, SV, "A container for latency diagnostics commands."),
     row("slowlog", -2, ADMIN | LOADING | STALE, NONE, Server, None, SV, "A container for slow log commands."),
     row("role", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the replication role."),
     row("lastsave", 1, LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the Unix timestamp of the last successful save to disk."),

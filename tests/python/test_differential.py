@@ -387,6 +387,13 @@ SCRIPTS = {
         "SELECT 0", "SWAPDB x 1", "SWAPDB 0 x", "SWAPDB 0 99", "SWAPDB 99 x", "SWAPDB -1 0",
         "SWAPDB 0 0", "SWAPDB 0", "SWAPDB 1 0", "GET sw", "DBSIZE",
     ],
+    "latency": [
+        "LATENCY LATEST", "LATENCY HISTORY command", "LATENCY RESET", "LATENCY RESET a b",
+        "LATENCY DOCTOR", "LATENCY GRAPH foo", "LATENCY HELP", "LATENCY FOO", "LATENCY HISTORY",
+        "LATENCY GRAPH", "LATENCY LATEST x", "LATENCY DOCTOR x", "LATENCY",
+        "CONFIG GET latency-monitor-threshold", "CONFIG SET latency-monitor-threshold -1",
+        "CONFIG SET latency-monitor-threshold x",
+    ],
     "slowlog": [
         "SLOWLOG HELP", "SLOWLOG GET x", "SLOWLOG GET -2", "SLOWLOG FOO", "SLOWLOG",
         "SLOWLOG LEN extra", "SLOWLOG RESET extra", "SLOWLOG GET 1 2", "CONFIG GET slowlog-max-len",

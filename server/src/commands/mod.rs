@@ -122,6 +122,7 @@ pub async fn run(
         "bgrewriteaof" => persistence::bgrewriteaof(ctx),
         "lastsave" => persistence::lastsave(ctx),
         "slowlog" => ctx.globals.slowlog.command(args),
+        "latency" => ctx.globals.latency.command(args),
         // No replication: always a primary with no replicas (Redis's reply for one).
         "role" => Frame::Array(vec![
             Frame::Bulk(Bytes::from_static(b"master")),
@@ -708,6 +709,10 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
             g.slowlog.slower_than_us.load(Ordering::Relaxed).to_string(),
         ),
         (
+            "latency-monitor-threshold",
+            g.latency.threshold_ms.load(Ordering::Relaxed).to_string(),
+        ),
+        (
             "slowlog-max-len",
             g.slowlog.max_len.load(Ordering::Relaxed).to_string(),
         ),
@@ -903,6 +908,15 @@ fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bool, String>
             g.busy_reply_threshold_ms.store(integer(&value)?, Ordering::Relaxed)
         }
         "slowlog-log-slower-than" | "slowlog-max-len" => g.slowlog.set(name, &value)?,
+        "latency-monitor-threshold" => match value.parse::<i64>() {
+            Ok(ms) if ms >= 0 => {
+                g.latency.threshold_ms.store(ms as u64, Ordering::Relaxed);
+                g.slowlog.latency_ms.store(ms as u64, Ordering::Relaxed);
+                g.slowlog.refresh_notice();
+            }
+            Ok(_) => return Err("argument must be between 0 and 9223372036854775807 inclusive".into()),
+            Err(_) => return Err(NOT_AN_INTEGER.into()),
+        },
         "maxmemory" => match crate::config::memory_size(&value) {
             Ok(bytes) => crate::memory::set_maxmemory(bytes),
             Err(_) => return Err("argument must be a memory value".into()),

@@ -280,9 +280,11 @@ fn note_slow(
         return;
     }
     let state = conn.borrow();
-    ctx.globals
+    let micros = ctx
+        .globals
         .slowlog
         .record_ticks(ticks, args, &state.addr, state.name.as_ref());
+    ctx.globals.latency.sample(spec.has(flag::FAST), micros);
 }
 
 /// The single shard a command runs on wholly, if there is one (used to batch a pipeline's

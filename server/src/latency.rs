@@ -1,0 +1,204 @@
+//! The latency monitor (LATENCY LATEST | HISTORY | RESET | DOCTOR | GRAPH | HELP): off until
+//! `latency-monitor-threshold` is set to some milliseconds, as in Redis; then every command
+//! that takes at least that long is a sample of the event `command` (or `fast-command` for
+//! the O(1) commands Redis flags fast), one sample per event and second (the second's worst),
+//! the last 160 kept. The commands are timed where SLOWLOG times them (`slowlog`), so the
+//! monitor costs nothing more while it is off. Redis also samples forks, AOF writes and
+//! expiry cycles; those do not exist here or run elsewhere, so only the two command events
+//! appear. GRAPH's ASCII chart is not drawn (an error says so).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+use wetask_shards::args::is;
+use wetask_shards::errors::{unknown_subcommand, wrong_arity};
+
+/// Samples kept per event (Redis's LATENCY_TS_LEN).
+const SAMPLES_MAX: usize = 160;
+
+const HELP: &[&str] = &[
+    "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "DOCTOR",
+    "    Return a human readable latency analysis report.",
+    "GRAPH <event>",
+    "    Return an ASCII latency graph for the <event> class.",
+    "HISTORY <event>",
+    "    Return time-latency samples for the <event> class.",
+    "LATEST",
+    "    Return the latest latency samples for all events.",
+    "RESET [<event> ...]",
+    "    Reset latency data of one or more <event> classes.",
+    "    (default: reset all data for all event classes)",
+    "HISTOGRAM [COMMAND ...]",
+    "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+    "    If no commands are specified then all histograms are replied.",
+    "HELP",
+    "    Prints this help.",
+];
+
+const DISABLED: &str = "I'm sorry, Dave, I can't do that. Latency monitoring is disabled in this Redis instance. You may use \"CONFIG SET latency-monitor-threshold <milliseconds>.\" in order to enable it. If we weren't in a deep space mission I'd suggest to take a look at https://redis.io/topics/latency-monitor.\n";
+const NO_SPIKES: &str = "Dave, no latency spike was observed during the lifetime of this Redis instance, not in the slightest bit. I honestly think you ought to sleep better.\n";
+
+#[derive(Default)]
+struct Event {
+    /// (unix seconds, milliseconds), oldest first.
+    samples: VecDeque<(i64, u64)>,
+    max_ms: u64,
+}
+
+#[derive(Default)]
+pub struct LatencyMonitor {
+    /// `latency-monitor-threshold` in ms; 0: off.
+    pub threshold_ms: AtomicU64,
+    events: Mutex<BTreeMap<&'static str, Event>>,
+}
+
+impl LatencyMonitor {
+    /// Notes a command that took `micros` if it reaches the threshold.
+    pub fn sample(&self, fast: bool, micros: u64) {
+        let threshold = self.threshold_ms.load(Ordering::Relaxed);
+        let ms = micros / 1000;
+        if threshold == 0 || ms < threshold {
+            return;
+        }
+        let now = (crate::clock::unix_ms() / 1000) as i64;
+        let name = if fast { "fast-command" } else { "command" };
+        let mut events = self.events.lock().expect("latency");
+        let event = events.entry(name).or_default();
+        match event.samples.back_mut() {
+            Some((at, worst)) if *at == now => *worst = (*worst).max(ms),
+            _ => {
+                event.samples.push_back((now, ms));
+                if event.samples.len() > SAMPLES_MAX {
+                    event.samples.pop_front();
+                }
+            }
+        }
+        event.max_ms = event.max_ms.max(ms);
+    }
+
+    /// LATENCY's subcommands (HISTOGRAM is not there yet).
+    pub fn command(&self, args: &[Bytes]) -> Frame {
+        let sub = &args[1];
+        let known = [
+            ("latest", 2..=2),
+            ("history", 3..=3),
+            ("reset", 2..=usize::MAX),
+            ("doctor", 2..=2),
+            ("graph", 3..=3),
+            ("help", 2..=2),
+            ("histogram", 2..=usize::MAX),
+        ];
+        let Some((name, arity)) = known.into_iter().find(|(name, _)| is(sub, name)) else {
+            return unknown_subcommand("latency", sub);
+        };
+        if !arity.contains(&args.len()) {
+            return wrong_arity(&format!("latency|{name}"));
+        }
+        let mut events = self.events.lock().expect("latency");
+        match name {
+            "latest" => latest(&events),
+            "history" => history(&events, &args[2]),
+            "reset" if args.len() == 2 => {
+                let count = events.len();
+                events.clear();
+                Frame::Integer(count as i64)
+            }
+            "reset" => {
+                let before = events.len();
+                events.retain(|name, _| !args[2..].iter().any(|a| is(a, name)));
+                Frame::Integer((before - events.len()) as i64)
+            }
+            "doctor" => Frame::Verbatim(*b"txt", Bytes::from(self.doctor(&events))),
+            "graph" => match event_named(&events, &args[2]) {
+                Some(_) => Frame::static_error("ERR LATENCY GRAPH is not supported yet: LATENCY HISTORY has the samples"),
+                None => Frame::error(format!(
+                    "ERR No samples available for event '{}'",
+                    String::from_utf8_lossy(&args[2])
+                )),
+            },
+            "histogram" => Frame::static_error(
+                "ERR LATENCY HISTOGRAM is not supported yet: INFO commandstats has each command's usec_per_call",
+            ),
+            _ => Frame::Array(
+                HELP.iter()
+                    .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn doctor(&self, events: &BTreeMap<&'static str, Event>) -> String {
+        if self.threshold_ms.load(Ordering::Relaxed) == 0 {
+            return DISABLED.to_string();
+        }
+        if events.values().all(|e| e.samples.is_empty()) {
+            return NO_SPIKES.to_string();
+        }
+        let mut report = String::from(
+            "Dave, I have observed latency spikes in this Redis instance. You don't mind talking about it, do you Dave?\n\n",
+        );
+        for (i, (name, event)) in events.iter().enumerate() {
+            let n = event.samples.len().max(1) as f64;
+            let avg = event.samples.iter().map(|(_, ms)| *ms as f64).sum::<f64>() / n;
+            let mad = event
+                .samples
+                .iter()
+                .map(|(_, ms)| (*ms as f64 - avg).abs())
+                .sum::<f64>()
+                / n;
+            let span = match (event.samples.front(), event.samples.back()) {
+                (Some((first, _)), Some((last, _))) => (last - first).max(1) as f64,
+                _ => 1.0,
+            };
+            report += &format!(
+                "{}. {name}: {} latency spikes (average {}ms, mean deviation {}ms, period {:.2} sec). Worst all time event {}ms.\n",
+                i + 1,
+                event.samples.len(),
+                avg as u64,
+                mad as u64,
+                span / n,
+                event.max_ms
+            );
+        }
+        report += "\nI have a few advices for you:\n\n- Check your Slow Log to understand what are the commands you are running which are too slow to execute. Please check https://redis.io/commands/slowlog for more information.\n- Deleting, expiring or evicting (because of maxmemory policy) large objects is a blocking operation. If you have very large objects that are often deleted, expired, or evicted, try to fragment those objects into multiple smaller objects.\n";
+        report
+    }
+}
+
+/// LATEST: each event's newest sample and its worst ever.
+fn latest(events: &BTreeMap<&'static str, Event>) -> Frame {
+    Frame::Array(
+        events
+            .iter()
+            .filter_map(|(name, e)| {
+                let (at, ms) = *e.samples.back()?;
+                Some(Frame::Array(vec![
+                    Frame::Bulk(Bytes::from_static(name.as_bytes())),
+                    Frame::Integer(at),
+                    Frame::Integer(ms as i64),
+                    Frame::Integer(e.max_ms as i64),
+                ]))
+            })
+            .collect(),
+    )
+}
+
+/// HISTORY event: its samples, oldest first (none for an unknown event).
+fn history(events: &BTreeMap<&'static str, Event>, name: &[u8]) -> Frame {
+    let samples = event_named(events, name).map(|e| &e.samples);
+    Frame::Array(
+        samples
+            .into_iter()
+            .flatten()
+            .map(|(at, ms)| Frame::Array(vec![Frame::Integer(*at), Frame::Integer(*ms as i64)]))
+            .collect(),
+    )
+}
+
+fn event_named<'a>(events: &'a BTreeMap<&'static str, Event>, name: &[u8]) -> Option<&'a Event> {
+    events.iter().find(|(n, _)| is(name, n)).map(|(_, e)| e)
+}
