@@ -135,6 +135,29 @@ pub struct Config {
     /// Comma-separated CPUs to pin shards to, in order (default: the online CPUs).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
+    /// The Redis version HELLO and INFO report. Clients gate features on it: redis-py's
+    /// client-side cache (`cache_config`) refuses servers under 7.4, so set `7.4.0` for it
+    /// (docs/COMPATIBILITY.md says what of 7.4 is not here).
+    #[arg(long, default_value = REDIS_COMPAT_VERSION, value_parser = version)]
+    pub announce_version: String,
+}
+
+/// The Redis version WeTask announces by default (INFO, HELLO): the release whose
+/// commands it serves.
+pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
+
+/// A version as Redis writes it: `major.minor.patch`.
+fn version(value: &str) -> Result<String, String> {
+    let parts: Vec<&str> = value.split('.').collect();
+    if parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        Ok(value.to_string())
+    } else {
+        Err(format!("'{value}' is not a version like 7.2.0"))
+    }
 }
 
 /// A size with Redis's units (`64mb`, `1gb`, `100k`, plain bytes).

@@ -236,6 +236,13 @@ pub struct ShardReport {
     /// Read commands' key lookups that found their key, and that did not.
     pub keyspace_hits: u64,
     pub keyspace_misses: u64,
+    /// CLIENT TRACKING: this shard's tracking connections; the keys and (client, key)
+    /// entries in its table; and the prefixes of broadcast clients (every shard knows all
+    /// of them: INFO takes the largest count, not the sum).
+    pub tracking_clients: u64,
+    pub tracking_keys: u64,
+    pub tracking_items: u64,
+    pub tracking_prefixes: u64,
 }
 
 impl ShardReport {
@@ -271,6 +278,10 @@ impl ShardReport {
         self.writes += other.writes;
         self.keyspace_misses += other.keyspace_misses;
         self.lua_memory += other.lua_memory;
+        self.tracking_clients += other.tracking_clients;
+        self.tracking_keys += other.tracking_keys;
+        self.tracking_items += other.tracking_items;
+        self.tracking_prefixes = self.tracking_prefixes.max(other.tracking_prefixes);
         self.evicted_keys += other.evicted_keys;
         self.net_input_bytes += other.net_input_bytes;
         self.net_output_bytes += other.net_output_bytes;

@@ -120,9 +120,35 @@ pub struct Db {
     /// Lookups of a key that was there (live) and of one that was not (`Db::lookups`).
     hits: u64,
     misses: u64,
+    /// Names of keys expired since the last `take_expired`, kept only while some client
+    /// tracks keys (CLIENT TRACKING: an expiry invalidates, as in Redis).
+    expired_log: Option<Vec<Bytes>>,
 }
 
 impl Db {
+    /// Starts or stops keeping the names of expired keys (see `take_expired`).
+    pub fn log_expiries(&mut self, on: bool) {
+        if on != self.expired_log.is_some() {
+            self.expired_log = on.then(Vec::new);
+        }
+    }
+
+    /// The keys expired since the last call (empty unless `log_expiries` is on).
+    pub fn take_expired(&mut self) -> Vec<Bytes> {
+        match self.expired_log.as_mut() {
+            Some(log) if !log.is_empty() => std::mem::take(log),
+            _ => Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn note_expired(&mut self, pos: usize) {
+        self.expired_count += 1;
+        if let Some(log) = self.expired_log.as_mut() {
+            log.push(Bytes::copy_from_slice(self.nodes[pos].key()));
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
@@ -203,8 +229,8 @@ impl Db {
         };
         let at = self.expiry_at(pos);
         if at != NO_EXPIRY && at <= now_ms {
+            self.note_expired(pos);
             self.remove_at(pos);
-            self.expired_count += 1;
             self.misses += 1;
             return None;
         }
@@ -464,8 +490,8 @@ impl Db {
             sampled += 1;
             if at <= now_ms {
                 let pos = self.find(key.as_slice()).expect("an expiry has its key");
+                self.note_expired(pos);
                 self.remove_at(pos);
-                self.expired_count += 1;
                 expired += 1;
             }
         }
@@ -487,8 +513,8 @@ impl Db {
             if !self.is_expired_at(pos, now_ms) {
                 return Some(Bytes::copy_from_slice(self.nodes[pos].key()));
             }
+            self.note_expired(pos);
             self.remove_at(pos);
-            self.expired_count += 1;
         }
         None
     }

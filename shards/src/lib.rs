@@ -46,6 +46,7 @@ pub mod task_commands;
 pub mod task_cron;
 pub mod task_reports;
 pub mod tasks;
+pub mod tracking;
 pub mod typed;
 pub mod value;
 pub mod wire;

@@ -27,6 +27,8 @@ pub struct Shard {
     /// version; EXEC compares the versions its client saw.
     watched: std::collections::HashMap<(usize, Bytes), (u64, u32)>,
     watch_epoch: u64,
+    /// CLIENT TRACKING's table: who read which key here, and the invalidations owed.
+    pub tracking: crate::tracking::Tracking,
     now_ms: u64,
     expire_cursor_db: usize,
     /// The `maxmemory-policy` (eviction picks its victims here).
@@ -71,6 +73,7 @@ impl Shard {
             blocked: Blocked::default(),
             watched: std::collections::HashMap::new(),
             watch_epoch: 0,
+            tracking: crate::tracking::Tracking::default(),
             now_ms: 0,
             expire_cursor_db: 0,
             eviction: crate::evict::Policy::NoEviction,
@@ -254,8 +257,13 @@ impl Shard {
                 return oom;
             }
         }
-        if !self.watched.is_empty() && spec.has(crate::table::flag::WRITE) {
-            self.touch_written(db, spec, args);
+        if spec.has(crate::table::flag::WRITE) {
+            if !self.watched.is_empty() {
+                self.touch_written(db, spec, args);
+            }
+            if self.tracking.active() {
+                self.track_written(spec, args, client);
+            }
         }
         let mark = out.as_ref().map(|o| o.mark());
         let reads = !spec.has(crate::table::flag::WRITE);
@@ -291,7 +299,64 @@ impl Shard {
         if self.journal.is_some() && spec.has(crate::table::flag::WRITE) {
             self.log_command(db, client, spec, args, rewrite);
         }
+        if self.tracking.active() {
+            self.track_after(db, client, spec, args);
+        }
         frame
+    }
+
+    /// CLIENT TRACKING after a command ran: the keys a tracking client read are remembered
+    /// (here, or on their owner when lent to a cross-shard step), and keys that expired on
+    /// the way are invalidated.
+    #[cold]
+    fn track_after(&mut self, db: usize, client: u64, spec: &CommandSpec, args: &[Bytes]) {
+        use crate::table::flag;
+        for key in self.dbs[db].take_expired() {
+            self.tracking.key_changed(&key, 0);
+        }
+        if !self.tracking.has_readers() || (spec.first_key <= 0 && spec.movable_keys.is_none()) {
+            return;
+        }
+        let reads = spec.has(flag::READONLY) && !spec.has(flag::TASK);
+        let Some(home) = self.tracking.should_remember(client, reads) else {
+            return;
+        };
+        for i in spec.key_positions(args) {
+            let key = &args[i];
+            if !self.borrowed.is_empty() && self.borrowed.contains(&(db, key.clone())) {
+                let owner = crate::slot::shard_of(key, self.shard_count);
+                self.tracking.remember_remote(owner, client, home, key);
+            } else {
+                self.tracking.remember(client, home, key);
+            }
+        }
+    }
+
+    /// CLIENT TRACKING: a client starts or stops tracking; expired keys are then noted
+    /// (an expiry invalidates) only while someone tracks.
+    pub fn set_tracking(&mut self, client: u64, reader: Option<crate::tracking::Reader>) {
+        match reader {
+            Some(reader) => self.tracking.register(client, reader),
+            None => self.tracking.unregister(client),
+        }
+        let on = self.tracking.active();
+        self.dbs.iter_mut().for_each(|d| d.log_expiries(on));
+    }
+
+    /// The keys a write command changes, for CLIENT TRACKING (all of them, for a flush).
+    #[cold]
+    fn track_written(&mut self, spec: &CommandSpec, args: &[Bytes], writer: u64) {
+        match spec.name {
+            "flushall" | "flushdb" => self.tracking.flushed(),
+            // Both databases change wholesale: Redis 7 treats it as a flush.
+            "swapdb" => self.tracking.flushed(),
+            "move" => self.tracking.key_changed(&args[1], writer),
+            _ => {
+                for i in spec.key_positions(args) {
+                    self.tracking.key_changed(&args[i], writer);
+                }
+            }
+        }
     }
 
     /// Runs `f` on a command context for database `db` and `client`, inside the panic
@@ -372,6 +437,9 @@ impl Shard {
     }
 
     pub(crate) fn touch_key(&mut self, db: usize, key: &[u8]) {
+        if self.tracking.active() {
+            self.tracking.key_changed(key, 0);
+        }
         if self.watched.is_empty() {
             return;
         }
@@ -563,6 +631,13 @@ impl Shard {
             if sampled == 0 || expired * 4 < sampled {
                 self.expire_cursor_db = (db + 1) % DATABASES;
                 idle_dbs += 1;
+            }
+        }
+        if expired_total > 0 && self.tracking.active() {
+            for db in 0..DATABASES {
+                for key in self.dbs[db].take_expired() {
+                    self.tracking.key_changed(&key, 0);
+                }
             }
         }
         expired_total

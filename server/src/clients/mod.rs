@@ -35,6 +35,22 @@ pub struct Watched {
     pub version: u64,
 }
 
+/// CLIENT TRACKING's state on the connection (the shards hold the read keys).
+#[derive(Clone, Debug, Default)]
+pub struct TrackingState {
+    pub bcast: bool,
+    pub optin: bool,
+    pub optout: bool,
+    pub noloop: bool,
+    /// REDIRECT: the client that receives the invalidations, and its shard.
+    pub redirect: Option<(u64, usize)>,
+    /// The redirect target was found gone when an invalidation was due.
+    pub broken_redirect: bool,
+    pub prefixes: Vec<Bytes>,
+    /// CLIENT CACHING yes|no: the next command is its mode's exception.
+    pub caching: bool,
+}
+
 /// CLIENT REPLY's modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplyMode {
@@ -96,6 +112,8 @@ pub struct ConnState {
     pub slot: (u32, u32),
     /// TASK.WORKER's identity: leases go to the worker, not to this connection.
     pub worker: Option<WorkerBinding>,
+    /// CLIENT TRACKING ON: client-side caching (`commands::tracking`).
+    pub tracking: Option<TrackingState>,
 }
 
 impl ConnState {
@@ -165,12 +183,29 @@ impl ConnState {
             push_waker: None,
             slot: (0, 0),
             worker: None,
+            tracking: None,
         }
     }
 
     /// Who the tasks this connection leases belong to: its worker, or the connection.
     pub fn task_owner(&self) -> u64 {
         self.worker.as_ref().map_or(self.id, |w| w.owner)
+    }
+
+    /// CLIENT LIST's flags, in Redis's order: `t` tracking, `R` a broken redirect, `B`
+    /// broadcast tracking; `N` for none.
+    fn flags(&self) -> String {
+        let Some(t) = &self.tracking else {
+            return "N".into();
+        };
+        let mut flags = String::from("t");
+        if t.broken_redirect {
+            flags.push('R');
+        }
+        if t.bcast {
+            flags.push('B');
+        }
+        flags
     }
 
     /// One `CLIENT LIST` line (without the newline).
@@ -181,7 +216,7 @@ impl ConnState {
                 .unwrap_or_default()
         };
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 multi=-1 cmd={} user=default resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi=-1 cmd={} user=default resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -189,6 +224,7 @@ impl ConnState {
             text(&self.name),
             now_ms.saturating_sub(self.created_ms) / 1000,
             now_ms.saturating_sub(self.last_active_ms) / 1000,
+            self.flags(),
             self.db,
             self.last_command,
             if self.protocol == Protocol::Resp3 { 3 } else { 2 },

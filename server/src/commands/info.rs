@@ -12,8 +12,6 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
-/// The Redis version WeTask answers as (INFO, HELLO): the release whose commands it serves.
-pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
 use crate::config::IoMode;
 use crate::globals::Globals;
 use crate::mesh::{AdminRequest, Request, Response};
@@ -111,10 +109,11 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
         "clients" => {
             let _ = write!(
                 out,
-                "# Clients\r\nconnected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:{}\r\ntracking_clients:0\r\nclients_in_timeout_table:0\r\n",
+                "# Clients\r\nconnected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:{}\r\ntracking_clients:{}\r\nclients_in_timeout_table:0\r\n",
                 g.connected_clients.load(Ordering::Relaxed),
                 g.maxclients.load(Ordering::Relaxed),
                 report.blocked_clients.len(),
+                report.tracking_clients,
             );
         }
         "replication" => replication_section(out),
@@ -205,7 +204,8 @@ fn server_section(g: &Globals, out: &mut String) {
         .unwrap_or_default();
     let _ = write!(
         out,
-        "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nwetask_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:{io}\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{now_us}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nlru_clock:{}\r\nexecutable:{executable}\r\nconfig_file:{config_file}\r\nio_threads_active:0\r\nshards:{}\r\n",
+        "# Server\r\nredis_version:{}\r\nwetask_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:{io}\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{now_us}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nlru_clock:{}\r\nexecutable:{executable}\r\nconfig_file:{config_file}\r\nio_threads_active:0\r\nshards:{}\r\n",
+        g.config.announce_version,
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         run_id(),
@@ -314,7 +314,8 @@ fn memory_section(g: &Globals, report: &ShardReport, out: &mut String) {
 
 /// Redis's stats for what WeTask does not do (replication, forks, defragmentation, threaded
 /// I/O, client tracking, eviction of clients), as Redis reports them without it.
-const NOT_DONE_STATS: &str = "expired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:0\r\ncurrent_eviction_exceeded_time:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\ntracking_total_keys:0\r\ntracking_total_items:0\r\ntracking_total_prefixes:0\r\nunexpected_error_replies:0\r\ndump_payload_sanitizations:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\n";
+const NOT_DONE_STATS: &str = "expired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:0\r\ncurrent_eviction_exceeded_time:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\n";
+const NOT_DONE_STATS_AFTER_TRACKING: &str = "unexpected_error_replies:0\r\ndump_payload_sanitizations:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\n";
 
 /// `# Stats`: connections, commands, rates, bytes, keyspace hits, expiry and eviction,
 /// errors, the ring, the watchdog, the mesh, pub/sub.
@@ -327,7 +328,7 @@ fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
         .sum();
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ninstantaneous_input_kbps:{:.2}\r\ninstantaneous_output_kbps:{:.2}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{errors}\r\ntotal_reads_processed:{}\r\ntotal_writes_processed:{}\r\n{NOT_DONE_STATS}net_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ninstantaneous_input_kbps:{:.2}\r\ninstantaneous_output_kbps:{:.2}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{errors}\r\ntotal_reads_processed:{}\r\ntotal_writes_processed:{}\r\n{NOT_DONE_STATS}tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n{NOT_DONE_STATS_AFTER_TRACKING}net_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
         g.total_connections.load(Ordering::Relaxed),
         report.commands,
         rates.ops_per_sec.round() as u64,
@@ -342,6 +343,9 @@ fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
         report.keyspace_misses,
         report.reads,
         report.writes,
+        report.tracking_keys,
+        report.tracking_items,
+        report.tracking_prefixes,
         report.ring_enters,
         report.ring_sleeps,
         report.ring_fsyncs,

@@ -16,6 +16,7 @@ pub mod persistence;
 pub mod pubsub;
 pub mod scripting;
 pub mod tasks;
+pub mod tracking;
 pub mod transaction;
 pub mod workers;
 
@@ -35,8 +36,6 @@ use crate::globals::{unix_ms, Globals};
 use crate::mesh::{AdminRequest, KeyRequest, Request, Response};
 use crate::shard::ShardCtx;
 
-/// The Redis version WeTask reports to clients, which gate features on it.
-use crate::commands::info::REDIS_COMPAT_VERSION;
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
 /// True when a server command must run in a task rather than inline: it may wait (a
@@ -52,7 +51,9 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
         "publish" | "spublish" => crate::commands::pubsub::publish_needs_peers(ctx),
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => true,
-        "client" => several && (is(&args[1], "list") || is(&args[1], "kill")),
+        "client" => {
+            several && (is(&args[1], "list") || is(&args[1], "kill") || is(&args[1], "tracking"))
+        }
         "config" => several && is(&args[1], "resetstat"),
         _ => false,
     }
@@ -237,7 +238,7 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
     let text = |s: &str| Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()));
     Frame::Map(vec![
         (text("server"), text("redis")),
-        (text("version"), text(REDIS_COMPAT_VERSION)),
+        (text("version"), text(&ctx.globals.config.announce_version)),
         (
             text("proto"),
             Frame::Integer(if protocol == Protocol::Resp3 { 3 } else { 2 }),
@@ -251,6 +252,7 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
 
 fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
     ctx.pubsub.drop_subscriptions(ctx, conn);
+    tracking::reset(ctx, conn);
     workers::leave(ctx, conn);
     conn.subscriptions = Default::default();
     conn.multi = None;
@@ -382,6 +384,18 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
     if is(sub, "reply") {
         return client_reply(&mut conn.borrow_mut(), args);
     }
+    if is(sub, "tracking") {
+        return tracking::tracking(ctx, conn, args).await;
+    }
+    if is(sub, "caching") {
+        return tracking::caching(&mut conn.borrow_mut(), args);
+    }
+    if is(sub, "getredir") {
+        return tracking::getredir(&conn.borrow(), args);
+    }
+    if is(sub, "trackinginfo") {
+        return tracking::trackinginfo(&conn.borrow(), args);
+    }
     if is(sub, "list") {
         return client_list(ctx, conn, args).await;
     }
@@ -401,6 +415,10 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
             "NO-EVICT <on|off>",
             "NO-TOUCH <on|off>",
             "REPLY <ON|OFF|SKIP>",
+            "TRACKING <ON|OFF> [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]] [OPTIN] [OPTOUT] [NOLOOP]",
+            "CACHING <YES|NO>",
+            "GETREDIR",
+            "TRACKINGINFO",
         ];
         return Frame::Array(
             lines

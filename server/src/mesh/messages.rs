@@ -19,6 +19,7 @@ pub enum Request {
     Tasks(TaskRequest),
     Lists(ListRequest),
     PubSub(PubSubRequest),
+    Tracking(TrackingRequest),
     Admin(AdminRequest),
 }
 
@@ -213,6 +214,30 @@ pub enum PubSubRequest {
     },
     /// What the receiving shard knows for PUBSUB.
     Query(PubsubQuery),
+}
+
+/// CLIENT TRACKING between shards (`shard::tracking`). Never held up by a lock: none of it
+/// touches the keyspace, and an invalidation must not wait behind a script.
+pub enum TrackingRequest {
+    /// On every shard: `client` tracks as `reader` says, or (`None`) no longer.
+    Register {
+        client: u64,
+        reader: Option<wetask_shards::tracking::Reader>,
+    },
+    /// `client`'s next command here is its CLIENT CACHING exception.
+    Arm { client: u64 },
+    /// Remember these reads of the receiving shard's keys (done on another shard).
+    Remember(Vec<wetask_shards::tracking::Remember>),
+    /// On the readers' home: invalidations for its tracking clients.
+    Invalidate(Vec<wetask_shards::tracking::Invalidation>),
+    /// On a redirect target's home: the invalidation message for `target` (`None`: every
+    /// key, after a flush). Answered `Bool(false)` when no such client is here.
+    Deliver {
+        target: u64,
+        keys: Option<Vec<bytes::Bytes>>,
+    },
+    /// Whether a client with this id is connected here (REDIRECT's check).
+    HasClient { id: u64 },
 }
 
 /// INFO, CONFIG RESETSTAT, CLIENT LIST and CLIENT KILL, gathered from every shard.

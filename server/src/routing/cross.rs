@@ -120,6 +120,8 @@ pub fn commit(ctx: &ShardCtx, token: u64, shards: &[usize]) {
         crate::failpoint::crash_if_armed("cross-before-commit");
     }
     ctx.log_cross_commit(token, shards);
+    // Reads of lent keys are remembered on their owners before the unlocks reach them.
+    ctx.tracking.drain(&ctx.core);
     if crate::failpoint::is_armed("cross-after-commit") {
         ctx.commit_journal(crate::persist::Commit::Durable);
         crate::failpoint::crash_if_armed("cross-after-commit");
@@ -219,7 +221,13 @@ async fn exists(held: &Held<'_>, db: usize, key: &Bytes) -> bool {
     matches!(on_owner(held, key, request).await, Response::Count(1))
 }
 
-pub async fn run(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
+pub async fn run(
+    ctx: &ShardCtx,
+    at: super::Target,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+) -> Frame {
+    let db = at.db;
     if spec.name == "msetnx" && args.len().is_multiple_of(2) {
         return wrong_arity("msetnx");
     }
@@ -230,7 +238,7 @@ pub async fn run(ctx: &ShardCtx, db: usize, spec: &'static CommandSpec, args: &[
         "renamenx" => rename(&held, db, args, true).await,
         "copy" => copy(&held, db, args).await,
         "msetnx" => msetnx(&held, db, args).await,
-        _ => borrowed(&held, db, spec, args).await,
+        _ => borrowed(&held, at, spec, args).await,
     };
     held.unlock().await;
     reply
@@ -282,10 +290,21 @@ async fn msetnx(held: &Held<'_>, db: usize, args: &[Bytes]) -> Frame {
 
 /// Runs `spec` on this shard with the entries of its other shards' keys borrowed (see the
 /// module docs).
-async fn borrowed(held: &Held<'_>, db: usize, spec: &'static CommandSpec, args: &[Bytes]) -> Frame {
+async fn borrowed(
+    held: &Held<'_>,
+    at: super::Target,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+) -> Frame {
+    let db = at.db;
     let keys = spec.key_positions(args).map(|i| (db, args[i].clone()));
     let borrowed = borrow(held, keys).await;
-    let frame = held.ctx.shard.borrow_mut().execute(db, 0, spec, args);
+    // For the client: CLIENT TRACKING remembers its reads (on the keys' owners).
+    let frame = held
+        .ctx
+        .shard
+        .borrow_mut()
+        .execute(db, at.client, spec, args);
     // A read (SINTER, LRANGE …) gives its keys back unchanged: WATCH does not see it.
     let written = if spec.has(wetask_shards::table::flag::WRITE) {
         borrowed.clone()

@@ -68,7 +68,7 @@ pub async fn keyed(
         .map(|i| shard_of(&args[i], ctx.shard_count));
     let first = owners.next().unwrap_or(ctx.id);
     if owners.any(|s| s != first) {
-        return cross::run(ctx, at.db, spec, args).await;
+        return cross::run(ctx, at, spec, args).await;
     }
     if first == ctx.id || ctx.shard_count == 1 {
         let mut shard = ctx.shard.borrow_mut();
@@ -275,6 +275,7 @@ pub async fn run_segment(
             }
         }
     }
+    ctx.tracking.drain(&ctx.core);
     frames
         .into_iter()
         .map(|f| f.unwrap_or_else(|| Frame::static_error("ERR internal error: lost shard reply")))

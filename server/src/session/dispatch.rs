@@ -216,6 +216,9 @@ async fn execute_spec(
                 if state.multi.is_some() && !transaction::controls_transaction(spec) {
                     return transaction::queue(&mut state, spec, args);
                 }
+                if state.tracking.as_ref().is_some_and(|t| t.caching) {
+                    commands::tracking::arm_exception(ctx, &mut state, spec, args);
+                }
                 (spec, state.db, state.task_owner())
             }
             Err(err) => {
@@ -246,6 +249,8 @@ async fn execute_spec(
     if spec.route != Route::Server || !frame.is_error() {
         ctx.stats.record(spec, frame.is_error());
     }
+    // The invalidations this command's writes owe leave with its reply.
+    ctx.tracking.drain(&ctx.core);
     frame
 }
 
@@ -294,8 +299,9 @@ fn simple_target(
     conn: &ConnState,
     args: &[Bytes],
 ) -> Option<(usize, &'static CommandSpec)> {
-    if conn.multi.is_some() {
-        // Inside MULTI every command is queued by `execute`, one by one.
+    if conn.multi.is_some() || conn.tracking.as_ref().is_some_and(|t| t.caching) {
+        // Inside MULTI every command is queued by `execute`, one by one; the command after
+        // CLIENT CACHING arms its keys' shards first (`execute_spec`).
         return None;
     }
     let spec = lookup(&args[0])?;

@@ -68,6 +68,10 @@ impl ShardCore {
             shard: RefCell::new({
                 let mut shard = Shard::new(id);
                 shard.set_shard_count(shard_count);
+                // Redis's `tracking-table-max-keys` default, shared out among the shards.
+                shard.tracking.set_keys_max(
+                    (wetask_shards::tracking::TABLE_KEYS_MAX_DEFAULT / shard_count).max(1),
+                );
                 shard.tasks = wetask_shards::tasks::Engine::new(globals.config.task_retention_ms)
                     .with_dead_retention(globals.config.task_dead_retention_ms)
                     .with_events_max(globals.config.task_events_max);

@@ -14,6 +14,7 @@ pub mod pubsub;
 pub mod reply;
 pub mod scripts;
 pub mod tasks;
+pub mod tracking;
 pub mod watch;
 
 use std::cell::RefCell;
@@ -58,6 +59,7 @@ pub struct ShardCtx {
     pub task_waits: TaskWaits,
     pub pubsub: PubSub,
     pub scripts: Scripts,
+    pub tracking: tracking::TrackingService,
     /// Peers' requests waiting for the lock's holder to finish.
     deferred: RefCell<VecDeque<DeferredRequest>>,
 }
@@ -79,13 +81,20 @@ impl ShardCtx {
             task_waits: TaskWaits::default(),
             pubsub: PubSub::default(),
             scripts: Scripts::default(),
+            tracking: Default::default(),
             deferred: RefCell::new(VecDeque::new()),
         }
     }
 
     /// The services' connection hooks, in the order they run.
-    fn hooks(&self) -> [&dyn ConnectionHooks; 4] {
-        [&self.task_waits, &self.lists, &watch::Watches, &self.pubsub]
+    fn hooks(&self) -> [&dyn ConnectionHooks; 5] {
+        [
+            &self.task_waits,
+            &self.lists,
+            &watch::Watches,
+            &self.pubsub,
+            &self.tracking,
+        ]
     }
 
     /// One turn's chores: the clock, expiry and the task engine, the services' deadlines
@@ -111,6 +120,7 @@ impl ShardCtx {
         self.task_waits.expire_workers(&self.core);
         self.task_waits.serve_parked(&self.core);
         self.lists.serve(&self.core);
+        self.tracking.drain(&self.core);
     }
 
     /// A connection is closing: every service lets go of what it waits on.
@@ -200,6 +210,13 @@ impl ShardCtx {
                 self.respond(from, id, response);
                 return;
             }
+            // Tracking bookkeeping touches no keys either, and must keep its place in the
+            // pair's order (an invalidation ahead of the replies that follow the write).
+            Request::Tracking(request) => {
+                let response = self.tracking.serve(&self.core, request);
+                self.respond(from, id, response);
+                return;
+            }
             _ => {}
         }
         let held_by_other = matches!(self.lock_holder(), Some(holder) if Some(holder) != token);
@@ -277,6 +294,7 @@ impl ShardCtx {
             Request::Watch(request) => watch::serve(&self.core, request),
             Request::Tasks(request) => self.task_waits.serve(&self.core, request),
             Request::PubSub(request) => self.pubsub.serve(&self.core, request),
+            Request::Tracking(request) => self.tracking.serve(&self.core, request),
             Request::Admin(request) => self.serve_admin(request),
             Request::Lock(_) | Request::Lists(_) => {
                 unreachable!("lock traffic and blocked pops never reach serve")
@@ -344,7 +362,7 @@ impl ShardCtx {
             }
         }
         // Work that arrived may unblock parked fetches; then the replies to a whole
-        // envelope leave together, now.
+        // envelope leave together, now, behind the invalidations its writes owe (`tick`).
         self.tick();
         mesh.flush_to(peer);
     }
@@ -399,6 +417,15 @@ impl ShardCtx {
                 .borrow()
                 .as_ref()
                 .map_or(0, |l| l.used_memory() as u64),
+            tracking_clients: self
+                .clients
+                .borrow()
+                .iter()
+                .filter(|c| c.try_borrow().is_ok_and(|c| c.tracking.is_some()))
+                .count() as u64,
+            tracking_keys: shard.tracking.totals().0 as u64,
+            tracking_items: shard.tracking.totals().1 as u64,
+            tracking_prefixes: shard.tracking.totals().2 as u64,
             queues: shard
                 .tasks
                 .queue_names()
