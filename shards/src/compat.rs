@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "FUNCTION/FCALL, DUMP/RESTORE, CLIENT TRACKING/PAUSE, MONITOR, WAIT, \
+        "FUNCTION/FCALL, DUMP/RESTORE, CLIENT PAUSE/UNPAUSE, MONITOR, WAIT, \
          MEMORY STATS, LATENCY GRAPH/HISTOGRAM, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),
@@ -264,6 +264,7 @@ const PARTIAL: &[(&str, &str)] = &[
     ("xinfo", "STREAM (without FULL), GROUPS and CONSUMERS; `radix-tree-keys`/`radix-tree-nodes` are estimates (entries / 100), and CONSUMERS has no `inactive` field (a Redis 7.2 addition)"),
     ("xadd", "`~` trimming removes whole nodes of 100 entries, as Redis's default `stream-node-max-entries`"),
     ("xtrim", "as XADD"),
+    ("client", "ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, NO-EVICT, NO-TOUCH, REPLY, TRACKING, CACHING, GETREDIR, TRACKINGINFO and HELP (PAUSE, UNPAUSE and UNBLOCK are not there yet). TRACKING has every Redis 7 option (REDIRECT, BCAST, PREFIX, OPTIN, OPTOUT, NOLOOP) with Redis's replies and errors; where it differs: one command's invalidations for a client come as one message (Redis sends one per key outside BCAST); a client's invalidation for its own write may arrive just before that write's reply instead of after it; SWAPDB invalidates every key (a null message), where Redis sends nothing; a CLIENT CACHING exception covers the next keyed command or EXEC, not a script's reads (a script's reads are tracked as plain reads); a connection bound with TASK.WORKER is not tracked; `tracking-table-max-keys` is 1,000,000 shared among the shards, and CONFIG SET of it has no effect; `broken_redirect` is noticed only when the redirect target lived on the tracking client's shard"),
     ("watch", "a key counts as changed by any write command naming it, even one that changed nothing; a key that expires is not counted as changed"),
 ];
 
@@ -353,7 +354,7 @@ pub fn render() -> String {
          part): atomic as a whole, as in Redis.\n\
          - `INFO` carries every field of Redis 7.0's default sections (compared with a\n  \
          redis-server by `tests/python/test_info_compat.py`). Fields for what WeTask does not\n  \
-         do (replicas, forks, defragmentation, threaded I/O, client tracking) report what Redis\n  \
+         do (replicas, forks, defragmentation, threaded I/O) report what Redis\n  \
          reports without it. `used_memory` is the allocator's count; `keyspace_hits` and\n  \
          `keyspace_misses` count the key lookups of read commands; there is no `# Errorstats`\n  \
          section (`total_error_replies` is kept); `INFO commandstats` reports calls, rejected\n  \
@@ -371,7 +372,13 @@ pub fn render() -> String {
          `hash-max-listpack-entries`, replication, cluster, TLS, RDB, threads, logging) is\n  \
          stored and reported, checked as Redis checks it, and has no effect.\n\
          - `CLIENT KILL` supports `ID`, `ADDR`, `LADDR`, `SKIPME`, `USER default`, `TYPE normal`\n  \
-         and the old `ip:port` form.\n",
+         and the old `ip:port` form.\n\
+         - Client-side caching (`CLIENT TRACKING`) works on any shard layout: the shard that owns\n  \
+         a key remembers its readers and sends each invalidation to the reader's shard, which\n  \
+         delivers it as a RESP3 push or, for a RESP2 `REDIRECT` target, as a\n  \
+         `__redis__:invalidate` message. redis-py's cache (`cache_config`) refuses a server\n  \
+         that announces a version under 7.4: start WeTask with `--announce-version 7.4.0` for\n  \
+         it (WeTask serves Redis 7.2's commands, not 7.4's hash-field expiry).\n",
     );
     family_table(&mut out);
     out.push_str("\n## Not yet supported\n\n");

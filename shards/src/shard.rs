@@ -29,6 +29,9 @@ pub struct Shard {
     watch_epoch: u64,
     /// CLIENT TRACKING's table: who read which key here, and the invalidations owed.
     pub tracking: crate::tracking::Tracking,
+    /// The keyspace logs expired keys' names for `tracking` (on while it is active; turned
+    /// off by the first command that finds it inactive, so the log never grows unread).
+    tracking_on: bool,
     now_ms: u64,
     expire_cursor_db: usize,
     /// The `maxmemory-policy` (eviction picks its victims here).
@@ -74,6 +77,7 @@ impl Shard {
             watched: std::collections::HashMap::new(),
             watch_epoch: 0,
             tracking: crate::tracking::Tracking::default(),
+            tracking_on: false,
             now_ms: 0,
             expire_cursor_db: 0,
             eviction: crate::evict::Policy::NoEviction,
@@ -299,7 +303,7 @@ impl Shard {
         if self.journal.is_some() && spec.has(crate::table::flag::WRITE) {
             self.log_command(db, client, spec, args, rewrite);
         }
-        if self.tracking.active() {
+        if self.tracking_on {
             self.track_after(db, client, spec, args);
         }
         frame
@@ -313,6 +317,10 @@ impl Shard {
         use crate::table::flag;
         for key in self.dbs[db].take_expired() {
             self.tracking.key_changed(&key, 0);
+        }
+        if !self.tracking.active() {
+            self.set_expiry_logs(false);
+            return;
         }
         if !self.tracking.has_readers() || (spec.first_key <= 0 && spec.movable_keys.is_none()) {
             return;
@@ -339,8 +347,14 @@ impl Shard {
             Some(reader) => self.tracking.register(client, reader),
             None => self.tracking.unregister(client),
         }
-        let on = self.tracking.active();
-        self.dbs.iter_mut().for_each(|d| d.log_expiries(on));
+        self.set_expiry_logs(self.tracking.active());
+    }
+
+    fn set_expiry_logs(&mut self, on: bool) {
+        if on != self.tracking_on {
+            self.tracking_on = on;
+            self.dbs.iter_mut().for_each(|d| d.log_expiries(on));
+        }
     }
 
     /// The keys a write command changes, for CLIENT TRACKING (all of them, for a flush).
@@ -633,7 +647,7 @@ impl Shard {
                 idle_dbs += 1;
             }
         }
-        if expired_total > 0 && self.tracking.active() {
+        if expired_total > 0 && self.tracking_on {
             for db in 0..DATABASES {
                 for key in self.dbs[db].take_expired() {
                     self.tracking.key_changed(&key, 0);

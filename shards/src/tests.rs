@@ -512,3 +512,58 @@ fn read_commands_count_keyspace_hits_and_misses_and_writes_do_not() {
     shard.reset_keyspace_lookups();
     assert_eq!(shard.keyspace_lookups(), (0, 0));
 }
+
+/// CLIENT TRACKING's shard side: a tracking client's reads are remembered as they run, and a
+/// write, an expiry or a flush owes it an invalidation (once).
+#[test]
+fn tracking_reads_are_invalidated_by_writes_expiry_and_flushes() {
+    use crate::tracking::{Mode, Reader};
+    fn exec(s: &mut Shard, client: u64, line: &str) -> Frame {
+        let args: Vec<Bytes> = line
+            .split(' ')
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect();
+        let spec = crate::lookup(&args[0]).expect("a command");
+        s.execute(0, client, spec, &args)
+    }
+    fn owed(s: &mut Shard) -> (Vec<(String, u64)>, bool) {
+        let (pending, flushed, _) = s.tracking.take_output();
+        let keys = pending
+            .into_iter()
+            .map(|i| {
+                assert_eq!((i.client, i.home), (7, 3));
+                (String::from_utf8(i.key.to_vec()).unwrap(), i.writer)
+            })
+            .collect();
+        (keys, flushed)
+    }
+    let mut s = shard_at(1_000);
+    s.set_tracking(7, Some(Reader::new(3, Mode::Default)));
+    exec(&mut s, 1, "SET a 1");
+    exec(&mut s, 1, "SET b 1 PX 100");
+    exec(&mut s, 1, "SET c 1");
+    assert_eq!(owed(&mut s), (vec![], false), "nobody read them yet");
+    exec(&mut s, 7, "MGET a b");
+    exec(&mut s, 1, "GET c");
+    exec(&mut s, 1, "SET a 2");
+    exec(&mut s, 1, "SET c 2");
+    assert_eq!(owed(&mut s), (vec![("a".into(), 1)], false));
+    exec(&mut s, 1, "SET a 3");
+    assert_eq!(owed(&mut s), (vec![], false), "told once per read");
+    // An expiry, found by the active cycle, is nobody's write.
+    s.set_clock(2_000);
+    while s.active_expire(64) > 0 {}
+    assert_eq!(owed(&mut s), (vec![("b".into(), 0)], false));
+    exec(&mut s, 7, "GET a");
+    exec(&mut s, 1, "FLUSHALL");
+    assert_eq!(owed(&mut s), (vec![], true));
+    exec(&mut s, 1, "SET a 4");
+    assert_eq!(owed(&mut s), (vec![], false), "the flush forgot every key");
+    // No one tracks: expiries are no longer noted.
+    s.set_tracking(7, None);
+    exec(&mut s, 1, "SET d 1 PX 10");
+    s.set_clock(3_000);
+    assert_eq!(exec(&mut s, 1, "GET d"), Frame::Null);
+    assert_eq!(owed(&mut s), (vec![], false));
+    assert!(!s.tracking.active());
+}

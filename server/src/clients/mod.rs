@@ -112,8 +112,9 @@ pub struct ConnState {
     pub slot: (u32, u32),
     /// TASK.WORKER's identity: leases go to the worker, not to this connection.
     pub worker: Option<WorkerBinding>,
-    /// CLIENT TRACKING ON: client-side caching (`commands::tracking`).
-    pub tracking: Option<TrackingState>,
+    /// CLIENT TRACKING ON: client-side caching (`commands::tracking`). Boxed: most
+    /// connections never track, and the hot fields stay close together.
+    pub tracking: Option<Box<TrackingState>>,
 }
 
 impl ConnState {

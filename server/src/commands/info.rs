@@ -2,7 +2,7 @@
 //! modules, cluster, keyspace, commandstats) with Redis's field names, WeTask's own (tasks,
 //! shards), gathered from every shard. Counters are per shard (plain cells on each core) and
 //! summed here. Fields for what WeTask does not have (replicas, forks, defragmentation,
-//! threaded I/O, client tracking) report what Redis reports without them, so that clients
+//! threaded I/O) report what Redis reports without them, so that clients
 //! and exporters that read them work; docs/COMPATIBILITY.md lists them.
 
 use std::fmt::Write;
@@ -313,7 +313,8 @@ fn memory_section(g: &Globals, report: &ShardReport, out: &mut String) {
 }
 
 /// Redis's stats for what WeTask does not do (replication, forks, defragmentation, threaded
-/// I/O, client tracking, eviction of clients), as Redis reports them without it.
+/// I/O, eviction of clients), as Redis reports them without it: the part before the
+/// tracking totals, and the part after.
 const NOT_DONE_STATS: &str = "expired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:0\r\ncurrent_eviction_exceeded_time:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\n";
 const NOT_DONE_STATS_AFTER_TRACKING: &str = "unexpected_error_replies:0\r\ndump_payload_sanitizations:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\n";
 

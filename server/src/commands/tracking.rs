@@ -187,7 +187,7 @@ pub async fn tracking(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &
     }
     let state = {
         let current = conn.borrow().tracking.clone();
-        if let Err(err) = check_options(current.as_ref(), &options) {
+        if let Err(err) = check_options(current.as_deref(), &options) {
             return err;
         }
         let mut prefixes = current.map(|t| t.prefixes).unwrap_or_default();
@@ -219,7 +219,7 @@ pub async fn tracking(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &
     } else {
         Mode::Default
     };
-    conn.borrow_mut().tracking = Some(state);
+    conn.borrow_mut().tracking = Some(Box::new(state));
     for peer in register_everywhere(ctx, client, Some(Reader::new(ctx.id, mode))) {
         peer.await;
     }

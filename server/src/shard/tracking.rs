@@ -34,14 +34,23 @@ impl TrackingService {
     /// to their owners. Cheap when there is nothing. Called after commands run and before
     /// a peer's envelope is answered, so an invalidation leaves ahead of the replies that
     /// follow the write.
+    #[inline]
     pub fn drain(&self, core: &ShardCore) {
+        let owed = core
+            .shard
+            .try_borrow()
+            .is_ok_and(|shard| shard.tracking.has_output());
+        if owed || !self.deferred.borrow().is_empty() {
+            self.deliver(core);
+        }
+    }
+
+    #[cold]
+    fn deliver(&self, core: &ShardCore) {
         let (pending, flushed, remote) = {
             let Ok(mut shard) = core.shard.try_borrow_mut() else {
                 return;
             };
-            if !shard.tracking.has_output() && self.deferred.borrow().is_empty() {
-                return;
-            }
             shard.tracking.take_output()
         };
         let mut pending = pending;
