@@ -311,39 +311,8 @@ fn route_text(route: Route) -> &'static str {
     }
 }
 
-pub fn render() -> String {
-    let mut out = String::from(
-        "# Command compatibility\n\n\
-         Generated from the command table (`shards/src/table.rs`) by `make compat`; a test fails\n\
-         when this file is stale. Arity follows Redis: `n` exactly, `-n` at least n arguments\n\
-         (counting the command name). Every listed command is fully supported with Redis's\n\
-         options and error texts unless a note says otherwise.\n\n\
-         | command | group | arity | flags | keys (first, last, step) | runs on |\n\
-         |---|---|---|---|---|---|\n",
-    );
-    let mut sorted: Vec<_> = COMMANDS.iter().collect();
-    sorted.sort_by_key(|c| (c.group, c.name));
-    for spec in sorted {
-        let flags: Vec<&str> = flag::NAMES
-            .iter()
-            .filter(|(bit, _)| spec.has(*bit))
-            .map(|(_, n)| *n)
-            .collect();
-        let _ = writeln!(
-            out,
-            "| `{}` | {} | {} | {} | {}, {}, {} | {} |",
-            spec.name.to_ascii_uppercase(),
-            spec.group,
-            spec.arity,
-            flags.join(" "),
-            spec.first_key,
-            spec.last_key,
-            spec.step,
-            route_text(spec.route)
-        );
-    }
-    out.push_str("\n## Notes\n\n");
-    out.push_str(
+/// The notes under the table: what holds across commands.
+const NOTES: &str =
         "- `RENAME`, `RENAMENX`, `COPY` and `MSETNX` whose keys live on different shards never\n  \
          reply CROSSSLOT, and are atomic: the involved shards are locked in ascending order.\n\
          - Every other command whose keys live on different shards (LMOVE, SMOVE, SINTERSTORE,\n  \
@@ -378,8 +347,41 @@ pub fn render() -> String {
          delivers it as a RESP3 push or, for a RESP2 `REDIRECT` target, as a\n  \
          `__redis__:invalidate` message. redis-py's cache (`cache_config`) refuses a server\n  \
          that announces a version under 7.4: start WeTask with `--announce-version 7.4.0` for\n  \
-         it (WeTask serves Redis 7.2's commands, not 7.4's hash-field expiry).\n",
+         it (WeTask serves Redis 7.2's commands, not 7.4's hash-field expiry).\n";
+
+pub fn render() -> String {
+    let mut out = String::from(
+        "# Command compatibility\n\n\
+         Generated from the command table (`shards/src/table.rs`) by `make compat`; a test fails\n\
+         when this file is stale. Arity follows Redis: `n` exactly, `-n` at least n arguments\n\
+         (counting the command name). Every listed command is fully supported with Redis's\n\
+         options and error texts unless a note says otherwise.\n\n\
+         | command | group | arity | flags | keys (first, last, step) | runs on |\n\
+         |---|---|---|---|---|---|\n",
     );
+    let mut sorted: Vec<_> = COMMANDS.iter().collect();
+    sorted.sort_by_key(|c| (c.group, c.name));
+    for spec in sorted {
+        let flags: Vec<&str> = flag::NAMES
+            .iter()
+            .filter(|(bit, _)| spec.has(*bit))
+            .map(|(_, n)| *n)
+            .collect();
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} | {}, {}, {} | {} |",
+            spec.name.to_ascii_uppercase(),
+            spec.group,
+            spec.arity,
+            flags.join(" "),
+            spec.first_key,
+            spec.last_key,
+            spec.step,
+            route_text(spec.route)
+        );
+    }
+    out.push_str("\n## Notes\n\n");
+    out.push_str(NOTES);
     family_table(&mut out);
     out.push_str("\n## Not yet supported\n\n");
     for (what, issue) in MISSING {
