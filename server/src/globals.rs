@@ -61,6 +61,8 @@ pub struct Globals {
     pub slowlog: crate::slowlog::SlowLog,
     /// LATENCY's samples and `latency-monitor-threshold`.
     pub latency: crate::latency::LatencyMonitor,
+    /// CLIENT PAUSE's state.
+    pub pause: crate::pause::Pause,
 }
 
 impl Globals {
@@ -99,6 +101,7 @@ impl Globals {
             )),
             slowlog: Default::default(),
             latency: Default::default(),
+            pause: Default::default(),
             connected_clients: AtomicUsize::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),

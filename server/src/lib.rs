@@ -15,6 +15,7 @@ pub mod memory;
 mod mesh;
 mod net;
 mod output_limits;
+mod pause;
 pub mod persist;
 mod routing;
 pub mod runtime;

@@ -418,6 +418,13 @@ SCRIPTS = {
         "CLIENT TRACKING OFF", "CLIENT TRACKING off", "CLIENT TRACKINGINFO extra",
         "CLIENT GETREDIR extra",
     ],
+    # Short pauses only (each holds the real server too); their effect is in
+    # server/tests/pause.rs.
+    "client pause": [
+        "CLIENT PAUSE", "CLIENT PAUSE x", "CLIENT PAUSE -1", "CLIENT PAUSE 10 FOO",
+        "CLIENT PAUSE x FOO", "CLIENT PAUSE 10 WRITE extra", "CLIENT PAUSE 0 WRITE",
+        "CLIENT PAUSE 0 all", "CLIENT PAUSE 0", "CLIENT UNPAUSE", "CLIENT UNPAUSE x", "PING",
+    ],
     "slowlog": [
         "SLOWLOG HELP", "SLOWLOG GET x", "SLOWLOG GET -2", "SLOWLOG FOO", "SLOWLOG",
         "SLOWLOG LEN extra", "SLOWLOG RESET extra", "SLOWLOG GET 1 2", "CONFIG GET slowlog-max-len",

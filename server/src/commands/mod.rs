@@ -384,6 +384,16 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
     if is(sub, "reply") {
         return client_reply(&mut conn.borrow_mut(), args);
     }
+    if is(sub, "pause") {
+        return client_pause(ctx, args);
+    }
+    if is(sub, "unpause") {
+        if args.len() != 2 {
+            return wrong_arity("client|unpause");
+        }
+        ctx.globals.pause.unpause();
+        return Frame::ok();
+    }
     if is(sub, "tracking") {
         return tracking::tracking(ctx, conn, args).await;
     }
@@ -415,6 +425,8 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
             "NO-EVICT <on|off>",
             "NO-TOUCH <on|off>",
             "REPLY <ON|OFF|SKIP>",
+            "PAUSE <timeout> [WRITE|ALL]",
+            "UNPAUSE",
             "TRACKING <ON|OFF> [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]] [OPTIN] [OPTOUT] [NOLOOP]",
             "CACHING <YES|NO>",
             "GETREDIR",
@@ -428,6 +440,34 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
         );
     }
     unknown_subcommand("client", sub)
+}
+
+/// CLIENT PAUSE timeout [WRITE|ALL]: Redis's checks, in its order.
+fn client_pause(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+    if args.len() < 3 {
+        return wrong_arity("client|pause");
+    }
+    if args.len() > 4 {
+        return Frame::error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        ));
+    }
+    let all = match args.get(3) {
+        None => true,
+        Some(mode) if is(mode, "all") => true,
+        Some(mode) if is(mode, "write") => false,
+        Some(_) => return Frame::static_error("ERR CLIENT PAUSE mode must be WRITE or ALL"),
+    };
+    let timeout = match parse_i64(&args[2]) {
+        Some(ms) if ms < 0 => return Frame::static_error("ERR timeout is negative"),
+        Some(ms) => ms as u64,
+        None => return Frame::static_error("ERR timeout is not an integer or out of range"),
+    };
+    ctx.globals
+        .pause
+        .pause(unix_ms().saturating_add(timeout), all);
+    Frame::ok()
 }
 
 /// CLIENT REPLY ON | OFF | SKIP: OFF and SKIP are not answered (SKIP drops the next

@@ -112,6 +112,10 @@ pub fn needs_remote(
     let Some(spec) = spec.filter(|s| s.arity_ok(args.len())) else {
         return false;
     };
+    // CLIENT PAUSE may hold it: it waits in a task.
+    if ctx.globals.pause.active() {
+        return true;
+    }
     if spec.has(flag::BLOCKING) && blocking::may_wait(ctx, db, spec, args) {
         return true;
     }
@@ -202,6 +206,9 @@ async fn execute_spec(
     // Local work below runs before the first await, so it never interleaves with a
     // cross-shard operation that locks this shard. Commands flagged PASSES_LOCKS (SCRIPT
     // KILL, SHUTDOWN, ...) touch no keyspace and must get through a busy script's locks.
+    if ctx.globals.pause.active() {
+        wait_unpaused(ctx, conn, spec, args).await;
+    }
     if ctx.is_locked()
         && !spec.is_some_and(|s| s.has(flag::PASSES_LOCKS))
         && ctx.wait_unlocked_or_busy().await
@@ -252,6 +259,35 @@ async fn execute_spec(
     // The invalidations this command's writes owe leave with its reply.
     ctx.tracking.drain(&ctx.core);
     frame
+}
+
+/// Waits while CLIENT PAUSE holds the command (as Redis, after the checks that would
+/// refuse it: an unknown command, a wrong arity or a missing AUTH are answered at once).
+async fn wait_unpaused(
+    ctx: &ShardCtx,
+    conn: &Rc<RefCell<ConnState>>,
+    spec: Option<&'static CommandSpec>,
+    args: &[Bytes],
+) {
+    let Some(spec) = spec.filter(|s| s.arity_ok(args.len())) else {
+        return;
+    };
+    std::future::poll_fn(|cx| {
+        let state = conn.borrow();
+        let refused = !state.authenticated && !spec.has(flag::NO_AUTH);
+        let now = crate::globals::unix_ms();
+        if refused
+            || !ctx
+                .globals
+                .pause
+                .holds(spec, args, state.multi.as_ref(), now)
+        {
+            return std::task::Poll::Ready(());
+        }
+        ctx.paused.borrow_mut().push((state.id, cx.waker().clone()));
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// A command `args` took `ticks` (the caller times it: chained in a pipeline, one counter read

@@ -60,6 +60,10 @@ pub struct ShardCtx {
     pub pubsub: PubSub,
     pub scripts: Scripts,
     pub tracking: tracking::TrackingService,
+    /// Commands held by CLIENT PAUSE: (client, its task's waker), and the pause's generation
+    /// they were last woken for.
+    pub paused: RefCell<Vec<(u64, std::task::Waker)>>,
+    paused_generation: std::cell::Cell<u64>,
     /// Peers' requests waiting for the lock's holder to finish.
     deferred: RefCell<VecDeque<DeferredRequest>>,
 }
@@ -82,6 +86,8 @@ impl ShardCtx {
             pubsub: PubSub::default(),
             scripts: Scripts::default(),
             tracking: Default::default(),
+            paused: RefCell::new(Vec::new()),
+            paused_generation: std::cell::Cell::new(0),
             deferred: RefCell::new(VecDeque::new()),
         }
     }
@@ -121,6 +127,25 @@ impl ShardCtx {
         self.task_waits.serve_parked(&self.core);
         self.lists.serve(&self.core);
         self.tracking.drain(&self.core);
+        self.wake_paused();
+    }
+
+    /// Wakes the commands CLIENT PAUSE holds when the pause ended or changed (they look
+    /// again, and park again if it still holds them).
+    fn wake_paused(&self) {
+        if self.paused.borrow().is_empty() {
+            return;
+        }
+        let pause = &self.globals.pause;
+        let generation = pause.generation();
+        if generation == self.paused_generation.get() && !pause.over(unix_ms()) {
+            return;
+        }
+        self.paused_generation.set(generation);
+        let waiting = std::mem::take(&mut *self.paused.borrow_mut());
+        for (_, waker) in waiting {
+            waker.wake();
+        }
     }
 
     /// A connection is closing: every service lets go of what it waits on.
@@ -389,6 +414,7 @@ impl ShardCtx {
             blocked_clients: {
                 let mut blocked = self.lists.blocked_clients();
                 blocked.extend(self.task_waits.blocked_clients());
+                blocked.extend(self.paused.borrow().iter().map(|(id, _)| *id));
                 blocked
             },
             pubsub_channels: self.pubsub.channel_names(),
