@@ -1059,3 +1059,56 @@ fn swapdb_and_move_survive_a_crash() {
     assert_eq!(c.cmd("SELECT 6"), ok());
     assert_eq!(c.cmd("GET k0"), bulk("v-k0"));
 }
+
+/// RESTORE is journaled like any write (the payload and, for a relative TTL, the time it
+/// ran): after a SIGKILL every restored key is back with its value and its deadline.
+#[test]
+fn restored_keys_survive_a_crash() {
+    let dir = temp_dir("restore");
+    let server = start(&dir, 2, "always");
+    let mut c = server.client();
+    let keys: Vec<String> = (0..12).map(|i| format!("src{i}")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        let reply = match i % 3 {
+            0 => c.cmd(&format!("SET {k} value-{i}")),
+            1 => c.cmd(&format!("RPUSH {k} a b {i}")),
+            _ => c.cmd(&format!("XADD {k} {}-1 f {i}", i + 1)),
+        };
+        assert!(!reply.is_error(), "{reply:?}");
+    }
+    for k in &keys {
+        let payload = c.cmd(&format!("DUMP {k}"));
+        let Frame::Bulk(payload) = payload else {
+            panic!("DUMP {k}: {payload:?}")
+        };
+        let copy = format!("copy-{k}");
+        assert_eq!(
+            c.cmd_args(&[b"RESTORE", copy.as_bytes(), b"1000000", &payload]),
+            ok()
+        );
+    }
+    let mut server = server;
+    server.child.kill().expect("SIGKILL");
+    let _ = server.child.wait();
+    let server = start(&dir, 2, "always");
+    let mut c = server.client();
+    for (i, k) in keys.iter().enumerate() {
+        let copy = format!("copy-{k}");
+        let (theirs, ours) = match i % 3 {
+            0 => (c.cmd(&format!("GET {k}")), c.cmd(&format!("GET {copy}"))),
+            1 => (
+                c.cmd(&format!("LRANGE {k} 0 -1")),
+                c.cmd(&format!("LRANGE {copy} 0 -1")),
+            ),
+            _ => (
+                c.cmd(&format!("XRANGE {k} - +")),
+                c.cmd(&format!("XRANGE {copy} - +")),
+            ),
+        };
+        assert_eq!(theirs, ours, "{copy}");
+        let Frame::Integer(ttl) = c.cmd(&format!("PTTL {copy}")) else {
+            panic!("PTTL")
+        };
+        assert!(ttl > 900_000 && ttl <= 1_000_000, "{copy}: {ttl}");
+    }
+}

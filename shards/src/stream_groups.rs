@@ -307,10 +307,11 @@ pub fn read_group(
                 .groups
                 .get_mut(&read.group[..])
                 .expect("checked above");
-            group.consumer(&read.consumer, now_ms).0.seen_ms = now_ms;
+            // As Redis 7.0: a read that gets nothing new creates no consumer.
             if entries.is_empty() {
                 return Ok(None);
             }
+            group.consumer(&read.consumer, now_ms).0.seen_ms = now_ms;
             for (id, _) in &entries {
                 group.last_delivered = *id;
                 group.entries_read = match group.entries_read {

@@ -14,7 +14,7 @@ use crate::task_commands as tasks;
 use crate::task_cron;
 use crate::task_reports;
 use crate::{
-    bitfield, bitmaps, geo, hashes, hyperloglog, introspection, keys, lcs, lists, sets, sort,
+    bitfield, bitmaps, dump, geo, hashes, hyperloglog, introspection, keys, lcs, lists, sets, sort,
     stream_groups, streams, strings, zsets,
 };
 
@@ -286,6 +286,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("object", -2, READONLY, (2, 2, 1), Keyed, Some(introspection::object), G, "A container for object introspection commands."),
     row("memory", -2, READONLY, (2, 2, 1), Keyed, Some(introspection::memory), SV, "A container for memory diagnostics commands."),
     row("copy", -3, WRITE | DENYOOM, TWO, Keyed, Some(keys::copy), G, "Copies the value of a key to a new key."),
+    row("dump", 2, READONLY, ONE, Keyed, Some(dump::dump), G, "Returns a serialized representation of the value stored at a key."),
+    row("restore", -4, WRITE | DENYOOM, ONE, Keyed, Some(dump::restore), G, "Creates a key from the serialized representation of a value."),
     row("dbsize", 1, READONLY | FAST, NONE, AllShards(Sum), Some(keys::dbsize), SV, "Returns the number of keys in the database."),
     row("swapdb", 3, WRITE | FAST, NONE, AllShards(Ok), Some(keys::swapdb), SV, "Swaps two Redis databases."),
     row("flushdb", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushdb), SV, "Remove all keys from the current database."),
