@@ -427,6 +427,10 @@ SCRIPTS = {
         "CLIENT PAUSE x FOO", "CLIENT PAUSE 10 WRITE extra", "CLIENT PAUSE 0 WRITE",
         "CLIENT PAUSE 0 all", "CLIENT PAUSE 0", "CLIENT UNPAUSE", "CLIENT UNPAUSE x", "PING",
     ],
+    "wait": [
+        "WAIT 0 0", "WAIT 0 100", "WAIT 1 20", "WAIT -1 0", "WAIT x 1", "WAIT 1 -1", "WAIT 1 x",
+        "WAIT", "WAIT 1", "WAIT 1 2 3",
+    ],
     "slowlog": [
         "SLOWLOG HELP", "SLOWLOG GET x", "SLOWLOG GET -2", "SLOWLOG FOO", "SLOWLOG",
         "SLOWLOG LEN extra", "SLOWLOG RESET extra", "SLOWLOG GET 1 2", "CONFIG GET slowlog-max-len",

@@ -44,7 +44,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     let several = ctx.shard_count > 1;
     match spec.name {
         "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
-        "task.wait" | "save" | "task.worker" | "task.quiet" | "task.events" => true,
+        "task.wait" | "save" | "task.worker" | "task.quiet" | "task.events" | "wait" => true,
         "task.workers" | "task.cron" | "task.batch" | "task.flow" => several,
         // SHUTDOWN SAVE waits for the snapshots.
         "shutdown" => args[1..].iter().any(|a| is(a, "save")),
@@ -122,6 +122,7 @@ pub async fn run(
         "bgsave" => persistence::bgsave(ctx, args),
         "bgrewriteaof" => persistence::bgrewriteaof(ctx),
         "lastsave" => persistence::lastsave(ctx),
+        "wait" => wait_replicas(ctx, args).await,
         "slowlog" => ctx.globals.slowlog.command(args),
         "latency" => ctx.globals.latency.command(args),
         // No replication: always a primary with no replicas (Redis's reply for one).
@@ -440,6 +441,25 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
         );
     }
     unknown_subcommand("client", sub)
+}
+
+/// WAIT numreplicas timeout: a standalone server has no replica to acknowledge, so the
+/// answer is 0, at once for 0 replicas and at the time-out otherwise (0: never), as Redis
+/// without replicas does.
+async fn wait_replicas(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+    let Some(replicas) = parse_i64(&args[1]) else {
+        return Frame::static_error("ERR value is not an integer or out of range");
+    };
+    let timeout = match parse_i64(&args[2]) {
+        Some(ms) if ms < 0 => return Frame::static_error("ERR timeout is negative"),
+        Some(ms) => ms as u64,
+        None => return Frame::static_error("ERR timeout is not an integer or out of range"),
+    };
+    if replicas > 0 {
+        let deadline = (timeout > 0).then(|| unix_ms().saturating_add(timeout));
+        ctx.sleep_until(deadline).await;
+    }
+    Frame::Integer(0)
 }
 
 /// CLIENT PAUSE timeout [WRITE|ALL]: Redis's checks, in its order.

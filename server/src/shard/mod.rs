@@ -64,6 +64,8 @@ pub struct ShardCtx {
     /// they were last woken for.
     pub paused: RefCell<Vec<(u64, std::task::Waker)>>,
     paused_generation: std::cell::Cell<u64>,
+    /// Commands sleeping until a deadline (WAIT): (unix ms, waker), woken by `tick`.
+    sleepers: RefCell<Vec<(u64, std::task::Waker)>>,
     /// Peers' requests waiting for the lock's holder to finish.
     deferred: RefCell<VecDeque<DeferredRequest>>,
 }
@@ -88,6 +90,7 @@ impl ShardCtx {
             tracking: Default::default(),
             paused: RefCell::new(Vec::new()),
             paused_generation: std::cell::Cell::new(0),
+            sleepers: RefCell::new(Vec::new()),
             deferred: RefCell::new(VecDeque::new()),
         }
     }
@@ -128,6 +131,39 @@ impl ShardCtx {
         self.lists.serve(&self.core);
         self.tracking.drain(&self.core);
         self.wake_paused();
+        self.wake_sleepers();
+    }
+
+    /// Sleeps until `deadline_ms` (`None`: for ever, until the connection goes), at the
+    /// granularity of the shard's turns (the cron's period at worst).
+    pub async fn sleep_until(&self, deadline_ms: Option<u64>) {
+        std::future::poll_fn(|cx| match deadline_ms {
+            Some(deadline) if unix_ms() >= deadline => std::task::Poll::Ready(()),
+            Some(deadline) => {
+                self.sleepers
+                    .borrow_mut()
+                    .push((deadline, cx.waker().clone()));
+                std::task::Poll::Pending
+            }
+            None => std::task::Poll::Pending,
+        })
+        .await
+    }
+
+    fn wake_sleepers(&self) {
+        if self.sleepers.borrow().is_empty() {
+            return;
+        }
+        let now = unix_ms();
+        let due: Vec<std::task::Waker> = {
+            let mut sleepers = self.sleepers.borrow_mut();
+            let (due, rest) = std::mem::take(&mut *sleepers)
+                .into_iter()
+                .partition(|(deadline, _)| *deadline <= now);
+            *sleepers = rest;
+            due.into_iter().map(|(_, waker)| waker).collect()
+        };
+        due.into_iter().for_each(std::task::Waker::wake);
     }
 
     /// Wakes the commands CLIENT PAUSE holds when the pause ended or changed (they look
