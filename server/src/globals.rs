@@ -30,6 +30,9 @@ pub struct Globals {
     /// Per shard: how many channels and patterns its clients subscribe to (PUBLISH skips
     /// shards with none).
     pub subscriptions: Vec<AtomicUsize>,
+    /// MONITOR connections per shard, and over all shards.
+    pub monitors: Vec<AtomicUsize>,
+    pub monitoring: AtomicUsize,
     /// Per shard: the last cross-shard operation it journaled a part of, published before
     /// it answers the operation's coordinator (`ShardCore::parts_written`).
     pub cross_parts: Vec<AtomicU64>,
@@ -79,6 +82,8 @@ impl Globals {
             maxclients: AtomicUsize::new(config.maxclients),
             shard_count,
             subscriptions: (0..shard_count).map(|_| AtomicUsize::new(0)).collect(),
+            monitors: (0..shard_count).map(|_| AtomicUsize::new(0)).collect(),
+            monitoring: AtomicUsize::new(0),
             cross_parts: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
             scripts: Mutex::new(std::collections::HashMap::new()),
             whole_server_scripts: Mutex::new(std::collections::HashSet::new()),

@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "FUNCTION/FCALL, CLIENT UNBLOCK, MONITOR, \
+        "FUNCTION/FCALL, CLIENT UNBLOCK, \
          MEMORY STATS, LATENCY GRAPH/HISTOGRAM, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),
@@ -267,6 +267,7 @@ const PARTIAL: &[(&str, &str)] = &[
     ("client", "ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, NO-EVICT, NO-TOUCH, REPLY, PAUSE, UNPAUSE, TRACKING, CACHING, GETREDIR, TRACKINGINFO and HELP (UNBLOCK is not there yet). PAUSE holds what Redis holds (ALL: every command, CLIENT UNPAUSE included, until the time-out; WRITE: writes, EVAL/EVALSHA/FCALL, PUBLISH, PFCOUNT, an EXEC with any of them) on every shard, and counts the held clients in `blocked_clients`; a pause's end is noticed within 100 ms (Redis: within one event-loop turn), and keys still expire during a pause (Redis keeps them until it ends). TRACKING has every Redis 7 option (REDIRECT, BCAST, PREFIX, OPTIN, OPTOUT, NOLOOP) with Redis's replies and errors; where it differs: one command's invalidations for a client come as one message (Redis sends one per key outside BCAST); a client's invalidation for its own write may arrive just before that write's reply instead of after it; SWAPDB invalidates every key (a null message), where Redis sends nothing; a CLIENT CACHING exception covers the next keyed command or EXEC, not a script's reads (a script's reads are tracked as plain reads); a connection bound with TASK.WORKER is not tracked; `tracking-table-max-keys` is 1,000,000 shared among the shards, and CONFIG SET of it has no effect; `broken_redirect` is noticed only when the redirect target lived on the tracking client's shard"),
     ("dump", "Redis's serialization (RDB version 10, CRC64), which Redis 7.0 RESTOREs; it writes the plain encodings (a list, set, hash or sorted set as a plain collection, strings uncompressed), so a payload of a small collection is larger than Redis's; a stream as Redis 7.0 writes it (listpack nodes of up to 100 entries, its groups, pending entries and consumers)"),
     ("restore", "reads every encoding Redis 2.6 to 7.2 writes (integer and LZF strings, ziplists, intsets, listpacks, quicklists, streams of RDB types 15, 19 and 21), RDB versions up to 11 (Redis 7.0 refuses 11); module values are refused with an error that says so; a consumer's active time (Redis 7.2) is read and not kept; an empty collection or a repeated member is `Bad data format`; IDLETIME and FREQ are checked as Redis checks them and set nothing"),
+    ("monitor", "every client command on every shard, in Redis's line format, a transaction as MULTI, its commands, EXEC; administrative commands are not shown and AUTH's and HELLO's passwords are redacted, as in Redis; the commands a script runs are not shown (Redis shows them as `[db lua]`), and a line is written as its command starts rather than as it ends"),
     ("wait", "a standalone server has no replicas: 0 at once for 0 replicas, else 0 at the time-out (never, for 0), as Redis without replicas answers; the time-out is kept to within 100 ms"),
     ("watch", "a key counts as changed by any write command naming it, even one that changed nothing; a key that expires is not counted as changed"),
 ];

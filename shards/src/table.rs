@@ -365,6 +365,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("latency", -2, ADMIN | NOSCRIPT | LOADING | STALE, NONE, Server, None, SV, "A container for latency diagnostics commands."),
     row("slowlog", -2, ADMIN | LOADING | STALE, NONE, Server, None, SV, "A container for slow log commands."),
     row("role", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the replication role."),
+    row("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, NONE, Server, None, SV, "Listens for all requests received by the server in real-time."),
     row("wait", 3, NOSCRIPT, NONE, Server, None, G, "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed."),
     row("lastsave", 1, LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the Unix timestamp of the last successful save to disk."),
     row("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | PASSES_LOCKS, NONE, Server, None, SV, "Synchronously saves the database(s) to disk and shuts down the Redis server."),

@@ -123,6 +123,10 @@ pub async fn run(
         "bgrewriteaof" => persistence::bgrewriteaof(ctx),
         "lastsave" => persistence::lastsave(ctx),
         "wait" => wait_replicas(ctx, args).await,
+        "monitor" => {
+            ctx.monitors.add(ctx, conn.borrow().id);
+            Frame::ok()
+        }
         "slowlog" => ctx.globals.slowlog.command(args),
         "latency" => ctx.globals.latency.command(args),
         // No replication: always a primary with no replicas (Redis's reply for one).

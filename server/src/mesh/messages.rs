@@ -214,6 +214,8 @@ pub enum PubSubRequest {
     },
     /// What the receiving shard knows for PUBSUB.
     Query(PubsubQuery),
+    /// A MONITOR line for the receiving shard's monitors.
+    Monitor { line: Bytes },
 }
 
 /// CLIENT TRACKING between shards (`shard::tracking`). Never held up by a lock: none of it

@@ -226,6 +226,9 @@ async fn execute_spec(
                 if state.tracking.as_ref().is_some_and(|t| t.caching) {
                     commands::tracking::arm_exception(ctx, &mut state, spec, args);
                 }
+                if crate::shard::monitor::active(ctx) {
+                    crate::shard::monitor::feed_command(ctx, &ctx.monitors, &state, spec, args);
+                }
                 (spec, state.db, state.task_owner())
             }
             Err(err) => {
@@ -335,9 +338,13 @@ fn simple_target(
     conn: &ConnState,
     args: &[Bytes],
 ) -> Option<(usize, &'static CommandSpec)> {
-    if conn.multi.is_some() || conn.tracking.as_ref().is_some_and(|t| t.caching) {
+    if conn.multi.is_some()
+        || conn.tracking.as_ref().is_some_and(|t| t.caching)
+        || crate::shard::monitor::active(ctx)
+    {
         // Inside MULTI every command is queued by `execute`, one by one; the command after
-        // CLIENT CACHING arms its keys' shards first (`execute_spec`).
+        // CLIENT CACHING arms its keys' shards first, and MONITOR sees each command
+        // (`execute_spec`).
         return None;
     }
     let spec = lookup(&args[0])?;

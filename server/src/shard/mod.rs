@@ -10,6 +10,7 @@
 
 mod core;
 pub mod lists;
+pub mod monitor;
 pub mod pubsub;
 pub mod reply;
 pub mod scripts;
@@ -33,7 +34,9 @@ pub use tasks::{Parked, TaskWaits, Want};
 
 use crate::clients::ConnState;
 use crate::globals::{unix_ms, Globals};
-use crate::mesh::{AdminRequest, KeyRequest, LockRequest, Mesh, Request, Response, TaskRequest};
+use crate::mesh::{
+    AdminRequest, KeyRequest, LockRequest, Mesh, PubSubRequest, Request, Response, TaskRequest,
+};
 use crate::stats::ShardReport;
 
 /// Most peer requests a locked shard queues for after the unlock.
@@ -60,6 +63,7 @@ pub struct ShardCtx {
     pub pubsub: PubSub,
     pub scripts: Scripts,
     pub tracking: tracking::TrackingService,
+    pub monitors: monitor::Monitors,
     /// Commands held by CLIENT PAUSE: (client, its task's waker), and the pause's generation
     /// they were last woken for.
     pub paused: RefCell<Vec<(u64, std::task::Waker)>>,
@@ -88,6 +92,7 @@ impl ShardCtx {
             pubsub: PubSub::default(),
             scripts: Scripts::default(),
             tracking: Default::default(),
+            monitors: Default::default(),
             paused: RefCell::new(Vec::new()),
             paused_generation: std::cell::Cell::new(0),
             sleepers: RefCell::new(Vec::new()),
@@ -96,13 +101,14 @@ impl ShardCtx {
     }
 
     /// The services' connection hooks, in the order they run.
-    fn hooks(&self) -> [&dyn ConnectionHooks; 5] {
+    fn hooks(&self) -> [&dyn ConnectionHooks; 6] {
         [
             &self.task_waits,
             &self.lists,
             &watch::Watches,
             &self.pubsub,
             &self.tracking,
+            &self.monitors,
         ]
     }
 
@@ -266,6 +272,11 @@ impl ShardCtx {
             }
             // Publishing and pub/sub questions never touch the keyspace: a lock does not
             // hold them up (a transaction or script that publishes holds locks itself).
+            Request::PubSub(PubSubRequest::Monitor { line }) => {
+                self.monitors.deliver(&self.core, &line);
+                self.respond(from, id, Response::Done);
+                return;
+            }
             Request::PubSub(request) => {
                 let response = self.pubsub.serve(&self.core, request);
                 self.respond(from, id, response);
@@ -354,6 +365,10 @@ impl ShardCtx {
             Request::Keys(request) => self.core.serve_keys(request),
             Request::Watch(request) => watch::serve(&self.core, request),
             Request::Tasks(request) => self.task_waits.serve(&self.core, request),
+            Request::PubSub(PubSubRequest::Monitor { line }) => {
+                self.monitors.deliver(&self.core, &line);
+                Response::Done
+            }
             Request::PubSub(request) => self.pubsub.serve(&self.core, request),
             Request::Tracking(request) => self.tracking.serve(&self.core, request),
             Request::Admin(request) => self.serve_admin(request),

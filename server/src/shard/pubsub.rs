@@ -76,6 +76,7 @@ impl PubSub {
                 sharded,
             } => Response::Count(self.deliver(core, &channel, &message, sharded)),
             PubSubRequest::Query(query) => Response::Pubsub(self.report(&query)),
+            PubSubRequest::Monitor { .. } => unreachable!("monitor lines go to `monitor`"),
         }
     }
 
