@@ -66,6 +66,8 @@ pub struct Globals {
     pub latency: crate::latency::LatencyMonitor,
     /// CLIENT PAUSE's state.
     pub pause: crate::pause::Pause,
+    /// FUNCTION's libraries.
+    pub functions: Mutex<crate::lua::library::Registry>,
 }
 
 impl Globals {
@@ -107,6 +109,7 @@ impl Globals {
             slowlog: Default::default(),
             latency: Default::default(),
             pause: Default::default(),
+            functions: Mutex::new(Default::default()),
             connected_clients: AtomicUsize::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),

@@ -113,6 +113,10 @@ pub fn run(config: Config) -> Result<(), String> {
     if let Some(store) = store {
         let _ = globals.store.set(store);
     }
+    let libraries = crate::commands::functions::load_saved(&globals)?;
+    if libraries > 0 {
+        tracing::info!(libraries, "function libraries loaded");
+    }
     globals
         .port
         .store(port, std::sync::atomic::Ordering::Relaxed);

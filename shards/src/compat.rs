@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "FUNCTION/FCALL, CLIENT UNBLOCK, \
+        "CLIENT UNBLOCK, \
          MEMORY STATS, LATENCY GRAPH/HISTOGRAM, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),
@@ -257,6 +257,9 @@ const PARTIAL: &[(&str, &str)] = &[
     ("bzmpop", "as BZPOPMIN"),
     ("eval", "Lua 5.1 with the base, table, string and math libraries and the cjson and cmsgpack libraries Redis embeds (its struct and bit libraries are not there yet); scripts speak RESP2 only (`redis.setresp(3)` is refused); a script runs in Redis 7's sandbox and past `busy-reply-threshold` the shards it holds answer BUSY until SCRIPT KILL or SHUTDOWN NOSAVE, as in Redis (docs/SECURITY.md); a script may touch any key: one that reaches a key neither declared nor on a declared key's shard has its writes so far undone and runs again holding every shard (and does so from the start on later runs), so the client sees one run; only a run that had already done a task command or PUBLISH (which cannot be undone) fails that once. A script that declares no key, or any script under `--lua-whole-server`, locks every shard"),
     ("evalsha", "as EVAL"),
+    ("fcall", "as EVAL: atomic on any shard layout (a function that reaches an undeclared key on another shard is rerun holding every shard, its writes undone), with Redis's errors; each shard registers a changed library's functions the first time a call needs them"),
+    ("fcall_ro", "as FCALL, refusing a function without the `no-writes` flag as Redis does"),
+    ("function", "LOAD, DELETE, FLUSH, LIST, DUMP, RESTORE, STATS, KILL and HELP with Redis 7's replies and errors; the libraries are kept in `functions.rdb` in the data directory (FUNCTION DUMP's format, rewritten on every change); LIST gives a library's functions in the order they were registered (Redis: its hash table's order); a library that loads runs with a 500 ms limit, as Redis's"),
     ("eval_ro", "as EVAL"),
     ("evalsha_ro", "as EVAL"),
     ("script", "LOAD, EXISTS, FLUSH, KILL and HELP; DEBUG (the Lua debugger) is missing"),

@@ -14,7 +14,7 @@
 use bytes::Bytes;
 
 pub use crate::rdb_encoding::Refused;
-use crate::rdb_encoding::{intset, listpack, put_len, put_string, ziplist, Read, Reader, BAD};
+use crate::rdb_encoding::{intset, listpack, put_len, ziplist, Read, Reader, BAD};
 use crate::value::Value;
 
 /// What DUMP writes: Redis 7.0's RDB version.
@@ -128,20 +128,32 @@ pub fn frame(mut body: Vec<u8>) -> Vec<u8> {
 
 // ---- RESTORE ----
 
-/// Checks a payload's version and checksum (Redis's `verifyDumpPayload`) and reads its value.
-pub fn restore(payload: &[u8]) -> Result<Value, Refused> {
+/// The body of a payload whose version and checksum hold (FUNCTION RESTORE's check).
+pub fn verified_body(payload: &[u8]) -> Option<&[u8]> {
     if payload.len() < 10 {
-        return Err(Refused::VersionOrChecksum);
+        return None;
     }
     let (body, footer) = payload.split_at(payload.len() - 10);
     let version = u16::from_le_bytes([footer[0], footer[1]]);
-    if version > RDB_VERSION_MAX {
-        return Err(Refused::VersionOrChecksum);
-    }
     let crc = u64::from_le_bytes(footer[2..10].try_into().expect("8 bytes"));
-    if crc64(&payload[..payload.len() - 8]) != crc {
-        return Err(Refused::VersionOrChecksum);
-    }
+    (version <= RDB_VERSION_MAX && crc64(&payload[..payload.len() - 8]) == crc).then_some(body)
+}
+
+/// Appends an RDB string (its length, then its bytes).
+pub fn put_string(out: &mut Vec<u8>, s: &[u8]) {
+    crate::rdb_encoding::put_string(out, s);
+}
+
+/// Reads one RDB string from the start of `bytes`: the string and the bytes it took.
+pub fn read_string(bytes: &[u8]) -> Option<(Bytes, usize)> {
+    let mut r = Reader::new(bytes);
+    let s = r.string().ok()?;
+    Some((s, r.pos))
+}
+
+/// Checks a payload's version and checksum (Redis's `verifyDumpPayload`) and reads its value.
+pub fn restore(payload: &[u8]) -> Result<Value, Refused> {
+    let body = verified_body(payload).ok_or(Refused::VersionOrChecksum)?;
     let mut r = Reader::new(body);
     let value = r.value()?;
     if !r.at_end() {

@@ -339,6 +339,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("evalsha", -3, NOSCRIPT | STALE, MOVABLE, Server, None, "scripting", "Executes a server-side Lua script by SHA1 digest.").movable(eval_keys),
     row("eval_ro", -3, NOSCRIPT | STALE | READONLY, MOVABLE, Server, None, "scripting", "Executes a read-only server-side Lua script.").movable(eval_keys),
     row("evalsha_ro", -3, NOSCRIPT | STALE | READONLY, MOVABLE, Server, None, "scripting", "Executes a read-only server-side Lua script by SHA1 digest.").movable(eval_keys),
+    row("fcall", -3, NOSCRIPT | STALE, MOVABLE, Server, None, "scripting", "Invokes a function.").movable(eval_keys),
+    row("fcall_ro", -3, NOSCRIPT | STALE | READONLY, MOVABLE, Server, None, "scripting", "Invokes a read-only function.").movable(eval_keys),
+    row("function", -2, NOSCRIPT | PASSES_LOCKS, NONE, Server, None, "scripting", "A container for function commands."),
     row("script", -2, NOSCRIPT | PASSES_LOCKS, NONE, Server, None, "scripting", "A container for Lua scripts management commands."),
     // transactions
     row("multi", 1, NOSCRIPT | LOADING | STALE | FAST | TRANSACTION_CONTROL, NONE, Server, None, "transactions", "Starts a transaction."),

@@ -439,6 +439,24 @@ SCRIPTS = {
     ],
 }
 
+FUNCTIONS_CODE = (
+    "#!lua name=mylib\n"
+    "local function incr_by(keys, args)\n"
+    "  return redis.call('INCRBY', keys[1], args[1])\n"
+    "end\n"
+    "local function get(keys, args) return redis.call('GET', keys[1]) end\n"
+    "local function boom(keys, args)\n"
+    "  local x = redis.call('INCR', keys[1])\n"
+    "  return x\n"
+    "end\n"
+    "local function err(keys, args) return redis.error_reply('MY custom') end\n"
+    "redis.register_function('incr_by', incr_by)\n"
+    "redis.register_function{function_name='getit', callback=get, flags={'no-writes'}, description='reads'}\n"
+    "redis.register_function('boom', boom)\n"
+    "redis.register_function('err', err)\n"
+)
+FUNCTIONS_LIB = FUNCTIONS_CODE.replace(" ", "\\x20").replace("\n", "\\x0a")
+
 
 def crc64(data):
     """Redis's CRC64 (crc64.c: reflected Jones polynomial, no final xor)."""
@@ -472,6 +490,36 @@ REDIS_PAYLOADS = {
     "zset": b"\x11\x14\x14\x00\x00\x00\x04\x00\x81m\x02\x831.5\x04\x81n\x02\x02\x01\xff\n\x00\xf1\xb0:mX_i8",
 }
 HELLO = escaped(REDIS_PAYLOADS["string"])
+
+
+def rdb_string(data):
+    n = len(data)
+    head = bytes([n]) if n < 64 else bytes([0x40 | (n >> 8), n & 0xFF]) if n < 16384 else b"\x80" + n.to_bytes(4, "big")
+    return head + data
+
+
+FUNCTIONS_DUMP = escaped(payload(bytes([245]) + rdb_string(FUNCTIONS_CODE.encode())))
+
+# Library code as one word: \x20 for spaces, \x0a for line ends.
+SCRIPTS["functions"] = [
+        "FUNCTION FLUSH", "FUNCTION LOAD " + FUNCTIONS_LIB, "FUNCTION LOAD " + FUNCTIONS_LIB,
+        "FUNCTION LOAD REPLACE " + FUNCTIONS_LIB, "FCALL incr_by 1 k 5", "FCALL getit 1 k",
+        "FCALL_RO getit 1 k", "FCALL_RO incr_by 1 k 1", "FCALL nope 0", "FCALL getit x",
+        "FCALL getit 5 k", "FCALL getit -1", "SET s abc", "FCALL boom 1 s", "FCALL err 0",
+        "FCALL getit 1 s", "FUNCTION LIST", "FUNCTION LIST WITHCODE", "FUNCTION LIST LIBRARYNAME my*",
+        "FUNCTION LIST LIBRARYNAME zz*", "FUNCTION LIST BOGUS", "FUNCTION LIST LIBRARYNAME",
+        "FUNCTION STATS", "FUNCTION DELETE nolib", "FUNCTION LOAD return\\x201",
+        "FUNCTION LOAD #!lua\\x0ax", "FUNCTION LOAD #!lua\\x20name=e\\x0alocal\\x20x=1",
+        "FUNCTION LOAD #!lua\\x20name=e2\\x0aredis.call('set','a','b')",
+        "FUNCTION LOAD #!lua\\x20name=e3\\x0aredis.register_function('incr_by',function()\\x20end)",
+        "FUNCTION LOAD #!lua\\x20name=e4\\x0aredis.register_function('x')",
+        "FUNCTION LOAD #!lua\\x20name=e5\\x0aredis.register_function{function_name='y',callback=function()\\x20end,flags={'bogus'}}",
+        "FUNCTION LOAD #!js\\x20name=e6\\x0ax", "FUNCTION LOAD FOO " + FUNCTIONS_LIB, "FUNCTION LOAD",
+        "FUNCTION FLUSH bogus", "FUNCTION RESTORE garbage", "FUNCTION BOGUS", "FUNCTION KILL",
+        "FUNCTION RESTORE " + FUNCTIONS_DUMP, "FUNCTION RESTORE " + FUNCTIONS_DUMP + " FLUSH",
+        "FUNCTION RESTORE " + FUNCTIONS_DUMP + " BOGUS", "FCALL incr_by 1 k 1",
+        "FUNCTION DELETE mylib", "FCALL getit 1 k", "FUNCTION DELETE", "FUNCTION STATS",
+    ]
 SCRIPTS["dump restore"] = [
     "DUMP nokey", "DUMP", "DUMP a b", "RESTORE", "RESTORE k 0",
     "SET s hello", "DUMP s",
@@ -534,6 +582,17 @@ def normalise(reply):
     return reply
 
 
+def sort_functions(library):
+    """A FUNCTION LIST entry (a map in RESP3, flat pairs in RESP2) with its functions sorted."""
+    if isinstance(library, dict):
+        return {k: sorted(v, key=repr) if k == b"functions" else v for k, v in library.items()}
+    out = list(library)
+    for i in range(0, len(out) - 1, 2):
+        if out[i] == b"functions":
+            out[i + 1] = sorted(out[i + 1], key=repr)
+    return out
+
+
 def reply_of(client, line):
     """The reply to one command, normalised for comparison; errors by their text."""
     # Within one word, \xNN stands for that byte (\x20: a space, in scripts).
@@ -546,6 +605,9 @@ def reply_of(client, line):
     except redis.ResponseError as e:
         return ("error", str(e))
     reply = normalise(reply)
+    if words[0].upper() == b"FUNCTION" and len(words) > 1 and words[1].upper() == b"LIST":
+        # Redis lists a library's functions in its hash table's order.
+        reply = [sort_functions(library) for library in reply]
     if words[0].upper().decode() in UNORDERED and isinstance(reply, (list, set)):
         return ("unordered", sorted(map(repr, reply)))
     if isinstance(reply, set):

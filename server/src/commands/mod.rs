@@ -11,6 +11,7 @@ mod config_inert;
 mod config_table;
 mod cron;
 pub mod embedded;
+pub mod functions;
 pub mod info;
 pub mod persistence;
 pub mod pubsub;
@@ -50,7 +51,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
         "shutdown" => args[1..].iter().any(|a| is(a, "save")),
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
         "publish" | "spublish" => crate::commands::pubsub::publish_needs_peers(ctx),
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => true,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => true,
         "client" => {
             several && (is(&args[1], "list") || is(&args[1], "kill") || is(&args[1], "tracking"))
         }
@@ -90,9 +91,10 @@ pub async fn run(
             pubsub_kind(spec.name),
         ),
         "pubsub" => crate::commands::pubsub::pubsub(ctx, args).await,
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
             crate::commands::scripting::eval(ctx, conn, spec, args).await
         }
+        "function" => functions::function(ctx, args),
         "script" => crate::commands::scripting::script(ctx, args),
         "multi" => crate::commands::transaction::multi(&mut conn.borrow_mut()),
         "exec" => crate::commands::transaction::exec(ctx, conn).await,

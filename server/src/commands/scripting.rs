@@ -54,7 +54,7 @@ const RETRY_WHOLE: &str = "ERR script needs every shard (it runs again holding t
 
 /// An error raised by `redis.call`, carried through Lua untouched.
 #[derive(Debug)]
-struct CallError(String);
+struct CallError(String, Option<u32>);
 
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -184,7 +184,7 @@ fn flush_epoch(ctx: &ShardCtx) -> u64 {
 }
 
 /// Registry names: the scripts' sealed environment, and the compiled scripts by SHA.
-const SCRIPT_ENV: &str = "wetask_script_env";
+pub(crate) const SCRIPT_ENV: &str = "wetask_script_env";
 const COMPILED: &str = "wetask_compiled";
 
 /// Converts a Lua argument of `redis.call` to a command argument, as Redis does.
@@ -207,6 +207,17 @@ async fn redis_call(
     args: MultiValue,
     protected: bool,
 ) -> mlua::Result<Value> {
+    // The line of the script that called, as Redis's error suffix names it: the nearest
+    // frame of the user's chunk (none after a `return redis.call(…)`, a tail call here).
+    let line = (1..8).find_map(|level| {
+        let frame = lua.inspect_stack(level)?;
+        let user = frame
+            .source()
+            .source
+            .is_some_and(|s| s.starts_with("@user_"));
+        user.then(|| u32::try_from(frame.curr_line()).ok())
+            .flatten()
+    });
     let frame = match call_command(ctx, args).await {
         Ok(frame) => frame,
         Err(text) => Frame::error(text),
@@ -214,6 +225,7 @@ async fn redis_call(
     match frame {
         Frame::Error(text) if !protected => Err(mlua::Error::external(CallError(
             String::from_utf8_lossy(&text).into_owned(),
+            line,
         ))),
         frame => frame_to_lua(lua, &frame, 0),
     }
@@ -587,8 +599,8 @@ fn lua_to_frame(value: &Value, depth: usize) -> Frame {
 }
 
 /// The line a Lua error message points at (`user_script:LINE:`), for Redis's error suffix.
-fn error_line(message: &str) -> Option<u32> {
-    let at = message.find("user_script:")? + "user_script:".len();
+fn error_line(message: &str, chunk: &str) -> Option<u32> {
+    let at = message.find(chunk)? + chunk.len() + 1;
     let digits: String = message[at..]
         .chars()
         .take_while(char::is_ascii_digit)
@@ -597,20 +609,23 @@ fn error_line(message: &str) -> Option<u32> {
 }
 
 /// A script failure as Redis 7 words it.
-fn script_error(error: &mlua::Error, sha: &str) -> Frame {
+fn script_error(error: &mlua::Error, sha: &str, chunk: &str) -> Frame {
     let mut cause = error;
     while let mlua::Error::CallbackError { cause: inner, .. } = cause {
         cause = inner;
     }
     let (text, line) = match cause {
         mlua::Error::ExternalError(e) => match e.downcast_ref::<CallError>() {
-            Some(call) => (call.0.clone(), error_line(&error.to_string())),
+            Some(call) => (
+                call.0.clone(),
+                call.1.or_else(|| error_line(&error.to_string(), chunk)),
+            ),
             None => (format!("ERR {e}"), None),
         },
         mlua::Error::RuntimeError(message) => {
             let first = message.lines().next().unwrap_or_default();
-            let line = error_line(first);
-            match first.find("user_script:") {
+            let line = error_line(first, chunk);
+            match first.find(&format!("{chunk}:")) {
                 Some(at) => (format!("ERR {}", &first[at..]), line),
                 None => (format!("ERR {first}"), line),
             }
@@ -624,7 +639,7 @@ fn script_error(error: &mlua::Error, sha: &str) -> Frame {
         ),
     };
     Frame::error(format!(
-        "{text} script: {sha}, on @user_script:{}.",
+        "{text} script: {sha}, on @{chunk}:{}.",
         line.unwrap_or(1)
     ))
 }
@@ -686,6 +701,9 @@ pub async fn eval(
 
 /// The SHA a queued EVAL or EVALSHA names.
 pub fn sha_of(spec: &CommandSpec, args: &[Bytes]) -> String {
+    if spec.name.starts_with("fcall") {
+        return String::from_utf8_lossy(&args[1]).into_owned();
+    }
     if spec.name.starts_with("evalsha") {
         String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
     } else {
@@ -722,22 +740,19 @@ pub async fn eval_in(
     client: u64,
     under: Option<(&Held<'_>, &mut Vec<(usize, Bytes)>)>,
 ) -> Frame {
-    let read_only = spec.name.ends_with("_ro");
-    let numkeys = match numkeys(args) {
-        Ok(n) => n,
+    let runnable = match runnable(ctx, spec, args) {
+        Ok(runnable) => runnable,
         Err(err) => return err,
     };
-    let (sha, body) = match script_body(ctx, spec.name.starts_with("evalsha"), &args[1]) {
-        Ok(found) => found,
-        Err(err) => return err,
-    };
-    let (lua, function) = match lua_and_function(ctx, &sha, &body) {
-        Ok(ready) => ready,
-        Err(err) => return err,
-    };
-    let owned = |items: &[Bytes]| items.iter().map(|k| Bytes::copy_from_slice(k)).collect();
-    let (keys, argv): (Vec<Bytes>, Vec<Bytes>) =
-        (owned(&args[3..3 + numkeys]), owned(&args[3 + numkeys..]));
+    let Runnable {
+        sha,
+        lua,
+        function,
+        read_only,
+        keys,
+        argv,
+        chunk,
+    } = runnable;
     // A script that declares no key at all may still use keys (Redis allows it): it locks
     // every shard, as `--lua-whole-server` makes every script do.
     let new_run = |held: &Held<'_>, open_shards: Vec<usize>, borrowed| ScriptRun {
@@ -777,8 +792,61 @@ pub async fn eval_in(
     };
     match result {
         Ok(value) => lua_to_frame(&value, 0),
-        Err(error) => script_error(&error, &sha),
+        Err(error) => script_error(&error, &sha, chunk),
     }
+}
+
+/// What EVAL or FCALL runs, found and checked: the SHA (FCALL: the function's name), the
+/// Lua state and function, whether it may write, its keys and arguments, and the chunk name
+/// its errors cite.
+struct Runnable {
+    sha: String,
+    lua: Lua,
+    function: Function,
+    read_only: bool,
+    keys: Vec<Bytes>,
+    argv: Vec<Bytes>,
+    chunk: &'static str,
+}
+
+fn runnable(ctx: &Rc<ShardCtx>, spec: &CommandSpec, args: &[Bytes]) -> Result<Runnable, Frame> {
+    let owned = |items: &[Bytes]| items.iter().map(|k| Bytes::copy_from_slice(k)).collect();
+    if spec.name.starts_with("fcall") {
+        use crate::commands::functions;
+        let found = functions::check(ctx, spec.name == "fcall_ro", args)?;
+        let (keys, argv): (Vec<Bytes>, Vec<Bytes>) = (
+            owned(&args[3..3 + found.numkeys]),
+            owned(&args[3 + found.numkeys..]),
+        );
+        let internal = |e: mlua::Error| Frame::error(format!("ERR {e}"));
+        let lua = lua(ctx).map_err(|e| Frame::error(format!("ERR cannot start Lua: {e}")))?;
+        let env: mlua::Table = lua.named_registry_value(SCRIPT_ENV).map_err(internal)?;
+        let callback = functions::callback(ctx, &lua, &env, &found.name, found.epoch)
+            .map_err(internal)?
+            .ok_or(Frame::static_error("ERR Function not found"))?;
+        let function = functions::bound(&lua, &callback, &keys, &argv).map_err(internal)?;
+        return Ok(Runnable {
+            sha: found.name,
+            lua,
+            function,
+            read_only: found.read_only,
+            keys,
+            argv,
+            chunk: "user_function",
+        });
+    }
+    let numkeys = numkeys(args)?;
+    let (sha, body) = script_body(ctx, spec.name.starts_with("evalsha"), &args[1])?;
+    let (lua, function) = lua_and_function(ctx, &sha, &body)?;
+    Ok(Runnable {
+        sha,
+        lua,
+        function,
+        read_only: spec.name.ends_with("_ro"),
+        keys: owned(&args[3..3 + numkeys]),
+        argv: owned(&args[3 + numkeys..]),
+        chunk: "user_script",
+    })
 }
 
 /// This shard's Lua state and the script compiled in it.
@@ -888,16 +956,9 @@ async fn run_script(
     keys: &[Bytes],
     argv: &[Bytes],
 ) -> mlua::Result<Value> {
-    let strings = |items: &[Bytes]| -> mlua::Result<mlua::Table> {
-        let table = lua.create_table()?;
-        for (i, item) in items.iter().enumerate() {
-            table.raw_set(i + 1, lua.create_string(item)?)?;
-        }
-        Ok(table)
-    };
     let globals = lua.globals();
-    globals.raw_set("KEYS", strings(keys)?)?;
-    globals.raw_set("ARGV", strings(argv)?)?;
+    globals.raw_set("KEYS", crate::lua::string_table(lua, keys)?)?;
+    globals.raw_set("ARGV", crate::lua::string_table(lua, argv)?)?;
     let thread = lua.create_thread(function)?;
     let transparent: mlua::Table = lua.named_registry_value(crate::lua::busy::TRANSPARENT)?;
     transparent.raw_set(thread.clone(), true)?;

@@ -40,7 +40,7 @@ fn may_queue_server_command(spec: &CommandSpec) -> bool {
 
 /// EVAL, EVALSHA and their read-only forms.
 fn is_script(spec: &CommandSpec) -> bool {
-    spec.name.starts_with("eval")
+    spec.name.starts_with("eval") || spec.name.starts_with("fcall")
 }
 
 /// Commands that act on the transaction itself and run at once even inside MULTI.

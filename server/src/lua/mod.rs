@@ -4,5 +4,15 @@
 //! against the keyspace is `commands::scripting`'s.
 
 pub mod busy;
+pub mod library;
 pub mod libs;
 pub mod sandbox;
+
+/// A Lua array of strings (KEYS, ARGV, a function's keys and args).
+pub fn string_table(lua: &mlua::Lua, items: &[bytes::Bytes]) -> mlua::Result<mlua::Table> {
+    let table = lua.create_table()?;
+    for (i, item) in items.iter().enumerate() {
+        table.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(table)
+}

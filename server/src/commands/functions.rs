@@ -1,0 +1,480 @@
+//! Redis 7 functions: FUNCTION LOAD | DELETE | FLUSH | LIST | DUMP | RESTORE | STATS | KILL
+//! | HELP, and the lookup FCALL and FCALL_RO run through. Libraries live in one process-wide
+//! registry (`lua::library`); each shard registers their functions in its own Lua state
+//! when the registry has changed since it last looked, by running each library's code with
+//! `redis.register_function` collecting the callbacks. FCALL then runs like EVAL
+//! (`scripting::eval_in`): on the shards of its keys, atomically, rerun holding every shard
+//! when it reaches an undeclared key elsewhere. The registry survives restarts in
+//! `functions.rdb` beside the journals, in FUNCTION DUMP's format, rewritten whole on every
+//! change.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use mlua::{Function, Lua};
+use wetask_protocol::Frame;
+use wetask_shards::args::{is, parse_i64};
+use wetask_shards::errors::{unknown_subcommand, wrong_arity};
+use wetask_shards::glob::glob_match;
+
+use crate::globals::Globals;
+use crate::lua::library::{self, Library};
+use crate::shard::ShardCtx;
+
+/// The RDB opcode of one library in a FUNCTION DUMP payload (Redis's `RDB_OPCODE_FUNCTION2`).
+const RDB_OPCODE_FUNCTION2: u8 = 245;
+/// The file the registry is kept in, in the data directory.
+const FILE: &str = "functions.rdb";
+
+/// FCALL's function as checked: its name, the registry epoch it was found at, whether it
+/// may not write, and its number of keys.
+pub struct Checked {
+    pub name: String,
+    pub epoch: u64,
+    pub read_only: bool,
+    pub numkeys: usize,
+}
+
+/// Registry names in each shard's Lua state: name -> callback, and the registry epoch they
+/// were built at.
+const FUNCTIONS: &str = "wetask_functions";
+const FUNCTIONS_EPOCH: &str = "wetask_functions_epoch";
+
+/// FCALL / FCALL_RO's function, with Redis's checks in its order.
+pub fn check(ctx: &ShardCtx, ro: bool, args: &[Bytes]) -> Result<Checked, Frame> {
+    let name = String::from_utf8_lossy(&args[1]).into_owned();
+    let (no_writes, epoch) = {
+        let registry = ctx.globals.functions.lock().expect("functions");
+        let Some((_, info)) = registry.function(&name) else {
+            return Err(Frame::static_error("ERR Function not found"));
+        };
+        (info.no_writes(), registry.epoch)
+    };
+    let numkeys = match parse_i64(&args[2]) {
+        None => return Err(Frame::static_error("ERR Bad number of keys provided")),
+        Some(n) if n > args.len() as i64 - 3 => {
+            return Err(Frame::static_error(
+                "ERR Number of keys can't be greater than number of args",
+            ))
+        }
+        Some(n) if n < 0 => {
+            return Err(Frame::static_error("ERR Number of keys can't be negative"))
+        }
+        Some(n) => n as usize,
+    };
+    if ro && !no_writes {
+        return Err(Frame::static_error(
+            "ERR Can not execute a script with write flag using *_ro command.",
+        ));
+    }
+    Ok(Checked {
+        name,
+        epoch,
+        read_only: ro || no_writes,
+        numkeys,
+    })
+}
+
+/// The callback of function `name` in this shard's Lua state, registering every library
+/// again first when the registry changed.
+pub fn callback(
+    ctx: &ShardCtx,
+    lua: &Lua,
+    env: &mlua::Table,
+    name: &str,
+    epoch: u64,
+) -> mlua::Result<Option<Function>> {
+    let built: Option<u64> = lua.named_registry_value(FUNCTIONS_EPOCH)?;
+    if built != Some(epoch) {
+        let codes: Vec<Bytes> = ctx
+            .globals
+            .functions
+            .lock()
+            .expect("functions")
+            .libraries()
+            .map(|l| l.code.clone())
+            .collect();
+        let table = lua.create_table()?;
+        for code in codes {
+            for (function, callback) in register_in(lua, env, &code)? {
+                table.raw_set(function, callback)?;
+            }
+        }
+        lua.set_named_registry_value(FUNCTIONS, table)?;
+        lua.set_named_registry_value(FUNCTIONS_EPOCH, epoch)?;
+    }
+    let table: mlua::Table = lua.named_registry_value(FUNCTIONS)?;
+    table.raw_get(name)
+}
+
+/// Runs a library's code in the shard's script environment with `redis.register_function`
+/// set for the while, and returns what it registered.
+fn register_in(
+    lua: &Lua,
+    env: &mlua::Table,
+    code: &Bytes,
+) -> mlua::Result<Vec<(String, Function)>> {
+    let callbacks: library::Callbacks = Default::default();
+    let redis = library::install_registrar(lua, Default::default(), Some(callbacks.clone()))?;
+    let body = &code[code.iter().position(|&b| b == b'\n').unwrap_or(0)..];
+    let ran = lua
+        .load(body)
+        .set_name("@user_function")
+        .set_mode(mlua::ChunkMode::Text)
+        .set_environment(env.clone())
+        .exec();
+    redis.raw_set("register_function", mlua::Value::Nil)?;
+    ran?;
+    Ok(callbacks.take())
+}
+
+/// Binds a callback to the KEYS and ARGV of one call: what the script thread runs.
+pub fn bound(
+    lua: &Lua,
+    function: &Function,
+    keys: &[Bytes],
+    argv: &[Bytes],
+) -> mlua::Result<Function> {
+    let strings = |items: &[Bytes]| crate::lua::string_table(lua, items);
+    let binder: Function = lua
+        .load("local f, k, a = ... return function() return f(k, a) end")
+        .set_name("=fcall")
+        .into_function()?;
+    binder.call((function.clone(), strings(keys)?, strings(argv)?))
+}
+
+// ---- FUNCTION ----
+
+/// FUNCTION's subcommands.
+pub fn function(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
+    let sub = &args[1];
+    let result = if is(sub, "load") {
+        load(&ctx.globals, args)
+    } else if is(sub, "delete") {
+        delete(&ctx.globals, args)
+    } else if is(sub, "flush") {
+        flush(&ctx.globals, args)
+    } else if is(sub, "list") {
+        list(&ctx.globals, args)
+    } else if is(sub, "dump") {
+        if args.len() != 2 {
+            return wrong_arity("function|dump");
+        }
+        Ok(Frame::Bulk(Bytes::from(dump(&ctx.globals))))
+    } else if is(sub, "restore") {
+        restore(&ctx.globals, args)
+    } else if is(sub, "stats") {
+        if args.len() != 2 {
+            return wrong_arity("function|stats");
+        }
+        Ok(stats(&ctx.globals))
+    } else if is(sub, "kill") {
+        if args.len() != 2 {
+            return wrong_arity("function|kill");
+        }
+        match crate::lua::busy::kill(&ctx.globals.script_slots) {
+            Ok(()) => Ok(Frame::ok()),
+            Err(text) => Err(Frame::static_error(text)),
+        }
+    } else if is(sub, "help") {
+        Ok(help())
+    } else {
+        return unknown_subcommand("function", sub);
+    };
+    result.unwrap_or_else(|err| err)
+}
+
+fn changed(g: &Globals) {
+    if let Err(e) = save(g) {
+        tracing::error!("cannot save the function libraries: {e}");
+    }
+}
+
+/// FUNCTION LOAD [REPLACE] code.
+fn load(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
+    if args.len() < 3 {
+        return Err(wrong_arity("function|load"));
+    }
+    let mut replace = false;
+    for option in &args[2..args.len() - 1] {
+        if is(option, "replace") {
+            replace = true;
+        } else {
+            return Err(Frame::error(format!(
+                "ERR Unknown option given: {}",
+                String::from_utf8_lossy(option)
+            )));
+        }
+    }
+    let code = &args[args.len() - 1];
+    let library = library::load(code).map_err(Frame::error)?;
+    let name = library.name.clone();
+    g.functions
+        .lock()
+        .expect("functions")
+        .add(library, replace)
+        .map_err(Frame::error)?;
+    changed(g);
+    Ok(Frame::Bulk(Bytes::from(name)))
+}
+
+fn delete(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
+    if args.len() != 3 {
+        return Err(wrong_arity("function|delete"));
+    }
+    let name = String::from_utf8_lossy(&args[2]).into_owned();
+    let removed = g.functions.lock().expect("functions").remove(&name);
+    if removed.is_none() {
+        return Err(Frame::static_error("ERR Library not found"));
+    }
+    changed(g);
+    Ok(Frame::ok())
+}
+
+fn flush(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
+    match args.get(2) {
+        None => {}
+        Some(mode) if args.len() == 3 && (is(mode, "sync") || is(mode, "async")) => {}
+        Some(_) if args.len() > 3 => return Err(wrong_arity("function|flush")),
+        Some(_) => {
+            return Err(Frame::static_error(
+                "ERR FUNCTION FLUSH only supports SYNC|ASYNC option",
+            ))
+        }
+    }
+    g.functions.lock().expect("functions").clear();
+    changed(g);
+    Ok(Frame::ok())
+}
+
+/// FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE].
+fn list(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
+    let mut pattern: Option<Bytes> = None;
+    let mut with_code = false;
+    let mut i = 2;
+    while i < args.len() {
+        if is(&args[i], "withcode") && !with_code {
+            with_code = true;
+        } else if is(&args[i], "libraryname") && pattern.is_none() {
+            let Some(p) = args.get(i + 1) else {
+                return Err(Frame::static_error(
+                    "ERR library name argument was not given",
+                ));
+            };
+            pattern = Some(p.clone());
+            i += 1;
+        } else {
+            return Err(Frame::error(format!(
+                "ERR Unknown argument {}",
+                String::from_utf8_lossy(&args[i])
+            )));
+        }
+        i += 1;
+    }
+    let text = |s: &str| Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()));
+    let registry = g.functions.lock().expect("functions");
+    let libraries = registry
+        .libraries()
+        .filter(|l| {
+            pattern
+                .as_ref()
+                .is_none_or(|p| glob_match(p, l.name.as_bytes()))
+        })
+        .map(|l| {
+            let functions = l
+                .functions
+                .iter()
+                .map(|f| {
+                    Frame::Map(vec![
+                        (text("name"), text(&f.name)),
+                        (
+                            text("description"),
+                            f.description.as_deref().map_or(Frame::Null, text),
+                        ),
+                        (
+                            text("flags"),
+                            Frame::Set(f.flags.iter().map(|s| text(s)).collect()),
+                        ),
+                    ])
+                })
+                .collect();
+            let mut pairs = vec![
+                (text("library_name"), text(&l.name)),
+                (text("engine"), text("LUA")),
+                (text("functions"), Frame::Array(functions)),
+            ];
+            if with_code {
+                pairs.push((text("library_code"), Frame::Bulk(l.code.clone())));
+            }
+            Frame::Map(pairs)
+        })
+        .collect();
+    Ok(Frame::Array(libraries))
+}
+
+/// Every library in Redis's FUNCTION DUMP format: an RDB_OPCODE_FUNCTION2 and the code per
+/// library, then the RDB version and CRC64 (`wetask_shards::rdb::frame`).
+pub fn dump(g: &Globals) -> Vec<u8> {
+    let mut body = Vec::new();
+    for l in g.functions.lock().expect("functions").libraries() {
+        body.push(RDB_OPCODE_FUNCTION2);
+        wetask_shards::rdb::put_string(&mut body, &l.code);
+    }
+    wetask_shards::rdb::frame(body)
+}
+
+/// The libraries a FUNCTION DUMP payload holds, loaded and checked.
+fn parse_dump(payload: &[u8]) -> Result<Vec<Library>, Frame> {
+    let body = wetask_shards::rdb::verified_body(payload).ok_or(Frame::static_error(
+        "ERR DUMP payload version or checksum are wrong",
+    ))?;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < body.len() {
+        if body[at] != RDB_OPCODE_FUNCTION2 {
+            return Err(Frame::static_error("ERR given type is not a function"));
+        }
+        let (code, used) = wetask_shards::rdb::read_string(&body[at + 1..]).ok_or(
+            Frame::static_error("ERR failed loading the given functions payload"),
+        )?;
+        at += 1 + used;
+        out.push(library::load(&code).map_err(Frame::error)?);
+    }
+    Ok(out)
+}
+
+/// FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE].
+fn restore(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
+    if args.len() < 3 || args.len() > 4 {
+        return Err(wrong_arity("function|restore"));
+    }
+    let policy =
+        match args.get(3) {
+            None => "append",
+            Some(p) if is(p, "append") => "append",
+            Some(p) if is(p, "replace") => "replace",
+            Some(p) if is(p, "flush") => "flush",
+            Some(_) => return Err(Frame::static_error(
+                "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+            )),
+        };
+    let libraries = parse_dump(&args[2])?;
+    let mut registry = g.functions.lock().expect("functions");
+    if policy == "append" {
+        if let Some(l) = libraries
+            .iter()
+            .find(|l| registry.libraries().any(|have| have.name == l.name))
+        {
+            return Err(Frame::error(format!(
+                "ERR Library {} already exists",
+                l.name
+            )));
+        }
+    }
+    // All or nothing: checked on a copy first.
+    let mut trial = library::Registry::default();
+    if policy != "flush" {
+        for l in registry.libraries() {
+            trial.add(l.clone(), false).map_err(Frame::error)?;
+        }
+    }
+    for l in &libraries {
+        trial
+            .add(l.clone(), policy == "replace")
+            .map_err(Frame::error)?;
+    }
+    if policy == "flush" {
+        registry.clear();
+    }
+    for l in libraries {
+        registry.add(l, policy != "append").map_err(Frame::error)?;
+    }
+    drop(registry);
+    changed(g);
+    Ok(Frame::ok())
+}
+
+fn stats(g: &Globals) -> Frame {
+    let text = |s: &str| Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()));
+    let registry = g.functions.lock().expect("functions");
+    let count = |n: usize| Frame::Integer(n as i64);
+    Frame::Map(vec![
+        (text("running_script"), Frame::Null),
+        (
+            text("engines"),
+            Frame::Map(vec![(
+                text("LUA"),
+                Frame::Map(vec![
+                    (text("libraries_count"), count(registry.libraries().count())),
+                    (text("functions_count"), count(registry.function_count())),
+                ]),
+            )]),
+        ),
+    ])
+}
+
+fn help() -> Frame {
+    let lines = [
+        "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "LOAD [REPLACE] <FUNCTION CODE>",
+        "DELETE <LIBRARY NAME>",
+        "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
+        "FLUSH [ASYNC|SYNC]",
+        "DUMP",
+        "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
+        "STATS",
+        "KILL",
+        "HELP",
+    ];
+    Frame::Array(
+        lines
+            .iter()
+            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+    )
+}
+
+// ---- persistence ----
+
+/// Writes the registry to `functions.rdb` (a temporary file, synced, renamed over it).
+fn save(g: &Globals) -> std::io::Result<()> {
+    let Some(store) = g.store.get() else {
+        return Ok(());
+    };
+    let path = store.path.join(FILE);
+    let tmp = store.path.join(format!("{FILE}.tmp"));
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&dump(g))?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(&store.path)?.sync_all()
+}
+
+/// Loads `functions.rdb` at start, when there is one. A damaged file stops the start, as a
+/// damaged journal does.
+pub fn load_saved(g: &Globals) -> Result<usize, String> {
+    let Some(store) = g.store.get() else {
+        return Ok(0);
+    };
+    let path = store.path.join(FILE);
+    let payload = match std::fs::read(&path) {
+        Ok(payload) => payload,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let libraries = parse_dump(&payload).map_err(|err| match err {
+        Frame::Error(text) => format!("{}: {}", path.display(), String::from_utf8_lossy(&text)),
+        other => format!("{}: {other:?}", path.display()),
+    })?;
+    let mut registry = g.functions.lock().expect("functions");
+    let count = libraries.len();
+    for l in libraries {
+        registry
+            .add(l, true)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(count)
+}
