@@ -79,3 +79,40 @@ fn an_all_pause_holds_every_command_until_its_time_out() {
     assert!(admin.cmd("NOSUCHCOMMAND").is_error());
     assert!(asked.elapsed() < Duration::from_secs(10));
 }
+
+/// CLIENT UNBLOCK: a blocked pop (and a blocked stream read) on any shard ends at once, as a
+/// time-out (nil) or with UNBLOCKED; a client that is not blocked, or absent, counts 0.
+#[test]
+fn client_unblock_ends_blocked_commands_on_every_shard() {
+    each_server(|server| {
+        let mut admin = server.client();
+        for (i, reason) in ["TIMEOUT", "ERROR", "", "TIMEOUT"].iter().enumerate() {
+            let mut blocked = server.client();
+            let Frame::Integer(id) = blocked.cmd("CLIENT ID") else {
+                panic!("CLIENT ID")
+            };
+            let key = key_on("ub", i % 2);
+            if i == 3 {
+                blocked.send(&[b"XREAD", b"BLOCK", b"0", b"STREAMS", key.as_bytes(), b"$"]);
+            } else {
+                blocked.send(&[b"BLPOP", key.as_bytes(), b"0"]);
+            }
+            wait_blocked(server, 1);
+            let line = format!("CLIENT UNBLOCK {id} {reason}");
+            assert_eq!(admin.cmd(line.trim()), int(1));
+            let reply = blocked.read().unwrap();
+            if *reason == "ERROR" {
+                assert_eq!(reply, err("UNBLOCKED client unblocked via CLIENT UNBLOCK"));
+            } else {
+                assert!(matches!(reply, Frame::Null | Frame::NullArray), "{reply:?}");
+            }
+            assert_eq!(blocked.cmd("PING"), Frame::Simple("PONG".into()));
+            assert_eq!(admin.cmd(&format!("CLIENT UNBLOCK {id}")), int(0));
+        }
+        assert_eq!(admin.cmd("CLIENT UNBLOCK 999999"), int(0));
+        assert_eq!(
+            admin.cmd("CLIENT UNBLOCK 1 FOO"),
+            err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+        );
+    });
+}

@@ -112,6 +112,8 @@ pub struct ConnState {
     pub slot: (u32, u32),
     /// TASK.WORKER's identity: leases go to the worker, not to this connection.
     pub worker: Option<WorkerBinding>,
+    /// CLIENT UNBLOCK … ERROR ended this connection's blocking command: it answers UNBLOCKED.
+    pub unblock_error: bool,
     /// CLIENT TRACKING ON: client-side caching (`commands::tracking`). Boxed: most
     /// connections never track, and the hot fields stay close together.
     pub tracking: Option<Box<TrackingState>>,
@@ -185,6 +187,7 @@ impl ConnState {
             slot: (0, 0),
             worker: None,
             tracking: None,
+            unblock_error: false,
         }
     }
 

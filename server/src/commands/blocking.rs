@@ -173,7 +173,11 @@ pub async fn run_blocked(
         (state.id, state.db)
     };
     let frame = block(ctx, client, db, blocking).await;
-    conn.borrow_mut().blocked_on.clear();
+    let mut state = conn.borrow_mut();
+    state.blocked_on.clear();
+    if std::mem::take(&mut state.unblock_error) {
+        return Frame::static_error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+    }
     frame
 }
 

@@ -53,7 +53,10 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
         "publish" | "spublish" => crate::commands::pubsub::publish_needs_peers(ctx),
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => true,
         "client" => {
-            several && (is(&args[1], "list") || is(&args[1], "kill") || is(&args[1], "tracking"))
+            several
+                && ["list", "kill", "tracking", "unblock"]
+                    .iter()
+                    .any(|sub| is(&args[1], sub))
         }
         "config" => several && is(&args[1], "resetstat"),
         _ => false,
@@ -394,6 +397,9 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
     if is(sub, "pause") {
         return client_pause(ctx, args);
     }
+    if is(sub, "unblock") {
+        return client_unblock(ctx, args).await;
+    }
     if is(sub, "unpause") {
         if args.len() != 2 {
             return wrong_arity("client|unpause");
@@ -433,6 +439,7 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
             "NO-TOUCH <on|off>",
             "REPLY <ON|OFF|SKIP>",
             "PAUSE <timeout> [WRITE|ALL]",
+            "UNBLOCK <clientid> [TIMEOUT|ERROR]",
             "UNPAUSE",
             "TRACKING <ON|OFF> [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]] [OPTIN] [OPTOUT] [NOLOOP]",
             "CACHING <YES|NO>",
@@ -466,6 +473,48 @@ async fn wait_replicas(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
         ctx.sleep_until(deadline).await;
     }
     Frame::Integer(0)
+}
+
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: 1 when the client was blocked (in a blocking pop or
+/// stream read) and now is not, on whichever shard it lives.
+async fn client_unblock(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
+    if args.len() < 3 {
+        return wrong_arity("client|unblock");
+    }
+    if args.len() > 4 {
+        return Frame::error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        ));
+    }
+    let error = match args.get(3) {
+        None => false,
+        Some(reason) if is(reason, "timeout") => false,
+        Some(reason) if is(reason, "error") => true,
+        Some(_) => {
+            return Frame::static_error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+        }
+    };
+    let Some(client) = parse_i64(&args[2]) else {
+        return Frame::static_error("ERR value is not an integer or out of range");
+    };
+    let client = client.max(0) as u64;
+    let pending: Vec<_> = (0..ctx.shard_count)
+        .filter(|&s| s != ctx.id)
+        .map(|s| {
+            ctx.request(
+                s,
+                Request::Admin(AdminRequest::ClientUnblock { client, error }),
+            )
+        })
+        .collect();
+    let mut unblocked = usize::from(ctx.unblock(client, error));
+    for future in pending {
+        if let Response::Count(n) = future.await {
+            unblocked += n;
+        }
+    }
+    Frame::Integer(unblocked.min(1) as i64)
 }
 
 /// CLIENT PAUSE timeout [WRITE|ALL]: Redis's checks, in its order.

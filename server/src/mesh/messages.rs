@@ -247,7 +247,15 @@ pub enum AdminRequest {
     Stats,
     ResetStats,
     ClientList,
-    ClientKill { filter: crate::clients::KillFilter },
+    ClientKill {
+        filter: crate::clients::KillFilter,
+    },
+    /// CLIENT UNBLOCK: let client `client`'s blocking command end here, if it is blocked
+    /// (with UNBLOCKED when `error`); answered with how many were (0 or 1).
+    ClientUnblock {
+        client: u64,
+        error: bool,
+    },
 }
 
 /// What PUBSUB asks each shard.

@@ -190,6 +190,24 @@ impl ShardCtx {
         }
     }
 
+    /// CLIENT UNBLOCK of a connection of this shard: a blocking pop or stream read it waits in
+    /// ends now, answered as its time-out would be, or with UNBLOCKED when `error`. False
+    /// when the client is not here or not blocked.
+    pub fn unblock(&self, client: u64, error: bool) -> bool {
+        let Some(conn) = self.clients.borrow().get(client) else {
+            return false;
+        };
+        let Ok(mut state) = conn.try_borrow_mut() else {
+            return false;
+        };
+        if state.blocked_on.is_empty() {
+            return false;
+        }
+        state.unblock_error = error;
+        self.lists.connection_closing(&self.core, &state);
+        true
+    }
+
     /// A connection is closing: every service lets go of what it waits on.
     pub fn connection_closing(&self, state: &ConnState) {
         for service in self.hooks() {
@@ -389,6 +407,9 @@ impl ShardCtx {
             AdminRequest::ClientList => Response::Text(self.clients.borrow().list(unix_ms(), None)),
             AdminRequest::ClientKill { filter } => {
                 Response::Count(self.clients.borrow().kill(&filter, None))
+            }
+            AdminRequest::ClientUnblock { client, error } => {
+                Response::Count(usize::from(self.unblock(client, error)))
             }
         }
     }
