@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "MEMORY STATS, LATENCY GRAPH/HISTOGRAM, keyspace notifications",
+        "LATENCY GRAPH/HISTOGRAM, keyspace notifications",
         "the Redis 7 compatibility issue",
     ),
     ("replication, cluster", "later issues"),
@@ -233,7 +233,7 @@ const PARTIAL: &[(&str, &str)] = &[
     ),
     (
         "memory",
-        "USAGE [SAMPLES n] estimates this store's bytes for the key (node, key, value; collections sampled as Redis samples), so the numbers differ from Redis's; DOCTOR, MALLOC-STATS, PURGE and HELP answer; STATS is not there yet (INFO memory has used_memory and used_memory_rss)",
+        "USAGE [SAMPLES n] estimates this store's bytes for the key (node, key, value; collections sampled as Redis samples), so the numbers differ from Redis's; STATS has Redis 7.0's fields in its order, from INFO memory's numbers (a database's hash-table overheads are estimates, and what the store has no part for is 0); DOCTOR, MALLOC-STATS, PURGE and HELP answer",
     ),
     (
         "sort",

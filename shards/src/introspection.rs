@@ -206,7 +206,7 @@ pub fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
     if is(sub, "stats") && only {
         return Frame::static_error(
-            "ERR MEMORY STATS is not supported yet; INFO memory has used_memory and used_memory_rss",
+            "ERR MEMORY STATS gathers from every shard: call it directly, not from a script",
         );
     }
     if !is(sub, "usage") {

@@ -72,3 +72,32 @@ def test_instantaneous_ops_per_sec_follows_the_load(server):
             pipe.set(f"rate:{i}", i)
         pipe.execute()
     assert ours.info("stats")["instantaneous_ops_per_sec"] > 100
+
+
+def test_memory_stats_has_redis_fields_in_redis_order(server, real_redis):  # noqa: F811
+    """MEMORY STATS: the same fields as Redis 7.0, in the same order, in RESP2 and RESP3,
+    with a db.N entry per database that holds keys; the numbers are this server's."""
+    for protocol in (2, 3):
+        theirs = redis.Redis(port=real_redis, protocol=protocol)
+        ours = redis.Redis(port=server.port, protocol=protocol)
+        names = []
+        for client in (theirs, ours):
+            client.response_callbacks.clear()
+            client.flushall()
+            client.set("k", "v")
+            client.execute_command("SELECT", 3)
+            client.set("k", "v", px=100_000)
+            client.execute_command("SELECT", 0)
+            reply = client.execute_command("MEMORY", "STATS")
+            if isinstance(reply, dict):
+                keys = list(reply)
+                values = reply
+            else:
+                keys = reply[0::2]
+                values = dict(zip(reply[0::2], reply[1::2]))
+            names.append(keys)
+            if client is ours:
+                assert int(values[b"keys.count"]) == 2
+                assert int(values[b"total.allocated"]) > 0
+            client.flushall()
+        assert names[0] == names[1]

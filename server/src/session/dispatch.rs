@@ -116,6 +116,9 @@ pub fn needs_remote(
     if ctx.globals.pause.active() {
         return true;
     }
+    if is_memory_stats(spec, args) {
+        return ctx.shard_count > 1;
+    }
     if spec.has(flag::BLOCKING) && blocking::may_wait(ctx, db, spec, args) {
         return true;
     }
@@ -127,6 +130,12 @@ pub fn needs_remote(
             .key_positions(args)
             .any(|i| shard_of(&args[i], ctx.shard_count) != ctx.id),
     }
+}
+
+/// MEMORY STATS: a keyed command's family, but the server's answer (gathered from every
+/// shard).
+fn is_memory_stats(spec: &CommandSpec, args: &[Bytes]) -> bool {
+    spec.name == "memory" && args.len() == 2 && wetask_shards::args::is(&args[1], "stats")
 }
 
 /// Prefetches the keyspace entries of a window of pipelined commands (the first key of each
@@ -252,6 +261,7 @@ async fn execute_spec(
                 frame
             }
         }
+        Route::Keyed if is_memory_stats(spec, args) => commands::info::memory_stats(ctx).await,
         Route::Keyed => keyed(ctx, at, spec, args, direct).await,
         Route::Split(merge) => split(ctx, at, spec, args, merge).await,
         Route::AllShards(merge) => all_shards(ctx, at, spec, args, merge).await,
