@@ -39,9 +39,10 @@ if [ ! -d tests/node/node_modules/bullmq ] || [ tests/node/package-lock.json -nt
     (cd tests/node && npm ci --no-audit --no-fund --silent)
 fi
 # And BullMQ at its newest release with the newest ioredis (since 6.x BullMQ leaves choosing
-# the Redis client to the user) in tests/node-current, so the client tests also run what a
-# new user installs today; a fresh setup (CI's fresh clone) always takes the newest.
-if [ ! -d tests/node-current/node_modules/bullmq ]; then
-    echo "setup: installing the newest BullMQ into tests/node-current"
+# the Redis client to the user), and node-redis, in tests/node-current, so the client tests
+# also run what a new user installs today; a fresh setup (CI's fresh clone) always takes the
+# newest.
+if [ ! -d tests/node-current/node_modules/bullmq ] || [ ! -d tests/node-current/node_modules/redis ]; then
+    echo "setup: installing the newest BullMQ, ioredis and node-redis into tests/node-current"
     (cd tests/node-current && npm install --no-audit --no-fund --silent)
 fi
