@@ -18,11 +18,14 @@ use wetask_shards::table::{flag, Route, COMMANDS};
 
 /// Commands the fuzzer leaves out, and why: they end or reconfigure the server or the
 /// connection in ways that are tested elsewhere (SHUTDOWN, CONFIG SET requirepass, CLIENT
-/// KILL), or reply more than once per command (the subscribe family), or wait by design.
+/// KILL and PAUSE), or reply more than once per command (the subscribe family, MONITOR), or
+/// wait by design (TASK.WAIT, WAIT).
 const SKIPPED: &[&str] = &[
     "shutdown",
     "config",
     "client",
+    "monitor",
+    "wait",
     "subscribe",
     "psubscribe",
     "ssubscribe",
