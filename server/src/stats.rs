@@ -15,13 +15,38 @@ pub struct CommandCounts {
     pub time: u64,
 }
 
+/// Latency buckets per command: powers of two of cycle-counter ticks, up to 2^47 (minutes).
+pub const TICK_BUCKETS: usize = 48;
+
+/// One command's time: its ticks in all, and how many calls fell in each bucket.
+struct CommandTime {
+    ticks: Cell<u64>,
+    buckets: [Cell<u32>; TICK_BUCKETS],
+}
+
+impl Default for CommandTime {
+    fn default() -> Self {
+        CommandTime {
+            ticks: Cell::new(0),
+            buckets: std::array::from_fn(|_| Cell::new(0)),
+        }
+    }
+}
+
+impl CommandTime {
+    fn reset(&self) {
+        self.ticks.set(0);
+        self.buckets.iter().for_each(|b| b.set(0));
+    }
+}
+
 pub struct ShardStats {
     pub commands: Cell<u64>,
     /// Indexed by the command's row in the command table: O(1) per command.
     per_command: RefCell<Vec<CommandCounts>>,
-    /// Each command's time in cycle-counter ticks, apart from the counts: added for every
-    /// command, so a plain cell, no `RefCell` flag to set and clear.
-    per_command_ticks: Box<[Cell<u64>]>,
+    /// Each command's time in cycle-counter ticks and its latency histogram, apart from the
+    /// counts: added for every command, so plain cells, no `RefCell` flag to set and clear.
+    per_command_time: Box<[CommandTime]>,
     pub net_input_bytes: Cell<u64>,
     pub net_output_bytes: Cell<u64>,
     /// Receives and sends completed on the network (INFO's `total_reads_processed` and
@@ -72,7 +97,9 @@ impl Default for ShardStats {
         ShardStats {
             commands: Cell::new(0),
             per_command: RefCell::new(vec![CommandCounts::default(); COMMANDS.len()]),
-            per_command_ticks: (0..COMMANDS.len()).map(|_| Cell::new(0)).collect(),
+            per_command_time: (0..COMMANDS.len())
+                .map(|_| CommandTime::default())
+                .collect(),
             net_input_bytes: Cell::new(0),
             net_output_bytes: Cell::new(0),
             net_reads: Cell::new(0),
@@ -151,10 +178,28 @@ impl ShardStats {
         counts.failed += u64::from(failed);
     }
 
-    /// Adds `ticks` (from `slowlog::ticks`) to the command's time (INFO commandstats' usec).
+    /// Adds `ticks` (from `slowlog::ticks`) to the command's time (INFO commandstats' usec)
+    /// and counts it in its power-of-two bucket (LATENCY HISTOGRAM).
+    #[inline]
     pub fn add_time(&self, spec: &'static CommandSpec, ticks: u64) {
-        let cell = &self.per_command_ticks[spec.index()];
-        cell.set(cell.get() + ticks);
+        let time = &self.per_command_time[spec.index()];
+        time.ticks.set(time.ticks.get() + ticks);
+        let bucket = ((u64::BITS - ticks.leading_zeros()) as usize).min(TICK_BUCKETS - 1);
+        let count = &time.buckets[bucket];
+        count.set(count.get().wrapping_add(1));
+    }
+
+    /// Each called command's latency buckets (by ticks: bucket b counts times under 2^b).
+    pub fn histograms(&self) -> BTreeMap<&'static str, Vec<u64>> {
+        COMMANDS
+            .iter()
+            .zip(self.per_command_time.iter())
+            .filter(|(_, t)| t.buckets.iter().any(|b| b.get() > 0))
+            .map(|(spec, t)| {
+                let buckets = t.buckets.iter().map(|b| u64::from(b.get())).collect();
+                (spec.name, buckets)
+            })
+            .collect()
     }
 
     pub fn record_rejected(&self, spec: &'static CommandSpec) {
@@ -167,10 +212,10 @@ impl ShardStats {
         let counts = self.per_command.borrow();
         COMMANDS
             .iter()
-            .zip(counts.iter().zip(self.per_command_ticks.iter()))
+            .zip(counts.iter().zip(self.per_command_time.iter()))
             .filter(|(_, (c, _))| c.calls + c.rejected > 0)
             .map(|(spec, (c, ticks))| {
-                let time = ticks.get() / ticks_per_us.max(1);
+                let time = ticks.ticks.get() / ticks_per_us.max(1);
                 (spec.name, CommandCounts { time, ..*c })
             })
             .collect()
@@ -179,7 +224,7 @@ impl ShardStats {
     pub fn reset(&self) {
         self.commands.set(0);
         self.per_command.borrow_mut().fill(CommandCounts::default());
-        self.per_command_ticks.iter().for_each(|t| t.set(0));
+        self.per_command_time.iter().for_each(CommandTime::reset);
         self.net_input_bytes.set(0);
         self.net_output_bytes.set(0);
         self.net_reads.set(0);
@@ -243,6 +288,8 @@ pub struct ShardReport {
     pub tracking_keys: u64,
     pub tracking_items: u64,
     pub tracking_prefixes: u64,
+    /// Each command's latency buckets (`ShardStats::histograms`).
+    pub histograms: BTreeMap<&'static str, Vec<u64>>,
 }
 
 impl ShardReport {
@@ -282,6 +329,13 @@ impl ShardReport {
         self.tracking_keys += other.tracking_keys;
         self.tracking_items += other.tracking_items;
         self.tracking_prefixes = self.tracking_prefixes.max(other.tracking_prefixes);
+        for (name, buckets) in other.histograms {
+            let mine = self
+                .histograms
+                .entry(name)
+                .or_insert_with(|| vec![0; buckets.len()]);
+            mine.iter_mut().zip(buckets).for_each(|(m, b)| *m += b);
+        }
         self.evicted_keys += other.evicted_keys;
         self.net_input_bytes += other.net_input_bytes;
         self.net_output_bytes += other.net_output_bytes;

@@ -168,3 +168,45 @@ fn latency_monitor_samples_commands_over_its_threshold() {
     assert_eq!(c.cmd("LATENCY RESET command"), int(1));
     assert_eq!(c.cmd("LATENCY LATEST"), array(vec![]));
 }
+
+/// LATENCY HISTOGRAM: every shard's calls of a command, in Redis's cumulative form.
+#[test]
+fn latency_histogram_counts_every_shards_calls() {
+    each_server(|server| {
+        let mut c = server.client();
+        assert!(matches!(c.cmd("HELLO 3"), Frame::Map(_)));
+        for i in 0..50 {
+            assert_eq!(c.cmd(&format!("SET hist{i} v")), ok());
+        }
+        // Pipelined too: a segment's commands each count once.
+        for i in 0..30 {
+            c.send(&[b"GET", format!("hist{i}").as_bytes()]);
+        }
+        for _ in 0..30 {
+            c.read().unwrap();
+        }
+        let Frame::Map(commands) = c.cmd("LATENCY HISTOGRAM set get nosuch") else {
+            panic!("not a map")
+        };
+        let names: Vec<Frame> = commands.iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(names, [bulk("set"), bulk("get")]);
+        for ((_, histogram), calls) in commands.iter().zip([50, 30]) {
+            let Frame::Map(fields) = histogram else {
+                panic!("{histogram:?}")
+            };
+            assert_eq!(fields[0], (bulk("calls"), int(calls)));
+            let Frame::Map(buckets) = &fields[1].1 else {
+                panic!("{fields:?}")
+            };
+            let mut last = (0, 0);
+            for (us, cumulative) in buckets {
+                let (Frame::Integer(us), Frame::Integer(cumulative)) = (us, cumulative) else {
+                    panic!("{buckets:?}")
+                };
+                assert!(*us > last.0 && *cumulative > last.1, "{buckets:?}");
+                last = (*us, *cumulative);
+            }
+            assert_eq!(last.1, calls);
+        }
+    });
+}

@@ -393,6 +393,7 @@ SCRIPTS = {
         "LATENCY LATEST", "LATENCY HISTORY command", "LATENCY RESET", "LATENCY RESET a b",
         "LATENCY DOCTOR", "LATENCY GRAPH foo", "LATENCY HELP", "LATENCY FOO", "LATENCY HISTORY",
         "LATENCY GRAPH", "LATENCY LATEST x", "LATENCY DOCTOR x", "LATENCY",
+        "LATENCY HISTOGRAM nosuchcommand", "LATENCY HISTOGRAM nosuch other",
         "CONFIG GET latency-monitor-threshold", "CONFIG SET latency-monitor-threshold -1",
         "CONFIG SET latency-monitor-threshold x",
     ],

@@ -61,6 +61,73 @@ async fn gather(ctx: &ShardCtx) -> ShardReport {
     report
 }
 
+/// LATENCY HISTOGRAM [command …]: each command's calls and cumulative latency distribution
+/// in Redis's form (power-of-two microsecond buckets from 1 µs, only where the count grows),
+/// from every shard's per-command buckets; commands never called, or unknown, are left out.
+pub async fn latency_histogram(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+    let report = gather(ctx).await;
+    let ticks_per_us = ctx.globals.slowlog.ticks_per_us().max(1);
+    let names: Vec<&'static str> = if args.len() > 2 {
+        args[2..]
+            .iter()
+            .filter_map(|a| wetask_shards::lookup(a).map(|s| s.name))
+            .collect()
+    } else {
+        report.histograms.keys().copied().collect()
+    };
+    let text = |s: &str| Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()));
+    let mut out = Vec::new();
+    for name in names {
+        let Some(buckets) = report.histograms.get(name) else {
+            continue;
+        };
+        if out.iter().any(|(n, _)| *n == text(name)) {
+            continue;
+        }
+        out.push((text(name), histogram_frame(buckets, ticks_per_us)));
+    }
+    Frame::Map(out)
+}
+
+/// One command's `calls` and `histogram_usec` from its tick buckets (bucket b: under 2^b
+/// ticks), re-bucketed by microseconds as Redis's HDR iteration reports them.
+fn histogram_frame(buckets: &[u64], ticks_per_us: u64) -> Frame {
+    let text = |s: &str| Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()));
+    // Redis's boundaries: 1024 ns doubling; reported as whole microseconds (1, 2, 4 … 65 …).
+    let mut by_us: Vec<u64> = Vec::new();
+    for (b, &count) in buckets.iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        let upper_ticks = if b == 0 { 0 } else { (1u64 << b) - 1 };
+        let ns = upper_ticks.saturating_mul(1000) / ticks_per_us;
+        let mut k = 0;
+        while k < 40 && ns >= 1024u64 << k {
+            k += 1;
+        }
+        if by_us.len() <= k {
+            by_us.resize(k + 1, 0);
+        }
+        by_us[k] += count;
+    }
+    let mut pairs = Vec::new();
+    let mut cumulative = 0;
+    for (k, count) in by_us.into_iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        cumulative += count;
+        pairs.push((
+            Frame::Integer(((1024u64 << k) / 1000) as i64),
+            Frame::Integer(cumulative as i64),
+        ));
+    }
+    Frame::Map(vec![
+        (text("calls"), Frame::Integer(cumulative as i64)),
+        (text("histogram_usec"), Frame::Map(pairs)),
+    ])
+}
+
 /// MEMORY STATS: Redis 7.0's fields, in its order, from the same numbers as INFO memory.
 /// What this store does not have (replication backlogs, cluster links, slot maps) is 0;
 /// a database's hash-table overheads are estimates (a slot per key, and per key with a TTL).

@@ -59,6 +59,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
                     .any(|sub| is(&args[1], sub))
         }
         "config" => several && is(&args[1], "resetstat"),
+        "latency" => several && is(&args[1], "histogram"),
         _ => false,
     }
 }
@@ -133,6 +134,7 @@ pub async fn run(
             Frame::ok()
         }
         "slowlog" => ctx.globals.slowlog.command(args),
+        "latency" if is(&args[1], "histogram") => info::latency_histogram(ctx, args).await,
         "latency" => ctx.globals.latency.command(args),
         // No replication: always a primary with no replicas (Redis's reply for one).
         "role" => Frame::Array(vec![

@@ -515,6 +515,7 @@ impl ShardCtx {
                 .borrow()
                 .as_ref()
                 .map_or(0, |l| l.used_memory() as u64),
+            histograms: self.stats.histograms(),
             tracking_clients: self
                 .clients
                 .borrow()
