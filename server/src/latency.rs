@@ -113,10 +113,11 @@ impl LatencyMonitor {
                 Frame::Integer((before - events.len()) as i64)
             }
             "doctor" => Frame::Verbatim(*b"txt", Bytes::from(self.doctor(&events))),
-            "graph" => match event_named(&events, &args[2]) {
-                Some(_) => Frame::static_error(
-                    "ERR LATENCY GRAPH is not supported yet: LATENCY HISTORY has the samples",
-                ),
+            "graph" => match events.iter().find(|(n, _)| is(&args[2], n)) {
+                Some((name, event)) => {
+                    let now = (crate::clock::unix_ms() / 1000) as i64;
+                    Frame::Verbatim(*b"txt", Bytes::from(graph(name, event, now)))
+                }
                 None => Frame::error(format!(
                     "ERR No samples available for event '{}'",
                     String::from_utf8_lossy(&args[2])
@@ -201,6 +202,116 @@ fn history(events: &BTreeMap<&'static str, Event>, name: &[u8]) -> Frame {
     )
 }
 
+/// Columns of LATENCY GRAPH's chart, and its rows of bars (Redis's).
+const GRAPH_COLUMNS: usize = 80;
+const GRAPH_ROWS: usize = 4;
+
+/// LATENCY GRAPH: Redis's header line, a rule, then the samples as a filled sparkline of
+/// `GRAPH_ROWS` rows with each sample's age (`12s`, `3m`, `2h`, `1d`) written downwards
+/// under it, `GRAPH_COLUMNS` samples a block.
+fn graph(name: &str, event: &Event, now: i64) -> String {
+    let ages: Vec<(f64, String)> = event
+        .samples
+        .iter()
+        .map(|&(at, ms)| {
+            let elapsed = (now - at).max(0);
+            let age = match elapsed {
+                e if e < 60 => format!("{e}s"),
+                e if e < 3600 => format!("{}m", e / 60),
+                e if e < 86_400 => format!("{}h", e / 3600),
+                e => format!("{}d", e / 86_400),
+            };
+            (ms as f64, age)
+        })
+        .collect();
+    let low = ages.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
+    let high = ages.iter().map(|s| s.0).fold(0.0, f64::max);
+    let low = if ages.is_empty() { 0.0 } else { low };
+    let mut out = format!(
+        "{name} - high {} ms, low {} ms (all time high {} ms)\n{}\n",
+        high as u64,
+        low as u64,
+        event.max_ms,
+        "-".repeat(GRAPH_COLUMNS)
+    );
+    for (block, chunk) in ages.chunks(GRAPH_COLUMNS).enumerate() {
+        if block > 0 {
+            out.push('\n');
+        }
+        sparkline(&mut out, chunk, low, high);
+    }
+    out
+}
+
+/// One block of a filled sparkline: each sample a column `GRAPH_ROWS` characters high
+/// (`_`, `o`, `#` at the top of a bar, `|` below it), scaled between the sequence's low and
+/// high as Redis scales it; then a blank row and each sample's label downwards.
+fn sparkline(out: &mut String, samples: &[(f64, String)], low: f64, high: f64) {
+    const FILL: [char; 3] = ['_', 'o', '#'];
+    let range = if high - low == 0.0 { 1.0 } else { high - low };
+    let steps = FILL.len() * GRAPH_ROWS;
+    let heights: Vec<i64> = samples
+        .iter()
+        .map(|(value, _)| {
+            // Redis truncates the scaled value before it divides.
+            let scaled = ((value - low) * steps as f64) as i64 as f64;
+            ((scaled / range) as i64).clamp(0, steps as i64 - 1)
+        })
+        .collect();
+    for row in 0..GRAPH_ROWS {
+        let line: String = heights
+            .iter()
+            .map(
+                |&step| match step - ((GRAPH_ROWS - row - 1) * FILL.len()) as i64 {
+                    at @ 0..=2 => FILL[at as usize],
+                    at if at > 2 => '|',
+                    _ => ' ',
+                },
+            )
+            .collect();
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push_str(&" ".repeat(samples.len()));
+    out.push('\n');
+    let longest = samples.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
+    for i in 0..longest {
+        let line: String = samples
+            .iter()
+            .map(|(_, label)| label.as_bytes().get(i).map_or(' ', |&b| b as char))
+            .collect();
+        out.push_str(&line);
+        out.push('\n');
+    }
+}
+
 fn event_named<'a>(events: &'a BTreeMap<&'static str, Event>, name: &[u8]) -> Option<&'a Event> {
     events.iter().find(|(n, _)| is(name, n)).map(|(_, e)| e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_graph_is_drawn_as_redis_draws_it() {
+        // A redis-server 7.0 drew this for samples of 48 ms (1 s ago) and 141 ms (now).
+        let event = Event {
+            samples: [(99, 48), (100, 141)].into_iter().collect(),
+            max_ms: 141,
+        };
+        let expected = "command - high 141 ms, low 48 ms (all time high 141 ms)\n".to_string()
+            + &"-".repeat(80)
+            + "\n #\n |\n |\n_|\n  \n10\nss\n";
+        assert_eq!(graph("command", &event, 100), expected);
+        // Twelve steps over four rows: 3 is the second row's `_`, the top is 11 (`#`).
+        let event = Event {
+            samples: [(40, 0), (40, 3), (40, 6), (40, 12)].into_iter().collect(),
+            max_ms: 12,
+        };
+        let drawn = graph("fast-command", &event, 100);
+        let rows: Vec<&str> = drawn.lines().skip(2).take(4).collect();
+        assert_eq!(rows, ["   #", "  _|", " _||", "_|||"]);
+        assert!(drawn.ends_with("    \n1111\nmmmm\n"));
+    }
 }

@@ -7,10 +7,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
-    (
-        "LATENCY GRAPH, keyspace notifications",
-        "the Redis 7 compatibility issue",
-    ),
+    ("keyspace notifications", "the Redis 7 compatibility issue"),
     ("replication, cluster", "later issues"),
 ];
 
@@ -225,7 +222,7 @@ const PARTIAL: &[(&str, &str)] = &[
     ),
     (
         "latency",
-        "LATEST, HISTORY, RESET, DOCTOR and HELP, with `latency-monitor-threshold` (off by default, as in Redis); the events are `command` and `fast-command` (no fork, AOF or expiry events here); DOCTOR's advice is shorter than Redis's; HISTOGRAM gives each command's calls and cumulative distribution in Redis's power-of-two microsecond buckets, from every shard (a command's time includes its mesh round trips, and a pipeline segment's commands share its time equally); GRAPH's chart is not there yet (an error says so)",
+        "LATEST, HISTORY, RESET, DOCTOR and HELP, with `latency-monitor-threshold` (off by default, as in Redis); the events are `command` and `fast-command` (no fork, AOF or expiry events here); DOCTOR's advice is shorter than Redis's; HISTOGRAM gives each command's calls and cumulative distribution in Redis's power-of-two microsecond buckets, from every shard (a command's time includes its mesh round trips, and a pipeline segment's commands share its time equally); GRAPH draws Redis's chart",
     ),
     (
         "slowlog",
