@@ -164,7 +164,9 @@ fn latency_monitor_samples_commands_over_its_threshold() {
     };
     assert_eq!(history.len(), 1);
     assert!(text(c.cmd("LATENCY DOCTOR")).contains("1. command: 1 latency spikes"));
-    assert!(matches!(c.cmd("LATENCY GRAPH command"), Frame::Error(_)));
+    let graph = text(c.cmd("LATENCY GRAPH command"));
+    assert!(graph.starts_with("command - high "), "{graph}");
+    assert_eq!(graph.lines().nth(1), Some("-".repeat(80).as_str()));
     assert_eq!(c.cmd("LATENCY RESET command"), int(1));
     assert_eq!(c.cmd("LATENCY LATEST"), array(vec![]));
 }

@@ -623,6 +623,9 @@ proptest! {
                 Op::Purge { queue, state } => {
                     let listed = PURGEABLE[state as usize];
                     let name = [b'q', queue];
+                    // PURGE sees the states as of now: a task snoozed or delayed until now is
+                    // queued by then (the model counted it as scheduled without this).
+                    e.advance(now);
                     let before: Vec<(Bytes, bool)> = ids
                         .iter()
                         .filter(|id| {
