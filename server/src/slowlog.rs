@@ -231,10 +231,7 @@ impl SlowLog {
                 self.entries.lock().expect("slowlog").clear();
                 Frame::ok()
             }
-            _ if args.len() > 3 => Frame::error(format!(
-                "ERR unknown subcommand or wrong number of arguments for '{}'. Try SLOWLOG HELP.",
-                String::from_utf8_lossy(sub)
-            )),
+            _ if args.len() > 3 => wetask_shards::errors::subcommand_syntax("slowlog", sub),
             _ => {
                 let count = match args.get(2).map(|n| wetask_shards::args::parse_i64(n)) {
                     None => 10,

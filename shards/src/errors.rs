@@ -50,6 +50,16 @@ pub fn unknown_subcommand(command: &str, sub: &[u8]) -> Frame {
     ))
 }
 
+/// Redis's reply to a known subcommand given the wrong number of arguments, where it has no
+/// arity of its own to report (`addReplySubcommandSyntaxError`).
+pub fn subcommand_syntax(command: &str, sub: &[u8]) -> Frame {
+    Frame::error(format!(
+        "ERR unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
+        shown(sub),
+        command.to_ascii_uppercase()
+    ))
+}
+
 /// An argument as Redis echoes it in errors: at most 128 bytes, lossy UTF-8.
 fn shown(arg: &[u8]) -> String {
     String::from_utf8_lossy(&arg[..arg.len().min(128)]).into_owned()

@@ -48,12 +48,9 @@ const DEFAULT_SECTIONS: &[&str] = &[
 ];
 
 async fn gather(ctx: &ShardCtx) -> ShardReport {
-    let pending: Vec<_> = (0..ctx.shard_count)
-        .filter(|&s| s != ctx.id)
-        .map(|s| ctx.request(s, Request::Admin(AdminRequest::Stats)))
-        .collect();
+    let pending = ctx.request_peers(|| Request::Admin(AdminRequest::Stats));
     let mut report = ctx.report();
-    for future in pending {
+    for (_, future) in pending {
         if let Response::Stats(other) = future.await {
             report.merge(*other);
         }

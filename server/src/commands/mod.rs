@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use wetask_protocol::{Frame, Protocol};
 use wetask_shards::args::{is, parse_i64};
-use wetask_shards::errors::{unknown_subcommand, wrong_arity, SYNTAX};
+use wetask_shards::errors::{subcommand_syntax, unknown_subcommand, wrong_arity, SYNTAX};
 use wetask_shards::table::{flag, CommandSpec};
 use wetask_shards::{lookup, ScanFilter, COMMANDS, DATABASES};
 
@@ -484,10 +484,7 @@ async fn client_unblock(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         return wrong_arity("client|unblock");
     }
     if args.len() > 4 {
-        return Frame::error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
-            String::from_utf8_lossy(&args[1])
-        ));
+        return subcommand_syntax("client", &args[1]);
     }
     let error = match args.get(3) {
         None => false,
@@ -501,17 +498,10 @@ async fn client_unblock(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         return Frame::static_error("ERR value is not an integer or out of range");
     };
     let client = client.max(0) as u64;
-    let pending: Vec<_> = (0..ctx.shard_count)
-        .filter(|&s| s != ctx.id)
-        .map(|s| {
-            ctx.request(
-                s,
-                Request::Admin(AdminRequest::ClientUnblock { client, error }),
-            )
-        })
-        .collect();
+    let pending =
+        ctx.request_peers(|| Request::Admin(AdminRequest::ClientUnblock { client, error }));
     let mut unblocked = usize::from(ctx.unblock(client, error));
-    for future in pending {
+    for (_, future) in pending {
         if let Response::Count(n) = future.await {
             unblocked += n;
         }
@@ -525,10 +515,7 @@ fn client_pause(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
         return wrong_arity("client|pause");
     }
     if args.len() > 4 {
-        return Frame::error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
-            String::from_utf8_lossy(&args[1])
-        ));
+        return subcommand_syntax("client", &args[1]);
     }
     let all = match args.get(3) {
         None => true,
@@ -591,12 +578,9 @@ async fn client_list(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
             return Frame::static_error(SYNTAX);
         }
     }
-    let pending: Vec<_> = (0..ctx.shard_count)
-        .filter(|&s| s != ctx.id)
-        .map(|s| ctx.request(s, Request::Admin(AdminRequest::ClientList)))
-        .collect();
+    let pending = ctx.request_peers(|| Request::Admin(AdminRequest::ClientList));
     let mut text = ctx.clients.borrow().list(unix_ms(), Some(&conn.borrow()));
-    for future in pending {
+    for (_, future) in pending {
         if let Response::Text(more) = future.await {
             text.push_str(&more);
         }
@@ -632,22 +616,16 @@ async fn client_kill(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
             Err(err) => return err,
         }
     };
-    let pending: Vec<_> = (0..ctx.shard_count)
-        .filter(|&s| s != ctx.id)
-        .map(|s| {
-            ctx.request(
-                s,
-                Request::Admin(AdminRequest::ClientKill {
-                    filter: filter.clone(),
-                }),
-            )
+    let pending = ctx.request_peers(|| {
+        Request::Admin(AdminRequest::ClientKill {
+            filter: filter.clone(),
         })
-        .collect();
+    });
     let mut killed = ctx
         .clients
         .borrow()
         .kill(&filter, Some(&mut conn.borrow_mut()));
-    for future in pending {
+    for (_, future) in pending {
         if let Response::Count(n) = future.await {
             killed += n;
         }
@@ -970,11 +948,7 @@ async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
     if is(sub, "resetstat") && args.len() == 2 {
         ctx.stats.reset();
         ctx.shard.borrow_mut().reset_keyspace_lookups();
-        let pending: Vec<_> = (0..ctx.shard_count)
-            .filter(|&s| s != ctx.id)
-            .map(|s| ctx.request(s, Request::Admin(AdminRequest::ResetStats)))
-            .collect();
-        for future in pending {
+        for (_, future) in ctx.request_peers(|| Request::Admin(AdminRequest::ResetStats)) {
             future.await;
         }
         return Frame::ok();

@@ -138,15 +138,7 @@ async fn find_client(ctx: &ShardCtx, id: u64) -> Option<usize> {
     if ctx.clients.borrow().get(id).is_some() {
         return Some(ctx.id);
     }
-    let pending: Vec<_> = (0..ctx.shard_count)
-        .filter(|&s| s != ctx.id)
-        .map(|s| {
-            (
-                s,
-                ctx.request(s, Request::Tracking(TrackingRequest::HasClient { id })),
-            )
-        })
-        .collect();
+    let pending = ctx.request_peers(|| Request::Tracking(TrackingRequest::HasClient { id }));
     let mut found = None;
     for (shard, future) in pending {
         if matches!(future.await, Response::Bool(true)) {

@@ -249,6 +249,15 @@ impl ShardCore {
         self.request_as(to, None, request)
     }
 
+    /// Sends `request()` to every other shard at once: (shard, its answer's future), in
+    /// shard order.
+    pub fn request_peers(&self, request: impl Fn() -> Request) -> Vec<(usize, ResponseFuture)> {
+        (0..self.shard_count)
+            .filter(|&s| s != self.id)
+            .map(|s| (s, self.request(s, request())))
+            .collect()
+    }
+
     /// A request on behalf of the cross-shard operation holding lock `token`.
     pub fn request_as(&self, to: usize, token: Option<u64>, request: Request) -> ResponseFuture {
         debug_assert_ne!(to, self.id, "local work never goes through the mesh");

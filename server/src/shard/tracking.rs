@@ -176,18 +176,15 @@ pub fn register_everywhere(
     reader: Option<Reader>,
 ) -> Vec<crate::mesh::ResponseFuture> {
     core.shard.borrow_mut().set_tracking(client, reader.clone());
-    (0..core.shard_count)
-        .filter(|&s| s != core.id)
-        .map(|peer| {
-            core.request(
-                peer,
-                Request::Tracking(TrackingRequest::Register {
-                    client,
-                    reader: reader.clone(),
-                }),
-            )
+    core.request_peers(|| {
+        Request::Tracking(TrackingRequest::Register {
+            client,
+            reader: reader.clone(),
         })
-        .collect()
+    })
+    .into_iter()
+    .map(|(_, future)| future)
+    .collect()
 }
 
 /// Arms `client`'s CLIENT CACHING exception on `shard` (ahead of the command it is for).
