@@ -315,9 +315,7 @@ impl Shard {
     #[cold]
     fn track_after(&mut self, db: usize, client: u64, spec: &CommandSpec, args: &[Bytes]) {
         use crate::table::flag;
-        for key in self.dbs[db].take_expired() {
-            self.tracking.key_changed(&key, 0);
-        }
+        self.invalidate_expired(db);
         if !self.tracking.active() {
             self.set_expiry_logs(false);
             return;
@@ -337,6 +335,13 @@ impl Shard {
             } else {
                 self.tracking.remember(client, home, key);
             }
+        }
+    }
+
+    /// The keys of `db` that expired since last asked are owed their invalidations.
+    fn invalidate_expired(&mut self, db: usize) {
+        for key in self.dbs[db].take_expired() {
+            self.tracking.key_changed(&key, 0);
         }
     }
 
@@ -361,9 +366,9 @@ impl Shard {
     #[cold]
     fn track_written(&mut self, spec: &CommandSpec, args: &[Bytes], writer: u64) {
         match spec.name {
-            "flushall" | "flushdb" => self.tracking.flushed(),
-            // Both databases change wholesale: Redis 7 treats it as a flush.
-            "swapdb" => self.tracking.flushed(),
+            // SWAPDB changes both databases wholesale: it invalidates as a flush does (Redis
+            // sends nothing, and a client's cached values of either database go stale).
+            "flushall" | "flushdb" | "swapdb" => self.tracking.flushed(),
             "move" => self.tracking.key_changed(&args[1], writer),
             _ => {
                 for i in spec.key_positions(args) {
@@ -648,11 +653,7 @@ impl Shard {
             }
         }
         if expired_total > 0 && self.tracking_on {
-            for db in 0..DATABASES {
-                for key in self.dbs[db].take_expired() {
-                    self.tracking.key_changed(&key, 0);
-                }
-            }
+            (0..DATABASES).for_each(|db| self.invalidate_expired(db));
         }
         expired_total
     }

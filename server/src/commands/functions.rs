@@ -39,6 +39,8 @@ pub struct Checked {
 /// were built at.
 const FUNCTIONS: &str = "wetask_functions";
 const FUNCTIONS_EPOCH: &str = "wetask_functions_epoch";
+/// The chunk that binds a callback to one call's keys and arguments.
+const BINDER: &str = "wetask_fcall_binder";
 
 /// FCALL / FCALL_RO's function, with Redis's checks in its order.
 pub fn check(ctx: &ShardCtx, ro: bool, args: &[Bytes]) -> Result<Checked, Frame> {
@@ -136,10 +138,18 @@ pub fn bound(
     argv: &[Bytes],
 ) -> mlua::Result<Function> {
     let strings = |items: &[Bytes]| crate::lua::string_table(lua, items);
-    let binder: Function = lua
-        .load("local f, k, a = ... return function() return f(k, a) end")
-        .set_name("=fcall")
-        .into_function()?;
+    // Compiled once per Lua state, not per call.
+    let binder: Function = match lua.named_registry_value::<Option<Function>>(BINDER)? {
+        Some(binder) => binder,
+        None => {
+            let binder = lua
+                .load("local f, k, a = ... return function() return f(k, a) end")
+                .set_name("=fcall")
+                .into_function()?;
+            lua.set_named_registry_value(BINDER, binder.clone())?;
+            binder
+        }
+    };
     binder.call((function.clone(), strings(keys)?, strings(argv)?))
 }
 

@@ -207,17 +207,6 @@ async fn redis_call(
     args: MultiValue,
     protected: bool,
 ) -> mlua::Result<Value> {
-    // The line of the script that called, as Redis's error suffix names it: the nearest
-    // frame of the user's chunk (none after a `return redis.call(…)`, a tail call here).
-    let line = (1..8).find_map(|level| {
-        let frame = lua.inspect_stack(level)?;
-        let user = frame
-            .source()
-            .source
-            .is_some_and(|s| s.starts_with("@user_"));
-        user.then(|| u32::try_from(frame.curr_line()).ok())
-            .flatten()
-    });
     let frame = match call_command(ctx, args).await {
         Ok(frame) => frame,
         Err(text) => Frame::error(text),
@@ -225,10 +214,25 @@ async fn redis_call(
     match frame {
         Frame::Error(text) if !protected => Err(mlua::Error::external(CallError(
             String::from_utf8_lossy(&text).into_owned(),
-            line,
+            calling_line(lua),
         ))),
         frame => frame_to_lua(lua, &frame, 0),
     }
+}
+
+/// The line of the script that called `redis.call`, as Redis's error suffix names it: the
+/// nearest frame of the user's chunk (none after a `return redis.call(…)`, a tail call
+/// here). Looked up only for a call that fails: the stack walk costs a `lua_getinfo` a frame.
+fn calling_line(lua: &Lua) -> Option<u32> {
+    (1..8).find_map(|level| {
+        let frame = lua.inspect_stack(level)?;
+        let user = frame
+            .source()
+            .source
+            .is_some_and(|s| s.starts_with("@user_"));
+        user.then(|| u32::try_from(frame.curr_line()).ok())
+            .flatten()
+    })
 }
 
 /// Runs one `redis.call`; an `Err` is the error reply's text.
