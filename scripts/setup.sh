@@ -2,8 +2,8 @@
 # Installs what the test suite needs, idempotently: Debian's redis-tools (redis-cli,
 # redis-benchmark) and redis-server (for the bench comparisons), and a local Python venv
 # (.venv) with redis-py, pytest and the job frameworks the client tests drive (RQ, Celery,
-# dramatiq), Debian's ruby-sidekiq, and BullMQ from npm (tests/node). Nothing is installed
-# by hand.
+# dramatiq), Debian's ruby-sidekiq, Go with Debian's go-redis, and BullMQ from npm
+# (tests/node). Nothing is installed by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +13,10 @@ command -v redis-benchmark >/dev/null || need_apt+=(redis-tools)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 # Sidekiq 6 and its Redis client, for the Sidekiq client test.
 command -v sidekiq >/dev/null || need_apt+=(ruby-sidekiq ruby-redis)
+# Go and go-redis for the Go client test: Debian's go-redis is v5 (gopkg.in/redis.v5); the
+# Go module proxy that serves v9 is not reachable from these machines (docs/COMPATIBILITY.md).
+command -v go >/dev/null || need_apt+=(golang-go)
+[ -d /usr/share/gocode/src/gopkg.in/redis.v5 ] || need_apt+=(golang-gopkg-redis.v5-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} from the OS packages"
     export DEBIAN_FRONTEND=noninteractive

@@ -93,6 +93,10 @@ pub struct Config {
     /// Keys sampled per eviction (Redis's approximated LRU/LFU).
     #[arg(long, default_value_t = 5)]
     pub maxmemory_samples: u64,
+    /// Keyspace notifications to publish, as Redis's `notify-keyspace-events` classes
+    /// (`KEA`: every event on both channel kinds; empty: none).
+    #[arg(long, default_value = "", value_parser = notify_classes)]
+    pub notify_keyspace_events: u32,
     /// Log filter (`tracing` env-filter syntax), e.g. `info` or `wetask=debug`.
     #[arg(long, default_value = "info")]
     pub log_level: String,
@@ -169,6 +173,11 @@ pub fn memory_size(value: &str) -> Result<u64, String> {
 pub fn eviction_policy(value: &str) -> Result<wetask_shards::evict::Policy, String> {
     wetask_shards::evict::Policy::parse(value)
         .ok_or_else(|| format!("unknown maxmemory-policy {value:?}"))
+}
+
+/// `notify-keyspace-events` classes (`KEA`, `Ex` …).
+pub fn notify_classes(value: &str) -> Result<u32, String> {
+    wetask_shards::notify::parse(value).ok_or_else(|| wetask_shards::notify::BAD_CLASS.into())
 }
 
 /// Redis's boolean option values.

@@ -48,6 +48,8 @@ pub struct Globals {
     /// `maxmemory-samples`; `maxmemory` itself is `memory::maxmemory()`.
     pub maxmemory_policy: std::sync::atomic::AtomicUsize,
     pub maxmemory_samples: AtomicU64,
+    /// `notify-keyspace-events`, as `wetask_shards::notify::class` flags.
+    pub notify_keyspace_events: std::sync::atomic::AtomicU32,
     /// `client-output-buffer-limit`, per class.
     pub output_limits: crate::output_limits::OutputLimits,
     /// `protected-mode`: without a password, only loopback clients are served.
@@ -99,6 +101,9 @@ impl Globals {
                     .unwrap_or(0),
             ),
             maxmemory_samples: AtomicU64::new(config.maxmemory_samples),
+            notify_keyspace_events: std::sync::atomic::AtomicU32::new(
+                config.notify_keyspace_events,
+            ),
             protected_mode: AtomicBool::new(config.protected_mode),
             password_set: AtomicBool::new(config.requirepass.is_some()),
             idle_timeout_s: AtomicU64::new(config.timeout),

@@ -75,14 +75,57 @@ impl Shard {
                 for written in written {
                     self.touch_key(db, written);
                 }
+                let dst_existed = match op {
+                    BlockOp::Move { dst, .. } if self.notes.on() => self.exists(db, dst),
+                    _ => true,
+                };
                 let popped = self
                     .with_ctx(db, client, "blocked pop", |ctx| pop(ctx, key, op, target))
                     .unwrap_or(None);
                 if popped.is_some() {
                     self.log_blocked(db, client, key, op, target);
+                    if self.notes.on() {
+                        self.notify_popped(db, key, op, target, dst_existed);
+                    }
                 }
                 popped
             }
+        }
+    }
+}
+
+impl Shard {
+    /// The keyspace events of a waiter's pop, as those of the blocking command run at once.
+    #[cold]
+    fn notify_popped(
+        &mut self,
+        db: usize,
+        key: &Bytes,
+        op: &BlockOp,
+        target: MoveTarget,
+        dst_existed: bool,
+    ) {
+        use crate::notify::class::{GENERIC, LIST, NEW, ZSET};
+        let pop_event = |end: End| if end == End::Left { "lpop" } else { "rpop" };
+        let key_gone = !self.exists(db, key);
+        let (class, event) = match op {
+            BlockOp::Pop { end, .. } => (LIST, pop_event(*end)),
+            BlockOp::Move { dst, from, to } => {
+                if target == MoveTarget::Here {
+                    if !dst_existed {
+                        self.notes.push(NEW, db, "new", dst);
+                    }
+                    let push = if *to == End::Left { "lpush" } else { "rpush" };
+                    self.notes.push(LIST, db, push, dst);
+                }
+                (LIST, pop_event(*from))
+            }
+            BlockOp::ZPop { max, .. } => (ZSET, if *max { "zpopmax" } else { "zpopmin" }),
+            BlockOp::XRead { .. } | BlockOp::XReadGroup(_) => return,
+        };
+        self.notes.push(class, db, event, key);
+        if key_gone {
+            self.notes.push(GENERIC, db, "del", key);
         }
     }
 }

@@ -33,6 +33,9 @@ pub struct Ctx<'a> {
     /// This shard's id and the server's shard count (for the few commands that name keys
     /// at run time, such as SORT's patterns: they must be this shard's own).
     pub layout: (usize, usize),
+    /// Keyspace notifications, while they are on: the events a handler records itself
+    /// (those its reply cannot tell; the rest come from `notify`'s table).
+    pub notes: Option<&'a mut crate::notify::Notes>,
 }
 
 impl Ctx<'_> {
@@ -44,6 +47,13 @@ impl Ctx<'_> {
     pub fn owns(&self, key: &[u8]) -> bool {
         let (id, count) = self.layout;
         count <= 1 || crate::shard_of(key, count) == id
+    }
+
+    /// Records a keyspace event on `key` (in the selected database), if they are on.
+    pub fn notify(&mut self, class: u32, name: &'static str, key: &[u8]) {
+        if let Some(notes) = self.notes.as_deref_mut() {
+            notes.push(class, self.db, name, key);
+        }
     }
 
     /// Notes that `key` (in the selected database) got data a blocked client may want.

@@ -121,7 +121,8 @@ pub struct Db {
     hits: u64,
     misses: u64,
     /// Names of keys expired since the last `take_expired`, kept only while some client
-    /// tracks keys (CLIENT TRACKING: an expiry invalidates, as in Redis).
+    /// tracks keys (CLIENT TRACKING: an expiry invalidates, as in Redis) or expiries are
+    /// notified (`notify-keyspace-events` with `x`).
     expired_log: Option<Vec<Bytes>>,
 }
 
@@ -316,6 +317,20 @@ impl Db {
             node: &mut self.nodes[pos],
             expire_at_ms,
         })
+    }
+
+    /// Whether `key` is live, and its expiry (`NO_EXPIRY` for none), without counting as an
+    /// access (no hit or miss, no eviction stamp): what keyspace notifications look at around
+    /// a command. An expired key is removed, as any lookup does.
+    pub fn probe(&mut self, key: &[u8], now_ms: u64) -> Option<u64> {
+        let pos = self.find(key)?;
+        let at = self.expiry_at(pos);
+        if at != NO_EXPIRY && at <= now_ms {
+            self.note_expired(pos);
+            self.remove_at(pos);
+            return None;
+        }
+        Some(at)
     }
 
     pub fn contains(&mut self, key: &[u8], now_ms: u64) -> bool {

@@ -30,6 +30,7 @@ pub mod keyspace;
 pub mod lcs;
 pub mod lists;
 pub mod node;
+pub mod notify;
 pub mod rdb;
 mod rdb_encoding;
 mod rdb_stream;

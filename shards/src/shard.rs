@@ -8,6 +8,7 @@ use crate::blocking::Blocked;
 use crate::ctx::{Ctx, DATABASES};
 use crate::errors::{unknown_command, wrong_arity};
 use crate::keyspace::{Db, Entry, ScanFilter};
+use crate::notify;
 use crate::table::{lookup, CommandSpec};
 use crate::tasks::Engine;
 
@@ -29,9 +30,12 @@ pub struct Shard {
     watch_epoch: u64,
     /// CLIENT TRACKING's table: who read which key here, and the invalidations owed.
     pub tracking: crate::tracking::Tracking,
-    /// The keyspace logs expired keys' names for `tracking` (on while it is active; turned
-    /// off by the first command that finds it inactive, so the log never grows unread).
+    /// The keyspace logs expired keys' names for `tracking` and expiry notifications (on
+    /// while either wants them; turned off by the first command that finds neither does, so
+    /// the log never grows unread).
     tracking_on: bool,
+    /// Keyspace notifications: the classes on, and the events the server has yet to publish.
+    pub notes: crate::notify::Notes,
     now_ms: u64,
     expire_cursor_db: usize,
     /// The `maxmemory-policy` (eviction picks its victims here).
@@ -78,6 +82,7 @@ impl Shard {
             watch_epoch: 0,
             tracking: crate::tracking::Tracking::default(),
             tracking_on: false,
+            notes: crate::notify::Notes::default(),
             now_ms: 0,
             expire_cursor_db: 0,
             eviction: crate::evict::Policy::NoEviction,
@@ -216,6 +221,7 @@ impl Shard {
             crate::journal::ops::put_del(journal, db, &key);
         }
         self.evicted_keys += 1;
+        self.notes.push(notify::class::EVICTED, db, "evicted", &key);
         self.touch_key(db, &key);
         true
     }
@@ -271,6 +277,9 @@ impl Shard {
         }
         let mark = out.as_ref().map(|o| o.mark());
         let reads = !spec.has(crate::table::flag::WRITE);
+        let notes_on = self.notes.on();
+        let seen = self.notify_before(notes_on, db, spec, args);
+        let notes_mark = self.notes.len();
         let lookups_before = reads.then(|| self.dbs[db].lookups());
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
@@ -282,6 +291,7 @@ impl Shard {
             blocked: &mut self.blocked,
             rewrite: None,
             layout: (self.id, self.shard_count),
+            notes: notes_on.then_some(&mut self.notes),
         };
         let frame = match crate::contain::contained(spec.name, || handler(&mut ctx, args)) {
             Ok(frame) => frame,
@@ -303,10 +313,104 @@ impl Shard {
         if self.journal.is_some() && spec.has(crate::table::flag::WRITE) {
             self.log_command(db, client, spec, args, rewrite);
         }
+        if notes_on && !reads {
+            self.notify_after(db, spec, args, &frame, seen, notes_mark);
+        }
         if self.tracking_on {
             self.track_after(db, client, spec, args);
         }
         frame
+    }
+
+    /// Keyspace notifications before a command runs: its keys as they are (each looked at
+    /// once, which expires a key whose time is up, as Redis's lookup does), and `keymiss`
+    /// for a read command's missing key.
+    #[inline]
+    fn notify_before(
+        &mut self,
+        on: bool,
+        db: usize,
+        spec: &CommandSpec,
+        args: &[Bytes],
+    ) -> Vec<notify::Seen> {
+        if on {
+            self.look_before(db, spec, args)
+        } else {
+            Vec::new()
+        }
+    }
+
+    #[cold]
+    fn look_before(&mut self, db: usize, spec: &CommandSpec, args: &[Bytes]) -> Vec<notify::Seen> {
+        let write = spec.has(crate::table::flag::WRITE);
+        let mut seen: Vec<notify::Seen> = Vec::new();
+        if spec.has(crate::table::flag::TASK)
+            || !(write || self.notes.wants(notify::class::KEY_MISS))
+        {
+            return seen;
+        }
+        let now = self.now_ms;
+        let other = write
+            .then(|| notify::other_db_key(spec.name, db, args))
+            .flatten();
+        let keys = spec.key_positions(args).map(|i| (db, args[i].clone()));
+        for (d, key) in keys.chain(other) {
+            if seen.iter().any(|s| s.db == d && s.key == key) {
+                continue;
+            }
+            let before = self.dbs[d].probe(&key, now);
+            seen.push(notify::Seen {
+                db: d,
+                key,
+                before,
+                after: false,
+            });
+        }
+        (0..DATABASES).for_each(|d| self.drain_expired(d));
+        if !write {
+            for s in seen.iter().filter(|s| s.before.is_none()) {
+                self.notes
+                    .push(notify::class::KEY_MISS, s.db, "keymiss", &s.key);
+            }
+            seen.clear();
+        }
+        seen
+    }
+
+    /// Keyspace notifications after a write ran: the table's events from its reply and
+    /// which keys it created or deleted.
+    #[cold]
+    fn notify_after(
+        &mut self,
+        db: usize,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        reply: &Frame,
+        mut seen: Vec<notify::Seen>,
+        mark: usize,
+    ) {
+        let now = self.now_ms;
+        for s in &mut seen {
+            s.after = self.dbs[s.db].probe(&s.key, now).is_some();
+        }
+        let facts = notify::Facts {
+            db,
+            args,
+            reply,
+            seen: &seen,
+        };
+        notify::emit(spec.name, &facts, &mut self.notes, mark);
+        (0..DATABASES).for_each(|d| self.drain_expired(d));
+    }
+
+    /// The server's `notify-keyspace-events` flags.
+    pub fn set_notify_flags(&mut self, flags: u32) {
+        self.notes.set_flags(flags);
+        self.set_expiry_logs(self.expiry_logs_wanted());
+    }
+
+    fn expiry_logs_wanted(&self) -> bool {
+        self.tracking.active() || self.notes.on() && self.notes.wants(notify::class::EXPIRED)
     }
 
     /// CLIENT TRACKING after a command ran: the keys a tracking client read are remembered
@@ -315,9 +419,9 @@ impl Shard {
     #[cold]
     fn track_after(&mut self, db: usize, client: u64, spec: &CommandSpec, args: &[Bytes]) {
         use crate::table::flag;
-        self.invalidate_expired(db);
+        self.drain_expired(db);
         if !self.tracking.active() {
-            self.set_expiry_logs(false);
+            self.set_expiry_logs(self.expiry_logs_wanted());
             return;
         }
         if !self.tracking.has_readers() || (spec.first_key <= 0 && spec.movable_keys.is_none()) {
@@ -338,10 +442,14 @@ impl Shard {
         }
     }
 
-    /// The keys of `db` that expired since last asked are owed their invalidations.
-    fn invalidate_expired(&mut self, db: usize) {
+    /// The keys of `db` that expired since last asked are owed their invalidations, and
+    /// their `expired` events.
+    fn drain_expired(&mut self, db: usize) {
         for key in self.dbs[db].take_expired() {
-            self.tracking.key_changed(&key, 0);
+            if self.tracking.active() {
+                self.tracking.key_changed(&key, 0);
+            }
+            self.notes.push(notify::class::EXPIRED, db, "expired", &key);
         }
     }
 
@@ -352,7 +460,7 @@ impl Shard {
             Some(reader) => self.tracking.register(client, reader),
             None => self.tracking.unregister(client),
         }
-        self.set_expiry_logs(self.tracking.active());
+        self.set_expiry_logs(self.expiry_logs_wanted());
     }
 
     fn set_expiry_logs(&mut self, on: bool) {
@@ -397,6 +505,7 @@ impl Shard {
             client,
             blocked: &mut self.blocked,
             rewrite: None,
+            notes: None,
             layout: (self.id, self.shard_count),
         };
         crate::contain::contained(what, || f(&mut ctx)).ok()
@@ -653,7 +762,7 @@ impl Shard {
             }
         }
         if expired_total > 0 && self.tracking_on {
-            (0..DATABASES).for_each(|db| self.invalidate_expired(db));
+            (0..DATABASES).for_each(|db| self.drain_expired(db));
         }
         expired_total
     }

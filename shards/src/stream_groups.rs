@@ -10,6 +10,7 @@ use wetask_protocol::Frame;
 use crate::args::{int_arg, is};
 use crate::ctx::Ctx;
 use crate::errors::*;
+use crate::spec::Handler;
 use crate::stream::{Group, Stream, StreamId};
 use crate::streams::entries_frame;
 use crate::typed;
@@ -204,6 +205,7 @@ fn xgroup_consumer(ctx: &mut Ctx<'_>, args: &[Bytes], create: bool) -> Result<Fr
     for id in &removed.pending {
         g.pending.remove(id);
     }
+    ctx.notify(crate::notify::class::STREAM, "xgroup-delconsumer", key);
     Ok(Frame::Integer(removed.pending.len() as i64))
 }
 
@@ -276,6 +278,14 @@ pub fn parse_xreadgroup(args: &[Bytes]) -> Result<XreadGroup, Frame> {
         read.streams.push((key.clone(), what));
     }
     Ok(read)
+}
+
+/// Whether `group` of `stream` has `consumer` (one a command creates is notified).
+fn has_consumer(stream: &Stream, group: &[u8], consumer: &[u8]) -> bool {
+    stream
+        .groups
+        .get(group)
+        .is_some_and(|g| g.consumers.contains_key(consumer))
 }
 
 /// XREADGROUP's keys: as XREAD's.
@@ -377,7 +387,12 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             Ok(None) => return no_group(key, &read.group, "XREADGROUP with GROUP option"),
             Err(err) => return err,
         };
-        match read_group(stream, &read, *what, now) {
+        let had = has_consumer(stream, &read.group, &read.consumer);
+        let result = read_group(stream, &read, *what, now);
+        if !had && has_consumer(stream, &read.group, &read.consumer) {
+            ctx.notify(crate::notify::class::STREAM, "xgroup-createconsumer", key);
+        }
+        match result {
             Ok(Some(entries)) => found.push((Frame::Bulk(key.clone()), entries)),
             Ok(None) => {}
             Err(_) => return no_group(key, &read.group, "XREADGROUP with GROUP option"),
@@ -528,6 +543,38 @@ fn pending_summary(group: &Group) -> Frame {
 /// XCLAIM key group consumer min-idle-time id… [IDLE ms] [TIME ms] [RETRYCOUNT n] [FORCE]
 /// [JUSTID] [LASTID id].
 pub fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    notifying_new_consumer(ctx, args, claim_named)
+}
+
+pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    notifying_new_consumer(ctx, args, autoclaim)
+}
+
+/// Runs a claim (`key group consumer …`), notifying `xgroup-createconsumer` when it made
+/// its consumer, as Redis does.
+fn notifying_new_consumer(ctx: &mut Ctx<'_>, args: &[Bytes], claim: Handler) -> Frame {
+    if ctx.notes.is_none() {
+        return claim(ctx, args);
+    }
+    let now = ctx.now_ms;
+    let exists = |ctx: &mut Ctx<'_>| match typed::get::<Stream>(ctx.db(), &args[1], now) {
+        Ok(Some(stream)) => has_consumer(stream, &args[2], &args[3]),
+        _ => false,
+    };
+    let had = exists(ctx);
+    let reply = claim(ctx, args);
+    if !had && exists(ctx) {
+        ctx.notify(
+            crate::notify::class::STREAM,
+            "xgroup-createconsumer",
+            &args[1],
+        );
+    }
+    reply
+}
+
+/// XCLAIM proper.
+fn claim_named(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let now = ctx.now_ms;
     let min_idle = match int_arg(&args[4]) {
         Ok(n) => n.max(0) as u64,
@@ -744,8 +791,8 @@ impl Claim<'_> {
     }
 }
 
-/// XAUTOCLAIM key group consumer min-idle-time start [COUNT n] [JUSTID].
-pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+/// XAUTOCLAIM key group consumer min-idle-time start [COUNT n] [JUSTID], proper.
+fn autoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let now = ctx.now_ms;
     let min_idle = match int_arg(&args[4]) {
         Ok(n) => n.max(0) as u64,

@@ -159,6 +159,14 @@ impl Wanted {
     }
 }
 
+/// XADD's keyspace events: `xadd`, and `xtrim` when its trimming removed entries.
+fn notify_added(ctx: &mut Ctx<'_>, key: &[u8], trimmed: bool) {
+    ctx.notify(crate::notify::class::STREAM, "xadd", key);
+    if trimmed {
+        ctx.notify(crate::notify::class::STREAM, "xtrim", key);
+    }
+}
+
 pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let mut i = 2;
     let mut nomkstream = false;
@@ -220,9 +228,10 @@ pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         return Frame::static_error(top_error);
     };
     stream.add(id, fields.iter().map(|f| owned(f)).collect());
-    if let Some(spec) = &trim {
-        apply_trim(stream, spec);
-    }
+    let trimmed = trim
+        .as_ref()
+        .is_some_and(|spec| apply_trim(stream, spec) > 0);
+    notify_added(ctx, &args[1], trimmed);
     ctx.signal_ready(&args[1]);
     Frame::Bulk(id.to_bytes())
 }

@@ -200,6 +200,10 @@ pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if added > 0 {
         ctx.signal_ready(&args[1]);
     }
+    if added + changed > 0 {
+        let event = if flags.incr { "zincr" } else { "zadd" };
+        ctx.notify(crate::notify::class::ZSET, event, &args[1]);
+    }
     if flags.incr {
         return incr_result.map_or(Frame::Null, Frame::Double);
     }

@@ -14,7 +14,6 @@ REFUSED_HERE = {
     "port": "the listeners are bound per shard at start",
     "bind": "the listeners are bound per shard at start",
     "appendonly": "the journal is opened, or not, at start (--appendonly)",
-    "notify-keyspace-events": "keyspace notifications are not built (docs/COMPATIBILITY.md)",
     "aof-load-truncated": "read when the journal is loaded, at start (--aof-load-truncated)",
     "proto-max-bulk-len": "the decoders' limit is fixed at start (--proto-max-bulk-len)",
 }
@@ -23,7 +22,7 @@ REFUSED_HERE = {
 OWN_VALUES = {"port", "dir", "bind", "appendonly", "save", "maxmemory", "databases",
               "client-output-buffer-limit", "io-threads", "protected-mode", "appendfsync",
               "busy-reply-threshold", "lua-time-limit", "maxclients", "timeout",
-              "tcp-keepalive", "proto-max-bulk-len", "notify-keyspace-events",
+              "tcp-keepalive", "proto-max-bulk-len",
               "auto-aof-rewrite-min-size", "auto-aof-rewrite-percentage",
               "aof-load-truncated", "appenddirname", "maxmemory-samples",
               "maxmemory-policy", "requirepass"}

@@ -58,7 +58,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
                     .iter()
                     .any(|sub| is(&args[1], sub))
         }
-        "config" => several && is(&args[1], "resetstat"),
+        "config" => several && (is(&args[1], "resetstat") || is(&args[1], "set")),
         "latency" => several && is(&args[1], "histogram"),
         _ => false,
     }
@@ -912,7 +912,10 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
             }
             .into(),
         ),
-        ("notify-keyspace-events", String::new()),
+        (
+            "notify-keyspace-events",
+            wetask_shards::notify::describe(g.notify_keyspace_events.load(Ordering::Relaxed)),
+        ),
         ("io-threads", "1".into()),
         ("shards", g.shard_count.to_string()),
     ]
@@ -943,7 +946,17 @@ async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         return Frame::Map(pairs);
     }
     if is(sub, "set") && args.len() >= 4 && args.len().is_multiple_of(2) {
-        return config_set(ctx, &args[2..]);
+        let reply = config_set(ctx, &args[2..]);
+        // Every shard keeps a copy of these: the next command anywhere sees the change.
+        let shard_copies = ["notify-keyspace-events"];
+        let mut names = args[2..].iter().step_by(2);
+        if !reply.is_error() && names.any(|n| shard_copies.iter().any(|c| is(n, c))) {
+            ctx.core.sync_settings();
+            for (_, future) in ctx.request_peers(|| Request::Admin(AdminRequest::SyncSettings)) {
+                future.await;
+            }
+        }
+        return reply;
     }
     if is(sub, "resetstat") && args.len() == 2 {
         ctx.stats.reset();
@@ -1036,6 +1049,10 @@ fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bool, String>
         {
             Some(index) => g.maxmemory_policy.store(index, Ordering::Relaxed),
             None => return Err("argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction".into()),
+        },
+        "notify-keyspace-events" => match wetask_shards::notify::parse(&value) {
+            Some(flags) => g.notify_keyspace_events.store(flags, Ordering::Relaxed),
+            None => return Err(wetask_shards::notify::BAD_CLASS.into()),
         },
         "maxmemory-samples" => match value.parse::<u64>() {
             Ok(n) if (1..=64).contains(&n) => g.maxmemory_samples.store(n, Ordering::Relaxed),

@@ -932,7 +932,7 @@ async fn run_holding(
         // writes replace.
         let may_restart = (0..ctx.shard_count).any(|s| !open_shards.contains(&s));
         let mut run = new_run(&held, open_shards, borrowed);
-        run.undo = may_restart.then(UndoLog::default);
+        run.undo = may_restart.then(|| UndoLog::starting(&ctx.shard.borrow()));
         *ctx.scripts.run.borrow_mut() = Some(run);
         let result = run_script(ctx, lua, function.clone(), keys, argv).await;
         let mut run = ctx.scripts.run.borrow_mut().take().expect("set above");

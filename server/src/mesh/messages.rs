@@ -212,6 +212,9 @@ pub enum PubSubRequest {
         /// SPUBLISH: to shard-channel subscribers only.
         sharded: bool,
     },
+    /// Keyspace notifications: (channel, message) pairs for the receiving shard's
+    /// subscribers, in order. Nobody waits for the answer.
+    PublishMany(Vec<(Bytes, Bytes)>),
     /// What the receiving shard knows for PUBSUB.
     Query(PubsubQuery),
     /// A MONITOR line for the receiving shard's monitors.
@@ -256,6 +259,9 @@ pub enum AdminRequest {
         client: u64,
         error: bool,
     },
+    /// Take up the settings a shard keeps a copy of (`notify-keyspace-events`) now, not at
+    /// the next loop turn: CONFIG SET answers once every shard has.
+    SyncSettings,
 }
 
 /// What PUBSUB asks each shard.

@@ -254,6 +254,9 @@ async fn rename(held: &Held<'_>, db: usize, args: &[Bytes], nx: bool) -> Frame {
     }
     let entry = take(held, db, from).await.expect("present under the lock");
     put(held, db, to, entry, true).await;
+    if from != to {
+        notify(held, |e| e.rename(db, from, to));
+    }
     if nx {
         Frame::Integer(1)
     } else {
@@ -270,9 +273,17 @@ async fn copy(held: &Held<'_>, db: usize, args: &[Bytes]) -> Frame {
         return Frame::Integer(0);
     };
     let target_db = opts.db.unwrap_or(db);
-    Frame::Integer(i64::from(
-        put(held, target_db, &args[2], entry, opts.replace).await,
-    ))
+    let copied = put(held, target_db, &args[2], entry, opts.replace).await;
+    if copied {
+        notify(held, |e| e.copy(target_db, &args[2]));
+    }
+    Frame::Integer(i64::from(copied))
+}
+
+/// Records the keyspace events of an operation done here by moving entries (the shards
+/// that held the keys ran no command).
+fn notify(held: &Held<'_>, f: impl FnOnce(&mut wetask_shards::notify::Emit<'_>)) {
+    wetask_shards::notify::record(&mut held.ctx.shard.borrow_mut().notes, f);
 }
 
 async fn msetnx(held: &Held<'_>, db: usize, args: &[Bytes]) -> Frame {
@@ -285,6 +296,11 @@ async fn msetnx(held: &Held<'_>, db: usize, args: &[Bytes]) -> Frame {
         let entry = Entry::new(Value::Str(Bytes::copy_from_slice(&pair[1])));
         put(held, db, &pair[0], entry, true).await;
     }
+    notify(held, |e| {
+        for pair in args[1..].chunks(2) {
+            e.set_new(db, &pair[0]);
+        }
+    });
     Frame::Integer(1)
 }
 

@@ -269,8 +269,9 @@ async fn execute_spec(
     if spec.route != Route::Server || !frame.is_error() {
         ctx.stats.record(spec, frame.is_error());
     }
-    // The invalidations this command's writes owe leave with its reply.
+    // The invalidations and notifications this command's writes owe leave with its reply.
     ctx.tracking.drain(&ctx.core);
+    ctx.publish_keyspace_events();
     frame
 }
 

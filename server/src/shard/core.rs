@@ -155,11 +155,21 @@ impl ShardCore {
     /// The chores of a loop turn that need only the core: eviction, idle clients, the mesh
     /// receivers' safety nudge.
     pub fn housekeeping(&self) {
+        self.sync_settings();
         let now = self.shard.borrow().now_ms();
         self.compact_if_due(now);
         self.background_eviction();
         self.close_idle_clients(now);
         self.nudge_receivers(now);
+    }
+
+    /// Keeps the shard's copy of `notify-keyspace-events` in step with the configuration.
+    pub fn sync_settings(&self) {
+        let flags = self.globals.notify_keyspace_events.load(Ordering::Relaxed);
+        let mut shard = self.shard.borrow_mut();
+        if shard.notes.flags() != flags {
+            shard.set_notify_flags(flags);
+        }
     }
 
     /// True when `maxmemory` is set and the server's allocations are past it.

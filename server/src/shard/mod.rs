@@ -136,6 +136,7 @@ impl ShardCtx {
         self.task_waits.serve_parked(&self.core);
         self.lists.serve(&self.core);
         self.tracking.drain(&self.core);
+        self.publish_keyspace_events();
         self.wake_paused();
         self.wake_sleepers();
     }
@@ -396,6 +397,15 @@ impl ShardCtx {
         }
     }
 
+    /// Publishes the keyspace notifications this shard's writes owe (see `PubSub`).
+    #[inline]
+    pub fn publish_keyspace_events(&self) {
+        let owed = self.shard.try_borrow().is_ok_and(|s| !s.notes.is_empty());
+        if owed && self.scripts.run.try_borrow().is_ok_and(|r| r.is_none()) {
+            self.pubsub.publish_events(&self.core);
+        }
+    }
+
     fn serve_admin(&self, request: AdminRequest) -> Response {
         match request {
             AdminRequest::Stats => Response::Stats(Box::new(self.report())),
@@ -410,6 +420,10 @@ impl ShardCtx {
             }
             AdminRequest::ClientUnblock { client, error } => {
                 Response::Count(usize::from(self.unblock(client, error)))
+            }
+            AdminRequest::SyncSettings => {
+                self.core.sync_settings();
+                Response::Done
             }
         }
     }

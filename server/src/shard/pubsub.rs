@@ -75,6 +75,12 @@ impl PubSub {
                 message,
                 sharded,
             } => Response::Count(self.deliver(core, &channel, &message, sharded)),
+            PubSubRequest::PublishMany(messages) => {
+                for (channel, message) in &messages {
+                    self.deliver(core, channel, message, false);
+                }
+                Response::Done
+            }
             PubSubRequest::Query(query) => Response::Pubsub(self.report(&query)),
             PubSubRequest::Monitor { .. } => unreachable!("monitor lines go to `monitor`"),
         }
@@ -151,6 +157,32 @@ impl PubSub {
             core.push_to(client, &frame);
         }
         count
+    }
+
+    /// Publishes the keyspace events the shard recorded (`notify-keyspace-events`) to this
+    /// shard's subscribers and to every peer that has subscriptions, in the order they
+    /// happened. The caller holds them back while a script runs here: a run that must start
+    /// again takes its events back with its writes (`UndoLog`).
+    #[cold]
+    pub fn publish_events(&self, core: &ShardCore) {
+        let Ok(mut shard) = core.shard.try_borrow_mut() else {
+            return;
+        };
+        let flags = shard.notes.flags();
+        let events = shard.notes.take();
+        drop(shard);
+        let messages: Vec<(Bytes, Bytes)> = events.iter().flat_map(|e| e.messages(flags)).collect();
+        if self.registry.borrow().size() > 0 {
+            for (channel, message) in &messages {
+                self.deliver(core, channel, message, false);
+            }
+        }
+        for peer in (0..core.shard_count).filter(|&s| s != core.id) {
+            if core.globals.subscriptions[peer].load(Ordering::Relaxed) > 0 {
+                let request = PubSubRequest::PublishMany(messages.clone());
+                drop(core.request(peer, crate::mesh::Request::PubSub(request)));
+            }
+        }
     }
 
     /// Forgets a closing connection's subscriptions.

@@ -51,9 +51,20 @@ pub struct UndoLog {
     /// The script did what no entry can take back (a task command, a PUBLISH): a later
     /// undeclared key fails the script instead of running it again.
     pub irreversible: bool,
+    /// How many keyspace events the shard held when the run began: those after it are the
+    /// run's, unpublished while it runs, dropped with its writes.
+    notes_mark: usize,
 }
 
 impl UndoLog {
+    /// The log of a run starting now on `shard`.
+    pub fn starting(shard: &Shard) -> Self {
+        UndoLog {
+            notes_mark: shard.notes.len(),
+            ..Default::default()
+        }
+    }
+
     /// Keeps `key`'s entry as it is now, unless the script wrote it before.
     pub fn remember(&mut self, shard: &mut Shard, db: usize, key: &Bytes) {
         if self.seen.insert((db, key.clone())) {
@@ -64,6 +75,7 @@ impl UndoLog {
 
     /// Puts every key the script wrote back as it was (journaled like any write).
     pub fn undo(self, shard: &mut Shard) {
+        shard.notes.truncate(self.notes_mark);
         for (db, key, entry) in self.before {
             match entry {
                 Some(entry) => {
