@@ -136,6 +136,8 @@ impl Event {
 #[derive(Default)]
 pub struct Notes {
     flags: u32,
+    /// `flags` name a channel kind and a class (kept apart: every command tests it).
+    on: bool,
     events: Vec<Event>,
 }
 
@@ -146,7 +148,9 @@ impl Notes {
 
     pub fn set_flags(&mut self, flags: u32) {
         self.flags = flags;
-        if !self.on() {
+        self.on = flags & (class::KEYSPACE | class::KEYEVENT) != 0
+            && flags & !(class::KEYSPACE | class::KEYEVENT) != 0;
+        if !self.on {
             self.events.clear();
         }
     }
@@ -154,8 +158,7 @@ impl Notes {
     /// Whether anything would be published: a channel kind (K or E) and a class.
     #[inline]
     pub fn on(&self) -> bool {
-        self.flags & (class::KEYSPACE | class::KEYEVENT) != 0
-            && self.flags & !(class::KEYSPACE | class::KEYEVENT) != 0
+        self.on
     }
 
     pub fn wants(&self, class: u32) -> bool {

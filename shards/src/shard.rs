@@ -277,9 +277,12 @@ impl Shard {
         }
         let mark = out.as_ref().map(|o| o.mark());
         let reads = !spec.has(crate::table::flag::WRITE);
-        let notes_on = self.notes.on();
-        let seen = self.notify_before(notes_on, db, spec, args);
-        let notes_mark = self.notes.len();
+        // Off (the default), notifications cost this test and no allocation or drop.
+        let noted = if self.notes.on() {
+            Some(self.look_before(db, spec, args))
+        } else {
+            None
+        };
         let lookups_before = reads.then(|| self.dbs[db].lookups());
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
@@ -291,7 +294,7 @@ impl Shard {
             blocked: &mut self.blocked,
             rewrite: None,
             layout: (self.id, self.shard_count),
-            notes: notes_on.then_some(&mut self.notes),
+            notes: noted.is_some().then_some(&mut self.notes),
         };
         let frame = match crate::contain::contained(spec.name, || handler(&mut ctx, args)) {
             Ok(frame) => frame,
@@ -313,8 +316,8 @@ impl Shard {
         if self.journal.is_some() && spec.has(crate::table::flag::WRITE) {
             self.log_command(db, client, spec, args, rewrite);
         }
-        if notes_on && !reads {
-            self.notify_after(db, spec, args, &frame, seen, notes_mark);
+        if let (Some((seen, mark)), false) = (noted, reads) {
+            self.notify_after(db, spec, args, &frame, seen, mark);
         }
         if self.tracking_on {
             self.track_after(db, client, spec, args);
@@ -325,29 +328,19 @@ impl Shard {
     /// Keyspace notifications before a command runs: its keys as they are (each looked at
     /// once, which expires a key whose time is up, as Redis's lookup does), and `keymiss`
     /// for a read command's missing key.
-    #[inline]
-    fn notify_before(
+    #[cold]
+    fn look_before(
         &mut self,
-        on: bool,
         db: usize,
         spec: &CommandSpec,
         args: &[Bytes],
-    ) -> Vec<notify::Seen> {
-        if on {
-            self.look_before(db, spec, args)
-        } else {
-            Vec::new()
-        }
-    }
-
-    #[cold]
-    fn look_before(&mut self, db: usize, spec: &CommandSpec, args: &[Bytes]) -> Vec<notify::Seen> {
+    ) -> (Vec<notify::Seen>, usize) {
         let write = spec.has(crate::table::flag::WRITE);
         let mut seen: Vec<notify::Seen> = Vec::new();
         if spec.has(crate::table::flag::TASK)
             || !(write || self.notes.wants(notify::class::KEY_MISS))
         {
-            return seen;
+            return (seen, self.notes.len());
         }
         let now = self.now_ms;
         let other = write
@@ -374,7 +367,7 @@ impl Shard {
             }
             seen.clear();
         }
-        seen
+        (seen, self.notes.len())
     }
 
     /// Keyspace notifications after a write ran: the table's events from its reply and
