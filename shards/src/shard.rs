@@ -278,11 +278,7 @@ impl Shard {
         let mark = out.as_ref().map(|o| o.mark());
         let reads = !spec.has(crate::table::flag::WRITE);
         // Off (the default), notifications cost this test and no allocation or drop.
-        let noted = if self.notes.on() {
-            Some(self.look_before(db, spec, args))
-        } else {
-            None
-        };
+        let noted = self.notes.on().then(|| self.look_before(db, spec, args));
         let lookups_before = reads.then(|| self.dbs[db].lookups());
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
