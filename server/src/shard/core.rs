@@ -36,6 +36,8 @@ pub struct ShardCore {
     pub stats: ShardStats,
     last_expire_ms: Cell<u64>,
     last_idle_sweep_ms: Cell<u64>,
+    /// The `notify-keyspace-events` flags the shard was last given (`sync_settings`).
+    notify_flags: Cell<u32>,
     /// The mesh receiver tasks' wakers, by peer (see `ShardCtx::serve_peer`), and when they
     /// were last nudged.
     pub(super) receiver_wakers: RefCell<Vec<Option<Waker>>>,
@@ -83,6 +85,7 @@ impl ShardCore {
             stats: ShardStats::default(),
             last_expire_ms: Cell::new(0),
             last_idle_sweep_ms: Cell::new(0),
+            notify_flags: Cell::new(0),
             receiver_wakers: RefCell::new(vec![None; shard_count]),
             last_receiver_nudge_ms: Cell::new(0),
             lock: Cell::new(None),
@@ -166,9 +169,9 @@ impl ShardCore {
     /// Keeps the shard's copy of `notify-keyspace-events` in step with the configuration.
     pub fn sync_settings(&self) {
         let flags = self.globals.notify_keyspace_events.load(Ordering::Relaxed);
-        let mut shard = self.shard.borrow_mut();
-        if shard.notes.flags() != flags {
-            shard.set_notify_flags(flags);
+        if flags != self.notify_flags.get() {
+            self.notify_flags.set(flags);
+            self.shard.borrow_mut().set_notify_flags(flags);
         }
     }
 
