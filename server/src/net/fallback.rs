@@ -20,6 +20,7 @@ pub async fn run(ctx: Rc<ShardCtx>, listener: OwnedFd) {
     if let Some(mesh) = &ctx.mesh {
         glommio::spawn_local(mesh.clone().run_flusher()).detach();
     }
+    glommio::spawn_local(ctx.clone().serve_lock_queue()).detach();
     loop {
         // One accept future lives until it yields a connection; the timer around it only
         // lets the loop look at the shutdown flag. Dropping an accept whose io_uring

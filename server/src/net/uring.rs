@@ -986,6 +986,8 @@ impl Net {
         if let Some(mesh) = &self.ctx.mesh {
             glommio::spawn_local(counted(self.polls.clone(), mesh.clone().run_flusher())).detach();
         }
+        let queue_server = self.ctx.clone().serve_lock_queue();
+        glommio::spawn_local(counted(self.polls.clone(), queue_server)).detach();
         if let Some(journal) = self.ctx.journal.borrow_mut().as_mut() {
             journal.set_ring_sync(true);
         }

@@ -18,6 +18,11 @@ use crate::globals::{unix_ms, Globals};
 use crate::mesh::{KeyRequest, Mesh, Request, Response, ResponseFuture};
 use crate::stats::ShardStats;
 
+use super::lock::LockQueue;
+
+/// A peer's request held while another operation owns the lock: (from, id, token, request).
+pub(super) type DeferredRequest = (usize, u64, Option<u64>, Request);
+
 /// Keys sampled by active expiry per loop turn, across this shard's databases.
 pub const ACTIVE_EXPIRE_SAMPLES_PER_TURN: usize = 64;
 
@@ -42,9 +47,9 @@ pub struct ShardCore {
     /// were last nudged.
     pub(super) receiver_wakers: RefCell<Vec<Option<Waker>>>,
     last_receiver_nudge_ms: Cell<u64>,
-    /// The token of the cross-shard operation holding this shard, if any (DESIGN §2.4).
-    lock: Cell<Option<u64>>,
-    unlock_wakers: RefCell<Vec<Waker>>,
+    /// The cross-shard operation holding this shard, if any, and who waits for it
+    /// (DESIGN §2.4, `lock`).
+    pub(super) lock: LockQueue<DeferredRequest>,
     tokens_issued: Cell<u64>,
     /// Clients with pushes waiting to be sent, for the transport.
     pub push_ready: RefCell<Vec<u64>>,
@@ -88,8 +93,7 @@ impl ShardCore {
             notify_flags: Cell::new(0),
             receiver_wakers: RefCell::new(vec![None; shard_count]),
             last_receiver_nudge_ms: Cell::new(0),
-            lock: Cell::new(None),
-            unlock_wakers: RefCell::new(Vec::new()),
+            lock: LockQueue::default(),
             // Past any token a journal from an earlier run may remember (see
             // `seed_tokens`), 64 per millisecond of the clock.
             tokens_issued: Cell::new(unix_ms() << 6),
@@ -303,12 +307,12 @@ impl ShardCore {
 
     /// True while a cross-shard operation holds this shard's lock.
     pub fn is_locked(&self) -> bool {
-        self.lock.get().is_some()
+        self.lock.holder().is_some()
     }
 
     /// The token of the operation holding this shard's lock, if any.
     pub fn lock_holder(&self) -> Option<u64> {
-        self.lock.get()
+        self.lock.holder()
     }
 
     /// A fresh token for one cross-shard operation (it names this shard as coordinator).
@@ -348,7 +352,7 @@ impl ShardCore {
     /// Before answering a peer: publishes that this shard journaled a part of the
     /// operation holding its lock, for the coordinator's commit (`parts_written`).
     fn note_part(&self) {
-        let Some(token) = self.lock.get() else {
+        let Some(token) = self.lock.holder() else {
             return;
         };
         if self
@@ -374,22 +378,15 @@ impl ShardCore {
         // the turn's commit, which its replies wait for, carries it like any write.
     }
 
-    /// Waits until no cross-shard operation holds this shard's lock.
+    /// Waits until no cross-shard operation holds this shard's lock (a plain waiter: every
+    /// release lets it through before anybody queued takes the lock again).
     pub async fn wait_unlocked(&self) {
-        std::future::poll_fn(|cx| {
-            if self.lock.get().is_none() {
-                Poll::Ready(())
-            } else {
-                self.unlock_wakers.borrow_mut().push(cx.waker().clone());
-                Poll::Pending
-            }
-        })
-        .await
+        self.wait_for_release(false).await;
     }
 
     /// True when this shard's lock is held by a script past its busy threshold.
     pub fn held_by_busy_script(&self) -> bool {
-        self.lock.get().is_some_and(|token| {
+        self.lock.holder().is_some_and(|token| {
             crate::lua::busy::holder_is_busy(&self.globals.script_slots, token)
         })
     }
@@ -398,56 +395,73 @@ impl ShardCore {
     /// [`ShardCore::wait_unlocked`], but gives up (returns true) as soon as the holder is a
     /// busy script: the caller then answers BUSY.
     pub async fn wait_unlocked_or_busy(&self) -> bool {
+        self.wait_for_release(true).await
+    }
+
+    async fn wait_for_release(&self, or_busy: bool) -> bool {
+        /// Leaves the line however the wait ends (its task dropped included).
+        struct Ticket<'a>(&'a LockQueue<DeferredRequest>, Option<u64>);
+        impl Drop for Ticket<'_> {
+            fn drop(&mut self) {
+                if let Some(id) = self.1.take() {
+                    self.0.leave(id);
+                }
+            }
+        }
+        let mut ticket = Ticket(&self.lock, None);
         std::future::poll_fn(|cx| {
-            if self.lock.get().is_none() {
+            if self.lock.pass(&mut ticket.1, cx.waker()) {
                 Poll::Ready(false)
-            } else if self.held_by_busy_script() {
+            } else if or_busy && self.held_by_busy_script() {
                 Poll::Ready(true)
             } else {
-                self.unlock_wakers.borrow_mut().push(cx.waker().clone());
                 Poll::Pending
             }
         })
         .await
     }
 
-    /// Takes this shard's lock for `token`, waiting for any holder to release it.
+    /// Takes this shard's lock for `token` in its turn: at once when nobody holds or waits
+    /// for it, else when a release hands it over.
     pub async fn lock_local(&self, token: u64) {
-        loop {
-            self.wait_unlocked().await;
-            if self.lock.get().is_none() {
-                self.set_lock(Some(token));
-                return;
+        /// Leaves the queue if the task goes before its turn came; one handed the lock
+        /// meanwhile lets it go again (the context's resumer serves the queue after it).
+        struct Place<'a>(&'a ShardCore, u64, bool);
+        impl Drop for Place<'_> {
+            fn drop(&mut self) {
+                if !self.2 && self.0.lock.withdraw(self.1) {
+                    tracing::warn!(token = self.1, "a lock handed over was abandoned");
+                    self.0.release_lock(self.1);
+                }
             }
         }
+        let mut place = Place(self, token, false);
+        std::future::poll_fn(|cx| match self.lock.take(token, cx.waker()) {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        })
+        .await;
+        place.2 = true;
+        self.shard.borrow_mut().set_cross_tag(Some(token));
     }
 
     /// Takes the lock for a peer's operation (its Lock request reached the front).
     pub(super) fn grant_lock(&self, token: Option<u64>) {
-        debug_assert!(self.lock.get().is_none(), "a lock granted over another");
-        self.set_lock(token);
-    }
-
-    /// The lock's holder, which the journal tags what it logs with (`cross_commit`).
-    fn set_lock(&self, token: Option<u64>) {
-        self.lock.set(token);
+        self.lock.grant(token);
         self.shard.borrow_mut().set_cross_tag(token);
     }
 
-    /// Lets go of the lock held by `token` and wakes the local waiters. The deferred peer
-    /// requests are the shard context's to serve (`ShardCtx::unlock`).
+    /// Lets go of the lock held by `token` and lets the local plain waiters through. The
+    /// queue is the shard context's to serve (`ShardCtx::unlock`).
     pub(super) fn release_lock(&self, token: u64) {
-        assert_eq!(self.lock.get(), Some(token), "unlock by a non-holder");
-        self.set_lock(None);
-        self.wake_lock_waiters();
+        self.lock.release(token);
+        self.shard.borrow_mut().set_cross_tag(None);
     }
 
-    /// Wakes every task waiting for the lock (they look again: unlocked, or held by a
-    /// busy script, which they answer BUSY).
+    /// Wakes the plain waiters (they look again: a busy script holding the lock makes them
+    /// answer BUSY).
     pub(super) fn wake_lock_waiters(&self) {
-        for waker in self.unlock_wakers.borrow_mut().drain(..) {
-            waker.wake();
-        }
+        self.lock.wake_plain();
     }
 
     // ---- pushes to local clients ----

@@ -10,6 +10,7 @@
 
 mod core;
 pub mod lists;
+mod lock;
 pub mod monitor;
 pub mod pubsub;
 pub mod reply;
@@ -19,7 +20,6 @@ pub mod tracking;
 pub mod watch;
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -41,9 +41,6 @@ use crate::stats::ShardReport;
 
 /// Most peer requests a locked shard queues for after the unlock.
 pub const DEFERRED_REQUESTS_MAX: usize = 65_536;
-
-/// A peer's request held while another operation owns the lock: (from, id, token, request).
-type DeferredRequest = (usize, u64, Option<u64>, Request);
 
 /// What a service does when one of this shard's connections goes away.
 pub trait ConnectionHooks {
@@ -70,8 +67,9 @@ pub struct ShardCtx {
     paused_generation: std::cell::Cell<u64>,
     /// Commands sleeping until a deadline (WAIT): (unix ms, waker), woken by `tick`.
     sleepers: RefCell<Vec<(u64, std::task::Waker)>>,
-    /// Peers' requests waiting for the lock's holder to finish.
-    deferred: RefCell<VecDeque<DeferredRequest>>,
+    /// True while the lock's queue is being served (a served request's tick must not
+    /// serve it again from inside).
+    serving_queue: std::cell::Cell<bool>,
 }
 
 /// The core's fields and methods read as the context's own (`ctx.shard`, `ctx.request`).
@@ -96,7 +94,7 @@ impl ShardCtx {
             paused: RefCell::new(Vec::new()),
             paused_generation: std::cell::Cell::new(0),
             sleepers: RefCell::new(Vec::new()),
-            deferred: RefCell::new(VecDeque::new()),
+            serving_queue: std::cell::Cell::new(false),
         }
     }
 
@@ -125,6 +123,9 @@ impl ShardCtx {
         self.core.housekeeping();
         if self.is_locked() {
             self.announce_busy_holder();
+        } else if self.lock.queued() > 0 {
+            // Its server normally has (`serve_lock_queue`); this turn makes sure.
+            self.serve_queue();
         }
         for fallback in fallbacks {
             self.task_waits.route_fallback(&self.core, fallback);
@@ -226,16 +227,38 @@ impl ShardCtx {
 
     // ---- the lock, as peers see it ----
 
-    /// Releases the lock held by `token`, wakes local waiters, then serves the requests that
-    /// arrived meanwhile, in order, until one of them takes the lock again.
+    /// Releases the lock held by `token`, lets the local plain waiters through, then serves
+    /// the lock's queue (`lock`).
     pub fn unlock(&self, token: u64) {
         self.core.release_lock(token);
-        while !self.is_locked() {
-            let next = self.deferred.borrow_mut().pop_front();
-            let Some((from, id, token, request)) = next else {
-                break;
-            };
-            self.handle_request(from, id, token, request);
+        self.serve_queue();
+    }
+
+    /// Serves the lock's queue from the front while its turn lasts: peers' plain requests
+    /// run, until one takes the lock or it is handed to a local taker (`LockQueue::next`).
+    fn serve_queue(&self) {
+        if self.serving_queue.replace(true) {
+            return;
+        }
+        while let Some(next) = self.lock.next() {
+            if let lock::Next::Peer((from, id, token, request)) = next {
+                self.admit(from, id, token, request);
+            }
+        }
+        self.serving_queue.set(false);
+    }
+
+    /// The shard's queue server: whenever the plain waiters a release let through have run
+    /// (or the lock was let go with nobody serving after), serves the queue. One per shard,
+    /// for its life.
+    pub async fn serve_lock_queue(self: Rc<Self>) {
+        while !self.globals.shutting_down() {
+            std::future::poll_fn(|cx| match self.lock.resumable(cx.waker()) {
+                true => std::task::Poll::Ready(()),
+                false => std::task::Poll::Pending,
+            })
+            .await;
+            self.serve_queue();
         }
     }
 
@@ -247,11 +270,10 @@ impl ShardCtx {
             self.unlock(token);
             return;
         }
-        let mut deferred = self.deferred.borrow_mut();
-        let before = deferred.len();
-        deferred
-            .retain(|(_, _, t, request)| *t != Some(token) || !matches!(request, Request::Lock(_)));
-        if deferred.len() != before {
+        let withdrawn = self.lock.withdraw_peer(|(_, _, t, request)| {
+            *t == Some(token) && matches!(request, Request::Lock(_))
+        });
+        if withdrawn {
             tracing::warn!(token, "a lock request was withdrawn before it was served");
         }
     }
@@ -263,14 +285,9 @@ impl ShardCtx {
             return;
         }
         self.core.wake_lock_waiters();
-        let plain: VecDeque<DeferredRequest> = {
-            let mut deferred = self.deferred.borrow_mut();
-            let (plain, rest) = std::mem::take(&mut *deferred)
-                .into_iter()
-                .partition(|(_, _, token, request)| token.is_none() && is_exec(request));
-            *deferred = rest;
-            plain
-        };
+        let plain = self
+            .lock
+            .take_peers(|(_, _, token, request)| token.is_none() && is_exec(request));
         for (from, id, _, request) in plain {
             if let Request::Keys(KeyRequest::Exec { commands, .. }) = request {
                 self.respond(from, id, busy_frames(commands.len()));
@@ -281,7 +298,8 @@ impl ShardCtx {
     // ---- peers' requests ----
 
     /// A request from a peer: lock traffic, or work served now unless another operation
-    /// holds the lock, in which case it waits in `deferred`.
+    /// holds the lock (or others wait for it first), in which case it waits in the lock's
+    /// queue.
     fn handle_request(&self, from: usize, id: u64, token: Option<u64>, request: Request) {
         match request {
             Request::Lock(LockRequest::Unlock) => {
@@ -310,11 +328,15 @@ impl ShardCtx {
             }
             _ => {}
         }
-        let held_by_other = matches!(self.lock_holder(), Some(holder) if Some(holder) != token);
-        if held_by_other {
+        if !self.lock.open_to(token) {
             self.defer(from, id, token, request);
             return;
         }
+        self.admit(from, id, token, request);
+    }
+
+    /// Serves a peer's request whose turn has come (the lock is its operation's, or free).
+    fn admit(&self, from: usize, id: u64, token: Option<u64>, request: Request) {
         match request {
             Request::Lock(LockRequest::Lock) => {
                 self.core.grant_lock(token);
@@ -362,7 +384,7 @@ impl ShardCtx {
                 self.respond(from, id, busy_frames(commands.len()));
                 return;
             }
-            if self.deferred.borrow().len() >= DEFERRED_REQUESTS_MAX {
+            if self.lock.queued() >= DEFERRED_REQUESTS_MAX {
                 let error = Frame::static_error(
                     "ERR too many requests are waiting for a cross-shard operation on this shard; try again",
                 );
@@ -370,9 +392,7 @@ impl ShardCtx {
                 return;
             }
         }
-        self.deferred
-            .borrow_mut()
-            .push_back((from, id, token, request));
+        self.lock.defer((from, id, token, request));
     }
 
     /// Serves a request synchronously on this shard's state: a peer's, or one a cross-shard
@@ -555,6 +575,7 @@ impl ShardCtx {
     /// the lock (held by token), peers' requests deferred behind it, this shard's own
     /// requests still unanswered by peers, and clients whose commands run in a task.
     fn waiting_line(&self) -> String {
+        let (queued, plain, admitted) = self.lock.counts();
         let clients = self.clients.borrow();
         let in_task: Vec<String> = clients
             .iter()
@@ -564,11 +585,13 @@ impl ShardCtx {
             })
             .collect();
         format!(
-            "shard{}:locked={},deferred={},mesh_pending={},clients_in_task={}",
+            "shard{}:locked={},deferred={},plain_waiting={},admitted={},mesh_pending={},clients_in_task={}",
             self.id,
             self.lock_holder()
                 .map_or("no".to_string(), |t| t.to_string()),
-            self.deferred.borrow().len(),
+            queued,
+            plain,
+            admitted,
             self.mesh.as_ref().map_or(0, |m| m.pending_count()),
             if in_task.is_empty() {
                 "none".to_string()
