@@ -261,13 +261,51 @@ impl Shard {
         out: Option<&mut Output>,
     ) -> Frame {
         debug_assert!(spec.arity_ok(args.len()));
-        let handler = spec.handler.expect("server commands never reach a shard");
         if self.memory_over.is_some() {
             if let Err(oom) = self.make_room(spec) {
                 return oom;
             }
         }
+        // Off (the default), notifications cost this test and nothing else.
+        if self.notes.on() {
+            return self.run_noted(db, client, spec, args, out);
+        }
+        self.run_handler(db, client, spec, args, out, false)
+    }
+
+    /// [`Shard::run`] while keyspace notifications are on: the command's keys are looked
+    /// at before and after it, and its events derived (`notify`).
+    #[cold]
+    fn run_noted(
+        &mut self,
+        db: usize,
+        client: u64,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        out: Option<&mut Output>,
+    ) -> Frame {
+        let (seen, mark) = self.look_before(db, spec, args);
+        let frame = self.run_handler(db, client, spec, args, out, true);
         if spec.has(crate::table::flag::WRITE) {
+            self.notify_after(db, spec, args, &frame, seen, mark);
+        }
+        frame
+    }
+
+    /// The command's handler, with what every command pays around it: WATCH and tracking
+    /// for writes, keyspace hit counts for reads, the journal.
+    fn run_handler(
+        &mut self,
+        db: usize,
+        client: u64,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        out: Option<&mut Output>,
+        noted: bool,
+    ) -> Frame {
+        let handler = spec.handler.expect("server commands never reach a shard");
+        let write = spec.has(crate::table::flag::WRITE);
+        if write {
             if !self.watched.is_empty() {
                 self.touch_written(db, spec, args);
             }
@@ -276,10 +314,7 @@ impl Shard {
             }
         }
         let mark = out.as_ref().map(|o| o.mark());
-        let reads = !spec.has(crate::table::flag::WRITE);
-        // Off (the default), notifications cost this test and no allocation or drop.
-        let noted = self.notes.on().then(|| self.look_before(db, spec, args));
-        let lookups_before = reads.then(|| self.dbs[db].lookups());
+        let lookups_before = (!write).then(|| self.dbs[db].lookups());
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
             db,
@@ -290,7 +325,7 @@ impl Shard {
             blocked: &mut self.blocked,
             rewrite: None,
             layout: (self.id, self.shard_count),
-            notes: noted.is_some().then_some(&mut self.notes),
+            notes: noted.then_some(&mut self.notes),
         };
         let frame = match crate::contain::contained(spec.name, || handler(&mut ctx, args)) {
             Ok(frame) => frame,
@@ -309,11 +344,8 @@ impl Shard {
             self.keyspace_hits += hits - hits_before;
             self.keyspace_misses += misses - misses_before;
         }
-        if self.journal.is_some() && spec.has(crate::table::flag::WRITE) {
+        if self.journal.is_some() && write {
             self.log_command(db, client, spec, args, rewrite);
-        }
-        if let (Some((seen, mark)), false) = (noted, reads) {
-            self.notify_after(db, spec, args, &frame, seen, mark);
         }
         if self.tracking_on {
             self.track_after(db, client, spec, args);

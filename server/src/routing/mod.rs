@@ -71,13 +71,24 @@ pub async fn keyed(
         return cross::run(ctx, at, spec, args).await;
     }
     if first == ctx.id || ctx.shard_count == 1 {
-        let mut shard = ctx.shard.borrow_mut();
-        match direct {
-            Some(out) => shard.execute_into(at.db, at.client, spec, args, out),
-            None => shard.execute(at.db, at.client, spec, args),
-        }
+        keyed_here(ctx, at, spec, args, direct)
     } else {
         single_reply(send_one(ctx, first, at, spec, args.to_vec()).await)
+    }
+}
+
+/// [`keyed`] when every key of the command lives on this shard: synchronous, no future.
+pub fn keyed_here(
+    ctx: &ShardCtx,
+    at: Target,
+    spec: &CommandSpec,
+    args: &[Bytes],
+    direct: Option<&mut Output>,
+) -> Frame {
+    let mut shard = ctx.shard.borrow_mut();
+    match direct {
+        Some(out) => shard.execute_into(at.db, at.client, spec, args, out),
+        None => shard.execute(at.db, at.client, spec, args),
     }
 }
 

@@ -197,9 +197,23 @@ pub fn try_inline(
     }
     // A reply that may be dropped (CLIENT REPLY) must come back as a frame, not written.
     let direct = (conn.borrow().reply == crate::clients::ReplyMode::On).then_some(out);
-    let frame = poll_once(execute_spec(ctx, conn, spec, args, direct));
-    debug_assert!(frame.is_some(), "a local command waited");
-    frame
+    let (spec, at) = match admit(ctx, conn, spec, args) {
+        Ok(admitted) => admitted,
+        Err(frame) => return Some(frame),
+    };
+    // A plain keyed command (every key here: `needs_remote`) runs without a future at all;
+    // anything else is polled once (it cannot wait, `needs_remote` said so).
+    let frame = if spec.route == Route::Keyed
+        && !spec.has(flag::BLOCKING)
+        && !is_memory_stats(spec, args)
+    {
+        crate::routing::keyed_here(ctx, at, spec, args, direct)
+    } else {
+        let frame = poll_once(run_admitted(ctx, conn, spec, args, at, direct));
+        debug_assert!(frame.is_some(), "a local command waited");
+        frame?
+    };
+    Some(finish(ctx, spec, frame))
 }
 
 /// Runs one command, wherever its keys live (`spec` is `lookup(&args[0])`). With `direct`, a
@@ -224,33 +238,61 @@ async fn execute_spec(
     {
         return Frame::static_error(crate::lua::busy::BUSY);
     }
-    let (spec, db, client) = {
-        let mut state = conn.borrow_mut();
-        match precheck(ctx, &mut state, spec, args) {
-            Ok(spec) => {
-                state.last_command = spec.name;
-                if state.multi.is_some() && !transaction::controls_transaction(spec) {
-                    return transaction::queue(&mut state, spec, args);
-                }
-                if state.tracking.as_ref().is_some_and(|t| t.caching) {
-                    commands::tracking::arm_exception(ctx, &mut state, spec, args);
-                }
-                if crate::shard::monitor::active(ctx) {
-                    crate::shard::monitor::feed_command(ctx, &ctx.monitors, &state, spec, args);
-                }
-                (spec, state.db, state.task_owner())
-            }
-            Err(err) => {
-                // A command refused inside MULTI makes its EXEC abort, as in Redis.
-                if state.multi.is_some() {
-                    state.multi_failed = true;
-                }
-                return err;
-            }
-        }
+    let (spec, at) = match admit(ctx, conn, spec, args) {
+        Ok(admitted) => admitted,
+        Err(frame) => return frame,
     };
-    let at = Target { db, client };
-    let frame = match spec.route {
+    let frame = run_admitted(ctx, conn, spec, args, at, direct).await;
+    finish(ctx, spec, frame)
+}
+
+/// A command's checks and bookkeeping before it runs (`precheck`, MULTI's queueing,
+/// CLIENT CACHING, MONITOR): `Err` is the reply when it does not run.
+fn admit(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    spec: Option<&'static CommandSpec>,
+    args: &[Bytes],
+) -> Result<(&'static CommandSpec, Target), Frame> {
+    let mut state = conn.borrow_mut();
+    match precheck(ctx, &mut state, spec, args) {
+        Ok(spec) => {
+            state.last_command = spec.name;
+            if state.multi.is_some() && !transaction::controls_transaction(spec) {
+                return Err(transaction::queue(&mut state, spec, args));
+            }
+            if state.tracking.as_ref().is_some_and(|t| t.caching) {
+                commands::tracking::arm_exception(ctx, &mut state, spec, args);
+            }
+            if crate::shard::monitor::active(ctx) {
+                crate::shard::monitor::feed_command(ctx, &ctx.monitors, &state, spec, args);
+            }
+            let at = Target {
+                db: state.db,
+                client: state.task_owner(),
+            };
+            Ok((spec, at))
+        }
+        Err(err) => {
+            // A command refused inside MULTI makes its EXEC abort, as in Redis.
+            if state.multi.is_some() {
+                state.multi_failed = true;
+            }
+            Err(err)
+        }
+    }
+}
+
+/// Runs an admitted command by its route.
+async fn run_admitted(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    at: Target,
+    direct: Option<&mut Output>,
+) -> Frame {
+    match spec.route {
         Route::Server => commands::run(ctx, conn, spec, args).await,
         Route::Keyed if spec.has(flag::BLOCKING) => {
             // The attempt runs as the non-blocking command would; only nothing found blocks.
@@ -265,11 +307,15 @@ async fn execute_spec(
         Route::Keyed => keyed(ctx, at, spec, args, direct).await,
         Route::Split(merge) => split(ctx, at, spec, args, merge).await,
         Route::AllShards(merge) => all_shards(ctx, at, spec, args, merge).await,
-    };
+    }
+}
+
+/// After a command ran: its count, and the invalidations and notifications its writes owe,
+/// which leave with its reply.
+fn finish(ctx: &ShardCtx, spec: &'static CommandSpec, frame: Frame) -> Frame {
     if spec.route != Route::Server || !frame.is_error() {
         ctx.stats.record(spec, frame.is_error());
     }
-    // The invalidations and notifications this command's writes owe leave with its reply.
     ctx.tracking.drain(&ctx.core);
     ctx.publish_keyspace_events();
     frame
