@@ -283,6 +283,42 @@ fn a_blocked_fetch_times_out_empty() {
     }
 }
 
+/// A blocked fetch holds its connection: what the client sends while it waits runs after
+/// the fetch's reply, in order (on one shard the fetch parks with no task: `Reply::Direct`).
+/// The fused ACK counts, and an idle `timeout` spares the waiting client.
+#[test]
+fn commands_sent_during_a_blocked_fetch_run_after_its_reply() {
+    for (n, server) in servers().into_iter().enumerate() {
+        let mut producer = server.client();
+        assert_eq!(producer.cmd("CONFIG SET timeout 1"), ok());
+        let first = id_of(producer.cmd("TASK.SUBMIT {a}q first"));
+        let mut worker = server.client();
+        let got = tasks_of(worker.cmd("TASK.FETCH {a}q BLOCK 5000"));
+        assert_eq!(got[0].0, first);
+        let ack: &[u8] = &first;
+        worker.send(&[b"TASK.FETCH", b"{a}q", b"BLOCK", b"5000", b"ACK", ack]);
+        wait_blocked(&server, 1);
+        worker.send(&[b"PING"]);
+        worker.send(&[b"ECHO", b"after"]);
+        // Past the idle timeout: a blocked client is not idle (the producer is).
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut producer = server.client();
+        let second = id_of(producer.cmd("TASK.SUBMIT {a}q second"));
+        let got = tasks_of(worker.read().expect("the fetch's reply"));
+        assert_eq!(got.len(), 1, "server #{n}");
+        assert_eq!(got[0].0, second, "server #{n}");
+        assert_eq!(worker.read(), Some(Frame::simple("PONG")), "server #{n}");
+        assert_eq!(worker.read(), Some(bulk("after")), "server #{n}");
+        let stats = producer.cmd("TASK.STATS {a}q");
+        assert_eq!(field(&stats, "acked"), Frame::Integer(1), "server #{n}");
+        assert_eq!(field(&stats, "leased"), Frame::Integer(1), "server #{n}");
+        // Nothing is left parked, and the connection goes on.
+        worker.send(&[b"TASK.FETCH", b"{a}q", b"BLOCK", b"100"]);
+        assert_eq!(worker.read(), Some(Frame::Array(vec![])), "server #{n}");
+        assert_eq!(worker.cmd("PING"), Frame::simple("PONG"));
+    }
+}
+
 #[test]
 fn a_worker_that_disconnects_while_blocked_takes_nothing_with_it() {
     for (n, server) in servers().into_iter().enumerate() {

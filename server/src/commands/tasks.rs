@@ -13,6 +13,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::lookup;
+use wetask_shards::table::CommandSpec;
 use wetask_shards::task_commands::{parse_fetch, FetchArgs};
 
 use crate::clients::ConnState;
@@ -148,20 +149,14 @@ async fn ack_all(ctx: &ShardCtx, at: Target, ids: &[Bytes]) -> Option<Frame> {
     if ids.is_empty() {
         return None;
     }
-    let ack = lookup(b"task.ack").expect("task.ack is in the table");
+    let ack = task_ack();
     let command = |id: &Bytes| vec![Bytes::from_static(b"task.ack"), id.clone()];
     // Per id, its reply; remote replies are filled in when their shard answers.
     let mut replies: Vec<Option<Frame>> = vec![None; ids.len()];
     let mut remote: Vec<(usize, Vec<usize>)> = Vec::new();
     for (n, id) in ids.iter().enumerate() {
         match ctx.owner_of(id) {
-            shard if shard == ctx.id => {
-                let frame = ctx
-                    .shard
-                    .borrow_mut()
-                    .execute(at.db, at.client, ack, &command(id));
-                replies[n] = Some(frame);
-            }
+            shard if shard == ctx.id => replies[n] = Some(ack_here(ctx, at, id)),
             shard => match remote.iter_mut().find(|(s, _)| *s == shard) {
                 Some((_, positions)) => positions.push(n),
                 None => remote.push((shard, vec![n])),
@@ -204,6 +199,108 @@ async fn ack_all(ctx: &ShardCtx, at: Target, ids: &[Bytes]) -> Option<Frame> {
         }
     }
     refusal
+}
+
+/// TASK.ACK's row, looked up once (a lookup lowercases and hashes the name).
+fn task_ack() -> &'static CommandSpec {
+    static ACK: std::sync::LazyLock<&'static CommandSpec> =
+        std::sync::LazyLock::new(|| lookup(b"task.ack").expect("task.ack is in the table"));
+    *ACK
+}
+
+/// Acknowledges `id`, which lives on this shard.
+fn ack_here(ctx: &ShardCtx, at: Target, id: &Bytes) -> Frame {
+    let args = [Bytes::from_static(b"task.ack"), id.clone()];
+    ctx.shard
+        .borrow_mut()
+        .execute(at.db, at.client, task_ack(), &args)
+}
+
+/// The FETCH in `args`, when it blocks and names only queues and ids of this shard, while
+/// no CLIENT PAUSE is on: then [`fetch_or_park`] serves it with no task. (A worker's usual
+/// step on one shard; `needs_remote` said it may have to wait.)
+pub fn parks_here(ctx: &ShardCtx, args: &[Bytes]) -> Option<FetchArgs> {
+    let fetch = parse_fetch(args).ok()?;
+    let here = fetch
+        .queues
+        .iter()
+        .chain(&fetch.acks)
+        .all(|name| ctx.owner_of(name) == ctx.id);
+    (here && fetch.block_ms.is_some() && !ctx.globals.pause.active()).then_some(fetch)
+}
+
+/// A local blocking FETCH (see [`parks_here`]) without a task: its ACKs, then a lease if
+/// there is one; else it parks here answering `Reply::Direct`, and `None` says so (the
+/// connection then waits for the transport to write the answer). `Some` is the reply now.
+pub fn fetch_or_park(
+    ctx: &ShardCtx,
+    conn: &RefCell<ConnState>,
+    at: Target,
+    fetch: FetchArgs,
+) -> Option<Frame> {
+    let mut refusal = None;
+    for id in &fetch.acks {
+        let frame = ack_here(ctx, at, id);
+        ctx.stats.record(task_ack(), frame.is_error());
+        if frame.is_error() && refusal.is_none() {
+            refusal = Some(frame);
+        }
+    }
+    if refusal.is_some() {
+        return refusal;
+    }
+    let client = {
+        let mut state = conn.borrow_mut();
+        state.note_task_shard(ctx.id);
+        state.id
+    };
+    let fetched =
+        ctx.shard
+            .borrow_mut()
+            .task_fetch(&fetch.queues, fetch.count, fetch.lease_ms, at.client);
+    match fetched {
+        Ok(frames) if frames.is_empty() => {}
+        Ok(frames) => return Some(Frame::Array(frames)),
+        // Held back by an in-flight limit.
+        Err(error) => return Some(error),
+    }
+    let block_ms = fetch.block_ms.unwrap_or(0);
+    // The real clock: a deadline must never come early.
+    let deadline_ms = (block_ms > 0).then(|| crate::globals::unix_ms().saturating_add(block_ms));
+    // Not idle while it waits (the `timeout` option spares a blocked client).
+    conn.borrow_mut().in_batch = true;
+    ctx.task_waits.park(
+        ctx,
+        Parked {
+            client,
+            owner: at.client,
+            want: Want::Fetch {
+                // Copies: a parked fetch must not pin the connection's read buffer.
+                queues: fetch
+                    .queues
+                    .iter()
+                    .map(|q| Bytes::copy_from_slice(q))
+                    .collect(),
+                count: fetch.count,
+                lease_ms: fetch.lease_ms,
+            },
+            deadline_ms,
+            reply: Reply::Direct {
+                client,
+                finish: direct_fetch_reply,
+            },
+        },
+    );
+    None
+}
+
+/// A directly parked fetch's reply from its shard's answer: the leased tasks, nothing (the
+/// time ran out, or the connection let go), or the error that refused it.
+fn direct_fetch_reply(frames: Vec<Frame>) -> Frame {
+    match frames.iter().position(Frame::is_error) {
+        Some(at) => frames.into_iter().nth(at).expect("present"),
+        None => Frame::Array(frames),
+    }
 }
 
 /// Waits until one of the queues' shards leases something (or the time is up); see the

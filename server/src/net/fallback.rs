@@ -147,6 +147,7 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
         loop {
             match session.pump(&ctx, &mut out) {
                 Pump::Idle => break,
+                Pump::Parked => unreachable!("this transport never lets a command park directly"),
                 Pump::Close => {
                     let _ = write_output(&ctx, &mut stream, &out).await;
                     break 'conn;

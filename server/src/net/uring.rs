@@ -27,7 +27,7 @@ use futures_lite::StreamExt;
 use glommio::channels::shared_channel::ConnectedReceiver;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use wetask_protocol::Output;
+use wetask_protocol::{encode_output, Output};
 
 use crate::doorbell::Doorbell;
 use crate::mesh::Envelope;
@@ -498,7 +498,10 @@ impl Net {
     /// One turn: read the mesh, submit, reap every completion, run what it enabled. Returns
     /// work done.
     fn turn(self: &Rc<Self>) -> usize {
-        let finished = self.serve_mesh() + self.collect_finished() + self.collect_pushes();
+        let finished = self.serve_mesh()
+            + self.collect_finished()
+            + self.collect_direct()
+            + self.collect_pushes();
         // The turn's replies leave with this enter: their writes go to the journal first
         // (under `appendfsync always` the replies wait for the ring's fsync: held_sends).
         self.ctx.commit_journal(crate::persist::Commit::Now);
@@ -593,6 +596,7 @@ impl Net {
             }
         };
         conn.session.state.borrow_mut().slot = (index, generation);
+        conn.session.park_directly();
         conn.registered = self.register_socket(index, fd);
         let group = inner.bufs.group();
         self.arm_recv(index, &mut conn, group);
@@ -689,6 +693,8 @@ impl Net {
         conn.session.state.borrow_mut().last_active_ms = self.ctx.shard.borrow().now_ms();
         match conn.session.pump(&self.ctx, &mut conn.out) {
             Pump::Idle | Pump::Close => {}
+            // Its answer comes through `collect_direct`.
+            Pump::Parked => conn.busy = true,
             Pump::Batch(batch) => {
                 conn.busy = true;
                 let net = self.clone();
@@ -781,6 +787,40 @@ impl Net {
             };
             conn.busy = false;
             conn.out.append(out);
+            self.pump(index, conn);
+            self.maybe_free(inner, index, generation);
+        }
+        count
+    }
+
+    /// Writes the answers of commands that waited parked with no task (`Reply::Direct`)
+    /// into their connections' output, and runs what those connections sent meanwhile.
+    fn collect_direct(self: &Rc<Self>) -> usize {
+        let answers = self.ctx.take_direct_answers();
+        let count = answers.len();
+        if count == 0 {
+            return 0;
+        }
+        let now = self.ctx.shard.borrow().now_ms();
+        let mut inner = self.inner.borrow_mut();
+        let inner = &mut *inner;
+        for (client, frame) in answers {
+            let Some(state) = self.ctx.clients.borrow().get(client) else {
+                continue;
+            };
+            let (index, generation) = state.borrow().slot;
+            let Some(conn) = live_conn(&mut inner.conns, index, generation) else {
+                continue;
+            };
+            conn.busy = false;
+            {
+                let mut state = state.borrow_mut();
+                state.in_batch = false;
+                state.last_active_ms = now;
+                if state.reply_allowed() {
+                    encode_output(&mut conn.out, &frame, state.protocol);
+                }
+            }
             self.pump(index, conn);
             self.maybe_free(inner, index, generation);
         }

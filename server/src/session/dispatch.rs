@@ -181,10 +181,11 @@ pub fn try_inline(
     spec: Option<&'static CommandSpec>,
     args: &[Bytes],
     out: &mut Output,
-) -> Option<Frame> {
+    may_park: bool,
+) -> Inline {
     // While a cross-shard operation holds this shard, everything waits in a task.
     if ctx.is_locked() {
-        return None;
+        return Inline::NeedsTask;
     }
     let (in_multi, db) = {
         let state = conn.borrow();
@@ -193,13 +194,18 @@ pub fn try_inline(
     // Inside MULTI a command is only queued (EXEC itself runs in a task).
     let queueing = in_multi && spec.is_some_and(|s| !transaction::controls_transaction(s));
     if !queueing && needs_remote(ctx, db, spec, args) {
-        return None;
+        return match spec {
+            Some(spec) if may_park && !in_multi && spec.name == "task.fetch" => {
+                fetch_or_park(ctx, conn, spec, args)
+            }
+            _ => Inline::NeedsTask,
+        };
     }
     // A reply that may be dropped (CLIENT REPLY) must come back as a frame, not written.
     let direct = (conn.borrow().reply == crate::clients::ReplyMode::On).then_some(out);
     let (spec, at) = match admit(ctx, conn, spec, args) {
         Ok(admitted) => admitted,
-        Err(frame) => return Some(frame),
+        Err(frame) => return Inline::Ran(frame),
     };
     // A plain keyed command (every key here: `needs_remote`) runs without a future at all;
     // anything else is polled once (it cannot wait, `needs_remote` said so).
@@ -211,9 +217,49 @@ pub fn try_inline(
     } else {
         let frame = poll_once(run_admitted(ctx, conn, spec, args, at, direct));
         debug_assert!(frame.is_some(), "a local command waited");
-        frame?
+        let Some(frame) = frame else {
+            return Inline::NeedsTask;
+        };
+        frame
     };
-    Some(finish(ctx, spec, frame))
+    Inline::Ran(finish(ctx, spec, frame))
+}
+
+/// What [`try_inline`] did with a command.
+pub enum Inline {
+    /// It ran: this is its reply (or `Frame::Written`).
+    Ran(Frame),
+    /// It waits, parked on this shard with no task (a blocked TASK.FETCH: `Reply::Direct`);
+    /// the transport writes its reply when it comes, and runs nothing of the connection's
+    /// before then.
+    Parked,
+    /// It needs other shards, or may wait: run it (and what follows it) in a task.
+    NeedsTask,
+}
+
+/// A blocking TASK.FETCH that may have to wait, run with no task when it needs no other
+/// shard (`commands::tasks::parks_here`): the worker loop's step on one shard.
+fn fetch_or_park(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+) -> Inline {
+    let Some(fetch) = commands::tasks::parks_here(ctx, args) else {
+        return Inline::NeedsTask;
+    };
+    let (spec, at) = match admit(ctx, conn, Some(spec), args) {
+        Ok(admitted) => admitted,
+        Err(frame) => return Inline::Ran(frame),
+    };
+    match commands::tasks::fetch_or_park(ctx, conn, at, fetch) {
+        Some(frame) => Inline::Ran(finish(ctx, spec, frame)),
+        None => {
+            // Counted now, as a call; its reply comes later.
+            finish(ctx, spec, Frame::Null);
+            Inline::Parked
+        }
+    }
 }
 
 /// Runs one command, wherever its keys live (`spec` is `lookup(&args[0])`). With `direct`, a

@@ -20,7 +20,7 @@ use wetask_shards::CommandSpec;
 
 use crate::clients::ConnState;
 use crate::shard::ShardCtx;
-use dispatch::{reached_output_limit, WINDOW_COMMANDS_MAX};
+use dispatch::{reached_output_limit, Inline, WINDOW_COMMANDS_MAX};
 
 /// The most bytes a client may have buffered but not yet executed (Redis's
 /// `client-query-buffer-limit`).
@@ -35,6 +35,9 @@ pub enum Pump {
     Batch(Vec<Vec<Bytes>>),
     /// Close once the output so far is sent.
     Close,
+    /// The last command waits parked with no task (`dispatch::Inline::Parked`): run nothing
+    /// more of this connection until the shard's answer for it is written.
+    Parked,
 }
 
 pub struct Session {
@@ -48,6 +51,9 @@ pub struct Session {
     specs: Vec<Option<&'static CommandSpec>>,
     /// A protocol error met while collecting a batch, reported after the batch's replies.
     held_error: Option<ProtocolError>,
+    /// The transport writes `Reply::Direct` answers (the io_uring driver), so a blocked
+    /// command may park with no task.
+    parks_direct: bool,
 }
 
 impl Session {
@@ -63,7 +69,13 @@ impl Session {
             window: Vec::new(),
             specs: Vec::new(),
             held_error: None,
+            parks_direct: false,
         }
+    }
+
+    /// The transport answers directly parked commands (see `Pump::Parked`).
+    pub fn park_directly(&mut self) {
+        self.parks_direct = true;
     }
 
     pub fn input_overflowed(&self) -> bool {
@@ -150,12 +162,24 @@ impl Session {
                     self.clear_window(n);
                     return Pump::Close;
                 }
-                match dispatch::try_inline(ctx, &self.state, self.specs[i], &self.window[i], out) {
-                    Some(frame) => {
-                        let now = crate::slowlog::ticks();
-                        let took = now.wrapping_sub(last);
-                        dispatch::note_time(ctx, &self.state, self.specs[i], &self.window[i], took);
-                        last = now;
+                // Only the window's last command may wait with no task: nothing decoded
+                // after it may run before its reply.
+                let may_park = self.parks_direct && i + 1 == n && error.is_none();
+                let spec = self.specs[i];
+                let inline =
+                    dispatch::try_inline(ctx, &self.state, spec, &self.window[i], out, may_park);
+                if !matches!(inline, Inline::NeedsTask) {
+                    let now = crate::slowlog::ticks();
+                    let took = now.wrapping_sub(last);
+                    dispatch::note_time(ctx, &self.state, spec, &self.window[i], took);
+                    last = now;
+                }
+                match inline {
+                    Inline::Parked => {
+                        self.clear_window(n);
+                        return Pump::Parked;
+                    }
+                    Inline::Ran(frame) => {
                         let mut state = self.state.borrow_mut();
                         if state.reply_allowed() {
                             encode_output(out, &frame, state.protocol);
@@ -167,16 +191,7 @@ impl Session {
                             return Pump::Close;
                         }
                     }
-                    None => {
-                        let mut batch: Vec<Vec<Bytes>> =
-                            self.window[i..n].iter_mut().map(std::mem::take).collect();
-                        self.clear_window(n);
-                        match error {
-                            Some(err) => self.held_error = Some(err),
-                            None => self.collect_batch(&mut batch),
-                        }
-                        return Pump::Batch(batch);
-                    }
+                    Inline::NeedsTask => return self.hand_to_task(i, n, error),
                 }
             }
             self.clear_window(n);
@@ -187,6 +202,18 @@ impl Session {
                 return Pump::Idle;
             }
         }
+    }
+
+    /// The window's commands from `i` on, and every further complete one, as a batch for a
+    /// task (the `error` that ended the window is reported after them).
+    fn hand_to_task(&mut self, i: usize, n: usize, error: Option<ProtocolError>) -> Pump {
+        let mut batch: Vec<Vec<Bytes>> = self.window[i..n].iter_mut().map(std::mem::take).collect();
+        self.clear_window(n);
+        match error {
+            Some(err) => self.held_error = Some(err),
+            None => self.collect_batch(&mut batch),
+        }
+        Pump::Batch(batch)
     }
 
     /// Adds every further complete command to a batch bound for other shards.

@@ -58,6 +58,9 @@ pub struct ShardCore {
     /// A parked command of a connection here was answered since the transport last looked:
     /// its task is runnable, and the transport lets it run before the next turn.
     pub local_wakes: Cell<bool>,
+    /// Answers to requests parked with `Reply::Direct`, by client, for the transport to
+    /// write (`take_direct_answers`).
+    pub(super) direct_answers: RefCell<Vec<(u64, Frame)>>,
     /// Pushes that met their connection busy, settled by the transport.
     deferred_pushes: RefCell<Vec<(u64, Frame)>>,
     /// This shard's journal file, when `appendonly yes` (`persist`).
@@ -100,6 +103,7 @@ impl ShardCore {
             push_ready: RefCell::new(Vec::new()),
             push_hook: RefCell::new(None),
             local_wakes: Cell::new(false),
+            direct_answers: RefCell::new(Vec::new()),
             deferred_pushes: RefCell::new(Vec::new()),
             journal: RefCell::new(None),
             last_compact_check_ms: Cell::new(0),
@@ -509,6 +513,18 @@ impl ShardCore {
             self.push_ready.borrow_mut().push(client);
             hook();
         }
+    }
+
+    /// Wakes the io_uring driver's loop (it has work that no completion announces).
+    pub fn wake_transport(&self) {
+        if let Some(hook) = self.push_hook.borrow().as_ref() {
+            hook();
+        }
+    }
+
+    /// The answers to directly parked requests since the last call (`Reply::Direct`).
+    pub fn take_direct_answers(&self) -> Vec<(u64, Frame)> {
+        std::mem::take(&mut *self.direct_answers.borrow_mut())
     }
 
     /// Moves pushes that met a busy connection into its pending output (called by the

@@ -1,5 +1,5 @@
 //! Where the answer to a parked request goes: a peer's held mesh request, or a local
-//! connection's one-shot slot. Blocked pops and blocked task fetches and waits park the
+//! connection's one-shot slot, or a connection's output with no task between. Blocked pops and blocked task fetches and waits park the
 //! same way, so they answer the same way.
 
 use std::cell::{Cell, RefCell};
@@ -17,8 +17,15 @@ use crate::mesh::Response;
 pub enum Reply {
     /// A held mesh request: answered with `Response::Frames`.
     Peer { from: usize, id: u64 },
-    /// A connection on this shard.
+    /// A connection on this shard, whose command waits in a task.
     Local(Rc<LocalSlot>),
+    /// A connection on this shard that waits with no task (a blocked TASK.FETCH parked
+    /// straight from the inline path): the transport writes the answer into its output,
+    /// `finish` turning the answer's frames into the reply.
+    Direct {
+        client: u64,
+        finish: fn(Vec<Frame>) -> Frame,
+    },
 }
 
 impl Reply {
@@ -28,6 +35,12 @@ impl Reply {
             Reply::Local(slot) => {
                 core.local_wakes.set(true);
                 slot.complete(frames);
+            }
+            Reply::Direct { client, finish } => {
+                core.direct_answers
+                    .borrow_mut()
+                    .push((client, finish(frames)));
+                core.wake_transport();
             }
         }
     }
