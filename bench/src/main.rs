@@ -102,7 +102,9 @@ struct RunArgs {
     connections: usize,
     #[arg(long, default_value_t = 1)]
     pipeline: usize,
-    /// set, get or mixed (SET/GET/DEL).
+    /// set, get or mixed (SET/GET/DEL); or a job flow: tasks (TASK.SUBMIT and TASK.FETCH …
+    /// ACK), brpop (LPUSH + BRPOP) or lmove (LPUSH + BLMOVE + LREM), 4 producers and 8
+    /// workers (for profiling one side of the `tasks` workloads).
     #[arg(long, default_value = "get")]
     mix: String,
     #[arg(long, default_value_t = 64)]
@@ -200,6 +202,15 @@ fn report(result: Result<(), String>) -> ExitCode {
 fn run_once(args: &RunArgs) -> Result<(), String> {
     servers::pin_self(args.shared.load_cpu)
         .map_err(|e| format!("cannot pin to CPU {}: {e}", args.shared.load_cpu))?;
+    let flow = match args.mix.as_str() {
+        "tasks" => Some(taskflow::Flow::Tasks),
+        "brpop" => Some(taskflow::Flow::Brpop),
+        "lmove" => Some(taskflow::Flow::Lmove),
+        _ => None,
+    };
+    if let Some(flow) = flow {
+        return run_flow(args, flow);
+    }
     let mix = match args.mix.as_str() {
         "set" => loadgen::Mix::Set,
         "get" => loadgen::Mix::Get,
@@ -230,6 +241,33 @@ fn run_once(args: &RunArgs) -> Result<(), String> {
         h.value_at_quantile(0.95),
         h.value_at_quantile(0.99),
         h.value_at_quantile(0.999)
+    );
+    Ok(())
+}
+
+/// `run --mix tasks|brpop|lmove`: one job flow against a running server.
+fn run_flow(args: &RunArgs, flow: taskflow::Flow) -> Result<(), String> {
+    let spec = taskflow::FlowSpec {
+        addr: args.addr,
+        flow,
+        producers: 4,
+        workers: 8,
+        groups: 0,
+        warmup: Duration::from_millis(args.shared.warmup_ms),
+        duration: Duration::from_millis(args.shared.duration_ms),
+        jobs: args.shared.ops,
+        queue: format!("flow-{}", std::process::id()),
+    };
+    let result = taskflow::run(spec).map_err(|e| format!("flow failed: {e}"))?;
+    let h = &result.latency_us;
+    println!(
+        "{} jobs in {:.2} s: {:.0} jobs/s, {} errors; submit-to-worker µs p50 {} p99 {}",
+        result.jobs,
+        result.elapsed.as_secs_f64(),
+        result.jobs_per_sec(),
+        result.errors,
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.99)
     );
     Ok(())
 }

@@ -148,6 +148,8 @@ struct Conn {
     recv_armed: bool,
     /// A cross-shard batch task owns this connection's next replies.
     busy: bool,
+    /// Its replies wait in `Net::unflushed` for the turn's sends.
+    flush_queued: bool,
     /// The socket was shut down; the slot frees once no operation is in flight.
     closing: bool,
 }
@@ -202,6 +204,9 @@ pub struct Net {
     finished: RefCell<Vec<(u32, u32, Output)>>,
     /// Under `appendfsync always`: sends waiting for the journal's fsync (`held_sends`).
     held: RefCell<HeldSends>,
+    /// Connections whose replies were made this turn, to be sent last made, first sent
+    /// (`flush_unflushed`).
+    unflushed: RefCell<Vec<(u32, u32)>>,
 }
 
 /// `future`, counting its polls in `polls`.
@@ -270,6 +275,7 @@ impl Net {
             next_cron_ms: Cell::new(0),
             finished: RefCell::new(Vec::new()),
             held: RefCell::new(HeldSends::default()),
+            unflushed: RefCell::new(Vec::new()),
         }))
     }
 
@@ -502,6 +508,7 @@ impl Net {
             + self.collect_finished()
             + self.collect_direct()
             + self.collect_pushes();
+        self.flush_unflushed();
         // The turn's replies leave with this enter: their writes go to the journal first
         // (under `appendfsync always` the replies wait for the ring's fsync: held_sends).
         self.ctx.commit_journal(crate::persist::Commit::Now);
@@ -586,6 +593,7 @@ impl Net {
             send_in_flight: false,
             recv_armed: false,
             busy: false,
+            flush_queued: false,
             closing: false,
         };
         let index = match inner.free.pop() {
@@ -716,8 +724,41 @@ impl Net {
             self.begin_close(conn);
             return;
         }
-        self.flush(index, conn);
+        if !conn.out.is_empty() && !conn.send_in_flight {
+            if !conn.flush_queued {
+                conn.flush_queued = true;
+                self.unflushed.borrow_mut().push((index, conn.generation));
+            }
+            return;
+        }
         self.close_if_done(conn);
+    }
+
+    /// Sends the replies the turn made, the connection that got its last reply first (as
+    /// Redis writes its pending clients): a SUBMIT's hand-off to a parked worker is made
+    /// after the SUBMIT's own reply, and the worker, whose wait is what a job's latency
+    /// measures, should not queue behind the producer.
+    fn flush_unflushed(&self) {
+        if self.unflushed.borrow().is_empty() {
+            return;
+        }
+        let unflushed = std::mem::take(&mut *self.unflushed.borrow_mut());
+        let mut inner = self.inner.borrow_mut();
+        for &(index, generation) in unflushed.iter().rev() {
+            let Some(conn) = live_conn(&mut inner.conns, index, generation) else {
+                continue;
+            };
+            conn.flush_queued = false;
+            self.flush(index, conn);
+            self.close_if_done(conn);
+        }
+        // Recycle the vector's allocation.
+        let mut slot = self.unflushed.borrow_mut();
+        if slot.is_empty() {
+            let mut unflushed = unflushed;
+            unflushed.clear();
+            *slot = unflushed;
+        }
     }
 
     /// Queues a finished batch's replies for the driver. Never touches `inner` itself: the
@@ -808,19 +849,22 @@ impl Net {
             let Some(state) = self.ctx.clients.borrow().get(client) else {
                 continue;
             };
-            let (index, generation) = state.borrow().slot;
+            let Ok(mut state) = state.try_borrow_mut() else {
+                // Borrowed right now (never seen): deliver it next turn.
+                self.ctx.requeue_direct_answer(client, frame);
+                continue;
+            };
+            let (index, generation) = state.slot;
             let Some(conn) = live_conn(&mut inner.conns, index, generation) else {
                 continue;
             };
             conn.busy = false;
-            {
-                let mut state = state.borrow_mut();
-                state.in_batch = false;
-                state.last_active_ms = now;
-                if state.reply_allowed() {
-                    encode_output(&mut conn.out, &frame, state.protocol);
-                }
+            state.in_batch = false;
+            state.last_active_ms = now;
+            if state.reply_allowed() {
+                encode_output(&mut conn.out, &frame, state.protocol);
             }
+            drop(state);
             self.pump(index, conn);
             self.maybe_free(inner, index, generation);
         }
@@ -999,6 +1043,7 @@ impl Net {
         // Nothing waits in memory while the shard sleeps (held sends wait for an fsync
         // submitted with this enter, whose completion wakes it, or gather for the next one
         // until the timeout below).
+        self.flush_unflushed();
         self.ctx.commit_journal(crate::persist::Commit::Now);
         self.release_held(true);
         if let Some(left) = self.held.borrow().gather_for() {

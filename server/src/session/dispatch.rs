@@ -193,13 +193,15 @@ pub fn try_inline(
     };
     // Inside MULTI a command is only queued (EXEC itself runs in a task).
     let queueing = in_multi && spec.is_some_and(|s| !transaction::controls_transaction(s));
+    // A worker's step (a blocking TASK.FETCH over this shard's queues) leases now or parks
+    // here with no task, its arguments parsed once.
+    if let Some(spec) = spec.filter(|s| may_park && !in_multi && s.name == "task.fetch") {
+        if let Some(fetch) = commands::tasks::parks_here(ctx, args) {
+            return fetch_or_park(ctx, conn, spec, args, fetch);
+        }
+    }
     if !queueing && needs_remote(ctx, db, spec, args) {
-        return match spec {
-            Some(spec) if may_park && !in_multi && spec.name == "task.fetch" => {
-                fetch_or_park(ctx, conn, spec, args)
-            }
-            _ => Inline::NeedsTask,
-        };
+        return Inline::NeedsTask;
     }
     // A reply that may be dropped (CLIENT REPLY) must come back as a frame, not written.
     let direct = (conn.borrow().reply == crate::clients::ReplyMode::On).then_some(out);
@@ -237,17 +239,15 @@ pub enum Inline {
     NeedsTask,
 }
 
-/// A blocking TASK.FETCH that may have to wait, run with no task when it needs no other
-/// shard (`commands::tasks::parks_here`): the worker loop's step on one shard.
+/// A blocking TASK.FETCH that needs no other shard (`commands::tasks::parks_here`), run
+/// with no task: the worker loop's step on one shard.
 fn fetch_or_park(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
     spec: &'static CommandSpec,
     args: &[Bytes],
+    fetch: wetask_shards::task_commands::FetchArgs,
 ) -> Inline {
-    let Some(fetch) = commands::tasks::parks_here(ctx, args) else {
-        return Inline::NeedsTask;
-    };
     let (spec, at) = match admit(ctx, conn, Some(spec), args) {
         Ok(admitted) => admitted,
         Err(frame) => return Inline::Ran(frame),

@@ -527,6 +527,12 @@ impl ShardCore {
         std::mem::take(&mut *self.direct_answers.borrow_mut())
     }
 
+    /// Puts back an answer the transport could not deliver this turn.
+    pub fn requeue_direct_answer(&self, client: u64, frame: Frame) {
+        self.direct_answers.borrow_mut().push((client, frame));
+        self.wake_transport();
+    }
+
     /// Moves pushes that met a busy connection into its pending output (called by the
     /// transports before they send).
     pub fn settle_deferred_pushes(&self) {

@@ -30,6 +30,10 @@ use crate::mesh::{Request, Response, TaskRequest, WorkerRequest};
 /// Most fetches parked on one shard at once; beyond it a blocked fetch is refused.
 pub const PARKED_FETCHES_MAX: usize = 100_000;
 
+/// Most queue lists `serve_parked` remembers as empty in one pass (fetches parked on many
+/// different lists are simply tried).
+const FOUND_EMPTY_MAX: usize = 16;
+
 /// What a parked command waits for.
 pub enum Want {
     /// TASK.FETCH … BLOCK: something to lease from these queues.
@@ -267,9 +271,17 @@ impl TaskWaits {
             parked.reply.send(core, vec![error]);
             return;
         }
-        self.parked.borrow_mut().push(parked);
-        self.epoch.set(u64::MAX);
-        self.serve_parked(core);
+        // Only the newcomer is tried: the others were tried at the epoch the shard last
+        // served them, and `serve_parked` tries them again when it moves.
+        let answer = {
+            let mut shard = core.shard.borrow_mut();
+            let expired = parked.deadline_ms.is_some_and(|d| shard.now_ms() >= d);
+            answer_of(&mut shard, &parked, expired)
+        };
+        match answer {
+            Some(frames) => parked.reply.send(core, frames),
+            None => self.parked.borrow_mut().push(parked),
+        }
     }
 
     /// Retries the parked fetches if anything changed, oldest first; answers those that
@@ -296,11 +308,33 @@ impl TaskWaits {
             if epoch == self.epoch.get() && !deadline_passed && !news {
                 return;
             }
+            // Queue lists a fetch found nothing in, this pass: the same list finds nothing
+            // for the next one either (leases only take; a quiet worker's empty hands say
+            // nothing of the queue), so with many workers parked on one queue a SUBMIT costs
+            // one lease, not one try per worker.
+            let mut found_empty: Vec<usize> = Vec::new();
             let mut i = 0;
             while i < parked.len() {
                 let p = &parked[i];
                 let expired = p.deadline_ms.is_some_and(|d| now >= d);
+                if let Want::Fetch { queues, .. } = &p.want {
+                    let seen = found_empty.iter().any(|&j| match &parked[j].want {
+                        Want::Fetch { queues: empty, .. } => empty == queues,
+                        _ => false,
+                    });
+                    if seen && !expired {
+                        i += 1;
+                        continue;
+                    }
+                }
                 let answer = answer_of(&mut shard, p, expired);
+                if answer.is_none()
+                    && found_empty.len() < FOUND_EMPTY_MAX
+                    && matches!(p.want, Want::Fetch { .. })
+                    && !shard.tasks.is_quiet(p.owner)
+                {
+                    found_empty.push(i);
+                }
                 match answer {
                     Some(frames) => answers.push((parked.remove(i).reply, frames)),
                     None => i += 1,

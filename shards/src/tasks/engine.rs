@@ -687,7 +687,13 @@ impl Engine {
             q.acked += 1;
         }
         self.totals.acked += 1;
-        self.finish(id, State::Done, now_ms);
+        self.finish(
+            id,
+            State::Done {
+                finished_ms: now_ms,
+            },
+            now_ms,
+        );
         Ok(())
     }
 
@@ -774,7 +780,13 @@ impl Engine {
         }
         self.unplace(id);
         self.totals.cancelled += 1;
-        self.finish(id, State::Cancelled, now_ms);
+        self.finish(
+            id,
+            State::Cancelled {
+                finished_ms: now_ms,
+            },
+            now_ms,
+        );
         Ok(())
     }
 
@@ -954,7 +966,13 @@ impl Engine {
             });
         }
         let queue = task.queue.clone();
-        self.finish(id, State::Dead, now_ms);
+        self.finish(
+            id,
+            State::Dead {
+                finished_ms: now_ms,
+            },
+            now_ms,
+        );
         let q = self.queues.get_mut(&queue).expect("a task's queue exists");
         if q.dead.len() > DEAD_PER_QUEUE_MAX {
             let (_, oldest) = q.dead.pop_first().expect("over the cap");
@@ -973,7 +991,7 @@ impl Engine {
     /// A finished task's entry in its retention index: whether that is the dead tasks' index,
     /// and the key (when it is forgotten, its id).
     fn retention_key(&self, task: &Task) -> (bool, (u64, Bytes)) {
-        let dead = task.state == State::Dead;
+        let dead = task.state.is_dead();
         let ms = if dead {
             self.dead_retention_ms
         } else {
@@ -1001,13 +1019,12 @@ impl Engine {
     fn finish(&mut self, id: &[u8], state: State, now_ms: u64) {
         self.epoch += 1;
         let kind = match state {
-            State::Done => events::EventKind::Done,
-            State::Dead => events::EventKind::Dead,
+            State::Done { .. } => events::EventKind::Done,
+            State::Dead { .. } => events::EventKind::Dead,
             _ => events::EventKind::Cancelled,
         };
         let task = self.tasks.get_mut(id).expect("present");
         task.state = state;
-        task.set_finished_ms(Some(now_ms));
         if let Some(q) = self.queues.get_mut(&task.queue) {
             let at = self.events.clock_ms.max(now_ms);
             q.note_at(&mut self.events, at, &task.id, kind, task.attempts);
@@ -1017,7 +1034,7 @@ impl Engine {
         }
         let id = task.id.clone();
         if let Some(batch) = task.options.batch.clone() {
-            let outcome = if task.state == State::Done {
+            let outcome = if task.state.is_done() {
                 task.result().cloned()
             } else {
                 task.last_error().cloned()
@@ -1025,11 +1042,11 @@ impl Engine {
             self.batch_notes.push(BatchNote {
                 batch,
                 child: id.clone(),
-                succeeded: task.state == State::Done,
+                succeeded: task.state.is_done(),
                 outcome,
             });
         }
-        if task.state == State::Dead {
+        if task.state.is_dead() {
             let forget_at = Engine::forget_at(task, self.dead_retention_ms);
             self.queues
                 .entry(task.queue.clone())
@@ -1182,7 +1199,7 @@ impl Engine {
                 }
             }
             if let (Some(q), Some(died)) = (self.queues.get_mut(&task.queue), task.finished_ms()) {
-                if task.state == State::Dead {
+                if task.state.is_dead() {
                     q.dead.remove(&(died, id.clone()));
                 }
             }
@@ -1231,7 +1248,7 @@ impl Engine {
     pub fn requeue(&mut self, id: &[u8], now_ms: u64) -> Result<(), TaskError> {
         self.advance(now_ms);
         let task = self.tasks.get(id).ok_or(TaskError::NoSuchTask)?;
-        if task.state != State::Dead {
+        if !task.state.is_dead() {
             return Err(TaskError::NotDead);
         }
         let id = task.id.clone();
@@ -1259,7 +1276,6 @@ impl Engine {
         let died = task.finished_ms().expect("a dead task has finished");
         task.attempts = 0;
         task.lost_leases = 0;
-        task.set_finished_ms(None);
         if let Some(q) = self.queues.get_mut(&task.queue) {
             q.dead.remove(&(died, id.clone()));
         }
@@ -1372,7 +1388,7 @@ impl Engine {
         );
         for task in finished {
             let id = task.id.clone();
-            if task.state == State::Dead {
+            if task.state.is_dead() {
                 let key = (Engine::forget_at(task, self.dead_retention_ms), id.clone());
                 assert!(self.dead_retained.contains(&key));
                 let died = task.finished_ms().expect("finished");

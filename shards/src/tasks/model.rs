@@ -46,22 +46,20 @@ pub const NAME_BYTES_MAX: usize = 1024;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum State {
     /// Waiting for `due_ms` (a DELAY/AT, or a retry's backoff).
-    Scheduled {
-        due_ms: u64,
-    },
+    Scheduled { due_ms: u64 },
     /// In its queue, ready to lease.
     Queued,
     /// Held until released (TASK.RELEASE: a batch's callback waits so until its batch is
     /// complete).
     Held,
     /// Leased to `owner` (a client id, or a worker identity's owner id) until `until_ms`.
-    Leased {
-        owner: u64,
-        until_ms: u64,
-    },
-    Done,
-    Dead,
-    Cancelled,
+    Leased { owner: u64, until_ms: u64 },
+    /// Acknowledged at `finished_ms`.
+    Done { finished_ms: u64 },
+    /// Dead (out of attempts, NORETRY, past its TTL, ...) since `finished_ms`.
+    Dead { finished_ms: u64 },
+    /// Cancelled at `finished_ms`.
+    Cancelled { finished_ms: u64 },
 }
 
 impl State {
@@ -71,14 +69,32 @@ impl State {
             State::Queued => "queued",
             State::Held => "held",
             State::Leased { .. } => "leased",
-            State::Done => "done",
-            State::Dead => "dead",
-            State::Cancelled => "cancelled",
+            State::Done { .. } => "done",
+            State::Dead { .. } => "dead",
+            State::Cancelled { .. } => "cancelled",
         }
     }
 
     pub fn is_terminal(&self) -> bool {
-        matches!(self, State::Done | State::Dead | State::Cancelled)
+        self.finished_ms().is_some()
+    }
+
+    pub fn is_done(&self) -> bool {
+        matches!(self, State::Done { .. })
+    }
+
+    pub fn is_dead(&self) -> bool {
+        matches!(self, State::Dead { .. })
+    }
+
+    /// When a terminal state was entered; `None` for a live task.
+    pub fn finished_ms(&self) -> Option<u64> {
+        match *self {
+            State::Done { finished_ms }
+            | State::Dead { finished_ms }
+            | State::Cancelled { finished_ms } => Some(finished_ms),
+            _ => None,
+        }
     }
 }
 
@@ -162,16 +178,15 @@ impl std::ops::Deref for TaskOptions {
     }
 }
 
-/// What a task has only once something happened to it (an error, a result, its end) or
-/// when a death created it: boxed, so a waiting task pays 8 bytes for it.
+/// What a task has only once something happened to it (an error, a result) or when a
+/// death created it: boxed, so a waiting task pays 8 bytes for it, and so does a task
+/// acknowledged with no result (the common finished task, kept for its retention time).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outcome {
     pub last_error: Option<Bytes>,
     pub result: Option<Bytes>,
-    /// When it entered a terminal state.
-    pub finished_ms: Option<u64>,
-    /// Set on a fallback task: the task whose death created it.
-    pub origin: Option<Origin>,
+    /// Set on a fallback task: the task whose death created it (rare: boxed again).
+    pub origin: Option<Box<Origin>>,
 }
 
 /// What a fallback task carries about the task that died.
@@ -304,12 +319,12 @@ impl Task {
 
     /// When it entered a terminal state.
     pub fn finished_ms(&self) -> Option<u64> {
-        self.outcome.as_ref()?.finished_ms
+        self.state.finished_ms()
     }
 
     /// Set on a fallback task: the task whose death created it.
     pub fn origin(&self) -> Option<&Origin> {
-        self.outcome.as_ref()?.origin.as_ref()
+        self.outcome.as_ref()?.origin.as_deref()
     }
 
     pub fn set_last_error(&mut self, error: Option<Bytes>) {
@@ -320,12 +335,8 @@ impl Task {
         self.change_outcome(|o| o.result = result);
     }
 
-    pub fn set_finished_ms(&mut self, ms: Option<u64>) {
-        self.change_outcome(|o| o.finished_ms = ms);
-    }
-
     pub fn set_origin(&mut self, origin: Option<Origin>) {
-        self.change_outcome(|o| o.origin = origin);
+        self.change_outcome(|o| o.origin = origin.map(Box::new));
     }
 
     /// Changes the outcome, allocated on first use and dropped again once it is empty, so

@@ -115,7 +115,7 @@ fn ack_finishes_and_keeps_the_result_for_the_retention_time() {
         "another client"
     );
     e.ack(&id, W1, Some(b("42")), 1).unwrap();
-    assert_eq!(e.get(&id).unwrap().state, State::Done);
+    assert!(e.get(&id).unwrap().state.is_done());
     assert_eq!(e.get(&id).unwrap().result().cloned(), Some(b("42")));
     assert_eq!(e.ack(&id, W1, None, 2), Err(TaskError::Finished));
     e.advance(1000);
@@ -289,7 +289,7 @@ fn delays_deadlines_and_cancel() {
         .unwrap()
         .0;
     e.advance(50);
-    assert_eq!(e.get(&doomed).unwrap().state, State::Dead);
+    assert!(e.get(&doomed).unwrap().state.is_dead());
     assert_eq!(
         e.get(&doomed).unwrap().last_error().cloned(),
         Some(b("TTL expired"))
@@ -552,7 +552,8 @@ proptest! {
                     let result = e.ack(&id, worker, None, now);
                     prop_assert_eq!(result.is_ok(), holds, "ack by holder succeeds, others fail");
                     if holds {
-                        prop_assert!(finished.insert(id.clone(), State::Done).is_none());
+                        let first = finished.insert(id.clone(), State::Done { finished_ms: now }).is_none();
+                        prop_assert!(first, "finished twice");
                         held.remove(&id);
                     }
                 }
@@ -564,7 +565,8 @@ proptest! {
                     prop_assert_eq!(result.is_ok(), holds);
                     held.remove(&id);
                     if result == Ok(FailOutcome::Dead) {
-                        prop_assert!(finished.insert(id.clone(), State::Dead).is_none());
+                        let first = finished.insert(id.clone(), State::Dead { finished_ms: now }).is_none();
+                        prop_assert!(first, "finished twice");
                     }
                 }
                 Op::Extend { worker, pick, ms } if !ids.is_empty() => {
@@ -577,13 +579,14 @@ proptest! {
                     let live = !e.get(&id).unwrap().state.is_terminal();
                     prop_assert_eq!(e.cancel(&id, now).is_ok(), live);
                     if live {
-                        prop_assert!(finished.insert(id.clone(), State::Cancelled).is_none());
+                        let first = finished.insert(id.clone(), State::Cancelled { finished_ms: now }).is_none();
+                        prop_assert!(first, "finished twice");
                         held.remove(&id);
                     }
                 }
                 Op::Requeue { pick } if !ids.is_empty() => {
                     let id = ids[pick % ids.len()].clone();
-                    let dead = e.get(&id).unwrap().state == State::Dead;
+                    let dead = e.get(&id).unwrap().state.is_dead();
                     prop_assert_eq!(e.requeue(&id, now).is_ok(), dead);
                     if dead {
                         finished.remove(&id);
@@ -695,7 +698,7 @@ proptest! {
                 } else {
                     let state = e.get(cb).map(|t| t.state.clone());
                     prop_assert!(
-                        matches!(state, None | Some(State::Held | State::Cancelled)),
+                        matches!(state, None | Some(State::Held | State::Cancelled { .. })),
                         "a callback ran early: {:?}", state
                     );
                 }

@@ -54,9 +54,9 @@ impl Listed {
             (Listed::Queued, State::Queued)
                 | (Listed::Scheduled, State::Scheduled { .. })
                 | (Listed::Leased, State::Leased { .. })
-                | (Listed::Dead, State::Dead)
-                | (Listed::Done, State::Done)
-                | (Listed::Cancelled, State::Cancelled)
+                | (Listed::Dead, State::Dead { .. })
+                | (Listed::Done, State::Done { .. })
+                | (Listed::Cancelled, State::Cancelled { .. })
         )
     }
 }
@@ -219,6 +219,11 @@ impl Engine {
     }
 
     /// Stops (or lets again) `owner`'s fetches lease anything.
+    /// Whether `owner`'s fetches lease nothing (TASK.QUIET).
+    pub fn is_quiet(&self, owner: u64) -> bool {
+        self.quiet.contains(&owner)
+    }
+
     pub fn set_quiet(&mut self, owner: u64, quiet: bool) {
         if quiet {
             self.quiet.insert(owner);

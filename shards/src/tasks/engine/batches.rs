@@ -222,8 +222,10 @@ impl Engine {
             .map(|id| {
                 let task = self.tasks.get(id)?;
                 match task.state {
-                    State::Done => Some((true, task.result().cloned())),
-                    State::Dead | State::Cancelled => Some((false, task.last_error().cloned())),
+                    State::Done { .. } => Some((true, task.result().cloned())),
+                    State::Dead { .. } | State::Cancelled { .. } => {
+                        Some((false, task.last_error().cloned()))
+                    }
                     _ => None,
                 }
             })

@@ -336,18 +336,12 @@ impl Engine {
                     self.leases.insert((until_ms, id.clone()));
                     self.by_owner.entry(owner).or_default().insert(id.clone());
                 }
-                State::Dead => {
-                    let Some(died) = task.finished_ms() else {
-                        return Err(DecodeError("a finished task without its finish time"));
-                    };
+                State::Dead { finished_ms: died } => {
                     q.dead.insert((died, id.clone()));
                     let forget_at = Engine::forget_at(task, self.dead_retention_ms);
                     self.dead_retained.insert((forget_at, id.clone()));
                 }
-                State::Done | State::Cancelled => {
-                    if task.finished_ms().is_none() {
-                        return Err(DecodeError("a finished task without its finish time"));
-                    }
+                State::Done { .. } | State::Cancelled { .. } => {
                     let forget_at = Engine::forget_at(task, self.retention_ms);
                     self.retained.insert((forget_at, id.clone()));
                 }
@@ -468,9 +462,9 @@ fn put_state_and_rest(out: &mut Vec<u8>, t: &Task) {
             put_u64(out, owner);
             put_u64(out, until_ms);
         }
-        State::Done => out.push(3),
-        State::Dead => out.push(4),
-        State::Cancelled => out.push(5),
+        State::Done { .. } => out.push(3),
+        State::Dead { .. } => out.push(4),
+        State::Cancelled { .. } => out.push(5),
         State::Held => out.push(6),
     }
     put_u64(out, u64::from(t.attempts));
@@ -536,9 +530,10 @@ fn read_state_and_rest(
             owner: r.u64()?,
             until_ms: r.u64()?,
         },
-        3 => State::Done,
-        4 => State::Dead,
-        5 => State::Cancelled,
+        // Terminal states get their finish time below, where the record carries it.
+        3 => State::Done { finished_ms: 0 },
+        4 => State::Dead { finished_ms: 0 },
+        5 => State::Cancelled { finished_ms: 0 },
         6 => State::Held,
         _ => return Err(DecodeError("unknown task state")),
     };
@@ -547,6 +542,15 @@ fn read_state_and_rest(
     let result = r.opt_bytes()?;
     let submitted_ms = r.u64()?;
     let finished_ms = r.opt_u64()?;
+    let state = match (state, finished_ms) {
+        (State::Done { .. }, Some(finished_ms)) => State::Done { finished_ms },
+        (State::Dead { .. }, Some(finished_ms)) => State::Dead { finished_ms },
+        (State::Cancelled { .. }, Some(finished_ms)) => State::Cancelled { finished_ms },
+        (state, None) if state.is_terminal() => {
+            return Err(DecodeError("a finished task without its finish time"));
+        }
+        (state, _) => state,
+    };
     let order = read_i64(r)?;
     let origin = if r.flag()? {
         Some(Origin {
@@ -563,8 +567,7 @@ fn read_state_and_rest(
     task.set_outcome(Outcome {
         last_error,
         result,
-        finished_ms,
-        origin,
+        origin: origin.map(Box::new),
     });
     Ok(task)
 }
@@ -747,7 +750,7 @@ impl Engine {
                 self.by_owner.entry(owner).or_default().insert(id.clone());
             }
             State::Queued => {}
-            State::Done | State::Dead | State::Cancelled => {
+            State::Done { .. } | State::Dead { .. } | State::Cancelled { .. } => {
                 let (dead, key) = other.retention_key(&task);
                 other.retention_index(dead).remove(&key);
                 let (dead, key) = self.retention_key(&task);
