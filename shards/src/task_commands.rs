@@ -141,26 +141,27 @@ pub(crate) fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOption
     Ok(options)
 }
 
-/// FETCH's parsed arguments.
+/// FETCH's parsed arguments, borrowed from the command's (a worker's every step parses
+/// one: no copies).
 #[derive(Debug, PartialEq, Eq)]
-pub struct FetchArgs {
-    pub queues: Vec<Bytes>,
+pub struct FetchArgs<'a> {
+    pub queues: &'a [Bytes],
     pub count: usize,
     pub lease_ms: Option<u64>,
     /// BLOCK ms: wait this long for a task when there is none (0: for ever).
     pub block_ms: Option<u64>,
-    pub acks: Vec<Bytes>,
+    pub acks: &'a [Bytes],
 }
 
 /// Parses TASK.FETCH queue [queue ...] [COUNT n] [LEASE ms] [BLOCK ms] [ACK id ...]. The
 /// queues run up to the first option word; ACK takes every argument after it.
-pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
+pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs<'_>, Frame> {
     let option = |a: &Bytes| is(a, "count") || is(a, "lease") || is(a, "block") || is(a, "ack");
     let queues_end = args[1..]
         .iter()
         .position(option)
         .map_or(args.len(), |p| p + 1);
-    let queues: Vec<Bytes> = args[1..queues_end].to_vec();
+    let queues = &args[1..queues_end];
     if queues.is_empty() {
         return Err(Frame::error(
             "ERR wrong number of arguments for 'task.fetch' command",
@@ -171,7 +172,7 @@ pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
         count: 1,
         lease_ms: None,
         block_ms: None,
-        acks: Vec::new(),
+        acks: &[],
     };
     let mut i = queues_end;
     while i < args.len() {
@@ -195,7 +196,7 @@ pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
         } else if is(&args[i], "block") {
             parsed.block_ms = Some(count_arg(next, "BLOCK")?);
         } else if is(&args[i], "ack") {
-            parsed.acks = args[i + 1..].to_vec();
+            parsed.acks = &args[i + 1..];
             if parsed.acks.is_empty() {
                 return Err(Frame::static_error(SYNTAX));
             }
@@ -493,13 +494,16 @@ pub fn fetch_frames(
     client: u64,
     now_ms: u64,
 ) -> Result<Vec<Frame>, Frame> {
-    let leased = tasks.fetch(queues, count, lease_ms, client, now_ms);
-    if leased.is_empty() {
+    let mut frames = Vec::new();
+    let leased = tasks.fetch_each(queues, count, lease_ms, client, now_ms, |task| {
+        frames.push(leased_frame(task))
+    });
+    if leased == 0 {
         if let Some(full) = tasks.in_flight_full(queues) {
             return Err(in_flight_error(full));
         }
     }
-    Ok(leased.into_iter().map(leased_frame).collect())
+    Ok(frames)
 }
 
 /// The error for a fetch that leased nothing because `queue` is at its in-flight limit.
@@ -527,15 +531,15 @@ mod tests {
 
     #[test]
     fn fetch_arguments() {
-        let parsed =
-            parse_fetch(&args("task.fetch a b COUNT 3 LEASE 500 BLOCK 0 ACK x y")).unwrap();
-        assert_eq!(parsed.queues, args("a b"));
+        let command = args("task.fetch a b COUNT 3 LEASE 500 BLOCK 0 ACK x y");
+        let parsed = parse_fetch(&command).unwrap();
+        assert_eq!(parsed.queues, &args("a b")[..]);
         assert_eq!(
             (parsed.count, parsed.lease_ms, parsed.block_ms),
             (3, Some(500), Some(0))
         );
         assert!(parse_fetch(&args("task.fetch a BLOCK -1")).is_err());
-        assert_eq!(parsed.acks, args("x y"));
+        assert_eq!(parsed.acks, &args("x y")[..]);
         assert!(parse_fetch(&args("task.fetch COUNT 3")).is_err());
         assert!(parse_fetch(&args("task.fetch a COUNT 0")).is_err());
         assert!(parse_fetch(&args("task.fetch a COUNT x")).is_err());

@@ -30,7 +30,7 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
             let remote = fetch
                 .queues
                 .iter()
-                .chain(&fetch.acks)
+                .chain(fetch.acks)
                 .any(|name| ctx.owner_of(name) != ctx.id);
             // A local blocking fetch that can lease now runs inline like any other; only
             // one that may have to wait needs a task (with a quiet worker about, any may). (Its ACKs run first and cannot make
@@ -38,7 +38,7 @@ pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
             // simply takes the task path.)
             remote
                 || (fetch.block_ms.is_some() && {
-                    !ctx.shard.borrow_mut().task_has_ready(&fetch.queues)
+                    !ctx.shard.borrow_mut().task_has_ready(fetch.queues)
                 })
         }
         // A malformed FETCH is answered here with its error.
@@ -70,8 +70,8 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
             .all(|id| Some(ctx.owner_of(id)) == first_shard);
     let mut acks = Vec::new();
     if ride_along {
-        acks = fetch.acks.clone();
-    } else if let Some(refusal) = ack_all(ctx, at, &fetch.acks).await {
+        acks = fetch.acks.to_vec();
+    } else if let Some(refusal) = ack_all(ctx, at, fetch.acks).await {
         return refusal;
     }
     let mut leased = Vec::new();
@@ -219,12 +219,12 @@ fn ack_here(ctx: &ShardCtx, at: Target, id: &Bytes) -> Frame {
 /// The FETCH in `args`, when it blocks and names only queues and ids of this shard, while
 /// no CLIENT PAUSE is on: then [`fetch_or_park`] serves it with no task. (A worker's usual
 /// step on one shard; `needs_remote` said it may have to wait.)
-pub fn parks_here(ctx: &ShardCtx, args: &[Bytes]) -> Option<FetchArgs> {
+pub fn parks_here<'a>(ctx: &ShardCtx, args: &'a [Bytes]) -> Option<FetchArgs<'a>> {
     let fetch = parse_fetch(args).ok()?;
     let here = fetch
         .queues
         .iter()
-        .chain(&fetch.acks)
+        .chain(fetch.acks)
         .all(|name| ctx.owner_of(name) == ctx.id);
     (here && fetch.block_ms.is_some() && !ctx.globals.pause.active()).then_some(fetch)
 }
@@ -236,10 +236,10 @@ pub fn fetch_or_park(
     ctx: &ShardCtx,
     conn: &RefCell<ConnState>,
     at: Target,
-    fetch: FetchArgs,
+    fetch: FetchArgs<'_>,
 ) -> Option<Frame> {
     let mut refusal = None;
-    for id in &fetch.acks {
+    for id in fetch.acks {
         let frame = ack_here(ctx, at, id);
         ctx.stats.record(task_ack(), frame.is_error());
         if frame.is_error() && refusal.is_none() {
@@ -257,7 +257,7 @@ pub fn fetch_or_park(
     let fetched =
         ctx.shard
             .borrow_mut()
-            .task_fetch(&fetch.queues, fetch.count, fetch.lease_ms, at.client);
+            .task_fetch(fetch.queues, fetch.count, fetch.lease_ms, at.client);
     match fetched {
         Ok(frames) if frames.is_empty() => {}
         Ok(frames) => return Some(Frame::Array(frames)),
@@ -309,7 +309,7 @@ async fn block(
     ctx: &Rc<ShardCtx>,
     client: u64,
     owner: u64,
-    fetch: &FetchArgs,
+    fetch: &FetchArgs<'_>,
     block_ms: u64,
 ) -> Frame {
     // The real clock, not the shard's coarse one (which may lag): a deadline must never

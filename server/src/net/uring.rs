@@ -207,6 +207,10 @@ pub struct Net {
     /// Connections whose replies were made this turn, to be sent last made, first sent
     /// (`flush_unflushed`).
     unflushed: RefCell<Vec<(u32, u32)>>,
+    /// The turn's completions, copied out of the ring (kept to reuse its allocation).
+    reaped: Cell<Vec<cqueue::Entry>>,
+    /// Direct answers being written (kept to reuse its allocation; see `collect_direct`).
+    answered: Cell<Vec<(u64, wetask_protocol::Frame)>>,
 }
 
 /// `future`, counting its polls in `polls`.
@@ -276,6 +280,8 @@ impl Net {
             finished: RefCell::new(Vec::new()),
             held: RefCell::new(HeldSends::default()),
             unflushed: RefCell::new(Vec::new()),
+            reaped: Cell::new(Vec::new()),
+            answered: Cell::new(Vec::new()),
         }))
     }
 
@@ -514,14 +520,20 @@ impl Net {
         self.ctx.commit_journal(crate::persist::Commit::Now);
         self.release_held(true);
         self.enter();
-        let completions: Vec<cqueue::Entry> = {
-            let mut ring = self.ring.borrow_mut();
-            ring.completion().take(COMPLETIONS_PER_TURN_MAX).collect()
-        };
+        let mut completions = self.reaped.take();
+        completions.extend(
+            self.ring
+                .borrow_mut()
+                .completion()
+                .take(COMPLETIONS_PER_TURN_MAX),
+        );
         for completion in &completions {
             self.complete(completion);
         }
-        completions.len() + finished
+        let reaped = completions.len();
+        completions.clear();
+        self.reaped.set(completions);
+        reaped + finished
     }
 
     fn complete(self: &Rc<Self>, completion: &cqueue::Entry) {
@@ -837,15 +849,17 @@ impl Net {
     /// Writes the answers of commands that waited parked with no task (`Reply::Direct`)
     /// into their connections' output, and runs what those connections sent meanwhile.
     fn collect_direct(self: &Rc<Self>) -> usize {
-        let answers = self.ctx.take_direct_answers();
+        let mut answers = self.answered.take();
+        self.ctx.swap_direct_answers(&mut answers);
         let count = answers.len();
         if count == 0 {
+            self.answered.set(answers);
             return 0;
         }
         let now = self.ctx.shard.borrow().now_ms();
         let mut inner = self.inner.borrow_mut();
         let inner = &mut *inner;
-        for (client, frame) in answers {
+        for (client, frame) in answers.drain(..) {
             let Some(state) = self.ctx.clients.borrow().get(client) else {
                 continue;
             };
@@ -868,6 +882,7 @@ impl Net {
             self.pump(index, conn);
             self.maybe_free(inner, index, generation);
         }
+        self.answered.set(answers);
         count
     }
 

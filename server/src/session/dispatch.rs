@@ -246,7 +246,7 @@ fn fetch_or_park(
     conn: &Rc<RefCell<ConnState>>,
     spec: &'static CommandSpec,
     args: &[Bytes],
-    fetch: wetask_shards::task_commands::FetchArgs,
+    fetch: wetask_shards::task_commands::FetchArgs<'_>,
 ) -> Inline {
     let (spec, at) = match admit(ctx, conn, Some(spec), args) {
         Ok(admitted) => admitted,

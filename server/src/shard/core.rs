@@ -59,7 +59,7 @@ pub struct ShardCore {
     /// its task is runnable, and the transport lets it run before the next turn.
     pub local_wakes: Cell<bool>,
     /// Answers to requests parked with `Reply::Direct`, by client, for the transport to
-    /// write (`take_direct_answers`).
+    /// write (`swap_direct_answers`).
     pub(super) direct_answers: RefCell<Vec<(u64, Frame)>>,
     /// Pushes that met their connection busy, settled by the transport.
     deferred_pushes: RefCell<Vec<(u64, Frame)>>,
@@ -522,9 +522,10 @@ impl ShardCore {
         }
     }
 
-    /// The answers to directly parked requests since the last call (`Reply::Direct`).
-    pub fn take_direct_answers(&self) -> Vec<(u64, Frame)> {
-        std::mem::take(&mut *self.direct_answers.borrow_mut())
+    /// The answers to directly parked requests since the last call (`Reply::Direct`),
+    /// swapped into `into` (an empty vector, whose allocation the shard keeps for the next).
+    pub fn swap_direct_answers(&self, into: &mut Vec<(u64, Frame)>) {
+        std::mem::swap(&mut *self.direct_answers.borrow_mut(), into);
     }
 
     /// Puts back an answer the transport could not deliver this turn.

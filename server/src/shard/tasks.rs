@@ -74,6 +74,8 @@ pub struct TaskWaits {
     workers: RefCell<Workers>,
     /// When the next worker's GRACE runs out (`None`: no worker is gone).
     next_release_ms: Cell<Option<u64>>,
+    /// `serve_parked`'s answers (kept to reuse the allocation: it runs every turn).
+    answers: Cell<Vec<(Reply, Vec<Frame>)>>,
 }
 
 impl TaskWaits {
@@ -290,7 +292,7 @@ impl TaskWaits {
         if self.parked.borrow().is_empty() {
             return;
         }
-        let mut answers = Vec::new();
+        let mut answers;
         {
             let mut shard = core.shard.borrow_mut();
             let now = shard.now_ms();
@@ -308,20 +310,24 @@ impl TaskWaits {
             if epoch == self.epoch.get() && !deadline_passed && !news {
                 return;
             }
+            answers = self.answers.take();
             // Queue lists a fetch found nothing in, this pass: the same list finds nothing
             // for the next one either (leases only take; a quiet worker's empty hands say
             // nothing of the queue), so with many workers parked on one queue a SUBMIT costs
             // one lease, not one try per worker.
-            let mut found_empty: Vec<usize> = Vec::new();
+            let mut found_empty = [0usize; FOUND_EMPTY_MAX];
+            let mut empties = 0;
             let mut i = 0;
             while i < parked.len() {
                 let p = &parked[i];
                 let expired = p.deadline_ms.is_some_and(|d| now >= d);
                 if let Want::Fetch { queues, .. } = &p.want {
-                    let seen = found_empty.iter().any(|&j| match &parked[j].want {
-                        Want::Fetch { queues: empty, .. } => empty == queues,
-                        _ => false,
-                    });
+                    let seen = found_empty[..empties]
+                        .iter()
+                        .any(|&j| match &parked[j].want {
+                            Want::Fetch { queues: empty, .. } => empty == queues,
+                            _ => false,
+                        });
                     if seen && !expired {
                         i += 1;
                         continue;
@@ -329,11 +335,12 @@ impl TaskWaits {
                 }
                 let answer = answer_of(&mut shard, p, expired);
                 if answer.is_none()
-                    && found_empty.len() < FOUND_EMPTY_MAX
+                    && empties < FOUND_EMPTY_MAX
                     && matches!(p.want, Want::Fetch { .. })
                     && !shard.tasks.is_quiet(p.owner)
                 {
-                    found_empty.push(i);
+                    found_empty[empties] = i;
+                    empties += 1;
                 }
                 match answer {
                     Some(frames) => answers.push((parked.remove(i).reply, frames)),
@@ -342,9 +349,10 @@ impl TaskWaits {
             }
             self.epoch.set(shard.tasks.epoch());
         }
-        for (reply, frames) in answers {
+        for (reply, frames) in answers.drain(..) {
             reply.send(core, frames);
         }
+        self.answers.set(answers);
     }
 
     /// The clients with a fetch, wait or events read parked here (INFO's blocked_clients,

@@ -26,6 +26,7 @@ mod crons;
 mod events;
 mod extras;
 mod groups;
+mod owners;
 mod ready;
 mod snapshot;
 use crate::slot::{key_slot, slot_tag};
@@ -259,7 +260,7 @@ pub struct Engine {
     queues: HashMap<Bytes, Queue, Hasher>,
     scheduled: BTreeSet<(u64, Bytes)>,
     leases: BTreeSet<(u64, Bytes)>,
-    by_owner: HashMap<u64, HashSet<Bytes, Hasher>, Hasher>,
+    by_owner: HashMap<u64, owners::OwnerLeases, Hasher>,
     deadlines: BTreeSet<(u64, Bytes)>,
     /// Done and cancelled tasks by the time they are forgotten.
     retained: BTreeSet<(u64, Bytes)>,
@@ -301,6 +302,16 @@ pub struct Engine {
     /// While a journal records this engine: the times of the `advance` calls that changed
     /// something, for the journal to log (drained with [`Engine::take_advances`]).
     advances: Option<Vec<u64>>,
+}
+
+/// Puts the task in `slot` (of queue `q`) in the queue's ready set and marks it queued.
+fn ready_in(q: &mut Queue, task: &mut Task, slot: Slot, events: &mut events::EventClock) {
+    task.state = State::Queued;
+    let key = (Reverse(task.options.priority), task.order);
+    q.ready.insert(key, slot);
+    q.ready_by_age.insert(task.submitted_ms);
+    q.groups.insert(&task.options.group, key, &q.ready);
+    q.note(events, &task.id, events::EventKind::Queued, task.attempts);
 }
 
 /// A retry's jitter in [0, 1), derived from the task and its attempt rather than drawn at
@@ -450,14 +461,14 @@ impl Engine {
             return Err(TaskError::TooLarge("payload"));
         }
         // The queue's stored name is shared by its tasks: no copy per submit.
-        let queue = match self.queues.get_key_value(queue) {
-            Some((name, _)) => name.clone(),
-            None => Bytes::copy_from_slice(queue),
+        let (queue, waiting) = match self.queues.get_key_value(queue) {
+            Some((name, q)) => (name.clone(), q.waiting()),
+            None => (Bytes::copy_from_slice(queue), 0),
         };
         if let Some(existing) = self.live_unique(&queue, &options, now_ms)? {
             return Ok((existing, false));
         }
-        if self.queues.get(&queue).map_or(0, Queue::waiting) >= QUEUE_TASKS_MAX {
+        if waiting >= QUEUE_TASKS_MAX {
             return Err(TaskError::QueueFull);
         }
         let id = self.id_for(&queue, &options)?;
@@ -486,13 +497,17 @@ impl Engine {
         if let Some(deadline) = task.options.deadline_ms {
             self.deadlines.insert((deadline, task.id.clone()));
         }
-        self.queues.entry(queue).or_default().submitted += 1;
         self.totals.submitted += 1;
-        self.tasks.insert_new(task);
+        let slot = self.tasks.insert_new(task);
+        let q = self.queues.entry(queue).or_default();
+        q.submitted += 1;
         match due {
             _ if hold => self.hold(&reply),
             Some(due) if due > now_ms => self.schedule(&reply, due),
-            _ => self.make_ready(&reply, Place::Keep),
+            _ => {
+                ready_in(q, self.tasks.at_mut(slot), slot, &mut self.events);
+                self.epoch += 1;
+            }
         }
         Ok((reply, true))
     }
@@ -559,13 +574,31 @@ impl Engine {
         owner: u64,
         now_ms: u64,
     ) -> Vec<Leased> {
-        self.advance(now_ms);
         let mut leased = Vec::new();
+        self.fetch_each(queues, count, lease_ms, owner, now_ms, |task| {
+            leased.push(task)
+        });
+        leased
+    }
+
+    /// [`Engine::fetch`], handing each leased task to `take` as it is leased (no vector of
+    /// them: a worker's reply is built straight from them). Returns how many.
+    pub fn fetch_each(
+        &mut self,
+        queues: &[Bytes],
+        count: usize,
+        lease_ms: Option<u64>,
+        owner: u64,
+        now_ms: u64,
+        mut take: impl FnMut(Leased),
+    ) -> usize {
+        self.advance(now_ms);
+        let mut leased = 0;
         if self.quiet.contains(&owner) {
             return leased;
         }
         for name in queues {
-            while leased.len() < count {
+            while leased < count {
                 let Some(q) = self.queues.get_mut(name) else {
                     break;
                 };
@@ -593,8 +626,9 @@ impl Engine {
                     task.attempts,
                 );
                 self.leases.insert((until_ms, id.clone()));
-                self.by_owner.entry(owner).or_default().insert(id.clone());
-                leased.push(Leased {
+                owners::index(&mut self.by_owner, owner, id.clone());
+                leased += 1;
+                take(Leased {
                     id,
                     queue: task.queue.clone(),
                     payload: task.payload.to_bytes(),
@@ -632,10 +666,12 @@ impl Engine {
         })
     }
 
-    /// Checks that `owner` holds the lease on `id`, and takes the lease away.
-    fn take_lease(&mut self, id: &[u8], owner: u64, now_ms: u64) -> Result<(), TaskError> {
+    /// Checks that `owner` holds the lease on `id`, and takes the lease away; returns the
+    /// task's slot.
+    fn take_lease(&mut self, id: &[u8], owner: u64, now_ms: u64) -> Result<Slot, TaskError> {
         self.advance(now_ms);
-        let task = self.tasks.get(id).ok_or(TaskError::NoSuchTask)?;
+        let slot = self.tasks.slot_of(id).ok_or(TaskError::NoSuchTask)?;
+        let task = self.tasks.at(slot);
         match task.state {
             State::Leased {
                 owner: holder,
@@ -649,7 +685,7 @@ impl Engine {
                 if let Some(q) = self.queues.get_mut(&queue) {
                     q.lease_ended(&group);
                 }
-                Ok(())
+                Ok(slot)
             }
             ref state if state.is_terminal() => Err(TaskError::Finished),
             _ => Err(TaskError::NotLeased),
@@ -663,8 +699,7 @@ impl Engine {
 
     fn release_owner_index(&mut self, owner: u64, id: &Bytes) {
         if let Some(ids) = self.by_owner.get_mut(&owner) {
-            ids.remove(id);
-            if ids.is_empty() {
+            if ids.remove(id) {
                 self.by_owner.remove(&owner);
             }
         }
@@ -680,15 +715,12 @@ impl Engine {
         if result.as_ref().is_some_and(|r| r.len() > PAYLOAD_BYTES_MAX) {
             return Err(TaskError::TooLarge("result"));
         }
-        self.take_lease(id, owner, now_ms)?;
-        let task = self.tasks.get_mut(id).expect("checked");
-        task.set_result(result);
-        if let Some(q) = self.queues.get_mut(&task.queue) {
-            q.acked += 1;
-        }
+        let slot = self.take_lease(id, owner, now_ms)?;
+        self.tasks.at_mut(slot).set_result(result);
         self.totals.acked += 1;
-        self.finish(
-            id,
+        // (Its queue's `acked` is counted by `finish_at`, with the event.)
+        self.finish_at(
+            slot,
             State::Done {
                 finished_ms: now_ms,
             },
@@ -766,7 +798,7 @@ impl Engine {
             q.groups.lease_resumed(&task.options.group);
         }
         self.leases.insert((until_ms, id.clone()));
-        self.by_owner.entry(owner).or_default().insert(id);
+        owners::index(&mut self.by_owner, owner, id);
         Ok(until_ms)
     }
 
@@ -803,8 +835,7 @@ impl Engine {
         };
         // In id order, not the set's (seeded) hash order: which task ends up first at the
         // head of its queue must not depend on a hash seed, or a journal replay would differ.
-        let mut ids: Vec<Bytes> = ids.into_iter().collect();
-        ids.sort_unstable();
+        let ids = ids.into_sorted();
         let count = ids.len();
         for id in ids {
             if let Some(task) = self.tasks.get(&id) {
@@ -893,19 +924,11 @@ impl Engine {
                 task.order = self.next_order;
             }
         }
-        task.state = State::Queued;
-        let q = self.queues.entry(task.queue.clone()).or_default();
-        q.ready
-            .insert((Reverse(task.options.priority), task.order), slot);
-        q.ready_by_age.insert(task.submitted_ms);
-        let key = (Reverse(task.options.priority), task.order);
-        q.groups.insert(&task.options.group, key, &q.ready);
-        q.note(
-            &mut self.events,
-            &task.id,
-            events::EventKind::Queued,
-            task.attempts,
-        );
+        let q = match self.queues.get_mut(&task.queue) {
+            Some(q) => q,
+            None => self.queues.entry(task.queue.clone()).or_default(),
+        };
+        ready_in(q, task, slot, &mut self.events);
         self.epoch += 1;
     }
 
@@ -1017,15 +1040,25 @@ impl Engine {
 
     /// Enters a terminal state and schedules the task to be forgotten.
     fn finish(&mut self, id: &[u8], state: State, now_ms: u64) {
+        let slot = self.tasks.slot_of(id).expect("present");
+        self.finish_at(slot, state, now_ms);
+    }
+
+    /// [`Engine::finish`] of the task in `slot`. An ACK's end (`Done`) is counted in its
+    /// queue's `acked` here, with its event: one lookup of the queue.
+    fn finish_at(&mut self, slot: Slot, state: State, now_ms: u64) {
         self.epoch += 1;
         let kind = match state {
             State::Done { .. } => events::EventKind::Done,
             State::Dead { .. } => events::EventKind::Dead,
             _ => events::EventKind::Cancelled,
         };
-        let task = self.tasks.get_mut(id).expect("present");
+        let task = self.tasks.at_mut(slot);
         task.state = state;
         if let Some(q) = self.queues.get_mut(&task.queue) {
+            if kind == events::EventKind::Done {
+                q.acked += 1;
+            }
             let at = self.events.clock_ms.max(now_ms);
             q.note_at(&mut self.events, at, &task.id, kind, task.attempts);
         }

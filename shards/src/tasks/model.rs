@@ -328,15 +328,22 @@ impl Task {
     }
 
     pub fn set_last_error(&mut self, error: Option<Bytes>) {
-        self.change_outcome(|o| o.last_error = error);
+        if error.is_some() || self.outcome.is_some() {
+            self.change_outcome(|o| o.last_error = error);
+        }
     }
 
+    /// An ACK's result; nothing to allocate for an ACK without one (the usual case).
     pub fn set_result(&mut self, result: Option<Bytes>) {
-        self.change_outcome(|o| o.result = result);
+        if result.is_some() || self.outcome.is_some() {
+            self.change_outcome(|o| o.result = result);
+        }
     }
 
     pub fn set_origin(&mut self, origin: Option<Origin>) {
-        self.change_outcome(|o| o.origin = origin.map(Box::new));
+        if origin.is_some() || self.outcome.is_some() {
+            self.change_outcome(|o| o.origin = origin.map(Box::new));
+        }
     }
 
     /// Changes the outcome, allocated on first use and dropped again once it is empty, so

@@ -18,6 +18,10 @@ use crate::tasks::table::Slot;
 pub(super) struct ReadySet {
     levels: BTreeMap<Reverse<i64>, BTreeMap<i64, Slot>>,
     len: usize,
+    /// The last level that emptied, kept with its node for the next level to start: a queue
+    /// that a worker keeps empty (each task leased as it comes) then allocates no node per
+    /// task.
+    spare: Option<BTreeMap<i64, Slot>>,
 }
 
 impl ReadySet {
@@ -30,10 +34,11 @@ impl ReadySet {
     }
 
     pub(super) fn insert(&mut self, (priority, order): ReadyKey, slot: Slot) {
+        let spare = &mut self.spare;
         if self
             .levels
             .entry(priority)
-            .or_default()
+            .or_insert_with(|| spare.take().unwrap_or_default())
             .insert(order, slot)
             .is_none()
         {
@@ -45,7 +50,10 @@ impl ReadySet {
         let level = self.levels.get_mut(priority)?;
         let slot = level.remove(order)?;
         if level.is_empty() {
-            self.levels.remove(priority);
+            let emptied = self.levels.remove(priority);
+            if self.spare.is_none() {
+                self.spare = emptied;
+            }
         }
         self.len -= 1;
         Some(slot)

@@ -16,7 +16,7 @@ use std::cmp::Reverse;
 
 use bytes::Bytes;
 
-use super::{Batch, CronEntry, Engine, OnFail, Queue, Task};
+use super::{owners, Batch, CronEntry, Engine, OnFail, Queue, Task};
 use crate::tasks::cron::Schedule;
 use crate::tasks::model::{
     Origin, Outcome, State, SubmitOptions, TaskOptions, LOST_LEASES_MAX_DEFAULT,
@@ -334,7 +334,7 @@ impl Engine {
                         q.groups.by_key.entry(group).or_default().leased += 1;
                     }
                     self.leases.insert((until_ms, id.clone()));
-                    self.by_owner.entry(owner).or_default().insert(id.clone());
+                    owners::index(&mut self.by_owner, owner, id.clone());
                 }
                 State::Dead { finished_ms: died } => {
                     q.dead.insert((died, id.clone()));
@@ -747,7 +747,7 @@ impl Engine {
                 other.leases.remove(&(until_ms, id.clone()));
                 other.release_owner_index(owner, &id);
                 self.leases.insert((until_ms, id.clone()));
-                self.by_owner.entry(owner).or_default().insert(id.clone());
+                owners::index(&mut self.by_owner, owner, id.clone());
             }
             State::Queued => {}
             State::Done { .. } | State::Dead { .. } | State::Cancelled { .. } => {
