@@ -261,13 +261,15 @@ fn run_flow(args: &RunArgs, flow: taskflow::Flow) -> Result<(), String> {
     let result = taskflow::run(spec).map_err(|e| format!("flow failed: {e}"))?;
     let h = &result.latency_us;
     println!(
-        "{} jobs in {:.2} s: {:.0} jobs/s, {} errors; submit-to-worker µs p50 {} p99 {}",
+        "{} jobs in {:.2} s: {:.0} jobs/s, {} errors; submit-to-worker µs p50 {} p99 {} (p90 {} p99.9 {})",
         result.jobs,
         result.elapsed.as_secs_f64(),
         result.jobs_per_sec(),
         result.errors,
         h.value_at_quantile(0.5),
-        h.value_at_quantile(0.99)
+        h.value_at_quantile(0.99),
+        h.value_at_quantile(0.9),
+        h.value_at_quantile(0.999)
     );
     Ok(())
 }

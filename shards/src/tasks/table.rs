@@ -7,6 +7,13 @@
 //! A removed task's slot goes on a free list and the next insert takes it: whoever holds a
 //! slot number must drop it when the task leaves (the engine's ready sets do; its invariant
 //! check proves it).
+//!
+//! The index grows incrementally, as Redis's dicts rehash: once a large index is full, a
+//! table twice its size takes the new entries, and each insert or removal then moves the
+//! entries of the next `MIGRATE_STEP` slots over from the old one. Growing it in one go
+//! would hash every id again while the shard waits, reading each task and its id from cold
+//! memory: about 20 ms at 100k tasks, a pause every client of the shard sees (it was the
+//! job flow's p99 under load, docs/perf-notes.md).
 
 use bytes::Bytes;
 use hashbrown::HashTable;
@@ -19,14 +26,37 @@ pub type Slot = u32;
 
 /// Slots per chunk: a chunk is allocated whole, so at most this many slots stand empty.
 const CHUNK: usize = 1024;
+/// An index of fewer entries grows in one go (a pause of well under a millisecond).
+#[cfg(not(test))]
+const INCREMENTAL_FROM: usize = 4096;
+/// Slots whose entries an insert or a removal moves to the new index while it grows.
+#[cfg(not(test))]
+const MIGRATE_STEP: u32 = 32;
+// Small in tests, so that the map proptest runs through many growths, each over many steps.
+#[cfg(test)]
+const INCREMENTAL_FROM: usize = 24;
+#[cfg(test)]
+const MIGRATE_STEP: u32 = 3;
 
 #[derive(Default)]
 pub struct TaskTable {
     chunks: Vec<Box<[Option<Task>]>>,
     free: Vec<Slot>,
     index: HashTable<Slot>,
+    /// While the index grows: the full one it replaces, emptied `MIGRATE_STEP` slots at a
+    /// time (`migrate`); `None` otherwise.
+    old: Option<Growth>,
     hasher: Hasher,
     len: usize,
+}
+
+/// An index being emptied into a larger one.
+struct Growth {
+    index: HashTable<Slot>,
+    /// The next slot whose entry moves.
+    next: Slot,
+    /// Slots from here on were never in the old index.
+    end: Slot,
 }
 
 impl std::fmt::Debug for TaskTable {
@@ -68,13 +98,16 @@ impl TaskTable {
 
     pub fn slot_of(&self, id: &[u8]) -> Option<Slot> {
         let chunks = &self.chunks;
-        self.index
-            .find(Self::hash(&self.hasher, id), |&slot| {
-                Self::cell(chunks, slot)
-                    .as_ref()
-                    .is_some_and(|t| t.id == id)
-            })
-            .copied()
+        let hash = Self::hash(&self.hasher, id);
+        let holds = |&slot: &Slot| {
+            Self::cell(chunks, slot)
+                .as_ref()
+                .is_some_and(|t| t.id == id)
+        };
+        match self.index.find(hash, holds) {
+            Some(&slot) => Some(slot),
+            None => self.old.as_ref()?.index.find(hash, holds).copied(),
+        }
     }
 
     pub fn get(&self, id: &[u8]) -> Option<&Task> {
@@ -114,12 +147,58 @@ impl TaskTable {
         };
         let hash = Self::hash(&self.hasher, &task.id);
         *self.at_mut_cell(slot) = Some(task);
+        if self.old.is_none()
+            && self.index.len() >= INCREMENTAL_FROM
+            && self.index.len() >= self.index.capacity()
+        {
+            self.start_growth();
+        }
         let (chunks, hasher) = (&self.chunks, &self.hasher);
         self.index.insert_unique(hash, slot, |&s| {
             Self::hash(hasher, &Self::cell(chunks, s).as_ref().expect("indexed").id)
         });
         self.len += 1;
+        self.migrate();
         slot
+    }
+
+    /// Replaces the full index with one twice its size; `migrate` moves the entries over.
+    fn start_growth(&mut self) {
+        let larger = HashTable::with_capacity(self.index.len() * 2);
+        let full = std::mem::replace(&mut self.index, larger);
+        self.old = Some(Growth {
+            index: full,
+            next: 0,
+            end: (self.chunks.len() * CHUNK) as Slot,
+        });
+    }
+
+    /// Moves the old index's entries of the next `MIGRATE_STEP` slots into the new one, and
+    /// drops the old index once it is empty.
+    fn migrate(&mut self) {
+        let Some(growth) = self.old.as_mut() else {
+            return;
+        };
+        let (chunks, hasher) = (&self.chunks, &self.hasher);
+        let stop = growth.end.min(growth.next.saturating_add(MIGRATE_STEP));
+        for slot in growth.next..stop {
+            let Some(task) = Self::cell(chunks, slot) else {
+                continue;
+            };
+            let hash = Self::hash(hasher, &task.id);
+            // A slot freed and taken again since the growth began is in the new index only.
+            if let Ok(entry) = growth.index.find_entry(hash, |&s| s == slot) {
+                entry.remove();
+                self.index.insert_unique(hash, slot, |&s| {
+                    Self::hash(hasher, &Self::cell(chunks, s).as_ref().expect("indexed").id)
+                });
+            }
+        }
+        growth.next = stop;
+        if growth.next >= growth.end {
+            debug_assert!(growth.index.is_empty(), "every entry moved");
+            self.old = None;
+        }
     }
 
     fn at_mut_cell(&mut self, slot: Slot) -> &mut Option<Task> {
@@ -128,18 +207,29 @@ impl TaskTable {
 
     pub fn remove(&mut self, id: &[u8]) -> Option<Task> {
         let chunks = &self.chunks;
-        let entry = self
-            .index
-            .find_entry(Self::hash(&self.hasher, id), |&slot| {
-                Self::cell(chunks, slot)
-                    .as_ref()
-                    .is_some_and(|t| t.id == id)
-            })
-            .ok()?;
-        let (slot, _) = entry.remove();
+        let hash = Self::hash(&self.hasher, id);
+        let holds = |&slot: &Slot| {
+            Self::cell(chunks, slot)
+                .as_ref()
+                .is_some_and(|t| t.id == id)
+        };
+        let slot = match self.index.find_entry(hash, holds) {
+            Ok(entry) => entry.remove().0,
+            Err(_) => {
+                self.old
+                    .as_mut()?
+                    .index
+                    .find_entry(hash, holds)
+                    .ok()?
+                    .remove()
+                    .0
+            }
+        };
         self.len -= 1;
         self.free.push(slot);
-        self.at_mut_cell(slot).take()
+        let task = self.at_mut_cell(slot).take();
+        self.migrate();
+        task
     }
 
     /// Every task, in slot order.
@@ -206,6 +296,59 @@ mod tests {
                 prop_assert_eq!(&table.at(*slot).id[..], id.as_bytes());
             }
             prop_assert_eq!(table.values().count(), model.len());
+        }
+
+        /// The same while the index grows incrementally: lookups and removals find entries
+        /// in either table, and a slot freed and taken again mid-growth is indexed once.
+        #[test]
+        fn behaves_as_a_map_while_growing(ops in prop::collection::vec((0u8..4, 0u16..400), 1..3000)) {
+            let mut table = TaskTable::default();
+            let mut model = std::collections::HashMap::new();
+            let mut grew = false;
+            for (op, n) in ops {
+                let id = format!("t{n}");
+                if op > 0 {
+                    let (slot, _) = table.insert(task(&id));
+                    model.insert(id.clone(), slot);
+                } else {
+                    prop_assert_eq!(table.remove(id.as_bytes()).is_some(), model.remove(&id).is_some());
+                }
+                grew |= table.old.is_some();
+                let entries = table.index.len() + table.old.as_ref().map_or(0, |g| g.index.len());
+                prop_assert_eq!(entries, model.len(), "each task indexed once");
+                let probe = format!("t{}", n / 2);
+                prop_assert_eq!(table.slot_of(probe.as_bytes()), model.get(&probe).copied());
+            }
+            for (id, slot) in &model {
+                prop_assert_eq!(table.slot_of(id.as_bytes()), Some(*slot));
+            }
+            prop_assert!(grew || model.len() < 64, "{} entries and never grew", model.len());
+        }
+    }
+
+    #[test]
+    fn a_large_index_grows_a_step_at_a_time() {
+        let mut table = TaskTable::default();
+        let mut growths = 0;
+        for n in 0..2000 {
+            let was_growing = table.old.is_some();
+            table.insert_new(task(&format!("t{n}")));
+            if !was_growing && table.old.is_some() {
+                growths += 1;
+                let moving = table.old.as_ref().unwrap().index.len();
+                assert!(
+                    moving >= INCREMENTAL_FROM,
+                    "only a large index grows incrementally"
+                );
+                assert!(
+                    table.index.len() < moving,
+                    "the entries move over a few at a time"
+                );
+            }
+        }
+        assert!(growths >= 3, "2000 tasks from 24 on: {growths} growths");
+        for n in 0..2000 {
+            assert!(table.slot_of(format!("t{n}").as_bytes()).is_some());
         }
     }
 }
