@@ -333,9 +333,9 @@ mod tests {
         for n in 0..2000 {
             let was_growing = table.old.is_some();
             table.insert_new(task(&format!("t{n}")));
-            if !was_growing && table.old.is_some() {
+            if let (false, Some(growth)) = (was_growing, table.old.as_ref()) {
                 growths += 1;
-                let moving = table.old.as_ref().unwrap().index.len();
+                let moving = growth.index.len();
                 assert!(
                     moving >= INCREMENTAL_FROM,
                     "only a large index grows incrementally"
