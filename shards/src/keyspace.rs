@@ -12,16 +12,14 @@
 //! expiry in `expires`, the side table that active expiry samples (as Redis samples its
 //! `expires` dict); a key without a TTL never touches it.
 //!
-//! `table` grows incrementally, as Redis rehashes its dicts: once a large table is full, one
-//! twice its size takes the new entries and every write moves the entries of the next
-//! `MIGRATE_STEP` positions over. Growing it in one go hashed every key again while the
-//! shard waited: the slowest of 3M SETs took 365 ms (Redis: 3.9 ms).
+//! `table` grows incrementally, as Redis rehashes its dicts ([`GrowingIndex`]): every write
+//! moves a few positions' entries to the larger table.
 
 use bytes::Bytes;
-use hashbrown::HashTable;
 use indexmap::IndexMap;
 
 use crate::glob::glob_match;
+use crate::growing::GrowingIndex;
 pub use crate::hashing::Hasher;
 use crate::key::Key;
 use crate::node::{Node, ValueRef};
@@ -111,31 +109,9 @@ impl<'a> EntryMut<'a> {
     }
 }
 
-/// A table of fewer entries grows in one go (a pause of well under a millisecond).
-#[cfg(not(test))]
-const INCREMENTAL_FROM: usize = 4096;
-/// Positions whose entries a write moves to the new table while it grows.
-#[cfg(not(test))]
-const MIGRATE_STEP: usize = 32;
-// Small in tests, so that the model proptest runs through growths, each over many steps.
-#[cfg(test)]
-const INCREMENTAL_FROM: usize = 8;
-#[cfg(test)]
-const MIGRATE_STEP: usize = 2;
-
-/// The full table `Db::table` replaced, emptied a few positions at a time.
-struct Growth {
-    table: HashTable<u32>,
-    /// Every position below this one has its entry in the new table; at or above it, an
-    /// entry may still be here.
-    next: usize,
-}
-
 #[derive(Default)]
 pub struct Db {
-    table: HashTable<u32>,
-    /// While `table` grows: the full table it replaced (see the module docs).
-    old: Option<Growth>,
+    table: GrowingIndex,
     nodes: Vec<Node>,
     expires: IndexMap<Key, u64, Hasher>,
     hasher: Hasher,
@@ -199,6 +175,23 @@ impl Db {
         self.hasher.hash_one(key)
     }
 
+    /// The hash of the key at each position, for the table's growth.
+    fn hash_at<'a>(nodes: &'a [Node], hasher: &'a Hasher) -> impl Fn(u32) -> Option<u64> + 'a {
+        use std::hash::BuildHasher;
+        move |pos| {
+            nodes
+                .get(pos as usize)
+                .map(|node| hasher.hash_one(node.key()))
+        }
+    }
+
+    /// Moves a few entries to the growing table (after every insert or removal).
+    fn migrate(&mut self) {
+        let end = self.nodes.len() as u32;
+        self.table
+            .migrate(end, Self::hash_at(&self.nodes, &self.hasher));
+    }
+
     /// Brings the table entries and nodes of `keys` into the cache ahead of their commands
     /// (Valkey 8's batch prefetch). A pipelined batch otherwise pays three dependent cache
     /// misses per key in turn (table, `nodes[pos]`, node); here the first misses of every
@@ -209,10 +202,7 @@ impl Db {
         let mut found = [u32::MAX; BATCH_MAX];
         let keys = &keys[..keys.len().min(BATCH_MAX)];
         for (slot, key) in found.iter_mut().zip(keys) {
-            let hash = self.hash(key);
-            let old = self.old.as_ref().map(|g| &g.table);
-            let first = self.table.iter_hash(hash).next();
-            if let Some(&pos) = first.or_else(|| old.and_then(|t| t.iter_hash(hash).next())) {
+            if let Some(pos) = self.table.guess(self.hash(key)) {
                 *slot = pos;
                 prefetch_read(self.nodes.as_ptr().wrapping_add(pos as usize).cast());
             }
@@ -228,16 +218,9 @@ impl Db {
     fn find(&self, key: &[u8]) -> Option<usize> {
         let hash = self.hash(key);
         let nodes = &self.nodes;
-        let holds = |&pos: &u32| nodes[pos as usize].key() == key;
-        match self.table.find(hash, holds) {
-            Some(&pos) => Some(pos as usize),
-            None => self
-                .old
-                .as_ref()?
-                .table
-                .find(hash, holds)
-                .map(|&pos| pos as usize),
-        }
+        self.table
+            .find(hash, |pos| nodes[pos as usize].key() == key)
+            .map(|pos| pos as usize)
     }
 
     fn expiry_at(&self, pos: usize) -> u64 {
@@ -381,56 +364,10 @@ impl Db {
         let pos = self.nodes.len();
         let hash = self.hash(node.key());
         self.nodes.push(node);
-        if self.old.is_none()
-            && self.table.len() >= INCREMENTAL_FROM
-            && self.table.len() >= self.table.capacity()
-        {
-            let larger = HashTable::with_capacity(self.table.len() * 2);
-            let full = std::mem::replace(&mut self.table, larger);
-            self.old = Some(Growth {
-                table: full,
-                next: 0,
-            });
-        }
-        let (nodes, hasher) = (&self.nodes, &self.hasher);
-        self.table.insert_unique(hash, pos as u32, |&p| {
-            use std::hash::BuildHasher;
-            hasher.hash_one(nodes[p as usize].key())
-        });
+        self.table
+            .insert(hash, pos as u32, Self::hash_at(&self.nodes, &self.hasher));
         self.migrate();
         pos
-    }
-
-    /// Moves the old table's entries of the next `MIGRATE_STEP` positions into `table`, and
-    /// drops the old table once every position has been passed.
-    fn migrate(&mut self) {
-        let Some(growth) = self.old.as_mut() else {
-            return;
-        };
-        let (nodes, hasher) = (&self.nodes, &self.hasher);
-        let stop = nodes.len().min(growth.next + MIGRATE_STEP);
-        for pos in growth.next..stop {
-            use std::hash::BuildHasher;
-            let hash = hasher.hash_one(nodes[pos].key());
-            if let Ok(entry) = growth.table.find_entry(hash, |&p| p as usize == pos) {
-                entry.remove();
-                self.table.insert_unique(hash, pos as u32, |&p| {
-                    hasher.hash_one(nodes[p as usize].key())
-                });
-            }
-        }
-        growth.next = stop.max(growth.next);
-        if growth.next >= nodes.len() {
-            debug_assert!(growth.table.is_empty(), "every entry moved");
-            self.old = None;
-        }
-    }
-
-    /// Moves every entry left in the old table (before a bulk load's `reserve`).
-    fn finish_growth(&mut self) {
-        while self.old.is_some() {
-            self.migrate();
-        }
     }
 
     fn set_expiry_at(&mut self, pos: usize, expire_at_ms: u64) {
@@ -466,12 +403,9 @@ impl Db {
 
     /// Makes room for `additional` more keys (a snapshot's load, which knows its count).
     pub fn reserve(&mut self, additional: usize) {
-        self.finish_growth();
-        let (nodes, hasher) = (&self.nodes, &self.hasher);
-        self.table.reserve(additional, |&p| {
-            use std::hash::BuildHasher;
-            hasher.hash_one(nodes[p as usize].key())
-        });
+        let hash_at = Self::hash_at(&self.nodes, &self.hasher);
+        self.table.finish_growth(self.nodes.len() as u32, &hash_at);
+        self.table.reserve(additional, hash_at);
         self.nodes.reserve(additional);
     }
 
@@ -510,44 +444,15 @@ impl Db {
     /// Takes the node at `pos` out of both tables; the last node moves into its place.
     fn remove_at(&mut self, pos: usize) -> Node {
         let hash = self.hash(self.nodes[pos].key());
-        let at = |p: &u32| *p as usize == pos;
-        match self.table.find_entry(hash, at) {
-            Ok(entry) => {
-                entry.remove();
-            }
-            Err(_) => {
-                let old = &mut self.old.as_mut().expect("every node is in a table").table;
-                old.find_entry(hash, at)
-                    .expect("every node is in a table")
-                    .remove();
-            }
-        }
+        self.table
+            .remove(hash, |p| p as usize == pos)
+            .expect("every node is in the table");
         let last = self.nodes.len() - 1;
         let node = self.nodes.swap_remove(pos);
         if pos != last {
             let moved = self.hash(self.nodes[pos].key());
-            let was_last = |p: &u32| *p as usize == last;
-            if let Some(entry) = self.table.find_mut(moved, was_last) {
-                *entry = pos as u32;
-            } else {
-                // Still in the old table: below the growth's cursor it must be in the new
-                // one, so it moves now.
-                let growth = self.old.as_mut().expect("every node is in a table");
-                let entry = growth
-                    .table
-                    .find_entry(moved, was_last)
-                    .expect("every node is in a table");
-                if pos < growth.next {
-                    entry.remove();
-                    let (nodes, hasher) = (&self.nodes, &self.hasher);
-                    self.table.insert_unique(moved, pos as u32, |&p| {
-                        use std::hash::BuildHasher;
-                        hasher.hash_one(nodes[p as usize].key())
-                    });
-                } else {
-                    *entry.into_mut() = pos as u32;
-                }
-            }
+            let hash_at = Self::hash_at(&self.nodes, &self.hasher);
+            self.table.relocate(moved, last as u32, pos as u32, hash_at);
         }
         if node.has_ttl() {
             self.expires.swap_remove(node.key());
@@ -596,8 +501,7 @@ impl Db {
     }
 
     pub fn clear(&mut self) {
-        self.table = HashTable::new();
-        self.old = None;
+        self.table.clear();
         self.nodes = Vec::new();
         self.expires = IndexMap::default();
     }
@@ -685,11 +589,8 @@ impl Db {
     /// Checks that the two tables agree (tests and debug assertions).
     #[cfg(test)]
     pub(crate) fn check_invariants(&self) {
-        let old = self.old.as_ref().map_or(0, |g| g.table.len());
-        assert_eq!(self.table.len() + old, self.nodes.len());
-        if let Some(growth) = &self.old {
-            assert!(growth.table.iter().all(|&p| p as usize >= growth.next));
-        }
+        assert_eq!(self.table.len(), self.nodes.len());
+        self.table.check_invariants();
         for (pos, node) in self.nodes.iter().enumerate() {
             assert_eq!(self.find(node.key()), Some(pos));
             assert_eq!(node.has_ttl(), self.expires.contains_key(node.key()));
@@ -851,12 +752,12 @@ mod tests {
         let mut growths = 0;
         let mut live = std::collections::BTreeSet::new();
         for n in 0..600u32 {
-            let was_growing = db.old.is_some();
+            let was_growing = db.table.moving().is_some();
             db.set_str(format!("key{n}").as_bytes(), b"v", NO_EXPIRY);
             live.insert(n);
-            if let (false, Some(growth)) = (was_growing, db.old.as_ref()) {
+            if let (false, Some(moving)) = (was_growing, db.table.moving()) {
                 growths += 1;
-                assert!(growth.table.len() >= INCREMENTAL_FROM);
+                assert!(moving >= crate::growing::INCREMENTAL_FROM);
             }
             // Remove an early key and a recent one every third insert: swaps from the end
             // into positions on both sides of the growth's cursor.

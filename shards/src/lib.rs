@@ -19,6 +19,7 @@ pub mod evict;
 pub mod geo;
 pub mod geohash;
 pub mod glob;
+pub mod growing;
 pub mod hashes;
 pub mod hashing;
 pub mod hyperloglog;

@@ -8,17 +8,13 @@
 //! slot number must drop it when the task leaves (the engine's ready sets do; its invariant
 //! check proves it).
 //!
-//! The index grows incrementally, as Redis's dicts rehash: once a large index is full, a
-//! table twice its size takes the new entries, and each insert or removal then moves the
-//! entries of the next `MIGRATE_STEP` slots over from the old one. Growing it in one go
-//! would hash every id again while the shard waits, reading each task and its id from cold
-//! memory: about 20 ms at 100k tasks, a pause every client of the shard sees (it was the
-//! job flow's p99 under load, docs/perf-notes.md).
+//! The index grows incrementally, as Redis's dicts rehash ([`GrowingIndex`]): each insert
+//! or removal moves a few slots' entries to the larger table.
 
 use bytes::Bytes;
-use hashbrown::HashTable;
 
 use super::model::Task;
+use crate::growing::GrowingIndex;
 use crate::hashing::Hasher;
 
 /// A task's place in the table, fixed while it is there.
@@ -26,37 +22,14 @@ pub type Slot = u32;
 
 /// Slots per chunk: a chunk is allocated whole, so at most this many slots stand empty.
 const CHUNK: usize = 1024;
-/// An index of fewer entries grows in one go (a pause of well under a millisecond).
-#[cfg(not(test))]
-const INCREMENTAL_FROM: usize = 4096;
-/// Slots whose entries an insert or a removal moves to the new index while it grows.
-#[cfg(not(test))]
-const MIGRATE_STEP: u32 = 32;
-// Small in tests, so that the map proptest runs through many growths, each over many steps.
-#[cfg(test)]
-const INCREMENTAL_FROM: usize = 24;
-#[cfg(test)]
-const MIGRATE_STEP: u32 = 3;
 
 #[derive(Default)]
 pub struct TaskTable {
     chunks: Vec<Box<[Option<Task>]>>,
     free: Vec<Slot>,
-    index: HashTable<Slot>,
-    /// While the index grows: the full one it replaces, emptied `MIGRATE_STEP` slots at a
-    /// time (`migrate`); `None` otherwise.
-    old: Option<Growth>,
+    index: GrowingIndex,
     hasher: Hasher,
     len: usize,
-}
-
-/// An index being emptied into a larger one.
-struct Growth {
-    index: HashTable<Slot>,
-    /// The next slot whose entry moves.
-    next: Slot,
-    /// Slots from here on were never in the old index.
-    end: Slot,
 }
 
 impl std::fmt::Debug for TaskTable {
@@ -83,6 +56,31 @@ impl TaskTable {
         &chunks[slot as usize / CHUNK][slot as usize % CHUNK]
     }
 
+    /// The hash of the id in each slot (`None`: an empty slot), for the index's growth.
+    fn hash_at<'a>(
+        chunks: &'a [Box<[Option<Task>]>],
+        hasher: &'a Hasher,
+    ) -> impl Fn(Slot) -> Option<u64> + 'a {
+        move |slot| {
+            let task = Self::cell(chunks, slot).as_ref()?;
+            Some(Self::hash(hasher, &task.id))
+        }
+    }
+
+    /// Moves a few entries to the growing index (after every insert or removal).
+    fn migrate(&mut self) {
+        let end = (self.chunks.len() * CHUNK) as Slot;
+        self.index
+            .migrate(end, Self::hash_at(&self.chunks, &self.hasher));
+    }
+
+    /// Whether `slot` holds the task `id`.
+    fn holds(chunks: &[Box<[Option<Task>]>], slot: Slot, id: &[u8]) -> bool {
+        Self::cell(chunks, slot)
+            .as_ref()
+            .is_some_and(|t| t.id == id)
+    }
+
     /// The task in `slot`; the slot must hold one.
     pub fn at(&self, slot: Slot) -> &Task {
         Self::cell(&self.chunks, slot)
@@ -98,16 +96,9 @@ impl TaskTable {
 
     pub fn slot_of(&self, id: &[u8]) -> Option<Slot> {
         let chunks = &self.chunks;
-        let hash = Self::hash(&self.hasher, id);
-        let holds = |&slot: &Slot| {
-            Self::cell(chunks, slot)
-                .as_ref()
-                .is_some_and(|t| t.id == id)
-        };
-        match self.index.find(hash, holds) {
-            Some(&slot) => Some(slot),
-            None => self.old.as_ref()?.index.find(hash, holds).copied(),
-        }
+        self.index.find(Self::hash(&self.hasher, id), |slot| {
+            Self::holds(chunks, slot, id)
+        })
     }
 
     pub fn get(&self, id: &[u8]) -> Option<&Task> {
@@ -147,58 +138,11 @@ impl TaskTable {
         };
         let hash = Self::hash(&self.hasher, &task.id);
         *self.at_mut_cell(slot) = Some(task);
-        if self.old.is_none()
-            && self.index.len() >= INCREMENTAL_FROM
-            && self.index.len() >= self.index.capacity()
-        {
-            self.start_growth();
-        }
-        let (chunks, hasher) = (&self.chunks, &self.hasher);
-        self.index.insert_unique(hash, slot, |&s| {
-            Self::hash(hasher, &Self::cell(chunks, s).as_ref().expect("indexed").id)
-        });
+        self.index
+            .insert(hash, slot, Self::hash_at(&self.chunks, &self.hasher));
         self.len += 1;
         self.migrate();
         slot
-    }
-
-    /// Replaces the full index with one twice its size; `migrate` moves the entries over.
-    fn start_growth(&mut self) {
-        let larger = HashTable::with_capacity(self.index.len() * 2);
-        let full = std::mem::replace(&mut self.index, larger);
-        self.old = Some(Growth {
-            index: full,
-            next: 0,
-            end: (self.chunks.len() * CHUNK) as Slot,
-        });
-    }
-
-    /// Moves the old index's entries of the next `MIGRATE_STEP` slots into the new one, and
-    /// drops the old index once it is empty.
-    fn migrate(&mut self) {
-        let Some(growth) = self.old.as_mut() else {
-            return;
-        };
-        let (chunks, hasher) = (&self.chunks, &self.hasher);
-        let stop = growth.end.min(growth.next.saturating_add(MIGRATE_STEP));
-        for slot in growth.next..stop {
-            let Some(task) = Self::cell(chunks, slot) else {
-                continue;
-            };
-            let hash = Self::hash(hasher, &task.id);
-            // A slot freed and taken again since the growth began is in the new index only.
-            if let Ok(entry) = growth.index.find_entry(hash, |&s| s == slot) {
-                entry.remove();
-                self.index.insert_unique(hash, slot, |&s| {
-                    Self::hash(hasher, &Self::cell(chunks, s).as_ref().expect("indexed").id)
-                });
-            }
-        }
-        growth.next = stop;
-        if growth.next >= growth.end {
-            debug_assert!(growth.index.is_empty(), "every entry moved");
-            self.old = None;
-        }
     }
 
     fn at_mut_cell(&mut self, slot: Slot) -> &mut Option<Task> {
@@ -207,24 +151,9 @@ impl TaskTable {
 
     pub fn remove(&mut self, id: &[u8]) -> Option<Task> {
         let chunks = &self.chunks;
-        let hash = Self::hash(&self.hasher, id);
-        let holds = |&slot: &Slot| {
-            Self::cell(chunks, slot)
-                .as_ref()
-                .is_some_and(|t| t.id == id)
-        };
-        let slot = match self.index.find_entry(hash, holds) {
-            Ok(entry) => entry.remove().0,
-            Err(_) => {
-                self.old
-                    .as_mut()?
-                    .index
-                    .find_entry(hash, holds)
-                    .ok()?
-                    .remove()
-                    .0
-            }
-        };
+        let slot = self.index.remove(Self::hash(&self.hasher, id), |slot| {
+            Self::holds(chunks, slot, id)
+        })?;
         self.len -= 1;
         self.free.push(slot);
         let task = self.at_mut_cell(slot).take();
@@ -313,9 +242,9 @@ mod tests {
                 } else {
                     prop_assert_eq!(table.remove(id.as_bytes()).is_some(), model.remove(&id).is_some());
                 }
-                grew |= table.old.is_some();
-                let entries = table.index.len() + table.old.as_ref().map_or(0, |g| g.index.len());
-                prop_assert_eq!(entries, model.len(), "each task indexed once");
+                grew |= table.index.moving().is_some();
+                prop_assert_eq!(table.index.len(), model.len(), "each task indexed once");
+                table.index.check_invariants();
                 let probe = format!("t{}", n / 2);
                 prop_assert_eq!(table.slot_of(probe.as_bytes()), model.get(&probe).copied());
             }
@@ -331,22 +260,21 @@ mod tests {
         let mut table = TaskTable::default();
         let mut growths = 0;
         for n in 0..2000 {
-            let was_growing = table.old.is_some();
+            let was_growing = table.index.moving().is_some();
             table.insert_new(task(&format!("t{n}")));
-            if let (false, Some(growth)) = (was_growing, table.old.as_ref()) {
+            if let (false, Some(moving)) = (was_growing, table.index.moving()) {
                 growths += 1;
-                let moving = growth.index.len();
                 assert!(
-                    moving >= INCREMENTAL_FROM,
+                    moving >= crate::growing::INCREMENTAL_FROM,
                     "only a large index grows incrementally"
                 );
                 assert!(
-                    table.index.len() < moving,
+                    table.index.len() - moving < moving,
                     "the entries move over a few at a time"
                 );
             }
         }
-        assert!(growths >= 3, "2000 tasks from 24 on: {growths} growths");
+        assert!(growths >= 3, "2000 tasks: {growths} growths");
         for n in 0..2000 {
             assert!(table.slot_of(format!("t{n}").as_bytes()).is_some());
         }
