@@ -321,22 +321,20 @@ impl TaskWaits {
             while i < parked.len() {
                 let p = &parked[i];
                 let expired = p.deadline_ms.is_some_and(|d| now >= d);
-                if let Want::Fetch { queues, .. } = &p.want {
-                    let seen = found_empty[..empties]
+                let queues = fetch_queues(p);
+                let seen = |q| {
+                    found_empty[..empties]
                         .iter()
-                        .any(|&j| match &parked[j].want {
-                            Want::Fetch { queues: empty, .. } => empty == queues,
-                            _ => false,
-                        });
-                    if seen && !expired {
-                        i += 1;
-                        continue;
-                    }
+                        .any(|&j| fetch_queues(&parked[j]) == Some(q))
+                };
+                if !expired && queues.is_some_and(seen) {
+                    i += 1;
+                    continue;
                 }
                 let answer = answer_of(&mut shard, p, expired);
                 if answer.is_none()
+                    && queues.is_some()
                     && empties < FOUND_EMPTY_MAX
-                    && matches!(p.want, Want::Fetch { .. })
                     && !shard.tasks.is_quiet(p.owner)
                 {
                     found_empty[empties] = i;
@@ -564,6 +562,14 @@ impl TaskWaits {
 
 /// A parked request's answer now, if it has one: what a fetch leased, the events that came,
 /// the task that finished; an empty one when it `expired`; `None` to keep waiting.
+/// A parked fetch's queue list (`None` for a wait or an events read).
+fn fetch_queues(p: &Parked) -> Option<&Vec<Bytes>> {
+    match &p.want {
+        Want::Fetch { queues, .. } => Some(queues),
+        _ => None,
+    }
+}
+
 fn answer_of(shard: &mut wetask_shards::Shard, p: &Parked, expired: bool) -> Option<Vec<Frame>> {
     match &p.want {
         Want::Fetch {
