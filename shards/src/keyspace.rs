@@ -753,11 +753,19 @@ mod tests {
         let mut live = std::collections::BTreeSet::new();
         for n in 0..600u32 {
             let was_growing = db.table.moving().is_some();
+            let len_before = db.table.len();
             db.set_str(format!("key{n}").as_bytes(), b"v", NO_EXPIRY);
             live.insert(n);
-            if let (false, Some(moving)) = (was_growing, db.table.moving()) {
+            if let (false, Some(_)) = (was_growing, db.table.moving()) {
                 growths += 1;
-                assert!(moving >= crate::growing::INCREMENTAL_FROM);
+                // What the full table held, not what is left in it after the insert's first
+                // migration step: removals leave tombstones, so a table can be full below
+                // its nominal capacity (hashbrown's `capacity` is entries + growth left),
+                // and the step can take it under the threshold.
+                assert!(
+                    len_before >= crate::growing::INCREMENTAL_FROM,
+                    "{len_before}"
+                );
             }
             // Remove an early key and a recent one every third insert: swaps from the end
             // into positions on both sides of the growth's cursor.
