@@ -110,13 +110,13 @@ impl Generator<'_> {
     }
 }
 
-fn write_header(out: &mut Vec<u8>, kind: u8, n: usize) {
+pub(crate) fn write_header(out: &mut Vec<u8>, kind: u8, n: usize) {
     out.push(kind);
     out.extend_from_slice(n.to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 
-fn write_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn write_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
     write_header(out, b'$', bytes.len());
     out.extend_from_slice(bytes);
     out.extend_from_slice(b"\r\n");
