@@ -292,7 +292,12 @@ pub struct Engine {
     fallbacks: Vec<Fallback>,
     next_order: i64,
     next_head: i64,
+    /// The number in the last id we made ("{tag}" and its hex). A caller's id of that form
+    /// raises it (`note_id`), so no id we make is already taken and none needs a lookup.
     next_id: u64,
+    /// A caller's id of our form numbered too near the counter's end to raise it past:
+    /// from then on each id we make is looked up, and skipped if taken.
+    ids_looked_up: bool,
     retention_ms: u64,
     totals: Totals,
     /// Bumped by every change that can let a fetch lease something it could not before.
@@ -324,6 +329,29 @@ fn jitter(id: &[u8], attempts: u32) -> f64 {
 
 fn too_long(name: &[u8]) -> bool {
     name.len() > NAME_BYTES_MAX
+}
+
+/// The number of an id in the form of ours, "{tag}" (the tag alphanumeric) and 1 to 16
+/// lowercase hex digits with no leading zero; `None` for any other id, which no id we make
+/// can equal.
+fn number_of_our_form(id: &[u8]) -> Option<u64> {
+    let rest = id.strip_prefix(b"{")?;
+    let close = rest.iter().position(|&c| c == b'}')?;
+    let (tag, hex) = (&rest[..close], &rest[close + 1..]);
+    if tag.is_empty() || !tag.iter().all(u8::is_ascii_alphanumeric) {
+        return None;
+    }
+    if hex.is_empty() || hex.len() > 16 || hex[0] == b'0' {
+        return None;
+    }
+    hex.iter().try_fold(0u64, |n, &c| {
+        let digit = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => return None,
+        };
+        Some(n << 4 | u64::from(digit))
+    })
 }
 
 impl Engine {
@@ -382,7 +410,7 @@ impl Engine {
     /// The id a new task in `queue` gets: the queue's slot tag, so the id routes to the
     /// queue's shard, then a sequence number.
     fn new_id(&mut self, queue: &[u8]) -> Bytes {
-        self.next_id += 1;
+        self.next_id = self.next_id.wrapping_add(1);
         let tag = slot_tag(key_slot(queue));
         let mut hex = [0u8; 16];
         let mut n = self.next_id;
@@ -553,15 +581,40 @@ impl Engine {
                 if self.tasks.contains_key(&id) {
                     return Err(TaskError::IdExists);
                 }
+                self.note_id(&id);
                 Ok(id)
             }
-            // A caller's ID may take the form of one of ours ("{tag}1f"): skip those taken.
+            // A caller's id may take the form of one of ours ("{tag}1f"), but `note_id`
+            // raised the counter past it, unless it was too near the counter's end.
+            None if !self.ids_looked_up => {
+                let id = self.new_id(queue);
+                debug_assert!(!self.tasks.contains_key(&id), "a fresh id is free");
+                Ok(id)
+            }
             None => loop {
                 let id = self.new_id(queue);
                 if !self.tasks.contains_key(&id) {
                     return Ok(id);
                 }
             },
+        }
+    }
+
+    /// Keeps the ids we make clear of `id`, a caller's (or a restored task's): if it has
+    /// our form, the counter goes past its number.
+    pub(crate) fn note_id(&mut self, id: &[u8]) {
+        let Some(n) = number_of_our_form(id) else {
+            return;
+        };
+        if n <= self.next_id {
+            return;
+        }
+        // Room for a lifetime of ids after it; a number nearer the end is left as it is,
+        // and ids we make are looked up instead.
+        if n < u64::MAX - (1 << 48) {
+            self.next_id = n;
+        } else {
+            self.ids_looked_up = true;
         }
     }
 

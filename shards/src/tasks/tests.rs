@@ -58,6 +58,44 @@ fn a_callers_id_in_the_form_of_ours_is_never_reused() {
     assert_eq!(e.len(), 3);
 }
 
+/// Ids we make need no lookup: a caller's id in our form raises the counter past its
+/// number, or (numbered too near the end to raise it) turns the lookups back on. Either way
+/// no id is made twice, and a snapshot carries the rule.
+#[test]
+fn callers_ids_in_our_form_keep_the_ids_we_make_clear() {
+    let mut e = engine();
+    let first = submit(&mut e, "q", "auto", 0);
+    let tag = std::str::from_utf8(&first[..first.len() - 1])
+        .unwrap()
+        .to_owned();
+    let mut ids = std::collections::HashSet::new();
+    ids.insert(first);
+    for custom in [
+        "ff",
+        "0100",
+        "fffffffffffffffe",
+        "ffffffffffffffff",
+        "x1",
+        "5",
+    ] {
+        let options = SubmitOptions {
+            id: Some(b(&format!("{tag}{custom}"))),
+            ..SubmitOptions::default()
+        };
+        let (id, _) = e.submit(b"q", b("custom"), options, 0).unwrap();
+        assert!(ids.insert(id), "{custom}");
+        for _ in 0..300 {
+            assert!(ids.insert(submit(&mut e, "q", "auto", 0)), "after {custom}");
+        }
+        let mut again = reloaded(&e);
+        for _ in 0..300 {
+            let id = submit(&mut again, "q", "auto", 0);
+            assert!(!ids.contains(&id), "a restored engine made {id:?} again");
+        }
+    }
+    assert_eq!(e.len(), ids.len());
+}
+
 #[test]
 fn ids_route_to_their_queue_slot() {
     let mut e = engine();

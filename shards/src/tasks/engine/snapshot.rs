@@ -229,6 +229,9 @@ impl Engine {
                         options.hold = r.flag()?;
                         task.options = TaskOptions::new(options);
                     }
+                    // A snapshot written before callers' ids raised the counter may hold
+                    // one past it.
+                    self.note_id(&task.id);
                     self.tasks.insert(task);
                 }
             }
@@ -277,7 +280,8 @@ impl Engine {
     fn import_meta(&mut self, r: &mut Reader) -> Decoded<()> {
         self.next_order = read_i64(r)?;
         self.next_head = read_i64(r)?;
-        self.next_id = r.u64()?;
+        // Not below what tasks imported before this part raised it to (`note_id`).
+        self.next_id = self.next_id.max(r.u64()?);
         let t = &mut self.totals;
         for v in [
             &mut t.submitted,
@@ -767,6 +771,7 @@ impl Engine {
         }
         let key = (Reverse(task.options.priority), task.order);
         let (queued, queue) = (task.state == State::Queued, task.queue.clone());
+        self.note_id(&task.id);
         let (slot, _) = self.tasks.insert(task);
         if queued {
             // Its queue came over first, its ready set naming the task's slot over there.
