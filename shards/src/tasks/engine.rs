@@ -292,12 +292,13 @@ pub struct Engine {
     fallbacks: Vec<Fallback>,
     next_order: i64,
     next_head: i64,
-    /// The number in the last id we made ("{tag}" and its hex). A caller's id of that form
-    /// raises it (`note_id`), so no id we make is already taken and none needs a lookup.
+    /// The number in the last id we made ("{tag}" and its hex).
     next_id: u64,
-    /// A caller's id of our form numbered too near the counter's end to raise it past:
-    /// from then on each id we make is looked up, and skipped if taken.
-    ids_looked_up: bool,
+    /// The highest number among the ids of our form that we did not make (callers' own, as
+    /// `note_id` sees them): an id we make numbered past it cannot be taken, so it needs no
+    /// lookup. (Skipping taken ones, rather than jumping past them, keeps the ids a replayed
+    /// journal makes the ones the first run made.)
+    others_max: u64,
     retention_ms: u64,
     totals: Totals,
     /// Bumped by every change that can let a fetch lease something it could not before.
@@ -410,7 +411,7 @@ impl Engine {
     /// The id a new task in `queue` gets: the queue's slot tag, so the id routes to the
     /// queue's shard, then a sequence number.
     fn new_id(&mut self, queue: &[u8]) -> Bytes {
-        self.next_id = self.next_id.wrapping_add(1);
+        self.next_id += 1;
         let tag = slot_tag(key_slot(queue));
         let mut hex = [0u8; 16];
         let mut n = self.next_id;
@@ -584,15 +585,15 @@ impl Engine {
                 self.note_id(&id);
                 Ok(id)
             }
-            // A caller's id may take the form of one of ours ("{tag}1f"), but `note_id`
-            // raised the counter past it, unless it was too near the counter's end.
-            None if !self.ids_looked_up => {
-                let id = self.new_id(queue);
-                debug_assert!(!self.tasks.contains_key(&id), "a fresh id is free");
-                Ok(id)
-            }
+            // A caller's id may take the form of one of ours ("{tag}1f"): skip those taken.
+            // Past the highest such number no id can be, and the lookup (a cold probe of
+            // the index) is skipped.
             None => loop {
                 let id = self.new_id(queue);
+                if self.next_id > self.others_max {
+                    debug_assert!(!self.tasks.contains_key(&id), "a fresh id is free");
+                    return Ok(id);
+                }
                 if !self.tasks.contains_key(&id) {
                     return Ok(id);
                 }
@@ -600,21 +601,11 @@ impl Engine {
         }
     }
 
-    /// Keeps the ids we make clear of `id`, a caller's (or a restored task's): if it has
-    /// our form, the counter goes past its number.
+    /// Notes `id`, a caller's (or a restored task's): if it has our form, the ids we make up
+    /// to its number are looked up before use.
     pub(crate) fn note_id(&mut self, id: &[u8]) {
-        let Some(n) = number_of_our_form(id) else {
-            return;
-        };
-        if n <= self.next_id {
-            return;
-        }
-        // Room for a lifetime of ids after it; a number nearer the end is left as it is,
-        // and ids we make are looked up instead.
-        if n < u64::MAX - (1 << 48) {
-            self.next_id = n;
-        } else {
-            self.ids_looked_up = true;
+        if let Some(n) = number_of_our_form(id) {
+            self.others_max = self.others_max.max(n);
         }
     }
 

@@ -58,9 +58,9 @@ fn a_callers_id_in_the_form_of_ours_is_never_reused() {
     assert_eq!(e.len(), 3);
 }
 
-/// Ids we make need no lookup: a caller's id in our form raises the counter past its
-/// number, or (numbered too near the end to raise it) turns the lookups back on. Either way
-/// no id is made twice, and a snapshot carries the rule.
+/// Ids we make skip the ones callers took in our form, and go on in sequence otherwise (a
+/// replayed journal makes the same ids); past the highest caller's number they need no
+/// lookup. No id is made twice, and a snapshot carries the rule.
 #[test]
 fn callers_ids_in_our_form_keep_the_ids_we_make_clear() {
     let mut e = engine();
@@ -70,13 +70,25 @@ fn callers_ids_in_our_form_keep_the_ids_we_make_clear() {
         .to_owned();
     let mut ids = std::collections::HashSet::new();
     ids.insert(first);
+    let far = SubmitOptions {
+        id: Some(b(&format!("{tag}ff"))),
+        ..SubmitOptions::default()
+    };
+    ids.insert(e.submit(b"q", b("custom"), far, 0).unwrap().0);
+    let next = submit(&mut e, "q", "auto", 0);
+    assert_eq!(
+        next,
+        b(&format!("{tag}2")),
+        "the sequence goes on, not past ff"
+    );
+    ids.insert(next);
     for custom in [
-        "ff",
+        "fe",
         "0100",
         "fffffffffffffffe",
         "ffffffffffffffff",
         "x1",
-        "5",
+        "7fffffff",
     ] {
         let options = SubmitOptions {
             id: Some(b(&format!("{tag}{custom}"))),
@@ -94,6 +106,17 @@ fn callers_ids_in_our_form_keep_the_ids_we_make_clear() {
         }
     }
     assert_eq!(e.len(), ids.len());
+    // A caller's id just ahead of the counter, then a restart: the restored engine skips it.
+    let mut f = engine();
+    submit(&mut f, "q", "auto", 0);
+    let ahead = SubmitOptions {
+        id: Some(b(&format!("{tag}3"))),
+        ..SubmitOptions::default()
+    };
+    f.submit(b"q", b("custom"), ahead, 0).unwrap();
+    let mut again = reloaded(&f);
+    let made: Vec<Bytes> = (0..2).map(|_| submit(&mut again, "q", "auto", 0)).collect();
+    assert_eq!(made, [b(&format!("{tag}2")), b(&format!("{tag}4"))]);
 }
 
 #[test]

@@ -229,8 +229,7 @@ impl Engine {
                         options.hold = r.flag()?;
                         task.options = TaskOptions::new(options);
                     }
-                    // A snapshot written before callers' ids raised the counter may hold
-                    // one past it.
+                    // Ids we make up to a caller's id of our form are looked up first.
                     self.note_id(&task.id);
                     self.tasks.insert(task);
                 }
@@ -280,8 +279,7 @@ impl Engine {
     fn import_meta(&mut self, r: &mut Reader) -> Decoded<()> {
         self.next_order = read_i64(r)?;
         self.next_head = read_i64(r)?;
-        // Not below what tasks imported before this part raised it to (`note_id`).
-        self.next_id = self.next_id.max(r.u64()?);
+        self.next_id = r.u64()?;
         let t = &mut self.totals;
         for v in [
             &mut t.submitted,
