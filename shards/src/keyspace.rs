@@ -604,7 +604,8 @@ impl Db {
 
 /// A cache prefetch hint for the line holding `ptr`; never faults, whatever the address.
 #[inline(always)]
-fn prefetch_read(ptr: *const u8) {
+/// Asks the CPU to bring `ptr`'s cache line in (x86-64; elsewhere nothing).
+pub(crate) fn prefetch_read(ptr: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it does not dereference `ptr` and cannot fault.
     unsafe {

@@ -104,6 +104,16 @@ impl TaskTable {
         })
     }
 
+    /// Asks for the cell of task `id` to be brought into the cache (its id's bytes must be
+    /// at hand already: they are hashed). Only a hint: a wrong guess costs a wasted prefetch.
+    pub fn prefetch(&self, id: &[u8]) {
+        if let Some(slot) = self.index.guess(Self::hash(&self.hasher, id)) {
+            let chunk = &self.chunks[slot as usize / CHUNK];
+            let cell: *const Option<Task> = &chunk[slot as usize % CHUNK];
+            crate::keyspace::prefetch_read(cell.cast());
+        }
+    }
+
     pub fn get(&self, id: &[u8]) -> Option<&Task> {
         self.slot_of(id).map(|slot| self.at(slot))
     }
