@@ -58,16 +58,101 @@ impl LoadResult {
     }
 }
 
-struct Conn {
+/// One non-blocking client connection of a poll loop (this generator's and the job flow's):
+/// what it has read, and what it has yet to write.
+pub(crate) struct Link {
     stream: TcpStream,
-    out: Vec<u8>,
-    written: usize,
+    token: Token,
     input: BytesMut,
     decoder: FrameDecoder,
-    awaiting: usize,
-    sent_at: Instant,
+    /// The request(s) being sent; `written` bytes of it went.
+    pub(crate) out: Vec<u8>,
+    written: usize,
     /// Registered for writability because a write was short.
     want_write: bool,
+}
+
+impl Link {
+    /// Connects (no Nagle) and registers for readability under `token`.
+    pub(crate) fn connect(addr: SocketAddr, poll: &Poll, token: Token) -> io::Result<Link> {
+        let std_stream = std::net::TcpStream::connect(addr)?;
+        std_stream.set_nodelay(true)?;
+        std_stream.set_nonblocking(true)?;
+        let mut stream = TcpStream::from_std(std_stream);
+        poll.registry()
+            .register(&mut stream, token, Interest::READABLE)?;
+        Ok(Link {
+            stream,
+            token,
+            input: BytesMut::with_capacity(16 * 1024),
+            decoder: FrameDecoder::default(),
+            out: Vec::with_capacity(256),
+            written: 0,
+            want_write: false,
+        })
+    }
+
+    /// Reads everything the socket has (the poll is edge-triggered).
+    pub(crate) fn read_available(&mut self, scratch: &mut [u8]) -> io::Result<()> {
+        loop {
+            match self.stream.read(scratch) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "server closed a connection",
+                    ))
+                }
+                Ok(n) => self.input.extend_from_slice(&scratch[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next whole reply read, if any.
+    pub(crate) fn reply(&mut self) -> io::Result<Option<Frame>> {
+        self.decoder
+            .decode(&mut self.input)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+    }
+
+    /// Sends `out` from its start.
+    pub(crate) fn send(&mut self, poll: &Poll) -> io::Result<()> {
+        self.written = 0;
+        self.flush(poll)
+    }
+
+    /// Writes what is pending; asks for writability only while a write is short, so the
+    /// common case costs one `write` and no `epoll_ctl`.
+    pub(crate) fn flush(&mut self, poll: &Poll) -> io::Result<()> {
+        while self.written < self.out.len() {
+            match self.stream.write(&self.out[self.written..]) {
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !self.want_write {
+                        let both = Interest::READABLE | Interest::WRITABLE;
+                        poll.registry()
+                            .reregister(&mut self.stream, self.token, both)?;
+                        self.want_write = true;
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if self.want_write {
+            poll.registry()
+                .reregister(&mut self.stream, self.token, Interest::READABLE)?;
+            self.want_write = false;
+        }
+        Ok(())
+    }
+}
+
+struct Conn {
+    link: Link,
+    awaiting: usize,
+    sent_at: Instant,
 }
 
 struct Generator<'a> {
@@ -127,21 +212,10 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
     let mut poll = Poll::new()?;
     let mut conns = Vec::with_capacity(spec.connections);
     for i in 0..spec.connections {
-        let std_stream = std::net::TcpStream::connect(spec.addr)?;
-        std_stream.set_nodelay(true)?;
-        std_stream.set_nonblocking(true)?;
-        let mut stream = TcpStream::from_std(std_stream);
-        poll.registry()
-            .register(&mut stream, Token(i), Interest::READABLE)?;
         conns.push(Conn {
-            stream,
-            out: Vec::new(),
-            written: 0,
-            input: BytesMut::with_capacity(16 * 1024),
-            decoder: FrameDecoder::default(),
+            link: Link::connect(spec.addr, &poll, Token(i))?,
             awaiting: 0,
             sent_at: Instant::now(),
-            want_write: false,
         });
     }
     let mut generator = Generator {
@@ -161,8 +235,8 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
     let mut events = Events::with_capacity(1024);
     let mut scratch = vec![0u8; 64 * 1024];
 
-    for (i, conn) in conns.iter_mut().enumerate() {
-        issue(conn, &mut generator, spec.pipeline, &poll, i)?;
+    for conn in conns.iter_mut() {
+        issue(conn, &mut generator, spec.pipeline, &poll)?;
         issued += spec.pipeline as u64;
     }
     loop {
@@ -190,30 +264,16 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
             let index = event.token().0;
             let conn = &mut conns[index];
             if event.is_writable() {
-                flush(conn, &poll, index)?;
+                conn.link.flush(&poll)?;
             }
             if !event.is_readable() {
                 continue;
             }
-            loop {
-                match conn.stream.read(&mut scratch) {
-                    Ok(0) => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "server closed a connection",
-                        ))
-                    }
-                    Ok(n) => conn.input.extend_from_slice(&scratch[..n]),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(e),
-                }
-            }
+            conn.link.read_available(&mut scratch)?;
             while conn.awaiting > 0 {
-                let frame = conn
-                    .decoder
-                    .decode(&mut conn.input)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                let Some(frame) = frame else { break };
+                let Some(frame) = conn.link.reply()? else {
+                    break;
+                };
                 if matches!(frame, Frame::Error(_)) {
                     errors += 1;
                 }
@@ -227,7 +287,7 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
                     latency.saturating_record_n(micros, spec.pipeline as u64);
                 }
                 if !stopping {
-                    issue(conn, &mut generator, spec.pipeline, &poll, index)?;
+                    issue(conn, &mut generator, spec.pipeline, &poll)?;
                     issued += spec.pipeline as u64;
                 }
             }
@@ -247,40 +307,12 @@ fn issue(
     generator: &mut Generator<'_>,
     pipeline: usize,
     poll: &Poll,
-    index: usize,
 ) -> io::Result<()> {
-    conn.out.clear();
-    conn.written = 0;
+    conn.link.out.clear();
     for _ in 0..pipeline {
-        generator.command(&mut conn.out);
+        generator.command(&mut conn.link.out);
     }
     conn.awaiting = pipeline;
     conn.sent_at = Instant::now();
-    flush(conn, poll, index)
-}
-
-/// Writes what is pending; asks for writability only while a write is short, so the common
-/// case costs one `write` and no `epoll_ctl`.
-fn flush(conn: &mut Conn, poll: &Poll, index: usize) -> io::Result<()> {
-    while conn.written < conn.out.len() {
-        match conn.stream.write(&conn.out[conn.written..]) {
-            Ok(n) => conn.written += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if !conn.want_write {
-                    let both = Interest::READABLE | Interest::WRITABLE;
-                    poll.registry()
-                        .reregister(&mut conn.stream, Token(index), both)?;
-                    conn.want_write = true;
-                }
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    if conn.want_write {
-        poll.registry()
-            .reregister(&mut conn.stream, Token(index), Interest::READABLE)?;
-        conn.want_write = false;
-    }
-    Ok(())
+    conn.link.send(poll)
 }

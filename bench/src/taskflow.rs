@@ -21,6 +21,8 @@ use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 use wetask_protocol::{encode, Frame, FrameDecoder, Protocol};
 
+use crate::loadgen::{write_bulk, write_header, Link};
+
 /// Most jobs submitted but not yet taken; producers wait above it.
 pub const BACKLOG_MAX: u64 = 512;
 
@@ -166,13 +168,7 @@ enum Role {
 }
 
 struct FlowConn {
-    stream: mio::net::TcpStream,
-    input: BytesMut,
-    decoder: FrameDecoder,
-    out: Vec<u8>,
-    written: usize,
-    /// Registered for writability because a write was short.
-    want_write: bool,
+    link: Link,
     role: Role,
     awaiting: Awaiting,
 }
@@ -207,17 +203,11 @@ impl Tally {
 /// thread per connection, the load CPU saturated before either server did (98% busy against
 /// the server's 93%), so the flow measured the client (docs/perf-notes.md).
 pub fn run(spec: FlowSpec) -> io::Result<FlowResult> {
-    use mio::{Events, Interest, Poll, Token};
+    use mio::{Events, Poll, Token};
 
     let mut poll = Poll::new()?;
     let mut conns = Vec::with_capacity(spec.producers + spec.workers);
     for index in 0..spec.workers + spec.producers {
-        let std_stream = TcpStream::connect(spec.addr)?;
-        std_stream.set_nodelay(true)?;
-        std_stream.set_nonblocking(true)?;
-        let mut stream = mio::net::TcpStream::from_std(std_stream);
-        poll.registry()
-            .register(&mut stream, Token(index), Interest::READABLE)?;
         let role = if index < spec.workers {
             Role::Worker {
                 processing: format!("{}:processing:{index}", spec.queue).into_bytes(),
@@ -227,12 +217,7 @@ pub fn run(spec: FlowSpec) -> io::Result<FlowResult> {
             Role::Producer
         };
         conns.push(FlowConn {
-            stream,
-            input: BytesMut::with_capacity(4096),
-            decoder: FrameDecoder::default(),
-            out: Vec::with_capacity(256),
-            written: 0,
-            want_write: false,
+            link: Link::connect(spec.addr, &poll, Token(index))?,
             role,
             awaiting: Awaiting::Nothing,
         });
@@ -248,8 +233,8 @@ pub fn run(spec: FlowSpec) -> io::Result<FlowResult> {
         groups_turn: 0,
         latency: Histogram::new(3).expect("histogram"),
     };
-    for (index, conn) in conns.iter_mut().enumerate() {
-        next_command(&spec, &mut tally, conn, &poll, index)?;
+    for conn in conns.iter_mut() {
+        next_command(&spec, &mut tally, conn, &poll)?;
     }
     let mut events = Events::with_capacity(256);
     let mut scratch = vec![0u8; 16 * 1024];
@@ -270,40 +255,24 @@ pub fn run(spec: FlowSpec) -> io::Result<FlowResult> {
             let index = event.token().0;
             let conn = &mut conns[index];
             if event.is_writable() {
-                flush(conn, &poll, index)?;
+                conn.link.flush(&poll)?;
             }
             if !event.is_readable() {
                 continue;
             }
-            loop {
-                match conn.stream.read(&mut scratch) {
-                    Ok(0) => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "server closed a connection",
-                        ))
-                    }
-                    Ok(n) => conn.input.extend_from_slice(&scratch[..n]),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(e),
-                }
-            }
-            while let Some(reply) = conn
-                .decoder
-                .decode(&mut conn.input)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?
-            {
+            conn.link.read_available(&mut scratch)?;
+            while let Some(reply) = conn.link.reply()? {
                 on_reply(&spec, &mut tally, conn, reply)?;
-                next_command(&spec, &mut tally, conn, &poll, index)?;
+                next_command(&spec, &mut tally, conn, &poll)?;
             }
         }
         // Producers held back by a full backlog go on once workers have taken jobs.
-        for (index, conn) in conns.iter_mut().enumerate().skip(spec.workers) {
+        for conn in conns.iter_mut().skip(spec.workers) {
             if tally.backlog() >= BACKLOG_MAX {
                 break;
             }
             if conn.awaiting == Awaiting::Nothing {
-                next_command(&spec, &mut tally, conn, &poll, index)?;
+                next_command(&spec, &mut tally, conn, &poll)?;
             }
         }
     }
@@ -364,8 +333,8 @@ fn on_reply(
                     let Role::Worker { processing, .. } = &conn.role else {
                         unreachable!("only workers fetch");
                     };
-                    conn.out.clear();
-                    command(&mut conn.out, &[b"LREM", processing, b"1", &payload]);
+                    conn.link.out.clear();
+                    command(&mut conn.link.out, &[b"LREM", processing, b"1", &payload]);
                     conn.awaiting = Awaiting::Remove;
                 }
             }
@@ -381,11 +350,10 @@ fn next_command(
     tally: &mut Tally,
     conn: &mut FlowConn,
     poll: &mio::Poll,
-    index: usize,
 ) -> io::Result<()> {
     let queue = spec.queue.as_bytes();
     if conn.awaiting == Awaiting::Nothing {
-        conn.out.clear();
+        conn.link.out.clear();
         match &conn.role {
             Role::Producer => {
                 if tally.backlog() >= BACKLOG_MAX {
@@ -397,7 +365,7 @@ fn next_command(
                         tally.groups_turn += 1;
                         let group = format!("t{}", tally.groups_turn % spec.groups as u64);
                         command(
-                            &mut conn.out,
+                            &mut conn.link.out,
                             &[
                                 b"TASK.SUBMIT",
                                 queue,
@@ -407,11 +375,12 @@ fn next_command(
                             ],
                         );
                     }
-                    Flow::Tasks => {
-                        command(&mut conn.out, &[b"TASK.SUBMIT", queue, stamp.as_bytes()])
-                    }
+                    Flow::Tasks => command(
+                        &mut conn.link.out,
+                        &[b"TASK.SUBMIT", queue, stamp.as_bytes()],
+                    ),
                     Flow::Brpop | Flow::Lmove => {
-                        command(&mut conn.out, &[b"LPUSH", queue, stamp.as_bytes()])
+                        command(&mut conn.link.out, &[b"LPUSH", queue, stamp.as_bytes()])
                     }
                 }
                 conn.awaiting = Awaiting::Submit;
@@ -422,15 +391,16 @@ fn next_command(
             } => {
                 match (spec.flow, previous) {
                     (Flow::Tasks, Some(id)) => command(
-                        &mut conn.out,
+                        &mut conn.link.out,
                         &[b"TASK.FETCH", queue, b"BLOCK", b"100", b"ACK", id],
                     ),
-                    (Flow::Tasks, None) => {
-                        command(&mut conn.out, &[b"TASK.FETCH", queue, b"BLOCK", b"100"])
-                    }
-                    (Flow::Brpop, _) => command(&mut conn.out, &[b"BRPOP", queue, b"0.1"]),
+                    (Flow::Tasks, None) => command(
+                        &mut conn.link.out,
+                        &[b"TASK.FETCH", queue, b"BLOCK", b"100"],
+                    ),
+                    (Flow::Brpop, _) => command(&mut conn.link.out, &[b"BRPOP", queue, b"0.1"]),
                     (Flow::Lmove, _) => command(
-                        &mut conn.out,
+                        &mut conn.link.out,
                         &[b"BLMOVE", queue, processing, b"RIGHT", b"LEFT", b"0.1"],
                     ),
                 }
@@ -438,42 +408,16 @@ fn next_command(
             }
         }
     }
-    conn.written = 0;
-    flush(conn, poll, index)
+    conn.link.send(poll)
 }
 
 fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    crate::loadgen::write_header(out, b'*', args.len());
+    write_header(out, b'*', args.len());
     for arg in args {
-        crate::loadgen::write_bulk(out, arg);
+        write_bulk(out, arg);
     }
 }
 
-/// Writes what is pending; asks for writability only while a write is short.
-fn flush(conn: &mut FlowConn, poll: &mio::Poll, index: usize) -> io::Result<()> {
-    use mio::{Interest, Token};
-    while conn.written < conn.out.len() {
-        match conn.stream.write(&conn.out[conn.written..]) {
-            Ok(n) => conn.written += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if !conn.want_write {
-                    let both = Interest::READABLE | Interest::WRITABLE;
-                    poll.registry()
-                        .reregister(&mut conn.stream, Token(index), both)?;
-                    conn.want_write = true;
-                }
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    if conn.want_write {
-        poll.registry()
-            .reregister(&mut conn.stream, Token(index), Interest::READABLE)?;
-        conn.want_write = false;
-    }
-    Ok(())
-}
 /// The payload (the submit time) of a job a worker got, if it got one.
 fn job_of(flow: Flow, reply: &Frame) -> Option<Bytes> {
     match (flow, reply) {
