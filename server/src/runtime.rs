@@ -17,9 +17,15 @@ use crate::shard::{ShardCtx, CRON_PERIOD};
 
 /// Memory glommio registers per executor for its own I/O buffers (locked memory).
 pub const GLOMMIO_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
-/// The driver's task queue latency: the most other tasks (cross-shard messages, timers)
-/// wait while the network loop is busy.
-pub const NET_LATENCY: Duration = Duration::from_millis(1);
+/// The driver's task queue latency: glommio's preemption period while the network loop is
+/// busy, so the most that glommio's own work waits then (its timers, wake-ups from other
+/// threads, tasks in other queues; the loop serves the mesh and its parked commands itself).
+/// Each period ends in a pass through glommio's reactor that serves no client: two
+/// `io_uring_enter`s and a re-armed timer, 16–23 µs on the 2-CPU VM. At 1 ms that was
+/// ~2% of a saturated shard, and every job in flight during a pass waited for it: 10 ms
+/// gave 1.03x jobs/s and 0.90x p99 on the job flow (docs/perf-notes.md, "glommio's
+/// preemption pass").
+pub const NET_LATENCY: Duration = Duration::from_millis(10);
 
 /// The CPUs this process may run on, in order.
 fn allowed_cpus() -> Vec<usize> {

@@ -2,9 +2,9 @@
 //! wake-up in glommio 0.9's executor loop.
 //!
 //! The loop parks when `run_task_queues` reports that nothing ran, and it reports that
-//! whenever the 1 ms preemption timer has already fired when it starts, runnable tasks
+//! whenever the preemption timer (`NET_LATENCY`) has already fired when it starts, runnable tasks
 //! or not (`need_preempt()` is checked before the first queue runs). A thread descheduled
-//! for a millisecond between arming that timer and running the queues (any busy machine)
+//! for that long between arming that timer and running the queues (any busy machine)
 //! then sleeps with its network loop runnable; and a task that is runnable has no timer
 //! armed, so if the cron is one of them, nothing but I/O wakes the shard
 //! (docs/ARCHITECTURE.md, "Lost wake-ups"). Test servers were seen asleep for 10 s that way.

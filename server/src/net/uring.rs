@@ -1010,9 +1010,9 @@ impl Net {
     /// yields to *other* queues, so with several shards the loop yields within its queue
     /// after every busy turn; otherwise a ring that never goes dry starves those tasks
     /// (docs/perf-notes.md). With one shard the only such tasks are blocked commands and
-    /// scripts, which run when the ring goes dry or at glommio's preemption tick (1 ms),
+    /// scripts, which run when the ring goes dry or at glommio's preemption tick (`NET_LATENCY`),
     /// unless one was just answered: a blocked TASK.FETCH handed a task, a BLPOP its
-    /// element. Then it runs now, not up to 1 ms later (that tick was most of a job's
+    /// element. Then it runs now, not up to a tick later (that tick was most of a job's
     /// submit-to-worker latency on one shard under load).
     async fn let_others_run(&self) {
         if self.ctx.shard_count > 1 || self.ctx.local_wakes.replace(false) {
