@@ -1,5 +1,5 @@
 //! `GrowingIndex`: a hash table of `u32` positions into storage its owner keeps (the
-//! keyspace's node vector, the task table's slots), searched by the hash of what each
+//! keyspace's node vector, its expiries, the task table's slots), searched by the hash of what each
 //! position holds, that grows incrementally, as Redis rehashes its dicts.
 //!
 //! Once a large table is full, a table twice its size takes the new entries, and each call

@@ -12,16 +12,15 @@
 //! expiry in `expires`, the side table that active expiry samples (as Redis samples its
 //! `expires` dict); a key without a TTL never touches it.
 //!
-//! `table` grows incrementally, as Redis rehashes its dicts ([`GrowingIndex`]): every write
-//! moves a few positions' entries to the larger table.
+//! `table` and `expires` grow incrementally, as Redis rehashes its dicts ([`GrowingIndex`]):
+//! every write moves a few positions' entries to the larger table.
 
 use bytes::Bytes;
-use indexmap::IndexMap;
 
+use crate::expiries::Expiries;
 use crate::glob::glob_match;
 use crate::growing::GrowingIndex;
 pub use crate::hashing::Hasher;
-use crate::key::Key;
 use crate::node::{Node, ValueRef};
 pub use crate::value::{Hash, List, Set, Value};
 
@@ -113,7 +112,7 @@ impl<'a> EntryMut<'a> {
 pub struct Db {
     table: GrowingIndex,
     nodes: Vec<Node>,
-    expires: IndexMap<Key, u64, Hasher>,
+    expires: Expiries,
     hasher: Hasher,
     expired_count: u64,
     /// Access stamps to keep for `maxmemory` eviction (none unless a policy needs them).
@@ -228,8 +227,7 @@ impl Db {
         if !node.has_ttl() {
             return NO_EXPIRY;
         }
-        *self
-            .expires
+        self.expires
             .get(node.key())
             .expect("a flagged key has an expiry")
     }
@@ -307,7 +305,7 @@ impl Db {
                 .expires
                 .get_index(fastrand::usize(..self.expires.len()))
                 .expect("in range");
-            self.find(key.as_slice())?
+            self.find(key)?
         } else {
             if self.nodes.is_empty() {
                 return None;
@@ -375,16 +373,11 @@ impl Db {
         if expire_at_ms == NO_EXPIRY {
             if node.has_ttl() {
                 node.set_ttl_flag(false);
-                self.expires.swap_remove(node.key());
+                self.expires.remove(node.key());
             }
         } else {
             node.set_ttl_flag(true);
-            match self.expires.get_mut(node.key()) {
-                Some(at) => *at = expire_at_ms,
-                None => {
-                    self.expires.insert(Key::new(node.key()), expire_at_ms);
-                }
-            }
+            self.expires.set(node.key(), expire_at_ms);
         }
     }
 
@@ -455,7 +448,7 @@ impl Db {
             self.table.relocate(moved, last as u32, pos as u32, hash_at);
         }
         if node.has_ttl() {
-            self.expires.swap_remove(node.key());
+            self.expires.remove(node.key());
         }
         self.migrate();
         node
@@ -503,7 +496,7 @@ impl Db {
     pub fn clear(&mut self) {
         self.table.clear();
         self.nodes = Vec::new();
-        self.expires = IndexMap::default();
+        self.expires.clear();
     }
 
     /// Samples up to `samples` keys with a TTL and removes the expired ones. Returns
@@ -514,10 +507,10 @@ impl Db {
         let mut expired = 0;
         while sampled < samples && !self.expires.is_empty() {
             let index = fastrand::usize(..self.expires.len());
-            let (key, &at) = self.expires.get_index(index).expect("in range");
+            let (key, at) = self.expires.get_index(index).expect("in range");
             sampled += 1;
             if at <= now_ms {
-                let pos = self.find(key.as_slice()).expect("an expiry has its key");
+                let pos = self.find(key).expect("an expiry has its key");
                 self.note_expired(pos);
                 self.remove_at(pos);
                 expired += 1;
@@ -595,6 +588,7 @@ impl Db {
             assert_eq!(self.find(node.key()), Some(pos));
             assert_eq!(node.has_ttl(), self.expires.contains_key(node.key()));
         }
+        self.expires.check_invariants();
         assert_eq!(
             self.expires.len(),
             self.nodes.iter().filter(|n| n.has_ttl()).count()

@@ -16,6 +16,7 @@ pub mod dump;
 mod durable;
 pub mod errors;
 pub mod evict;
+mod expiries;
 pub mod geo;
 pub mod geohash;
 pub mod glob;
