@@ -9,7 +9,7 @@ use crate::metrics::{higher_is_better, label, Metrics, Spread};
 use crate::servers::{Server, ServerKind};
 use crate::workloads::{self, Kind, RunOptions, Workload};
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Pair {
     pub a: Metrics,
     pub b: Metrics,
@@ -244,12 +244,16 @@ const SHOWN: &[&str] = &[
 
 /// The readable table: one row per workload and metric.
 pub fn table(report: &Report) -> String {
+    table_of(&report.a_label, &report.b_label, &report.workloads)
+}
+
+fn table_of(a_label: &str, b_label: &str, workloads: &[WorkloadReport]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "{:<13} {:<17} {:>14} {:>14}   {} / {} ratio: median (min–max)\n",
-        "workload", "metric", report.a_label, report.b_label, report.b_label, report.a_label
+        "workload", "metric", a_label, b_label, b_label, a_label
     ));
-    for w in &report.workloads {
+    for w in workloads {
         for metric in SHOWN {
             let Some(s) = w.summary.get(*metric) else {
                 continue;
@@ -272,4 +276,152 @@ pub fn table(report: &Report) -> String {
         }
     }
     out
+}
+
+/// One earlier run, as its `--json` file holds it (the fields `pool` reads).
+#[derive(serde::Deserialize)]
+pub struct SavedRun {
+    pub a_label: String,
+    pub b_label: String,
+    pub a_version: String,
+    pub b_version: String,
+    pub workloads: Vec<SavedWorkload>,
+}
+
+#[derive(serde::Deserialize)]
+pub struct SavedWorkload {
+    pub name: String,
+    pub about: String,
+    pub pairs: Vec<Pair>,
+}
+
+/// Several runs' pairs taken as one sample: per workload and metric, the median and range of
+/// every pair's ratio, then each run's own median beside it, so that the spread between runs
+/// shows next to the pooled figure. Runs must compare the same two servers.
+pub fn pool(runs: &[SavedRun]) -> Result<String, String> {
+    let first = runs.first().ok_or("no runs to pool")?;
+    if let Some(other) = runs
+        .iter()
+        .find(|r| r.a_label != first.a_label || r.b_label != first.b_label)
+    {
+        return Err(format!(
+            "runs compare different servers: {} / {} and {} / {}",
+            first.b_label, first.a_label, other.b_label, other.a_label
+        ));
+    }
+    // Workloads in the order first met; each with its runs' pairs.
+    let mut names: Vec<&str> = Vec::new();
+    let mut per_run: BTreeMap<&str, Vec<&[Pair]>> = BTreeMap::new();
+    let mut about: BTreeMap<&str, &str> = BTreeMap::new();
+    for run in runs {
+        for w in &run.workloads {
+            if !per_run.contains_key(w.name.as_str()) {
+                names.push(&w.name);
+                about.insert(&w.name, &w.about);
+            }
+            per_run.entry(&w.name).or_default().push(&w.pairs);
+        }
+    }
+    let pooled: Vec<WorkloadReport> = names
+        .iter()
+        .map(|name| {
+            let pairs: Vec<Pair> = per_run[name]
+                .iter()
+                .flat_map(|p| p.iter().cloned())
+                .collect();
+            WorkloadReport {
+                name: name.to_string(),
+                about: about[name].to_string(),
+                summary: summarise(&pairs),
+                pairs,
+            }
+        })
+        .collect();
+    let mut out = String::new();
+    let versions: std::collections::BTreeSet<&str> =
+        runs.iter().map(|r| r.b_version.as_str()).collect();
+    out.push_str(&format!(
+        "# {} runs pooled: {} ({}) / {} ({})\n",
+        runs.len(),
+        first.b_label,
+        versions.into_iter().collect::<Vec<_>>().join(", "),
+        first.a_label,
+        first.a_version
+    ));
+    for w in &pooled {
+        out.push_str(&format!(
+            "# {}: {} pairs from {} runs\n",
+            w.name,
+            w.pairs.len(),
+            per_run[w.name.as_str()].len()
+        ));
+    }
+    out.push_str(&table_of(&first.a_label, &first.b_label, &pooled));
+    out.push_str("each run's median ratio, in the order given:\n");
+    for w in &pooled {
+        for metric in SHOWN {
+            if !w.summary.contains_key(*metric) {
+                continue;
+            }
+            let medians: Vec<String> = per_run[w.name.as_str()]
+                .iter()
+                .filter_map(|pairs| summarise(pairs).get(*metric).map(|s| s.ratio.median))
+                .map(|m| format!("{m:.2}"))
+                .collect();
+            out.push_str(&format!(
+                "{:<13} {:<17} {}\n",
+                w.name,
+                label(metric),
+                medians.join(" ")
+            ));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(name: &str, ratios: &[f64]) -> SavedRun {
+        let pairs = ratios
+            .iter()
+            .map(|r| {
+                let mut a = Metrics::default();
+                let mut b = Metrics::default();
+                a.set("p99_us", 100.0);
+                b.set("p99_us", 100.0 * r);
+                Pair { a, b }
+            })
+            .collect();
+        SavedRun {
+            a_label: "redis".into(),
+            b_label: "wetask".into(),
+            a_version: "redis 7".into(),
+            b_version: "wetask 0.1.0".into(),
+            workloads: vec![SavedWorkload {
+                name: name.into(),
+                about: String::new(),
+                pairs,
+            }],
+        }
+    }
+
+    #[test]
+    fn pooling_takes_the_median_of_every_pair_and_lists_each_runs() {
+        let runs = [run("flow", &[0.9, 1.0, 1.3]), run("flow", &[0.8, 1.1])];
+        let text = pool(&runs).unwrap();
+        assert!(text.contains("# flow: 5 pairs from 2 runs"), "{text}");
+        // The pooled median of 0.8 0.9 1.0 1.1 1.3 is 1.0; the runs' medians 1.0 and 0.95.
+        assert!(text.contains("1.00 (0.80–1.30)"), "{text}");
+        assert!(text.contains("1.00 0.95"), "{text}");
+    }
+
+    #[test]
+    fn pooling_refuses_runs_of_other_servers() {
+        let mut other = run("flow", &[1.0]);
+        other.a_label = "baseline".into();
+        assert!(pool(&[run("flow", &[1.0]), other]).is_err());
+        assert!(pool(&[]).is_err());
+    }
 }

@@ -69,6 +69,14 @@ enum Cmd {
     /// WeTask with the workloads' persistence against WeTask with none (run it on the
     /// `durable` workloads): what the journal costs.
     JournalCost(CompareArgs),
+    /// Pools the pairs of several earlier runs (their `--json` files, of the same two
+    /// servers) into one table: each metric's median ratio over every pair, and each run's
+    /// own median beside it. Runs nothing.
+    Pool {
+        /// The runs' JSON files.
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+    },
     /// List the workloads.
     List,
 }
@@ -168,6 +176,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Run(args) => report(run_once(&args)),
+        Cmd::Pool { runs } => report(pool(&runs)),
         Cmd::VsRedis(args) => report(vs_redis(&args)),
         Cmd::JournalCost(args) => report(journal_cost(&args)),
         Cmd::VsShards {
@@ -332,6 +341,19 @@ fn vs_redis(args: &CompareArgs) -> Result<(), String> {
         return Err("void run: identical server versions".into());
     }
     print!("{}", compare::table(&report));
+    Ok(())
+}
+
+fn pool(paths: &[PathBuf]) -> Result<(), String> {
+    let runs = paths
+        .iter()
+        .map(|path| {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        })
+        .collect::<Result<Vec<compare::SavedRun>, String>>()?;
+    print!("{}", compare::pool(&runs)?);
     Ok(())
 }
 

@@ -26,7 +26,7 @@ pub fn label(metric: &str) -> &'static str {
     }
 }
 
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Metrics(pub BTreeMap<String, f64>);
 
 impl Metrics {
