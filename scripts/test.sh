@@ -23,14 +23,19 @@ fi
 # A smoke run of every bench workload against the debug server: checks the harness works,
 # not speed (a few hundred requests each, one pair).
 target="${CARGO_TARGET_DIR:-target}"
+smoke_json=$(mktemp)
 smoke=$("$target/debug/wetask-bench" vs-redis --pairs 1 --workloads all --ops 300 \
-    --warmup-ms 0 --duration-ms 10000 --keyspace 1000 --memory-keys 300 \
+    --warmup-ms 0 --duration-ms 10000 --keyspace 1000 --memory-keys 300 --json "$smoke_json" \
     --wetask "$target/debug/wetask" --server-cpu 0 --load-cpu "$(( $(nproc) > 1 ? 1 : 0 ))" 2>/dev/null)
 echo "$smoke"
 for workload in $("$target/debug/wetask-bench" list | awk '{print $1}'); do
     grep -q "^$workload " <<<"$smoke" || { echo "bench smoke: no result for $workload"; exit 1; }
 done
 echo "bench smoke: every workload reported"
+pooled=$("$target/debug/wetask-bench" pool "$smoke_json" "$smoke_json")
+grep -q '^# 2 runs pooled' <<<"$pooled" || { echo "bench smoke: pool did not read the run's JSON"; exit 1; }
+rm -f "$smoke_json"
+echo "bench smoke: pool read the run back"
 
 # Liveness under sustained cross-shard load: 256 connections pipelining SET/GET/DEL at a
 # two-shard server for 3 s must all be answered. A ring driver that never yielded to its
