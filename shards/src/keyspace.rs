@@ -22,6 +22,7 @@ use crate::glob::glob_match;
 use crate::growing::GrowingIndex;
 pub use crate::hashing::Hasher;
 use crate::node::{Node, ValueRef};
+use crate::prefetch::prefetch_read;
 pub use crate::value::{Hash, List, Set, Value};
 
 /// A value and its absolute expiry in unix milliseconds (`NO_EXPIRY` for none), detached
@@ -594,19 +595,6 @@ impl Db {
             self.nodes.iter().filter(|n| n.has_ttl()).count()
         );
     }
-}
-
-/// A cache prefetch hint for the line holding `ptr`; never faults, whatever the address.
-#[inline(always)]
-/// Asks the CPU to bring `ptr`'s cache line in (x86-64; elsewhere nothing).
-pub(crate) fn prefetch_read(ptr: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it does not dereference `ptr` and cannot fault.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(ptr.cast(), std::arch::x86_64::_MM_HINT_T0)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = ptr;
 }
 
 /// SCAN's MATCH and TYPE options.

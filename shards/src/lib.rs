@@ -33,6 +33,7 @@ pub mod lcs;
 pub mod lists;
 pub mod node;
 pub mod notify;
+mod prefetch;
 pub mod rdb;
 mod rdb_encoding;
 mod rdb_stream;

@@ -110,7 +110,7 @@ impl TaskTable {
         if let Some(slot) = self.index.guess(Self::hash(&self.hasher, id)) {
             let chunk = &self.chunks[slot as usize / CHUNK];
             let cell: *const Option<Task> = &chunk[slot as usize % CHUNK];
-            crate::keyspace::prefetch_read(cell.cast());
+            crate::prefetch::prefetch_read(cell.cast());
         }
     }
 
