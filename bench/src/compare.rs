@@ -242,6 +242,11 @@ const SHOWN: &[&str] = &[
     "disk_bytes_per_key",
 ];
 
+/// The width of the workload column: the longest name, and at least 13.
+fn name_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names.map(|n| n.chars().count()).max().unwrap_or(0).max(13)
+}
+
 /// The readable table: one row per workload and metric.
 pub fn table(report: &Report) -> String {
     table_of(&report.a_label, &report.b_label, &report.workloads)
@@ -249,8 +254,9 @@ pub fn table(report: &Report) -> String {
 
 fn table_of(a_label: &str, b_label: &str, workloads: &[WorkloadReport]) -> String {
     let mut out = String::new();
+    let width = name_width(workloads.iter().map(|w| w.name.as_str()));
     out.push_str(&format!(
-        "{:<13} {:<17} {:>14} {:>14}   {} / {} ratio: median (min–max)\n",
+        "{:<width$} {:<17} {:>14} {:>14}   {} / {} ratio: median (min–max)\n",
         "workload", "metric", a_label, b_label, b_label, a_label
     ));
     for w in workloads {
@@ -264,7 +270,7 @@ fn table_of(a_label: &str, b_label: &str, workloads: &[WorkloadReport]) -> Strin
                 "lower is better"
             };
             out.push_str(&format!(
-                "{:<13} {:<17} {:>14.2} {:>14.2}   {:.2} ({:.2}–{:.2})  {better}\n",
+                "{:<width$} {:<17} {:>14.2} {:>14.2}   {:.2} ({:.2}–{:.2})  {better}\n",
                 w.name,
                 label(metric),
                 s.a.median,
@@ -358,6 +364,7 @@ pub fn pool(runs: &[SavedRun]) -> Result<String, String> {
     }
     out.push_str(&table_of(&first.a_label, &first.b_label, &pooled));
     out.push_str("each run's median ratio, in the order given:\n");
+    let width = name_width(names.iter().copied());
     for w in &pooled {
         for metric in SHOWN {
             if !w.summary.contains_key(*metric) {
@@ -369,7 +376,7 @@ pub fn pool(runs: &[SavedRun]) -> Result<String, String> {
                 .map(|m| format!("{m:.2}"))
                 .collect();
             out.push_str(&format!(
-                "{:<13} {:<17} {}\n",
+                "{:<width$} {:<17} {}\n",
                 w.name,
                 label(metric),
                 medians.join(" ")
