@@ -315,29 +315,23 @@ pub fn pool(runs: &[SavedRun]) -> Result<String, String> {
             first.b_label, first.a_label, other.b_label, other.a_label
         ));
     }
-    // Workloads in the order first met; each with its runs' pairs.
-    let mut names: Vec<&str> = Vec::new();
-    let mut per_run: BTreeMap<&str, Vec<&[Pair]>> = BTreeMap::new();
-    let mut about: BTreeMap<&str, &str> = BTreeMap::new();
+    // Workloads in the order first met, each with its runs' pairs.
+    let mut groups: Vec<(&SavedWorkload, Vec<&[Pair]>)> = Vec::new();
     for run in runs {
         for w in &run.workloads {
-            if !per_run.contains_key(w.name.as_str()) {
-                names.push(&w.name);
-                about.insert(&w.name, &w.about);
+            match groups.iter_mut().find(|(first, _)| first.name == w.name) {
+                Some((_, pairs)) => pairs.push(&w.pairs),
+                None => groups.push((w, vec![&w.pairs])),
             }
-            per_run.entry(&w.name).or_default().push(&w.pairs);
         }
     }
-    let pooled: Vec<WorkloadReport> = names
+    let pooled: Vec<WorkloadReport> = groups
         .iter()
-        .map(|name| {
-            let pairs: Vec<Pair> = per_run[name]
-                .iter()
-                .flat_map(|p| p.iter().cloned())
-                .collect();
+        .map(|(w, per_run)| {
+            let pairs: Vec<Pair> = per_run.iter().flat_map(|p| p.iter().cloned()).collect();
             WorkloadReport {
-                name: name.to_string(),
-                about: about[name].to_string(),
+                name: w.name.clone(),
+                about: w.about.clone(),
                 summary: summarise(&pairs),
                 pairs,
             }
@@ -354,26 +348,27 @@ pub fn pool(runs: &[SavedRun]) -> Result<String, String> {
         first.a_label,
         first.a_version
     ));
-    for w in &pooled {
+    for (w, (_, per_run)) in pooled.iter().zip(&groups) {
         out.push_str(&format!(
             "# {}: {} pairs from {} runs\n",
             w.name,
             w.pairs.len(),
-            per_run[w.name.as_str()].len()
+            per_run.len()
         ));
     }
     out.push_str(&table_of(&first.a_label, &first.b_label, &pooled));
     out.push_str("each run's median ratio, in the order given:\n");
-    let width = name_width(names.iter().copied());
-    for w in &pooled {
+    let width = name_width(pooled.iter().map(|w| w.name.as_str()));
+    for (w, (_, per_run)) in pooled.iter().zip(&groups) {
+        let run_summaries: Vec<_> = per_run.iter().map(|pairs| summarise(pairs)).collect();
         for metric in SHOWN {
             if !w.summary.contains_key(*metric) {
                 continue;
             }
-            let medians: Vec<String> = per_run[w.name.as_str()]
+            let medians: Vec<String> = run_summaries
                 .iter()
-                .filter_map(|pairs| summarise(pairs).get(*metric).map(|s| s.ratio.median))
-                .map(|m| format!("{m:.2}"))
+                .filter_map(|summary| summary.get(*metric))
+                .map(|s| format!("{:.2}", s.ratio.median))
                 .collect();
             out.push_str(&format!(
                 "{:<width$} {:<17} {}\n",
