@@ -374,3 +374,36 @@ fn consumer_groups_share_out_entries_and_recover_unacked_ones() {
         );
     });
 }
+
+/// A blocked BRPOPLPUSH/BLMOVE whose destination is not a list is answered WRONGTYPE when
+/// its source gets data, and the element stays, for the next waiter: the destination on
+/// the source's shard (it was never answered) and on another one, on 1, 2 and 4 shards.
+#[test]
+fn a_blocked_move_into_a_key_of_another_type_is_answered_wrongtype() {
+    for shards in ["1", "2", "4"] {
+        let server = Server::start(&["--shards", shards]);
+        for (src, dst) in [
+            ("blist{t}".to_string(), "target{t}".to_string()),
+            (key_on("src:", 0), key_on("dst:", 1)),
+        ] {
+            let mut pusher = server.client();
+            pusher.cmd(&format!("DEL {src} {dst} next"));
+            pusher.cmd(&format!("SET {dst} string"));
+            let mut failing = server.client();
+            failing.send(&[b"BRPOPLPUSH", src.as_bytes(), dst.as_bytes(), b"0"]);
+            wait_blocked(&server, 1);
+            let mut next = server.client();
+            next.send(&[b"BLMOVE", src.as_bytes(), b"next", b"RIGHT", b"LEFT", b"0"]);
+            wait_blocked(&server, 2);
+            pusher.cmd(&format!("RPUSH {src} a b"));
+            let wrong = failing.read().expect("the failing move is answered");
+            assert!(
+                matches!(&wrong, Frame::Error(e) if e.starts_with(b"WRONGTYPE")),
+                "{shards} shards, {src} -> {dst}: {wrong:?}"
+            );
+            assert_eq!(next.read().unwrap(), bulk("b"), "{shards} shards");
+            assert_eq!(pusher.cmd(&format!("LRANGE {src} 0 -1")), strings(&["a"]));
+            assert_eq!(pusher.cmd(&format!("GET {dst}")), bulk("string"));
+        }
+    }
+}

@@ -32,6 +32,19 @@ pub enum BlockOp {
     XReadGroup(crate::stream_groups::XreadGroup),
 }
 
+impl BlockOp {
+    /// What kind of value the waiter waits for on its keys.
+    pub fn wait_kind(&self) -> crate::blocking::WaitKind {
+        use crate::blocking::WaitKind;
+        match self {
+            BlockOp::Pop { .. } | BlockOp::Move { .. } => WaitKind::List,
+            BlockOp::ZPop { .. } => WaitKind::ZSet,
+            BlockOp::XRead { .. } => WaitKind::Stream,
+            BlockOp::XReadGroup(_) => WaitKind::Group,
+        }
+    }
+}
+
 /// Where a BLMOVE's element goes when its key has data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MoveTarget {
@@ -44,7 +57,8 @@ pub enum MoveTarget {
 
 impl Shard {
     /// Runs a waiter's operation on `key` (in database `db`, for `client`); `None` when
-    /// there is nothing to take (the key is empty, missing, or of another type).
+    /// there is nothing to take (the key is empty, missing, or of another type). An error
+    /// is an answer too: the waiter is done with it, and nothing was taken.
     pub fn serve_blocked(
         &mut self,
         db: usize,
@@ -64,6 +78,9 @@ impl Shard {
             }
             BlockOp::XReadGroup(read) => {
                 let entries = self.stream_read_group(db, key, read)?;
+                if entries.is_error() {
+                    return Some(entries);
+                }
                 self.log_blocked(db, client, key, op, target);
                 Some(keyed(key, entries))
             }
@@ -82,7 +99,8 @@ impl Shard {
                 let popped = self
                     .with_ctx(db, client, "blocked pop", |ctx| pop(ctx, key, op, target))
                     .unwrap_or(None);
-                if popped.is_some() {
+                // An error (a BLMOVE whose destination is not a list) changed nothing.
+                if popped.as_ref().is_some_and(|frame| !frame.is_error()) {
                     self.log_blocked(db, client, key, op, target);
                     if self.notes.on() {
                         self.notify_popped(db, key, op, target, dst_existed);
@@ -152,8 +170,17 @@ fn pop(ctx: &mut crate::Ctx<'_>, key: &Bytes, op: &BlockOp, target: MoveTarget) 
             };
             return found(crate::lists::mpop_attempt(ctx, &mpop));
         }
+        // Served only while the source is a list; then the move runs as BLMOVE would run at
+        // once, so a destination of another type answers WRONGTYPE (as Redis 7 re-runs the
+        // command) and the element stays where it is, for the next waiter.
         BlockOp::Move { dst, from, to } => {
-            bulk(crate::lists::move_one(ctx, key, dst, *from, *to).ok()??)
+            if !crate::lists::holds_list(ctx, key) {
+                return None;
+            }
+            match crate::lists::move_one(ctx, key, dst, *from, *to) {
+                Ok(moved) => bulk(moved?),
+                Err(wrong_type) => wrong_type,
+            }
         }
         BlockOp::ZPop { max, count: None } => {
             let (member, score) = crate::zsets::pop_many(ctx, key, *max, 1).ok()??.pop()?;

@@ -56,8 +56,15 @@ impl Ctx<'_> {
         }
     }
 
-    /// Notes that `key` (in the selected database) got data a blocked client may want.
+    /// Notes that `key` (in the selected database) got data a blocked client may want: its
+    /// waiters of the kind of value it now holds (see `blocking`).
     pub fn signal_ready(&mut self, key: &[u8]) {
-        self.blocked.signal(self.db, key);
+        if !self.blocked.active() {
+            return;
+        }
+        let now = self.now_ms;
+        if let Some(type_name) = self.dbs[self.db].probe_type(key, now) {
+            self.blocked.signal_value(self.db, key, type_name);
+        }
     }
 }

@@ -256,8 +256,10 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     if !opts.replace && target.contains(to, now) {
         return Frame::Integer(0);
     }
+    let type_name = entry.value.type_name();
     target.insert(to, entry);
-    ctx.blocked.signal(target_db, to);
+    ctx.blocked.signal_value(target_db, to, type_name);
+    ctx.blocked.signal_gone(target_db, to);
     Frame::Integer(1)
 }
 
@@ -279,8 +281,10 @@ pub fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     let Some(entry) = ctx.db().remove_live(key, now) else {
         return Frame::Integer(0);
     };
+    let type_name = entry.value.type_name();
     ctx.dbs[target_db].insert(key, entry);
-    ctx.blocked.signal(target_db, key);
+    ctx.blocked.signal_value(target_db, key, type_name);
+    ctx.blocked.signal_gone(ctx.db, key);
     Frame::Integer(1)
 }
 

@@ -351,6 +351,14 @@ impl Db {
         Some(at)
     }
 
+    /// The type of the value at `key` (TYPE's word), looked at as [`Db::probe`] looks: no
+    /// access counted. What blocked clients' readiness compares around a write.
+    pub fn probe_type(&mut self, key: &[u8], now_ms: u64) -> Option<&'static str> {
+        self.probe(key, now_ms)?;
+        let pos = self.find(key)?;
+        Some(self.nodes[pos].type_name())
+    }
+
     pub fn contains(&mut self, key: &[u8], now_ms: u64) -> bool {
         self.find_live(key, now_ms).is_some()
     }

@@ -422,6 +422,12 @@ pub fn move_one(
     Ok(Some(value))
 }
 
+/// True when `key` holds a (non-empty) list: what a blocked pop or move waits for.
+pub fn holds_list(ctx: &mut Ctx<'_>, key: &[u8]) -> bool {
+    let now = ctx.now_ms;
+    matches!(typed::get::<List>(ctx.db(), key, now), Ok(Some(_)))
+}
+
 fn move_reply(result: Result<Option<Bytes>, Frame>) -> Frame {
     match result {
         Ok(Some(value)) => Frame::Bulk(value),

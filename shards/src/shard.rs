@@ -315,6 +315,9 @@ impl Shard {
         }
         let mark = out.as_ref().map(|o| o.mark());
         let lookups_before = (!write).then(|| self.dbs[db].lookups());
+        // Only while a client is blocked on this shard: what the write's keys held before.
+        let types_before =
+            (write && self.blocked.active()).then(|| self.written_types(db, spec, args));
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
             db,
@@ -338,6 +341,9 @@ impl Shard {
             }
         };
         let rewrite = ctx.rewrite.take();
+        if let Some(before) = types_before {
+            self.signal_written(db, spec, before);
+        }
         if let Some((hits_before, misses_before)) = lookups_before {
             // As Redis counts them: the key lookups of read commands.
             let (hits, misses) = self.dbs[db].lookups();
@@ -585,6 +591,53 @@ impl Shard {
         }
     }
 
+    /// The keys a write command names, each with the type it holds now.
+    fn written_types(
+        &mut self,
+        db: usize,
+        spec: &CommandSpec,
+        args: &[Bytes],
+    ) -> Vec<(Bytes, Option<&'static str>)> {
+        let now = self.now_ms;
+        let mut out = Vec::new();
+        for i in spec.key_positions(args) {
+            let type_name = self.dbs[db].probe_type(&args[i], now);
+            out.push((args[i].clone(), type_name));
+        }
+        out
+    }
+
+    /// Tells blocked clients what a write did to its keys, as Redis 7.2's `dbAdd`,
+    /// `dbSetValue` and `dbDelete` signal (see `blocking`): a key that came into being is
+    /// ready for the waiters of its value's kind; one deleted, or now of another type, for
+    /// blocked XREADGROUPs (NOGROUP or WRONGTYPE). Pushes and XADD signal for themselves.
+    fn signal_written(
+        &mut self,
+        db: usize,
+        spec: &CommandSpec,
+        before: Vec<(Bytes, Option<&'static str>)>,
+    ) {
+        match spec.name {
+            "flushall" => (0..self.dbs.len()).for_each(|d| self.blocked.signal_db_gone(d)),
+            "flushdb" => self.blocked.signal_db_gone(db),
+            // Their handlers signal the keys of both databases.
+            "swapdb" | "move" => {}
+            _ => {
+                let now = self.now_ms;
+                for (key, was) in before {
+                    match (was, self.dbs[db].probe_type(&key, now)) {
+                        (None, Some(now_is)) => self.blocked.signal_value(db, &key, now_is),
+                        (Some(_), None) => self.blocked.signal_gone(db, &key),
+                        (Some(was), Some(now_is)) if was != now_is => {
+                            self.blocked.signal_gone(db, &key)
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
     pub(crate) fn touch_key(&mut self, db: usize, key: &[u8]) {
         if self.tracking.active() {
             self.tracking.key_changed(key, 0);
@@ -639,6 +692,7 @@ impl Shard {
     /// Removes a key and hands its entry over (the first half of a cross-shard move).
     pub fn take_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
         self.touch_key(db, key);
+        self.blocked.signal_gone(db, key);
         let now = self.now_ms;
         let taken = self.dbs[db].remove_live(key, now);
         if let Some(journal) = self.journal_turn() {
@@ -663,10 +717,19 @@ impl Shard {
             }
         }
         self.dbs[db].insert(key, entry);
-        self.blocked.signal(db, key);
         if written {
             self.touch_key(db, key);
         }
+    }
+
+    /// A cross-shard operation stored `key` here: ready for the waiters of its new value's
+    /// kind, and for a blocked XREADGROUP whose stream it replaced.
+    fn signal_stored(&mut self, db: usize, key: &[u8]) {
+        let now = self.now_ms;
+        if let Some(type_name) = self.dbs[db].probe_type(key, now) {
+            self.blocked.signal_value(db, key, type_name);
+        }
+        self.blocked.signal_gone(db, key);
     }
 
     /// A copy of a key's entry (for a cross-shard COPY).
@@ -686,7 +749,7 @@ impl Shard {
             crate::journal::ops::put_put(journal, db, key, &entry);
         }
         self.dbs[db].insert(key, entry);
-        self.blocked.signal(db, key);
+        self.signal_stored(db, key);
         self.touch_key(db, key);
         true
     }
@@ -717,7 +780,8 @@ impl Shard {
     }
 
     /// New entries of the stream at `key` for a blocked XREADGROUP (`>`), delivered to its
-    /// consumer as XREADGROUP does; `None` when there are none (or no such group).
+    /// consumer as XREADGROUP does; `None` when there are none, an error when the stream or
+    /// its group is gone.
     pub fn stream_read_group(
         &mut self,
         db: usize,
@@ -725,9 +789,30 @@ impl Shard {
         read: &crate::stream_groups::XreadGroup,
     ) -> Option<Frame> {
         let now = self.now_ms;
-        let stream =
-            crate::typed::get::<crate::stream::Stream>(&mut self.dbs[db], key, now).ok()??;
-        crate::stream_groups::read_group(stream, read, None, now).ok()?
+        let no_group =
+            || crate::stream_groups::no_group(key, &read.group, "XREADGROUP with GROUP option");
+        // A stream deleted or replaced, or its group destroyed, answers the reader with the
+        // error XREADGROUP would give now, as Redis 7.2 re-runs it.
+        let stream = match crate::typed::get::<crate::stream::Stream>(&mut self.dbs[db], key, now) {
+            Ok(Some(stream)) => stream,
+            Ok(None) => return Some(no_group()),
+            Err(wrong_type) => return Some(wrong_type),
+        };
+        match crate::stream_groups::read_group(stream, read, None, now) {
+            Ok(found) => found,
+            Err(_) => Some(no_group()),
+        }
+    }
+
+    /// True when `key` holds the kind of value `op` takes: a list for a pop or a move, a
+    /// sorted set for a sorted-set pop, a stream for a read. A waiter of another kind than
+    /// the key's is passed over (Redis serves a key's waiters of its type), while a key of
+    /// the waiter's kind that gave it nothing gives the waiters behind it nothing either.
+    pub fn holds_kind_for(&mut self, db: usize, key: &[u8], op: &crate::BlockOp) -> bool {
+        let now = self.now_ms;
+        self.dbs[db]
+            .get(key, now)
+            .is_some_and(|entry| op.wait_kind().takes(entry.type_name()))
     }
 
     pub fn exists(&mut self, db: usize, key: &[u8]) -> bool {

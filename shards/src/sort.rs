@@ -309,9 +309,10 @@ fn run(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> Frame {
             if !values.is_empty() {
                 let list: std::collections::VecDeque<Bytes> =
                     values.into_iter().map(Option::unwrap_or_default).collect();
+                // Blocked clients learn of a new list from the command's run (`Shard::
+                // signal_written`): an overwrite serves none of them, as in Redis.
                 ctx.db()
                     .insert(dest, Entry::new(Value::List(Box::new(list))));
-                ctx.signal_ready(dest);
             }
             Frame::Integer(len)
         }

@@ -22,7 +22,7 @@ fn parse_id(arg: &[u8]) -> Result<StreamId, Frame> {
 }
 
 /// Redis's NOGROUP text; only XREADGROUP's names the command.
-fn no_group(key: &[u8], group: &[u8], command: &str) -> Frame {
+pub(crate) fn no_group(key: &[u8], group: &[u8], command: &str) -> Frame {
     let suffix = if command.starts_with("XREADGROUP") {
         format!(" in {command}")
     } else {
@@ -156,6 +156,10 @@ fn xgroup_destroy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<Frame, Frame> {
         return Err(wrong_arity("xgroup|destroy"));
     }
     let removed = stream.groups.shift_remove(&args[3][..]).is_some();
+    if removed {
+        // Its blocked readers are answered NOGROUP, as Redis 7.2 re-runs them.
+        ctx.signal_ready(&args[2]);
+    }
     Ok(Frame::Integer(i64::from(removed)))
 }
 

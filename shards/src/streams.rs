@@ -424,14 +424,15 @@ pub fn xread(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     };
     let mut found = Vec::new();
     for (key, after) in &read.streams {
-        let Some(after) = after else {
-            continue;
-        };
         let now = ctx.now_ms;
+        // Every key's type is checked, `$` ones too: Redis refuses a read of a string at once.
         let stream = match typed::get::<Stream>(ctx.db(), key, now) {
             Ok(Some(stream)) => stream,
             Ok(None) => continue,
             Err(err) => return err,
+        };
+        let Some(after) = after else {
+            continue;
         };
         let Some(from) = after.next() else {
             continue;

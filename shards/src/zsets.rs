@@ -522,8 +522,9 @@ pub(crate) fn store_zset(
     if z.is_empty() {
         ctx.db().remove(key);
     } else {
+        // Blocked clients learn of a new sorted set from the command's run
+        // (`Shard::signal_written`): an overwrite serves none of them, as in Redis.
         ctx.db().insert(key, Entry::new(z.into_value()));
-        ctx.signal_ready(key);
     }
     Frame::Integer(len)
 }

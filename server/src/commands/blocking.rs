@@ -16,7 +16,11 @@
 //! by the owners (checked every loop turn), as for blocked task fetches.
 //! A BLMOVE whose destination is on another shard than its source pops on the source's shard
 //! and pushes from the home: between the two the element is in neither list (a window of one
-//! mesh round trip; Redis has none). Inside MULTI or a script a blocking pop never blocks.
+//! mesh round trip; Redis has none). Meanwhile the source's owner holds the key: its other
+//! waiters wait until the home releases it, after the push, or after handing the element
+//! back when the destination is not a list (that waiter is answered WRONGTYPE), so the
+//! next waiter gets the element Redis would give it. Inside MULTI or a script a blocking
+//! pop never blocks.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -285,10 +289,24 @@ async fn finish(ctx: &Rc<ShardCtx>, db: usize, op: &BlockOp, frame: Frame) -> Fr
     let pushed = run_routed(ctx, db, &push_args(*to, dst.clone(), vec![element.clone()])).await;
     if pushed.is_error() {
         // The destination is not a list: the element goes back where it came from.
-        let back = run_routed(ctx, db, &push_args(*from, src, vec![element])).await;
+        let back = run_routed(
+            ctx,
+            db,
+            &push_args(*from, src.clone(), vec![element.clone()]),
+        )
+        .await;
         if back.is_error() {
             tracing::warn!("could not hand back a popped element: {back:?}");
         }
+    }
+    // The source's owner held the key for this move; its next waiter may go now.
+    let owner = ctx.owner_of(&src);
+    if owner == ctx.id {
+        ctx.lists.release(ctx, db, src);
+    } else {
+        drop(ctx.request(owner, Request::Lists(ListRequest::Release { db, key: src })));
+    }
+    if pushed.is_error() {
         return pushed;
     }
     Frame::Bulk(element)

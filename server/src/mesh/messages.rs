@@ -31,21 +31,26 @@ pub enum KeyRequest {
         client: u64,
         commands: ShardCommands,
     },
+    /// Remove a key and hand its entry over; `signals` are what a cross-shard operation's
+    /// commands signalled for the key's blocked clients (replayed here, see `cross`).
     Take {
         db: usize,
         key: Bytes,
+        signals: Vec<wetask_shards::blocking::Signal>,
     },
     /// Lend a key's entry to the coordinator of a cross-shard operation (see `cross`).
     Lend {
         db: usize,
         key: Bytes,
     },
-    /// Take back a lent key as it now is; `written` counts it as changed for WATCH.
+    /// Take back a lent key as it now is; `written` counts it as changed for WATCH;
+    /// `signals` as for `Take`.
     Restore {
         db: usize,
         key: Bytes,
         entry: Entry,
         written: bool,
+        signals: Vec<wetask_shards::blocking::Signal>,
     },
     Clone {
         db: usize,
@@ -201,6 +206,9 @@ pub enum ListRequest {
     Unblock { waiter: u64 },
     /// `client`'s connection is closing: let go of its parked pop.
     UnblockClient { client: u64 },
+    /// A BLMOVE served here popped `key` for a destination on another shard, and its home
+    /// has pushed the element there (or back): the key's other waiters may be served again.
+    Release { db: usize, key: Bytes },
 }
 
 /// Pub/sub. Never held up by a lock: it touches no keyspace.

@@ -178,6 +178,7 @@ async fn take(held: &Held<'_>, db: usize, key: &Bytes) -> Option<Entry> {
         Request::Keys(KeyRequest::Take {
             db,
             key: key.clone(),
+            signals: Vec::new(),
         }),
     )
     .await
@@ -338,6 +339,9 @@ pub async fn borrow(
     keys: impl Iterator<Item = (usize, Bytes)>,
 ) -> Vec<(usize, Bytes)> {
     let ctx = held.ctx;
+    // What the operation's commands signal for blocked clients goes to the borrowed keys'
+    // owners, with the keys (see `give_back`).
+    ctx.shard.borrow_mut().blocked.start_recording();
     let mut remote: Vec<(usize, Bytes)> = Vec::new();
     for (db, key) in keys {
         if shard_of(&key, ctx.shard_count) != ctx.id
@@ -366,21 +370,29 @@ pub async fn borrow(
 /// Puts borrowed keys back on their owners as they are now (a deleted one stays deleted).
 /// Keys in `written` count as changed for their owners' WATCH; a key the operation deleted
 /// always does.
+/// Each key takes along what the operation's commands signalled for it, for the blocked
+/// clients on its owner.
 pub async fn give_back(held: &Held<'_>, borrowed: Vec<(usize, Bytes)>, written: &[(usize, Bytes)]) {
+    let recorded = held.ctx.shard.borrow_mut().blocked.take_recorded();
+    let mut borrowed = borrowed;
+    borrowed.sort_by_key(|(db, key)| recorded.first_of(*db, key));
     for (db, key) in borrowed {
         let was_written = written.iter().any(|(d, k)| *d == db && *k == key);
         let entry = held.ctx.shard.borrow_mut().borrow_out(db, &key);
+        let signals = recorded.of(db, &key);
         let request = match entry {
             Some(entry) => Request::Keys(KeyRequest::Restore {
                 db,
                 key: key.clone(),
                 entry,
                 written: was_written,
+                signals,
             }),
             // Gone: the operation deleted it, which its owner's watchers must see.
-            None if was_written => Request::Keys(KeyRequest::Take {
+            None if was_written || !signals.is_empty() => Request::Keys(KeyRequest::Take {
                 db,
                 key: key.clone(),
+                signals,
             }),
             None => continue,
         };

@@ -567,15 +567,21 @@ impl ShardCore {
                     })
                     .collect(),
             ),
-            KeyRequest::Take { db, key } => Response::Entry(shard.take_entry(db, &key)),
+            KeyRequest::Take { db, key, signals } => {
+                let entry = shard.take_entry(db, &key);
+                shard.blocked.replay(db, &key, &signals);
+                Response::Entry(entry)
+            }
             KeyRequest::Lend { db, key } => Response::Entry(shard.lend_entry(db, &key)),
             KeyRequest::Restore {
                 db,
                 key,
                 entry,
                 written,
+                signals,
             } => {
                 shard.restore_entry(db, &key, entry, written);
+                shard.blocked.replay(db, &key, &signals);
                 Response::Done
             }
             KeyRequest::Clone { db, key } => Response::Entry(shard.clone_entry(db, &key)),

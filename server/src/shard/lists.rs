@@ -20,6 +20,11 @@ use crate::mesh::{ListRequest, Request, Response};
 /// Most waiters parked on one shard at once; beyond it a blocking pop is refused.
 pub const LIST_WAITERS_MAX: usize = 100_000;
 
+/// Longest a key stays held for a BLMOVE whose destination is on another shard (see
+/// `ListWaiters::held`); its home releases it after one or two mesh round trips, so this
+/// only bounds a release that never comes (the home's connection task gone).
+pub const MOVE_HOLD_MS_MAX: u64 = 1_000;
+
 /// A blocked pop parked on an owner shard.
 pub struct ListWaiter {
     pub client: u64,
@@ -36,6 +41,11 @@ pub struct ListWaiter {
 pub struct ListWaiters {
     waiters: RefCell<HashMap<u64, ListWaiter>>,
     index: RefCell<ListIndex>,
+    /// Keys (db, key) a BLMOVE popped for a destination on another shard, with when: until
+    /// its home has pushed the element there, or back here when the destination is not a
+    /// list, the key's other waiters wait, so they are served in Redis's order (the next
+    /// waiter gets the element a failed move leaves, not the one behind it).
+    held: RefCell<HashMap<(usize, Bytes), u64>>,
 }
 
 impl ListWaiters {
@@ -67,6 +77,10 @@ impl ListWaiters {
             }
             ListRequest::UnblockClient { client } => {
                 self.unpark_client(core, client);
+                core.respond(from, id, Response::Done);
+            }
+            ListRequest::Release { db, key } => {
+                self.release(core, db, key);
                 core.respond(from, id, Response::Done);
             }
         }
@@ -101,7 +115,9 @@ impl ListWaiters {
         {
             let mut shard = core.shard.borrow_mut();
             for key in &parked.keys {
-                shard.blocked.watch(parked.db, key, waiter);
+                shard
+                    .blocked
+                    .watch(parked.db, key, waiter, parked.op.wait_kind());
                 shard.blocked.signal(parked.db, key);
             }
         }
@@ -162,6 +178,15 @@ impl ListWaiters {
         if self.waiters.borrow().is_empty() || core.is_locked() {
             return;
         }
+        if !self.held.borrow().is_empty() {
+            // A key whose hold timed out gets its waiters served again.
+            let held: Vec<(usize, Bytes)> = self.held.borrow().keys().cloned().collect();
+            for (db, key) in held {
+                if !self.is_held(core, db, &key) {
+                    core.shard.borrow_mut().blocked.signal(db, &key);
+                }
+            }
+        }
         // A move into a key with waiters signals that key again: go round until quiet
         // (bounded, in case two moves feed each other).
         for _ in 0..16 {
@@ -177,6 +202,9 @@ impl ListWaiters {
     }
 
     fn serve_key(&self, core: &ShardCore, db: usize, key: &Bytes) {
+        if self.is_held(core, db, key) {
+            return;
+        }
         let waiters = core.shard.borrow().blocked.waiters(db, key);
         for waiter in waiters {
             let answer = {
@@ -190,18 +218,29 @@ impl ListWaiters {
                 Some(frame) => {
                     tracing::debug!(shard = core.id, waiter, "blocked pop served");
                     let parked = self.remove(core, waiter).expect("present above");
+                    let hold = matches!(&parked.op, BlockOp::Move { dst, .. } if core.owner_of(dst) != core.id)
+                        && !frame.is_error();
                     parked.reply.send(core, vec![frame]);
+                    if hold {
+                        let now = core.shard.borrow().now_ms();
+                        self.held.borrow_mut().insert((db, key.clone()), now);
+                        return;
+                    }
                 }
-                // A read that wants later entries than this one: the next reader may not.
-                None if matches!(
-                    self.waiters.borrow().get(&waiter).map(|w| &w.op),
-                    Some(BlockOp::XRead { .. })
-                ) =>
-                {
-                    continue
+                None => {
+                    let list_waiters = self.waiters.borrow();
+                    let op = &list_waiters.get(&waiter).expect("present above").op;
+                    // A stream reader wants entries after its own id, or its group's: the
+                    // next reader may find some. A waiter of another kind than the key's
+                    // (a BZPOPMIN on a key now a list) is passed over, as Redis does.
+                    let next_may_find =
+                        matches!(op, BlockOp::XRead { .. } | BlockOp::XReadGroup(_))
+                            || !core.shard.borrow_mut().holds_kind_for(db, key, op);
+                    if !next_may_find {
+                        // The key is empty: later waiters of its kind get nothing either.
+                        break;
+                    }
                 }
-                // The key is empty (or no longer a list): later waiters get nothing either.
-                None => break,
             }
         }
     }
@@ -218,6 +257,32 @@ impl ListWaiters {
         core.shard
             .borrow_mut()
             .serve_blocked(parked.db, parked.client, key, &parked.op, target)
+    }
+
+    /// True while `key` is held for a cross-shard BLMOVE; a hold older than
+    /// `MOVE_HOLD_MS_MAX` is let go.
+    fn is_held(&self, core: &ShardCore, db: usize, key: &Bytes) -> bool {
+        let mut held = self.held.borrow_mut();
+        let Some(&since) = held.get(&(db, key.clone())) else {
+            return false;
+        };
+        if core.shard.borrow().now_ms() < since.saturating_add(MOVE_HOLD_MS_MAX) {
+            return true;
+        }
+        tracing::warn!(
+            shard = core.id,
+            "a blocked move's hold on a key was never released"
+        );
+        held.remove(&(db, key.clone()));
+        false
+    }
+
+    /// The home of a cross-shard BLMOVE is done with `key`: serve its other waiters.
+    pub fn release(&self, core: &ShardCore, db: usize, key: Bytes) {
+        if self.held.borrow_mut().remove(&(db, key.clone())).is_some() {
+            core.shard.borrow_mut().blocked.signal(db, &key);
+            self.serve(core);
+        }
     }
 
     fn expire(&self, core: &ShardCore) {
