@@ -572,3 +572,51 @@ fn every_option_over_the_wire() {
         assert_eq!(tasks_of(c.cmd("TASK.FETCH {a}l COUNT 5")).len(), 3);
     }
 }
+
+/// Blocked task commands are answered when what they wait for ends badly too: a TASK.WAIT
+/// when its task is cancelled or dies, a blocked TASK.FETCH when its paused queue resumes
+/// with work in it; each exactly once, with the queue on this shard and on another.
+#[test]
+fn blocked_task_commands_are_answered_when_their_task_fails() {
+    for server in servers() {
+        let mut producer = server.client();
+        for queue in ["{a}f", "{b}f"] {
+            let wait_for = |id: &Bytes| {
+                let (port, id) = (server.port, id.clone());
+                std::thread::spawn(move || {
+                    let mut c = Client::connect(port);
+                    c.cmd_args(&[b"TASK.WAIT", &id, b"TIMEOUT", b"10000"])
+                })
+            };
+            let cancelled = id_of(producer.cmd(&format!("TASK.SUBMIT {queue} job DELAY 60000")));
+            let waiter = wait_for(&cancelled);
+            wait_blocked(&server, 1);
+            assert_eq!(producer.cmd_args(&[b"TASK.CANCEL", &cancelled]), ok());
+            assert_eq!(field(&waiter.join().unwrap(), "state"), bulk("cancelled"));
+
+            let dying = id_of(producer.cmd(&format!("TASK.SUBMIT {queue} job RETRIES 0")));
+            let waiter = wait_for(&dying);
+            wait_blocked(&server, 1);
+            let mut worker = server.client();
+            let got = tasks_of(worker.cmd(&format!("TASK.FETCH {queue}")));
+            assert_eq!(got[0].0, dying);
+            assert_eq!(
+                worker.cmd_args(&[b"TASK.FAIL", &dying, b"ERROR", b"boom"]),
+                array(vec![bulk("dead")])
+            );
+            assert_eq!(field(&waiter.join().unwrap(), "state"), bulk("dead"));
+
+            assert_eq!(producer.cmd(&format!("TASK.PAUSE {queue}")), ok());
+            let mut fetcher = server.client();
+            fetcher.send(&[b"TASK.FETCH", queue.as_bytes(), b"BLOCK", b"10000"]);
+            wait_blocked(&server, 1);
+            let queued = id_of(producer.cmd(&format!("TASK.SUBMIT {queue} after-pause")));
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(producer.cmd(&format!("TASK.RESUME {queue}")), ok());
+            let got = tasks_of(fetcher.read().expect("the fetch is answered"));
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].0, queued);
+            assert_eq!(fetcher.cmd_args(&[b"TASK.ACK", &queued]), ok());
+        }
+    }
+}
