@@ -36,7 +36,7 @@ pub fn repo_root() -> Result<PathBuf, String> {
 /// Exports `rev` into `target/bench-baseline/src` and builds its server in release mode
 /// into a separate target directory. Returns the binary.
 pub fn build_baseline(root: &Path, rev: &str) -> Result<PathBuf, String> {
-    let dir = root.join("target").join("bench-baseline");
+    let dir = target_root(root, std::env::var_os("CARGO_TARGET_DIR")).join("bench-baseline");
     let src = dir.join("src");
     let _ = std::fs::remove_dir_all(&src);
     std::fs::create_dir_all(&src).map_err(|e| e.to_string())?;
@@ -70,8 +70,20 @@ fn build_server(workspace: &Path, target_dir: Option<&Path>) -> Result<PathBuf, 
         command.arg("--target-dir").arg(dir);
     }
     run(&mut command)?;
-    let target = target_dir.map_or_else(|| workspace.join("target"), Path::to_path_buf);
+    let target = target_dir.map_or_else(
+        || target_root(workspace, std::env::var_os("CARGO_TARGET_DIR")),
+        Path::to_path_buf,
+    );
     Ok(target.join("release").join("wetask"))
+}
+
+/// Where cargo builds `workspace`: `CARGO_TARGET_DIR` when set (relative to the workspace,
+/// as cargo reads it), else the workspace's `target/`.
+pub fn target_root(workspace: &Path, cargo_target_dir: Option<std::ffi::OsString>) -> PathBuf {
+    match cargo_target_dir.filter(|dir| !dir.is_empty()) {
+        Some(dir) => workspace.join(dir),
+        None => workspace.join("target"),
+    }
 }
 
 /// Share of pairs that must be worse than parity for a slowdown to count. Identical builds
@@ -113,4 +125,18 @@ pub fn regressions(report: &Report, threshold: f64) -> Vec<String> {
         }
     }
     slower
+}
+
+#[cfg(test)]
+mod target_tests {
+    use super::*;
+
+    #[test]
+    fn the_server_is_looked_for_where_cargo_builds_it() {
+        let ws = Path::new("/repo");
+        assert_eq!(target_root(ws, None), PathBuf::from("/repo/target"));
+        assert_eq!(target_root(ws, Some("".into())), PathBuf::from("/repo/target"));
+        assert_eq!(target_root(ws, Some("/tmp/t".into())), PathBuf::from("/tmp/t"));
+        assert_eq!(target_root(ws, Some("out".into())), PathBuf::from("/repo/out"));
+    }
 }
