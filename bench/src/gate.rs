@@ -135,8 +135,17 @@ mod target_tests {
     fn the_server_is_looked_for_where_cargo_builds_it() {
         let ws = Path::new("/repo");
         assert_eq!(target_root(ws, None), PathBuf::from("/repo/target"));
-        assert_eq!(target_root(ws, Some("".into())), PathBuf::from("/repo/target"));
-        assert_eq!(target_root(ws, Some("/tmp/t".into())), PathBuf::from("/tmp/t"));
-        assert_eq!(target_root(ws, Some("out".into())), PathBuf::from("/repo/out"));
+        assert_eq!(
+            target_root(ws, Some("".into())),
+            PathBuf::from("/repo/target")
+        );
+        assert_eq!(
+            target_root(ws, Some("/tmp/t".into())),
+            PathBuf::from("/tmp/t")
+        );
+        assert_eq!(
+            target_root(ws, Some("out".into())),
+            PathBuf::from("/repo/out")
+        );
     }
 }

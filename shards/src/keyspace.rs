@@ -127,6 +127,8 @@ pub struct Db {
     /// tracks keys (CLIENT TRACKING: an expiry invalidates, as in Redis) or expiries are
     /// notified (`notify-keyspace-events` with `x`).
     expired_log: Option<Vec<Bytes>>,
+    /// Lookups leave access stamps alone (see `set_touching`).
+    untouched: bool,
 }
 
 impl Db {
@@ -254,11 +256,17 @@ impl Db {
             return None;
         }
         self.hits += 1;
-        if self.tracking != crate::evict::Tracking::None {
+        if self.tracking != crate::evict::Tracking::None && !self.untouched {
             let node = &mut self.nodes[pos];
             node.set_stamp(crate::evict::touched(self.tracking, node.stamp(), now_ms));
         }
         Some((pos, at))
+    }
+
+    /// Whether lookups refresh access stamps (off while a CLIENT NO-TOUCH client's command
+    /// runs).
+    pub fn set_touching(&mut self, on: bool) {
+        self.untouched = !on;
     }
 
     /// The access tracking this database keeps (that of the `maxmemory` policy).

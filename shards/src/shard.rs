@@ -47,6 +47,8 @@ pub struct Shard {
     memory_over: Option<fn() -> bool>,
     /// Keys sampled per eviction (`maxmemory-samples`).
     eviction_samples: usize,
+    /// Clients under CLIENT NO-TOUCH: their commands (but TOUCH) leave access stamps alone.
+    no_touch: std::collections::HashSet<u64>,
     /// The operations of this loop turn, encoded for the journal; `None` when nothing is
     /// journaled (`appendonly no`, and while a journal is replayed). See `durable`.
     pub(crate) journal: Option<Vec<u8>>,
@@ -89,6 +91,7 @@ impl Shard {
             evicted_keys: 0,
             memory_over: None,
             eviction_samples: 5,
+            no_touch: std::collections::HashSet::new(),
             journal: None,
             borrowed: std::collections::HashSet::new(),
             cross_tag: None,
@@ -318,6 +321,12 @@ impl Shard {
         // Only while a client is blocked on this shard: what the write's keys held before.
         let types_before =
             (write && self.blocked.active()).then(|| self.written_types(db, spec, args));
+        // CLIENT NO-TOUCH: the command reads keys without refreshing their stamps.
+        let untouched =
+            !self.no_touch.is_empty() && self.no_touch.contains(&client) && spec.name != "touch";
+        if untouched {
+            self.dbs[db].set_touching(false);
+        }
         let mut ctx = Ctx {
             dbs: &mut self.dbs,
             db,
@@ -341,6 +350,9 @@ impl Shard {
             }
         };
         let rewrite = ctx.rewrite.take();
+        if untouched {
+            self.dbs[db].set_touching(true);
+        }
         if let Some(before) = types_before {
             self.signal_written(db, spec, before);
         }
@@ -635,6 +647,15 @@ impl Shard {
                     }
                 }
             }
+        }
+    }
+
+    /// CLIENT NO-TOUCH for `client`, on this shard.
+    pub fn set_no_touch(&mut self, client: u64, on: bool) {
+        if on {
+            self.no_touch.insert(client);
+        } else {
+            self.no_touch.remove(&client);
         }
     }
 

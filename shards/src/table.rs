@@ -233,8 +233,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("zcard", 2, READONLY | FAST, ONE, Keyed, Some(zsets::zcard), Z, "Returns the number of members in a sorted set."),
     row("zscore", 3, READONLY | FAST, ONE, Keyed, Some(zsets::zscore), Z, "Returns the score of a member in a sorted set."),
     row("zmscore", -3, READONLY | FAST, ONE, Keyed, Some(zsets::zmscore), Z, "Returns the score of one or more members in a sorted set."),
-    row("zrank", 3, READONLY | FAST, ONE, Keyed, Some(zsets::zrank), Z, "Returns the index of a member in a sorted set ordered by ascending scores."),
-    row("zrevrank", 3, READONLY | FAST, ONE, Keyed, Some(zsets::zrevrank), Z, "Returns the index of a member in a sorted set ordered by descending scores."),
+    row("zrank", -3, READONLY | FAST, ONE, Keyed, Some(zsets::zrank), Z, "Returns the index of a member in a sorted set ordered by ascending scores."),
+    row("zrevrank", -3, READONLY | FAST, ONE, Keyed, Some(zsets::zrevrank), Z, "Returns the index of a member in a sorted set ordered by descending scores."),
     row("zcount", 4, READONLY | FAST, ONE, Keyed, Some(zsets::zcount), Z, "Returns the count of members in a sorted set that have scores within a range."),
     row("zlexcount", 4, READONLY | FAST, ONE, Keyed, Some(zsets::zlexcount), Z, "Returns the number of members in a sorted set within a lexicographical range."),
     row("zrange", -4, READONLY, ONE, Keyed, Some(zsets::zrange), Z, "Returns members in a sorted set within a range of indexes."),
@@ -370,6 +370,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("role", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the replication role."),
     row("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, NONE, Server, None, SV, "Listens for all requests received by the server in real-time."),
     row("wait", 3, NOSCRIPT, NONE, Server, None, G, "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed."),
+    row("waitaof", 4, NOSCRIPT, NONE, Server, None, G, "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas."),
     row("lastsave", 1, LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the Unix timestamp of the last successful save to disk."),
     row("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | PASSES_LOCKS, NONE, Server, None, SV, "Synchronously saves the database(s) to disk and shuts down the Redis server."),
 ];

@@ -270,11 +270,31 @@ pub fn zmscore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     )
 }
 
+/// ZRANK/ZREVRANK key member [WITHSCORE] (WITHSCORE: Redis 7.2, `[rank, score]`).
 fn rank(ctx: &mut Ctx<'_>, args: &[Bytes], rev: bool) -> Frame {
-    read(ctx, &args[1], Frame::Null, |z| match z.rank(&args[2]) {
-        Some(r) if rev => Frame::Integer((z.len() - 1 - r) as i64),
-        Some(r) => Frame::Integer(r as i64),
-        None => Frame::Null,
+    let name = if rev { "zrevrank" } else { "zrank" };
+    if args.len() > 4 {
+        return wrong_arity(name);
+    }
+    let with_score = match args.get(3) {
+        None => false,
+        Some(arg) if is(arg, "withscore") => true,
+        Some(_) => return Frame::static_error(SYNTAX),
+    };
+    let missing = if with_score {
+        Frame::NullArray
+    } else {
+        Frame::Null
+    };
+    read(ctx, &args[1], missing.clone(), |z| match z.rank(&args[2]) {
+        Some(r) => {
+            let rank = Frame::Integer(if rev { z.len() - 1 - r } else { r } as i64);
+            match z.score(&args[2]) {
+                Some(score) if with_score => Frame::Array(vec![rank, Frame::Double(score)]),
+                _ => rank,
+            }
+        }
+        None => missing,
     })
 }
 

@@ -114,6 +114,10 @@ pub struct ConnState {
     pub worker: Option<WorkerBinding>,
     /// CLIENT UNBLOCK … ERROR ended this connection's blocking command: it answers UNBLOCKED.
     pub unblock_error: bool,
+    /// CLIENT NO-EVICT (shown as `e`; WeTask evicts keys, never clients).
+    pub no_evict: bool,
+    /// CLIENT NO-TOUCH (shown as `T`): its commands leave keys' LRU/LFU stamps alone.
+    pub no_touch: bool,
     /// CLIENT TRACKING ON: client-side caching (`commands::tracking`). Boxed: most
     /// connections never track, and the hot fields stay close together.
     pub tracking: Option<Box<TrackingState>>,
@@ -188,6 +192,8 @@ impl ConnState {
             worker: None,
             tracking: None,
             unblock_error: false,
+            no_evict: false,
+            no_touch: false,
         }
     }
 
@@ -196,18 +202,37 @@ impl ConnState {
         self.worker.as_ref().map_or(self.id, |w| w.owner)
     }
 
-    /// CLIENT LIST's flags, in Redis's order: `t` tracking, `R` a broken redirect, `B`
-    /// broadcast tracking; `N` for none.
+    /// CLIENT LIST's flags, in Redis's order: `P` subscribed, `x` in MULTI, `b` blocked, `t`
+    /// tracking, `R` a broken redirect, `B` broadcast tracking, `e` no-evict, `T` no-touch;
+    /// `N` for none.
     fn flags(&self) -> String {
-        let Some(t) = &self.tracking else {
-            return "N".into();
-        };
-        let mut flags = String::from("t");
-        if t.broken_redirect {
-            flags.push('R');
+        let mut flags = String::new();
+        if !self.subscriptions.is_empty() {
+            flags.push('P');
         }
-        if t.bcast {
-            flags.push('B');
+        if self.multi.is_some() {
+            flags.push('x');
+        }
+        if !self.blocked_on.is_empty() {
+            flags.push('b');
+        }
+        if let Some(t) = &self.tracking {
+            flags.push('t');
+            if t.broken_redirect {
+                flags.push('R');
+            }
+            if t.bcast {
+                flags.push('B');
+            }
+        }
+        if self.no_evict {
+            flags.push('e');
+        }
+        if self.no_touch {
+            flags.push('T');
+        }
+        if flags.is_empty() {
+            flags.push('N');
         }
         flags
     }
@@ -220,7 +245,7 @@ impl ConnState {
                 .unwrap_or_default()
         };
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi=-1 cmd={} user=default resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} cmd={} user=default resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -230,6 +255,10 @@ impl ConnState {
             now_ms.saturating_sub(self.last_active_ms) / 1000,
             self.flags(),
             self.db,
+            self.subscriptions.channels.len(),
+            self.subscriptions.patterns.len(),
+            self.subscriptions.shard_channels.len(),
+            self.multi.as_ref().map_or(-1, |queued| queued.len() as i64),
             self.last_command,
             if self.protocol == Protocol::Resp3 { 3 } else { 2 },
             text(&self.lib_name),

@@ -45,7 +45,8 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     let several = ctx.shard_count > 1;
     match spec.name {
         "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
-        "task.wait" | "save" | "task.worker" | "task.quiet" | "task.events" | "wait" => true,
+        "task.wait" | "save" | "task.worker" | "task.quiet" | "task.events" | "wait"
+        | "waitaof" => true,
         "task.workers" | "task.cron" | "task.batch" | "task.flow" => several,
         // SHUTDOWN SAVE waits for the snapshots.
         "shutdown" => args[1..].iter().any(|a| is(a, "save")),
@@ -54,7 +55,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => true,
         "client" => {
             several
-                && ["list", "kill", "tracking", "unblock"]
+                && ["list", "kill", "tracking", "unblock", "no-touch"]
                     .iter()
                     .any(|sub| is(&args[1], sub))
         }
@@ -129,6 +130,7 @@ pub async fn run(
         "bgrewriteaof" => persistence::bgrewriteaof(ctx),
         "lastsave" => persistence::lastsave(ctx),
         "wait" => wait_replicas(ctx, args).await,
+        "waitaof" => persistence::waitaof(ctx, args).await,
         "monitor" => {
             ctx.monitors.add(ctx, conn.borrow().id);
             Frame::ok()
@@ -273,6 +275,11 @@ fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
     conn.db = 0;
     conn.protocol = Protocol::Resp2;
     conn.name = None;
+    conn.reply = crate::clients::ReplyMode::On;
+    conn.no_evict = false;
+    if std::mem::take(&mut conn.no_touch) {
+        drop(ctx.no_touch_everywhere(conn.id, false));
+    }
     conn.authenticated = ctx
         .globals
         .requirepass
@@ -340,7 +347,7 @@ fn shutdown(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
 }
 
 fn valid_name(name: &[u8]) -> Result<(), Frame> {
-    if name.iter().all(|&b| (b'!'..=b'~').contains(&b)) {
+    if printable(name) {
         Ok(())
     } else {
         Err(Frame::static_error(
@@ -349,10 +356,102 @@ fn valid_name(name: &[u8]) -> Result<(), Frame> {
     }
 }
 
+/// What a client name and SETINFO's values may hold: CLIENT LIST splits on spaces.
+fn printable(value: &[u8]) -> bool {
+    value.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+/// CLIENT's subcommands with their Redis 7.2 arities (`client|<name>`): a known one given
+/// the wrong number of arguments says so, as Redis's container commands do.
+const CLIENT_ARITIES: &[(&str, i32)] = &[
+    ("caching", 3),
+    ("getname", 2),
+    ("getredir", 2),
+    ("help", 2),
+    ("id", 2),
+    ("info", 2),
+    ("kill", -3),
+    ("list", -2),
+    ("no-evict", 3),
+    ("no-touch", 3),
+    ("pause", -3),
+    ("reply", 3),
+    ("setinfo", 4),
+    ("setname", 3),
+    ("tracking", -3),
+    ("trackinginfo", 2),
+    ("unblock", -3),
+    ("unpause", 2),
+];
+
+fn client_arity_error(args: &[Bytes]) -> Option<Frame> {
+    let (name, arity) = CLIENT_ARITIES.iter().find(|(name, _)| is(&args[1], name))?;
+    let n = args.len() as i32;
+    let ok = if *arity >= 0 {
+        n == *arity
+    } else {
+        n >= -*arity
+    };
+    (!ok).then(|| wrong_arity(&format!("client|{name}")))
+}
+
+/// CLIENT SETINFO LIB-NAME|LIB-VER value (an empty value clears it).
+fn client_setinfo(conn: &mut ConnState, args: &[Bytes]) -> Frame {
+    let attr = &args[2];
+    let value = (!args[3].is_empty()).then(|| args[3].clone());
+    let slot = if is(attr, "lib-name") {
+        &mut conn.lib_name
+    } else if is(attr, "lib-ver") {
+        &mut conn.lib_ver
+    } else {
+        return Frame::error(format!(
+            "ERR Unrecognized option '{}'",
+            String::from_utf8_lossy(attr)
+        ));
+    };
+    if !printable(&args[3]) {
+        return Frame::error(format!(
+            "ERR {} cannot contain spaces, newlines or special characters.",
+            String::from_utf8_lossy(attr)
+        ));
+    }
+    *slot = value;
+    Frame::ok()
+}
+
+/// CLIENT NO-EVICT|NO-TOUCH ON|OFF.
+async fn client_flag(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
+    let on = if is(&args[2], "on") {
+        true
+    } else if is(&args[2], "off") {
+        false
+    } else {
+        return Frame::static_error(SYNTAX);
+    };
+    if is(&args[1], "no-evict") {
+        conn.borrow_mut().no_evict = on;
+        return Frame::ok();
+    }
+    let (id, was) = {
+        let mut state = conn.borrow_mut();
+        (state.id, std::mem::replace(&mut state.no_touch, on))
+    };
+    if was != on {
+        // Every shard knows before the client's next command reaches it.
+        for answered in ctx.no_touch_everywhere(id, on) {
+            answered.await;
+        }
+    }
+    Frame::ok()
+}
+
 // Long: one short branch per CLIENT subcommand (ID, INFO, SETNAME, NO-EVICT …), a dispatch table.
 async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
     let sub = &args[1];
     let now = unix_ms();
+    if let Some(arity) = client_arity_error(args) {
+        return arity;
+    }
     if is(sub, "id") && args.len() == 2 {
         return Frame::Integer(conn.borrow().id as i64);
     }
@@ -366,32 +465,14 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
         conn.borrow_mut().name = (!args[2].is_empty()).then(|| args[2].clone());
         return Frame::ok();
     }
-    if is(sub, "setinfo") && args.len() == 4 {
-        let mut state = conn.borrow_mut();
-        if is(&args[2], "lib-name") {
-            if let Err(err) = valid_name(&args[3]) {
-                return err;
-            }
-            state.lib_name = Some(args[3].clone());
-        } else if is(&args[2], "lib-ver") {
-            state.lib_ver = Some(args[3].clone());
-        } else {
-            return Frame::error(format!(
-                "ERR Unrecognized option '{}'",
-                String::from_utf8_lossy(&args[2])
-            ));
-        }
-        return Frame::ok();
+    if is(sub, "setinfo") {
+        return client_setinfo(&mut conn.borrow_mut(), args);
     }
     if is(sub, "info") && args.len() == 2 {
         return Frame::Verbatim(*b"txt", Bytes::from(conn.borrow().describe(now) + "\n"));
     }
-    if (is(sub, "no-evict") || is(sub, "no-touch")) && args.len() == 3 {
-        return if is(&args[2], "on") || is(&args[2], "off") {
-            Frame::ok()
-        } else {
-            Frame::static_error(SYNTAX)
-        };
+    if is(sub, "no-evict") || is(sub, "no-touch") {
+        return client_flag(ctx, conn, args).await;
     }
     if is(sub, "reply") {
         return client_reply(&mut conn.borrow_mut(), args);

@@ -1,4 +1,4 @@
-//! SAVE, BGSAVE, BGREWRITEAOF and LASTSAVE. Every shard journals each write as it goes
+//! SAVE, BGSAVE, BGREWRITEAOF, LASTSAVE and WAITAOF. Every shard journals each write as it goes
 //! (`persist`), so a "save" here is a compaction: each shard starts a new journal segment
 //! and the compactor folds the old ones into a snapshot, while the shards keep serving.
 //! SAVE waits for every shard's; BGSAVE and BGREWRITEAOF only ask.
@@ -80,4 +80,54 @@ pub fn lastsave(ctx: &ShardCtx) -> Frame {
         None => crate::globals::unix_ms() / 1000 - ctx.globals.started.elapsed().as_secs(),
     };
     Frame::Integer(seconds as i64)
+}
+
+/// WAITAOF numlocal numreplicas timeout (Redis 7.2): waits until this connection's writes
+/// so far are fsynced in the journal (`numlocal` 1) and on `numreplicas` replicas (there
+/// are none: that part only waits out the time-out), then replies `[local, replicas]`
+/// synced. Every shard is asked first, so writes another shard made for this client have
+/// been journaled; then the fsync that follows them is waited for: none under `always`
+/// (each reply already waited for one), the everysec syncer's next round, and never under
+/// `appendfsync no`, as in Redis.
+pub async fn waitaof(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+    let numlocal = match wetask_shards::args::parse_i64(&args[1]) {
+        Some(n @ 0..=1) => n,
+        Some(_) => {
+            return Frame::static_error("ERR value is out of range, value must between 0 and 1")
+        }
+        None => return Frame::static_error("ERR value is not an integer or out of range"),
+    };
+    let numreplicas = match wetask_shards::args::parse_i64(&args[2]) {
+        Some(n) if n >= 0 => n,
+        Some(_) => return Frame::static_error("ERR value is out of range, must be positive"),
+        None => return Frame::static_error("ERR value is not an integer or out of range"),
+    };
+    let timeout_ms = match wetask_shards::args::parse_i64(&args[3]) {
+        Some(ms) if ms < 0 => return Frame::static_error("ERR timeout is negative"),
+        Some(ms) => ms as u64,
+        None => return Frame::static_error("ERR timeout is not an integer or out of range"),
+    };
+    let store = ctx.globals.store.get();
+    if numlocal > 0 && store.is_none() {
+        return Frame::static_error(
+            "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.",
+        );
+    }
+    for (_, answered) in
+        ctx.request_peers(|| crate::mesh::Request::Admin(crate::mesh::AdminRequest::SyncSettings))
+    {
+        answered.await;
+    }
+    let begun = store.map_or(0, |s| s.sync_round_begun());
+    let synced = || store.is_some_and(|s| s.synced_since(begun));
+    let deadline_ms = (timeout_ms > 0).then(|| crate::globals::unix_ms() + timeout_ms);
+    let past = || deadline_ms.is_some_and(|d| crate::globals::unix_ms() >= d);
+    while numlocal > 0 && !synced() && !past() {
+        glommio::timer::sleep(SAVE_POLL).await;
+    }
+    if numreplicas > 0 {
+        // There are no replicas: their part waits out the time-out (for ever without one).
+        ctx.sleep_until(deadline_ms).await;
+    }
+    Frame::Array(vec![Frame::Integer(i64::from(synced())), Frame::Integer(0)])
 }

@@ -270,6 +270,12 @@ pub enum AdminRequest {
     /// Take up the settings a shard keeps a copy of (`notify-keyspace-events`) now, not at
     /// the next loop turn: CONFIG SET answers once every shard has.
     SyncSettings,
+    /// CLIENT NO-TOUCH: `client`'s commands leave keys' access stamps alone here (`on`), or
+    /// no longer.
+    NoTouch {
+        client: u64,
+        on: bool,
+    },
 }
 
 /// What PUBSUB asks each shard.

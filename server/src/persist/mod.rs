@@ -87,6 +87,10 @@ pub struct Store {
     last_error: Mutex<Option<String>>,
     /// Unix seconds of the last successful fsync.
     pub last_sync_s: AtomicU64,
+    /// The everysec syncer's rounds begun and ended: a round begun after a write was
+    /// journaled has it on disk once it ends (WAITAOF).
+    pub sync_rounds_begun: AtomicU64,
+    pub sync_rounds_ended: AtomicU64,
     pub shards: Vec<ShardStatus>,
     jobs: Mutex<std::sync::mpsc::Sender<compact::Job>>,
     /// Bumped by SAVE, BGSAVE and BGREWRITEAOF: every shard compacts once more.
@@ -143,6 +147,8 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
         failing: AtomicBool::new(false),
         last_error: Mutex::new(None),
         last_sync_s: AtomicU64::new(now / 1000),
+        sync_rounds_begun: AtomicU64::new(0),
+        sync_rounds_ended: AtomicU64::new(0),
         shards: (0..shard_count).map(|_| ShardStatus::default()).collect(),
         jobs: Mutex::new(jobs),
         compact_epoch: AtomicU64::new(0),
@@ -204,6 +210,7 @@ fn spawn_syncer(store: Arc<Store>) -> Result<(), String> {
         .name("wetask-fsync".into())
         .spawn(move || loop {
             let started = Instant::now();
+            store.sync_rounds_begun.fetch_add(1, Ordering::AcqRel);
             let files: Vec<Arc<SyncedFile>> = match store.policy() {
                 Fsync::Everysec => store
                     .syncing
@@ -226,6 +233,7 @@ fn spawn_syncer(store: Arc<Store>) -> Result<(), String> {
                     }
                 }
             }
+            store.sync_rounds_ended.fetch_add(1, Ordering::AcqRel);
             std::thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
         })
         .map(drop)
@@ -252,6 +260,42 @@ impl Store {
             tracing::error!("journal: {error}; writes are refused (MISCONF) until it recovers");
         }
         *self.last_error.lock().expect("error") = Some(error);
+    }
+
+    /// True when everything journaled before the call that returned `begun` is on disk:
+    /// `begun` is [`Store::sync_round_begun`]'s answer. Under `always` every write is synced
+    /// before its reply; under `no` nothing ever is (as Redis's WAITAOF sees it).
+    pub fn synced_since(&self, begun: u64) -> bool {
+        match self.policy() {
+            Fsync::Always => true,
+            Fsync::Everysec => {
+                self.sync_rounds_ended.load(Ordering::Acquire) > begun || self.nothing_unsynced()
+            }
+            Fsync::No => false,
+        }
+    }
+
+    /// No journal has writes not yet on disk (everysec): none that the syncer has not
+    /// taken up, and no round of it under way.
+    fn nothing_unsynced(&self) -> bool {
+        let begun = self.sync_rounds_begun.load(Ordering::Acquire);
+        if begun != self.sync_rounds_ended.load(Ordering::Acquire) {
+            return false;
+        }
+        let clean = {
+            let files = self.syncing.lock().expect("syncing");
+            files
+                .iter()
+                .flatten()
+                .all(|f| !f.dirty.load(Ordering::Acquire))
+        };
+        // A round that began meanwhile may have cleared a flag before its fsync ended.
+        clean && self.sync_rounds_begun.load(Ordering::Acquire) == begun
+    }
+
+    /// The syncer's round count now, for [`Store::synced_since`].
+    pub fn sync_round_begun(&self) -> u64 {
+        self.sync_rounds_begun.load(Ordering::Acquire)
     }
 
     fn synced(&self) {

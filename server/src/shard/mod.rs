@@ -220,6 +220,9 @@ impl ShardCtx {
     /// A connection is gone: forget it, and every service gives back what it held.
     pub fn connection_closed(&self, state: &ConnState) {
         self.clients.borrow_mut().remove(state.id);
+        if state.no_touch {
+            drop(self.no_touch_everywhere(state.id, false));
+        }
         for service in self.hooks() {
             service.connection_closed(&self.core, state);
         }
@@ -445,7 +448,22 @@ impl ShardCtx {
                 self.core.sync_settings();
                 Response::Done
             }
+            AdminRequest::NoTouch { client, on } => {
+                self.shard.borrow_mut().set_no_touch(client, on);
+                Response::Done
+            }
         }
+    }
+
+    /// CLIENT NO-TOUCH of a connection of this shard, on every shard its commands may run
+    /// on; the returned futures say when each peer has it.
+    pub fn no_touch_everywhere(&self, client: u64, on: bool) -> Vec<crate::mesh::ResponseFuture> {
+        self.shard.borrow_mut().set_no_touch(client, on);
+        self.core
+            .request_peers(|| Request::Admin(AdminRequest::NoTouch { client, on }))
+            .into_iter()
+            .map(|(_, future)| future)
+            .collect()
     }
 
     /// The receiver loop for messages from one peer shard, on the glommio fallback (the

@@ -1,0 +1,157 @@
+"""What Redis 7.2 added, which Debian's redis-server (7.0) cannot be compared against: each
+check follows Redis 7.2's own tests (tests/unit/…, named per test) and its command docs.
+WeTask announces 7.2.0 (`--announce-version`), so clients switch these on."""
+
+import time
+
+import pytest
+import redis
+
+from conftest import Server
+
+
+def raw(port, protocol=2):
+    client = redis.Redis(port=port, protocol=protocol)
+    client.response_callbacks.clear()
+    return client
+
+
+def error_of(client, *args):
+    with pytest.raises(redis.ResponseError) as e:
+        client.execute_command(*args)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_zrank_withscore(server, protocol):
+    # unit/type/zset.tcl "ZRANK/ZREVRANK basics".
+    r = raw(server.port, protocol)
+    r.delete("zranktmp")
+    r.zadd("zranktmp", {"x": 10, "y": 20, "z": 30})
+    assert r.execute_command("ZRANK", "zranktmp", "y") == 1
+    assert r.execute_command("ZRANK", "zranktmp", "x", "WITHSCORE") == [0, b"10" if protocol == 2 else 10.0]
+    assert r.execute_command("ZREVRANK", "zranktmp", "x", "withscore") == [2, b"10" if protocol == 2 else 10.0]
+    assert r.execute_command("ZRANK", "zranktmp", "foo") is None
+    assert r.execute_command("ZRANK", "zranktmp", "foo", "WITHSCORE") is None
+    assert r.execute_command("ZRANK", "nokey", "foo", "WITHSCORE") is None
+    assert "syntax error" in error_of(r, "ZRANK", "zranktmp", "x", "WITHSCORES")
+    assert "wrong number of arguments for 'zrank'" in error_of(
+        r, "ZRANK", "zranktmp", "x", "WITHSCORE", "extra")
+    r.set("str", "x")
+    assert error_of(r, "ZRANK", "str", "x", "WITHSCORE").startswith("WRONGTYPE")
+
+
+def test_zrank_withscore_nil_is_a_null_array(server):
+    # RESP2: `*-1` with WITHSCORE (a nil array), `$-1` without.
+    import socket
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(b"ZRANK nokey m WITHSCORE\r\nZRANK nokey m\r\n")
+        got = b""
+        while got.count(b"\r\n") < 2:
+            got += s.recv(100)
+        assert got == b"*-1\r\n$-1\r\n"
+
+
+def test_client_setinfo(server):
+    # unit/introspection.tcl "CLIENT SETINFO …" and "RESET does NOT clean library name".
+    r = raw(server.port)
+    assert r.execute_command("CLIENT", "SETINFO", "lib-name", "redis.py") == b"OK"
+    assert r.execute_command("CLIENT", "SETINFO", "LIB-VER", "1.2.3") == b"OK"
+    assert b"lib-name=redis.py lib-ver=1.2.3" in r.execute_command("CLIENT", "INFO")
+    assert "wrong number of arguments for 'client|setinfo'" in error_of(
+        r, "CLIENT", "SETINFO", "lib-name")
+    assert error_of(r, "CLIENT", "SETINFO", "lib-name", "redis py") == (
+        "lib-name cannot contain spaces, newlines or special characters.")
+    assert "newlines" in error_of(r, "CLIENT", "SETINFO", "lib-ver", "1\n")
+    assert error_of(r, "CLIENT", "SETINFO", "badger", "hamster") == "Unrecognized option 'badger'"
+    assert b"lib-name=redis.py lib-ver=1.2.3" in r.execute_command("CLIENT", "INFO")
+    assert r.execute_command("RESET") == b"RESET"
+    assert b"lib-name=redis.py" in r.execute_command("CLIENT", "INFO")
+    assert r.execute_command("CLIENT", "SETINFO", "lib-name", "") == b"OK"
+    assert b"lib-name= " in r.execute_command("CLIENT", "INFO")
+
+
+def test_client_subcommand_arity(server):
+    r = raw(server.port)
+    for args, name in [(["ID", "x"], "id"), (["NO-TOUCH"], "no-touch"),
+                       (["NO-EVICT", "on", "x"], "no-evict"), (["GETNAME", "x"], "getname")]:
+        assert error_of(r, "CLIENT", *args) == (
+            f"wrong number of arguments for 'client|{name}' command")
+    assert error_of(r, "CLIENT", "NO-TOUCH", "maybe") == "syntax error"
+
+
+def flags(client):
+    info = client.execute_command("CLIENT", "INFO").decode()
+    return dict(f.split("=", 1) for f in info.split())["flags"]
+
+
+def test_client_no_evict_and_no_touch_flags(server):
+    # CLIENT LIST shows `e` (no-evict) and `T` (no-touch); RESET clears both (7.2 notes).
+    r = raw(server.port)
+    assert flags(r) == "N"
+    r.execute_command("CLIENT", "NO-EVICT", "on")
+    r.execute_command("CLIENT", "NO-TOUCH", "on")
+    assert flags(r) == "eT"
+    r.execute_command("CLIENT", "NO-EVICT", "off")
+    assert flags(r) == "T"
+    my_id = r.execute_command("CLIENT", "ID")
+    r.execute_command("MULTI")
+    line = raw(server.port).execute_command("CLIENT", "LIST", "ID", my_id).decode()
+    assert " flags=xT " in line, line
+    r.execute_command("DISCARD")
+    r.execute_command("RESET")
+    assert flags(r) == "N"
+
+
+def test_no_touch_leaves_the_access_time_alone(server):
+    # unit/introspection-2.tcl "Operations in no-touch mode do not alter the last access
+    # time of a key" (WeTask keeps access times under an LRU policy, as eviction needs).
+    admin = redis.Redis(port=server.port)
+    before = admin.config_get("maxmemory-policy")["maxmemory-policy"]
+    admin.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        r = redis.Redis(port=server.port)
+        keys = [f"nt:{i}" for i in range(8)]  # on every shard
+        for key in keys:
+            r.set(key, "bar")
+        r.execute_command("CLIENT", "NO-TOUCH", "on")
+        time.sleep(2.1)
+        for key in keys:
+            r.get(key)
+            assert r.object("idletime", key) >= 2, key
+        r.execute_command("TOUCH", *keys)  # TOUCH still touches
+        assert all(r.object("idletime", key) == 0 for key in keys)
+        time.sleep(1.1)
+        r.execute_command("CLIENT", "NO-TOUCH", "off")
+        for key in keys:
+            r.get(key)
+            assert r.object("idletime", key) == 0, key
+    finally:
+        admin.config_set("maxmemory-policy", before)
+
+
+def test_waitaof(server):
+    # WAITAOF numlocal numreplicas timeout (unit/wait.tcl "WAITAOF local copy …"): with the
+    # journal on (the default), a write is fsynced locally; there are no replicas.
+    r = raw(server.port)
+    r.set("waitaof", "1")
+    assert r.execute_command("WAITAOF", 1, 0, 0) == [1, 0]
+    started = time.monotonic()
+    assert r.execute_command("WAITAOF", 0, 1, 50) == [1, 0]
+    assert time.monotonic() - started >= 0.05
+    assert error_of(r, "WAITAOF", 2, 0, 0) == "value is out of range, value must between 0 and 1"
+    assert error_of(r, "WAITAOF", 0, -1, 0) == "value is out of range, must be positive"
+    assert error_of(r, "WAITAOF", 0, 0, -1) == "timeout is negative"
+    assert "wrong number of arguments" in error_of(r, "WAITAOF", 0, 0)
+
+
+def test_waitaof_without_the_journal():
+    # unit/wait.tcl "WAITAOF local on server with aof disabled".
+    srv = Server("--appendonly", "no")
+    try:
+        r = raw(srv.port)
+        assert error_of(r, "WAITAOF", 1, 0, 0) == (
+            "WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
+        assert r.execute_command("WAITAOF", 0, 0, 0) == [0, 0]
+    finally:
+        srv.stop()
