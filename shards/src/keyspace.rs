@@ -579,6 +579,19 @@ impl Db {
         filter: &ScanFilter,
         now_ms: u64,
     ) -> (u64, Vec<Bytes>) {
+        let (next, keys, _) = self.scan_counted(cursor, count, filter, now_ms);
+        (next, keys)
+    }
+
+    /// [`Db::scan`], also saying how many positions it looked at (SCAN's COUNT is work, as
+    /// in Redis: a scan over several shards goes on to the next while some is left).
+    pub fn scan_counted(
+        &self,
+        cursor: u64,
+        count: usize,
+        filter: &ScanFilter,
+        now_ms: u64,
+    ) -> (u64, Vec<Bytes>, usize) {
         let len = self.nodes.len() as u64;
         let mut upper = if cursor == 0 { len } else { cursor.min(len) };
         let mut keys = Vec::new();
@@ -593,7 +606,7 @@ impl Db {
             }
             keys.push(Bytes::copy_from_slice(node.key()));
         }
-        (upper, keys)
+        (upper, keys, visited)
     }
 
     /// Checks that the two tables agree (tests and debug assertions).

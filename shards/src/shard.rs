@@ -851,6 +851,17 @@ impl Shard {
         self.dbs[db].scan(cursor, count, filter, self.now_ms)
     }
 
+    /// [`Shard::scan`], with how many positions it looked at (see `Db::scan_counted`).
+    pub fn scan_counted(
+        &mut self,
+        db: usize,
+        cursor: u64,
+        count: usize,
+        filter: &ScanFilter,
+    ) -> (u64, Vec<Bytes>, usize) {
+        self.dbs[db].scan_counted(cursor, count, filter, self.now_ms)
+    }
+
     pub fn random_key(&mut self, db: usize) -> Option<Bytes> {
         let now = self.now_ms;
         self.dbs[db].random_key(now)

@@ -1216,38 +1216,59 @@ async fn scan(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
         i += 2;
     }
     let shards = ctx.shard_count as u64;
-    let shard = (cursor % shards) as usize;
-    let position = cursor / shards;
-    let (next, keys) = if shard == ctx.id {
-        ctx.shard.borrow_mut().scan(db, position, count, &filter)
-    } else {
-        match ctx
-            .request(
-                shard,
-                Request::Keys(KeyRequest::Scan {
-                    db,
-                    cursor: position,
-                    count,
-                    filter,
-                }),
-            )
-            .await
-        {
-            Response::Scan(next, keys) => (next, keys),
-            _ => (0, Vec::new()),
+    let mut shard = (cursor % shards) as usize;
+    let mut position = cursor / shards;
+    let mut keys = Vec::new();
+    let mut budget = count;
+    // COUNT is work, as in Redis: a shard that runs out of keys hands what is left of it to
+    // the next, so a small keyspace is one call and the cursor is 0 once all are seen.
+    let next_cursor = loop {
+        let (next, found, visited) = scan_shard(ctx, shard, db, position, budget, &filter).await;
+        keys.extend(found);
+        budget = budget.saturating_sub(visited.max(1));
+        if next != 0 {
+            break next * shards + shard as u64;
         }
-    };
-    let next_cursor = if next != 0 {
-        next * shards + shard as u64
-    } else if shard + 1 < ctx.shard_count {
-        (shard + 1) as u64
-    } else {
-        0
+        if shard + 1 >= ctx.shard_count {
+            break 0;
+        }
+        shard += 1;
+        position = 0;
+        if budget == 0 {
+            break shard as u64;
+        }
     };
     Frame::Array(vec![
         Frame::Bulk(Bytes::from(next_cursor.to_string())),
         Frame::Array(keys.into_iter().map(Frame::Bulk).collect()),
     ])
+}
+
+/// One shard's part of a SCAN: (next position, keys, positions looked at).
+async fn scan_shard(
+    ctx: &Rc<ShardCtx>,
+    shard: usize,
+    db: usize,
+    position: u64,
+    count: usize,
+    filter: &ScanFilter,
+) -> (u64, Vec<Bytes>, usize) {
+    if shard == ctx.id {
+        return ctx
+            .shard
+            .borrow_mut()
+            .scan_counted(db, position, count, filter);
+    }
+    let request = Request::Keys(KeyRequest::Scan {
+        db,
+        cursor: position,
+        count,
+        filter: filter.clone(),
+    });
+    match ctx.request(shard, request).await {
+        Response::Scan(next, keys, visited) => (next, keys, visited),
+        _ => (0, Vec::new(), 0),
+    }
 }
 
 async fn randomkey(ctx: &Rc<ShardCtx>, db: usize) -> Frame {

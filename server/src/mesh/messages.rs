@@ -307,7 +307,8 @@ pub enum Response {
     Count(usize),
     /// A watched key's version.
     Version(u64),
-    Scan(u64, Vec<Bytes>),
+    /// SCAN's next position, the keys, and how many positions were looked at.
+    Scan(u64, Vec<Bytes>, usize),
     Key(Option<Bytes>),
     Stats(Box<crate::stats::ShardReport>),
     Text(String),

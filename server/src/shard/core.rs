@@ -600,8 +600,8 @@ impl ShardCore {
                 count,
                 filter,
             } => {
-                let (next, keys) = shard.scan(db, cursor, count, &filter);
-                Response::Scan(next, keys)
+                let (next, keys, visited) = shard.scan_counted(db, cursor, count, &filter);
+                Response::Scan(next, keys, visited)
             }
             KeyRequest::RandomKey { db } => Response::Key(shard.random_key(db)),
         }
