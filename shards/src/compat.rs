@@ -231,7 +231,7 @@ const PARTIAL: &[(&str, &str)] = &[
     ),
     (
         "sort",
-        "BY and GET patterns must name keys on the sorted key's shard when the server runs several (a {hash tag} in the pattern); an error says so",
+        "BY and GET patterns read keys on any shard: a SORT whose patterns may name another shard's keys holds every shard and borrows them (in MULTI and scripts too), so it costs more than one whose pattern's {hash tag} puts them on the sorted key's shard",
     ),
     (
         "pfadd",

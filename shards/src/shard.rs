@@ -68,6 +68,9 @@ pub struct Shard {
     pub(crate) part_outcome: Option<Option<u64>>,
     /// How many shards the server runs (1 until the server says: `Shard::set_shard_count`).
     shard_count: usize,
+    /// While a coordinator runs a command over borrowed keys: every key counts as this
+    /// shard's (`Shard::execute_all_here`).
+    all_keys_here: bool,
     /// Read commands' key lookups that found their key, and that did not.
     keyspace_hits: u64,
     keyspace_misses: u64,
@@ -99,6 +102,7 @@ impl Shard {
             cross_commits: std::collections::BTreeMap::new(),
             part_outcome: None,
             shard_count: 1,
+            all_keys_here: false,
             keyspace_hits: 0,
             keyspace_misses: 0,
         }
@@ -336,7 +340,14 @@ impl Shard {
             client,
             blocked: &mut self.blocked,
             rewrite: None,
-            layout: (self.id, self.shard_count),
+            layout: (
+                self.id,
+                if self.all_keys_here {
+                    1
+                } else {
+                    self.shard_count
+                },
+            ),
             notes: noted.then_some(&mut self.notes),
         };
         let frame = match crate::contain::contained(spec.name, || handler(&mut ctx, args)) {
@@ -545,7 +556,14 @@ impl Shard {
             blocked: &mut self.blocked,
             rewrite: None,
             notes: None,
-            layout: (self.id, self.shard_count),
+            layout: (
+                self.id,
+                if self.all_keys_here {
+                    1
+                } else {
+                    self.shard_count
+                },
+            ),
         };
         crate::contain::contained(what, || f(&mut ctx)).ok()
     }
@@ -648,6 +666,30 @@ impl Shard {
                 }
             }
         }
+    }
+
+    /// The keys SORT's BY and GET patterns name now (see `sort::pattern_keys`).
+    pub fn sort_pattern_keys(&mut self, db: usize, args: &[Bytes], read_only: bool) -> Vec<Bytes> {
+        self.with_ctx(db, 0, "sort", |ctx| {
+            crate::sort::pattern_keys(ctx, args, read_only)
+        })
+        .unwrap_or_default()
+    }
+
+    /// Runs a command as if this shard owned every key: what a cross-shard operation's
+    /// coordinator does with other shards' keys borrowed in (a SORT whose patterns name
+    /// keys anywhere).
+    pub fn execute_all_here(
+        &mut self,
+        db: usize,
+        client: u64,
+        spec: &CommandSpec,
+        args: &[Bytes],
+    ) -> Frame {
+        self.all_keys_here = true;
+        let frame = self.execute(db, client, spec, args);
+        self.all_keys_here = false;
+        frame
     }
 
     /// CLIENT NO-TOUCH for `client`, on this shard.

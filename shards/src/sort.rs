@@ -4,10 +4,12 @@
 //! the keys it names returned (`GET #`, `GET data_*`, `GET hash_*->field`), or stored as a
 //! list (STORE). Redis 7.0's rules, replies and error texts.
 //!
-//! The keys a pattern names are found at run time, so they must live on the sorted key's
-//! shard when the server runs several: a `{tag}` in the pattern puts them there (Redis
-//! Cluster refuses such patterns outright). A pattern naming a key of another shard is an
-//! error, never a silent miss.
+//! The keys a pattern names are found at run time. When they may live on other shards than
+//! the sorted key's ([`patterns_reach_elsewhere`]), the server runs SORT as a cross-shard
+//! operation: it borrows the keys [`pattern_keys`] lists and runs SORT with every key
+//! here (`Shard::execute_all_here`). A pattern whose `{tag}` puts its keys on the sorted
+//! key's shard runs there directly. A pattern naming a key of another shard outside that
+//! path (inside MULTI or a script) is an error, never a silent miss.
 
 use std::cmp::Ordering;
 
@@ -75,15 +77,13 @@ fn options(args: &[Bytes], read_only: bool) -> Result<Options, Frame> {
     Ok(o)
 }
 
-/// What a pattern gives for `element`: `Ok(None)` when the key (or field) is missing or of
-/// another type; an error when the key lives on another shard.
-fn lookup(ctx: &mut Ctx<'_>, pattern: &[u8], element: &Bytes) -> Result<Option<Bytes>, Frame> {
+/// The key a pattern names for `element`, and the hash field after `->` if any; `None` for
+/// `#` and for a pattern without `*` (which names nothing).
+fn pattern_key<'p>(pattern: &'p [u8], element: &[u8]) -> Option<(Vec<u8>, Option<&'p [u8]>)> {
     if pattern == b"#" {
-        return Ok(Some(element.clone()));
+        return None;
     }
-    let Some(star) = pattern.iter().position(|&b| b == b'*') else {
-        return Ok(None);
-    };
+    let star = pattern.iter().position(|&b| b == b'*')?;
     let rest = &pattern[star + 1..];
     let (suffix, field) = match rest.windows(2).position(|w| w == b"->") {
         Some(at) if at + 2 < rest.len() => (&rest[..at], Some(&rest[at + 2..])),
@@ -93,6 +93,71 @@ fn lookup(ctx: &mut Ctx<'_>, pattern: &[u8], element: &Bytes) -> Result<Option<B
     key.extend_from_slice(&pattern[..star]);
     key.extend_from_slice(element);
     key.extend_from_slice(suffix);
+    Some((key, field))
+}
+
+/// The patterns of a SORT that name keys: BY (unless it sorts nothing) and every GET.
+fn naming_patterns(o: &Options) -> impl Iterator<Item = &Bytes> {
+    o.by.iter()
+        .filter(|_| !o.dont_sort)
+        .chain(o.gets.iter())
+        .filter(|p| p[..] != *b"#" && p.contains(&b'*'))
+}
+
+/// True when SORT's BY or GET patterns may name keys on another shard than `home`, the
+/// sorted key's: a pattern whose keys all share a `{tag}` (one in the part before `*`)
+/// names keys of that tag's shard; any other names keys anywhere. `shard_of` maps a key
+/// to its shard. False for a malformed SORT: it runs where it is and says what is wrong.
+pub fn patterns_reach_elsewhere(
+    args: &[Bytes],
+    read_only: bool,
+    home: usize,
+    shard_of: impl Fn(&[u8]) -> usize,
+) -> bool {
+    let Ok(o) = options(args, read_only) else {
+        return false;
+    };
+    let reaches = |pattern: &Bytes| {
+        let prefix = &pattern[..pattern.iter().position(|&b| b == b'*').unwrap_or(0)];
+        let tagged = prefix
+            .iter()
+            .position(|&b| b == b'{')
+            .is_some_and(|open| prefix[open + 1..].iter().position(|&b| b == b'}') > Some(0));
+        !tagged || shard_of(prefix) != home
+    };
+    let reached = naming_patterns(&o).any(reaches);
+    reached
+}
+
+/// Every key SORT's BY and GET patterns name for the elements of the sorted key now
+/// (each once): what a cross-shard SORT borrows before it runs.
+pub fn pattern_keys(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> Vec<Bytes> {
+    let Ok(o) = options(args, read_only) else {
+        return Vec::new();
+    };
+    let Ok(all) = elements(ctx, &args[1], false) else {
+        return Vec::new();
+    };
+    let mut keys = std::collections::HashSet::new();
+    for pattern in naming_patterns(&o) {
+        for element in &all.items {
+            if let Some((key, _)) = pattern_key(pattern, element) {
+                keys.insert(Bytes::from(key));
+            }
+        }
+    }
+    keys.into_iter().collect()
+}
+
+/// What a pattern gives for `element`: `Ok(None)` when the key (or field) is missing or of
+/// another type; an error when the key lives on another shard.
+fn lookup(ctx: &mut Ctx<'_>, pattern: &[u8], element: &Bytes) -> Result<Option<Bytes>, Frame> {
+    if pattern == b"#" {
+        return Ok(Some(element.clone()));
+    }
+    let Some((key, field)) = pattern_key(pattern, element) else {
+        return Ok(None);
+    };
     if !ctx.owns(&key) {
         return Err(Frame::static_error(ELSEWHERE));
     }

@@ -91,6 +91,20 @@ SCRIPTS = {
         "RPUSH {t}hex 0x10 1e1 ' 3'",
         "SORT {t}hex",
     ],
+    # No hash tags: on two shards the patterns' keys live on both.
+    "sort across shards": [
+        "RPUSH sl 3 1 2 10", "MSET w_3 30 w_1 10 w_2 20 w_10 5",
+        "SORT sl BY w_*", "SORT sl BY w_* DESC GET # GET d_*",
+        "MSET d_3 three d_1 one d_2 two", "SORT sl BY w_* GET d_* GET #",
+        "HSET h_1 f x1 g 3", "HSET h_2 f x2 g 1", "SORT sl BY h_*->g GET h_*->f",
+        "SORT sl BY w_* LIMIT 0 2 GET d_* STORE sout", "LRANGE sout 0 -1",
+        "SORT_RO sl BY w_* GET d_*", "SADD ss 1 2 3", "SORT ss BY w_* GET d_* STORE sout2",
+        "LRANGE sout2 0 -1", "SORT sl BY nosort GET d_*", "SORT sl BY w_* ALPHA",
+        "RPUSH se 1 x", "SORT se BY w_*", "SORT sl BY w_* GET sl", "SORT sl GET d_* STORE sl",
+        "LRANGE sl 0 -1",
+        "MULTI", "SORT sl BY w_* GET d_*", "SET d_1 uno", "SORT sl GET d_* STORE sout", "EXEC",
+        "EVAL return\x20redis.call('SORT',KEYS[1],'BY','w_*','GET','d_*') 1 sout",
+    ],
     "geo": [
         "GEOADD Sicily 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
         "GEOADD Sicily 13.583333 37.316667 Agrigento 12.758489 38.788135 edge1",

@@ -275,6 +275,22 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             run.borrowed.extend(got);
         }
     }
+    // A SORT whose patterns name keys anywhere (the script holds every shard by now):
+    // those keys are borrowed too, and it runs as if every key were here.
+    let sort_anywhere = crate::routing::cross::sort_reaches_elsewhere(ctx, spec, &argv);
+    if sort_anywhere {
+        let mut borrowed = ctx
+            .scripts
+            .run
+            .borrow_mut()
+            .as_mut()
+            .map(|run| std::mem::take(&mut run.borrowed))
+            .unwrap_or_default();
+        crate::routing::cross::borrow_sort_patterns(&held, &mut borrowed, db, spec, &argv).await;
+        if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
+            run.borrowed = borrowed;
+        }
+    }
     if spec.has(flag::WRITE) {
         note_write(ctx, spec, &argv, db);
     }
@@ -291,7 +307,13 @@ async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, Str
             ));
         }
     }
-    let frame = ctx.shard.borrow_mut().execute(db, client, spec, &argv);
+    let frame = if sort_anywhere {
+        ctx.shard
+            .borrow_mut()
+            .execute_all_here(db, client, spec, &argv)
+    } else {
+        ctx.shard.borrow_mut().execute(db, client, spec, &argv)
+    };
     Ok(counted(ctx, spec, frame))
 }
 
@@ -478,11 +500,14 @@ fn undeclared_keys_to_borrow(
     let mut needed = Vec::new();
     let mut run = ctx.scripts.run.borrow_mut();
     let run = run.as_mut().ok_or("ERR no script is running")?;
+    // A SORT whose patterns name keys anywhere needs every shard, as a key of each would.
+    let everywhere = crate::routing::cross::sort_reaches_elsewhere(ctx, spec, argv);
     for i in spec.key_positions(argv) {
         let key = &argv[i];
         let shard = ctx.owner_of(key);
         let declared = run.declared.iter().any(|k| k == key);
-        if !declared && !run.open_shards.contains(&shard) {
+        let all_open = (0..ctx.shard_count).all(|s| run.open_shards.contains(&s));
+        if (!declared && !run.open_shards.contains(&shard)) || (everywhere && !all_open) {
             ctx.globals
                 .whole_server_scripts
                 .lock()

@@ -169,6 +169,16 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
                 }
             }
             Route::AllShards(_) => shards.extend(0..ctx.shard_count),
+            // Its patterns' keys are borrowed when it runs: every shard is held.
+            _ if crate::routing::cross::sort_reaches_elsewhere(ctx, spec, args) => {
+                shards.extend(0..ctx.shard_count);
+                keys.extend(spec.key_positions(args).map(|i| (db, args[i].clone())));
+                written.extend(
+                    spec.key_positions(args)
+                        .skip(1)
+                        .map(|i| (db, args[i].clone())),
+                );
+            }
             Route::Keyed | Route::Split(_) => {
                 for i in spec.key_positions(args) {
                     shards.push(ctx.owner_of(&args[i]));
@@ -244,6 +254,11 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
         let frame = if is_script(spec) {
             let under = Some((&held, &mut borrowed));
             crate::commands::scripting::eval_in(ctx, spec, args, db, client, under).await
+        } else if crate::routing::cross::sort_reaches_elsewhere(ctx, spec, args) {
+            crate::routing::cross::borrow_sort_patterns(&held, &mut borrowed, db, spec, args).await;
+            ctx.shard
+                .borrow_mut()
+                .execute_all_here(db, client, spec, args)
         } else {
             run_one(&held, conn, db, client, spec, args).await
         };

@@ -232,6 +232,12 @@ pub async fn run(
     if spec.name == "msetnx" && args.len().is_multiple_of(2) {
         return wrong_arity("msetnx");
     }
+    if sort_reaches_elsewhere(ctx, spec, args) {
+        let held = Held::lock_shards(ctx, (0..ctx.shard_count).collect()).await;
+        let reply = sort_anywhere(&held, at, spec, args).await;
+        held.unlock().await;
+        return reply;
+    }
     let keys: Vec<&Bytes> = spec.key_positions(args).map(|i| &args[i]).collect();
     let held = Held::lock(ctx, keys.into_iter()).await;
     let reply = match spec.name {
@@ -350,21 +356,87 @@ pub async fn borrow(
             remote.push((db, Bytes::copy_from_slice(&key)));
         }
     }
-    for (db, key) in &remote {
-        let lent = on_owner(
-            held,
-            key,
-            Request::Keys(KeyRequest::Lend {
+    // Every loan is asked for at once (one envelope per owner), then each is taken in.
+    let loans: Vec<_> = remote
+        .iter()
+        .map(|(db, key)| {
+            let request = Request::Keys(KeyRequest::Lend {
                 db: *db,
                 key: key.clone(),
-            }),
-        )
-        .await;
-        if let Response::Entry(Some(entry)) = lent {
+            });
+            ctx.request_as(shard_of(key, ctx.shard_count), Some(held.token), request)
+        })
+        .collect();
+    for ((db, key), loan) in remote.iter().zip(loans) {
+        if let Response::Entry(Some(entry)) = loan.await {
             ctx.shard.borrow_mut().borrow_in(*db, key, entry);
         }
     }
     remote
+}
+
+/// True when `spec` is a SORT whose BY or GET patterns may name keys on another shard than
+/// the sorted key's (`wetask_shards::sort::patterns_reach_elsewhere`): it runs as a
+/// cross-shard operation ([`run`]), with those keys borrowed.
+pub fn sort_reaches_elsewhere(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
+    ctx.shard_count > 1
+        && matches!(spec.name, "sort" | "sort_ro")
+        && args.len() > 2
+        && wetask_shards::sort::patterns_reach_elsewhere(
+            args,
+            spec.name == "sort_ro",
+            shard_of(&args[1], ctx.shard_count),
+            |key| shard_of(key, ctx.shard_count),
+        )
+}
+
+/// Borrows the keys a SORT's patterns name now (see `sort_pattern_keys`), besides those in
+/// `borrowed` already, adding them to it. The sorted key is here (owned or borrowed).
+pub async fn borrow_sort_patterns(
+    held: &Held<'_>,
+    borrowed: &mut Vec<(usize, Bytes)>,
+    db: usize,
+    spec: &CommandSpec,
+    args: &[Bytes],
+) {
+    let named = held
+        .ctx
+        .shard
+        .borrow_mut()
+        .sort_pattern_keys(db, args, spec.name == "sort_ro");
+    let fresh: Vec<(usize, Bytes)> = named
+        .into_iter()
+        .map(|key| (db, key))
+        .filter(|pair| !borrowed.contains(pair))
+        .collect();
+    let more = borrow(held, fresh.into_iter()).await;
+    borrowed.extend(more);
+}
+
+/// SORT with patterns that name keys anywhere: holding every shard, it borrows the sorted
+/// and STORE keys, then every key the patterns name for the elements, runs SORT here as if
+/// every key were this shard's, and gives them all back (only STORE's key written).
+async fn sort_anywhere(
+    held: &Held<'_>,
+    at: super::Target,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+) -> Frame {
+    let (ctx, db) = (held.ctx, at.db);
+    let keys: Vec<(usize, Bytes)> = spec
+        .key_positions(args)
+        .map(|i| (db, args[i].clone()))
+        .collect();
+    let mut borrowed = borrow(held, keys.iter().cloned()).await;
+    borrow_sort_patterns(held, &mut borrowed, db, spec, args).await;
+    let frame = ctx
+        .shard
+        .borrow_mut()
+        .execute_all_here(db, at.client, spec, args);
+    // The STORE key (the second, when there is one) is the only one written.
+    let written: Vec<(usize, Bytes)> = keys.into_iter().skip(1).collect();
+    give_back(held, borrowed, &written).await;
+    frame
 }
 
 /// Puts borrowed keys back on their owners as they are now (a deleted one stays deleted).

@@ -67,7 +67,7 @@ pub async fn keyed(
         .key_positions(args)
         .map(|i| shard_of(&args[i], ctx.shard_count));
     let first = owners.next().unwrap_or(ctx.id);
-    if owners.any(|s| s != first) {
+    if owners.any(|s| s != first) || cross::sort_reaches_elsewhere(ctx, spec, args) {
         return cross::run(ctx, at, spec, args).await;
     }
     if first == ctx.id || ctx.shard_count == 1 {

@@ -126,9 +126,11 @@ pub fn needs_remote(
         Route::Server => commands::needs_task(ctx, spec, args),
         _ if ctx.shard_count == 1 => false,
         Route::AllShards(_) => true,
-        Route::Keyed | Route::Split(_) => spec
-            .key_positions(args)
-            .any(|i| shard_of(&args[i], ctx.shard_count) != ctx.id),
+        Route::Keyed | Route::Split(_) => {
+            spec.key_positions(args)
+                .any(|i| shard_of(&args[i], ctx.shard_count) != ctx.id)
+                || crate::routing::cross::sort_reaches_elsewhere(ctx, spec, args)
+        }
     }
 }
 
