@@ -11,6 +11,9 @@ use crate::config::Config;
 
 pub struct Globals {
     pub config: Config,
+    /// Parameters CONFIG SET changed since the start, in order (CONFIG REWRITE appends the
+    /// ones the config file does not name).
+    pub config_changed: Mutex<Vec<String>>,
     /// The data directory, when `appendonly yes` (set once at start).
     pub store: std::sync::OnceLock<Arc<crate::persist::Store>>,
     pub shard_count: usize,
@@ -123,6 +126,7 @@ impl Globals {
             started: Instant::now(),
             port: std::sync::atomic::AtomicU16::new(config.port),
             config,
+            config_changed: Mutex::new(Vec::new()),
         }
     }
 

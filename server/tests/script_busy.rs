@@ -146,3 +146,59 @@ fn busy_reply_threshold_is_configurable_and_scripts_under_it_are_untouched() {
         Frame::static_error("NOTBUSY No scripts in execution right now.")
     );
 }
+
+/// MULTI, EXEC and DISCARD while a script is busy, as Redis 7's multi.tcl has them
+/// ("MULTI and script timeout", "EXEC and script timeout", "MULTI-EXEC body and script
+/// timeout", "just EXEC and script timeout"): MULTI and DISCARD get through (allow-busy);
+/// a command refused BUSY dooms the transaction; EXEC itself is refused with EXECABORT
+/// … BUSY and ends it; nothing of the transaction runs.
+#[test]
+fn transactions_during_a_busy_script_follow_redis() {
+    for shards in ["1", "2"] {
+        let server = Server::start(&["--shards", shards, "--busy-reply-threshold", "100"]);
+        let mut c = server.client();
+        let mut admin = server.client();
+        assert_eq!(c.cmd("SET xx 1"), Frame::ok());
+
+        // MULTI before, a command refused during, EXEC during: EXECABORT … BUSY.
+        assert_eq!(c.cmd("MULTI"), Frame::ok());
+        assert_eq!(c.cmd("INCR xx"), Frame::simple("QUEUED"));
+        let mut runner = start_script(&server, "while true do end");
+        wait_busy(&server);
+        assert_eq!(c.cmd("INCR xx"), Frame::static_error(BUSY));
+        let exec = c.cmd("EXEC");
+        assert!(
+            is_error(&exec, "EXECABORT Transaction discarded because of: BUSY"),
+            "{exec:?}"
+        );
+        // MULTI and DISCARD get through a busy script; the connection left MULTI above.
+        assert_eq!(c.cmd("MULTI"), Frame::ok());
+        assert_eq!(c.cmd("DISCARD"), Frame::ok());
+        assert_eq!(admin.cmd("SCRIPT KILL"), Frame::ok());
+        assert!(runner.read().is_some());
+        assert_eq!(c.cmd("GET xx"), bulk_frame("1"), "{shards}: nothing ran");
+
+        // A command refused during the script, EXEC after it: previous errors.
+        assert_eq!(c.cmd("MULTI"), Frame::ok());
+        assert_eq!(c.cmd("INCR xx"), Frame::simple("QUEUED"));
+        let mut runner = start_script(&server, "while true do end");
+        wait_busy(&server);
+        assert_eq!(c.cmd("INCR xx"), Frame::static_error(BUSY));
+        assert_eq!(admin.cmd("SCRIPT KILL"), Frame::ok());
+        assert!(runner.read().is_some());
+        let exec = c.cmd("EXEC");
+        assert!(
+            is_error(
+                &exec,
+                "EXECABORT Transaction discarded because of previous errors"
+            ),
+            "{exec:?}"
+        );
+        assert_eq!(c.cmd("GET xx"), bulk_frame("1"));
+        assert_eq!(c.cmd("PING asdf"), bulk_frame("asdf"));
+    }
+}
+
+fn bulk_frame(s: &str) -> Frame {
+    Frame::Bulk(bytes::Bytes::copy_from_slice(s.as_bytes()))
+}

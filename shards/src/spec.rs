@@ -24,6 +24,20 @@ pub mod flag {
     pub const STALE: u32 = 1 << 7;
     pub const NO_AUTH: u32 = 1 << 8;
     pub const BLOCKING: u32 = 1 << 9;
+    /// Runs while a script is busy (MULTI, DISCARD, WATCH, AUTH, SHUTDOWN …).
+    pub const ALLOW_BUSY: u32 = 1 << 10;
+    /// A pub/sub command.
+    pub const PUBSUB: u32 = 1 << 11;
+    /// Refused while a replica loads asynchronously.
+    pub const NO_ASYNC_LOADING: u32 = 1 << 12;
+    /// Refused inside MULTI.
+    pub const NO_MULTI: u32 = 1 << 13;
+    /// Not shown to MONITOR as the client sent it (scripts: their calls are).
+    pub const SKIP_MONITOR: u32 = 1 << 14;
+    /// Not logged to SLOWLOG (EXEC: its commands are).
+    pub const SKIP_SLOWLOG: u32 = 1 << 15;
+    /// May name no keys although it takes them (EVAL with numkeys 0).
+    pub const NO_MANDATORY_KEYS: u32 = 1 << 21;
 
     // WeTask's own flags (bit 16 up): how the server treats a command. Not in `NAMES`, so
     // `COMMAND INFO` shows only Redis's flags.
@@ -40,6 +54,9 @@ pub mod flag {
     /// A server command that also runs queued in MULTI/EXEC and from scripts (one
     /// implementation serves all three: the server's `commands::run_embedded`).
     pub const EMBEDDED: u32 = 1 << 20;
+    /// A container of subcommands (CLIENT, OBJECT …): `command_info` lists them, and the
+    /// server checks the subcommand and its arity before the command runs.
+    pub const CONTAINER: u32 = 1 << 22;
 
     pub const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -52,6 +69,13 @@ pub mod flag {
         (FAST, "fast"),
         (NO_AUTH, "no_auth"),
         (BLOCKING, "blocking"),
+        (SKIP_MONITOR, "skip_monitor"),
+        (SKIP_SLOWLOG, "skip_slowlog"),
+        (ALLOW_BUSY, "allow_busy"),
+        (PUBSUB, "pubsub"),
+        (NO_MULTI, "no_multi"),
+        (NO_ASYNC_LOADING, "no_async_loading"),
+        (NO_MANDATORY_KEYS, "no_mandatory_keys"),
     ];
 }
 

@@ -143,6 +143,38 @@ impl ConnState {
         }
     }
 
+    /// Encodes a command's reply into `out` as CLIENT REPLY allows (taking its turn), except
+    /// that pushes (subscribe and unsubscribe confirmations, in RESP2 too) go out whatever
+    /// CLIENT REPLY says, as Redis 7 sends them (its CLIENT_PUSHING): a subscriber under
+    /// REPLY OFF still gets its confirmations and messages.
+    pub fn encode_reply(
+        &mut self,
+        out: &mut wetask_protocol::Output,
+        frame: &wetask_protocol::Frame,
+    ) {
+        if self.reply_allowed() {
+            wetask_protocol::encode_output(out, frame, self.protocol);
+            return;
+        }
+        if self.skip_reply {
+            return;
+        }
+        match frame {
+            wetask_protocol::Frame::Push(_) => {
+                wetask_protocol::encode_output(out, frame, self.protocol)
+            }
+            wetask_protocol::Frame::Several(frames) => {
+                for push in frames
+                    .iter()
+                    .filter(|f| matches!(f, wetask_protocol::Frame::Push(_)))
+                {
+                    wetask_protocol::encode_output(out, push, self.protocol);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Remembers that this client holds, or may come to hold, task state on `shard`.
     pub fn note_task_shard(&mut self, shard: usize) {
         if !self.task_shards.contains(&shard) {

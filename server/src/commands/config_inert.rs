@@ -45,6 +45,11 @@ impl InertConfig {
             .collect()
     }
 
+    /// True when `name` is an inert parameter.
+    pub fn knows(&self, name: &str) -> bool {
+        param(name).is_some()
+    }
+
     /// CONFIG SET of `name` when it is an inert parameter: `None` when it is not one,
     /// otherwise whether the value was taken (`Err`: Redis's reason).
     pub fn set(&self, name: &str, value: &str) -> Option<Result<(), String>> {

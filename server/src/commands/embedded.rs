@@ -1,4 +1,4 @@
-//! The server commands flagged `EMBEDDED` (SELECT, PING, ECHO, TIME, PUBLISH, SPUBLISH):
+//! The server commands flagged `EMBEDDED` (SELECT, PING, ECHO, TIME, PUBLISH, SPUBLISH, WAIT):
 //! one implementation, whether a client sends them, EXEC runs them from its queue or a
 //! script calls them.
 
@@ -50,6 +50,12 @@ pub async fn run_embedded(
         "time" => time(),
         "publish" => crate::commands::pubsub::publish(ctx, args, false).await,
         "spublish" => crate::commands::pubsub::publish(ctx, args, true).await,
+        // Inside EXEC or a script WAIT does not block (Redis 7.2): the replicas that have
+        // the writes now, of which there are none.
+        "wait" => match crate::commands::parse_wait(args) {
+            Ok(_) => Frame::Integer(0),
+            Err(err) => err,
+        },
         other => Frame::error(format!("ERR '{other}' is flagged embedded but not handled")),
     }
 }

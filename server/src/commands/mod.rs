@@ -7,7 +7,9 @@
 
 mod batch;
 pub mod blocking;
+pub mod command;
 mod config_inert;
+mod config_rewrite;
 mod config_table;
 mod cron;
 pub mod embedded;
@@ -30,7 +32,7 @@ use wetask_protocol::{Frame, Protocol};
 use wetask_shards::args::{is, parse_i64};
 use wetask_shards::errors::{subcommand_syntax, unknown_subcommand, wrong_arity, SYNTAX};
 use wetask_shards::table::{flag, CommandSpec};
-use wetask_shards::{lookup, ScanFilter, COMMANDS, DATABASES};
+use wetask_shards::{ScanFilter, DATABASES};
 
 use crate::clients::{ConnState, KillFilter, ReplyMode};
 use crate::globals::{unix_ms, Globals};
@@ -109,6 +111,9 @@ pub async fn run(
         "ping" if crate::commands::pubsub::resp2_subscribed(&conn.borrow()) => {
             crate::commands::pubsub::subscribed_ping(args)
         }
+        // Blocks a client (till its time-out: there are no replicas); EXEC and scripts run
+        // the embedded form, which never blocks.
+        "wait" => wait_replicas(ctx, args).await,
         _ if spec.has(flag::EMBEDDED) => embedded::run_embedded_for(ctx, conn, spec, args).await,
         "hello" => hello(ctx, &mut conn.borrow_mut(), args),
         "auth" => auth(ctx, &mut conn.borrow_mut(), args),
@@ -118,7 +123,7 @@ pub async fn run(
         }
         "reset" => reset(ctx, &mut conn.borrow_mut()),
         "client" => client(ctx, conn, args).await,
-        "command" => command(args),
+        "command" => command::command(args),
         "config" => config(ctx, args).await,
         "info" => info::info(ctx, args).await,
         "shutdown" => match save_before_shutdown(ctx, args).await {
@@ -129,7 +134,6 @@ pub async fn run(
         "bgsave" => persistence::bgsave(ctx, args),
         "bgrewriteaof" => persistence::bgrewriteaof(ctx),
         "lastsave" => persistence::lastsave(ctx),
-        "wait" => wait_replicas(ctx, args).await,
         "waitaof" => persistence::waitaof(ctx, args).await,
         "monitor" => {
             ctx.monitors.add(ctx, conn.borrow().id);
@@ -361,40 +365,6 @@ fn printable(value: &[u8]) -> bool {
     value.iter().all(|&b| (b'!'..=b'~').contains(&b))
 }
 
-/// CLIENT's subcommands with their Redis 7.2 arities (`client|<name>`): a known one given
-/// the wrong number of arguments says so, as Redis's container commands do.
-const CLIENT_ARITIES: &[(&str, i32)] = &[
-    ("caching", 3),
-    ("getname", 2),
-    ("getredir", 2),
-    ("help", 2),
-    ("id", 2),
-    ("info", 2),
-    ("kill", -3),
-    ("list", -2),
-    ("no-evict", 3),
-    ("no-touch", 3),
-    ("pause", -3),
-    ("reply", 3),
-    ("setinfo", 4),
-    ("setname", 3),
-    ("tracking", -3),
-    ("trackinginfo", 2),
-    ("unblock", -3),
-    ("unpause", 2),
-];
-
-fn client_arity_error(args: &[Bytes]) -> Option<Frame> {
-    let (name, arity) = CLIENT_ARITIES.iter().find(|(name, _)| is(&args[1], name))?;
-    let n = args.len() as i32;
-    let ok = if *arity >= 0 {
-        n == *arity
-    } else {
-        n >= -*arity
-    };
-    (!ok).then(|| wrong_arity(&format!("client|{name}")))
-}
-
 /// CLIENT SETINFO LIB-NAME|LIB-VER value (an empty value clears it).
 fn client_setinfo(conn: &mut ConnState, args: &[Bytes]) -> Frame {
     let attr = &args[2];
@@ -449,9 +419,6 @@ async fn client_flag(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
 async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
     let sub = &args[1];
     let now = unix_ms();
-    if let Some(arity) = client_arity_error(args) {
-        return arity;
-    }
     if is(sub, "id") && args.len() == 2 {
         return Frame::Integer(conn.borrow().id as i64);
     }
@@ -542,14 +509,26 @@ async fn client(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes
 /// WAIT numreplicas timeout: a standalone server has no replica to acknowledge, so the
 /// answer is 0, at once for 0 replicas and at the time-out otherwise (0: never), as Redis
 /// without replicas does.
-async fn wait_replicas(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+/// WAIT's arguments: (replicas, time-out in ms).
+pub fn parse_wait(args: &[Bytes]) -> Result<(i64, u64), Frame> {
     let Some(replicas) = parse_i64(&args[1]) else {
-        return Frame::static_error("ERR value is not an integer or out of range");
+        return Err(Frame::static_error(
+            "ERR value is not an integer or out of range",
+        ));
     };
-    let timeout = match parse_i64(&args[2]) {
-        Some(ms) if ms < 0 => return Frame::static_error("ERR timeout is negative"),
-        Some(ms) => ms as u64,
-        None => return Frame::static_error("ERR timeout is not an integer or out of range"),
+    match parse_i64(&args[2]) {
+        Some(ms) if ms < 0 => Err(Frame::static_error("ERR timeout is negative")),
+        Some(ms) => Ok((replicas, ms as u64)),
+        None => Err(Frame::static_error(
+            "ERR timeout is not an integer or out of range",
+        )),
+    }
+}
+
+async fn wait_replicas(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+    let (replicas, timeout) = match parse_wait(args) {
+        Ok(parsed) => parsed,
+        Err(err) => return err,
     };
     if replicas > 0 {
         let deadline = (timeout > 0).then(|| unix_ms().saturating_add(timeout));
@@ -759,115 +738,6 @@ fn kill_filter(caller: u64, pairs: &[Bytes]) -> Result<Option<KillFilter>, Frame
     Ok(Some(filter))
 }
 
-fn command_info(spec: &CommandSpec) -> Frame {
-    let mut flags: Vec<Frame> = flag::NAMES
-        .iter()
-        .filter(|(bit, _)| spec.has(*bit))
-        .map(|(_, name)| Frame::Simple(Bytes::from_static(name.as_bytes())))
-        .collect();
-    if spec.movable_keys.is_some() {
-        flags.push(Frame::simple("movablekeys"));
-    }
-    let mut categories = vec![format!(
-        "@{}",
-        match spec.group {
-            "generic" => "keyspace",
-            "sorted-set" => "sortedset",
-            other => other,
-        }
-    )];
-    if spec.has(flag::BLOCKING) {
-        categories.push("@blocking".to_string());
-    }
-    categories.push(
-        if spec.has(flag::WRITE) {
-            "@write"
-        } else {
-            "@read"
-        }
-        .to_string(),
-    );
-    categories.push(
-        if spec.has(flag::FAST) {
-            "@fast"
-        } else {
-            "@slow"
-        }
-        .to_string(),
-    );
-    Frame::Array(vec![
-        Frame::Bulk(Bytes::from_static(spec.name.as_bytes())),
-        Frame::Integer(i64::from(spec.arity)),
-        Frame::Set(flags),
-        Frame::Integer(i64::from(spec.first_key)),
-        Frame::Integer(i64::from(spec.last_key)),
-        Frame::Integer(i64::from(spec.step)),
-        Frame::Set(
-            categories
-                .into_iter()
-                .map(|c| Frame::Simple(Bytes::from(c)))
-                .collect(),
-        ),
-        Frame::Set(Vec::new()),
-        Frame::Array(Vec::new()),
-        Frame::Array(Vec::new()),
-    ])
-}
-
-fn command_docs(spec: &CommandSpec) -> Frame {
-    let text = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
-    Frame::Map(vec![
-        (text("summary"), text(spec.summary)),
-        (text("since"), text("1.0.0")),
-        (text("group"), text(spec.group)),
-    ])
-}
-
-fn command(args: &[Bytes]) -> Frame {
-    if args.len() == 1 {
-        return Frame::Array(COMMANDS.iter().map(command_info).collect());
-    }
-    let sub = &args[1];
-    let named = || args[2..].iter().map(|name| lookup(name));
-    if is(sub, "count") && args.len() == 2 {
-        Frame::Integer(COMMANDS.len() as i64)
-    } else if is(sub, "info") {
-        if args.len() == 2 {
-            return Frame::Array(COMMANDS.iter().map(command_info).collect());
-        }
-        Frame::Array(
-            named()
-                .map(|s| s.map_or(Frame::NullArray, command_info))
-                .collect(),
-        )
-    } else if is(sub, "docs") {
-        let pick: Vec<&CommandSpec> = if args.len() == 2 {
-            COMMANDS.iter().collect()
-        } else {
-            named().flatten().collect()
-        };
-        Frame::Map(
-            pick.into_iter()
-                .map(|s| {
-                    (
-                        Frame::Bulk(Bytes::from_static(s.name.as_bytes())),
-                        command_docs(s),
-                    )
-                })
-                .collect(),
-        )
-    } else if is(sub, "list") && args.len() == 2 {
-        Frame::Array(
-            COMMANDS
-                .iter()
-                .map(|s| Frame::Bulk(Bytes::from_static(s.name.as_bytes())))
-                .collect(),
-        )
-    } else {
-        unknown_subcommand("command", sub)
-    }
-}
-
 /// CONFIG GET's parameters: name and current value.
 // Long: one row per parameter, as CONFIG GET lists them; the table reads best whole.
 fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
@@ -1047,20 +917,58 @@ async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         }
         return Frame::ok();
     }
-    if is(sub, "get") || is(sub, "set") || is(sub, "resetstat") {
-        return wrong_arity(&format!(
-            "config|{}",
-            String::from_utf8_lossy(sub).to_ascii_lowercase()
-        ));
+    if is(sub, "rewrite") {
+        return config_rewrite::rewrite(ctx);
+    }
+    if is(sub, "help") {
+        return help_lines(&[
+            "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GET <pattern>",
+            "    Return parameters matching the glob-like <pattern> and their values.",
+            "SET <directive> <value>",
+            "    Set the configuration <directive> to <value>.",
+            "RESETSTAT",
+            "    Reset statistics reported by the INFO command.",
+            "REWRITE",
+            "    Rewrite the configuration file.",
+            "HELP",
+            "    Prints this help.",
+        ]);
     }
     unknown_subcommand("config", sub)
+}
+
+/// Every parameter CONFIG GET knows, with its value now (those WeTask serves, then the
+/// inert ones it keeps for Redis's sake).
+fn config_values(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
+    let mut params = config_params(ctx);
+    let live: Vec<&'static str> = params.iter().map(|(name, _)| *name).collect();
+    params.extend(config_inert::INERT.matching(&|n| live.contains(&n), &|_| true));
+    params
+}
+
+/// A HELP reply: one simple string a line.
+fn help_lines(lines: &[&'static str]) -> Frame {
+    Frame::Array(
+        lines
+            .iter()
+            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+    )
 }
 
 fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
     for pair in pairs.chunks(2) {
         let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
         let value = String::from_utf8_lossy(&pair[1]).into_owned();
-        match set_parameter(&ctx.globals, &name, value.clone()) {
+        let taken = set_parameter(&ctx.globals, &name, value.clone());
+        if matches!(taken, Ok(true)) || config_inert::INERT.knows(&name) {
+            let mut changed = ctx.globals.config_changed.lock().expect("config");
+            if !changed.contains(&name) {
+                changed.push(name.clone());
+            }
+        }
+        match taken {
             Ok(true) => {}
             Ok(false) if config_params(ctx).iter().any(|(p, _)| *p == name) => {
                 // Redis's word for `dir`, which it refuses too.

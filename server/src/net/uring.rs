@@ -27,7 +27,7 @@ use futures_lite::StreamExt;
 use glommio::channels::shared_channel::ConnectedReceiver;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use wetask_protocol::{encode_output, Output};
+use wetask_protocol::Output;
 
 use crate::doorbell::Doorbell;
 use crate::mesh::Envelope;
@@ -875,9 +875,7 @@ impl Net {
             conn.busy = false;
             state.in_batch = false;
             state.last_active_ms = now;
-            if state.reply_allowed() {
-                encode_output(&mut conn.out, &frame, state.protocol);
-            }
+            state.encode_reply(&mut conn.out, &frame);
             drop(state);
             self.pump(index, conn);
             self.maybe_free(inner, index, generation);

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
-use wetask_protocol::{encode_output, Frame, Output};
+use wetask_protocol::{Frame, Output};
 use wetask_shards::errors::{unknown_command, wrong_arity};
 use wetask_shards::table::{flag, CommandSpec, Route};
 use wetask_shards::{lookup, shard_of};
@@ -85,6 +85,10 @@ fn precheck(
         ctx.stats.record_rejected(spec);
         return Err(wrong_arity(spec.name));
     }
+    if let Err(err) = wetask_shards::command_info::check_subcommand(spec, args) {
+        ctx.stats.record_rejected(spec);
+        return Err(err);
+    }
     if let Err(oom) = ctx.make_room(spec) {
         ctx.stats.record_rejected(spec);
         return Err(oom);
@@ -93,9 +97,14 @@ fn precheck(
         && !crate::commands::pubsub::allowed_while_subscribed(spec)
     {
         ctx.stats.record_rejected(spec);
+        // A subcommand is named as Redis names it: `client|reply`.
+        let name = match args.get(1).filter(|_| spec.has(flag::CONTAINER)) {
+            Some(sub) => wetask_shards::command_info::subcommand(spec.name, sub)
+                .map_or(spec.name, |sub| sub.name),
+            None => spec.name,
+        };
         return Err(Frame::error(format!(
-            "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
-            spec.name
+            "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
         )));
     }
     Ok(spec)
@@ -281,10 +290,10 @@ async fn execute_spec(
         wait_unpaused(ctx, conn, spec, args).await;
     }
     if ctx.is_locked()
-        && !spec.is_some_and(|s| s.has(flag::PASSES_LOCKS))
+        && !spec.is_some_and(|s| s.has(flag::PASSES_LOCKS) || s.has(flag::ALLOW_BUSY))
         && ctx.wait_unlocked_or_busy().await
     {
-        return Frame::static_error(crate::lua::busy::BUSY);
+        return refused_busy(ctx, conn, spec);
     }
     let (spec, at) = match admit(ctx, conn, spec, args) {
         Ok(admitted) => admitted,
@@ -292,6 +301,30 @@ async fn execute_spec(
     };
     let frame = run_admitted(ctx, conn, spec, args, at, direct).await;
     finish(ctx, spec, frame)
+}
+
+/// A command refused because a script is busy, as Redis 7 refuses it: inside MULTI the
+/// transaction is then doomed (EXEC answers EXECABORT), and EXEC itself (which has no
+/// allow-busy flag, unlike MULTI and DISCARD) discards the transaction, saying why.
+fn refused_busy(
+    ctx: &ShardCtx,
+    conn: &Rc<RefCell<ConnState>>,
+    spec: Option<&'static CommandSpec>,
+) -> Frame {
+    let mut state = conn.borrow_mut();
+    if spec.is_some_and(|s| s.name == "exec") {
+        state.multi = None;
+        state.multi_failed = false;
+        crate::shard::watch::release(ctx, std::mem::take(&mut state.watched));
+        return Frame::error(format!(
+            "EXECABORT Transaction discarded because of: {}",
+            crate::lua::busy::BUSY
+        ));
+    }
+    if state.multi.is_some() {
+        state.multi_failed = true;
+    }
+    Frame::static_error(crate::lua::busy::BUSY)
 }
 
 /// A command's checks and bookkeeping before it runs (`precheck`, MULTI's queueing,
@@ -480,16 +513,15 @@ pub async fn run_batch(
 ) {
     let mut i = 0;
     while i < commands.len() {
-        let (at, protocol) = {
+        let at = {
             let state = conn.borrow();
             if state.close_requested {
                 return;
             }
-            let at = Target {
+            Target {
                 db: state.db,
                 client: state.task_owner(),
-            };
-            (at, state.protocol)
+            }
         };
         let mut segment = Vec::new();
         while i + segment.len() < commands.len() {
@@ -504,11 +536,7 @@ pub async fn run_batch(
             let frame = execute_spec(ctx, conn, spec, &commands[i], None).await;
             let took = crate::slowlog::ticks().wrapping_sub(started);
             note_time(ctx, conn, spec, &commands[i], took);
-            let mut state = conn.borrow_mut();
-            if state.reply_allowed() {
-                encode_output(out, &frame, state.protocol);
-            }
-            drop(state);
+            conn.borrow_mut().encode_reply(out, &frame);
             if reached_output_limit(ctx, conn, out) {
                 return;
             }
@@ -523,9 +551,7 @@ pub async fn run_batch(
             ctx.stats.add_time(spec, share);
         }
         for frame in &frames {
-            if conn.borrow_mut().reply_allowed() {
-                encode_output(out, frame, protocol);
-            }
+            conn.borrow_mut().encode_reply(out, frame);
         }
         if reached_output_limit(ctx, conn, out) {
             return;

@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use wetask_protocol::{encode_error, encode_output, CommandDecoder, Limits, Output, ProtocolError};
+use wetask_protocol::{encode_error, CommandDecoder, Limits, Output, ProtocolError};
 use wetask_shards::CommandSpec;
 
 use crate::clients::ConnState;
@@ -180,11 +180,7 @@ impl Session {
                         return Pump::Parked;
                     }
                     Inline::Ran(frame) => {
-                        let mut state = self.state.borrow_mut();
-                        if state.reply_allowed() {
-                            encode_output(out, &frame, state.protocol);
-                        }
-                        drop(state);
+                        self.state.borrow_mut().encode_reply(out, &frame);
                         if reached_output_limit(ctx, &self.state, out) {
                             self.clear_window(n);
                             self.input.clear();

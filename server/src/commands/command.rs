@@ -1,0 +1,314 @@
+//! COMMAND and its subcommands (COUNT, INFO, DOCS, LIST, GETKEYS, GETKEYSANDFLAGS, HELP):
+//! what the command table (`wetask_shards::table`) and `wetask_shards::command_info` say
+//! of every command, in Redis 7.2's shapes. A container command (CLIENT, OBJECT …) is
+//! listed as Redis lists it: no flags of its own, its subcommands inside.
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+use wetask_shards::args::is;
+use wetask_shards::command_info::{self, Subcommand};
+use wetask_shards::errors::{unknown_subcommand, SYNTAX};
+use wetask_shards::table::{flag, CommandSpec};
+use wetask_shards::{lookup, COMMANDS};
+
+/// COMMAND [subcommand …]; the subcommand and its arity were checked (`check_subcommand`).
+pub fn command(args: &[Bytes]) -> Frame {
+    if args.len() == 1 {
+        return Frame::Array(COMMANDS.iter().map(info).collect());
+    }
+    let sub = &args[1];
+    if is(sub, "count") {
+        Frame::Integer(COMMANDS.len() as i64)
+    } else if is(sub, "info") {
+        if args.len() == 2 {
+            return Frame::Array(COMMANDS.iter().map(info).collect());
+        }
+        Frame::Array(args[2..].iter().map(|name| info_of(name)).collect())
+    } else if is(sub, "docs") {
+        docs(args)
+    } else if is(sub, "list") {
+        list(args)
+    } else if is(sub, "getkeys") {
+        keys(&args[2..], false)
+    } else if is(sub, "getkeysandflags") {
+        keys(&args[2..], true)
+    } else if is(sub, "help") {
+        help()
+    } else {
+        unknown_subcommand("command", sub)
+    }
+}
+
+/// A command or a subcommand, as COMMAND finds it by name (`client|id`).
+enum Found {
+    Command(&'static CommandSpec),
+    Sub(&'static Subcommand),
+}
+
+fn find(name: &[u8]) -> Option<Found> {
+    match name.iter().position(|&b| b == b'|') {
+        Some(bar) => {
+            let container = lookup(&name[..bar])?;
+            command_info::subcommand(container.name, &name[bar + 1..]).map(Found::Sub)
+        }
+        None => lookup(name).map(Found::Command),
+    }
+}
+
+fn info_of(name: &[u8]) -> Frame {
+    match find(name) {
+        Some(Found::Command(spec)) => info(spec),
+        Some(Found::Sub(sub)) => sub_info(sub),
+        None => Frame::NullArray,
+    }
+}
+
+fn text(s: &'static str) -> Frame {
+    Frame::Bulk(Bytes::from_static(s.as_bytes()))
+}
+
+fn simple_set(names: impl IntoIterator<Item = &'static str>) -> Frame {
+    Frame::Set(
+        names
+            .into_iter()
+            .map(|n| Frame::Simple(Bytes::from_static(n.as_bytes())))
+            .collect(),
+    )
+}
+
+/// The names of Redis's flags set in `flags` (WeTask's own are not shown).
+fn flag_names(flags: u32) -> impl Iterator<Item = &'static str> {
+    flag::NAMES
+        .iter()
+        .filter(move |(bit, _)| flags & bit != 0)
+        .map(|(_, name)| *name)
+}
+
+/// COMMAND INFO's entry: name, arity, flags, first, last and step key, ACL categories,
+/// tips, key specifications (none listed), subcommands.
+fn entry(
+    name: &'static str,
+    arity: i32,
+    flags: Frame,
+    keys: (i32, i32, i32),
+    categories: Vec<&'static str>,
+    subcommands: Vec<Frame>,
+) -> Frame {
+    Frame::Array(vec![
+        text(name),
+        Frame::Integer(i64::from(arity)),
+        flags,
+        Frame::Integer(i64::from(keys.0)),
+        Frame::Integer(i64::from(keys.1)),
+        Frame::Integer(i64::from(keys.2)),
+        simple_set(categories),
+        Frame::Set(Vec::new()),
+        Frame::Array(Vec::new()),
+        Frame::Array(subcommands),
+    ])
+}
+
+pub fn info(spec: &'static CommandSpec) -> Frame {
+    if spec.has(flag::CONTAINER) {
+        let subs = command_info::subcommands_of(spec.name)
+            .map(sub_info)
+            .collect();
+        // A container has no flags of its own, unless it runs alone too (COMMAND).
+        let flags = if spec.arity == -1 {
+            simple_set(flag_names(spec.flags))
+        } else {
+            Frame::Set(Vec::new())
+        };
+        return entry(
+            spec.name,
+            spec.arity,
+            flags,
+            (0, 0, 0),
+            command_info::categories(spec),
+            subs,
+        );
+    }
+    let mut flags: Vec<&'static str> = flag_names(spec.flags).collect();
+    if spec.movable_keys.is_some() {
+        flags.push("movablekeys");
+    }
+    entry(
+        spec.name,
+        spec.arity,
+        simple_set(flags),
+        (spec.first_key, spec.last_key, spec.step),
+        command_info::categories(spec),
+        Vec::new(),
+    )
+}
+
+fn sub_info(sub: &'static Subcommand) -> Frame {
+    entry(
+        sub.name,
+        sub.arity,
+        simple_set(flag_names(sub.flags)),
+        sub.keys,
+        sub.categories.to_vec(),
+        Vec::new(),
+    )
+}
+
+/// COMMAND DOCS [name …]: summary, since and group of each (unknown names left out).
+fn docs(args: &[Bytes]) -> Frame {
+    let pick: Vec<&'static CommandSpec> = if args.len() == 2 {
+        COMMANDS.iter().collect()
+    } else {
+        args[2..].iter().filter_map(|name| lookup(name)).collect()
+    };
+    Frame::Map(
+        pick.into_iter()
+            .map(|spec| {
+                let doc = Frame::Map(vec![
+                    (text("summary"), text(spec.summary)),
+                    (text("since"), text("1.0.0")),
+                    (text("group"), text(spec.group)),
+                ]);
+                (text(spec.name), doc)
+            })
+            .collect(),
+    )
+}
+
+/// COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]: every command
+/// and subcommand (`container|sub`).
+fn list(args: &[Bytes]) -> Frame {
+    enum Filter<'a> {
+        None,
+        Module,
+        Category(&'a [u8]),
+        Pattern(&'a [u8]),
+    }
+    let filter = match &args[2..] {
+        [] => Filter::None,
+        [by, kind, value] if is(by, "filterby") => {
+            if is(kind, "module") {
+                Filter::Module
+            } else if is(kind, "aclcat") {
+                Filter::Category(value)
+            } else if is(kind, "pattern") {
+                Filter::Pattern(value)
+            } else {
+                return Frame::static_error(SYNTAX);
+            }
+        }
+        _ => return Frame::static_error(SYNTAX),
+    };
+    let keep = |name: &str, categories: &[&str]| match &filter {
+        Filter::None => true,
+        // No modules are loaded.
+        Filter::Module => false,
+        Filter::Category(wanted) => categories
+            .iter()
+            .any(|c| c.as_bytes()[1..].eq_ignore_ascii_case(wanted)),
+        Filter::Pattern(pattern) => wetask_shards::glob::glob_match(pattern, name.as_bytes()),
+    };
+    let mut names = Vec::new();
+    for spec in COMMANDS {
+        if keep(spec.name, &command_info::categories(spec)) {
+            names.push(text(spec.name));
+        }
+        for sub in command_info::subcommands_of(spec.name) {
+            if keep(sub.name, sub.categories) {
+                names.push(text(sub.name));
+            }
+        }
+    }
+    Frame::Array(names)
+}
+
+/// COMMAND GETKEYS / GETKEYSANDFLAGS full-command …: the command's keys (with their access
+/// flags), Redis 7.2's errors.
+fn keys(command: &[Bytes], with_flags: bool) -> Frame {
+    let Some(spec) = lookup(&command[0]) else {
+        return Frame::static_error("ERR Invalid command specified");
+    };
+    let sub = command
+        .get(1)
+        .filter(|_| spec.has(flag::CONTAINER))
+        .and_then(|name| command_info::subcommand(spec.name, name));
+    let (name, arity, has_keys) = match sub {
+        Some(sub) => (sub.name, sub.arity, sub.keys.0 > 0),
+        None => (
+            spec.name,
+            spec.arity,
+            spec.first_key > 0 || spec.movable_keys.is_some(),
+        ),
+    };
+    if spec.has(flag::CONTAINER) && sub.is_none() {
+        return Frame::static_error("ERR Invalid command specified");
+    }
+    if !has_keys {
+        return Frame::static_error("ERR The command has no key arguments");
+    }
+    let argc = command.len() as i32;
+    if (arity > 0 && arity != argc) || argc < -arity {
+        return Frame::static_error("ERR Invalid number of arguments specified for command");
+    }
+    let positions: Vec<usize> = spec.key_positions(command).collect();
+    if positions.is_empty() {
+        return if spec.has(flag::NO_MANDATORY_KEYS) {
+            Frame::Array(Vec::new())
+        } else {
+            Frame::static_error("ERR Invalid arguments specified for command")
+        };
+    }
+    Frame::Array(
+        positions
+            .iter()
+            .enumerate()
+            .map(|(index, &at)| {
+                let key = Frame::Bulk(command[at].clone());
+                if !with_flags {
+                    return key;
+                }
+                let flags = command_info::key_flags(name, command, index);
+                Frame::Array(vec![
+                    key,
+                    Frame::Array(
+                        flags
+                            .iter()
+                            .map(|f| Frame::Simple(Bytes::from_static(f.as_bytes())))
+                            .collect(),
+                    ),
+                ])
+            })
+            .collect(),
+    )
+}
+
+fn help() -> Frame {
+    let lines = [
+        "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "(no subcommand)",
+        "    Return details about all Redis commands.",
+        "COUNT",
+        "    Return the total number of commands in this Redis server.",
+        "LIST",
+        "    Return a list of all commands in this Redis server.",
+        "INFO [<command-name> ...]",
+        "    Return details about multiple Redis commands.",
+        "    If no command names are given, documentation details for all",
+        "    commands are returned.",
+        "DOCS [<command-name> ...]",
+        "    Return documentation details about multiple Redis commands.",
+        "    If no command names are given, documentation details for all",
+        "    commands are returned.",
+        "GETKEYS <full-command>",
+        "    Return the keys from a full Redis command.",
+        "GETKEYSANDFLAGS <full-command>",
+        "    Return the keys and the access flags from a full Redis command.",
+        "HELP",
+        "    Prints this help.",
+    ];
+    Frame::Array(
+        lines
+            .iter()
+            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+            .collect(),
+    )
+}
