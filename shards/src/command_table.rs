@@ -94,6 +94,7 @@ pub(super) static CATEGORIES: &[(&str, &[&str])] = &[
     ("llen", &["@read", "@list", "@fast"]),
     ("lmove", &["@write", "@list", "@slow"]),
     ("lmpop", &["@write", "@list", "@slow"]),
+    ("lolwut", &["@read", "@fast"]),
     ("lpop", &["@write", "@list", "@fast"]),
     ("lpos", &["@read", "@list", "@slow"]),
     ("lpush", &["@write", "@list", "@fast"]),

@@ -372,6 +372,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("slowlog", -2, ADMIN | LOADING | STALE | CONTAINER, NONE, Server, None, SV, "A container for slow log commands."),
     row("role", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the replication role."),
     row("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, NONE, Server, None, SV, "Listens for all requests received by the server in real-time."),
+    row("lolwut", -1, READONLY | FAST | EMBEDDED, NONE, Server, None, SV, "Displays computer art and the Redis version"),
     row("wait", 3, EMBEDDED, NONE, Server, None, G, "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed."),
     row("waitaof", 4, NOSCRIPT, NONE, Server, None, G, "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas."),
     row("lastsave", 1, LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the Unix timestamp of the last successful save to disk."),

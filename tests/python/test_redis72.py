@@ -155,3 +155,12 @@ def test_waitaof_without_the_journal():
         assert r.execute_command("WAITAOF", 0, 0, 0) == [0, 0]
     finally:
         srv.stop()
+
+
+def test_lolwut(server):
+    # LOLWUT (Redis's own version line; VERSION must be an integer), in scripts too.
+    r = raw(server.port)
+    assert r.execute_command("LOLWUT") == b"Redis ver. 7.2.0\n"
+    assert r.execute_command("LOLWUT", "VERSION", "7") == b"Redis ver. 7.2.0\n"
+    assert error_of(r, "LOLWUT", "VERSION", "x") == "value is not an integer or out of range"
+    assert r.eval("return redis.call('LOLWUT')", 0) == b"Redis ver. 7.2.0\n"

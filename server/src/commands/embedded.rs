@@ -1,4 +1,5 @@
-//! The server commands flagged `EMBEDDED` (SELECT, PING, ECHO, TIME, PUBLISH, SPUBLISH, WAIT):
+//! The server commands flagged `EMBEDDED` (SELECT, PING, ECHO, TIME, PUBLISH, SPUBLISH, WAIT,
+//! LOLWUT):
 //! one implementation, whether a client sends them, EXEC runs them from its queue or a
 //! script calls them.
 
@@ -50,6 +51,7 @@ pub async fn run_embedded(
         "time" => time(),
         "publish" => crate::commands::pubsub::publish(ctx, args, false).await,
         "spublish" => crate::commands::pubsub::publish(ctx, args, true).await,
+        "lolwut" => lolwut(ctx, args),
         // Inside EXEC or a script WAIT does not block (Redis 7.2): the replicas that have
         // the writes now, of which there are none.
         "wait" => match crate::commands::parse_wait(args) {
@@ -75,4 +77,18 @@ pub fn ping(args: &[Bytes]) -> Frame {
         2 => Frame::Bulk(args[1].clone()),
         _ => wrong_arity("ping"),
     }
+}
+
+/// LOLWUT [VERSION v]: what Redis answers for a version it has no art for (Redis 7's own,
+/// and any but 5 and 6): the server's version line. Versions 5 and 6 get it too; their art
+/// (Schotter, the skyline) is not drawn (docs/COMPATIBILITY.md). `v` must be an integer,
+/// as in Redis.
+fn lolwut(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+    if let [_, word, v, ..] = args {
+        if wetask_shards::args::is(word, "version") && wetask_shards::args::parse_i64(v).is_none() {
+            return Frame::static_error("ERR value is not an integer or out of range");
+        }
+    }
+    let version = &ctx.globals.config.announce_version;
+    Frame::Verbatim(*b"txt", Bytes::from(format!("Redis ver. {version}\n")))
 }
