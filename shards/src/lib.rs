@@ -46,6 +46,7 @@ pub mod sort;
 pub mod spec;
 pub mod stream;
 pub mod stream_groups;
+pub mod stream_nodes;
 pub mod streams;
 pub mod strings;
 pub mod table;

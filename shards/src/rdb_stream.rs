@@ -316,11 +316,16 @@ fn read_group(r: &mut Reader<'_>, version: u8) -> Read<Group> {
     for _ in 0..consumers {
         let name = r.string()?;
         let seen_ms = ms_time(r)?;
-        if version >= 3 {
-            let _active_ms = ms_time(r)?;
-        }
+        // Redis 7.2's active-time (-1: never); before it, Redis counts the last seen time.
+        let active_ms = if version >= 3 {
+            let active = ms_time(r)?;
+            (active != u64::MAX).then_some(active)
+        } else {
+            Some(seen_ms)
+        };
         let mut consumer = Consumer {
             seen_ms,
+            active_ms,
             pending: Default::default(),
         };
         let owned = r.count(16)?;

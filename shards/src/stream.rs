@@ -151,8 +151,10 @@ pub struct Pending {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Consumer {
-    /// When it last read or claimed (XINFO's `idle`).
+    /// When it last tried to read or claim (XINFO's `idle`, Redis 7.2's `seen-time`).
     pub seen_ms: u64,
+    /// When it last read or claimed something; `None` never (Redis 7.2's `active-time`).
+    pub active_ms: Option<u64>,
     pub pending: std::collections::BTreeSet<StreamId>,
 }
 
@@ -173,6 +175,7 @@ impl Group {
             .entry(name.clone())
             .or_insert_with(|| Consumer {
                 seen_ms: now_ms,
+                active_ms: None,
                 pending: Default::default(),
             });
         (consumer, created)
@@ -220,8 +223,10 @@ pub struct Stream {
     pub last_id: StreamId,
     /// How many entries were ever added.
     pub entries_added: u64,
-    /// The greatest id ever deleted or trimmed away.
+    /// The greatest id ever deleted by XDEL (trimming does not count, as in Redis).
     pub max_deleted_id: StreamId,
+    /// How Redis would pack the entries into nodes (what `~` trimming removes whole).
+    pub nodes: crate::stream_nodes::Nodes,
 }
 
 impl Stream {
@@ -245,15 +250,20 @@ impl Stream {
     /// Adds an entry; the caller has checked that `id` is greater than `last_id`.
     pub fn add(&mut self, id: StreamId, fields: Fields) {
         debug_assert!(id > self.last_id || self.entries_added == 0);
+        self.nodes.add(id, &fields);
         self.entries.insert(id, fields);
         self.last_id = id;
         self.entries_added += 1;
     }
 
+    /// XDEL of one entry.
     pub fn remove(&mut self, id: StreamId) -> bool {
         let removed = self.entries.remove(&id).is_some();
-        if removed && id > self.max_deleted_id {
-            self.max_deleted_id = id;
+        if removed {
+            self.nodes.remove(id);
+            if id > self.max_deleted_id {
+                self.max_deleted_id = id;
+            }
         }
         removed
     }
@@ -315,7 +325,7 @@ impl Stream {
         let mut removed = 0;
         while self.entries.len() > maxlen && removed < limit {
             let (id, _) = self.entries.pop_first().expect("non-empty");
-            self.max_deleted_id = self.max_deleted_id.max(id);
+            self.nodes.remove(id);
             removed += 1;
         }
         removed
@@ -328,7 +338,7 @@ impl Stream {
             match self.entries.first_key_value() {
                 Some((&id, _)) if id < min_id => {
                     self.entries.pop_first();
-                    self.max_deleted_id = self.max_deleted_id.max(id);
+                    self.nodes.remove(id);
                     removed += 1;
                 }
                 _ => break,

@@ -177,8 +177,12 @@ fn xgroup_setid(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<Frame, Frame> {
     let id = group_position(&args[4], last_id)?;
     match &args[5..] {
         [] => {}
+        // Without ENTRIESREAD the group's read counter is unknown again, as in Redis.
         [word, n] if is(word, "entriesread") => g.entries_read = entries_read(n)?,
         _ => return Err(Frame::static_error(SYNTAX)),
+    }
+    if args.len() == 5 {
+        g.entries_read = None;
     }
     g.last_delivered = id;
     Ok(Frame::ok())
@@ -321,11 +325,16 @@ pub fn read_group(
                 .groups
                 .get_mut(&read.group[..])
                 .expect("checked above");
-            // As Redis 7.0: a read that gets nothing new creates no consumer.
+            // Redis 7.2: the read makes its consumer and marks it seen, new entries or not;
+            // it is active when it gets entries to acknowledge.
+            let (consumer, _) = group.consumer(&read.consumer, now_ms);
+            consumer.seen_ms = now_ms;
+            if !entries.is_empty() && !read.noack {
+                consumer.active_ms = Some(now_ms);
+            }
             if entries.is_empty() {
                 return Ok(None);
             }
-            group.consumer(&read.consumer, now_ms).0.seen_ms = now_ms;
             for (id, _) in &entries {
                 group.last_delivered = *id;
                 group.entries_read = match group.entries_read {
@@ -641,8 +650,18 @@ fn claim_named(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         group.assign(id, &consumer, delivered_ms, deliveries);
         claimed.push(id);
     }
-    group.consumer(&consumer, now).0.seen_ms = now;
+    note_claim(group, &consumer, now, !claimed.is_empty());
     claimed_reply(stream, claimed, justid)
+}
+
+/// A claim (XCLAIM, XAUTOCLAIM) makes its consumer (Redis 7.2: whether or not it claimed
+/// anything) and marks it seen; active too when it claimed something.
+fn note_claim(group: &mut Group, consumer: &Bytes, now: u64, claimed: bool) {
+    let (c, _) = group.consumer(consumer, now);
+    c.seen_ms = now;
+    if claimed {
+        c.active_ms = Some(now);
+    }
 }
 
 /// XCLAIM's options after its ids.
@@ -844,7 +863,7 @@ fn autoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     };
     let (claimed, deleted, examined) = claim.window(group, &window[..window.len().min(attempts)]);
     let next = window.get(examined).map_or(StreamId::MIN, |(id, _, _)| *id);
-    group.consumer(&consumer, now).0.seen_ms = now;
+    note_claim(group, &consumer, now, !claimed.is_empty());
     Frame::Array(vec![
         Frame::Bulk(next.to_bytes()),
         claimed_reply(stream, claimed, justid),
@@ -887,15 +906,18 @@ pub fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Ok(None) => return Frame::static_error(NO_SUCH_KEY),
         Err(err) => return err,
     };
-    if is(sub, "stream") && args.len() == 3 {
-        return xinfo_stream(stream);
+    if is(sub, "stream") {
+        return match full_count(&args[3..]) {
+            Ok(None) => xinfo_stream(stream),
+            Ok(Some(count)) => xinfo_stream_full(stream, count),
+            Err(FullError::Syntax) => crate::errors::subcommand_syntax("xinfo", sub),
+            Err(FullError::Frame(err)) => err,
+        };
     }
     if is(sub, "groups") && args.len() == 3 {
         let shape = stream.shape();
         return Frame::Array(
-            stream
-                .groups
-                .iter_mut()
+            by_name(&stream.groups)
                 .map(|(name, g)| xinfo_group(&shape, name, g))
                 .collect(),
         );
@@ -905,20 +927,136 @@ pub fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             return no_such_group(key, &args[3]);
         };
         return Frame::Array(
-            group
-                .consumers
-                .iter()
+            by_name(&group.consumers)
                 .map(|(name, c)| {
+                    // 7.2: `inactive` is the time since it last read or claimed something
+                    // (-1 if never), `idle` since it last tried.
+                    let inactive = c
+                        .active_ms
+                        .map_or(-1, |active| now.saturating_sub(active) as i64);
                     info_map(vec![
                         field("name", Frame::Bulk(name.clone())),
                         field("pending", Frame::Integer(c.pending.len() as i64)),
                         field("idle", Frame::Integer(now.saturating_sub(c.seen_ms) as i64)),
+                        field("inactive", Frame::Integer(inactive)),
                     ])
                 })
                 .collect(),
         );
     }
     crate::errors::unknown_subcommand("xinfo", sub)
+}
+
+/// Groups or consumers in Redis's order: by name, bytewise (its radix tree's order).
+fn by_name<V>(map: &indexmap::IndexMap<Bytes, V>) -> impl Iterator<Item = (&Bytes, &V)> {
+    let mut all: Vec<(&Bytes, &V)> = map.iter().collect();
+    all.sort_by(|a, b| a.0.cmp(b.0));
+    all.into_iter()
+}
+
+enum FullError {
+    Syntax,
+    Frame(Frame),
+}
+
+/// XINFO STREAM's options: nothing (`None`), FULL (COUNT 10), FULL COUNT n (0: all; below
+/// 0: 10, as Redis reads it).
+fn full_count(options: &[Bytes]) -> Result<Option<usize>, FullError> {
+    match options {
+        [] => Ok(None),
+        [full] if is(full, "full") => Ok(Some(10)),
+        [full, word, n] if is(full, "full") && is(word, "count") => {
+            match int_arg(n).map_err(FullError::Frame)? {
+                n if n < 0 => Ok(Some(10)),
+                0 => Ok(Some(usize::MAX)),
+                n => Ok(Some(n as usize)),
+            }
+        }
+        _ => Err(FullError::Syntax),
+    }
+}
+
+/// XINFO STREAM key FULL [COUNT n]: the stream's bookkeeping, its first `count` entries,
+/// and every group with its pending entries and consumers (at most `count` pending each),
+/// as Redis 7.2 answers it.
+fn xinfo_stream_full(stream: &Stream, count: usize) -> Frame {
+    let shape = stream.shape();
+    let entries: Vec<Frame> = stream
+        .range(StreamId::MIN, StreamId::MAX, false, count)
+        .into_iter()
+        .map(|(id, fields)| {
+            Frame::Array(vec![
+                Frame::Bulk(id.to_bytes()),
+                Frame::Array(fields.iter().map(|f| Frame::Bulk(f.clone())).collect()),
+            ])
+        })
+        .collect();
+    let groups: Vec<Frame> = by_name(&stream.groups)
+        .map(|(name, g)| full_group(&shape, name, g, count))
+        .collect();
+    let mut fields = stream_fields(stream);
+    fields.push(field("entries", Frame::Array(entries)));
+    fields.push(field("groups", Frame::Array(groups)));
+    info_map(fields)
+}
+
+fn full_group(shape: &crate::stream::Shape, name: &Bytes, g: &Group, count: usize) -> Frame {
+    let pending: Vec<Frame> = g
+        .pending
+        .iter()
+        .take(count)
+        .map(|(id, p)| {
+            Frame::Array(vec![
+                Frame::Bulk(id.to_bytes()),
+                Frame::Bulk(p.consumer.clone()),
+                Frame::Integer(p.delivered_ms as i64),
+                Frame::Integer(p.deliveries as i64),
+            ])
+        })
+        .collect();
+    let consumers: Vec<Frame> = by_name(&g.consumers)
+        .map(|(name, c)| {
+            let owned: Vec<Frame> = c
+                .pending
+                .iter()
+                .take(count)
+                .filter_map(|id| g.pending.get(id).map(|p| (id, p)))
+                .map(|(id, p)| {
+                    Frame::Array(vec![
+                        Frame::Bulk(id.to_bytes()),
+                        Frame::Integer(p.delivered_ms as i64),
+                        Frame::Integer(p.deliveries as i64),
+                    ])
+                })
+                .collect();
+            info_map(vec![
+                field("name", Frame::Bulk(name.clone())),
+                field("seen-time", Frame::Integer(c.seen_ms as i64)),
+                field(
+                    "active-time",
+                    Frame::Integer(c.active_ms.map_or(-1, |t| t as i64)),
+                ),
+                field("pel-count", Frame::Integer(c.pending.len() as i64)),
+                field("pending", Frame::Array(owned)),
+            ])
+        })
+        .collect();
+    info_map(vec![
+        field("name", Frame::Bulk(name.clone())),
+        field(
+            "last-delivered-id",
+            Frame::Bulk(g.last_delivered.to_bytes()),
+        ),
+        field(
+            "entries-read",
+            g.entries_read
+                .map_or(Frame::Null, |n| Frame::Integer(n as i64)),
+        ),
+        field("lag", group_lag(shape, g)),
+        field("pel-count", Frame::Integer(g.pending.len() as i64)),
+        field("pending", Frame::Array(pending)),
+        field("consumers", Frame::Array(consumers)),
+    ])
 }
 
 fn info_map(fields: Vec<[Frame; 2]>) -> Frame {
@@ -937,9 +1075,19 @@ fn xinfo_stream(stream: &Stream) -> Frame {
         }
         None => Frame::Null,
     };
-    // Redis's radix tree holds about 100 entries per node; the counts are estimates.
-    let tree_keys = stream.len().div_ceil(100).max(1) as i64;
-    info_map(vec![
+    let mut fields = stream_fields(stream);
+    fields.push(field("groups", Frame::Integer(stream.groups.len() as i64)));
+    fields.push(field("first-entry", entry(stream.first_id())));
+    fields.push(field("last-entry", entry(stream.last_entry_id())));
+    info_map(fields)
+}
+
+/// The bookkeeping XINFO STREAM starts with, FULL or not. `radix-tree-keys` counts the
+/// nodes Redis would pack the entries in (`stream_nodes`); `radix-tree-nodes` is an
+/// estimate (one more: Redis's tree for one node has two).
+fn stream_fields(stream: &Stream) -> Vec<[Frame; 2]> {
+    let tree_keys = stream.nodes.len() as i64;
+    vec![
         field("length", Frame::Integer(stream.len() as i64)),
         field("radix-tree-keys", Frame::Integer(tree_keys)),
         field("radix-tree-nodes", Frame::Integer(tree_keys + 1)),
@@ -953,32 +1101,28 @@ fn xinfo_stream(stream: &Stream) -> Frame {
             "recorded-first-entry-id",
             Frame::Bulk(stream.first_id().unwrap_or_default().to_bytes()),
         ),
-        field("groups", Frame::Integer(stream.groups.len() as i64)),
-        field("first-entry", entry(stream.first_id())),
-        field("last-entry", entry(stream.last_entry_id())),
-    ])
+    ]
 }
 
-/// One group of XINFO GROUPS. Redis's lag: exact while nothing was deleted after the
-/// group's last delivered entry, else estimated (and remembered), else unknown.
-fn xinfo_group(shape: &crate::stream::Shape, name: &Bytes, g: &mut Group) -> Frame {
+/// A group's lag as Redis counts it: exact while nothing was deleted after the group's
+/// last delivered entry, else estimated, else unknown (nil). Signed: ENTRIESREAD may say
+/// more than the stream ever had.
+fn group_lag(shape: &crate::stream::Shape, g: &Group) -> Frame {
+    if shape.entries_added == 0 {
+        return Frame::Integer(0);
+    }
     let read = match g.entries_read {
         Some(n) if !shape.has_tombstones_from(g.last_delivered) => Some(n),
-        _ => {
-            let estimate = shape.entries_read_at(g.last_delivered);
-            if estimate.is_some() {
-                g.entries_read = estimate;
-            }
-            estimate
-        }
+        _ => shape.entries_read_at(g.last_delivered),
     };
-    let lag = if shape.entries_added == 0 {
-        Frame::Integer(0)
-    } else {
-        read.map_or(Frame::Null, |n| {
-            Frame::Integer(shape.entries_added.saturating_sub(n) as i64)
-        })
-    };
+    read.map_or(Frame::Null, |n| {
+        Frame::Integer(shape.entries_added as i64 - n as i64)
+    })
+}
+
+/// One group of XINFO GROUPS (which changes nothing: an estimate is not remembered).
+fn xinfo_group(shape: &crate::stream::Shape, name: &Bytes, g: &Group) -> Frame {
+    let lag = group_lag(shape, g);
     info_map(vec![
         field("name", Frame::Bulk(name.clone())),
         field("consumers", Frame::Integer(g.consumers.len() as i64)),

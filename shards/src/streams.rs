@@ -13,8 +13,6 @@ use crate::stream::{Fields, Stream, StreamId};
 use crate::typed;
 
 const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
-/// Redis's `stream-node-max-entries`: `~` trimming removes whole nodes of this many.
-const NODE_ENTRIES: usize = 100;
 
 fn owned(arg: &[u8]) -> Bytes {
     Bytes::copy_from_slice(arg)
@@ -97,8 +95,8 @@ fn parse_trim(args: &[Bytes], i: &mut usize) -> Result<TrimSpec, Frame> {
     })
 }
 
-/// Trims as Redis does: exactly, or with `~` only whole nodes of `NODE_ENTRIES` entries
-/// (so a small stream is never trimmed approximately), at most LIMIT entries.
+/// Trims as Redis does: exactly, or with `~` only whole nodes as Redis packs them
+/// (`stream_nodes`: 100 entries, or fewer when they fill 4 KB), at most LIMIT entries.
 fn apply_trim(stream: &mut Stream, spec: &TrimSpec) -> usize {
     if !spec.approximate {
         return match spec.how {
@@ -109,13 +107,13 @@ fn apply_trim(stream: &mut Stream, spec: &TrimSpec) -> usize {
     let limit = match spec.limit {
         Some(0) => usize::MAX,
         Some(n) => n,
-        None => 100 * NODE_ENTRIES,
+        None => 100 * crate::stream_nodes::NODE_ENTRIES_MAX as usize,
     };
-    let removable = match spec.how {
-        Trim::MaxLen(maxlen) => stream.len().saturating_sub(maxlen),
-        Trim::MinId(min) => stream.count_below(min),
+    let cut = match spec.how {
+        Trim::MaxLen(maxlen) => crate::stream_nodes::Cut::MaxLen(maxlen),
+        Trim::MinId(min) => crate::stream_nodes::Cut::MinId(min),
     };
-    let whole_nodes = (removable.min(limit) / NODE_ENTRIES) * NODE_ENTRIES;
+    let whole_nodes = stream.nodes.whole_nodes(stream.len(), cut, limit);
     stream.trim_maxlen(stream.len() - whole_nodes, usize::MAX)
 }
 
@@ -151,7 +149,11 @@ impl Wanted {
                 ms,
                 seq: u64::from(ms == 0),
             }),
-            Wanted::AutoSeq(ms) if ms == stream.last_id.ms => stream.last_id.next(),
+            // The sequence of `ms` is used up: no id of `ms` is left (Redis 7.2 refuses it;
+            // the next would be of another millisecond).
+            Wanted::AutoSeq(ms) if ms == stream.last_id.ms => {
+                (stream.last_id.seq < u64::MAX).then(|| stream.last_id.next())?
+            }
             Wanted::AutoSeq(_) => None,
             Wanted::Exact(id) if fresh || id > stream.last_id => Some(id),
             Wanted::Exact(_) => None,
@@ -237,10 +239,12 @@ pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 /// A range bound: `-`, `+`, an id (`ms` or `ms-seq`), or `(id` exclusive.
-fn parse_bound(arg: &[u8], start: bool) -> Result<Option<StreamId>, Frame> {
+/// An exclusive bound past the last possible id (or before the first) is an error, as in
+/// Redis.
+fn parse_bound(arg: &[u8], start: bool) -> Result<StreamId, Frame> {
     match arg {
-        b"-" => return Ok(Some(StreamId::MIN)),
-        b"+" => return Ok(Some(StreamId::MAX)),
+        b"-" => return Ok(StreamId::MIN),
+        b"+" => return Ok(StreamId::MAX),
         _ => {}
     }
     let (text, exclusive) = match arg.strip_prefix(b"(") {
@@ -249,11 +253,15 @@ fn parse_bound(arg: &[u8], start: bool) -> Result<Option<StreamId>, Frame> {
     };
     let id = StreamId::parse(text, if start { 0 } else { u64::MAX })
         .ok_or_else(|| Frame::static_error(INVALID_ID))?;
-    Ok(match (exclusive, start) {
-        (false, _) => Some(id),
-        (true, true) => id.next(),
-        (true, false) => id.prev(),
-    })
+    match (exclusive, start) {
+        (false, _) => Ok(id),
+        (true, true) => id
+            .next()
+            .ok_or_else(|| Frame::static_error("ERR invalid start ID for the interval")),
+        (true, false) => id
+            .prev()
+            .ok_or_else(|| Frame::static_error("ERR invalid end ID for the interval")),
+    }
 }
 
 fn range(ctx: &mut Ctx<'_>, args: &[Bytes], rev: bool) -> Frame {
@@ -263,9 +271,13 @@ fn range(ctx: &mut Ctx<'_>, args: &[Bytes], rev: bool) -> Frame {
     } else {
         (first, second)
     };
-    let (start, end) = match (parse_bound(start, true), parse_bound(end, false)) {
-        (Ok(s), Ok(e)) => (s, e),
-        (Err(err), _) | (_, Err(err)) => return err,
+    let start = match parse_bound(start, true) {
+        Ok(id) => id,
+        Err(err) => return err,
+    };
+    let end = match parse_bound(end, false) {
+        Ok(id) => id,
+        Err(err) => return err,
     };
     let count = match &args[4..] {
         [] => usize::MAX,
@@ -278,9 +290,6 @@ fn range(ctx: &mut Ctx<'_>, args: &[Bytes], rev: bool) -> Frame {
         _ => return Frame::static_error(SYNTAX),
     };
     let now = ctx.now_ms;
-    let (Some(start), Some(end)) = (start, end) else {
-        return Frame::Array(Vec::new());
-    };
     match typed::get::<Stream>(ctx.db(), &args[1], now) {
         Ok(Some(stream)) => entries_frame(stream.range(start, end, rev, count)),
         Ok(None) => Frame::Array(Vec::new()),

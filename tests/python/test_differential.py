@@ -105,6 +105,22 @@ SCRIPTS = {
         "MULTI", "SORT sl BY w_* GET d_*", "SET d_1 uno", "SORT sl GET d_* STORE sout", "EXEC",
         "EVAL return\x20redis.call('SORT',KEYS[1],'BY','w_*','GET','d_*') 1 sout",
     ],
+    # Consumer-group counters, exclusive bounds at the ends of the id space, and `~`
+    # trimming by Redis's nodes (100 entries, or fewer when 4 KB fill up first).
+    "stream bookkeeping": [
+        "XADD s 1-1 a 1", "XADD s 1-2 b 2", "XGROUP CREATE s g 0", "XINFO GROUPS s",
+        "XGROUP CREATE s g2 $", "XGROUP CREATE s g3 0 ENTRIESREAD 1", "XINFO GROUPS s",
+        "XGROUP SETID s g 1-1 ENTRIESREAD 5", "XINFO GROUPS s", "XGROUP SETID s g 0",
+        "XINFO GROUPS s", "XGROUP CREATE s g4 0 ENTRIESREAD -5", "XGROUP CREATE s g4 0 ENTRIESREAD x",
+        "XGROUP SETID s g 0 ENTRIESREAD -1", "XADD s 1-18446744073709551615 x 1", "XADD s 2-* y 2",
+        "XRANGE s (18446744073709551615-18446744073709551615 +", "XRANGE s - (0-0",
+        "XREVRANGE s (0-0 -", "XRANGE s (1-18446744073709551615 +", "XDEL s 1-2", "XINFO GROUPS s",
+        "XTRIM s MAXLEN 1", "XINFO GROUPS s", "XGROUP CREATE e g $ MKSTREAM", "XINFO GROUPS e",
+        "XGROUP CREATE zz b 0 MKSTREAM", "XGROUP CREATE zz a 0", "XINFO GROUPS zz",
+    ] + [f"XADD t {i}-0 f {'v' * (i % 150)}" for i in range(1, 301)] + [
+        "XTRIM t MAXLEN ~ 120", "XLEN t", "XTRIM t MAXLEN ~ 10 LIMIT 20", "XLEN t",
+        "XDEL t 240-0", "XTRIM t MINID ~ 260", "XLEN t", "XADD t MAXLEN ~ 5 301-0 f v", "XLEN t",
+    ],
     "geo": [
         "GEOADD Sicily 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
         "GEOADD Sicily 13.583333 37.316667 Agrigento 12.758489 38.788135 edge1",
@@ -310,8 +326,8 @@ SCRIPTS = {
         "XGROUP CREATE s g $", "XGROUP CREATE s g $ MKSTREAM", "XGROUP CREATE s g $ MKSTREAM",
         "XADD s 1-1 a 1", "XADD s 2-1 b 2", "XADD s 3-1 c 3",
         "XREADGROUP GROUP g c1 COUNT 1 STREAMS s >", "XREADGROUP GROUP g c2 STREAMS s >",
-        "XREADGROUP GROUP g c2 STREAMS s >", "XREADGROUP GROUP g c7 STREAMS s >", "XINFO GROUPS s",
-        "XREADGROUP GROUP g c8 BLOCK 10 STREAMS s >", "XINFO GROUPS s",
+        "XREADGROUP GROUP g c2 STREAMS s >", "XREADGROUP GROUP g c2 STREAMS s >", "XINFO GROUPS s",
+        "XREADGROUP GROUP g c1 BLOCK 10 STREAMS s >", "XINFO GROUPS s",
         "XREADGROUP GROUP nog c1 STREAMS s >",
         "XREADGROUP GROUP g c1 STREAMS nokey >", "XREADGROUP GROUP g c1 STREAMS s $",
         "XREADGROUP GROUP g c1 STREAMS s", "XPENDING s g", "XPENDING s nog",

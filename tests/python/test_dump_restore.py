@@ -51,7 +51,7 @@ def fill(r, rng, key, kind, size):
             r.xadd(key, fields, id=f"{1000 + i // 3}-{i % 3}")
         r.xdel(key, "1000-1")
         r.xgroup_create(key, "g", id="0")
-        r.xreadgroup("g", "alice", {key: ">"}, count=2)
+        r.xreadgroup("g", "alice", {key: ">"}, count=1)
         r.xreadgroup("g", "bob", {key: ">"}, count=1)
 
 

@@ -164,3 +164,81 @@ def test_lolwut(server):
     assert r.execute_command("LOLWUT", "VERSION", "7") == b"Redis ver. 7.2.0\n"
     assert error_of(r, "LOLWUT", "VERSION", "x") == "value is not an integer or out of range"
     assert r.eval("return redis.call('LOLWUT')", 0) == b"Redis ver. 7.2.0\n"
+
+
+def consumers(r, key, group):
+    return [dict(zip(c[0::2], c[1::2])) for c in r.execute_command("XINFO", "CONSUMERS", key, group)]
+
+
+def test_consumer_seen_and_active_time(server):
+    # unit/type/stream-cgroups.tcl "Consumer seen-time and active-time": a read that gets
+    # nothing makes the consumer (7.2) and marks it seen, not active.
+    r = raw(server.port)
+    r.delete("mystream")
+    r.execute_command("XGROUP", "CREATE", "mystream", "mygroup", "$", "MKSTREAM")
+    r.execute_command("XREADGROUP", "GROUP", "mygroup", "Alice", "COUNT", 1, "STREAMS", "mystream", ">")
+    time.sleep(0.1)
+    alice = consumers(r, "mystream", "mygroup")[0]
+    assert alice[b"idle"] >= 100 and alice[b"inactive"] == -1
+    r.execute_command("XADD", "mystream", "*", "f", "v")
+    r.execute_command("XREADGROUP", "GROUP", "mygroup", "Alice", "COUNT", 1, "STREAMS", "mystream", ">")
+    alice = consumers(r, "mystream", "mygroup")[0]
+    assert alice[b"name"] == b"Alice" and alice[b"idle"] < 80 and alice[b"inactive"] < 80
+    time.sleep(0.1)
+    r.execute_command("XREADGROUP", "GROUP", "mygroup", "Alice", "COUNT", 1, "STREAMS", "mystream", ">")
+    alice = consumers(r, "mystream", "mygroup")[0]
+    assert alice[b"idle"] < 80 and alice[b"inactive"] >= 100
+    # XCLAIM and XAUTOCLAIM make their consumer too, claiming nothing (7.2).
+    r.execute_command("XCLAIM", "mystream", "mygroup", "Bob", 0, "9-9")
+    r.execute_command("XAUTOCLAIM", "mystream", "mygroup", "Carol", 3600000, "0")
+    names = [c[b"name"] for c in consumers(r, "mystream", "mygroup")]
+    assert names == [b"Alice", b"Bob", b"Carol"]
+    assert all(c[b"inactive"] == -1 for c in consumers(r, "mystream", "mygroup")[1:])
+
+
+def test_xinfo_stream_full(server):
+    # XINFO STREAM key FULL [COUNT n] (t_stream.c xinfoReplyWithStreamInfo, 7.2's fields):
+    # groups and consumers by name, consumers with seen-time and active-time.
+    r = raw(server.port)
+    r.delete("fs")
+    for i in range(1, 13):
+        r.execute_command("XADD", "fs", f"{i}-0", "f", str(i))
+    r.execute_command("XGROUP", "CREATE", "fs", "zed", "0")
+    r.execute_command("XGROUP", "CREATE", "fs", "abe", "$")
+    r.execute_command("XREADGROUP", "GROUP", "zed", "bob", "COUNT", 3, "STREAMS", "fs", ">")
+    r.execute_command("XREADGROUP", "GROUP", "zed", "al", "COUNT", 1, "STREAMS", "fs", ">")
+    full = r.execute_command("XINFO", "STREAM", "fs", "FULL")
+    info = dict(zip(full[0::2], full[1::2]))
+    assert list(info) == [b"length", b"radix-tree-keys", b"radix-tree-nodes", b"last-generated-id",
+                          b"max-deleted-entry-id", b"entries-added", b"recorded-first-entry-id",
+                          b"entries", b"groups"]
+    assert info[b"length"] == 12 and len(info[b"entries"]) == 10  # COUNT 10 by default
+    assert [g[1] for g in info[b"groups"]] == [b"abe", b"zed"]
+    zed = dict(zip(info[b"groups"][1][0::2], info[b"groups"][1][1::2]))
+    assert zed[b"entries-read"] == 4 and zed[b"lag"] == 8 and zed[b"pel-count"] == 4
+    assert [p[0] for p in zed[b"pending"]] == [b"1-0", b"2-0", b"3-0", b"4-0"]
+    consumers_ = [dict(zip(c[0::2], c[1::2])) for c in zed[b"consumers"]]
+    assert [c[b"name"] for c in consumers_] == [b"al", b"bob"]
+    assert list(consumers_[0]) == [b"name", b"seen-time", b"active-time", b"pel-count", b"pending"]
+    assert consumers_[1][b"active-time"] > 0 and consumers_[1][b"pel-count"] == 3
+    short = r.execute_command("XINFO", "STREAM", "fs", "FULL", "COUNT", 2)
+    short = dict(zip(short[0::2], short[1::2]))
+    assert len(short[b"entries"]) == 2
+    assert len(dict(zip(short[b"groups"][1][0::2], short[b"groups"][1][1::2]))[b"pending"]) == 2
+    everything = dict(zip(*[iter(r.execute_command("XINFO", "STREAM", "fs", "FULL", "COUNT", 0))] * 2))
+    assert len(everything[b"entries"]) == 12
+    assert error_of(r, "XINFO", "STREAM", "fs", "FULL", "COUNT") == (
+        "unknown subcommand or wrong number of arguments for 'STREAM'. Try XINFO HELP.")
+    assert error_of(r, "XINFO", "STREAM", "fs", "FULL", "COUNT", "x") == (
+        "value is not an integer or out of range")
+
+
+def test_xadd_sequence_overflow(server):
+    # 7.2 refuses `ms-*` once that millisecond's sequence is used up (7.0 said "Elements are
+    # too large to be stored").
+    r = raw(server.port)
+    r.delete("ov")
+    r.execute_command("XADD", "ov", "1-18446744073709551615", "f", "v")
+    assert error_of(r, "XADD", "ov", "1-*", "f", "v") == (
+        "The ID specified in XADD is equal or smaller than the target stream top item")
+    assert r.execute_command("XADD", "ov", "2-*", "f", "v") == b"2-0"

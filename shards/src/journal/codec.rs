@@ -17,7 +17,10 @@ const LIST: u8 = 1;
 const HASH: u8 = 2;
 const SET: u8 = 3;
 const ZSET: u8 = 4;
+/// A stream as builds before Redis 7.2's consumer `active-time` wrote it (read only).
 const STREAM: u8 = 5;
+/// A stream whose consumers carry when they last read or claimed something.
+const STREAM_2: u8 = 6;
 
 pub fn put_entry(out: &mut Vec<u8>, entry: &Entry) {
     put_u64(out, entry.expire_at_ms);
@@ -66,7 +69,7 @@ pub fn put_value(out: &mut Vec<u8>, value: &Value) {
             }
         }
         Value::Stream(stream) => {
-            out.push(STREAM);
+            out.push(STREAM_2);
             put_stream(out, stream);
         }
     }
@@ -115,7 +118,8 @@ pub fn read_value(r: &mut Reader) -> Decoded<Value> {
             }
             Value::ZSet(Box::new(z))
         }
-        STREAM => Value::Stream(Box::new(read_stream(r)?)),
+        STREAM => Value::Stream(Box::new(read_stream(r, false)?)),
+        STREAM_2 => Value::Stream(Box::new(read_stream(r, true)?)),
         _ => return Err(DecodeError("unknown value type")),
     })
 }
@@ -158,13 +162,16 @@ fn put_stream(out: &mut Vec<u8>, stream: &Stream) {
         for (name, consumer) in &group.consumers {
             put_bytes(out, name);
             put_u64(out, consumer.seen_ms);
+            put_opt_u64(out, consumer.active_ms);
             put_u64(out, consumer.pending.len() as u64);
             consumer.pending.iter().for_each(|id| put_id(out, *id));
         }
     }
 }
 
-fn read_stream(r: &mut Reader) -> Decoded<Stream> {
+/// `active`: the consumers carry their `active_ms` (STREAM_2); an older record's consumers
+/// count as active when last seen, as Redis 7.2 loads a 7.0 stream.
+fn read_stream(r: &mut Reader, active: bool) -> Decoded<Stream> {
     let last_id = read_id(r)?;
     let entries_added = r.u64()?;
     let max_deleted_id = read_id(r)?;
@@ -203,8 +210,11 @@ fn read_stream(r: &mut Reader) -> Decoded<Stream> {
         let consumers = r.count()?;
         for _ in 0..consumers {
             let name: Bytes = r.bytes()?;
+            let seen_ms = r.u64()?;
+            let active_ms = if active { r.opt_u64()? } else { Some(seen_ms) };
             let mut consumer = Consumer {
-                seen_ms: r.u64()?,
+                seen_ms,
+                active_ms,
                 pending: Default::default(),
             };
             let ids = r.count()?;
