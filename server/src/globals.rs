@@ -16,6 +16,10 @@ pub struct Globals {
     pub config_changed: Mutex<Vec<String>>,
     /// The data directory, when `appendonly yes` (set once at start).
     pub store: std::sync::OnceLock<Arc<crate::persist::Store>>,
+    /// Snapshots without the journal, when `appendonly no` (set once at start).
+    pub dumps: std::sync::OnceLock<Arc<crate::persist::dump::Dumps>>,
+    /// SHUTDOWN NOSAVE: no snapshot at exit, save points or not.
+    pub exit_without_save: AtomicBool,
     pub shard_count: usize,
     pub requirepass: Mutex<Option<String>>,
     pub maxclients: AtomicUsize,
@@ -83,6 +87,8 @@ impl Globals {
     ) -> Self {
         Globals {
             store: std::sync::OnceLock::new(),
+            dumps: std::sync::OnceLock::new(),
+            exit_without_save: AtomicBool::new(false),
             watchdog: Arc::new(crate::watchdog::Watchdog::new(doorbells.clone())),
             doorbells,
             requirepass: Mutex::new(config.requirepass.clone()),

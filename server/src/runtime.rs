@@ -119,6 +119,9 @@ pub fn run(config: Config) -> Result<(), String> {
     if let Some(store) = store {
         let _ = globals.store.set(store);
     }
+    if let Some(dumps) = crate::persist::dump::open(&config, shard_count)? {
+        let _ = globals.dumps.set(dumps);
+    }
     let libraries = crate::commands::functions::load_saved(&globals)?;
     if libraries > 0 {
         tracing::info!(libraries, "function libraries loaded");
@@ -249,6 +252,20 @@ fn spawn_cron(cron_ctx: Rc<ShardCtx>) {
     .detach();
 }
 
+/// `appendonly no`: shard 0 starts a save when its housekeeping finds a save point reached
+/// (`ShardCore::save_point_due`), from a task, since a save waits for every shard.
+fn spawn_save_points(ctx: Rc<ShardCtx>) {
+    glommio::spawn_local(async move {
+        while !ctx.globals.shutting_down() {
+            glommio::timer::sleep(CRON_PERIOD).await;
+            if ctx.save_point_due.replace(false) {
+                crate::commands::persistence::save_point(ctx.clone()).await;
+            }
+        }
+    })
+    .detach();
+}
+
 /// Loads the shard's snapshot and journal (persistence on) and opens its journal; every
 /// envelope to a peer writes and syncs the journal first.
 fn recover_shard(ctx: &Rc<ShardCtx>, store: &Arc<crate::persist::Store>) -> Result<(), String> {
@@ -314,6 +331,20 @@ async fn shard_main(
     if let Some(store) = globals.store.get() {
         recover_shard(&ctx, store)?;
     }
+    if let Some(dumps) = globals.dumps.get() {
+        let started = std::time::Instant::now();
+        let loaded = dumps.load(id, &mut ctx.shard.borrow_mut())?;
+        if let Some(keys) = loaded {
+            let ms = started.elapsed().as_millis() as u64;
+            tracing::info!(shard = id, keys, ms, "snapshot loaded");
+            ctx.shard
+                .borrow_mut()
+                .finish_replay(crate::clock::unix_ms(), false);
+        }
+        if id == 0 {
+            spawn_save_points(ctx.clone());
+        }
+    }
     let beats = ctx.beats.clone();
     let listener = listeners.lock().expect("listeners")[id]
         .take()
@@ -347,6 +378,15 @@ async fn shard_main(
             }
             spawn_cron(ctx.clone());
             net::fallback::run(ctx.clone(), listener).await
+        }
+    }
+    // With `appendonly no` and save points, a clean exit saves, as Redis's does.
+    if let Some(dumps) = globals.dumps.get() {
+        if !globals
+            .exit_without_save
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            dumps.save_at_exit(id, &mut ctx.shard.borrow_mut(), ctx.dump_writes.get());
         }
     }
     // A clean exit leaves nothing unsynced, whatever the policy.

@@ -237,7 +237,7 @@ const PARTIAL: &[(&str, &str)] = &[
         "pfadd",
         "counts as Redis counts; a sketch is written dense (12 KB) from its first element, where Redis starts sparse; Redis's sparse sketches are read",
     ),
-    ("save", "compacts every shard's journal into a snapshot (the journal is on by default: docs/DURABILITY.md) and waits for it; the server keeps serving meanwhile"),
+    ("save", "with the journal on (the default: docs/DURABILITY.md) compacts every shard's journal into a snapshot and waits for it, the server serving meanwhile; with `appendonly no` writes a snapshot of every shard at one consistent cut (Redis's RDB), loaded at the next start, as do `save` points and SHUTDOWN [SAVE]"),
     ("bgsave", "as SAVE, without waiting; `SCHEDULE` is accepted"),
     ("bgrewriteaof", "as BGSAVE: a snapshot replaces the journal segments before it"),
     ("blmove", "a source and destination on different shards: the popped element is in neither list for one mesh round trip (Redis moves atomically), the source's other blocked clients waiting meanwhile; a destination of another type answers the blocked client WRONGTYPE and leaves the element for the next one, as Redis 7.2 does; a blocked client is answered at most one loop turn after its time-out"),

@@ -49,6 +49,8 @@ pub struct Shard {
     eviction_samples: usize,
     /// Clients under CLIENT NO-TOUCH: their commands (but TOUCH) leave access stamps alone.
     no_touch: std::collections::HashSet<u64>,
+    /// Write commands run here since the start (save points count changes with it).
+    writes: u64,
     /// The operations of this loop turn, encoded for the journal; `None` when nothing is
     /// journaled (`appendonly no`, and while a journal is replayed). See `durable`.
     pub(crate) journal: Option<Vec<u8>>,
@@ -95,6 +97,7 @@ impl Shard {
             memory_over: None,
             eviction_samples: 5,
             no_touch: std::collections::HashSet::new(),
+            writes: 0,
             journal: None,
             borrowed: std::collections::HashSet::new(),
             cross_tag: None,
@@ -313,6 +316,7 @@ impl Shard {
         let handler = spec.handler.expect("server commands never reach a shard");
         let write = spec.has(crate::table::flag::WRITE);
         if write {
+            self.writes += 1;
             if !self.watched.is_empty() {
                 self.touch_written(db, spec, args);
             }
@@ -690,6 +694,11 @@ impl Shard {
         let frame = self.execute(db, client, spec, args);
         self.all_keys_here = false;
         frame
+    }
+
+    /// Write commands run here since the start (Redis's `dirty`, for save points).
+    pub fn writes(&self) -> u64 {
+        self.writes
     }
 
     /// CLIENT NO-TOUCH for `client`, on this shard.

@@ -301,16 +301,32 @@ const NO_FORK_FIELDS: &str = "current_cow_peak:0\r\ncurrent_cow_size:0\r\ncurren
 
 fn persistence_section(g: &Globals, report: &ShardReport, out: &mut String) {
     let store = g.store.get();
+    let dumps = g.dumps.get();
     let write_ok = store.is_none_or(|s| s.misconf().is_none());
     let started_s = crate::globals::unix_ms() / 1000 - g.started.elapsed().as_secs();
-    let compacting = u8::from(store.is_some_and(|s| s.compacting()));
-    let lastsave = store.map_or(started_s, |s| s.lastsave_s.load(Ordering::Relaxed));
-    let snapshots = store.map_or(0, |s| s.snapshots_written.load(Ordering::Relaxed));
+    let compacting =
+        u8::from(store.is_some_and(|s| s.compacting()) || dumps.is_some_and(|d| d.in_progress()));
+    let lastsave = match (store, dumps) {
+        (Some(s), _) => s.lastsave_s.load(Ordering::Relaxed),
+        (None, Some(d)) => d.lastsave_s.load(Ordering::Relaxed),
+        (None, None) => started_s,
+    };
+    let snapshots = match (store, dumps) {
+        (Some(s), _) => s.snapshots_written.load(Ordering::Relaxed),
+        (None, Some(d)) => d.saves.load(Ordering::Relaxed),
+        (None, None) => 0,
+    };
+    // `appendonly no`: the writes since the last snapshot; else those journaled.
+    let changes = dumps.map_or(report.journal_records, |d| d.changes());
+    let bgsave_ok = if dumps.is_none_or(|d| d.last_ok()) {
+        "ok"
+    } else {
+        "err"
+    };
     let base = store.map_or(0, |s| s.snapshot_bytes());
     let _ = write!(
         out,
-        "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:{compacting}\r\nrdb_last_save_time:{lastsave}\r\nrdb_last_bgsave_status:ok\r\nrdb_saves:{snapshots}\r\naof_enabled:{}\r\naof_rewrite_in_progress:{compacting}\r\naof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:{snapshots}\r\naof_last_write_status:{}\r\naof_current_size:{}\r\naof_base_size:{base}\r\naof_buffer_length:{}\r\naof_fsync_policy:{}\r\naof_last_fsync_time:{}\r\naof_shard_files:{}\r\n{NO_FORK_FIELDS}",
-        report.journal_records,
+        "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:{changes}\r\nrdb_bgsave_in_progress:{compacting}\r\nrdb_last_save_time:{lastsave}\r\nrdb_last_bgsave_status:{bgsave_ok}\r\nrdb_saves:{snapshots}\r\naof_enabled:{}\r\naof_rewrite_in_progress:{compacting}\r\naof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:{snapshots}\r\naof_last_write_status:{}\r\naof_current_size:{}\r\naof_base_size:{base}\r\naof_buffer_length:{}\r\naof_fsync_policy:{}\r\naof_last_fsync_time:{}\r\naof_shard_files:{}\r\n{NO_FORK_FIELDS}",
         u8::from(store.is_some()),
         if write_ok { "ok" } else { "err" },
         base + report.journal_bytes,

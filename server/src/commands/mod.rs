@@ -296,9 +296,10 @@ fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
 /// SHUTDOWN SAVE compacts first (the journal alone would do: it is complete and synced at
 /// exit, but a user who asks for a save expects a fast restart).
 async fn save_before_shutdown(ctx: &ShardCtx, args: &[Bytes]) -> Result<(), Frame> {
+    let persisted = ctx.globals.store.get().is_some() || ctx.globals.dumps.get().is_some();
     let save = args[1..].iter().any(|a| is(a, "save"))
         && !args[1..].iter().any(|a| is(a, "nosave"))
-        && ctx.globals.store.get().is_some()
+        && persisted
         && !crate::lua::busy::any_busy(&ctx.globals.script_slots);
     if save && shutdown_args_valid(args) && persistence::save(ctx).await.is_error() {
         tracing::warn!("SHUTDOWN SAVE: the snapshot failed; not shutting down");
@@ -343,6 +344,12 @@ fn shutdown(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
         std::process::exit(0);
     }
     tracing::info!(client = conn.id, "SHUTDOWN requested by a client");
+    // NOSAVE: no snapshot at exit, even with save points (`appendonly no`).
+    if args[1..].iter().any(|a| is(a, "nosave")) {
+        ctx.globals
+            .exit_without_save
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
     ctx.globals.begin_shutdown();
     // Like Redis, a successful SHUTDOWN answers by closing the connection.
     conn.close_requested = true;
@@ -1063,6 +1070,9 @@ fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bool, String>
         },
         "save" => {
             let points = crate::persist::parse_save_points(&value)?;
+            if let Some(dumps) = g.dumps.get() {
+                *dumps.save_points.lock().expect("save points") = points.clone();
+            }
             if let Some(store) = g.store.get() {
                 *store.save_points.lock().expect("save points") = points;
             }

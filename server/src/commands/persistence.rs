@@ -1,7 +1,9 @@
-//! SAVE, BGSAVE, BGREWRITEAOF, LASTSAVE and WAITAOF. Every shard journals each write as it goes
-//! (`persist`), so a "save" here is a compaction: each shard starts a new journal segment
-//! and the compactor folds the old ones into a snapshot, while the shards keep serving.
-//! SAVE waits for every shard's; BGSAVE and BGREWRITEAOF only ask.
+//! SAVE, BGSAVE, BGREWRITEAOF, LASTSAVE and WAITAOF. With the journal on (`appendonly yes`)
+//! every shard journals each write as it goes (`persist`), so a "save" is a compaction:
+//! each shard starts a new journal segment and the compactor folds the old ones into a
+//! snapshot, while the shards keep serving. With it off, a save is a snapshot of each
+//! shard's state (`persist::dump`), as Redis's RDB. SAVE waits for every shard's; BGSAVE
+//! and BGREWRITEAOF only ask.
 
 use std::time::Duration;
 
@@ -22,7 +24,50 @@ fn store(ctx: &ShardCtx) -> Result<&std::sync::Arc<Store>, Frame> {
     })
 }
 
+/// `appendonly no`: takes a snapshot of every shard at one consistent cut (every shard held
+/// at once, as a cross-shard operation holds them), leaving the writes to the writer
+/// thread; returns the request to wait for with `Dumps::done`.
+pub async fn snapshot_all(ctx: &ShardCtx, dumps: &crate::persist::dump::Dumps) -> u64 {
+    let epoch = dumps.request();
+    let held = crate::routing::cross::Held::lock_shards(ctx, (0..ctx.shard_count).collect()).await;
+    for shard in 0..ctx.shard_count {
+        let request = crate::mesh::Request::Admin(crate::mesh::AdminRequest::Snapshot { epoch });
+        crate::routing::cross::on(&held, shard, request).await;
+    }
+    held.unlock().await;
+    epoch
+}
+
+/// A save point's save, started from shard 0's housekeeping (`ShardCore::save_point_due`).
+pub async fn save_point(ctx: std::rc::Rc<ShardCtx>) {
+    if let Some(dumps) = ctx.globals.dumps.get() {
+        tracing::info!("a save point was reached: saving");
+        let epoch = snapshot_all(&ctx, dumps).await;
+        while dumps.done(epoch).is_none() {
+            glommio::timer::sleep(SAVE_POLL).await;
+        }
+        dumps.unschedule();
+    }
+}
+
 pub async fn save(ctx: &ShardCtx) -> Frame {
+    if let Some(dumps) = ctx.globals.dumps.get() {
+        if dumps.in_progress() {
+            return Frame::static_error("ERR Background save already in progress");
+        }
+        let epoch = snapshot_all(ctx, dumps).await;
+        loop {
+            match dumps.done(epoch) {
+                Some(true) => return Frame::ok(),
+                Some(false) => {
+                    return Frame::static_error(
+                        "ERR a shard's snapshot failed (see the server log)",
+                    )
+                }
+                None => glommio::timer::sleep(SAVE_POLL).await,
+            }
+        }
+    }
     let store = match store(ctx) {
         Ok(store) => store,
         Err(e) => return e,
@@ -39,12 +84,24 @@ pub async fn save(ctx: &ShardCtx) -> Frame {
     }
 }
 
-pub fn bgsave(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+pub fn bgsave(ctx: &std::rc::Rc<ShardCtx>, args: &[Bytes]) -> Frame {
     let schedule = match &args[1..] {
         [] => false,
         [word] if is(word, "schedule") => true,
         _ => return Frame::static_error(SYNTAX),
     };
+    if let Some(dumps) = ctx.globals.dumps.get() {
+        let running = dumps.in_progress();
+        if running && !schedule {
+            return Frame::static_error("ERR Background save already in progress");
+        }
+        glommio::spawn_local(background_save(ctx.clone())).detach();
+        return Frame::Simple(if running {
+            "Background saving scheduled".into()
+        } else {
+            "Background saving started".into()
+        });
+    }
     let store = match store(ctx) {
         Ok(store) => store,
         Err(e) => return e,
@@ -75,9 +132,10 @@ pub fn bgrewriteaof(ctx: &ShardCtx) -> Frame {
 }
 
 pub fn lastsave(ctx: &ShardCtx) -> Frame {
-    let seconds = match ctx.globals.store.get() {
-        Some(store) => store.lastsave_s.load(std::sync::atomic::Ordering::Acquire),
-        None => crate::globals::unix_ms() / 1000 - ctx.globals.started.elapsed().as_secs(),
+    let seconds = match (ctx.globals.store.get(), ctx.globals.dumps.get()) {
+        (Some(store), _) => store.lastsave_s.load(std::sync::atomic::Ordering::Acquire),
+        (None, Some(dumps)) => dumps.lastsave_s.load(std::sync::atomic::Ordering::Acquire),
+        (None, None) => crate::globals::unix_ms() / 1000 - ctx.globals.started.elapsed().as_secs(),
     };
     Frame::Integer(seconds as i64)
 }
@@ -130,4 +188,11 @@ pub async fn waitaof(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
         ctx.sleep_until(deadline_ms).await;
     }
     Frame::Array(vec![Frame::Integer(i64::from(synced())), Frame::Integer(0)])
+}
+
+/// BGSAVE with `appendonly no`: the snapshot, in a task of its own.
+async fn background_save(ctx: std::rc::Rc<ShardCtx>) {
+    if let Some(dumps) = ctx.globals.dumps.get() {
+        snapshot_all(&ctx, dumps).await;
+    }
 }

@@ -276,6 +276,11 @@ pub enum AdminRequest {
         client: u64,
         on: bool,
     },
+    /// `appendonly no`: copy this shard's state for snapshot `epoch` (sent under a lock on
+    /// every shard: `commands::persistence`).
+    Snapshot {
+        epoch: u64,
+    },
 }
 
 /// What PUBSUB asks each shard.

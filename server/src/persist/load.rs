@@ -256,6 +256,26 @@ pub fn write_snapshot(
     shard: &mut Shard,
 ) -> Result<u64, String> {
     let path = files::snapshot(dir, id, count, gen);
+    write_framed(
+        dir,
+        &path,
+        &format!("{SNAPSHOT_MAGIC} {id} {count} {gen}"),
+        &mut |part| shard.export_snapshot(part),
+    )
+}
+
+/// What hands a snapshot's parts, one call each, to the sink it is given.
+pub type Exporter<'a> = dyn FnMut(&mut dyn FnMut(&[u8])) + 'a;
+
+/// Writes a snapshot file at `path` (in `dir`): the `header` record, every part `export`
+/// hands over, and the end record, into a temporary file, synced, renamed into place, and
+/// the directory synced. Returns its size.
+pub fn write_framed(
+    dir: &Path,
+    path: &Path,
+    header: &str,
+    export: &mut Exporter<'_>,
+) -> Result<u64, String> {
     let tmp = path.with_extension("snapshot.tmp");
     let shown = tmp.display().to_string();
     let file = File::create(&tmp).map_err(|e| format!("cannot create {shown}: {e}"))?;
@@ -271,12 +291,9 @@ pub fn write_snapshot(
             }
         }
     };
-    write(
-        format!("{SNAPSHOT_MAGIC} {id} {count} {gen}").as_bytes(),
-        &mut writer,
-    );
+    write(header.as_bytes(), &mut writer);
     let mut parts = 0u64;
-    shard.export_snapshot(&mut |part| {
+    export(&mut |part| {
         parts += 1;
         write(part, &mut writer);
     });
@@ -291,7 +308,12 @@ pub fn write_snapshot(
     file.sync_all()
         .map_err(|e| format!("cannot sync {shown}: {e}"))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    std::fs::rename(&tmp, &path).map_err(|e| format!("cannot rename {shown}: {e}"))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot rename {shown}: {e}"))?;
     files::sync_dir(dir).map_err(|e| format!("cannot sync {}: {e}", dir.display()))?;
     Ok(size)
+}
+
+/// A snapshot's header record (for [`write_framed`]): magic, shard, shard count, generation.
+pub fn snapshot_header(id: usize, count: usize, gen: u64) -> String {
+    format!("{SNAPSHOT_MAGIC} {id} {count} {gen}")
 }

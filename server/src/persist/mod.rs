@@ -15,6 +15,7 @@
 //! docs/DURABILITY.md has the formats and the promises.
 
 pub mod compact;
+pub mod dump;
 mod files;
 mod journal;
 mod load;

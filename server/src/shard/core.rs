@@ -66,6 +66,10 @@ pub struct ShardCore {
     /// This shard's journal file, when `appendonly yes` (`persist`).
     pub journal: RefCell<Option<crate::persist::Journal>>,
     last_compact_check_ms: Cell<u64>,
+    /// With `appendonly no`: the shard's write count when it last took a snapshot, and a
+    /// save point's save to start (by the cron, which can wait).
+    pub dump_writes: Cell<u64>,
+    pub save_point_due: Cell<bool>,
 }
 
 impl ShardCore {
@@ -107,6 +111,8 @@ impl ShardCore {
             deferred_pushes: RefCell::new(Vec::new()),
             journal: RefCell::new(None),
             last_compact_check_ms: Cell::new(0),
+            dump_writes: Cell::new(0),
+            save_point_due: Cell::new(false),
         }
     }
 
@@ -121,6 +127,13 @@ impl ShardCore {
         let mut journal = self.journal.borrow_mut();
         if let Some(journal) = journal.as_mut() {
             journal.maybe_compact(&mut self.shard.borrow_mut(), now_ms);
+        }
+        // `appendonly no`: a save point reached starts a save (from shard 0).
+        if let Some(dumps) = self.globals.dumps.get() {
+            let writes = self.shard.borrow().writes();
+            if dumps.note_changes(self.id, writes, self.dump_writes.get(), now_ms) {
+                self.save_point_due.set(true);
+            }
         }
     }
 

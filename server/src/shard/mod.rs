@@ -452,6 +452,18 @@ impl ShardCtx {
                 self.shard.borrow_mut().set_no_touch(client, on);
                 Response::Done
             }
+            AdminRequest::Snapshot { epoch } => {
+                self.take_snapshot(epoch);
+                Response::Done
+            }
+        }
+    }
+
+    /// `appendonly no`: copies this shard's state for snapshot `epoch`.
+    pub fn take_snapshot(&self, epoch: u64) {
+        if let Some(dumps) = self.globals.dumps.get() {
+            let writes = dumps.take(self.id, &mut self.shard.borrow_mut(), epoch);
+            self.dump_writes.set(writes);
         }
     }
 
