@@ -44,13 +44,14 @@ const BINDER: &str = "wetask_fcall_binder";
 
 /// FCALL / FCALL_RO's function, with Redis's checks in its order.
 pub fn check(ctx: &ShardCtx, ro: bool, args: &[Bytes]) -> Result<Checked, Frame> {
-    let name = String::from_utf8_lossy(&args[1]).into_owned();
-    let (no_writes, epoch) = {
+    let asked = String::from_utf8_lossy(&args[1]).into_owned();
+    // (Function names are case-insensitive: `name` is the one it was registered with.)
+    let (name, no_writes, epoch) = {
         let registry = ctx.globals.functions.lock().expect("functions");
-        let Some((_, info)) = registry.function(&name) else {
+        let Some((_, info)) = registry.function(&asked) else {
             return Err(Frame::static_error("ERR Function not found"));
         };
-        (info.no_writes(), registry.epoch)
+        (info.name.clone(), info.no_writes(), registry.epoch)
     };
     let numkeys = match parse_i64(&args[2]) {
         None => return Err(Frame::static_error("ERR Bad number of keys provided")),
@@ -117,7 +118,8 @@ fn register_in(
     code: &Bytes,
 ) -> mlua::Result<Vec<(String, Function)>> {
     let callbacks: library::Callbacks = Default::default();
-    let redis = library::install_registrar(lua, Default::default(), Some(callbacks.clone()))?;
+    let redis: mlua::Table = lua.globals().get("redis")?;
+    library::install_registrar(lua, &redis, Default::default(), Some(callbacks.clone()))?;
     let body = &code[code.iter().position(|&b| b == b'\n').unwrap_or(0)..];
     let ran = lua
         .load(body)
@@ -217,7 +219,12 @@ fn load(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
         }
     }
     let code = &args[args.len() - 1];
-    let library = library::load(code).map_err(Frame::error)?;
+    // Redis's order: the metadata, then whether the library exists, then its code.
+    let name = library::library_name(code).map_err(Frame::error)?;
+    if !replace && g.functions.lock().expect("functions").contains(&name) {
+        return Err(Frame::error(format!("ERR Library '{name}' already exists")));
+    }
+    let library = library::load(code, &g.config.announce_version).map_err(Frame::error)?;
     let name = library.name.clone();
     g.functions
         .lock()
@@ -334,7 +341,7 @@ pub fn dump(g: &Globals) -> Vec<u8> {
 }
 
 /// The libraries a FUNCTION DUMP payload holds, loaded and checked.
-fn parse_dump(payload: &[u8]) -> Result<Vec<Library>, Frame> {
+fn parse_dump(g: &Globals, payload: &[u8]) -> Result<Vec<Library>, Frame> {
     let body = wetask_shards::rdb::verified_body(payload).ok_or(Frame::static_error(
         "ERR DUMP payload version or checksum are wrong",
     ))?;
@@ -348,7 +355,7 @@ fn parse_dump(payload: &[u8]) -> Result<Vec<Library>, Frame> {
             Frame::static_error("ERR failed loading the given functions payload"),
         )?;
         at += 1 + used;
-        out.push(library::load(&code).map_err(Frame::error)?);
+        out.push(library::load(&code, &g.config.announce_version).map_err(Frame::error)?);
     }
     Ok(out)
 }
@@ -368,7 +375,7 @@ fn restore(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
                 "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
             )),
         };
-    let libraries = parse_dump(&args[2])?;
+    let libraries = parse_dump(g, &args[2])?;
     let mut registry = g.functions.lock().expect("functions");
     if policy == "append" {
         if let Some(l) = libraries
@@ -423,18 +430,49 @@ fn stats(g: &Globals) -> Frame {
     ])
 }
 
+/// FUNCTION HELP: Redis 7.2's text, line for line.
 fn help() -> Frame {
     let lines = [
         "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
         "LOAD [REPLACE] <FUNCTION CODE>",
+        "    Create a new library with the given library name and code.",
         "DELETE <LIBRARY NAME>",
+        "    Delete the given library.",
         "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
-        "FLUSH [ASYNC|SYNC]",
-        "DUMP",
-        "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
+        "    Return general information on all the libraries:",
+        "    * Library name",
+        "    * The engine used to run the Library",
+        "    * Library description",
+        "    * Functions list",
+        "    * Library code (if WITHCODE is given)",
+        "    It also possible to get only function that matches a pattern using LIBRARYNAME argument.",
         "STATS",
+        "    Return information about the current function running:",
+        "    * Function name",
+        "    * Command used to run the function",
+        "    * Duration in MS that the function is running",
+        "    If no function is running, return nil",
+        "    In addition, returns a list of available engines.",
         "KILL",
+        "    Kill the current running function.",
+        "FLUSH [ASYNC|SYNC]",
+        "    Delete all the libraries.",
+        "    When called without the optional mode argument, the behavior is determined by the",
+        "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+        "    * ASYNC: Asynchronously flush the libraries.",
+        "    * SYNC: Synchronously flush the libraries.",
+        "DUMP",
+        "    Return a serialized payload representing the current libraries, can be restored using FUNCTION RESTORE command",
+        "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
+        "    Restore the libraries represented by the given payload, it is possible to give a restore policy to",
+        "    control how to handle existing libraries (default APPEND):",
+        "    * FLUSH: delete all existing libraries.",
+        "    * APPEND: appends the restored libraries to the existing libraries. On collision, abort.",
+        "    * REPLACE: appends the restored libraries to the existing libraries, On collision, replace the old",
+        "      libraries with the new libraries (notice that even on this option there is a chance of failure",
+        "      in case of functions name collision with another library).",
         "HELP",
+        "    Print this help.",
     ];
     Frame::Array(
         lines
@@ -475,7 +513,7 @@ pub fn load_saved(g: &Globals) -> Result<usize, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    let libraries = parse_dump(&payload).map_err(|err| match err {
+    let libraries = parse_dump(g, &payload).map_err(|err| match err {
         Frame::Error(text) => format!("{}: {}", path.display(), String::from_utf8_lossy(&text)),
         other => format!("{}: {other:?}", path.display()),
     })?;

@@ -52,18 +52,6 @@ pub fn sha1_hex(body: &[u8]) -> String {
 /// a client when the rerun happens.
 const RETRY_WHOLE: &str = "ERR script needs every shard (it runs again holding them)";
 
-/// An error raised by `redis.call`, carried through Lua untouched.
-#[derive(Debug)]
-struct CallError(String, Option<u32>);
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for CallError {}
-
 /// This shard's Lua state, made on first use.
 pub fn lua(ctx: &Rc<ShardCtx>) -> mlua::Result<Lua> {
     // SCRIPT FLUSH (on any shard) bumps the epoch: this shard then drops its whole state,
@@ -118,61 +106,7 @@ fn redis_table(ctx: &Rc<ShardCtx>, lua: &Lua) -> mlua::Result<mlua::Table> {
             async move { redis_call(&ctx, &lua, args, true).await }
         })?,
     )?;
-    redis.set(
-        "error_reply",
-        lua.create_function(|lua, text: mlua::String| {
-            let table = lua.create_table()?;
-            table.set("err", text)?;
-            Ok(table)
-        })?,
-    )?;
-    redis.set(
-        "status_reply",
-        lua.create_function(|lua, text: mlua::String| {
-            let table = lua.create_table()?;
-            table.set("ok", text)?;
-            Ok(table)
-        })?,
-    )?;
-    redis.set(
-        "sha1hex",
-        lua.create_function(|_, text: mlua::String| Ok(sha1_hex(&text.as_bytes())))?,
-    )?;
-    redis.set(
-        "log",
-        lua.create_function(|_, (level, text): (i64, mlua::String)| {
-            tracing::info!(level, "script: {}", text.to_string_lossy());
-            Ok(())
-        })?,
-    )?;
-    // Replication knobs of older scripts: accepted, nothing to do.
-    redis.set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
-    redis.set("set_repl", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
-    redis.set(
-        "setresp",
-        lua.create_function(|_, version: i64| {
-            if version == 2 {
-                Ok(())
-            } else {
-                Err(mlua::Error::runtime(
-                    "RESP version must be 2 (WeTask scripts speak RESP2)",
-                ))
-            }
-        })?,
-    )?;
-    for (name, value) in [
-        ("LOG_DEBUG", 0),
-        ("LOG_VERBOSE", 1),
-        ("LOG_NOTICE", 2),
-        ("LOG_WARNING", 3),
-        ("REPL_NONE", 0),
-        ("REPL_AOF", 1),
-        ("REPL_SLAVE", 2),
-        ("REPL_REPLICA", 2),
-        ("REPL_ALL", 3),
-    ] {
-        redis.set(name, value)?;
-    }
+    crate::lua::redis_lib::install(lua, &redis, &ctx.globals.config.announce_version)?;
     Ok(redis)
 }
 
@@ -212,27 +146,12 @@ async fn redis_call(
         Err(text) => Frame::error(text),
     };
     match frame {
-        Frame::Error(text) if !protected => Err(mlua::Error::external(CallError(
+        Frame::Error(text) if !protected => Err(crate::lua::raise(
+            lua,
             String::from_utf8_lossy(&text).into_owned(),
-            calling_line(lua),
-        ))),
-        frame => frame_to_lua(lua, &frame, 0),
+        )),
+        frame => frame_to_lua(lua, &frame, 0, crate::lua::redis_lib::script_resp(lua)),
     }
-}
-
-/// The line of the script that called `redis.call`, as Redis's error suffix names it: the
-/// nearest frame of the user's chunk (none after a `return redis.call(…)`, a tail call
-/// here). Looked up only for a call that fails: the stack walk costs a `lua_getinfo` a frame.
-fn calling_line(lua: &Lua) -> Option<u32> {
-    (1..8).find_map(|level| {
-        let frame = lua.inspect_stack(level)?;
-        let user = frame
-            .source()
-            .source
-            .is_some_and(|s| s.starts_with("@user_"));
-        user.then(|| u32::try_from(frame.curr_line()).ok())
-            .flatten()
-    })
 }
 
 /// Runs one `redis.call`; an `Err` is the error reply's text.
@@ -546,18 +465,80 @@ fn mark_written(ctx: &ShardCtx) {
         .store(true, std::sync::atomic::Ordering::Release);
 }
 
-/// A reply as Lua sees it (Redis's RESP2-to-Lua rules).
-fn frame_to_lua(lua: &Lua, frame: &Frame, depth: usize) -> mlua::Result<Value> {
+/// A reply as Lua sees it: Redis's RESP2-to-Lua rules, or its RESP3 ones once the script
+/// called `redis.setresp(3)` (`resp`): null as nil, booleans as booleans, and maps, sets,
+/// doubles, big numbers and verbatim strings as tables named for their type.
+fn frame_to_lua(lua: &Lua, frame: &Frame, depth: usize, resp: u8) -> mlua::Result<Value> {
     if depth > NESTING_MAX {
         return Err(mlua::Error::runtime("reply nested too deeply"));
     }
     let list = |items: &mut dyn Iterator<Item = &Frame>| -> mlua::Result<Value> {
         let table = lua.create_table()?;
         for (i, item) in items.enumerate() {
-            table.raw_set(i + 1, frame_to_lua(lua, item, depth + 1)?)?;
+            table.raw_set(i + 1, frame_to_lua(lua, item, depth + 1, resp)?)?;
         }
         Ok(Value::Table(table))
     };
+    let pairs = |pairs: &[(Frame, Frame)]| -> mlua::Result<Value> {
+        let table = lua.create_table()?;
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            let pair = lua.create_table()?;
+            pair.raw_set(1, frame_to_lua(lua, k, depth + 1, resp)?)?;
+            pair.raw_set(2, frame_to_lua(lua, v, depth + 1, resp)?)?;
+            table.raw_set(i + 1, pair)?;
+        }
+        Ok(Value::Table(table))
+    };
+    let named = |name: &str, value: Value| -> mlua::Result<Value> {
+        let table = lua.create_table()?;
+        table.raw_set(name, value)?;
+        Ok(Value::Table(table))
+    };
+    if resp == 3 {
+        match frame {
+            Frame::Null | Frame::NullArray => return Ok(Value::Nil),
+            Frame::Boolean(b) => return Ok(Value::Boolean(*b)),
+            Frame::Double(d) => return named("double", Value::Number(*d)),
+            Frame::DoubleText(text) => {
+                let d = std::str::from_utf8(text)
+                    .ok()
+                    .and_then(|t| t.parse::<f64>().ok())
+                    .unwrap_or(0.0);
+                return named("double", Value::Number(d));
+            }
+            Frame::BigNumber(b) => {
+                return named("big_number", Value::String(lua.create_string(b)?))
+            }
+            Frame::Verbatim(format, text) => {
+                let inner = lua.create_table()?;
+                inner.raw_set("string", lua.create_string(text)?)?;
+                inner.raw_set("format", lua.create_string(format)?)?;
+                return named("verbatim_string", Value::Table(inner));
+            }
+            Frame::Map(items) | Frame::Keyed(items) => {
+                let map = lua.create_table()?;
+                for (k, v) in items {
+                    let key = frame_to_lua(lua, k, depth + 1, resp)?;
+                    if !matches!(key, Value::Nil) {
+                        map.raw_set(key, frame_to_lua(lua, v, depth + 1, resp)?)?;
+                    }
+                }
+                return named("map", Value::Table(map));
+            }
+            Frame::Set(items) => {
+                let set = lua.create_table()?;
+                for item in items {
+                    let member = frame_to_lua(lua, item, depth + 1, resp)?;
+                    if !matches!(member, Value::Nil) {
+                        set.raw_set(member, true)?;
+                    }
+                }
+                return named("set", Value::Table(set));
+            }
+            Frame::Pairs(items) => return pairs(items),
+            _ => {}
+        }
+    }
     Ok(match frame {
         Frame::Integer(n) => Value::Integer(*n),
         Frame::Bulk(b) | Frame::BigNumber(b) | Frame::DoubleText(b) | Frame::Verbatim(_, b) => {
@@ -566,65 +547,114 @@ fn frame_to_lua(lua: &Lua, frame: &Frame, depth: usize) -> mlua::Result<Value> {
         Frame::Double(d) => Value::String(lua.create_string(format_double(*d))?),
         Frame::Null | Frame::NullArray => Value::Boolean(false),
         Frame::Boolean(b) => Value::Integer(i64::from(*b)),
-        Frame::Simple(text) => {
-            let table = lua.create_table()?;
-            table.set("ok", lua.create_string(text)?)?;
-            Value::Table(table)
-        }
+        Frame::Simple(text) => named("ok", Value::String(lua.create_string(text)?))?,
         Frame::Error(text) | Frame::BulkError(text) => {
+            // Redis marks a command's error so that returning it does not count it twice.
             let table = lua.create_table()?;
-            table.set("err", lua.create_string(text)?)?;
+            table.raw_set("err", lua.create_string(text)?)?;
+            table.raw_set("ignore_error_stats_update", true)?;
             Value::Table(table)
         }
         Frame::Array(items) | Frame::Set(items) | Frame::Push(items) | Frame::Several(items) => {
             list(&mut items.iter())?
         }
-        Frame::Map(pairs) | Frame::Pairs(pairs) => {
-            list(&mut pairs.iter().flat_map(|(k, v)| [k, v]))?
+        Frame::Map(items) | Frame::Pairs(items) => {
+            list(&mut items.iter().flat_map(|(k, v)| [k, v]))?
         }
-        Frame::Keyed(pairs) => {
-            let table = lua.create_table()?;
-            for (i, (k, v)) in pairs.iter().enumerate() {
-                let pair = lua.create_table()?;
-                pair.raw_set(1, frame_to_lua(lua, k, depth + 1)?)?;
-                pair.raw_set(2, frame_to_lua(lua, v, depth + 1)?)?;
-                table.raw_set(i + 1, pair)?;
-            }
-            Value::Table(table)
-        }
+        Frame::Keyed(items) => pairs(items)?,
         Frame::Written => Value::Nil,
     })
 }
 
-/// A script's result as a reply (Redis's Lua-to-RESP rules).
-fn lua_to_frame(value: &Value, depth: usize) -> Frame {
+/// A status or error text as Redis replies it from a script: line breaks become spaces.
+fn one_line(text: &[u8]) -> Bytes {
+    text.iter()
+        .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
+        .collect()
+}
+
+/// A script's result as a reply (Redis's Lua-to-RESP rules): `{err=…}`, `{ok=…}`,
+/// `{double=…}`, `{big_number=…}`, `{verbatim_string={format=…, string=…}}`, `{map=…}`,
+/// `{set=…}`, else an array up to the first nil. Booleans follow the script's
+/// `redis.setresp` (`resp`): 1 and nil under 2, booleans under 3.
+fn lua_to_frame(value: &Value, depth: usize, resp: u8) -> Frame {
     if depth > NESTING_MAX {
         return Frame::static_error("ERR reached lua stack limit");
     }
     match value {
-        Value::Nil | Value::Boolean(false) => Frame::Null,
+        Value::Nil => Frame::Null,
+        Value::Boolean(b) if resp == 3 => Frame::Boolean(*b),
+        Value::Boolean(false) => Frame::Null,
         Value::Boolean(true) => Frame::Integer(1),
         Value::Integer(n) => Frame::Integer(*n),
         Value::Number(n) => Frame::Integer(*n as i64),
         Value::String(s) => Frame::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
-        Value::Table(table) => {
-            if let Ok(Value::String(err)) = table.raw_get::<Value>("err") {
-                return Frame::Error(Bytes::copy_from_slice(&err.as_bytes()));
-            }
-            if let Ok(Value::String(ok)) = table.raw_get::<Value>("ok") {
-                return Frame::Simple(Bytes::copy_from_slice(&ok.as_bytes()));
-            }
-            let mut items = Vec::new();
-            for i in 1.. {
-                match table.raw_get::<Value>(i) {
-                    Ok(Value::Nil) | Err(_) => break,
-                    Ok(item) => items.push(lua_to_frame(&item, depth + 1)),
-                }
-            }
-            Frame::Array(items)
-        }
+        Value::Table(table) => table_to_frame(table, depth, resp),
         _ => Frame::Null,
     }
+}
+
+fn table_to_frame(table: &mlua::Table, depth: usize, resp: u8) -> Frame {
+    let field = |name: &str| table.raw_get::<Value>(name).unwrap_or(Value::Nil);
+    if let Value::String(_) = field("err") {
+        // Redis reads the text through metamethods, as its error extraction does.
+        let text = match table.get::<Value>("err") {
+            Ok(Value::String(err)) => err.as_bytes().to_vec(),
+            _ => Vec::new(),
+        };
+        return Frame::Error(one_line(&text));
+    }
+    if let Value::String(ok) = field("ok") {
+        return Frame::Simple(one_line(&ok.as_bytes()));
+    }
+    match field("double") {
+        Value::Number(n) => return Frame::Double(n),
+        Value::Integer(n) => return Frame::Double(n as f64),
+        _ => {}
+    }
+    if let Value::String(big) = field("big_number") {
+        return Frame::BigNumber(one_line(&big.as_bytes()));
+    }
+    if let Value::Table(verbatim) = field("verbatim_string") {
+        if let (Ok(Value::String(format)), Ok(Value::String(text))) = (
+            verbatim.raw_get::<Value>("format"),
+            verbatim.raw_get::<Value>("string"),
+        ) {
+            let format = format.as_bytes();
+            let mut tag = *b"txt";
+            if format.len() == 3 {
+                tag.copy_from_slice(&format);
+            }
+            return Frame::Verbatim(tag, Bytes::copy_from_slice(&text.as_bytes()));
+        }
+    }
+    if let Value::Table(map) = field("map") {
+        let mut items = Vec::new();
+        for pair in map.pairs::<Value, Value>() {
+            let Ok((k, v)) = pair else { break };
+            items.push((
+                lua_to_frame(&k, depth + 1, resp),
+                lua_to_frame(&v, depth + 1, resp),
+            ));
+        }
+        return Frame::Map(items);
+    }
+    if let Value::Table(set) = field("set") {
+        let mut items = Vec::new();
+        for pair in set.pairs::<Value, Value>() {
+            let Ok((k, _)) = pair else { break };
+            items.push(lua_to_frame(&k, depth + 1, resp));
+        }
+        return Frame::Set(items);
+    }
+    let mut items = Vec::new();
+    for i in 1.. {
+        match table.raw_get::<Value>(i) {
+            Ok(Value::Nil) | Err(_) => break,
+            Ok(item) => items.push(lua_to_frame(&item, depth + 1, resp)),
+        }
+    }
+    Frame::Array(items)
 }
 
 /// The line a Lua error message points at (`user_script:LINE:`), for Redis's error suffix.
@@ -638,19 +668,31 @@ fn error_line(message: &str, chunk: &str) -> Option<u32> {
 }
 
 /// A script failure as Redis 7 words it.
-fn script_error(error: &mlua::Error, sha: &str, chunk: &str) -> Frame {
+fn script_error(
+    error: &mlua::Error,
+    sha: &str,
+    chunk: &str,
+    raised: Option<&crate::lua::sandbox::RaisedTable>,
+) -> Frame {
     let mut cause = error;
     while let mlua::Error::CallbackError { cause: inner, .. } = cause {
         cause = inner;
     }
     let (text, line) = match cause {
-        mlua::Error::ExternalError(e) => match e.downcast_ref::<CallError>() {
+        mlua::Error::ExternalError(e) => match e.downcast_ref::<crate::lua::ReplyError>() {
             Some(call) => (
                 call.0.clone(),
                 call.1.or_else(|| error_line(&error.to_string(), chunk)),
             ),
             None => (format!("ERR {e}"), None),
         },
+        mlua::Error::RuntimeError(message)
+            if raised.and_then(|t| t.reply_for(message)).is_some() =>
+        {
+            raised
+                .and_then(|t| t.reply_for(message))
+                .expect("matched above")
+        }
         mlua::Error::RuntimeError(message) => {
             let first = message.lines().next().unwrap_or_default();
             let line = error_line(first, chunk);
@@ -820,8 +862,11 @@ pub async fn eval_in(
         None => run_holding(ctx, &script, db, &new_run).await,
     };
     match result {
-        Ok(value) => lua_to_frame(&value, 0),
-        Err(error) => script_error(&error, &sha, chunk),
+        Ok(value) => lua_to_frame(&value, 0, crate::lua::redis_lib::script_resp(&lua)),
+        Err(error) => {
+            let raised = lua.remove_app_data::<crate::lua::sandbox::RaisedTable>();
+            script_error(&error, &sha, chunk, raised.as_ref())
+        }
     }
 }
 
@@ -985,6 +1030,8 @@ async fn run_script(
     keys: &[Bytes],
     argv: &[Bytes],
 ) -> mlua::Result<Value> {
+    lua.remove_app_data::<crate::lua::sandbox::RaisedTable>();
+    lua.set_app_data(crate::lua::redis_lib::ScriptResp(2));
     let globals = lua.globals();
     globals.raw_set("KEYS", crate::lua::string_table(lua, keys)?)?;
     globals.raw_set("ARGV", crate::lua::string_table(lua, argv)?)?;

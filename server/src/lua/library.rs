@@ -44,10 +44,13 @@ pub struct Library {
     pub functions: Vec<FunctionInfo>,
 }
 
-/// Every loaded library, and which library each function name belongs to.
+/// Every loaded library, and which library each function name belongs to. Function names
+/// are case-insensitive across libraries (FCALL myfunc finds MyFunc), as in Redis; library
+/// names are not.
 #[derive(Default)]
 pub struct Registry {
     libraries: BTreeMap<String, Library>,
+    /// Lower-cased function name -> its library.
     owners: HashMap<String, String>,
     /// Bumped on every change: shards rebuild their function tables when it moves.
     pub epoch: u64,
@@ -60,9 +63,19 @@ impl Registry {
 
     /// The function `name` and its library.
     pub fn function(&self, name: &str) -> Option<(&Library, &FunctionInfo)> {
-        let library = self.libraries.get(self.owners.get(name)?)?;
-        let function = library.functions.iter().find(|f| f.name == name)?;
+        let library = self
+            .libraries
+            .get(self.owners.get(&name.to_ascii_lowercase())?)?;
+        let function = library
+            .functions
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(name))?;
         Some((library, function))
+    }
+
+    /// Whether a library of this name is loaded.
+    pub fn contains(&self, library: &str) -> bool {
+        self.libraries.contains_key(library)
     }
 
     pub fn function_count(&self) -> usize {
@@ -75,7 +88,7 @@ impl Registry {
             return Err(format!("ERR Library '{}' already exists", library.name));
         }
         for function in &library.functions {
-            if let Some(owner) = self.owners.get(&function.name) {
+            if let Some(owner) = self.owners.get(&function.name.to_ascii_lowercase()) {
                 if *owner != library.name {
                     return Err(format!("ERR Function {} already exists", function.name));
                 }
@@ -87,7 +100,7 @@ impl Registry {
         self.remove(&library.name);
         for function in &library.functions {
             self.owners
-                .insert(function.name.clone(), library.name.clone());
+                .insert(function.name.to_ascii_lowercase(), library.name.clone());
         }
         self.libraries.insert(library.name.clone(), library);
         self.epoch += 1;
@@ -97,7 +110,7 @@ impl Registry {
     pub fn remove(&mut self, name: &str) -> Option<Library> {
         let library = self.libraries.remove(name)?;
         for function in &library.functions {
-            self.owners.remove(&function.name);
+            self.owners.remove(&function.name.to_ascii_lowercase());
         }
         self.epoch += 1;
         Some(library)
@@ -157,7 +170,7 @@ pub fn library_name(code: &[u8]) -> Result<String, String> {
 
 /// Loads `code` in a Lua state of its own and returns the library with the functions it
 /// registered, or the error FUNCTION LOAD answers.
-pub fn load(code: &Bytes) -> Result<Library, String> {
+pub fn load(code: &Bytes, announce_version: &str) -> Result<Library, String> {
     let name = library_name(code)?;
     let lua = Lua::new_with(
         StdLib::TABLE | StdLib::STRING | StdLib::MATH,
@@ -167,24 +180,28 @@ pub fn load(code: &Bytes) -> Result<Library, String> {
     lua.set_memory_limit(64 * 1024 * 1024)
         .map_err(|e| format!("ERR {e}"))?;
     let registered = std::rc::Rc::new(std::cell::RefCell::new(Vec::<FunctionInfo>::new()));
-    install_registrar(&lua, registered.clone(), None).map_err(|e| format!("ERR {e}"))?;
+    let env = load_environment(&lua, registered.clone(), announce_version)
+        .map_err(|e| format!("ERR {e}"))?;
+    let body = &code[code.iter().position(|&b| b == b'\n').unwrap_or(0)..];
+    let chunk = lua
+        .load(body)
+        .set_name("@user_function")
+        .set_mode(mlua::ChunkMode::Text)
+        .set_environment(env)
+        .into_function()
+        .map_err(|e| format!("ERR Error compiling function: {}", first_line(&e)))?;
     let started = std::time::Instant::now();
     lua.set_hook(
         mlua::HookTriggers::new().every_nth_instruction(10_000),
-        move |_, _| {
+        move |lua, _| {
             if started.elapsed().as_millis() as u64 > LOAD_TIMEOUT_MS {
-                Err(mlua::Error::runtime("ERR FUNCTION LOAD timeout"))
+                Err(super::raise(lua, "ERR FUNCTION LOAD timeout"))
             } else {
                 Ok(mlua::VmState::Continue)
             }
         },
     );
-    let body = &code[code.iter().position(|&b| b == b'\n').unwrap_or(0)..];
-    lua.load(body)
-        .set_name("@user_function")
-        .set_mode(mlua::ChunkMode::Text)
-        .exec()
-        .map_err(|e| load_error(&e))?;
+    chunk.call::<()>(()).map_err(|e| load_error(&e))?;
     let functions = registered.borrow().clone();
     if functions.is_empty() {
         return Err("ERR No functions registered".into());
@@ -196,11 +213,60 @@ pub fn load(code: &Bytes) -> Result<Library, String> {
     })
 }
 
-/// The first line of a Lua error, as FUNCTION LOAD reports it.
+/// What a library's code sees while it loads, as in Redis: a `redis` table with
+/// `register_function`, `log` and its levels and the version constants, and nothing else:
+/// any other global (`math`, `pairs`, `error` …) "does not exist", and none may be set.
+fn load_environment(
+    lua: &Lua,
+    registered: std::rc::Rc<std::cell::RefCell<Vec<FunctionInfo>>>,
+    announce_version: &str,
+) -> mlua::Result<mlua::Table> {
+    let redis = lua.create_table()?;
+    install_registrar(lua, &redis, registered, None)?;
+    super::redis_lib::install_log(lua, &redis)?;
+    super::redis_lib::install_version(&redis, announce_version)?;
+    let guards: mlua::Function = lua
+        .load(
+            r#"
+local redis, error, tostring = ...
+local function missing(_, k)
+    error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+end
+local function readonly() error("Attempt to modify a readonly table", 2) end
+setmetatable(redis, {__index = missing, __newindex = readonly, __metatable = false})
+return setmetatable({redis = redis}, {__index = missing, __newindex = readonly, __metatable = false})
+"#,
+        )
+        .set_name("=function_load")
+        .into_function()?;
+    let globals = lua.globals();
+    guards.call((
+        redis,
+        globals.get::<mlua::Function>("error")?,
+        globals.get::<mlua::Function>("tostring")?,
+    ))
+}
+
+fn first_line(error: &mlua::Error) -> String {
+    let text = error.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    first
+        .find("user_function:")
+        .map_or(first, |at| &first[at..])
+        .to_string()
+}
+
+/// A failure while a library's code runs, as FUNCTION LOAD reports it: "Error registering
+/// functions: " and the error's text ("ERR " and a Lua error's message, or an error reply).
 fn load_error(error: &mlua::Error) -> String {
     let mut cause = error;
     while let mlua::Error::CallbackError { cause: inner, .. } = cause {
         cause = inner;
+    }
+    if let mlua::Error::ExternalError(e) = cause {
+        if let Some(reply) = e.downcast_ref::<super::ReplyError>() {
+            return format!("ERR Error registering functions: {}", reply.0);
+        }
     }
     let text = cause.to_string();
     let first = text.lines().next().unwrap_or_default();
@@ -208,9 +274,6 @@ fn load_error(error: &mlua::Error) -> String {
     let detail = detail
         .find("user_function:")
         .map_or(detail, |at| &detail[at..]);
-    if detail.starts_with("ERR FUNCTION LOAD timeout") {
-        return detail.to_string();
-    }
     let detail = detail.strip_prefix("ERR ").unwrap_or(detail);
     format!("ERR Error registering functions: ERR {detail}")
 }
@@ -218,37 +281,14 @@ fn load_error(error: &mlua::Error) -> String {
 /// A place for registered callbacks: (function name, its Lua function).
 pub type Callbacks = std::rc::Rc<std::cell::RefCell<Vec<(String, mlua::Function)>>>;
 
-/// Sets `redis.register_function` (and the little else Redis offers while loading: log and
-/// its levels) on a `redis` table of `lua`'s globals. Registered names and flags go to
+/// Sets `redis.register_function` on `redis`. Registered names and flags go to
 /// `registered`; the callbacks to `callbacks` when given.
 pub fn install_registrar(
     lua: &Lua,
+    redis: &mlua::Table,
     registered: std::rc::Rc<std::cell::RefCell<Vec<FunctionInfo>>>,
     callbacks: Option<Callbacks>,
-) -> mlua::Result<mlua::Table> {
-    let redis = match lua.globals().get::<Value>("redis")? {
-        Value::Table(t) => t,
-        _ => {
-            let t = lua.create_table()?;
-            for (name, level) in [
-                ("LOG_DEBUG", 0),
-                ("LOG_VERBOSE", 1),
-                ("LOG_NOTICE", 2),
-                ("LOG_WARNING", 3),
-            ] {
-                t.set(name, level)?;
-            }
-            t.set("log", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
-            // Anything else (redis.call …) does not exist while a library loads, and says
-            // so as Redis does.
-            let guard: mlua::Table = lua
-                .load("return {__index = function(_, k) error(\"Script attempted to access nonexistent global variable '\" .. tostring(k) .. \"'\", 2) end}")
-                .eval()?;
-            t.set_metatable(Some(guard));
-            lua.globals().set("redis", t.clone())?;
-            t
-        }
-    };
+) -> mlua::Result<()> {
     let register = lua.create_function(move |_, args: mlua::MultiValue| {
         let (info, callback) = registration(args)?;
         let mut list = registered.borrow_mut();
@@ -263,8 +303,7 @@ pub fn install_registrar(
         list.push(info);
         Ok(())
     })?;
-    redis.raw_set("register_function", register)?;
-    Ok(redis)
+    redis.raw_set("register_function", register)
 }
 
 /// `redis.register_function(name, fn)` or `redis.register_function{function_name=…,
@@ -327,7 +366,8 @@ fn registration(args: mlua::MultiValue) -> mlua::Result<(FunctionInfo, mlua::Fun
         _ => return err("wrong number of arguments to redis.register_function"),
     };
     if !valid_name(&name) {
-        return err("Function names can only contain letters, numbers, or underscores(_) and must be at least one character long");
+        // (Redis 7.2's text says "Library" here too.)
+        return err("Library names can only contain letters, numbers, or underscores(_) and must be at least one character long");
     }
     Ok((
         FunctionInfo {
@@ -345,6 +385,10 @@ mod tests {
 
     fn code(text: &str) -> Bytes {
         Bytes::copy_from_slice(text.as_bytes())
+    }
+
+    fn load_code(code: &Bytes) -> Result<Library, String> {
+        load(code, "7.2.0")
     }
 
     #[test]
@@ -374,7 +418,7 @@ mod tests {
 
     #[test]
     fn loading_collects_functions_and_their_flags() {
-        let lib = load(&code(
+        let lib = load_code(&code(
             "#!lua name=lib\nredis.register_function('a', function() return 1 end)\nredis.register_function{function_name='b', callback=function() end, flags={'no-writes'}, description='B'}",
         ))
         .unwrap();
@@ -383,11 +427,11 @@ mod tests {
         assert!(lib.functions[1].no_writes());
         assert_eq!(lib.functions[1].description.as_deref(), Some("B"));
         assert_eq!(
-            load(&code("#!lua name=empty\nlocal x = 1")),
+            load_code(&code("#!lua name=empty\nlocal x = 1")),
             Err("ERR No functions registered".into())
         );
-        assert!(load(&code("#!lua name=bad\nredis.call('set','a','b')")).is_err());
-        assert!(load(&code("#!lua name=spin\nwhile true do end")).is_err());
+        assert!(load_code(&code("#!lua name=bad\nredis.call('set','a','b')")).is_err());
+        assert!(load_code(&code("#!lua name=spin\nwhile true do end")).is_err());
         let mut registry = Registry::default();
         registry.add(lib.clone(), false).unwrap();
         assert_eq!(

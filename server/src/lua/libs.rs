@@ -1,333 +1,361 @@
-//! The libraries Redis embeds in its Lua and that real scripts call: `cjson` (encode, decode,
-//! null) and `cmsgpack` (unpack, pack). BullMQ's scripts, for one, decode their options with
-//! `cmsgpack.unpack` and store job data with `cjson.encode`.
+//! The libraries Redis embeds in its Lua and that real scripts call: `cjson` (its own module,
+//! `cjson.rs`), `cmsgpack` (here: lua-cmsgpack 0.4.0's `pack`, `unpack`, `unpack_one`,
+//! `unpack_limit`), and `bit` and `struct` (`bitstruct.rs`). BullMQ's scripts, for one, decode
+//! their options with `cmsgpack.unpack` and store job data with `cjson.encode`.
 //!
-//! They follow lua-cjson and lua-cmsgpack where scripts can tell: an empty table encodes as
-//! `{}`, a table whose keys are exactly 1..n as an array, integers without a fraction, JSON
-//! `null` decodes to `cjson.null`; msgpack maps and arrays become tables, and several packed
-//! values unpack to several results.
+//! Each library function is written in Rust and answers `(true, results…)` or
+//! `(false, message)` ([`ok`], [`fail`]); [`install`] puts a small Lua wrapper around every
+//! one that returns the results or raises the message as a plain string error at the
+//! script's line, which is what the C libraries' `luaL_error` does. (An mlua error would
+//! reach the script as a userdata with a Rust backtrace, not the string scripts match on.)
 
-use mlua::{LightUserData, Lua, MultiValue, Table, Value};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 
-/// Deepest nesting either codec accepts (lua-cjson's default is 1000; ours is the reply
-/// nesting bound's order).
-const DEPTH_MAX: usize = 128;
+use super::cjson::{lua_number_text, type_name};
 
+/// What a library function answers: `(true, results…)` or `(false, message)`.
+pub type LibResult = mlua::Result<MultiValue>;
+
+/// A library function's results.
+pub fn ok(_lua: &Lua, values: Vec<Value>) -> LibResult {
+    let mut all = Vec::with_capacity(values.len() + 1);
+    all.push(Value::Boolean(true));
+    all.extend(values);
+    Ok(MultiValue::from_vec(all))
+}
+
+/// A library function's error, raised as a string at the script's line by the wrapper.
+pub fn fail(lua: &Lua, message: &str) -> LibResult {
+    Ok(MultiValue::from_vec(vec![
+        Value::Boolean(false),
+        Value::String(lua.create_string(message)?),
+    ]))
+}
+
+/// Wraps every function of a library table: results pass through, a failure is raised.
+/// `error`'s level 3 skips `finish` and the wrapper's tail call, reaching the caller.
+/// `cjson.new()` makes a fresh module, wrapped the same way.
+const WRAP: &str = r#"
+local error_, type_, pairs_ = error, type, pairs
+local function finish(okay, ...)
+    if okay then return ... end
+    error_((...), 3)
+end
+local function wrap(f)
+    return function(...) return finish(f(...)) end
+end
+local wrap_table
+wrap_table = function(t)
+    local out = {}
+    for k, v in pairs_(t) do
+        if type_(v) == 'function' then out[k] = wrap(v) else out[k] = v end
+    end
+    if t.new then
+        local new = t.new
+        out.new = function() local _, m = new() return wrap_table(m) end
+    end
+    return out
+end
+return function(libraries)
+    for name, t in pairs_(libraries) do rawset(_G, name, wrap_table(t)) end
+end
+"#;
+
+/// Installs `cjson`, `cmsgpack`, `bit` and `struct` as globals.
 pub fn install(lua: &Lua) -> mlua::Result<()> {
-    let cjson = lua.create_table()?;
-    cjson.set(
-        "null",
-        Value::LightUserData(LightUserData(std::ptr::null_mut())),
-    )?;
-    cjson.set(
-        "encode",
-        lua.create_function(|_, value: Value| {
-            let mut out = String::new();
-            encode_json(&value, &mut out, 0)?;
-            Ok(out)
-        })?,
-    )?;
-    cjson.set(
-        "decode",
-        lua.create_function(|lua, text: mlua::String| {
-            let parsed: serde_json::Value =
-                serde_json::from_slice(&text.as_bytes()).map_err(|e| {
-                    mlua::Error::runtime(format!("Expected value but found invalid token: {e}"))
-                })?;
-            json_to_lua(lua, &parsed, 0)
-        })?,
-    )?;
-    lua.globals().set("cjson", cjson)?;
+    let libraries = lua.create_table()?;
+    libraries.set("cjson", super::cjson::module(lua)?)?;
+    libraries.set("cmsgpack", cmsgpack(lua)?)?;
+    libraries.set("bit", super::bitstruct::bit(lua)?)?;
+    libraries.set("struct", super::bitstruct::structs(lua)?)?;
+    let install: Function = lua.load(WRAP).set_name("=libs").eval()?;
+    install.call::<()>(libraries)
+}
 
-    let cmsgpack = lua.create_table()?;
-    cmsgpack.set(
-        "unpack",
-        lua.create_function(|lua, data: mlua::String| {
-            let bytes = data.as_bytes();
-            let mut reader = Reader {
-                bytes: &bytes,
-                at: 0,
-            };
-            let mut values = Vec::new();
-            while reader.at < bytes.len() {
-                values.push(reader.value(lua, 0)?);
-            }
-            Ok(MultiValue::from_vec(values))
-        })?,
-    )?;
-    cmsgpack.set(
+/// lua-cmsgpack nests tables this deep; a deeper one packs as nil (it survives cycles so).
+const PACK_NESTING_MAX: usize = 16;
+/// Deepest nesting `unpack` accepts (lua-cmsgpack's bound is the C stack's).
+const UNPACK_DEPTH_MAX: usize = 1000;
+
+const MISSING_BYTES: &str = "Missing bytes in input.";
+const BAD_FORMAT: &str = "Bad data format in input.";
+
+/// The `cmsgpack` table.
+fn cmsgpack(lua: &Lua) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    t.set("_NAME", "cmsgpack")?;
+    t.set("_VERSION", "lua-cmsgpack 0.4.0")?;
+    t.set("_COPYRIGHT", "Copyright (C) 2012, Salvatore Sanfilippo")?;
+    t.set("_DESCRIPTION", "MessagePack C implementation for Lua")?;
+    t.set(
         "pack",
-        lua.create_function(|lua, values: MultiValue| {
+        lua.create_function(|lua, args: MultiValue| {
+            if args.is_empty() {
+                return fail(
+                    lua,
+                    "bad argument #0 to 'pack' (MessagePack pack needs input.)",
+                );
+            }
             let mut out = Vec::new();
-            for value in values.iter() {
+            for value in args.iter() {
                 pack(value, &mut out, 0)?;
             }
-            lua.create_string(&out)
+            ok(lua, vec![Value::String(lua.create_string(&out)?)])
         })?,
     )?;
-    lua.globals().set("cmsgpack", cmsgpack)?;
-    Ok(())
+    t.set(
+        "unpack",
+        lua.create_function(|lua, args: MultiValue| unpack_call(lua, &args, "unpack", 0, 0))?,
+    )?;
+    t.set(
+        "unpack_one",
+        lua.create_function(|lua, args: MultiValue| {
+            match integer_arg(&args, 1, "unpack_one", Some(0)) {
+                Ok(offset) => unpack_call(lua, &args, "unpack_one", 1, offset),
+                Err(e) => fail(lua, &e),
+            }
+        })?,
+    )?;
+    t.set(
+        "unpack_limit",
+        lua.create_function(|lua, args: MultiValue| {
+            let limit = integer_arg(&args, 1, "unpack_limit", None);
+            let offset = integer_arg(&args, 2, "unpack_limit", Some(0));
+            match (limit, offset) {
+                (Ok(limit), Ok(offset)) => unpack_call(lua, &args, "unpack_limit", limit, offset),
+                (Err(e), _) | (_, Err(e)) => fail(lua, &e),
+            }
+        })?,
+    )?;
+    Ok(t)
 }
 
-fn too_deep() -> mlua::Error {
-    mlua::Error::runtime("Cannot serialise, excessive nesting")
-}
-
-/// A table's length when its keys are exactly 1..n (an array); `None` otherwise.
-fn array_len(table: &Table) -> mlua::Result<Option<usize>> {
-    let mut count = 0usize;
-    let mut max = 0usize;
-    for pair in table.clone().pairs::<Value, Value>() {
-        let (key, _) = pair?;
-        match key {
-            Value::Integer(n) if n >= 1 => max = max.max(n as usize),
-            Value::Number(n) if n >= 1.0 && n.fract() == 0.0 => max = max.max(n as usize),
-            _ => return Ok(None),
-        }
-        count += 1;
-    }
-    Ok((count > 0 && count == max).then_some(count))
-}
-
-fn encode_number(n: f64, out: &mut String) -> mlua::Result<()> {
-    if !n.is_finite() {
-        return Err(mlua::Error::runtime(
-            "Cannot serialise number: must not be NaN or Inf",
-        ));
-    }
-    if n.fract() == 0.0 && n.abs() < 1e15 {
-        out.push_str(&(n as i64).to_string());
+/// `luaL_checkinteger` (`default` None) or `luaL_optinteger`: a number (or numeric string),
+/// truncated.
+fn integer_arg(
+    args: &MultiValue,
+    i: usize,
+    function: &str,
+    default: Option<i64>,
+) -> Result<i64, String> {
+    let value = args.get(i).unwrap_or(&Value::Nil);
+    let number = match value {
+        Value::Nil if default.is_some() => return Ok(default.unwrap_or(0)),
+        Value::Integer(n) => Some(*n as f64),
+        Value::Number(n) => Some(*n),
+        Value::String(s) => s.to_str().ok().and_then(|t| {
+            let t = t.trim();
+            super::cjson::strtod(t.as_bytes())
+                .filter(|(_, used)| *used == t.len())
+                .map(|(n, _)| n)
+        }),
+        _ => None,
+    };
+    let got = if i >= args.len() {
+        "no value"
     } else {
-        out.push_str(&format!("{n}"));
-    }
-    Ok(())
-}
-
-fn encode_json(value: &Value, out: &mut String, depth: usize) -> mlua::Result<()> {
-    if depth > DEPTH_MAX {
-        return Err(too_deep());
-    }
-    match value {
-        Value::Nil => out.push_str("null"),
-        Value::LightUserData(p) if p.0.is_null() => out.push_str("null"),
-        Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Integer(n) => out.push_str(&n.to_string()),
-        Value::Number(n) => encode_number(*n, out)?,
-        Value::String(s) => {
-            let text = s.to_string_lossy();
-            out.push_str(&serde_json::to_string(&text).expect("a string serialises"));
-        }
-        Value::Table(table) => match array_len(table)? {
-            Some(len) => {
-                out.push('[');
-                for i in 1..=len {
-                    if i > 1 {
-                        out.push(',');
-                    }
-                    encode_json(&table.raw_get::<Value>(i)?, out, depth + 1)?;
-                }
-                out.push(']');
-            }
-            None => {
-                out.push('{');
-                let mut first = true;
-                for pair in table.clone().pairs::<Value, Value>() {
-                    let (key, item) = pair?;
-                    let key = match key {
-                        Value::String(s) => s.to_string_lossy(),
-                        Value::Integer(n) => n.to_string(),
-                        Value::Number(n) => {
-                            let mut text = String::new();
-                            encode_number(n, &mut text)?;
-                            text
-                        }
-                        _ => {
-                            return Err(mlua::Error::runtime(
-                                "Cannot serialise table: table key must be a number or string",
-                            ))
-                        }
-                    };
-                    if !first {
-                        out.push(',');
-                    }
-                    first = false;
-                    out.push_str(&serde_json::to_string(&key).expect("a string serialises"));
-                    out.push(':');
-                    encode_json(&item, out, depth + 1)?;
-                }
-                out.push('}');
-            }
-        },
-        other => {
-            return Err(mlua::Error::runtime(format!(
-                "Cannot serialise {}: type not supported",
-                other.type_name()
-            )))
-        }
-    }
-    Ok(())
-}
-
-fn json_to_lua(lua: &Lua, value: &serde_json::Value, depth: usize) -> mlua::Result<Value> {
-    if depth > DEPTH_MAX {
-        return Err(mlua::Error::runtime(
-            "Found too many nested data structures",
-        ));
-    }
-    Ok(match value {
-        serde_json::Value::Null => Value::LightUserData(LightUserData(std::ptr::null_mut())),
-        serde_json::Value::Bool(b) => Value::Boolean(*b),
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(i) => Value::Integer(i),
-            None => Value::Number(n.as_f64().unwrap_or(0.0)),
-        },
-        serde_json::Value::String(s) => Value::String(lua.create_string(s)?),
-        serde_json::Value::Array(items) => {
-            let table = lua.create_table()?;
-            for (i, item) in items.iter().enumerate() {
-                table.raw_set(i + 1, json_to_lua(lua, item, depth + 1)?)?;
-            }
-            Value::Table(table)
-        }
-        serde_json::Value::Object(map) => {
-            let table = lua.create_table()?;
-            for (key, item) in map {
-                table.raw_set(key.as_str(), json_to_lua(lua, item, depth + 1)?)?;
-            }
-            Value::Table(table)
-        }
+        type_name(value)
+    };
+    number.map(|n| n as i64).ok_or_else(|| {
+        format!(
+            "bad argument #{} to '{function}' (number expected, got {got})",
+            i + 1
+        )
     })
 }
 
-/// A msgpack decoder over one string.
+/// lua-cmsgpack's `mp_unpack_full`: decodes up to `limit` values from `offset` (0 and 0:
+/// all of them, without the offset result); otherwise the next offset (-1 at the end)
+/// comes first.
+fn unpack_call(lua: &Lua, args: &MultiValue, function: &str, limit: i64, offset: i64) -> LibResult {
+    let bytes = match args.front() {
+        Some(Value::String(s)) => s.as_bytes().to_vec(),
+        Some(Value::Integer(n)) => lua_number_text(*n as f64).into_bytes(),
+        Some(Value::Number(n)) => lua_number_text(*n).into_bytes(),
+        other => {
+            let got = other.map_or("no value", type_name);
+            return fail(
+                lua,
+                &format!("bad argument #1 to '{function}' (string expected, got {got})"),
+            );
+        }
+    };
+    let len = bytes.len();
+    if offset < 0 || limit < 0 {
+        return fail(
+            lua,
+            &format!(
+                "Invalid request to unpack with offset of {} and limit of {}.",
+                offset as i32, len as i32
+            ),
+        );
+    }
+    if offset as u64 > len as u64 {
+        return fail(
+            lua,
+            &format!(
+                "Start offset {} greater than input length {}.",
+                offset as i32, len as i32
+            ),
+        );
+    }
+    let decode_all = limit == 0 && offset == 0;
+    let limit = if decode_all { i64::MAX } else { limit };
+    let mut reader = Reader {
+        bytes: &bytes,
+        at: offset as usize,
+    };
+    let mut values = Vec::new();
+    while reader.at < len && (values.len() as i64) < limit {
+        match reader.value(lua, 0)? {
+            Ok(value) => values.push(value),
+            Err(message) => return fail(lua, message),
+        }
+    }
+    if !decode_all {
+        let next = if reader.at == len {
+            -1
+        } else {
+            reader.at as i64
+        };
+        values.insert(0, Value::Number(next as f64));
+    }
+    ok(lua, values)
+}
+
+/// A decoding failure's message, or a Lua error (out of memory).
+type Decoded = mlua::Result<Result<Value, &'static str>>;
+
+/// A msgpack decoder over one string, as lua-cmsgpack's: no bin or ext types (they are
+/// "bad data format"), a uint 64 beyond i64 wraps negative, map keys may not be nil or NaN.
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
+/// Returns early with a decoding failure.
+macro_rules! need {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(message) => return Ok(Err(message)),
+        }
+    };
+}
+
 impl Reader<'_> {
-    fn take(&mut self, n: usize) -> mlua::Result<&[u8]> {
+    fn take(&mut self, n: usize) -> Result<&[u8], &'static str> {
         let end = self
             .at
             .checked_add(n)
             .filter(|&end| end <= self.bytes.len())
-            .ok_or_else(|| mlua::Error::runtime("Missing bytes in input."))?;
+            .ok_or(MISSING_BYTES)?;
         let slice = &self.bytes[self.at..end];
         self.at = end;
         Ok(slice)
     }
 
-    fn uint(&mut self, n: usize) -> mlua::Result<u64> {
+    fn uint(&mut self, n: usize) -> Result<u64, &'static str> {
         Ok(self
             .take(n)?
             .iter()
             .fold(0u64, |acc, &b| (acc << 8) | u64::from(b)))
     }
 
-    fn int(&mut self, n: usize) -> mlua::Result<i64> {
+    fn int(&mut self, n: usize) -> Result<i64, &'static str> {
         let raw = self.uint(n)?;
         let shift = 64 - 8 * n as u32;
         Ok(((raw << shift) as i64) >> shift)
     }
 
-    fn string(&mut self, lua: &Lua, len: usize) -> mlua::Result<Value> {
-        let bytes = self.take(len)?.to_vec();
-        Ok(Value::String(lua.create_string(&bytes)?))
+    fn string(&mut self, lua: &Lua, len: usize) -> Decoded {
+        let bytes = need!(self.take(len));
+        Ok(Ok(Value::String(lua.create_string(bytes)?)))
     }
 
-    fn array(&mut self, lua: &Lua, len: usize, depth: usize) -> mlua::Result<Value> {
+    fn array(&mut self, lua: &Lua, len: usize, depth: usize) -> Decoded {
         let table = lua.create_table()?;
         for i in 1..=len {
-            let item = self.value(lua, depth + 1)?;
+            let item = need!(self.value(lua, depth + 1)?);
             table.raw_set(i, item)?;
         }
-        Ok(Value::Table(table))
+        Ok(Ok(Value::Table(table)))
     }
 
-    fn map(&mut self, lua: &Lua, len: usize, depth: usize) -> mlua::Result<Value> {
+    fn map(&mut self, lua: &Lua, len: usize, depth: usize) -> Decoded {
         let table = lua.create_table()?;
         for _ in 0..len {
-            let key = self.value(lua, depth + 1)?;
-            let item = self.value(lua, depth + 1)?;
-            if !matches!(key, Value::Nil) {
-                table.raw_set(key, item)?;
+            let key = need!(self.value(lua, depth + 1)?);
+            let item = need!(self.value(lua, depth + 1)?);
+            match key {
+                Value::Nil => return Ok(Err("table index is nil")),
+                Value::Number(n) if n.is_nan() => return Ok(Err("table index is NaN")),
+                key => table.raw_set(key, item)?,
             }
         }
-        Ok(Value::Table(table))
+        Ok(Ok(Value::Table(table)))
+    }
+
+    fn number(n: f64) -> Decoded {
+        Ok(Ok(Value::Number(n)))
     }
 
     // Long: one arm per MessagePack type tag, as the format's table lists them.
-    fn value(&mut self, lua: &Lua, depth: usize) -> mlua::Result<Value> {
-        if depth > DEPTH_MAX {
-            return Err(mlua::Error::runtime("Too deep nesting in input."));
+    fn value(&mut self, lua: &Lua, depth: usize) -> Decoded {
+        if depth > UNPACK_DEPTH_MAX {
+            return Ok(Err("stack overflow (too many nested values in input)"));
         }
-        let tag = self.take(1)?[0];
-        Ok(match tag {
-            0x00..=0x7f => Value::Integer(i64::from(tag)),
-            0x80..=0x8f => return self.map(lua, usize::from(tag & 0x0f), depth),
-            0x90..=0x9f => return self.array(lua, usize::from(tag & 0x0f), depth),
-            0xa0..=0xbf => return self.string(lua, usize::from(tag & 0x1f)),
-            0xc0 => Value::Nil,
-            0xc2 => Value::Boolean(false),
-            0xc3 => Value::Boolean(true),
-            0xc4 | 0xd9 => {
-                let len = self.uint(1)? as usize;
-                return self.string(lua, len);
+        let tag = need!(self.take(1))[0];
+        match tag {
+            0x00..=0x7f => Self::number(f64::from(tag)),
+            0x80..=0x8f => self.map(lua, usize::from(tag & 0x0f), depth),
+            0x90..=0x9f => self.array(lua, usize::from(tag & 0x0f), depth),
+            0xa0..=0xbf => self.string(lua, usize::from(tag & 0x1f)),
+            0xc0 => Ok(Ok(Value::Nil)),
+            0xc2 => Ok(Ok(Value::Boolean(false))),
+            0xc3 => Ok(Ok(Value::Boolean(true))),
+            0xca => Self::number(f64::from(f32::from_bits(need!(self.uint(4)) as u32))),
+            0xcb => Self::number(f64::from_bits(need!(self.uint(8)))),
+            0xcc => Self::number(need!(self.uint(1)) as f64),
+            0xcd => Self::number(need!(self.uint(2)) as f64),
+            0xce => Self::number(need!(self.uint(4)) as f64),
+            0xcf => Self::number(need!(self.uint(8)) as i64 as f64),
+            0xd0 => Self::number(need!(self.int(1)) as f64),
+            0xd1 => Self::number(need!(self.int(2)) as f64),
+            0xd2 => Self::number(need!(self.int(4)) as f64),
+            0xd3 => Self::number(need!(self.int(8)) as f64),
+            0xd9 => {
+                let len = need!(self.uint(1)) as usize;
+                self.string(lua, len)
             }
-            0xc5 | 0xda => {
-                let len = self.uint(2)? as usize;
-                return self.string(lua, len);
+            0xda => {
+                let len = need!(self.uint(2)) as usize;
+                self.string(lua, len)
             }
-            0xc6 | 0xdb => {
-                let len = self.uint(4)? as usize;
-                return self.string(lua, len);
-            }
-            0xc7..=0xc9 => {
-                // ext 8/16/32: skipped (lua-cmsgpack has no type for them).
-                let len = self.uint(1 << (tag - 0xc7))? as usize;
-                self.take(1 + len)?;
-                Value::Nil
-            }
-            0xca => Value::Number(f64::from(f32::from_bits(self.uint(4)? as u32))),
-            0xcb => Value::Number(f64::from_bits(self.uint(8)?)),
-            0xcc => Value::Integer(self.uint(1)? as i64),
-            0xcd => Value::Integer(self.uint(2)? as i64),
-            0xce => Value::Integer(self.uint(4)? as i64),
-            0xcf => {
-                let n = self.uint(8)?;
-                match i64::try_from(n) {
-                    Ok(n) => Value::Integer(n),
-                    Err(_) => Value::Number(n as f64),
-                }
-            }
-            0xd0 => Value::Integer(self.int(1)?),
-            0xd1 => Value::Integer(self.int(2)?),
-            0xd2 => Value::Integer(self.int(4)?),
-            0xd3 => Value::Integer(self.int(8)?),
-            0xd4..=0xd8 => {
-                // fixext 1/2/4/8/16: skipped.
-                self.take(1 + (1 << (tag - 0xd4)))?;
-                Value::Nil
+            0xdb => {
+                let len = need!(self.uint(4)) as usize;
+                self.string(lua, len)
             }
             0xdc => {
-                let len = self.uint(2)? as usize;
-                return self.array(lua, len, depth);
+                let len = need!(self.uint(2)) as usize;
+                self.array(lua, len, depth)
             }
             0xdd => {
-                let len = self.uint(4)? as usize;
-                return self.array(lua, len, depth);
+                let len = need!(self.uint(4)) as usize;
+                self.array(lua, len, depth)
             }
             0xde => {
-                let len = self.uint(2)? as usize;
-                return self.map(lua, len, depth);
+                let len = need!(self.uint(2)) as usize;
+                self.map(lua, len, depth)
             }
             0xdf => {
-                let len = self.uint(4)? as usize;
-                return self.map(lua, len, depth);
+                let len = need!(self.uint(4)) as usize;
+                self.map(lua, len, depth)
             }
-            0xe0..=0xff => Value::Integer(i64::from(tag as i8)),
-            0xc1 => return Err(mlua::Error::runtime("Invalid msgpack type 0xc1.")),
-        })
+            0xe0..=0xff => Self::number(f64::from(tag as i8)),
+            // bin, ext and the unused 0xc1: lua-cmsgpack reads none of them.
+            _ => Ok(Err(BAD_FORMAT)),
+        }
     }
 }
 
@@ -380,35 +408,57 @@ fn pack_int(n: i64, out: &mut Vec<u8>) {
     }
 }
 
-fn pack(value: &Value, out: &mut Vec<u8>, depth: usize) -> mlua::Result<()> {
-    if depth > DEPTH_MAX {
-        return Err(too_deep());
+/// A number as lua-cmsgpack packs it: an integer when an i64 holds it exactly, else a
+/// float when an f32 does, else a double.
+fn pack_number(n: f64, out: &mut Vec<u8>) {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if (-TWO_63..TWO_63).contains(&n) && (n as i64) as f64 == n {
+        pack_int(n as i64, out);
+    } else if f64::from(n as f32) == n {
+        out.push(0xca);
+        out.extend((n as f32).to_bits().to_be_bytes());
+    } else {
+        out.push(0xcb);
+        out.extend(n.to_bits().to_be_bytes());
     }
+}
+
+/// Whether a table's keys are exactly 1..n (lua-cmsgpack's `table_is_an_array`: an empty
+/// table is one), and n.
+fn array_len(table: &Table) -> mlua::Result<Option<usize>> {
+    let mut count = 0usize;
+    let mut max = 0usize;
+    for pair in table.clone().pairs::<Value, Value>() {
+        let (key, _) = pair?;
+        let n = match key {
+            Value::Integer(n) => n as f64,
+            Value::Number(n) => n,
+            _ => return Ok(None),
+        };
+        if n <= 0.0 || n > f64::from(i32::MAX) || n.fract() != 0.0 {
+            return Ok(None);
+        }
+        max = max.max(n as usize);
+        count += 1;
+    }
+    Ok((count == max).then_some(count))
+}
+
+fn pack(value: &Value, out: &mut Vec<u8>, level: usize) -> mlua::Result<()> {
     match value {
-        Value::Nil => out.push(0xc0),
-        Value::LightUserData(p) if p.0.is_null() => out.push(0xc0),
-        Value::Boolean(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
-        Value::Integer(n) => pack_int(*n, out),
-        Value::Number(n) if n.fract() == 0.0 && n.abs() < 9.0e15 => pack_int(*n as i64, out),
-        // A float that survives as f32 is packed as one, as lua-cmsgpack does.
-        Value::Number(n) if f64::from(*n as f32) == *n => {
-            out.push(0xca);
-            out.extend((*n as f32).to_bits().to_be_bytes());
-        }
-        Value::Number(n) => {
-            out.push(0xcb);
-            out.extend(n.to_bits().to_be_bytes());
-        }
         Value::String(s) => {
             let bytes = s.as_bytes();
             pack_len(out, bytes.len(), Some((0xa0, 31)), [0xd9, 0xda, 0xdb]);
             out.extend_from_slice(&bytes);
         }
-        Value::Table(table) => match array_len(table)? {
+        Value::Boolean(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
+        Value::Integer(n) => pack_int(*n, out),
+        Value::Number(n) => pack_number(*n, out),
+        Value::Table(table) if level < PACK_NESTING_MAX => match array_len(table)? {
             Some(len) => {
                 pack_len(out, len, Some((0x90, 15)), [0, 0xdc, 0xdd]);
                 for i in 1..=len {
-                    pack(&table.raw_get::<Value>(i)?, out, depth + 1)?;
+                    pack(&table.raw_get::<Value>(i)?, out, level + 1)?;
                 }
             }
             None => {
@@ -418,17 +468,13 @@ fn pack(value: &Value, out: &mut Vec<u8>, depth: usize) -> mlua::Result<()> {
                     .collect::<mlua::Result<_>>()?;
                 pack_len(out, pairs.len(), Some((0x80, 15)), [0, 0xde, 0xdf]);
                 for (k, v) in &pairs {
-                    pack(k, out, depth + 1)?;
-                    pack(v, out, depth + 1)?;
+                    pack(k, out, level + 1)?;
+                    pack(v, out, level + 1)?;
                 }
             }
         },
-        other => {
-            return Err(mlua::Error::runtime(format!(
-                "cannot pack a {}",
-                other.type_name()
-            )))
-        }
+        // nil, functions, userdata (cjson.null too) and too-deep tables pack as nil.
+        _ => out.push(0xc0),
     }
     Ok(())
 }

@@ -5,11 +5,12 @@
 //! the parser). We keep the stock Lua 5.1 that mlua builds and get the same behaviour from
 //! the outside, once per Lua state, before any script runs ([`seal`]):
 //!
-//! - Every library table (`redis`, `string`, `table`, `math`, `cjson`, `cmsgpack`,
-//!   `coroutine`) is replaced by an empty proxy whose metatable reads through to the real
+//! - Every library table (`redis`, `string`, `table`, `math`, `cjson`, `cmsgpack`, `bit`,
+//!   `struct`, `coroutine`) is replaced by an empty proxy whose metatable reads through to the real
 //!   table and refuses writes; the metatable itself is hidden (`__metatable`), and the only
 //!   raw writers (`rawset`, `setmetatable`, `table.insert/remove/sort`) refuse a protected
-//!   table. `getmetatable('')` returns a read-only view of the string metatable.
+//!   table. `getmetatable('')` returns a read-only view of the string metatable. `pairs`,
+//!   `ipairs`, `next` and `rawget` read a proxy's real table, so scripts can walk them.
 //! - Scripts run with a read-only environment (`ENV`): reading a global that does not
 //!   exist is an error, as in Redis, and so is writing one. `setfenv` and `getfenv`, which
 //!   could reach the real globals, are removed (Redis 7 has neither).
@@ -19,27 +20,46 @@
 //!
 //! The real tables stay reachable only from this prelude's upvalues and from Rust.
 
-use mlua::{Lua, Table};
+use mlua::{Lua, Table, Value};
+
+use super::{calling_line, ReplyError};
 
 /// The prelude that seals a fresh state; it returns the scripts' environment.
 const PRELUDE: &str = r#"
+local error_text, note_table = ...
 local G = _G
 local rawset_, setmetatable_, getmetatable_, loadstring_, load_, setfenv_, error_, type_, tostring_ =
     rawset, setmetatable, getmetatable, loadstring, load, setfenv, error, type, tostring
 local protected = setmetatable_({}, {__mode = 'k'})
+-- Each proxy's real table (and ENV's: the globals), for the functions that walk a table.
+local REAL = setmetatable_({}, {__mode = 'k'})
 local READONLY = 'Attempt to modify a readonly table'
 local function readonly() error_(READONLY, 2) end
 local function guard(t) if protected[t] then error_(READONLY, 0) end end
 local function proxy(real)
     local p = setmetatable_({}, {__index = real, __newindex = readonly, __metatable = false})
     protected[p] = true
+    REAL[p] = real
     return p
 end
 local ENV = setmetatable_({}, {__index = G, __newindex = readonly, __metatable = false})
 protected[ENV] = true
+REAL[ENV] = G
 local function binary(s) return type_(s) == 'string' and s:byte(1) == 27 end
 
 G.rawset = function(t, k, v) guard(t) return rawset_(t, k, v) end
+-- pairs, ipairs, next and rawget see a proxy's real table, so scripts walk `redis`, `cjson`
+-- or `_G` as in Redis (whose read-only tables are the tables themselves).
+local pairs_, ipairs_, next_, rawget_ = pairs, ipairs, next, rawget
+G.next = function(t, k) return next_(REAL[t] or t, k) end
+local next__ = G.next
+G.pairs = function(t)
+    local real = REAL[t]
+    if real == nil then return pairs_(t) end
+    return next__, t, nil
+end
+G.ipairs = function(t) return ipairs_(REAL[t] or t) end
+G.rawget = function(t, k) return rawget_(REAL[t] or t, k) end
 G.setmetatable = function(t, mt) guard(t) return setmetatable_(t, mt) end
 for _, name in ipairs({'insert', 'remove', 'sort'}) do
     local f = table[name]
@@ -107,14 +127,40 @@ local function protected_call(f, ...)
     end
     return r
 end
+-- What a script's error handler sees, as in Redis: an error reply (a failed redis.call, a
+-- misused redis.* function) as Redis's error table, any other Rust error as its message.
+local function as_lua(e)
+    if type_(e) ~= 'userdata' then return e end
+    local text, reply = error_text(e)
+    if reply then return {err = text} end
+    return text
+end
+-- What pcall answers (Redis's own pcall): an error table's `err` text instead of the table.
+local function caught(e)
+    e = as_lua(e)
+    if type_(e) == 'table' then
+        local text = e.err
+        if type_(text) == 'string' or type_(text) == 'number' then return text end
+    end
+    return e
+end
 G.pcall = function(f, ...)
     local r = protected_call(f, ...)
-    return unpack_(r, 1, r.n)
+    if r[1] then return unpack_(r, 1, r.n) end
+    return false, caught(r[2])
 end
 G.xpcall = function(f, handler)
     local r = protected_call(f)
     if r[1] then return unpack_(r, 1, r.n) end
-    return false, handler(r[2])
+    return false, handler(as_lua(r[2]))
+end
+-- An error table raised by the script is noted (its reply text and line), so that when it
+-- ends the script the reply is the table's `err`, as Redis answers.
+G.error = function(e, level)
+    if type_(e) == 'table' then note_table(e) end
+    if type_(level) == 'number' and level > 0 then level = level + 1 end
+    if level == nil then level = 2 end
+    error_(e, level)
 end
 -- A coroutine the script resumes is paused by the hook too; the pause passes through this
 -- resume to its caller, never reaching the script.
@@ -138,7 +184,7 @@ coroutine.wrap = function(f)
 end
 local string_meta = getmetatable_('')
 string_meta.__metatable = proxy(string_meta)
-for _, name in ipairs({'redis', 'string', 'table', 'math', 'cjson', 'cmsgpack', 'coroutine'}) do
+for _, name in ipairs({'redis', 'string', 'table', 'math', 'cjson', 'cmsgpack', 'bit', 'struct', 'coroutine'}) do
     if G[name] ~= nil then rawset_(G, name, proxy(G[name])) end
 end
 rawset_(G, 'setfenv', nil)
@@ -159,5 +205,61 @@ return ENV, TRANSPARENT, PAUSED
 /// marks the threads it pauses in. Globals the server sets per
 /// run (`KEYS`, `ARGV`) go into the real globals table with `raw_set`.
 pub fn seal(lua: &Lua) -> mlua::Result<(Table, Table, Table)> {
-    lua.load(PRELUDE).set_name("=sandbox").eval()
+    let error_text = lua.create_function(|lua, error: Value| {
+        let Value::Error(error) = error else {
+            return Ok((error, false));
+        };
+        let mut cause: &mlua::Error = &error;
+        while let mlua::Error::CallbackError { cause: inner, .. } = cause {
+            cause = inner;
+        }
+        let (text, reply) = match cause {
+            mlua::Error::ExternalError(e) => match e.downcast_ref::<ReplyError>() {
+                Some(reply) => (reply.0.clone(), true),
+                None => (e.to_string(), false),
+            },
+            mlua::Error::RuntimeError(message) => (message.clone(), false),
+            other => (first_line(&other.to_string()).to_string(), false),
+        };
+        Ok((Value::String(lua.create_string(text)?), reply))
+    })?;
+    let note_table = lua.create_function(|lua, table: Table| {
+        let text = match table.get::<Value>("err")? {
+            Value::String(s) => Some(s.to_string_lossy()),
+            Value::Integer(n) => Some(n.to_string()),
+            Value::Number(n) => Some(super::cjson::lua_number_text(n)),
+            _ => None,
+        };
+        lua.set_app_data(RaisedTable {
+            address: table.to_pointer() as usize,
+            text,
+            line: calling_line(lua),
+        });
+        Ok(())
+    })?;
+    lua.load(PRELUDE)
+        .set_name("=sandbox")
+        .call((error_text, note_table))
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// The error table a script raised last (`error({err = …})`): its address (what mlua's
+/// error names it by), its `err` text and the script's line.
+pub struct RaisedTable {
+    address: usize,
+    text: Option<String>,
+    line: Option<u32>,
+}
+
+impl RaisedTable {
+    /// The reply text and line when `message` (a script's failure) is this table.
+    pub fn reply_for(&self, message: &str) -> Option<(String, Option<u32>)> {
+        let text = self.text.as_ref()?;
+        message
+            .contains(&format!("{:#x}", self.address))
+            .then(|| (text.clone(), self.line))
+    }
 }
