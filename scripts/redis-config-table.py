@@ -123,6 +123,15 @@ pub struct Param {
 """
 
 
+# Parameters Redis 7.2 added (src/config.c of 7.2; the debug-only ones left out).
+REDIS_72_PARAMS = [
+    ("cluster-announce-human-nodename", "", "Text", []),
+    ("locale-collate", "", "Text", []),
+    ("set-max-listpack-entries", "128", "Int", []),
+    ("set-max-listpack-value", "64", "Int", []),
+]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int)
@@ -153,6 +162,13 @@ def main():
     finally:
         if server:
             server.terminate()
+    if version.startswith("7.0."):
+        # WeTask announces 7.2: the parameters 7.2 added, as its config.c declares them.
+        rows = [(n, d, ("Enum", [*k[1], "nothing"]) if n == "loglevel" else k, a)
+                for n, d, k, a in rows]
+        rows += REDIS_72_PARAMS
+        rows.sort()
+        version = f"{version} and those Redis 7.2 added"
     out = sys.stdout
     out.write(
         f"//! Every configuration parameter of Redis {version}, with its default and how CONFIG SET\n"

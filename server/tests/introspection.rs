@@ -212,3 +212,30 @@ fn latency_histogram_counts_every_shards_calls() {
         }
     });
 }
+
+/// OBJECT ENCODING as Redis 7.2 reports lists and sets: a list is a listpack until its
+/// listpack would pass 8 KB (`list-max-listpack-size -2`), a set of strings a listpack up to
+/// 128 members of at most 64 bytes (an all-integer one an intset up to 512).
+#[test]
+fn lists_and_sets_report_redis_7_2_encodings() {
+    let server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    let encoding = |c: &mut Client, key: &str| c.cmd(&format!("OBJECT ENCODING {key}"));
+    c.cmd("RPUSH l a b c");
+    assert_eq!(encoding(&mut c, "l"), bulk("listpack"));
+    // 100 elements of 100 bytes: about 10 KB of listpack.
+    for _ in 0..100 {
+        c.cmd(&format!("RPUSH big {}", "x".repeat(100)));
+    }
+    assert_eq!(encoding(&mut c, "big"), bulk("quicklist"));
+    c.cmd("SADD ints 1 2 3");
+    assert_eq!(encoding(&mut c, "ints"), bulk("intset"));
+    c.cmd("SADD strs a 1");
+    assert_eq!(encoding(&mut c, "strs"), bulk("listpack"));
+    c.cmd(&format!("SADD long {}", "y".repeat(65)));
+    assert_eq!(encoding(&mut c, "long"), bulk("hashtable"));
+    for i in 0..129 {
+        c.cmd(&format!("SADD many m{i}"));
+    }
+    assert_eq!(encoding(&mut c, "many"), bulk("hashtable"));
+}

@@ -1,12 +1,14 @@
 //! What Redis reports about how a key is stored: OBJECT (ENCODING, REFCOUNT, IDLETIME, FREQ,
 //! HELP) and MEMORY (USAGE, DOCTOR, MALLOC-STATS, PURGE, HELP; STATS not yet). Tools and test suites read
-//! them, so the replies take Redis 7.0's shapes and texts.
+//! them, so the replies take Redis's shapes and texts.
 //!
 //! This store keeps every value in one representation per type, so the encoding reported is
-//! the one Redis 7.0 would pick for the value as it is now, with Redis's default thresholds
-//! (a string of an integer `int`, up to 44 bytes `embstr`, else `raw`; a list `quicklist`;
-//! a hash or sorted set of at most 128 entries of at most 64 bytes `listpack`, else
-//! `hashtable` / `skiplist`; a set of at most 512 integers `intset`, else `hashtable`).
+//! the one Redis 7.2 would pick for the value as it is now, with Redis's default thresholds
+//! (a string of an integer `int`, up to 44 bytes `embstr`, else `raw`; a list `listpack`
+//! while its listpack would fit 8 KB, else `quicklist`; a hash or sorted set of at most 128
+//! entries of at most 64 bytes `listpack`, else `hashtable` / `skiplist`; a set of at most
+//! 512 integers `intset`, else of at most 128 members of at most 64 bytes `listpack`, else
+//! `hashtable`).
 //! Redis also keeps a converted encoding after the value shrinks, and makes an APPENDed
 //! string `raw`; those histories are not kept here (docs/COMPATIBILITY.md). IDLETIME is the
 //! time since the last access when `maxmemory` eviction tracks it, else 0; MEMORY USAGE is an
@@ -30,6 +32,10 @@ const EMBSTR_MAX: usize = 44;
 const LISTPACK_ENTRIES_MAX: usize = 128;
 const LISTPACK_VALUE_MAX: usize = 64;
 const INTSET_ENTRIES_MAX: usize = 512;
+/// `list-max-listpack-size -2`: a list's listpack holds at most 8 KB.
+const LIST_LISTPACK_BYTES_MAX: usize = 8192;
+/// A listpack's header (total bytes, element count) and end byte.
+const LISTPACK_OVERHEAD: usize = 7;
 /// MEMORY USAGE's default sample of a collection's elements.
 const USAGE_SAMPLES: usize = 5;
 
@@ -114,12 +120,24 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
 }
 
-/// The encoding Redis 7.0 would report for `value` (see the module docs).
+/// The encoding Redis 7.2 would report for `value` (see the module docs).
 fn encoding(value: ValueRef<'_>) -> &'static str {
     match value {
         ValueRef::Inline(bytes) => string_encoding(bytes),
         ValueRef::Typed(Value::Str(bytes)) => string_encoding(bytes),
-        ValueRef::Typed(Value::List(_)) => "quicklist",
+        ValueRef::Typed(Value::List(list)) => {
+            let mut bytes = LISTPACK_OVERHEAD;
+            let small = list.len() < usize::from(u16::MAX)
+                && list.iter().all(|item| {
+                    bytes += crate::stream_nodes::string_element(item);
+                    bytes <= LIST_LISTPACK_BYTES_MAX
+                });
+            if small {
+                "listpack"
+            } else {
+                "quicklist"
+            }
+        }
         ValueRef::Typed(Value::Hash(hash)) => {
             let small = hash.len() <= LISTPACK_ENTRIES_MAX
                 && hash
@@ -134,8 +152,12 @@ fn encoding(value: ValueRef<'_>) -> &'static str {
         ValueRef::Typed(Value::Set(set)) => {
             let ints =
                 set.len() <= INTSET_ENTRIES_MAX && set.iter().all(|m| canonical_int(m).is_some());
+            let small = set.len() <= LISTPACK_ENTRIES_MAX
+                && set.iter().all(|m| m.len() <= LISTPACK_VALUE_MAX);
             if ints {
                 "intset"
+            } else if small {
+                "listpack"
             } else {
                 "hashtable"
             }

@@ -197,7 +197,7 @@ fn int_element(value: i64) -> usize {
 
 /// A string element's bytes: stored as an integer when it spells one exactly (listpack's
 /// `lpStringToInt64`), else a length header and the bytes.
-fn string_element(text: &[u8]) -> usize {
+pub(crate) fn string_element(text: &[u8]) -> usize {
     if let Some(value) = as_int(text) {
         return int_element(value);
     }

@@ -648,6 +648,14 @@ def reply_of(client, line):
     return reply
 
 
+# Where Redis 7.2 (which WeTask announces) answers otherwise than the 7.0 compared with: 7.2
+# keeps small lists and small sets of strings as listpacks.
+REDIS_72_REPLIES = {
+    ("introspection", "OBJECT ENCODING l"): b"listpack",
+    ("introspection", "OBJECT ENCODING ss"): b"listpack",
+}
+
+
 @pytest.mark.parametrize("protocol", [2, 3])
 @pytest.mark.parametrize("family", sorted(SCRIPTS))
 def test_replies_match_redis(server, real_redis, family, protocol):
@@ -660,6 +668,6 @@ def test_replies_match_redis(server, real_redis, family, protocol):
     theirs.flushall()
     ours.flushall()
     for line in SCRIPTS[family]:
-        expected = reply_of(theirs, line)
+        expected = REDIS_72_REPLIES.get((family, line), reply_of(theirs, line))
         got = reply_of(ours, line)
         assert got == expected, f"{family} (RESP{protocol}): {line}"

@@ -242,3 +242,101 @@ def test_xadd_sequence_overflow(server):
     assert error_of(r, "XADD", "ov", "1-*", "f", "v") == (
         "The ID specified in XADD is equal or smaller than the target stream top item")
     assert r.execute_command("XADD", "ov", "2-*", "f", "v") == b"2-0"
+
+
+def test_hello_that_fails_changes_nothing(server):
+    # Redis 7.2 (#11659): HELLO checks every option before any takes effect.
+    r = raw(server.port)
+    assert "Client names cannot contain spaces" in error_of(r, "HELLO", "3", "SETNAME", "bad name")
+    r.delete("hh")
+    r.hset("hh", "a", "1")
+    assert r.execute_command("HGETALL", "hh") == [b"a", b"1"], "still RESP2"
+    assert r.execute_command("CLIENT", "GETNAME") is None
+    with pytest.raises(redis.AuthenticationError):
+        r.execute_command("HELLO", "3", "AUTH", "bob", "x", "SETNAME", "n")
+    assert r.execute_command("HGETALL", "hh") == [b"a", b"1"]
+    assert r.execute_command("CLIENT", "GETNAME") is None
+    # Without requirepass the default user takes any password when named (nopass).
+    assert r.execute_command("AUTH", "default", "anything") == b"OK"
+    hello = r.execute_command("HELLO", "2", "AUTH", "default", "x", "SETNAME", "n")
+    assert b"proto" in hello
+    assert r.execute_command("CLIENT", "GETNAME") == b"n"
+
+
+def test_blocking_commands_in_scripts_behave_as_in_multi(server):
+    # Redis 7.2 (#11568): a blocking command in a script does not block, as in MULTI, and
+    # XREAD/XREADGROUP BLOCK are still refused there (unit/scripting.tcl "Blocking commands
+    # ignores the timeout", "Script block the time during execution").
+    r = raw(server.port)
+    r.delete("nol", "noz")
+    assert r.eval("return redis.call('blpop', 'nol', 0)", 0) is None
+    assert r.eval("return redis.call('brpoplpush', 'nol', 'dst', 0)", 0) is None
+    assert r.eval("return redis.call('blmpop', 0, 1, 'nol', 'left')", 0) is None
+    assert r.eval("return redis.call('bzpopmin', 'noz', 0)", 0) is None
+    assert r.eval("return redis.call('wait', 0, 0)", 0) == 0
+    r.rpush("nol", "a")
+    assert r.eval("return redis.call('blpop', 'nol', 0)", 0) == [b"nol", b"a"]
+    assert "xread command is not allowed with BLOCK option from scripts" in error_of(
+        r, "EVAL", "return redis.call('xread', 'block', 0, 'streams', 'nos', '$')", 0)
+
+
+def test_nan_replies_are_one_nan(server):
+    # Redis 7.2 (#11597): a NaN double is "nan" whatever its sign bit, as inf is "inf".
+    import socket
+
+    def command(sock, *args):
+        sock.sendall(b"*%d\r\n" % len(args)
+                     + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+
+    def reply(sock, ends):
+        data = b""
+        while not data.endswith(ends):
+            data += sock.recv(65536)
+        return data
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        for script in [b"return {double=0/0}", b"return {double=-(0/0)}"]:
+            command(sock, b"EVAL", script, b"0")
+            assert reply(sock, b"nan\r\n") == b"$3\r\nnan\r\n", script
+        command(sock, b"HELLO", b"3")
+        reply(sock, b"*0\r\n")
+        for script in [b"return {double=0/0}", b"return {double=-(0/0)}"]:
+            command(sock, b"EVAL", script, b"0")
+            assert reply(sock, b"nan\r\n") == b",nan\r\n", script
+
+
+def test_tracking_follows_the_keys_a_script_reads(server):
+    # Redis 7.2 (#11770): client-side tracking remembers the keys a script read, not the keys
+    # its caller declared. Eight keys, some on another shard than the connection whatever
+    # the layout, none existing when read.
+    import socket
+
+    keys = [f"read{i}".encode() for i in range(8)]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        def command(*args):
+            sock.sendall(b"*%d\r\n" % len(args)
+                         + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+
+        def until(ends):
+            data = b""
+            while not data.endswith(ends):
+                data += sock.recv(65536)
+            return data
+
+        command(b"HELLO", b"3")
+        until(b"*0\r\n")
+        command(b"CLIENT", b"TRACKING", b"on")
+        until(b"+OK\r\n")
+        other = redis.Redis(port=server.port)
+        other.delete("declared", *keys)
+        command(b"EVAL", b"for _, k in ipairs(ARGV) do redis.call('get', k) end",
+                b"1", b"declared", *keys)
+        until(b"_\r\n")
+        other.set("declared", "x")
+        invalidated = []
+        for key in keys:
+            other.set(key, "y")
+            push = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$%d\r\n%s\r\n" % (len(key), key)
+            assert until(b"\r\n" + key + b"\r\n") == push, key
+            invalidated.append(key)
+        assert invalidated == keys

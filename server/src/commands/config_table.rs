@@ -1,4 +1,4 @@
-//! Every configuration parameter of Redis 7.0.15, with its default and how CONFIG SET
+//! Every configuration parameter of Redis 7.0.15 and those Redis 7.2 added, with its default and how CONFIG SET
 //! checks a value, as `scripts/redis-config-table.py` read them from a running
 //! redis-server (generated: edit the script, not this file). `config_inert` serves
 //! the ones WeTask has no use for.
@@ -73,6 +73,7 @@ pub const PARAMS: &[Param] = &[
     Param { name: "cluster-allow-replica-migration", default: "yes", kind: Kind::Bool, aliases: &[] },
     Param { name: "cluster-announce-bus-port", default: "0", kind: Kind::Int, aliases: &[] },
     Param { name: "cluster-announce-hostname", default: "", kind: Kind::Text, aliases: &[] },
+    Param { name: "cluster-announce-human-nodename", default: "", kind: Kind::Text, aliases: &[] },
     Param { name: "cluster-announce-ip", default: "", kind: Kind::Text, aliases: &[] },
     Param { name: "cluster-announce-port", default: "0", kind: Kind::Int, aliases: &[] },
     Param { name: "cluster-announce-tls-port", default: "0", kind: Kind::Int, aliases: &[] },
@@ -122,8 +123,9 @@ pub const PARAMS: &[Param] = &[
     Param { name: "list-compress-depth", default: "0", kind: Kind::Int, aliases: &[] },
     Param { name: "list-max-listpack-size", default: "-2", kind: Kind::Int, aliases: &["list-max-ziplist-size"] },
     Param { name: "list-max-ziplist-size", default: "-2", kind: Kind::Int, aliases: &["list-max-listpack-size"] },
+    Param { name: "locale-collate", default: "", kind: Kind::Text, aliases: &[] },
     Param { name: "logfile", default: "", kind: Kind::Immutable, aliases: &[] },
-    Param { name: "loglevel", default: "notice", kind: Kind::Enum(&["debug", "verbose", "notice", "warning"]), aliases: &[] },
+    Param { name: "loglevel", default: "notice", kind: Kind::Enum(&["debug", "verbose", "notice", "warning", "nothing"]), aliases: &[] },
     Param { name: "lua-time-limit", default: "5000", kind: Kind::Int, aliases: &["busy-reply-threshold"] },
     Param { name: "masterauth", default: "", kind: Kind::Text, aliases: &[] },
     Param { name: "masteruser", default: "", kind: Kind::Text, aliases: &[] },
@@ -176,6 +178,8 @@ pub const PARAMS: &[Param] = &[
     Param { name: "save", default: "", kind: Kind::Text, aliases: &[] },
     Param { name: "server_cpulist", default: "", kind: Kind::Immutable, aliases: &[] },
     Param { name: "set-max-intset-entries", default: "512", kind: Kind::Int, aliases: &[] },
+    Param { name: "set-max-listpack-entries", default: "128", kind: Kind::Int, aliases: &[] },
+    Param { name: "set-max-listpack-value", default: "64", kind: Kind::Int, aliases: &[] },
     Param { name: "set-proc-title", default: "yes", kind: Kind::Immutable, aliases: &[] },
     Param { name: "shutdown-on-sigint", default: "default", kind: Kind::Enum(&["default", "save", "nosave", "now", "force"]), aliases: &[] },
     Param { name: "shutdown-on-sigterm", default: "default", kind: Kind::Enum(&["default", "save", "nosave", "now", "force"]), aliases: &[] },

@@ -179,21 +179,26 @@ fn pubsub_kind(name: &str) -> crate::clients::Kind {
     }
 }
 
-fn password_ok(ctx: &ShardCtx, user: &[u8], password: &[u8]) -> Result<bool, Frame> {
+/// Whether `password` opens `user` (None: AUTH's one-argument form, the default user). With
+/// no `requirepass` the default user takes any password when named (Redis's `nopass`), and
+/// the one-argument form is refused, as Redis refuses it.
+fn password_ok(ctx: &ShardCtx, user: Option<&[u8]>, password: &[u8]) -> Result<bool, Frame> {
     let required = ctx.globals.requirepass.lock().expect("requirepass").clone();
-    match required {
-        None if user == b"default" => Err(Frame::static_error(
+    match (required, user) {
+        (None, None) => Err(Frame::static_error(
             "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
         )),
-        None => Ok(false),
-        Some(expected) => Ok(user == b"default" && password == expected.as_bytes()),
+        (None, Some(user)) => Ok(user == b"default"),
+        (Some(expected), user) => {
+            Ok(user.unwrap_or(b"default") == b"default" && password == expected.as_bytes())
+        }
     }
 }
 
 fn auth(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
     let (user, password) = match args.len() {
-        2 => (&b"default"[..], &args[1]),
-        3 => (&args[1][..], &args[2]),
+        2 => (None, &args[1]),
+        3 => (Some(&args[1][..]), &args[2]),
         _ => return Frame::static_error(SYNTAX),
     };
     match password_ok(ctx, user, password) {
@@ -222,14 +227,13 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
         };
         i = 2;
     }
+    // Every option is checked before any takes effect (Redis 7.2): a HELLO that fails
+    // leaves the connection as it was.
     let mut name = None;
+    let mut credentials = None;
     while i < args.len() {
         if is(&args[i], "auth") && i + 2 < args.len() {
-            match password_ok(ctx, &args[i + 1], &args[i + 2]) {
-                Ok(true) => conn.authenticated = true,
-                Ok(false) => return Frame::static_error(WRONGPASS),
-                Err(err) => return err,
-            }
+            credentials = Some((&args[i + 1], &args[i + 2]));
             i += 3;
         } else if is(&args[i], "setname") && i + 1 < args.len() {
             if let Err(err) = valid_name(&args[i + 1]) {
@@ -244,11 +248,20 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
             ));
         }
     }
-    if !conn.authenticated {
+    let mut authenticated = conn.authenticated;
+    if let Some((user, password)) = credentials {
+        match password_ok(ctx, Some(user), password) {
+            Ok(true) => authenticated = true,
+            Ok(false) => return Frame::static_error(WRONGPASS),
+            Err(err) => return err,
+        }
+    }
+    if !authenticated {
         return Frame::static_error(
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
         );
     }
+    conn.authenticated = true;
     conn.protocol = protocol;
     if name.is_some() {
         conn.name = name;

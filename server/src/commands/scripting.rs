@@ -344,7 +344,31 @@ fn call_arguments(args: &MultiValue) -> Result<(&'static CommandSpec, Vec<Bytes>
     if spec.has(flag::NOSCRIPT) {
         return Err("ERR This Redis command is not allowed from script".into());
     }
+    if matches!(spec.name, "xread" | "xreadgroup") && stream_read_blocks(&argv) {
+        // Redis refuses it outright in scripts (elsewhere a blocking read in MULTI just
+        // does not block).
+        return Err(format!(
+            "ERR {} command is not allowed with BLOCK option from scripts",
+            String::from_utf8_lossy(&argv[0])
+        ));
+    }
     Ok((spec, argv))
+}
+
+/// Whether an XREAD or XREADGROUP names BLOCK among its options (before STREAMS).
+fn stream_read_blocks(argv: &[Bytes]) -> bool {
+    let mut i = 1;
+    while i < argv.len() {
+        let more = argv.len() - i - 1;
+        if is(&argv[i], "streams") {
+            return false;
+        }
+        if is(&argv[i], "block") && more > 0 {
+            return true;
+        }
+        i += if is(&argv[i], "group") { 3 } else if is(&argv[i], "count") { 2 } else { 1 };
+    }
+    false
 }
 
 /// The shards the running script holds.
