@@ -44,14 +44,6 @@ pub fn float_arg(bytes: &[u8]) -> Result<f64, Frame> {
     parse_f64(bytes).ok_or_else(|| Frame::static_error(NOT_FLOAT))
 }
 
-/// Formats a float as Redis's INCRBYFLOAT reply: shortest exact digits, no exponent.
-pub fn format_f64(value: f64) -> String {
-    if value.fract() == 0.0 && value.abs() < 1e17 {
-        return format!("{}", value as i64);
-    }
-    format!("{value}")
-}
-
 /// Case-insensitive comparison of an argument with an ASCII option name.
 pub fn is(arg: &[u8], option: &str) -> bool {
     arg.eq_ignore_ascii_case(option.as_bytes())
@@ -75,7 +67,5 @@ mod tests {
         assert_eq!(parse_f64(b"5.0e3"), Some(5000.0));
         assert_eq!(parse_f64(b" 1"), None);
         assert_eq!(parse_f64(b"nan"), None);
-        assert_eq!(format_f64(10.5 + 0.1), "10.6");
-        assert_eq!(format_f64(3.0e3), "3000");
     }
 }

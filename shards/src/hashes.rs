@@ -4,10 +4,11 @@
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
-use crate::args::{float_arg, format_f64, int_arg, parse_f64, parse_i64};
+use crate::args::{int_arg, parse_i64};
 use crate::ctx::Ctx;
 use crate::errors::*;
 use crate::keyspace::Hash;
+use crate::long_double::{self, LongDouble};
 use crate::typed::{self, parse_scan, random_index, scan_matches, scan_positions, scan_reply};
 
 fn owned(arg: &[u8]) -> Bytes {
@@ -168,10 +169,12 @@ pub fn hincrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     Frame::Integer(next)
 }
 
+/// HINCRBYFLOAT: in `long double`, as INCRBYFLOAT ([`crate::long_double`]).
 pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let by = match float_arg(&args[3]) {
-        Ok(by) => by,
-        Err(err) => return err,
+    let by = match long_double::parse(&args[3]) {
+        Some(by) if by.is_finite() => by,
+        Some(_) => return Frame::static_error("ERR value is NaN or Infinity"),
+        None => return Frame::static_error(NOT_FLOAT),
     };
     let now = ctx.now_ms;
     let hash = match typed::get_or_create::<Hash>(ctx.db(), &args[1], now) {
@@ -179,17 +182,17 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Err(err) => return err,
     };
     let current = match hash.get(&args[2][..]) {
-        None => 0.0,
-        Some(v) => match parse_f64(v) {
+        None => LongDouble::ZERO,
+        Some(v) => match long_double::parse(v) {
             Some(n) => n,
             None => return Frame::static_error("ERR hash value is not a float"),
         },
     };
-    let next = current + by;
-    if !next.is_finite() {
-        return Frame::static_error(NAN_OR_INFINITY);
-    }
-    let text = Bytes::from(format_f64(next));
+    let next = match current.plus(by) {
+        Some(next) if next.is_finite() => next,
+        _ => return Frame::static_error(NAN_OR_INFINITY),
+    };
+    let text = Bytes::from(next.human());
     hash.insert(owned(&args[2]), text.clone());
     Frame::Bulk(text)
 }

@@ -32,6 +32,7 @@ pub mod keys;
 pub mod keyspace;
 pub mod lcs;
 pub mod lists;
+pub mod long_double;
 pub mod node;
 pub mod notify;
 mod prefetch;

@@ -5,10 +5,11 @@
 use bytes::{Bytes, BytesMut};
 use wetask_protocol::Frame;
 
-use crate::args::{float_arg, format_f64, int_arg, is, parse_f64, parse_i64};
+use crate::args::{int_arg, is, parse_i64};
 use crate::ctx::Ctx;
 use crate::errors::*;
 use crate::keyspace::{Value, NO_EXPIRY};
+use crate::long_double::{self, LongDouble};
 use crate::node::ValueRef;
 
 /// Largest string a command may build (Redis's `proto-max-bulk-len` default).
@@ -415,24 +416,26 @@ pub fn decrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     }
 }
 
+/// INCRBYFLOAT: Redis adds in `long double` and writes 17 decimals, which
+/// [`crate::long_double`] reproduces (so 0.1 three times is "0.3", as in Redis).
 pub fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let delta = match float_arg(&args[2]) {
-        Ok(delta) => delta,
-        Err(err) => return err,
-    };
+    // Redis's order: the key's type, its value, then the increment.
     let current = match read_string(ctx, &args[1]) {
-        Ok(None) => 0.0,
-        Ok(Some(value)) => match parse_f64(&value) {
+        Ok(None) => LongDouble::ZERO,
+        Ok(Some(value)) => match long_double::parse(&value) {
             Some(n) => n,
             None => return Frame::static_error(NOT_FLOAT),
         },
         Err(err) => return err,
     };
-    let next = current + delta;
-    if !next.is_finite() {
-        return Frame::static_error(NAN_OR_INFINITY);
-    }
-    let text = Bytes::from(format_f64(next));
+    let Some(delta) = long_double::parse(&args[2]) else {
+        return Frame::static_error(NOT_FLOAT);
+    };
+    let next = match current.plus(delta) {
+        Some(next) if next.is_finite() => next,
+        _ => return Frame::static_error(NAN_OR_INFINITY),
+    };
+    let text = Bytes::from(next.human());
     store_keeping_ttl(ctx, &args[1], text.clone());
     Frame::Bulk(text)
 }

@@ -5,6 +5,7 @@ Each script runs on a fresh database in both servers, in RESP2 and in RESP3. Rep
 Redis itself returns in an unspecified order (SMEMBERS, SINTER …) are compared sorted.
 """
 
+import random
 import re
 import shutil
 import socket
@@ -671,3 +672,42 @@ def test_replies_match_redis(server, real_redis, family, protocol):
         expected = REDIS_72_REPLIES.get((family, line), reply_of(theirs, line))
         got = reply_of(ours, line)
         assert got == expected, f"{family} (RESP{protocol}): {line}"
+
+
+def test_float_increments_match_redis(server, real_redis):
+    """INCRBYFLOAT and HINCRBYFLOAT add in Redis's long double and print 17 decimals: random
+    chains of increments (short and long decimals, exponents, huge and tiny values) must give
+    the same text on both servers, error or not."""
+    rnd = random.Random(33)
+
+    def value():
+        kind = rnd.randrange(7)
+        if kind == 0:
+            return str(rnd.randrange(-1000, 1000))
+        if kind == 1:
+            return f"{rnd.uniform(-1, 1):.{rnd.randrange(1, 20)}f}"
+        if kind == 2:
+            return f"{rnd.uniform(-1e6, 1e6):.{rnd.randrange(0, 12)}e}"
+        if kind == 3:
+            return rnd.choice(["0.1", "0.2", "0.3", "1.1", "-0.1", "2.5", "1e-5", "3.14159"])
+        if kind == 4:
+            return f"{rnd.uniform(-1, 1) * 10 ** rnd.randrange(-30, 30):.17g}"
+        if kind == 5:
+            return rnd.choice(["1e308", "-1e308", "1e400", "5e-324", "1e-4940", "0x1p-3",
+                               "1.5e+10", ".5", "5.", "inf", "nan", " 1", "1e99999"])
+        return f"{rnd.random():.30f}"
+
+    def run(client, *args):
+        try:
+            return client.execute_command(*args)
+        except redis.ResponseError as e:
+            return "error: " + str(e)
+
+    theirs, ours = redis.Redis(port=real_redis), redis.Redis(port=server.port)
+    for _ in range(200):
+        for client in (theirs, ours):
+            client.delete("f", "h")
+        for _ in range(rnd.randrange(1, 6)):
+            v = value()
+            for args in (("INCRBYFLOAT", "f", v), ("HINCRBYFLOAT", "h", "x", v)):
+                assert run(ours, *args) == run(theirs, *args), args

@@ -366,7 +366,13 @@ fn stream_read_blocks(argv: &[Bytes]) -> bool {
         if is(&argv[i], "block") && more > 0 {
             return true;
         }
-        i += if is(&argv[i], "group") { 3 } else if is(&argv[i], "count") { 2 } else { 1 };
+        i += if is(&argv[i], "group") {
+            3
+        } else if is(&argv[i], "count") {
+            2
+        } else {
+            1
+        };
     }
     false
 }
