@@ -8,6 +8,7 @@ pub mod bitfield;
 pub mod bitmaps;
 pub mod blocked_ops;
 pub mod blocking;
+pub mod command_docs;
 pub mod command_info;
 pub mod compat;
 pub mod contain;

@@ -26,6 +26,16 @@ REDIS_72 = {
     # COMMAND GETKEYS of a command with no arguments (#10736 in 7.2's json).
     ("command|getkeys", "arity"): -3,
     ("command|getkeysandflags", "arity"): -3,
+    # "Update request / response policy hints for a few commands" (#12417).
+    ("client|setname", "tips"): ["request_policy:all_nodes", "response_policy:all_succeeded"],
+    ("config|resetstat", "tips"): ["request_policy:all_nodes", "response_policy:all_succeeded"],
+    ("config|rewrite", "tips"): ["request_policy:all_nodes", "response_policy:all_succeeded"],
+    ("latency|reset", "tips"): ["request_policy:all_nodes", "response_policy:agg_sum"],
+    ("msetnx", "tips"): [],
+    ("randomkey", "tips"): ["nondeterministic_output", "request_policy:all_shards",
+                            "response_policy:special"],
+    ("scan", "tips"): ["nondeterministic_output", "request_policy:special",
+                       "response_policy:special"],
 }
 # Subcommands Redis 7.2 added to containers, and those WeTask does not have.
 ADDED_72 = {"client|no-touch", "client|setinfo"}
@@ -43,6 +53,8 @@ def table(port):
                 "flags": sorted(f.decode() for f in item[2]),
                 "keys": (item[3], item[4], item[5]),
                 "categories": sorted(c.decode() for c in item[6]),
+                "tips": sorted(t.decode() for t in item[7]),
+                "key_specs": repr(item[8]),
                 "subcommands": sorted(s[0].decode() for s in item[9] or []),
             }
     return out
@@ -103,3 +115,68 @@ def test_command_subcommands_match_redis(server, real_redis, line):  # noqa: F81
         want = sorted(n for n in want if n.decode() not in theirs_only and b"cluster|" not in n)
         got = [n for n in got if n not in (b"client|no-touch", b"client|setinfo")]
     assert got == want, line
+
+
+# Commands whose COMMAND DOCS Redis 7.2 changed beyond the summaries (which 7.2 rewrote) and
+# the `display_text` it added to every argument: arguments renamed as unique ids (#11051),
+# SETNX, SETEX, PSETEX and QUIT deprecated, complexity texts, ZRANK's WITHSCORE history, and
+# the containers holding those.
+DOCS_72 = {
+    "bitcount", "bitfield", "bitfield_ro", "bitop", "bitpos", "flushall", "flushdb", "geoadd",
+    "geohash", "geopos", "georadius", "georadius_ro", "georadiusbymember",
+    "georadiusbymember_ro", "geosearch", "geosearchstore", "hello", "hmset", "hset", "lcs",
+    "mset", "msetnx", "pfmerge", "psubscribe", "shutdown", "sort", "sort_ro", "xadd",
+    "xclaim", "xreadgroup", "xsetid", "zadd", "zrange", "zrangebylex", "zrangebyscore",
+    "zrangestore", "zrank", "zrevrangebylex", "zrevrangebyscore", "zrevrank", "client",
+    "command", "config", "function", "script", "xgroup", "xinfo", "geodist", "hscan",
+    "punsubscribe", "sscan", "sunsubscribe", "unsubscribe", "xread", "zrandmember", "zscan",
+    "psetex", "quit", "setex", "setnx",
+}
+
+
+def docs(port):
+    client = redis.Redis(port=port, protocol=3)
+    client.response_callbacks.clear()
+    return {k.decode(): v for k, v in client.execute_command("COMMAND", "DOCS").items()}
+
+
+def without_7_2_texts(doc):
+    if isinstance(doc, dict):
+        return {k: without_7_2_texts(v) for k, v in doc.items()
+                if k not in (b"summary", b"display_text")}
+    if isinstance(doc, list):
+        return [without_7_2_texts(v) for v in doc]
+    return doc
+
+
+def test_command_docs_match_redis(server, real_redis):  # noqa: F811
+    theirs, ours = docs(real_redis), docs(server.port)
+    compared = 0
+    for name, doc in theirs.items():
+        if name not in ours or name in DOCS_72:
+            continue
+        compared += 1
+        assert without_7_2_texts(ours[name]) == without_7_2_texts(doc), name
+    assert compared >= 150, compared
+
+
+def test_command_docs_are_redis_7_2s(server):
+    # 7.2's src/commands/*.json: summaries, deprecations, history and argument display texts.
+    ours = docs(server.port)
+    assert ours["get"][b"summary"] == b"Returns the string value of a key."
+    assert list(ours["quit"][b"doc_flags"]) == [b"deprecated"]
+    assert ours["quit"][b"deprecated_since"] == b"7.2.0"
+    assert [b"7.2.0", b"Added the optional `WITHSCORE` argument."] in ours["zrank"][b"history"]
+    key = ours["get"][b"arguments"][0]
+    assert key == {b"name": b"key", b"type": b"key", b"display_text": b"key",
+                   b"key_spec_index": 0}
+    condition = ours["set"][b"arguments"][2]
+    assert condition[b"type"] == b"oneof" and b"display_text" not in condition
+    assert condition[b"arguments"][0][b"token"] == b"NX"
+    assert b"client|setinfo" in ours["client"][b"subcommands"]
+    one = redis.Redis(port=server.port, protocol=3)
+    one.response_callbacks.clear()
+    only = one.execute_command("COMMAND", "DOCS", "client|no-touch", "nosuch")
+    assert list(only) == [b"client|no-touch"]
+    task = one.execute_command("COMMAND", "DOCS", "task.submit")[b"task.submit"]
+    assert task[b"group"] and task[b"summary"]

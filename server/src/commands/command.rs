@@ -1,11 +1,12 @@
 //! COMMAND and its subcommands (COUNT, INFO, DOCS, LIST, GETKEYS, GETKEYSANDFLAGS, HELP):
-//! what the command table (`wetask_shards::table`) and `wetask_shards::command_info` say
-//! of every command, in Redis 7.2's shapes. A container command (CLIENT, OBJECT …) is
+//! what the command table (`wetask_shards::table`), `wetask_shards::command_info` and
+//! `wetask_shards::command_docs` say of every command, in Redis 7.2's shapes. A container command (CLIENT, OBJECT …) is
 //! listed as Redis lists it: no flags of its own, its subcommands inside.
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::args::is;
+use wetask_shards::command_docs::{self, Arg, BeginSearch, FindKeys, KeySpec};
 use wetask_shards::command_info::{self, Subcommand};
 use wetask_shards::errors::{unknown_subcommand, SYNTAX};
 use wetask_shards::table::{flag, CommandSpec};
@@ -85,7 +86,7 @@ fn flag_names(flags: u32) -> impl Iterator<Item = &'static str> {
 }
 
 /// COMMAND INFO's entry: name, arity, flags, first, last and step key, ACL categories,
-/// tips, key specifications (none listed), subcommands.
+/// tips, key specifications, subcommands.
 fn entry(
     name: &'static str,
     arity: i32,
@@ -93,7 +94,16 @@ fn entry(
     keys: (i32, i32, i32),
     categories: Vec<&'static str>,
     subcommands: Vec<Frame>,
+    write: bool,
 ) -> Frame {
+    let (tips, key_specs) = match command_docs::doc(name) {
+        Some(doc) => (
+            Frame::Set(doc.tips.iter().map(|t| text(t)).collect()),
+            Frame::Set(doc.key_specs.iter().map(key_spec).collect()),
+        ),
+        // WeTask's own commands: their key range as a key specification.
+        None => (Frame::Set(Vec::new()), legacy_key_spec(keys, write)),
+    };
     Frame::Array(vec![
         text(name),
         Frame::Integer(i64::from(arity)),
@@ -102,10 +112,112 @@ fn entry(
         Frame::Integer(i64::from(keys.1)),
         Frame::Integer(i64::from(keys.2)),
         simple_set(categories),
-        Frame::Set(Vec::new()),
-        Frame::Array(Vec::new()),
+        tips,
+        key_specs,
         Frame::Array(subcommands),
     ])
+}
+
+fn map(pairs: Vec<(&'static str, Frame)>) -> Frame {
+    Frame::Map(pairs.into_iter().map(|(k, v)| (text(k), v)).collect())
+}
+
+/// A key specification as COMMAND INFO gives it.
+fn key_spec(spec: &'static KeySpec) -> Frame {
+    let mut pairs = Vec::with_capacity(4);
+    if !spec.notes.is_empty() {
+        pairs.push(("notes", text(spec.notes)));
+    }
+    pairs.push(("flags", simple_set(spec.flags.iter().copied())));
+    let (kind, search) = match spec.begin_search {
+        BeginSearch::Index(pos) => ("index", vec![("index", Frame::Integer(pos))]),
+        BeginSearch::Keyword(keyword, startfrom) => (
+            "keyword",
+            vec![
+                ("keyword", text(keyword)),
+                ("startfrom", Frame::Integer(startfrom)),
+            ],
+        ),
+        BeginSearch::Unknown => ("unknown", Vec::new()),
+    };
+    pairs.push((
+        "begin_search",
+        map(vec![("type", text(kind)), ("spec", map(search))]),
+    ));
+    let (kind, find) = match spec.find_keys {
+        FindKeys::Range {
+            lastkey,
+            keystep,
+            limit,
+        } => (
+            "range",
+            vec![
+                ("lastkey", Frame::Integer(lastkey)),
+                ("keystep", Frame::Integer(keystep)),
+                ("limit", Frame::Integer(limit)),
+            ],
+        ),
+        FindKeys::Keynum {
+            keynumidx,
+            firstkey,
+            keystep,
+        } => (
+            "keynum",
+            vec![
+                ("keynumidx", Frame::Integer(keynumidx)),
+                ("firstkey", Frame::Integer(firstkey)),
+                ("keystep", Frame::Integer(keystep)),
+            ],
+        ),
+        FindKeys::Unknown => ("unknown", Vec::new()),
+    };
+    pairs.push((
+        "find_keys",
+        map(vec![("type", text(kind)), ("spec", map(find))]),
+    ));
+    map(pairs)
+}
+
+/// A command of WeTask's own: its first/last/step key range as Redis writes a legacy range
+/// key specification (a write command's keys read-write, a read's read-only).
+fn legacy_key_spec(keys: (i32, i32, i32), write: bool) -> Frame {
+    let (first, last, step) = keys;
+    if first <= 0 {
+        return Frame::Set(Vec::new());
+    }
+    let lastkey = if last < 0 { last } else { last - first };
+    let flags: &[&'static str] = if write {
+        &["RW", "access", "update"]
+    } else {
+        &["RO", "access"]
+    };
+    Frame::Set(vec![map(vec![
+        ("flags", simple_set(flags.iter().copied())),
+        (
+            "begin_search",
+            map(vec![
+                ("type", text("index")),
+                (
+                    "spec",
+                    map(vec![("index", Frame::Integer(i64::from(first)))]),
+                ),
+            ]),
+        ),
+        (
+            "find_keys",
+            map(vec![
+                ("type", text("range")),
+                (
+                    "spec",
+                    map(vec![
+                        ("lastkey", Frame::Integer(i64::from(lastkey))),
+                        ("keystep", Frame::Integer(i64::from(step))),
+                        ("limit", Frame::Integer(0)),
+                    ]),
+                ),
+            ]),
+        ),
+    ])])
 }
 
 pub fn info(spec: &'static CommandSpec) -> Frame {
@@ -126,6 +238,7 @@ pub fn info(spec: &'static CommandSpec) -> Frame {
             (0, 0, 0),
             command_info::categories(spec),
             subs,
+            false,
         );
     }
     let mut flags: Vec<&'static str> = flag_names(spec.flags).collect();
@@ -139,6 +252,7 @@ pub fn info(spec: &'static CommandSpec) -> Frame {
         (spec.first_key, spec.last_key, spec.step),
         command_info::categories(spec),
         Vec::new(),
+        spec.has(flag::WRITE),
     )
 }
 
@@ -150,25 +264,120 @@ fn sub_info(sub: &'static Subcommand) -> Frame {
         sub.keys,
         sub.categories.to_vec(),
         Vec::new(),
+        sub.flags & flag::WRITE != 0,
     )
 }
 
-/// COMMAND DOCS [name …]: summary, since and group of each (unknown names left out).
+/// COMMAND DOCS [name …]: each command's description as Redis 7.2 gives it, a container's
+/// subcommands inside it (unknown names left out; `container|name` names a subcommand).
 fn docs(args: &[Bytes]) -> Frame {
-    let pick: Vec<&'static CommandSpec> = if args.len() == 2 {
-        COMMANDS.iter().collect()
+    let found: Vec<Found> = if args.len() == 2 {
+        COMMANDS.iter().map(Found::Command).collect()
     } else {
-        args[2..].iter().filter_map(|name| lookup(name)).collect()
+        args[2..].iter().filter_map(|name| find(name)).collect()
     };
     Frame::Map(
-        pick.into_iter()
-            .map(|spec| {
-                let doc = Frame::Map(vec![
-                    (text("summary"), text(spec.summary)),
-                    (text("since"), text("1.0.0")),
-                    (text("group"), text(spec.group)),
-                ]);
-                (text(spec.name), doc)
+        found
+            .into_iter()
+            .map(|found| match found {
+                Found::Command(spec) => (text(spec.name), command_doc(spec)),
+                Found::Sub(sub) => (text(sub.name), doc_of(sub.name, None)),
+            })
+            .collect(),
+    )
+}
+
+fn command_doc(spec: &'static CommandSpec) -> Frame {
+    let subcommands = spec.has(flag::CONTAINER).then(|| {
+        Frame::Map(
+            command_info::subcommands_of(spec.name)
+                .map(|sub| (text(sub.name), doc_of(sub.name, None)))
+                .collect(),
+        )
+    });
+    match command_docs::doc(spec.name) {
+        Some(_) => doc_of(spec.name, subcommands),
+        // WeTask's own: what the table says.
+        None => map(vec![
+            ("summary", text(spec.summary)),
+            ("since", text(env!("CARGO_PKG_VERSION"))),
+            ("group", text(spec.group)),
+        ]),
+    }
+}
+
+/// Redis's COMMAND DOCS map for `name` (a command or `container|name`).
+fn doc_of(name: &'static str, subcommands: Option<Frame>) -> Frame {
+    let Some(doc) = command_docs::doc(name) else {
+        return map(Vec::new());
+    };
+    let mut pairs = Vec::with_capacity(10);
+    pairs.push(("summary", text(doc.summary)));
+    pairs.push(("since", text(doc.since)));
+    pairs.push(("group", text(doc.group)));
+    if !doc.complexity.is_empty() {
+        pairs.push(("complexity", text(doc.complexity)));
+    }
+    if !doc.doc_flags.is_empty() {
+        pairs.push(("doc_flags", simple_set(doc.doc_flags.iter().copied())));
+    }
+    if !doc.deprecated_since.is_empty() {
+        pairs.push(("deprecated_since", text(doc.deprecated_since)));
+    }
+    if !doc.replaced_by.is_empty() {
+        pairs.push(("replaced_by", text(doc.replaced_by)));
+    }
+    if !doc.history.is_empty() {
+        let history = doc
+            .history
+            .iter()
+            .map(|(version, change)| Frame::Array(vec![text(version), text(change)]))
+            .collect();
+        pairs.push(("history", Frame::Set(history)));
+    }
+    if !doc.arguments.is_empty() {
+        pairs.push(("arguments", arguments(doc.arguments)));
+    }
+    if let Some(subcommands) = subcommands {
+        pairs.push(("subcommands", subcommands));
+    }
+    map(pairs)
+}
+
+fn arguments(args: &'static [Arg]) -> Frame {
+    Frame::Array(
+        args.iter()
+            .map(|arg| {
+                let nested = matches!(arg.kind, "oneof" | "block");
+                let mut pairs = vec![("name", text(arg.name)), ("type", text(arg.kind))];
+                if !nested {
+                    let display = if arg.display.is_empty() {
+                        arg.name
+                    } else {
+                        arg.display
+                    };
+                    pairs.push(("display_text", text(display)));
+                }
+                if arg.key_spec_index >= 0 {
+                    pairs.push(("key_spec_index", Frame::Integer(arg.key_spec_index)));
+                }
+                for (field, value) in [
+                    ("token", arg.token),
+                    ("summary", arg.summary),
+                    ("since", arg.since),
+                    ("deprecated_since", arg.deprecated_since),
+                ] {
+                    if !value.is_empty() {
+                        pairs.push((field, text(value)));
+                    }
+                }
+                if !arg.flags.is_empty() {
+                    pairs.push(("flags", simple_set(arg.flags.iter().copied())));
+                }
+                if nested {
+                    pairs.push(("arguments", arguments(arg.arguments)));
+                }
+                map(pairs)
             })
             .collect(),
     )
