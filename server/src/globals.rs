@@ -26,6 +26,8 @@ pub struct Globals {
     pub connected_clients: AtomicUsize,
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
+    /// AUTH and HELLO … AUTH refused (INFO's `acl_access_denied_auth`).
+    pub auth_failures: AtomicU64,
     next_client_id: AtomicU64,
     shutdown: AtomicBool,
     /// Each shard's beats: the watchdog rouses a shard that has work but sleeps.
@@ -127,6 +129,7 @@ impl Globals {
             connected_clients: AtomicUsize::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
             next_client_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             started: Instant::now(),

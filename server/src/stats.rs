@@ -261,6 +261,9 @@ pub struct ShardReport {
     /// Clients with a blocking pop parked here (a client waiting on keys of several shards
     /// is on several shards' lists: INFO counts it once).
     pub blocked_clients: Vec<u64>,
+    /// Keys with blocked clients, and those of them also answered when the key goes away
+    /// (a key lives on one shard, so the shards' counts add up).
+    pub blocking_keys: (usize, usize),
     /// Channels and patterns with subscribers here (INFO counts each name once).
     pub pubsub_channels: Vec<bytes::Bytes>,
     pub pubsub_patterns: Vec<bytes::Bytes>,
@@ -348,6 +351,8 @@ impl ShardReport {
         self.mesh_messages += other.mesh_messages;
         self.tasks.add(&other.tasks);
         self.blocked_clients.extend(other.blocked_clients);
+        self.blocking_keys.0 += other.blocking_keys.0;
+        self.blocking_keys.1 += other.blocking_keys.1;
         self.blocked_clients.sort_unstable();
         self.blocked_clients.dedup();
         for (mine, theirs) in [

@@ -125,6 +125,19 @@ impl Blocked {
         }
     }
 
+    /// How many keys have blocked clients, and how many of those have one that is also
+    /// answered when the key goes away (XREADGROUP): INFO's `total_blocking_keys` and
+    /// `total_blocking_keys_on_nokey`.
+    pub fn key_counts(&self) -> (usize, usize) {
+        let mut on_nokey = 0;
+        for queue in self.keys.iter().flat_map(|db| db.values()) {
+            if queue.iter().any(|&(_, kind)| kind == WaitKind::Group) {
+                on_nokey += 1;
+            }
+        }
+        (self.waiting_keys, on_nokey)
+    }
+
     /// Takes `waiter` off `key`'s line.
     pub fn unwatch(&mut self, db: usize, key: &[u8], waiter: u64) {
         if self.waiting_keys == 0 {

@@ -211,7 +211,7 @@ const FAMILIES: &[(&str, &[&str])] = &[
 const PARTIAL: &[(&str, &str)] = &[
     (
         "object",
-        "ENCODING reports what Redis 7.0 would pick for the value as it is now, at Redis's default thresholds (int/embstr/raw, quicklist, listpack/hashtable, intset/hashtable, listpack/skiplist, stream): Redis also keeps a converted encoding after a value shrinks, and makes an APPENDed string raw; IDLETIME is kept only under an LRU `maxmemory-policy` (0 otherwise: Redis tracks it always); FREQ and REFCOUNT as Redis",
+        "ENCODING reports what Redis 7.2 would pick for the value as it is now, at Redis's default thresholds (int/embstr/raw, listpack/quicklist, listpack/hashtable, intset/listpack/hashtable, listpack/skiplist, stream): Redis also keeps a converted encoding after a value shrinks, and makes an APPENDed string raw; IDLETIME is kept only under an LRU `maxmemory-policy` (0 otherwise: Redis tracks it always); FREQ and REFCOUNT as Redis",
     ),
     (
         "swapdb",
@@ -248,11 +248,11 @@ const PARTIAL: &[(&str, &str)] = &[
     ("bzpopmin", "as BLPOP (a member handed back keeps its score)"),
     ("bzpopmax", "as BZPOPMIN"),
     ("bzmpop", "as BZPOPMIN"),
-    ("eval", "Lua 5.1 with the base, table, string and math libraries and the cjson and cmsgpack libraries Redis embeds (its struct and bit libraries are not there yet); scripts speak RESP2 only (`redis.setresp(3)` is refused); a script runs in Redis 7's sandbox and past `busy-reply-threshold` the shards it holds answer BUSY until SCRIPT KILL or SHUTDOWN NOSAVE, as in Redis (docs/SECURITY.md); a script may touch any key: one that reaches a key neither declared nor on a declared key's shard has its writes so far undone and runs again holding every shard (and does so from the start on later runs), so the client sees one run; only a run that had already done a task command or PUBLISH (which cannot be undone) fails that once. A script that declares no key, or any script under `--lua-whole-server`, locks every shard"),
+    ("eval", "Lua 5.1 with the base, table, string and math libraries and the cjson (lua-cjson 2.1.0), cmsgpack (lua-cmsgpack 0.4.0), struct and bit libraries Redis embeds, function by function with their error texts (tests/python/test_lua_libs.py compares each with a redis-server), and every `redis.*` helper, `redis.setresp(3)` included; `cjson.encode(-0.0)` gives `0` where Redis gives `-0` (mlua hands a Lua number that is a whole number over as an integer); the Lua debugger (SCRIPT DEBUG, `redis.breakpoint`, `redis.debug`) is not offered; a script runs in Redis 7's sandbox and past `busy-reply-threshold` the shards it holds answer BUSY until SCRIPT KILL or SHUTDOWN NOSAVE, as in Redis (docs/SECURITY.md); a script may touch any key: one that reaches a key neither declared nor on a declared key's shard has its writes so far undone and runs again holding every shard (and does so from the start on later runs), so the client sees one run; only a run that had already done a task command or PUBLISH (which cannot be undone) fails that once. A script that declares no key, or any script under `--lua-whole-server`, locks every shard"),
     ("evalsha", "as EVAL"),
     ("fcall", "as EVAL: atomic on any shard layout (a function that reaches an undeclared key on another shard is rerun holding every shard, its writes undone), with Redis's errors; each shard registers a changed library's functions the first time a call needs them"),
     ("fcall_ro", "as FCALL, refusing a function without the `no-writes` flag as Redis does"),
-    ("function", "LOAD, DELETE, FLUSH, LIST, DUMP, RESTORE, STATS, KILL and HELP with Redis 7's replies and errors; the libraries are kept in `functions.rdb` in the data directory (FUNCTION DUMP's format, rewritten on every change); LIST gives a library's functions in the order they were registered (Redis: its hash table's order); a library that loads runs with a 500 ms limit, as Redis's"),
+    ("function", "LOAD, DELETE, FLUSH, LIST, DUMP, RESTORE, STATS, KILL and HELP with Redis 7.2's replies and errors (a library's code sees only `redis.register_function`, `redis.log` and the version while it loads; function names are case-insensitive across libraries; compile errors named as Redis names them); the libraries are kept in `functions.rdb` in the data directory (FUNCTION DUMP's format, rewritten on every change); LIST gives a library's functions in the order they were registered (Redis: its hash table's order); a library that loads runs with a 500 ms limit, as Redis's"),
     ("eval_ro", "as EVAL"),
     ("evalsha_ro", "as EVAL"),
     ("script", "LOAD, EXISTS, FLUSH, KILL and HELP; DEBUG (the Lua debugger) is missing"),
@@ -266,19 +266,20 @@ const PARTIAL: &[(&str, &str)] = &[
     ("monitor", "every client command on every shard, in Redis's line format, a transaction as MULTI, its commands, EXEC; administrative commands are not shown and AUTH's and HELLO's passwords are redacted, as in Redis; the commands a script runs are not shown (Redis shows them as `[db lua]`), and a line is written as its command starts rather than as it ends"),
     ("waitaof", "numlocal 1 waits for the journal's fsync of every shard: at once under `appendfsync always`, the everysec syncer's next round (up to a second), never under `no` (as Redis); a client's own writes are not tracked, so it waits for everyone's so far; there are no replicas, so numreplicas > 0 waits out the time-out, as WAIT does"),
     ("wait", "a standalone server has no replicas: 0 at once for 0 replicas, else 0 at the time-out (never, for 0), as Redis without replicas answers; the time-out is kept to within 100 ms"),
+    ("incrbyfloat", "in Redis's `long double` (the x87 80-bit format, emulated exactly), printed with 17 decimals and the zeros cut, as Redis 7 on x86-64 answers: 0.1 three times is `0.3`"),
+    ("hincrbyfloat", "as INCRBYFLOAT"),
+    ("multi", "the server's own commands (CLIENT, CONFIG, INFO, COMMAND, FUNCTION, SCRIPT, SAVE, SLOWLOG, TASK.FETCH … all but PING, ECHO, SELECT, TIME, LOLWUT, WAIT, PUBLISH, SPUBLISH, PUBSUB and the scripts) are refused inside MULTI (\"Command not allowed inside a transaction\", and EXEC aborts), where Redis queues them; every command on keys queues"),
+    ("exec", "as MULTI"),
+    ("xreadgroup", "a blocked XREADGROUP is answered NOGROUP when its stream is deleted, renamed or its group destroyed, as Redis 7.2 answers; not when the stream expires (Redis answers then too)"),
     ("watch", "a key counts as changed by any write command naming it, even one that changed nothing; a key that expires is not counted as changed"),
 ];
 
 fn family_table(out: &mut String) {
     out.push_str(
-        "
-## Redis 7.0 families
-
-         Every Redis 7.0 command of the families real clients need, and where WeTask stands.
-
-         | family | command | status |
-|---|---|---|
-",
+        "\n## Redis 7.0 families\n\n\
+         Every Redis 7.0 command of the families real clients need, and where WeTask stands.\n\n\
+         | family | command | status |\n\
+         |---|---|---|\n",
     );
     for (family, names) in FAMILIES {
         for name in *names {
@@ -323,13 +324,14 @@ const NOTES: &str =
          shard, all under the shards' locks (taken in ascending order, each travelling with its\n  \
          part): atomic as a whole, as in Redis.\n\
          - `INFO` carries every field of Redis 7.0's default sections (compared with a\n  \
-         redis-server by `tests/python/test_info_compat.py`). Fields for what WeTask does not\n  \
-         do (replicas, forks, defragmentation, threaded I/O) report what Redis\n  \
-         reports without it. `used_memory` is the allocator's count; `keyspace_hits` and\n  \
+         redis-server by `tests/python/test_info_compat.py`) and those 7.2 added (`listener0`,\n  \
+         `total_blocking_keys[_on_nokey]`, `eventloop_*`, `acl_access_denied_*`). Fields for\n  \
+         what WeTask does not do or measure (replicas, forks, defragmentation, threaded I/O,\n  \
+         ACL rules, the event loop's durations) report what Redis reports without it. `used_memory` is the allocator's count; `keyspace_hits` and\n  \
          `keyspace_misses` count the key lookups of read commands; there is no `# Errorstats`\n  \
          section (`total_error_replies` is kept); `INFO commandstats` reports calls, rejected\n  \
          and failed calls, not time spent.\n\
-         - `CONFIG GET` and `CONFIG SET` know every Redis 7.0 parameter, aliases included\n  \
+         - `CONFIG GET` and `CONFIG SET` know every Redis 7.0 parameter and the four 7.2 added, aliases included\n  \
          (`scripts/redis-config-table.py` reads them from a redis-server;\n  \
          `tests/python/test_config_compat.py` compares). WeTask acts on `requirepass`,\n  \
          `maxclients`, `maxmemory`, `maxmemory-policy`, `maxmemory-samples`, `timeout`,\n  \
@@ -366,6 +368,55 @@ const NOTES: &str =
          `gopkg.in/redis.v5`): the Go module proxy that serves v9 cannot be reached from the\n  \
          machines the suite runs on, and Debian has no newer one.\n";
 
+/// Redis 7.2's release notes (7.2-rc1 to 7.2.0), each item that a client or an operator
+/// can see, and where WeTask stands: built, not applicable (no such part here), or missing
+/// and why.
+const RELEASE_72: &[(&str, &str)] = &[
+    ("WAITAOF (#11713)", "built: `numlocal` 1 waits for every shard's journal fsync; no replicas, so `numreplicas` > 0 waits out the time-out"),
+    ("ZRANK/ZREVRANK … WITHSCORE (#11235)", "built"),
+    ("CLIENT SETINFO lib-name/lib-ver (#11758)", "built; CLIENT LIST and CLIENT INFO show them"),
+    ("CLIENT NO-TOUCH (#11483), CLIENT LIST flag `T`", "built"),
+    ("CLUSTER MYSHARDID, shard ids (#10536)", "missing: no cluster mode yet (a later issue)"),
+    ("ACL LOG entry-id and timestamps (#11477); unified ACL errors (#11160); ACL rule storage (#11224); sanitize-payload (#11279)", "not applicable: WeTask has no ACL users yet (a later issue); `acl_access_denied_auth` counts refused AUTH"),
+    ("COMMAND DOCS argument names as unique ids (#11051), and 7.2's summaries, history, deprecations", "built from Redis 7.2's own src/commands/*.json; COMMAND INFO carries tips and key specifications"),
+    ("Client-side tracking follows the keys a script reads, not those declared (#11770)", "built, on any shard layout"),
+    ("Time frozen during a command and a script (#10300)", "built: a script sees one time for expiry and TTLs (TIME still moves)"),
+    ("A blocked command being served is checked again (ACL, OOM) (#11012)", "partial: served as Redis 7.2 serves it (its key's type, existence and the destination's type are checked again: tests/python/test_blocked_differential.py); `maxmemory` is not checked again for a served BLMOVE"),
+    ("A blocked XREADGROUP whose stream is deleted gets NOGROUP (#11012)", "built"),
+    ("Command stats of a blocked command (#11012)", "partial: one call per command, counted when it is answered or times out, as 7.2 counts it; its `usec` includes the time it waited (Redis counts only the time it ran)"),
+    ("Stream consumers' seen-time and active-time (#11099)", "built (XINFO CONSUMERS `inactive`, XINFO STREAM FULL `active-time`)"),
+    ("XREADGROUP and X[AUTO]CLAIM create their consumer always (#11099)", "built"),
+    ("HELLO changes nothing unless it succeeds (#11659)", "built"),
+    ("NaN replies as one `nan` (#11597)", "built"),
+    ("QUIT deprecated (#11439)", "built: COMMAND DOCS says so; QUIT still works"),
+    ("WAIT counts from the client's last write (#11713)", "not applicable: no replicas, WAIT answers 0"),
+    ("Blocking commands in scripts behave as in MULTI (#11568)", "built (XREAD/XREADGROUP BLOCK still refused in scripts, as in Redis)"),
+    ("Small lists and sets kept as listpacks (#11303, #11290)", "built for OBJECT ENCODING (the store's own layout is its own)"),
+    ("New configuration: locale-collate, set-max-listpack-entries/-value, cluster-announce-human-nodename, loglevel `nothing`", "accepted, stored and reported; no effect (sorting and Lua compare bytes, as the C locale does)"),
+    ("INFO: listener lines (#9320), event loop metrics (#11963), ACL denials (#11288), blocking keys", "built (event loop durations not measured: 0)"),
+    ("PUBLISH from a RESP3 client subscribed to the channel: reply before the message; MULTI too (#12326)", "built"),
+    ("LPOS … RANK LONG_MIN refused (#12167)", "built"),
+    ("HINCRBYFLOAT creates no key for an invalid increment (#11149)", "built"),
+    ("CLIENT RESET clears NO-EVICT (#11483)", "built (and NO-TOUCH)"),
+    ("FUNCTION LOAD's timeout off when loading saved libraries (#12451); function-name error text (#10964)", "built"),
+    ("Lua cjson/cmsgpack heap fixes (CVE-2022-24834); COMMAND GETKEYS bounds (CVE-2023-36824)", "not applicable: WeTask's libraries and GETKEYS are its own Rust, bounded"),
+    ("RDB version 11", "built: RESTORE reads 7.2's RDB 11 payloads (DUMP writes version 10, which 7.0 and 7.2 both read)"),
+    ("Module API changes; Sentinel; cluster bus; TLS SNI; redis-cli changes", "not applicable"),
+];
+
+fn release_72(out: &mut String) {
+    out.push_str(
+        "\n## Redis 7.2 release notes, item by item\n\n\
+         WeTask announces Redis 7.2.0 (`--announce-version`). Each change of Redis 7.2's\n\
+         release notes a client or an operator can see, and where WeTask stands.\n\n\
+         | Redis 7.2 change | in WeTask |\n\
+         |---|---|\n",
+    );
+    for (change, status) in RELEASE_72 {
+        let _ = writeln!(out, "| {change} | {status} |");
+    }
+}
+
 pub fn render() -> String {
     let mut out = String::from(
         "# Command compatibility\n\n\
@@ -400,6 +451,7 @@ pub fn render() -> String {
     out.push_str("\n## Notes\n\n");
     out.push_str(NOTES);
     family_table(&mut out);
+    release_72(&mut out);
     out.push_str("\n## Not yet supported\n\n");
     for (what, issue) in MISSING {
         let _ = writeln!(out, "- {what}: {issue}.");

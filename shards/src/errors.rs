@@ -15,7 +15,9 @@ pub const DB_INDEX_RANGE: &str = "ERR DB index is out of range";
 pub const MUST_BE_POSITIVE: &str = "ERR value is out of range, must be positive";
 pub const INDEX_RANGE: &str = "ERR index out of range";
 pub const LPOS_RANK_ZERO: &str = "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list";
-pub const LPOS_RANK_RANGE: &str = "ERR value is out of range";
+/// Redis 7.2 (#12167) takes RANK in -LONG_MAX..=LONG_MAX.
+pub const LPOS_RANK_RANGE: &str =
+    "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807";
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 pub const SAME_OBJECT: &str = "ERR source and destination objects are the same";
 

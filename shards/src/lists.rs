@@ -319,11 +319,11 @@ impl LposOptions {
             let value = args.get(i + 1).ok_or_else(|| Frame::static_error(SYNTAX))?;
             let n = int_arg(value)?;
             if is(&args[i], "rank") {
-                if n == 0 {
-                    return Err(Frame::static_error(LPOS_RANK_ZERO));
-                }
                 if n == i64::MIN {
                     return Err(Frame::static_error(LPOS_RANK_RANGE));
+                }
+                if n == 0 {
+                    return Err(Frame::static_error(LPOS_RANK_ZERO));
                 }
                 options.rank = n;
             } else if is(&args[i], "count") {

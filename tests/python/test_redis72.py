@@ -340,3 +340,53 @@ def test_tracking_follows_the_keys_a_script_reads(server):
             assert until(b"\r\n" + key + b"\r\n") == push, key
             invalidated.append(key)
         assert invalidated == keys
+
+
+def test_info_has_redis_7_2_fields(server):
+    # INFO fields Redis 7.2 added: the listener line (#9320), the blocking-key counts, the
+    # event loop (#11963) and ACL denials (#11288).
+    import threading
+
+    r = redis.Redis(port=server.port)
+    info = r.info("everything")
+    assert info["listener0"]["name"] == "tcp" and info["listener0"]["port"] == server.port
+    for field in ["eventloop_cycles", "eventloop_duration_sum", "eventloop_duration_cmd_sum",
+                  "instantaneous_eventloop_cycles_per_sec",
+                  "instantaneous_eventloop_duration_usec", "acl_access_denied_auth",
+                  "acl_access_denied_cmd", "acl_access_denied_key", "acl_access_denied_channel",
+                  "total_blocking_keys", "total_blocking_keys_on_nokey"]:
+        assert field in info, field
+    r.delete("blk", "grp")
+    r.xgroup_create("grp", "g", id="$", mkstream=True)
+    blockers = [threading.Thread(target=lambda: redis.Redis(port=server.port).blpop("blk", 5)),
+                threading.Thread(target=lambda: redis.Redis(port=server.port).xreadgroup(
+                    "g", "c", {"grp": ">"}, block=5000))]
+    for t in blockers:
+        t.start()
+    deadline = time.time() + 10
+    while r.info("clients")["total_blocking_keys"] < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    clients = r.info("clients")
+    assert (clients["total_blocking_keys"], clients["total_blocking_keys_on_nokey"]) == (2, 1)
+    r.rpush("blk", "x")
+    r.xadd("grp", {"f": "v"})
+    for t in blockers:
+        t.join()
+    import socket
+
+    before = r.info("stats")["acl_access_denied_auth"]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"*3\r\n$4\r\nAUTH\r\n$6\r\nnobody\r\n$1\r\nx\r\n")
+        assert sock.recv(1024).startswith(b"-WRONGPASS")
+    assert r.info("stats")["acl_access_denied_auth"] == before + 1
+
+
+def test_lpos_rank_takes_long_range(server):
+    # Redis 7.2 (#12167): RANK LONG_MIN is refused, as out of -LONG_MAX..LONG_MAX.
+    r = raw(server.port)
+    r.delete("lp")
+    r.rpush("lp", "a", "b", "a")
+    assert "value must between -9223372036854775807 and 9223372036854775807" in error_of(
+        r, "LPOS", "lp", "a", "RANK", "-9223372036854775808")
+    assert r.execute_command("LPOS", "lp", "a", "RANK", "-9223372036854775807") is None
+    assert r.execute_command("LPOS", "lp", "a", "RANK", "-1") == 2

@@ -224,7 +224,7 @@ fn load(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
     if !replace && g.functions.lock().expect("functions").contains(&name) {
         return Err(Frame::error(format!("ERR Library '{name}' already exists")));
     }
-    let library = library::load(code, &g.config.announce_version).map_err(Frame::error)?;
+    let library = library::load(code, &g.config.announce_version, true).map_err(Frame::error)?;
     let name = library.name.clone();
     g.functions
         .lock()
@@ -341,7 +341,7 @@ pub fn dump(g: &Globals) -> Vec<u8> {
 }
 
 /// The libraries a FUNCTION DUMP payload holds, loaded and checked.
-fn parse_dump(g: &Globals, payload: &[u8]) -> Result<Vec<Library>, Frame> {
+fn parse_dump(g: &Globals, payload: &[u8], limited: bool) -> Result<Vec<Library>, Frame> {
     let body = wetask_shards::rdb::verified_body(payload).ok_or(Frame::static_error(
         "ERR DUMP payload version or checksum are wrong",
     ))?;
@@ -355,7 +355,7 @@ fn parse_dump(g: &Globals, payload: &[u8]) -> Result<Vec<Library>, Frame> {
             Frame::static_error("ERR failed loading the given functions payload"),
         )?;
         at += 1 + used;
-        out.push(library::load(&code, &g.config.announce_version).map_err(Frame::error)?);
+        out.push(library::load(&code, &g.config.announce_version, limited).map_err(Frame::error)?);
     }
     Ok(out)
 }
@@ -375,7 +375,7 @@ fn restore(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
                 "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
             )),
         };
-    let libraries = parse_dump(g, &args[2])?;
+    let libraries = parse_dump(g, &args[2], true)?;
     let mut registry = g.functions.lock().expect("functions");
     if policy == "append" {
         if let Some(l) = libraries
@@ -513,7 +513,7 @@ pub fn load_saved(g: &Globals) -> Result<usize, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    let libraries = parse_dump(g, &payload).map_err(|err| match err {
+    let libraries = parse_dump(g, &payload, false).map_err(|err| match err {
         Frame::Error(text) => format!("{}: {}", path.display(), String::from_utf8_lossy(&text)),
         other => format!("{}: {other:?}", path.display()),
     })?;

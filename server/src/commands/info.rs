@@ -245,11 +245,13 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
         "clients" => {
             let _ = write!(
                 out,
-                "# Clients\r\nconnected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:{}\r\ntracking_clients:{}\r\nclients_in_timeout_table:0\r\n",
+                "# Clients\r\nconnected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:0\r\nblocked_clients:{}\r\ntracking_clients:{}\r\nclients_in_timeout_table:0\r\ntotal_blocking_keys:{}\r\ntotal_blocking_keys_on_nokey:{}\r\n",
                 g.connected_clients.load(Ordering::Relaxed),
                 g.maxclients.load(Ordering::Relaxed),
                 report.blocked_clients.len(),
                 report.tracking_clients,
+                report.blocking_keys.0,
+                report.blocking_keys.1,
             );
         }
         "replication" => replication_section(out),
@@ -354,9 +356,16 @@ fn server_section(g: &Globals, out: &mut String) {
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
+    // Redis 7.2's listener line: the TCP listener's addresses and port.
+    let mut listener = "listener0:name=tcp".to_string();
+    for address in g.config.bind.split_whitespace() {
+        listener.push_str(",bind=");
+        listener.push_str(address);
+    }
+    let _ = write!(listener, ",port={}\r\n", g.port.load(Ordering::Relaxed));
     let _ = write!(
         out,
-        "# Server\r\nredis_version:{}\r\nwetask_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:{io}\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{now_us}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nlru_clock:{}\r\nexecutable:{executable}\r\nconfig_file:{config_file}\r\nio_threads_active:0\r\nshards:{}\r\n",
+        "# Server\r\nredis_version:{}\r\nwetask_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:{io}\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{now_us}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nlru_clock:{}\r\nexecutable:{executable}\r\nconfig_file:{config_file}\r\nio_threads_active:0\r\n{listener}shards:{}\r\n",
         g.config.announce_version,
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
@@ -489,11 +498,12 @@ fn memory_section(g: &Globals, report: &ShardReport, out: &mut String) {
     );
 }
 
-/// Redis's stats for what WeTask does not do (replication, forks, defragmentation, threaded
-/// I/O, eviction of clients), as Redis reports them without it: the part before the
-/// tracking totals, and the part after.
+/// Redis's stats for what WeTask does not do or measure (replication, forks,
+/// defragmentation, threaded I/O, eviction of clients, ACL rules, the event loop's
+/// durations), as Redis reports them without it: the part before the tracking totals, and
+/// the part after. (`eventloop_cycles` counts the rings' waits in the kernel.)
 const NOT_DONE_STATS: &str = "expired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:0\r\ncurrent_eviction_exceeded_time:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\n";
-const NOT_DONE_STATS_AFTER_TRACKING: &str = "unexpected_error_replies:0\r\ndump_payload_sanitizations:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\n";
+const NOT_DONE_STATS_AFTER_TRACKING: &str = "unexpected_error_replies:0\r\ndump_payload_sanitizations:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\neventloop_duration_sum:0\r\neventloop_duration_cmd_sum:0\r\ninstantaneous_eventloop_cycles_per_sec:0\r\ninstantaneous_eventloop_duration_usec:0\r\nacl_access_denied_cmd:0\r\nacl_access_denied_key:0\r\nacl_access_denied_channel:0\r\nsync_full:0\r\nsync_partial_ok:0\r\nsync_partial_err:0\r\ntotal_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\n";
 
 /// `# Stats`: connections, commands, rates, bytes, keyspace hits, expiry and eviction,
 /// errors, the ring, the watchdog, the mesh, pub/sub.
@@ -506,7 +516,7 @@ fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
         .sum();
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ninstantaneous_input_kbps:{:.2}\r\ninstantaneous_output_kbps:{:.2}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{errors}\r\ntotal_reads_processed:{}\r\ntotal_writes_processed:{}\r\n{NOT_DONE_STATS}tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n{NOT_DONE_STATS_AFTER_TRACKING}net_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ninstantaneous_input_kbps:{:.2}\r\ninstantaneous_output_kbps:{:.2}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{errors}\r\ntotal_reads_processed:{}\r\ntotal_writes_processed:{}\r\n{NOT_DONE_STATS}tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n{NOT_DONE_STATS_AFTER_TRACKING}eventloop_cycles:{}\r\nacl_access_denied_auth:{}\r\nnet_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
         g.total_connections.load(Ordering::Relaxed),
         report.commands,
         rates.ops_per_sec.round() as u64,
@@ -524,6 +534,8 @@ fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
         report.tracking_keys,
         report.tracking_items,
         report.tracking_prefixes,
+        report.ring_enters,
+        g.auth_failures.load(Ordering::Relaxed),
         report.ring_enters,
         report.ring_sleeps,
         report.ring_fsyncs,

@@ -206,7 +206,12 @@ fn auth(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
             conn.authenticated = true;
             Frame::ok()
         }
-        Ok(false) => Frame::static_error(WRONGPASS),
+        Ok(false) => {
+            ctx.globals
+                .auth_failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Frame::static_error(WRONGPASS)
+        }
         Err(err) => err,
     }
 }
@@ -252,7 +257,12 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
     if let Some((user, password)) = credentials {
         match password_ok(ctx, Some(user), password) {
             Ok(true) => authenticated = true,
-            Ok(false) => return Frame::static_error(WRONGPASS),
+            Ok(false) => {
+                ctx.globals
+                    .auth_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Frame::static_error(WRONGPASS);
+            }
             Err(err) => return err,
         }
     }

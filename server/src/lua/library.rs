@@ -170,7 +170,9 @@ pub fn library_name(code: &[u8]) -> Result<String, String> {
 
 /// Loads `code` in a Lua state of its own and returns the library with the functions it
 /// registered, or the error FUNCTION LOAD answers.
-pub fn load(code: &Bytes, announce_version: &str) -> Result<Library, String> {
+/// `limited`: the code may run [`LOAD_TIMEOUT_MS`] (FUNCTION LOAD, RESTORE); not at start,
+/// where Redis 7.2 loads saved libraries without a limit.
+pub fn load(code: &Bytes, announce_version: &str, limited: bool) -> Result<Library, String> {
     let name = library_name(code)?;
     let lua = Lua::new_with(
         StdLib::TABLE | StdLib::STRING | StdLib::MATH,
@@ -191,16 +193,18 @@ pub fn load(code: &Bytes, announce_version: &str) -> Result<Library, String> {
         .into_function()
         .map_err(|e| format!("ERR Error compiling function: {}", first_line(&e)))?;
     let started = std::time::Instant::now();
-    lua.set_hook(
-        mlua::HookTriggers::new().every_nth_instruction(10_000),
-        move |lua, _| {
-            if started.elapsed().as_millis() as u64 > LOAD_TIMEOUT_MS {
-                Err(super::raise(lua, "ERR FUNCTION LOAD timeout"))
-            } else {
-                Ok(mlua::VmState::Continue)
-            }
-        },
-    );
+    if limited {
+        lua.set_hook(
+            mlua::HookTriggers::new().every_nth_instruction(10_000),
+            move |lua, _| {
+                if started.elapsed().as_millis() as u64 > LOAD_TIMEOUT_MS {
+                    Err(super::raise(lua, "ERR FUNCTION LOAD timeout"))
+                } else {
+                    Ok(mlua::VmState::Continue)
+                }
+            },
+        );
+    }
     chunk.call::<()>(()).map_err(|e| load_error(&e))?;
     let functions = registered.borrow().clone();
     if functions.is_empty() {
@@ -388,7 +392,7 @@ mod tests {
     }
 
     fn load_code(code: &Bytes) -> Result<Library, String> {
-        load(code, "7.2.0")
+        load(code, "7.2.0", true)
     }
 
     #[test]

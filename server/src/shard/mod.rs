@@ -553,6 +553,7 @@ impl ShardCtx {
                 blocked.extend(self.paused.borrow().iter().map(|(id, _)| *id));
                 blocked
             },
+            blocking_keys: shard.blocked.key_counts(),
             pubsub_channels: self.pubsub.channel_names(),
             pubsub_patterns: self.pubsub.pattern_names(),
             evicted_keys: shard.evicted_keys(),
