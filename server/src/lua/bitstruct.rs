@@ -15,29 +15,14 @@ const ALIGN_MAX: usize = 8;
 
 /// A number argument as `luaL_checknumber` takes it (a numeric string too).
 fn number_arg(args: &MultiValue, i: usize, function: &str) -> Result<f64, String> {
-    match args.get(i) {
-        Some(Value::Integer(n)) => Ok(*n as f64),
-        Some(Value::Number(n)) => Ok(*n),
-        Some(Value::String(s)) => s
-            .to_str()
-            .ok()
-            .and_then(|t| {
-                super::cjson::strtod(t.trim().as_bytes())
-                    .filter(|(_, used)| *used == t.trim().len())
-            })
-            .map(|(n, _)| n)
-            .ok_or_else(|| {
-                format!(
-                    "bad argument #{} to '{function}' (number expected, got string)",
-                    i + 1
-                )
-            }),
-        other => Err(format!(
+    let value = args.get(i);
+    value.and_then(super::cjson::lua_tonumber).ok_or_else(|| {
+        format!(
             "bad argument #{} to '{function}' (number expected, got {})",
             i + 1,
-            other.map_or("no value", type_name)
-        )),
-    }
+            value.map_or("no value", type_name)
+        )
+    })
 }
 
 /// LuaBitOp's normalisation: the number's low 32 bits as a signed integer (rounding as

@@ -876,6 +876,22 @@ fn invalid_number(text: &[u8]) -> bool {
     }
 }
 
+/// Lua's `lua_tonumber`: a number, or a string that reads as one whole (blanks around it
+/// allowed, as Lua allows them); `None` otherwise.
+pub fn lua_tonumber(value: &Value) -> Option<f64> {
+    match value {
+        Value::Integer(n) => Some(*n as f64),
+        Value::Number(n) => Some(*n),
+        Value::String(s) => s.to_str().ok().and_then(|t| {
+            let t = t.trim();
+            strtod(t.as_bytes())
+                .filter(|(_, used)| *used == t.len())
+                .map(|(n, _)| n)
+        }),
+        _ => None,
+    }
+}
+
 /// C's `strtod` on the start of `text`: the number and the bytes it took; `None` when no
 /// number starts there.
 pub fn strtod(text: &[u8]) -> Option<(f64, usize)> {

@@ -139,18 +139,10 @@ fn integer_arg(
     default: Option<i64>,
 ) -> Result<i64, String> {
     let value = args.get(i).unwrap_or(&Value::Nil);
-    let number = match value {
-        Value::Nil if default.is_some() => return Ok(default.unwrap_or(0)),
-        Value::Integer(n) => Some(*n as f64),
-        Value::Number(n) => Some(*n),
-        Value::String(s) => s.to_str().ok().and_then(|t| {
-            let t = t.trim();
-            super::cjson::strtod(t.as_bytes())
-                .filter(|(_, used)| *used == t.len())
-                .map(|(n, _)| n)
-        }),
-        _ => None,
-    };
+    if let (Value::Nil, Some(default)) = (value, default) {
+        return Ok(default);
+    }
+    let number = super::cjson::lua_tonumber(value);
     let got = if i >= args.len() {
         "no value"
     } else {

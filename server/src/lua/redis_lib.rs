@@ -10,7 +10,7 @@
 use mlua::{Lua, MultiValue, Table, Value};
 use wetask_shards::lookup;
 
-use super::cjson::lua_number_text;
+use super::cjson::{lua_number_text, lua_tonumber};
 use super::raise;
 
 /// The RESP version a running script's `redis.call` replies come in (`redis.setresp`),
@@ -46,24 +46,9 @@ fn text_of(value: &Value) -> Option<Vec<u8>> {
     }
 }
 
-/// `lua_isnumber`'s number: a number, or a string that reads as one.
-fn lua_number(value: &Value) -> Option<f64> {
-    match value {
-        Value::Integer(n) => Some(*n as f64),
-        Value::Number(n) => Some(*n),
-        Value::String(s) => s.to_str().ok().and_then(|t| {
-            let t = t.trim();
-            super::cjson::strtod(t.as_bytes())
-                .filter(|(_, used)| *used == t.len())
-                .map(|(n, _)| n)
-        }),
-        _ => None,
-    }
-}
-
-/// `lua_tonumber`: [`lua_number`], else 0.
+/// `lua_tonumber`, else 0.
 fn number_of(value: &Value) -> f64 {
-    lua_number(value).unwrap_or(0.0)
+    lua_tonumber(value).unwrap_or(0.0)
 }
 
 /// An error table, as Redis's `luaPushErrorBuff` makes it: "-CODE msg" keeps its code,
@@ -232,7 +217,7 @@ pub fn install_log(lua: &Lua, redis: &Table) -> mlua::Result<()> {
                     "ERR redis.log() requires two arguments or more.",
                 ));
             }
-            let Some(level) = lua_number(&args[0]) else {
+            let Some(level) = lua_tonumber(&args[0]) else {
                 return Err(raise(
                     lua,
                     "ERR First argument must be a number (log level).",
