@@ -100,6 +100,9 @@ pub struct Blocked {
     /// Keys that may serve some of their waiters, each listed once, in signal order.
     ready: Vec<(usize, Bytes)>,
     waiting_keys: usize,
+    /// Waiters answered when their key goes away (XREADGROUP), over every key: while there
+    /// are any, the shard notes keys that expire (`Shard::expiry_logs_wanted`).
+    group_waiters: usize,
     /// While this shard coordinates a cross-shard operation: every signal, for the owners of
     /// the keys it borrowed.
     recording: Option<Recorded>,
@@ -117,11 +120,16 @@ impl Blocked {
     pub fn watch(&mut self, db: usize, key: &Bytes, waiter: u64, kind: WaitKind) {
         let queue = self.db(db).entry(key.clone()).or_default();
         let fresh = queue.is_empty();
+        let mut added = false;
         if !queue.iter().any(|&(w, _)| w == waiter) {
             queue.push_back((waiter, kind));
+            added = true;
         }
         if fresh {
             self.waiting_keys += 1;
+        }
+        if added && kind == WaitKind::Group {
+            self.group_waiters += 1;
         }
     }
 
@@ -147,11 +155,20 @@ impl Blocked {
         let Some(queue) = map.get_mut(key) else {
             return;
         };
+        let groups_before = queue.iter().filter(|&&(_, k)| k == WaitKind::Group).count();
         queue.retain(|&(w, _)| w != waiter);
+        let groups_gone =
+            groups_before - queue.iter().filter(|&&(_, k)| k == WaitKind::Group).count();
         if queue.is_empty() {
             map.remove(key);
             self.waiting_keys -= 1;
         }
+        self.group_waiters -= groups_gone;
+    }
+
+    /// Whether some waiter is answered when its key goes away (XREADGROUP).
+    pub fn has_group_waiters(&self) -> bool {
+        self.group_waiters > 0
     }
 
     /// True while a signal may matter: a client waits here, or a coordinator records.

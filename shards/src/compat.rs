@@ -270,7 +270,6 @@ const PARTIAL: &[(&str, &str)] = &[
     ("hincrbyfloat", "as INCRBYFLOAT"),
     ("multi", "the server's own commands (CLIENT, CONFIG, INFO, COMMAND, FUNCTION, SCRIPT, SAVE, SLOWLOG, TASK.FETCH … all but PING, ECHO, SELECT, TIME, LOLWUT, WAIT, PUBLISH, SPUBLISH, PUBSUB and the scripts) are refused inside MULTI (\"Command not allowed inside a transaction\", and EXEC aborts), where Redis queues them; every command on keys queues"),
     ("exec", "as MULTI"),
-    ("xreadgroup", "a blocked XREADGROUP is answered NOGROUP when its stream is deleted, renamed or its group destroyed, as Redis 7.2 answers; not when the stream expires (Redis answers then too)"),
     ("watch", "a key counts as changed by any write command naming it, even one that changed nothing; a key that expires is not counted as changed"),
 ];
 
@@ -382,7 +381,7 @@ const RELEASE_72: &[(&str, &str)] = &[
     ("Client-side tracking follows the keys a script reads, not those declared (#11770)", "built, on any shard layout"),
     ("Time frozen during a command and a script (#10300)", "built: a script sees one time for expiry and TTLs (TIME still moves)"),
     ("A blocked command being served is checked again (ACL, OOM) (#11012)", "partial: served as Redis 7.2 serves it (its key's type, existence and the destination's type are checked again: tests/python/test_blocked_differential.py); `maxmemory` is not checked again for a served BLMOVE"),
-    ("A blocked XREADGROUP whose stream is deleted gets NOGROUP (#11012)", "built"),
+    ("A blocked XREADGROUP whose stream is deleted gets NOGROUP (#11012)", "built: deleted, renamed, expired, or its group destroyed"),
     ("Command stats of a blocked command (#11012)", "partial: one call per command, counted when it is answered or times out, as 7.2 counts it; its `usec` includes the time it waited (Redis counts only the time it ran)"),
     ("Stream consumers' seen-time and active-time (#11099)", "built (XINFO CONSUMERS `inactive`, XINFO STREAM FULL `active-time`)"),
     ("XREADGROUP and X[AUTO]CLAIM create their consumer always (#11099)", "built"),

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use wetask_protocol::{Frame, Output};
 
-use crate::blocking::Blocked;
+use crate::blocking::{Blocked, WaitKind};
 use crate::ctx::{Ctx, DATABASES};
 use crate::errors::{unknown_command, wrong_arity};
 use crate::keyspace::{Db, Entry, ScanFilter};
@@ -463,8 +463,30 @@ impl Shard {
         self.set_expiry_logs(self.expiry_logs_wanted());
     }
 
+    /// Whether keys that expire are noted: for CLIENT TRACKING's invalidations, `expired`
+    /// events, and a blocked XREADGROUP (answered when its stream expires, as Redis does).
     fn expiry_logs_wanted(&self) -> bool {
-        self.tracking.active() || self.notes.on() && self.notes.wants(notify::class::EXPIRED)
+        self.tracking.active()
+            || self.notes.on() && self.notes.wants(notify::class::EXPIRED)
+            || self.blocked.has_group_waiters()
+    }
+
+    /// Queues a blocked client's `waiter` on `key` (`Blocked::watch`), noting expiries while
+    /// an XREADGROUP waits.
+    pub fn watch_blocked(&mut self, db: usize, key: &Bytes, waiter: u64, kind: WaitKind) {
+        self.blocked.watch(db, key, waiter, kind);
+        if kind == WaitKind::Group {
+            self.set_expiry_logs(self.expiry_logs_wanted());
+        }
+    }
+
+    /// Takes `waiter` off `key`'s line (`Blocked::unwatch`).
+    pub fn unwatch_blocked(&mut self, db: usize, key: &[u8], waiter: u64) {
+        let had_groups = self.blocked.has_group_waiters();
+        self.blocked.unwatch(db, key, waiter);
+        if had_groups && !self.blocked.has_group_waiters() {
+            self.set_expiry_logs(self.expiry_logs_wanted());
+        }
     }
 
     /// CLIENT TRACKING after a command ran: the keys a tracking client read are remembered
@@ -512,6 +534,7 @@ impl Shard {
             if self.tracking.active() {
                 self.tracking.key_changed(&key, 0);
             }
+            self.blocked.signal_gone(db, &key);
             self.notes.push(notify::class::EXPIRED, db, "expired", &key);
         }
     }

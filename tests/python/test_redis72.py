@@ -390,3 +390,30 @@ def test_lpos_rank_takes_long_range(server):
         r, "LPOS", "lp", "a", "RANK", "-9223372036854775808")
     assert r.execute_command("LPOS", "lp", "a", "RANK", "-9223372036854775807") is None
     assert r.execute_command("LPOS", "lp", "a", "RANK", "-1") == 2
+
+
+def test_blocked_xreadgroup_is_answered_when_its_stream_expires(server):
+    # Redis 7.2 (#11012): a blocked XREADGROUP whose stream goes away is answered NOGROUP,
+    # also when the stream expires.
+    import threading
+
+    r = redis.Redis(port=server.port)
+    r.delete("xexp")
+    r.xgroup_create("xexp", "g", id="$", mkstream=True)
+    r.pexpire("xexp", 300)
+    got = {}
+
+    def block():
+        try:
+            got["reply"] = redis.Redis(port=server.port).execute_command(
+                "XREADGROUP", "GROUP", "g", "c", "BLOCK", 20000, "STREAMS", "xexp", ">")
+        except redis.ResponseError as e:
+            got["reply"] = str(e)
+
+    started = time.time()
+    blocker = threading.Thread(target=block)
+    blocker.start()
+    blocker.join(30)
+    assert got["reply"] == ("NOGROUP No such key 'xexp' or consumer group 'g' in XREADGROUP "
+                            "with GROUP option")
+    assert time.time() - started < 15, "answered at the expiry, not at the time-out"

@@ -115,9 +115,7 @@ impl ListWaiters {
         {
             let mut shard = core.shard.borrow_mut();
             for key in &parked.keys {
-                shard
-                    .blocked
-                    .watch(parked.db, key, waiter, parked.op.wait_kind());
+                shard.watch_blocked(parked.db, key, waiter, parked.op.wait_kind());
                 shard.blocked.signal(parked.db, key);
             }
         }
@@ -144,7 +142,7 @@ impl ListWaiters {
         let parked = self.waiters.borrow_mut().remove(&waiter)?;
         let mut shard = core.shard.borrow_mut();
         for key in &parked.keys {
-            shard.blocked.unwatch(parked.db, key, waiter);
+            shard.unwatch_blocked(parked.db, key, waiter);
         }
         let mut index = self.index.borrow_mut();
         if let Some(deadline) = parked.deadline_ms {
