@@ -54,12 +54,7 @@ impl Subcommand {
     }
 
     pub fn arity_ok(&self, argc: usize) -> bool {
-        let argc = argc as i32;
-        if self.arity >= 0 {
-            argc == self.arity
-        } else {
-            argc >= -self.arity
-        }
+        crate::spec::arity_holds(self.arity, argc)
     }
 }
 

@@ -124,14 +124,19 @@ pub struct CommandSpec {
     pub movable_keys: Option<KeyFinder>,
 }
 
+/// Redis's arity rule: `n` arguments exactly (the name counted), or `-n`: at least n.
+pub fn arity_holds(arity: i32, argc: usize) -> bool {
+    let argc = argc as i32;
+    if arity >= 0 {
+        argc == arity
+    } else {
+        argc >= -arity
+    }
+}
+
 impl CommandSpec {
     pub fn arity_ok(&self, argc: usize) -> bool {
-        let argc = argc as i32;
-        if self.arity >= 0 {
-            argc == self.arity
-        } else {
-            argc >= -self.arity
-        }
+        arity_holds(self.arity, argc)
     }
 
     pub fn has(&self, flag: u32) -> bool {
