@@ -5,7 +5,7 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use super::cjson::type_name;
+use super::cjson::{string_arg, type_name};
 use super::libs::{fail, ok, LibResult};
 
 /// Largest integer size `struct` takes (`i32` and the like).
@@ -236,31 +236,6 @@ fn padding(len: usize, h: &Header, option: u8, size: usize) -> usize {
     (size - (len & (size - 1))) & (size - 1)
 }
 
-fn format_arg(args: &MultiValue, function: &'static str) -> Result<Vec<u8>, String> {
-    match args.front() {
-        Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
-        Some(Value::Integer(n)) => Ok(n.to_string().into_bytes()),
-        Some(Value::Number(n)) => Ok(super::cjson::lua_number_text(*n).into_bytes()),
-        other => Err(format!(
-            "bad argument #1 to '{function}' (string expected, got {})",
-            other.map_or("no value", type_name)
-        )),
-    }
-}
-
-fn string_arg(args: &MultiValue, i: usize, function: &str) -> Result<Vec<u8>, String> {
-    match args.get(i) {
-        Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
-        Some(Value::Integer(n)) => Ok(n.to_string().into_bytes()),
-        Some(Value::Number(n)) => Ok(super::cjson::lua_number_text(*n).into_bytes()),
-        other => Err(format!(
-            "bad argument #{} to '{function}' (string expected, got {})",
-            i + 1,
-            other.map_or("no value", type_name)
-        )),
-    }
-}
-
 fn put_integer(out: &mut Vec<u8>, n: f64, little: bool, size: usize) {
     let mut value: u64 = if n < 0.0 { n as i64 as u64 } else { n as u64 };
     let mut bytes = vec![0u8; size];
@@ -302,7 +277,7 @@ fn get_integer(bytes: &[u8], little: bool, signed: bool) -> f64 {
 }
 
 fn pack(args: &MultiValue) -> Result<Vec<u8>, String> {
-    let text = format_arg(args, "pack")?;
+    let text = string_arg(args, 0, "pack")?;
     // The C function pushes a nil after its arguments (a mark before its buffer): a missing
     // first argument is that nil.
     let mut args = args.clone();
@@ -370,7 +345,7 @@ fn pack(args: &MultiValue) -> Result<Vec<u8>, String> {
 }
 
 fn unpack(lua: &Lua, args: &MultiValue) -> Result<Vec<Value>, String> {
-    let text = format_arg(args, "unpack")?;
+    let text = string_arg(args, 0, "unpack")?;
     let data = string_arg(args, 1, "unpack")?;
     let start = match args.get(2) {
         None | Some(Value::Nil) => 1.0,
@@ -458,7 +433,7 @@ fn unpack(lua: &Lua, args: &MultiValue) -> Result<Vec<Value>, String> {
 }
 
 fn size(args: &MultiValue) -> Result<usize, String> {
-    let text = format_arg(args, "size")?;
+    let text = string_arg(args, 0, "size")?;
     let mut fmt = Format {
         text: &text,
         at: 0,

@@ -83,19 +83,9 @@ pub fn module(lua: &Lua) -> mlua::Result<Table> {
             if args.len() != 1 {
                 return fail(lua, "bad argument #1 to 'decode' (expected 1 argument)");
             }
-            let text = match &args[0] {
-                Value::String(s) => s.as_bytes().to_vec(),
-                Value::Number(n) => lua_number_text(*n).into_bytes(),
-                Value::Integer(n) => n.to_string().into_bytes(),
-                other => {
-                    return fail(
-                        lua,
-                        &format!(
-                            "bad argument #1 to 'decode' (string expected, got {})",
-                            type_name(other)
-                        ),
-                    )
-                }
+            let text = match string_arg(&args, 0, "decode") {
+                Ok(text) => text,
+                Err(e) => return fail(lua, &e),
             };
             let config = c.borrow().clone();
             match Decoder::new(lua, &config, &text).run() {
@@ -874,6 +864,29 @@ fn invalid_number(text: &[u8]) -> bool {
             lower(3).is_some_and(|w| w == b"inf" || w == b"nan")
         }
     }
+}
+
+/// Lua's `lua_tolstring`: a string's bytes, or a number as Lua writes it (`%.14g`, so
+/// 1000000000000001 is "1e+15"); `None` for anything else.
+pub fn lua_tolstring(value: &Value) -> Option<Vec<u8>> {
+    match value {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        Value::Integer(n) => Some(lua_number_text(*n as f64).into_bytes()),
+        Value::Number(n) => Some(lua_number_text(*n).into_bytes()),
+        _ => None,
+    }
+}
+
+/// `luaL_checklstring`: argument `i` (from 0) of `function` as a string, or Lua's error.
+pub fn string_arg(args: &MultiValue, i: usize, function: &str) -> Result<Vec<u8>, String> {
+    let value = args.get(i);
+    value.and_then(lua_tolstring).ok_or_else(|| {
+        format!(
+            "bad argument #{} to '{function}' (string expected, got {})",
+            i + 1,
+            value.map_or("no value", type_name)
+        )
+    })
 }
 
 /// Lua's `lua_tonumber`: a number, or a string that reads as one whole (blanks around it

@@ -11,7 +11,7 @@
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::cjson::{lua_number_text, type_name};
+use super::cjson::type_name;
 
 /// What a library function answers: `(true, results…)` or `(false, message)`.
 pub type LibResult = mlua::Result<MultiValue>;
@@ -160,17 +160,9 @@ fn integer_arg(
 /// all of them, without the offset result); otherwise the next offset (-1 at the end)
 /// comes first.
 fn unpack_call(lua: &Lua, args: &MultiValue, function: &str, limit: i64, offset: i64) -> LibResult {
-    let bytes = match args.front() {
-        Some(Value::String(s)) => s.as_bytes().to_vec(),
-        Some(Value::Integer(n)) => lua_number_text(*n as f64).into_bytes(),
-        Some(Value::Number(n)) => lua_number_text(*n).into_bytes(),
-        other => {
-            let got = other.map_or("no value", type_name);
-            return fail(
-                lua,
-                &format!("bad argument #1 to '{function}' (string expected, got {got})"),
-            );
-        }
+    let bytes = match super::cjson::string_arg(args, 0, function) {
+        Ok(bytes) => bytes,
+        Err(e) => return fail(lua, &e),
     };
     let len = bytes.len();
     if offset < 0 || limit < 0 {

@@ -10,7 +10,7 @@
 use mlua::{Lua, MultiValue, Table, Value};
 use wetask_shards::lookup;
 
-use super::cjson::{lua_number_text, lua_tonumber};
+use super::cjson::{lua_tolstring, lua_tonumber};
 use super::raise;
 
 /// The RESP version a running script's `redis.call` replies come in (`redis.setresp`),
@@ -34,16 +34,6 @@ pub fn version_num(version: &str) -> i64 {
         parts.next().unwrap_or(0),
     );
     (major << 16) | (minor << 8) | patch
-}
-
-/// `lua_tolstring`: a string, or a number in Lua's text; nothing else.
-fn text_of(value: &Value) -> Option<Vec<u8>> {
-    match value {
-        Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Integer(n) => Some(n.to_string().into_bytes()),
-        Value::Number(n) => Some(lua_number_text(*n).into_bytes()),
-        _ => None,
-    }
 }
 
 /// `lua_tonumber`, else 0.
@@ -110,7 +100,7 @@ pub fn install(lua: &Lua, redis: &Table, announce_version: &str) -> mlua::Result
             if args.len() != 1 {
                 return Err(raise(lua, "ERR wrong number of arguments"));
             }
-            let text = args.front().and_then(text_of).unwrap_or_default();
+            let text = args.front().and_then(lua_tolstring).unwrap_or_default();
             Ok(crate::commands::scripting::sha1_hex(&text))
         })?,
     )?;
@@ -155,7 +145,7 @@ pub fn install(lua: &Lua, redis: &Table, announce_version: &str) -> mlua::Result
             for value in args.iter() {
                 match value {
                     Value::String(_) | Value::Integer(_) | Value::Number(_) => {
-                        argv.push(text_of(value).unwrap_or_default());
+                        argv.push(lua_tolstring(value).unwrap_or_default());
                     }
                     _ => {
                         return Err(raise(
@@ -230,7 +220,7 @@ pub fn install_log(lua: &Lua, redis: &Table) -> mlua::Result<()> {
             let text: Vec<String> = args
                 .iter()
                 .skip(1)
-                .filter_map(text_of)
+                .filter_map(lua_tolstring)
                 .map(|t| String::from_utf8_lossy(&t).into_owned())
                 .collect();
             let text = text.join(" ");
