@@ -509,17 +509,11 @@ impl Shard {
         };
         for i in spec.key_positions(args) {
             let key = &args[i];
-            // A key read here for a cross-shard step (a script's, a coordinator's) is
-            // remembered by its owner, whose writes invalidate it: a key lent here, or one
-            // that another shard owns and that does not exist (nothing was lent).
-            let owner = if self.shard_count > 1 {
-                crate::slot::shard_of(key, self.shard_count)
-            } else {
-                self.id
-            };
-            if owner != self.id
-                || !self.borrowed.is_empty() && self.borrowed.contains(&(db, key.clone()))
-            {
+            // A key another shard owns, read here for a cross-shard step (a script's, a
+            // coordinator's), is remembered by its owner, whose writes invalidate it: lent
+            // here, or missing (nothing was lent).
+            let owner = crate::slot::shard_of(key, self.shard_count);
+            if owner != self.id {
                 self.tracking.remember_remote(owner, client, home, key);
             } else {
                 self.tracking.remember(client, home, key);

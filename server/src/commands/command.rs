@@ -123,7 +123,7 @@ fn map(pairs: Vec<(&'static str, Frame)>) -> Frame {
 }
 
 /// A key specification as COMMAND INFO gives it.
-fn key_spec(spec: &'static KeySpec) -> Frame {
+fn key_spec(spec: &KeySpec) -> Frame {
     let mut pairs = Vec::with_capacity(4);
     if !spec.notes.is_empty() {
         pairs.push(("notes", text(spec.notes)));
@@ -185,39 +185,21 @@ fn legacy_key_spec(keys: (i32, i32, i32), write: bool) -> Frame {
     if first <= 0 {
         return Frame::Set(Vec::new());
     }
-    let lastkey = if last < 0 { last } else { last - first };
-    let flags: &[&'static str] = if write {
-        &["RW", "access", "update"]
-    } else {
-        &["RO", "access"]
+    let spec = KeySpec {
+        notes: "",
+        flags: if write {
+            &["RW", "access", "update"]
+        } else {
+            &["RO", "access"]
+        },
+        begin_search: BeginSearch::Index(i64::from(first)),
+        find_keys: FindKeys::Range {
+            lastkey: i64::from(if last < 0 { last } else { last - first }),
+            keystep: i64::from(step),
+            limit: 0,
+        },
     };
-    Frame::Set(vec![map(vec![
-        ("flags", simple_set(flags.iter().copied())),
-        (
-            "begin_search",
-            map(vec![
-                ("type", text("index")),
-                (
-                    "spec",
-                    map(vec![("index", Frame::Integer(i64::from(first)))]),
-                ),
-            ]),
-        ),
-        (
-            "find_keys",
-            map(vec![
-                ("type", text("range")),
-                (
-                    "spec",
-                    map(vec![
-                        ("lastkey", Frame::Integer(i64::from(lastkey))),
-                        ("keystep", Frame::Integer(i64::from(step))),
-                        ("limit", Frame::Integer(0)),
-                    ]),
-                ),
-            ]),
-        ),
-    ])])
+    Frame::Set(vec![key_spec(&spec)])
 }
 
 pub fn info(spec: &'static CommandSpec) -> Frame {

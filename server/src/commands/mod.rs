@@ -179,12 +179,13 @@ fn pubsub_kind(name: &str) -> crate::clients::Kind {
     }
 }
 
-/// Whether `password` opens `user` (None: AUTH's one-argument form, the default user). With
+/// Whether `password` opens `user` (None: AUTH's one-argument form, the default user),
+/// counting refusals (INFO's `acl_access_denied_auth`). With
 /// no `requirepass` the default user takes any password when named (Redis's `nopass`), and
 /// the one-argument form is refused, as Redis refuses it.
 fn password_ok(ctx: &ShardCtx, user: Option<&[u8]>, password: &[u8]) -> Result<bool, Frame> {
     let required = ctx.globals.requirepass.lock().expect("requirepass").clone();
-    match (required, user) {
+    let opened = match (required, user) {
         (None, None) => Err(Frame::static_error(
             "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
         )),
@@ -192,7 +193,11 @@ fn password_ok(ctx: &ShardCtx, user: Option<&[u8]>, password: &[u8]) -> Result<b
         (Some(expected), user) => {
             Ok(user.unwrap_or(b"default") == b"default" && password == expected.as_bytes())
         }
+    };
+    if let Ok(false) = opened {
+        ctx.globals.auth_failures.fetch_add(1, Ordering::Relaxed);
     }
+    opened
 }
 
 fn auth(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
@@ -206,12 +211,7 @@ fn auth(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
             conn.authenticated = true;
             Frame::ok()
         }
-        Ok(false) => {
-            ctx.globals
-                .auth_failures
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Frame::static_error(WRONGPASS)
-        }
+        Ok(false) => Frame::static_error(WRONGPASS),
         Err(err) => err,
     }
 }
@@ -257,12 +257,7 @@ fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
     if let Some((user, password)) = credentials {
         match password_ok(ctx, Some(user), password) {
             Ok(true) => authenticated = true,
-            Ok(false) => {
-                ctx.globals
-                    .auth_failures
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Frame::static_error(WRONGPASS);
-            }
+            Ok(false) => return Frame::static_error(WRONGPASS),
             Err(err) => return err,
         }
     }
