@@ -704,11 +704,7 @@ fn script_error(
     chunk: &str,
     raised: Option<&crate::lua::sandbox::RaisedTable>,
 ) -> Frame {
-    let mut cause = error;
-    while let mlua::Error::CallbackError { cause: inner, .. } = cause {
-        cause = inner;
-    }
-    let (text, line) = match cause {
+    let (text, line) = match crate::lua::root_cause(error) {
         mlua::Error::ExternalError(e) => match e.downcast_ref::<crate::lua::ReplyError>() {
             Some(call) => (
                 call.0.clone(),

@@ -251,6 +251,7 @@ return setmetatable({redis = redis}, {__index = missing, __newindex = readonly, 
     ))
 }
 
+/// A Lua error's first line, from its chunk name (`user_function:…`) when it has one.
 fn first_line(error: &mlua::Error) -> String {
     let text = error.to_string();
     let first = text.lines().next().unwrap_or_default();
@@ -263,21 +264,14 @@ fn first_line(error: &mlua::Error) -> String {
 /// A failure while a library's code runs, as FUNCTION LOAD reports it: "Error registering
 /// functions: " and the error's text ("ERR " and a Lua error's message, or an error reply).
 fn load_error(error: &mlua::Error) -> String {
-    let mut cause = error;
-    while let mlua::Error::CallbackError { cause: inner, .. } = cause {
-        cause = inner;
-    }
+    let cause = super::root_cause(error);
     if let mlua::Error::ExternalError(e) = cause {
         if let Some(reply) = e.downcast_ref::<super::ReplyError>() {
             return format!("ERR Error registering functions: {}", reply.0);
         }
     }
-    let text = cause.to_string();
-    let first = text.lines().next().unwrap_or_default();
-    let detail = first.strip_prefix("runtime error: ").unwrap_or(first);
-    let detail = detail
-        .find("user_function:")
-        .map_or(detail, |at| &detail[at..]);
+    let first = first_line(cause);
+    let detail = first.strip_prefix("runtime error: ").unwrap_or(&first);
     let detail = detail.strip_prefix("ERR ").unwrap_or(detail);
     format!("ERR Error registering functions: ERR {detail}")
 }

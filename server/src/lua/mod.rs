@@ -35,6 +35,15 @@ impl std::fmt::Display for ReplyError {
 
 impl std::error::Error for ReplyError {}
 
+/// The error under mlua's callback wrappers: what the Lua code or the Rust function raised.
+pub fn root_cause(error: &mlua::Error) -> &mlua::Error {
+    let mut cause = error;
+    while let mlua::Error::CallbackError { cause: inner, .. } = cause {
+        cause = inner;
+    }
+    cause
+}
+
 /// A [`ReplyError`] raised where the script is now.
 pub fn raise(lua: &mlua::Lua, text: impl Into<String>) -> mlua::Error {
     mlua::Error::external(ReplyError(text.into(), calling_line(lua)))

@@ -209,11 +209,7 @@ pub fn seal(lua: &Lua) -> mlua::Result<(Table, Table, Table)> {
         let Value::Error(error) = error else {
             return Ok((error, false));
         };
-        let mut cause: &mlua::Error = &error;
-        while let mlua::Error::CallbackError { cause: inner, .. } = cause {
-            cause = inner;
-        }
-        let (text, reply) = match cause {
+        let (text, reply) = match super::root_cause(&error) {
             mlua::Error::ExternalError(e) => match e.downcast_ref::<ReplyError>() {
                 Some(reply) => (reply.0.clone(), true),
                 None => (e.to_string(), false),
