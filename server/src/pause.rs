@@ -7,7 +7,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use bytes::Bytes;
+#[cfg(test)]
 use wetask_shards::lookup;
+use wetask_shards::request::Request;
 use wetask_shards::table::{flag, CommandSpec};
 
 /// On a cache line of its own: every command reads `end_ms`, so no hot counter may share
@@ -63,7 +65,7 @@ impl Pause {
         &self,
         spec: &CommandSpec,
         args: &[Bytes],
-        queued: Option<&Vec<Vec<Bytes>>>,
+        queued: Option<&dyn Queued>,
         now_ms: u64,
     ) -> bool {
         if self.over(now_ms) {
@@ -76,21 +78,45 @@ impl Pause {
 /// Redis's "write or may-replicate" commands, which a WRITE pause holds: the writes, the
 /// scripts that may write, PUBLISH, PFCOUNT (it may rewrite its sketch), and an EXEC with
 /// any of those queued.
-fn may_replicate(spec: &CommandSpec, args: &[Bytes], queued: Option<&Vec<Vec<Bytes>>>) -> bool {
+fn may_replicate(spec: &CommandSpec, args: &[Bytes], queued: Option<&dyn Queued>) -> bool {
     if spec.has(flag::WRITE) {
         return true;
     }
     match spec.name {
         "eval" | "evalsha" | "fcall" | "publish" | "spublish" | "pfcount" => true,
-        "exec" => queued.into_iter().flatten().any(|command| {
-            lookup(&command[0]).is_some_and(|spec| may_replicate(spec, command, None))
-        }),
+        "exec" => queued.is_some_and(|queued| queued.any_may_replicate()),
         "script" | "function" => args.get(1).is_some_and(|sub| {
             ["flush", "load", "delete", "restore"]
                 .iter()
                 .any(|w| sub.eq_ignore_ascii_case(w.as_bytes()))
         }),
         _ => false,
+    }
+}
+
+/// The commands a MULTI queued, as a pause reads them.
+pub trait Queued {
+    /// True when any of them is one a WRITE pause holds.
+    fn any_may_replicate(&self) -> bool;
+}
+
+impl Queued for Vec<Request> {
+    fn any_may_replicate(&self) -> bool {
+        self.iter().any(|command| {
+            command
+                .spec()
+                .is_some_and(|spec| may_replicate(spec, &command.args, None))
+        })
+    }
+}
+
+/// Argument lists, looked up here (the tests' shape).
+#[cfg(test)]
+impl Queued for Vec<Vec<Bytes>> {
+    fn any_may_replicate(&self) -> bool {
+        self.iter().any(|command| {
+            lookup(&command[0]).is_some_and(|spec| may_replicate(spec, command, None))
+        })
     }
 }
 

@@ -163,12 +163,8 @@ fn pop(ctx: &mut crate::Ctx<'_>, key: &Bytes, op: &BlockOp, target: MoveTarget) 
             end,
             count: Some(count),
         } => {
-            let mpop = crate::lists::Mpop {
-                keys: vec![key.clone()],
-                end: *end,
-                count: *count,
-            };
-            return found(crate::lists::mpop_attempt(ctx, &mpop));
+            let keys = std::slice::from_ref(key);
+            return found(crate::lists::pop_first(ctx, keys, *end, Some(*count)));
         }
         // Served only while the source is a list; then the move runs as BLMOVE would run at
         // once, so a destination of another type answers WRONGTYPE (as Redis 7 re-runs the
@@ -190,12 +186,8 @@ fn pop(ctx: &mut crate::Ctx<'_>, key: &Bytes, op: &BlockOp, target: MoveTarget) 
             max,
             count: Some(count),
         } => {
-            let zmpop = crate::zsets::Zmpop {
-                keys: vec![key.clone()],
-                max: *max,
-                count: *count,
-            };
-            return found(crate::zsets::zmpop_attempt(ctx, &zmpop));
+            let keys = std::slice::from_ref(key);
+            return found(crate::zsets::pop_first(ctx, keys, *max, Some(*count)));
         }
         BlockOp::XRead { .. } | BlockOp::XReadGroup(_) => unreachable!("served above"),
     })

@@ -6,6 +6,7 @@
 pub mod args;
 pub mod bitfield;
 pub mod bitmaps;
+pub mod block_commands;
 pub mod blocked_ops;
 pub mod blocking;
 pub mod command_docs;
@@ -40,6 +41,7 @@ mod prefetch;
 pub mod rdb;
 mod rdb_encoding;
 mod rdb_stream;
+pub mod request;
 pub mod sets;
 pub mod shard;
 pub mod slot;

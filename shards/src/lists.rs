@@ -455,16 +455,9 @@ pub fn rpoplpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     move_reply(move_one(ctx, &args[1], &args[2], End::Right, End::Left))
 }
 
-/// BLMOVE's attempt: as LMOVE (the timeout is checked by the server before it parks).
-pub fn blmove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    match parse_ends(&args[3], &args[4]) {
-        Ok((from, to)) => move_reply(move_one(ctx, &args[1], &args[2], from, to)),
-        Err(err) => err,
-    }
-}
-
-pub fn brpoplpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    rpoplpush(ctx, args)
+/// BLMOVE's and BRPOPLPUSH's attempt, parsed: as LMOVE.
+pub fn move_attempt(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], from: End, to: End) -> Frame {
+    move_reply(move_one(ctx, src, dst, from, to))
 }
 
 /// A blocking command's timeout in milliseconds (0 waits for ever), with Redis's errors.
@@ -479,33 +472,6 @@ pub fn parse_timeout(arg: &[u8]) -> Result<u64, Frame> {
         return Err(Frame::static_error("ERR timeout is out of range"));
     }
     Ok(ms.ceil() as u64)
-}
-
-/// BLPOP/BRPOP's attempt: the first non-empty key, in order, gives one element as
-/// `[key, element]`; nil when all are empty.
-fn bpop(ctx: &mut Ctx<'_>, args: &[Bytes], end: End) -> Frame {
-    if let Err(err) = parse_timeout(&args[args.len() - 1]) {
-        return err;
-    }
-    for key in &args[1..args.len() - 1] {
-        match pop_many(ctx, key, end, 1) {
-            Err(err) => return err,
-            Ok(Some(mut popped)) if !popped.is_empty() => {
-                let value = popped.pop().expect("one element");
-                return Frame::Array(vec![Frame::Bulk(key.clone()), Frame::Bulk(value)]);
-            }
-            Ok(_) => {}
-        }
-    }
-    Frame::NullArray
-}
-
-pub fn blpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    bpop(ctx, args, End::Left)
-}
-
-pub fn brpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    bpop(ctx, args, End::Right)
 }
 
 /// A parsed LMPOP/BLMPOP: its keys, end and count.
@@ -566,16 +532,19 @@ pub fn mpop_keys(args: &[Bytes], at: usize) -> Vec<usize> {
     }
 }
 
-/// The first non-empty key gives up to `count` elements: `[key, [elements]]`, or nil.
-pub fn mpop_attempt(ctx: &mut Ctx<'_>, mpop: &Mpop) -> Frame {
-    for key in &mpop.keys {
-        match pop_many(ctx, key, mpop.end, mpop.count) {
+/// The first non-empty key of `keys`, in order, gives its elements; nil when all are
+/// empty. With `count` (LMPOP, BLMPOP) up to that many, as `[key, [elements]]`; without it
+/// (BLPOP, BRPOP) one, as `[key, element]`.
+pub fn pop_first(ctx: &mut Ctx<'_>, keys: &[Bytes], end: End, count: Option<usize>) -> Frame {
+    for key in keys {
+        match pop_many(ctx, key, end, count.unwrap_or(1)) {
             Err(err) => return err,
-            Ok(Some(popped)) if !popped.is_empty() => {
-                return Frame::Array(vec![
-                    Frame::Bulk(key.clone()),
-                    Frame::Array(popped.into_iter().map(Frame::Bulk).collect()),
-                ]);
+            Ok(Some(mut popped)) if !popped.is_empty() => {
+                let popped = match count {
+                    Some(_) => Frame::Array(popped.into_iter().map(Frame::Bulk).collect()),
+                    None => Frame::Bulk(popped.pop().expect("one element")),
+                };
+                return Frame::Array(vec![Frame::Bulk(key.clone()), popped]);
             }
             Ok(_) => {}
         }
@@ -585,17 +554,7 @@ pub fn mpop_attempt(ctx: &mut Ctx<'_>, mpop: &Mpop) -> Frame {
 
 pub fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     match parse_mpop(args, 1) {
-        Ok(mpop) => mpop_attempt(ctx, &mpop),
-        Err(err) => err,
-    }
-}
-
-pub fn blmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    if let Err(err) = parse_timeout(&args[1]) {
-        return err;
-    }
-    match parse_mpop(args, 2) {
-        Ok(mpop) => mpop_attempt(ctx, &mpop),
+        Ok(mpop) => pop_first(ctx, &mpop.keys, mpop.end, Some(mpop.count)),
         Err(err) => err,
     }
 }

@@ -78,6 +78,14 @@ pub struct Shard {
     keyspace_misses: u64,
 }
 
+/// What runs a command on a shard: its row's handler (which parses the arguments), or a
+/// form the server already parsed.
+#[derive(Clone, Copy)]
+enum Body<'a> {
+    Handler,
+    Blocking(&'a crate::block_commands::Blocking),
+}
+
 impl Shard {
     pub fn new(id: usize) -> Self {
         Shard {
@@ -246,7 +254,21 @@ impl Shard {
 
     /// Runs a command whose spec the caller already looked up and arity-checked.
     pub fn execute(&mut self, db: usize, client: u64, spec: &CommandSpec, args: &[Bytes]) -> Frame {
-        self.run(db, client, spec, args, None)
+        self.run(db, client, spec, args, None, Body::Handler)
+    }
+
+    /// Runs a blocking command's attempt from its parsed form (`request::Form::Blocking`,
+    /// parsed once by the server), with everything [`Shard::execute`] does around a handler.
+    pub fn execute_blocking(
+        &mut self,
+        db: usize,
+        client: u64,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        blocking: &crate::block_commands::Blocking,
+        out: Option<&mut Output>,
+    ) -> Frame {
+        self.run(db, client, spec, args, out, Body::Blocking(blocking))
     }
 
     /// Like [`Shard::execute`], for a reply that goes straight into `out` (a local client's
@@ -259,7 +281,7 @@ impl Shard {
         args: &[Bytes],
         out: &mut Output,
     ) -> Frame {
-        self.run(db, client, spec, args, Some(out))
+        self.run(db, client, spec, args, Some(out), Body::Handler)
     }
 
     fn run(
@@ -269,6 +291,7 @@ impl Shard {
         spec: &CommandSpec,
         args: &[Bytes],
         out: Option<&mut Output>,
+        body: Body<'_>,
     ) -> Frame {
         debug_assert!(spec.arity_ok(args.len()));
         if self.memory_over.is_some() {
@@ -278,9 +301,9 @@ impl Shard {
         }
         // Off (the default), notifications cost this test and nothing else.
         if self.notes.on() {
-            return self.run_noted(db, client, spec, args, out);
+            return self.run_noted(db, client, spec, args, out, body);
         }
-        self.run_handler(db, client, spec, args, out, false)
+        self.run_handler(db, client, spec, args, out, false, body)
     }
 
     /// [`Shard::run`] while keyspace notifications are on: the command's keys are looked
@@ -293,9 +316,10 @@ impl Shard {
         spec: &CommandSpec,
         args: &[Bytes],
         out: Option<&mut Output>,
+        body: Body<'_>,
     ) -> Frame {
         let (seen, mark) = self.look_before(db, spec, args);
-        let frame = self.run_handler(db, client, spec, args, out, true);
+        let frame = self.run_handler(db, client, spec, args, out, true, body);
         if spec.has(crate::table::flag::WRITE) {
             self.notify_after(db, spec, args, &frame, seen, mark);
         }
@@ -304,6 +328,7 @@ impl Shard {
 
     /// The command's handler, with what every command pays around it: WATCH and tracking
     /// for writes, keyspace hit counts for reads, the journal.
+    #[allow(clippy::too_many_arguments)] // the command, where it runs, and how
     fn run_handler(
         &mut self,
         db: usize,
@@ -312,6 +337,7 @@ impl Shard {
         args: &[Bytes],
         out: Option<&mut Output>,
         noted: bool,
+        body: Body<'_>,
     ) -> Frame {
         let handler = spec.handler.expect("server commands never reach a shard");
         let write = spec.has(crate::table::flag::WRITE);
@@ -354,7 +380,11 @@ impl Shard {
             ),
             notes: noted.then_some(&mut self.notes),
         };
-        let frame = match crate::contain::contained(spec.name, || handler(&mut ctx, args)) {
+        let run = || match body {
+            Body::Handler => handler(&mut ctx, args),
+            Body::Blocking(blocking) => crate::block_commands::attempt(&mut ctx, blocking),
+        };
+        let frame = match crate::contain::contained(spec.name, run) {
             Ok(frame) => frame,
             Err(_) => {
                 // Whatever the handler had encoded of its reply is dropped.

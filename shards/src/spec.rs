@@ -106,6 +106,26 @@ pub enum Route {
     AllShards(Merge),
 }
 
+/// Which parsed form a [`crate::request::Request`] carries for a command: the commands
+/// whose route depends on their arguments are parsed once, when the request is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FormKind {
+    /// Nothing beyond the spec and the keys' positions.
+    Plain,
+    /// A blocking pop or move, or XREAD/XREADGROUP (`crate::blocked_ops::Blocking`).
+    Blocking,
+    /// TASK.FETCH (`crate::task_commands::FetchArgs`).
+    Fetch,
+    /// TASK.WAIT (`crate::task_commands::WaitArgs`).
+    Wait,
+    /// TASK.EVENTS (`crate::task_reports::EventsArgs`).
+    Events,
+    /// TASK.WORKER (`crate::tasks::workers::WorkerOptions`).
+    Worker,
+    /// EVAL, EVALSHA, FCALL and their read-only forms: `numkeys`.
+    Script,
+}
+
 pub struct CommandSpec {
     /// Lower-case name.
     pub name: &'static str,
@@ -122,6 +142,8 @@ pub struct CommandSpec {
     /// computed from the arguments (Redis's `movablekeys`). Empty when the count is invalid:
     /// the handler then replies with the error.
     pub movable_keys: Option<KeyFinder>,
+    /// The parsed form its request carries (see [`FormKind`]).
+    pub form: FormKind,
 }
 
 /// Redis's arity rule: `n` arguments exactly (the name counted), or `-n`: at least n.

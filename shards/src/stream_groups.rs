@@ -386,12 +386,8 @@ fn stream_range(
         .collect()
 }
 
-/// XREADGROUP's attempt: every stream with something to give; nil when nothing.
-pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let read = match parse_xreadgroup(args) {
-        Ok(read) => read,
-        Err(err) => return err,
-    };
+/// XREADGROUP's attempt, parsed: each stream read for the group's consumer.
+pub fn read_for_group(ctx: &mut Ctx<'_>, read: &XreadGroup) -> Frame {
     let now = ctx.now_ms;
     let mut found = Vec::new();
     for (key, what) in &read.streams {
@@ -401,7 +397,7 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
             Err(err) => return err,
         };
         let had = has_consumer(stream, &read.group, &read.consumer);
-        let result = read_group(stream, &read, *what, now);
+        let result = read_group(stream, read, *what, now);
         if !had && has_consumer(stream, &read.group, &read.consumer) {
             ctx.notify(crate::notify::class::STREAM, "xgroup-createconsumer", key);
         }

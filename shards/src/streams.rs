@@ -425,14 +425,11 @@ pub fn xread_keys(args: &[Bytes]) -> Vec<usize> {
     (at + 1..at + 1 + rest / 2).collect()
 }
 
-/// XREAD's attempt: every stream with entries after its id (`$` has none yet).
-pub fn xread(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    let read = match parse_xread(args) {
-        Ok(read) => read,
-        Err(err) => return err,
-    };
+/// XREAD's attempt, parsed: up to `count` entries of every stream after its id (`None`, `$`,
+/// has none yet).
+pub fn read_after(ctx: &mut Ctx<'_>, streams: &[(Bytes, Option<StreamId>)], count: usize) -> Frame {
     let mut found = Vec::new();
-    for (key, after) in &read.streams {
+    for (key, after) in streams {
         let now = ctx.now_ms;
         // Every key's type is checked, `$` ones too: Redis refuses a read of a string at once.
         let stream = match typed::get::<Stream>(ctx.db(), key, now) {
@@ -446,7 +443,7 @@ pub fn xread(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         let Some(from) = after.next() else {
             continue;
         };
-        let entries = stream.range(from, StreamId::MAX, false, read.count);
+        let entries = stream.range(from, StreamId::MAX, false, count);
         if !entries.is_empty() {
             found.push((Frame::Bulk(key.clone()), entries_frame(entries)));
         }

@@ -14,11 +14,13 @@ use crate::task_commands as tasks;
 use crate::task_cron;
 use crate::task_reports;
 use crate::{
-    bitfield, bitmaps, dump, geo, hashes, hyperloglog, introspection, keys, lcs, lists, sets, sort,
-    stream_groups, streams, strings, zsets,
+    bitfield, bitmaps, block_commands, dump, geo, hashes, hyperloglog, introspection, keys, lcs,
+    lists, sets, sort, stream_groups, streams, strings, zsets,
 };
 
-pub use crate::spec::{flag, CommandSpec, Handler, KeyFinder, KeyPositions, Merge, Route};
+pub use crate::spec::{
+    flag, CommandSpec, FormKind, Handler, KeyFinder, KeyPositions, Merge, Route,
+};
 
 use flag::*;
 use Merge::*;
@@ -47,10 +49,16 @@ const fn row(
         group,
         summary,
         movable_keys: None,
+        form: FormKind::Plain,
     }
 }
 
 impl CommandSpec {
+    /// This row, its request parsed into `form` once (see [`FormKind`]).
+    const fn parsed(self, form: FormKind) -> CommandSpec {
+        CommandSpec { form, ..self }
+    }
+
     /// This row, with its keys found by `find` (Redis's `movablekeys`).
     const fn movable(self, find: KeyFinder) -> CommandSpec {
         CommandSpec {
@@ -173,11 +181,11 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("lmove", 5, WRITE | DENYOOM, TWO, Keyed, Some(lists::lmove), L, "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved."),
     row("rpoplpush", 3, WRITE | DENYOOM, TWO, Keyed, Some(lists::rpoplpush), L, "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped."),
     row("lmpop", -4, WRITE, MOVABLE, Keyed, Some(lists::lmpop), L, "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.").movable(lmpop_keys),
-    row("blpop", -3, WRITE | BLOCKING, ALL_BUT_LAST, Keyed, Some(lists::blpop), L, "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped."),
-    row("brpop", -3, WRITE | BLOCKING, ALL_BUT_LAST, Keyed, Some(lists::brpop), L, "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped."),
-    row("blmove", 6, WRITE | DENYOOM | BLOCKING, TWO, Keyed, Some(lists::blmove), L, "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved."),
-    row("brpoplpush", 4, WRITE | DENYOOM | BLOCKING, TWO, Keyed, Some(lists::brpoplpush), L, "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped."),
-    row("blmpop", -5, WRITE | BLOCKING, MOVABLE, Keyed, Some(lists::blmpop), L, "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.").movable(blmpop_keys),
+    row("blpop", -3, WRITE | BLOCKING, ALL_BUT_LAST, Keyed, Some(block_commands::blpop), L, "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.").parsed(FormKind::Blocking),
+    row("brpop", -3, WRITE | BLOCKING, ALL_BUT_LAST, Keyed, Some(block_commands::brpop), L, "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.").parsed(FormKind::Blocking),
+    row("blmove", 6, WRITE | DENYOOM | BLOCKING, TWO, Keyed, Some(block_commands::blmove), L, "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.").parsed(FormKind::Blocking),
+    row("brpoplpush", 4, WRITE | DENYOOM | BLOCKING, TWO, Keyed, Some(block_commands::brpoplpush), L, "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.").parsed(FormKind::Blocking),
+    row("blmpop", -5, WRITE | BLOCKING, MOVABLE, Keyed, Some(block_commands::blmpop), L, "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.").movable(blmpop_keys).parsed(FormKind::Blocking),
     // hashes
     row("hset", -4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(hashes::hset), H, "Creates or modifies the value of a field in a hash."),
     row("hmset", -4, WRITE | DENYOOM | FAST, ONE, Keyed, Some(hashes::hmset), H, "Sets the values of multiple fields."),
@@ -220,9 +228,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("xlen", 2, READONLY | FAST, ONE, Keyed, Some(streams::xlen), "stream", "Return the number of messages in a stream."),
     row("xdel", -3, WRITE | FAST, ONE, Keyed, Some(streams::xdel), "stream", "Returns the number of messages after removing them from a stream."),
     row("xtrim", -4, WRITE, ONE, Keyed, Some(streams::xtrim), "stream", "Deletes messages from the beginning of a stream."),
-    row("xread", -4, READONLY | BLOCKING, MOVABLE, Keyed, Some(streams::xread), "stream", "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.").movable(streams::xread_keys),
+    row("xread", -4, READONLY | BLOCKING, MOVABLE, Keyed, Some(block_commands::xread), "stream", "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.").movable(streams::xread_keys).parsed(FormKind::Blocking),
     row("xgroup", -2, WRITE | DENYOOM | CONTAINER, (2, 2, 1), Keyed, Some(stream_groups::xgroup), "stream", "A container for consumer groups commands."),
-    row("xreadgroup", -7, WRITE | BLOCKING, MOVABLE, Keyed, Some(stream_groups::xreadgroup), "stream", "Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.").movable(stream_groups::xreadgroup_keys),
+    row("xreadgroup", -7, WRITE | BLOCKING, MOVABLE, Keyed, Some(block_commands::xreadgroup), "stream", "Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.").movable(stream_groups::xreadgroup_keys).parsed(FormKind::Blocking),
     row("xack", -4, WRITE | FAST, ONE, Keyed, Some(stream_groups::xack), "stream", "Returns the number of messages that were successfully acknowledged by the consumer group member of a stream."),
     row("xpending", -3, READONLY, ONE, Keyed, Some(stream_groups::xpending), "stream", "Returns the information and entries from a stream consumer group's pending entries list."),
     row("xclaim", -6, WRITE | FAST, ONE, Keyed, Some(stream_groups::xclaim), "stream", "Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member."),
@@ -252,10 +260,10 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("zremrangebylex", 4, WRITE, ONE, Keyed, Some(zsets::zremrangebylex), Z, "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed."),
     row("zpopmin", -2, WRITE | FAST, ONE, Keyed, Some(zsets::zpopmin), Z, "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped."),
     row("zpopmax", -2, WRITE | FAST, ONE, Keyed, Some(zsets::zpopmax), Z, "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped."),
-    row("bzpopmin", -3, WRITE | FAST | BLOCKING, ALL_BUT_LAST, Keyed, Some(zsets::bzpopmin), Z, "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped."),
-    row("bzpopmax", -3, WRITE | FAST | BLOCKING, ALL_BUT_LAST, Keyed, Some(zsets::bzpopmax), Z, "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise.  Deletes the sorted set if the last element was popped."),
+    row("bzpopmin", -3, WRITE | FAST | BLOCKING, ALL_BUT_LAST, Keyed, Some(block_commands::bzpopmin), Z, "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.").parsed(FormKind::Blocking),
+    row("bzpopmax", -3, WRITE | FAST | BLOCKING, ALL_BUT_LAST, Keyed, Some(block_commands::bzpopmax), Z, "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise.  Deletes the sorted set if the last element was popped.").parsed(FormKind::Blocking),
     row("zmpop", -4, WRITE, MOVABLE, Keyed, Some(zsets::zmpop), Z, "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.").movable(zsets::numkeys_at_1),
-    row("bzmpop", -5, WRITE | BLOCKING, MOVABLE, Keyed, Some(zsets::bzmpop), Z, "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.").movable(zsets::numkeys_at_2),
+    row("bzmpop", -5, WRITE | BLOCKING, MOVABLE, Keyed, Some(block_commands::bzmpop), Z, "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.").movable(zsets::numkeys_at_2).parsed(FormKind::Blocking),
     row("zunion", -3, READONLY, MOVABLE, Keyed, Some(zsets::zunion), Z, "Returns the union of multiple sorted sets.").movable(zsets::numkeys_at_1),
     row("zinter", -3, READONLY, MOVABLE, Keyed, Some(zsets::zinter), Z, "Returns the intersect of multiple sorted sets.").movable(zsets::numkeys_at_1),
     row("zdiff", -3, READONLY, MOVABLE, Keyed, Some(zsets::zdiff), Z, "Returns the difference between multiple sorted sets.").movable(zsets::numkeys_at_1),
@@ -297,12 +305,12 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("flushall", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushall), SV, "Removes all keys from all databases."),
     // tasks
     row("task.submit", -3, WRITE | DENYOOM | FAST | TASK, ONE, Keyed, Some(tasks::submit), T, "Submits a task to a queue; returns its id."),
-    row("task.fetch", -2, WRITE | FAST | TASK, NONE, Server, None, T, "Leases tasks from queues in order, after acknowledging finished ones."),
+    row("task.fetch", -2, WRITE | FAST | TASK, NONE, Server, None, T, "Leases tasks from queues in order, after acknowledging finished ones.").parsed(FormKind::Fetch),
     row("task.ack", -2, WRITE | FAST | TASK, ONE, Keyed, Some(tasks::ack), T, "Finishes a leased task, with an optional result."),
     row("task.fail", -2, WRITE | FAST | TASK, ONE, Keyed, Some(tasks::fail), T, "Fails a leased task: retried with backoff while attempts remain, else dead."),
     row("task.extend", 3, WRITE | FAST | TASK, ONE, Keyed, Some(tasks::extend), T, "Extends the lease on a task."),
     row("task.get", 2, READONLY | FAST | TASK, ONE, Keyed, Some(tasks::get), T, "Returns a task's state, attempts, payload, result and error."),
-    row("task.wait", -2, READONLY | TASK, NONE, Server, None, T, "Waits until a task finishes and returns its fields."),
+    row("task.wait", -2, READONLY | TASK, NONE, Server, None, T, "Waits until a task finishes and returns its fields.").parsed(FormKind::Wait),
     row("task.cancel", 2, WRITE | FAST | TASK, ONE, Keyed, Some(tasks::cancel), T, "Cancels a task that has not finished."),
     row("task.dead", 2, READONLY | TASK, ONE, Keyed, Some(tasks::dead), T, "Lists the dead tasks of a queue."),
     row("task.requeue", 2, WRITE | TASK, ONE, Keyed, Some(tasks::requeue), T, "Puts a dead task, or every dead task of a queue, back in its queue."),
@@ -311,14 +319,14 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.limit", -2, WRITE | TASK, ONE, Keyed, Some(tasks::limit), T, "Sets or shows a queue's concurrency and rate limits."),
     row("task.stats", 2, READONLY | TASK, ONE, Keyed, Some(tasks::stats), T, "Returns a queue's counts and the age of its oldest waiting task."),
     row("task.queues", 1, READONLY | TASK, NONE, AllShards(Concat), Some(tasks::queues), T, "Lists the queues."),
-    row("task.worker", -2, NOSCRIPT | FAST | TASK, NONE, Server, None, T, "Binds the connection to a worker identity that owns its leases."),
+    row("task.worker", -2, NOSCRIPT | FAST | TASK, NONE, Server, None, T, "Binds the connection to a worker identity that owns its leases.").parsed(FormKind::Worker),
     row("task.workers", 1, READONLY | TASK, NONE, Server, None, T, "Lists the workers, their connections and leases."),
     row("task.quiet", 2, NOSCRIPT | TASK, NONE, Server, None, T, "Stops a worker's fetches (to drain it)."),
     row("task.cron", -2, WRITE | TASK, NONE, Server, Some(task_cron::cron), T, "Defines, removes or lists server-side schedules that submit tasks."),
     row("task.progress", 3, WRITE | FAST | TASK, ONE, Keyed, Some(task_reports::progress), T, "Reports a leased task's progress."),
     row("task.log", 3, WRITE | FAST | TASK, ONE, Keyed, Some(task_reports::log), T, "Adds a log line to a leased task."),
     row("task.logs", 2, READONLY | TASK, ONE, Keyed, Some(task_reports::logs), T, "Returns a task's log lines."),
-    row("task.events", -2, READONLY | TASK, NONE, Server, None, T, "Reads a queue's task state changes from a cursor, optionally waiting."),
+    row("task.events", -2, READONLY | TASK, NONE, Server, None, T, "Reads a queue's task state changes from a cursor, optionally waiting.").parsed(FormKind::Events),
     row("task.batch", -4, WRITE | DENYOOM | TASK, NONE, Server, Some(task_batch::open), T, "Submits child tasks with callbacks that run once after the last child ends."),
     row("task.batchinfo", 2, READONLY | TASK, ONE, Keyed, Some(task_batch::info), T, "Returns a batch's counts and callbacks."),
     row("task.flow", -6, WRITE | DENYOOM | TASK, NONE, Server, Some(task_batch::open), T, "Submits child tasks and a parent that runs after them, with a rule for failed children."),
@@ -338,12 +346,12 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("sunsubscribe", -1, NOSCRIPT | LOADING | STALE | WHILE_SUBSCRIBED | PUBSUB, ALL, Server, None, "pubsub", "Stops listening to messages posted to shard channels."),
     row("spublish", 3, LOADING | STALE | FAST | EMBEDDED | PUBSUB, ONE, Server, None, "pubsub", "Post a message to a shard channel"),
     // scripting
-    row("eval", -3, NOSCRIPT | STALE | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Executes a server-side Lua script.").movable(eval_keys),
-    row("evalsha", -3, NOSCRIPT | STALE | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Executes a server-side Lua script by SHA1 digest.").movable(eval_keys),
-    row("eval_ro", -3, NOSCRIPT | STALE | READONLY | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Executes a read-only server-side Lua script.").movable(eval_keys),
-    row("evalsha_ro", -3, NOSCRIPT | STALE | READONLY | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Executes a read-only server-side Lua script by SHA1 digest.").movable(eval_keys),
-    row("fcall", -3, NOSCRIPT | STALE | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Invokes a function.").movable(eval_keys),
-    row("fcall_ro", -3, NOSCRIPT | STALE | READONLY | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Invokes a read-only function.").movable(eval_keys),
+    row("eval", -3, NOSCRIPT | STALE | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Executes a server-side Lua script.").movable(eval_keys).parsed(FormKind::Script),
+    row("evalsha", -3, NOSCRIPT | STALE | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Executes a server-side Lua script by SHA1 digest.").movable(eval_keys).parsed(FormKind::Script),
+    row("eval_ro", -3, NOSCRIPT | STALE | READONLY | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Executes a read-only server-side Lua script.").movable(eval_keys).parsed(FormKind::Script),
+    row("evalsha_ro", -3, NOSCRIPT | STALE | READONLY | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Executes a read-only server-side Lua script by SHA1 digest.").movable(eval_keys).parsed(FormKind::Script),
+    row("fcall", -3, NOSCRIPT | STALE | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Invokes a function.").movable(eval_keys).parsed(FormKind::Script),
+    row("fcall_ro", -3, NOSCRIPT | STALE | READONLY | SKIP_MONITOR | NO_MANDATORY_KEYS, MOVABLE, Server, None, "scripting", "Invokes a read-only function.").movable(eval_keys).parsed(FormKind::Script),
     row("function", -2, NOSCRIPT | PASSES_LOCKS | CONTAINER, NONE, Server, None, "scripting", "A container for function commands."),
     row("script", -2, NOSCRIPT | PASSES_LOCKS | CONTAINER, NONE, Server, None, "scripting", "A container for Lua scripts management commands."),
     // transactions

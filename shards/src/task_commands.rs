@@ -143,36 +143,36 @@ pub(crate) fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOption
 
 /// FETCH's parsed arguments, borrowed from the command's (a worker's every step parses
 /// one: no copies).
-#[derive(Debug, PartialEq, Eq)]
-pub struct FetchArgs<'a> {
-    pub queues: &'a [Bytes],
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchArgs {
+    pub queues: Vec<Bytes>,
     pub count: usize,
     pub lease_ms: Option<u64>,
     /// BLOCK ms: wait this long for a task when there is none (0: for ever).
     pub block_ms: Option<u64>,
-    pub acks: &'a [Bytes],
+    pub acks: Vec<Bytes>,
 }
 
 /// Parses TASK.FETCH queue [queue ...] [COUNT n] [LEASE ms] [BLOCK ms] [ACK id ...]. The
 /// queues run up to the first option word; ACK takes every argument after it.
-pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs<'_>, Frame> {
+pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
+    crate::request::count_parse(crate::spec::FormKind::Fetch);
     let option = |a: &Bytes| is(a, "count") || is(a, "lease") || is(a, "block") || is(a, "ack");
     let queues_end = args[1..]
         .iter()
         .position(option)
         .map_or(args.len(), |p| p + 1);
-    let queues = &args[1..queues_end];
-    if queues.is_empty() {
+    if queues_end == 1 {
         return Err(Frame::error(
             "ERR wrong number of arguments for 'task.fetch' command",
         ));
     }
     let mut parsed = FetchArgs {
-        queues,
+        queues: args[1..queues_end].to_vec(),
         count: 1,
         lease_ms: None,
         block_ms: None,
-        acks: &[],
+        acks: Vec::new(),
     };
     let mut i = queues_end;
     while i < args.len() {
@@ -196,7 +196,7 @@ pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs<'_>, Frame> {
         } else if is(&args[i], "block") {
             parsed.block_ms = Some(count_arg(next, "BLOCK")?);
         } else if is(&args[i], "ack") {
-            parsed.acks = &args[i + 1..];
+            parsed.acks = args[i + 1..].to_vec();
             if parsed.acks.is_empty() {
                 return Err(Frame::static_error(SYNTAX));
             }
@@ -207,6 +207,81 @@ pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs<'_>, Frame> {
         i += 2;
     }
     Ok(parsed)
+}
+
+/// TASK.WAIT id [TIMEOUT ms], parsed.
+#[derive(Clone, Debug)]
+pub struct WaitArgs {
+    pub id: Bytes,
+    /// How long to wait (0: for ever).
+    pub timeout_ms: u64,
+}
+
+/// Parses TASK.WAIT id [TIMEOUT ms].
+pub fn parse_wait(args: &[Bytes]) -> Result<WaitArgs, Frame> {
+    crate::request::count_parse(crate::spec::FormKind::Wait);
+    let timeout_ms = match &args[2..] {
+        [] => 0,
+        [word, ms] if is(word, "timeout") => match int_arg(ms)? {
+            ms if ms >= 0 => ms as u64,
+            _ => return Err(Frame::static_error("ERR TIMEOUT must be zero or positive")),
+        },
+        _ => return Err(Frame::static_error(SYNTAX)),
+    };
+    Ok(WaitArgs {
+        id: args[1].clone(),
+        timeout_ms,
+    })
+}
+
+/// TASK.WORKER id [GRACE ms] [HEARTBEAT ms], parsed.
+#[derive(Clone, Debug)]
+pub struct WorkerArgs {
+    pub name: Bytes,
+    pub options: crate::tasks::workers::WorkerOptions,
+}
+
+/// Parses TASK.WORKER id [GRACE ms] [HEARTBEAT ms].
+pub fn parse_worker(args: &[Bytes]) -> Result<WorkerArgs, Frame> {
+    use crate::tasks::workers::WorkerOptions;
+    crate::request::count_parse(crate::spec::FormKind::Worker);
+    let name = &args[1];
+    if name.is_empty() || name.len() > NAME_BYTES_MAX {
+        return Err(Frame::error(format!(
+            "ERR worker id must be 1..{NAME_BYTES_MAX} bytes"
+        )));
+    }
+    let mut options = WorkerOptions::default();
+    let mut i = 2;
+    while i < args.len() {
+        if is(&args[i], "grace") {
+            options.grace_ms = worker_ms(args.get(i + 1), "GRACE")?;
+        } else if is(&args[i], "heartbeat") {
+            match worker_ms(args.get(i + 1), "HEARTBEAT")? {
+                0 => return Err(Frame::static_error("ERR HEARTBEAT must be positive")),
+                ms => options.heartbeat_ms = Some(ms),
+            }
+        } else {
+            return Err(Frame::static_error(SYNTAX));
+        }
+        i += 2;
+    }
+    Ok(WorkerArgs {
+        name: Bytes::copy_from_slice(name),
+        options,
+    })
+}
+
+/// A TASK.WORKER option in milliseconds, in range.
+fn worker_ms(arg: Option<&Bytes>, what: &str) -> Result<u64, Frame> {
+    use crate::tasks::workers::WORKER_MS_MAX;
+    let arg = arg.ok_or(Frame::static_error(SYNTAX))?;
+    match int_arg(arg)? {
+        ms if (0..=WORKER_MS_MAX as i64).contains(&ms) => Ok(ms as u64),
+        _ => Err(Frame::error(format!(
+            "ERR {what} must be 0..{WORKER_MS_MAX} ms"
+        ))),
+    }
 }
 
 /// One leased task as FETCH replies it: `[id, queue, payload, attempt]`, and for a fallback

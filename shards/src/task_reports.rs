@@ -55,7 +55,7 @@ pub fn logs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
 }
 
 /// TASK.EVENTS's arguments.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventsArgs {
     pub queue: Bytes,
     pub from: u64,
@@ -66,6 +66,7 @@ pub struct EventsArgs {
 
 /// Parses TASK.EVENTS queue [FROM cursor] [COUNT n] [BLOCK ms].
 pub fn parse_events(args: &[Bytes]) -> Result<EventsArgs, Frame> {
+    crate::request::count_parse(crate::spec::FormKind::Events);
     let mut parsed = EventsArgs {
         queue: Bytes::copy_from_slice(&args[1]),
         from: 0,

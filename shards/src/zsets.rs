@@ -713,36 +713,6 @@ pub fn zpopmax(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     pop(ctx, args, true)
 }
 
-/// BZPOPMIN/BZPOPMAX's attempt: `[key, member, score]` from the first non-empty key.
-fn bpop(ctx: &mut Ctx<'_>, args: &[Bytes], max: bool) -> Frame {
-    if let Err(err) = crate::lists::parse_timeout(&args[args.len() - 1]) {
-        return err;
-    }
-    for key in &args[1..args.len() - 1] {
-        match pop_many(ctx, key, max, 1) {
-            Err(err) => return err,
-            Ok(Some(mut items)) if !items.is_empty() => {
-                let (m, s) = items.pop().expect("one");
-                return Frame::Array(vec![
-                    Frame::Bulk(key.clone()),
-                    Frame::Bulk(m),
-                    Frame::Double(s),
-                ]);
-            }
-            Ok(_) => {}
-        }
-    }
-    Frame::NullArray
-}
-
-pub fn bzpopmin(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    bpop(ctx, args, false)
-}
-
-pub fn bzpopmax(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    bpop(ctx, args, true)
-}
-
 /// A parsed ZMPOP/BZMPOP.
 pub struct Zmpop {
     pub keys: Vec<Bytes>,
@@ -765,21 +735,25 @@ pub fn parse_zmpop(args: &[Bytes], at: usize) -> Result<Zmpop, Frame> {
     Ok(Zmpop { keys, max, count })
 }
 
-/// `[key, [[member, score], …]]` from the first non-empty key, or nil.
-pub fn zmpop_attempt(ctx: &mut Ctx<'_>, zmpop: &Zmpop) -> Frame {
-    for key in &zmpop.keys {
-        match pop_many(ctx, key, zmpop.max, zmpop.count) {
+/// The first non-empty key of `keys`, in order, gives its lowest (with `max`, highest)
+/// scored members; nil when all are empty. With `count` (ZMPOP, BZMPOP) up to that many, as
+/// `[key, [[member, score], …]]`; without it (BZPOPMIN, BZPOPMAX) one, as
+/// `[key, member, score]`.
+pub fn pop_first(ctx: &mut Ctx<'_>, keys: &[Bytes], max: bool, count: Option<usize>) -> Frame {
+    for key in keys {
+        match pop_many(ctx, key, max, count.unwrap_or(1)) {
             Err(err) => return err,
-            Ok(Some(items)) if !items.is_empty() => {
-                return Frame::Array(vec![
-                    Frame::Bulk(key.clone()),
-                    Frame::Array(
-                        items
-                            .into_iter()
-                            .map(|(m, s)| Frame::Array(vec![Frame::Bulk(m), Frame::Double(s)]))
-                            .collect(),
-                    ),
-                ]);
+            Ok(Some(mut items)) if !items.is_empty() => {
+                let key = Frame::Bulk(key.clone());
+                if count.is_none() {
+                    let (m, s) = items.pop().expect("one");
+                    return Frame::Array(vec![key, Frame::Bulk(m), Frame::Double(s)]);
+                }
+                let pairs = items
+                    .into_iter()
+                    .map(|(m, s)| Frame::Array(vec![Frame::Bulk(m), Frame::Double(s)]))
+                    .collect();
+                return Frame::Array(vec![key, Frame::Array(pairs)]);
             }
             Ok(_) => {}
         }
@@ -789,17 +763,7 @@ pub fn zmpop_attempt(ctx: &mut Ctx<'_>, zmpop: &Zmpop) -> Frame {
 
 pub fn zmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     match parse_zmpop(args, 1) {
-        Ok(zmpop) => zmpop_attempt(ctx, &zmpop),
-        Err(err) => err,
-    }
-}
-
-pub fn bzmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    if let Err(err) = crate::lists::parse_timeout(&args[1]) {
-        return err;
-    }
-    match parse_zmpop(args, 2) {
-        Ok(zmpop) => zmpop_attempt(ctx, &zmpop),
+        Ok(zmpop) => pop_first(ctx, &zmpop.keys, zmpop.max, Some(zmpop.count)),
         Err(err) => err,
     }
 }

@@ -97,7 +97,7 @@ pub struct ConnState {
     /// Shards where this client's blocking list pop is parked (empty when not blocked).
     pub blocked_on: Vec<usize>,
     /// Commands queued since MULTI; `None` outside a transaction.
-    pub multi: Option<Vec<Vec<Bytes>>>,
+    pub multi: Option<Vec<wetask_shards::request::Request>>,
     /// A command was rejected while queueing: EXEC will abort.
     pub multi_failed: bool,
     /// Keys this connection WATCHes.

@@ -26,148 +26,74 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use wetask_protocol::Frame;
-use wetask_shards::lists::{parse_ends, parse_mpop, parse_timeout, End};
+use wetask_protocol::{Frame, Output};
+use wetask_shards::block_commands::{found_nothing, Blocking};
+use wetask_shards::lists::End;
+use wetask_shards::request::Request as Command;
 use wetask_shards::table::CommandSpec;
 use wetask_shards::{lookup, BlockOp};
 
 use crate::clients::ConnState;
 use crate::mesh::{ListRequest, Request};
 use crate::routing::park::{self, Parking};
+use crate::routing::Target;
 use crate::shard::{ListWaiter, ShardCtx};
 
-/// The parsed blocking command: its keys, what to pop, and its timeout.
-pub struct Blocking {
-    pub keys: Vec<Bytes>,
-    pub op: BlockOp,
-    pub timeout_ms: u64,
-}
-
-/// Parses a blocking list command (arity already checked).
-// Long: one short arm per blocking command (BLPOP … XREADGROUP): the table reads best whole.
-pub fn parse(spec: &CommandSpec, args: &[Bytes]) -> Result<Blocking, Frame> {
-    let copy = |b: &Bytes| Bytes::copy_from_slice(b);
-    match spec.name {
-        "blpop" | "brpop" => Ok(Blocking {
-            timeout_ms: parse_timeout(&args[args.len() - 1])?,
-            keys: args[1..args.len() - 1].iter().map(copy).collect(),
-            op: BlockOp::Pop {
-                end: if spec.name == "blpop" {
-                    End::Left
-                } else {
-                    End::Right
-                },
-                count: None,
-            },
-        }),
-        "blmpop" => {
-            let timeout_ms = parse_timeout(&args[1])?;
-            let mpop = parse_mpop(args, 2)?;
-            Ok(Blocking {
-                timeout_ms,
-                keys: mpop.keys.iter().map(copy).collect(),
-                op: BlockOp::Pop {
-                    end: mpop.end,
-                    count: Some(mpop.count),
-                },
-            })
+/// True when a blocking command run on this shard may have to wait (so it cannot run
+/// inline): none of its source keys exists here.
+pub fn may_wait(ctx: &ShardCtx, db: usize, blocking: &Blocking) -> bool {
+    match blocking.timeout_ms {
+        // XREAD without BLOCK answers at once, found or not.
+        None => false,
+        // A read of `$` finds nothing now even on an existing stream.
+        Some(_) if matches!(blocking.op, BlockOp::XRead { .. } | BlockOp::XReadGroup(_)) => true,
+        Some(_) => {
+            let mut shard = ctx.shard.borrow_mut();
+            !blocking.keys.iter().any(|key| shard.exists(db, key))
         }
-        "blmove" | "brpoplpush" => {
-            let (from, to, timeout) = if spec.name == "blmove" {
-                let (from, to) = parse_ends(&args[3], &args[4])?;
-                (from, to, &args[5])
-            } else {
-                (End::Right, End::Left, &args[3])
-            };
-            Ok(Blocking {
-                timeout_ms: parse_timeout(timeout)?,
-                keys: vec![copy(&args[1])],
-                op: BlockOp::Move {
-                    dst: copy(&args[2]),
-                    from,
-                    to,
-                },
-            })
-        }
-        "bzpopmin" | "bzpopmax" => Ok(Blocking {
-            timeout_ms: parse_timeout(&args[args.len() - 1])?,
-            keys: args[1..args.len() - 1].iter().map(copy).collect(),
-            op: BlockOp::ZPop {
-                max: spec.name == "bzpopmax",
-                count: None,
-            },
-        }),
-        "bzmpop" => {
-            let timeout_ms = parse_timeout(&args[1])?;
-            let zmpop = wetask_shards::zsets::parse_zmpop(args, 2)?;
-            Ok(Blocking {
-                timeout_ms,
-                keys: zmpop.keys.iter().map(copy).collect(),
-                op: BlockOp::ZPop {
-                    max: zmpop.max,
-                    count: Some(zmpop.count),
-                },
-            })
-        }
-        "xread" => {
-            let read = wetask_shards::streams::parse_xread(args)?;
-            // Without BLOCK an XREAD that found nothing answers nil at once.
-            let block_ms = read.block_ms.ok_or(Frame::NullArray)?;
-            Ok(Blocking {
-                timeout_ms: block_ms,
-                keys: read.streams.iter().map(|(k, _)| copy(k)).collect(),
-                op: BlockOp::XRead {
-                    after: read.streams.iter().map(|(k, id)| (copy(k), *id)).collect(),
-                    count: read.count,
-                },
-            })
-        }
-        "xreadgroup" => {
-            let read = wetask_shards::stream_groups::parse_xreadgroup(args)?;
-            let block_ms = read.block_ms.ok_or(Frame::NullArray)?;
-            Ok(Blocking {
-                timeout_ms: block_ms,
-                keys: read.streams.iter().map(|(k, _)| copy(k)).collect(),
-                op: BlockOp::XReadGroup(read),
-            })
-        }
-        other => Err(Frame::error(format!("ERR '{other}' is not a blocking pop"))),
     }
 }
 
-/// True when the non-blocking attempt's reply means "nothing there": then the command blocks.
-pub fn found_nothing(frame: &Frame) -> bool {
-    matches!(frame, Frame::Null | Frame::NullArray)
-}
-
-/// True when a blocking pop run on this shard may have to wait (so it cannot run inline):
-/// none of its source keys exists here. A malformed one is answered inline with its error.
-pub fn may_wait(ctx: &ShardCtx, db: usize, spec: &CommandSpec, args: &[Bytes]) -> bool {
-    if !spec.has(wetask_shards::table::flag::BLOCKING) {
-        return false;
+/// A blocking command, admitted: its attempt runs as the non-blocking command would, from
+/// its parsed form, wherever its keys live; only nothing found blocks (not inside MULTI or
+/// a script, which never reach here, nor an XREAD without BLOCK).
+pub async fn attempt_then_block(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    at: Target,
+    spec: &'static CommandSpec,
+    command: &Command,
+    blocking: &Blocking,
+    direct: Option<&mut Output>,
+) -> Frame {
+    let frame = crate::routing::keyed(ctx, at, spec, command, direct).await;
+    if found_nothing(&frame) && blocking.timeout_ms.is_some() {
+        run_blocked(ctx, conn, blocking).await
+    } else {
+        frame
     }
-    let Ok(blocking) = parse(spec, args) else {
-        return false;
-    };
-    // A read of `$` finds nothing now even on an existing stream.
-    if matches!(blocking.op, BlockOp::XRead { .. } | BlockOp::XReadGroup(_)) {
-        return true;
-    }
-    let mut shard = ctx.shard.borrow_mut();
-    !blocking.keys.iter().any(|key| shard.exists(db, key))
 }
 
 /// A blocking pop whose attempt found nothing: parks it (see the module docs) and notes on
 /// the connection where, so that closing the connection lets go of it.
-pub async fn run_blocked(
+async fn run_blocked(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
-    spec: &CommandSpec,
-    args: &[Bytes],
+    parsed: &Blocking,
 ) -> Frame {
-    let blocking = match parse(spec, args) {
-        Ok(blocking) => blocking,
-        Err(err) => return err,
+    // Copies of the keys: a parked waiter must not pin the connection's read buffer.
+    let copy = |key: &Bytes| Bytes::copy_from_slice(key);
+    let op = match &parsed.op {
+        BlockOp::XRead { after, count } => BlockOp::XRead {
+            after: after.iter().map(|(key, id)| (copy(key), *id)).collect(),
+            count: *count,
+        },
+        op => op.clone(),
+    };
+    let blocking = Blocking {
+        keys: parsed.keys.iter().map(copy).collect(),
+        op,
+        timeout_ms: parsed.timeout_ms,
     };
     let (client, db) = {
         let mut state = conn.borrow_mut();
@@ -189,7 +115,8 @@ pub async fn run_blocked(
 /// the reply on time-out (nil of the command's kind).
 async fn block(ctx: &Rc<ShardCtx>, client: u64, db: usize, blocking: Blocking) -> Frame {
     let now = crate::globals::unix_ms();
-    let deadline_ms = (blocking.timeout_ms > 0).then(|| now.saturating_add(blocking.timeout_ms));
+    let timeout_ms = blocking.timeout_ms.unwrap_or(0);
+    let deadline_ms = (timeout_ms > 0).then(|| now.saturating_add(timeout_ms));
     let waiter = ctx.new_token();
     // Each key once (BLPOP k k waits on k once), grouped by owner.
     let mut keys: Vec<Bytes> = Vec::with_capacity(blocking.keys.len());

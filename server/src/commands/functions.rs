@@ -13,7 +13,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use mlua::{Function, Lua};
 use wetask_protocol::Frame;
-use wetask_shards::args::{is, parse_i64};
+use wetask_shards::args::is;
 use wetask_shards::errors::{unknown_subcommand, wrong_arity};
 use wetask_shards::glob::glob_match;
 
@@ -43,7 +43,12 @@ const FUNCTIONS_EPOCH: &str = "wetask_functions_epoch";
 const BINDER: &str = "wetask_fcall_binder";
 
 /// FCALL / FCALL_RO's function, with Redis's checks in its order.
-pub fn check(ctx: &ShardCtx, ro: bool, args: &[Bytes]) -> Result<Checked, Frame> {
+pub fn check(
+    ctx: &ShardCtx,
+    ro: bool,
+    args: &[Bytes],
+    numkeys: Result<usize, Frame>,
+) -> Result<Checked, Frame> {
     let asked = String::from_utf8_lossy(&args[1]).into_owned();
     // (Function names are case-insensitive: `name` is the one it was registered with.)
     let (name, no_writes, epoch) = {
@@ -53,18 +58,8 @@ pub fn check(ctx: &ShardCtx, ro: bool, args: &[Bytes]) -> Result<Checked, Frame>
         };
         (info.name.clone(), info.no_writes(), registry.epoch)
     };
-    let numkeys = match parse_i64(&args[2]) {
-        None => return Err(Frame::static_error("ERR Bad number of keys provided")),
-        Some(n) if n > args.len() as i64 - 3 => {
-            return Err(Frame::static_error(
-                "ERR Number of keys can't be greater than number of args",
-            ))
-        }
-        Some(n) if n < 0 => {
-            return Err(Frame::static_error("ERR Number of keys can't be negative"))
-        }
-        Some(n) => n as usize,
-    };
+    // Its `numkeys` was parsed with the request; its error counts once the function is found.
+    let numkeys = numkeys?;
     if ro && !no_writes {
         return Err(Frame::static_error(
             "ERR Can not execute a script with write flag using *_ro command.",

@@ -31,6 +31,7 @@ use bytes::Bytes;
 use wetask_protocol::{Frame, Protocol};
 use wetask_shards::args::{is, parse_i64};
 use wetask_shards::errors::{subcommand_syntax, unknown_subcommand, wrong_arity, SYNTAX};
+use wetask_shards::request::{Form, Request as Command};
 use wetask_shards::table::{flag, CommandSpec};
 use wetask_shards::{ScanFilter, DATABASES};
 
@@ -43,10 +44,11 @@ const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is dis
 
 /// True when a server command must run in a task rather than inline: it may wait (a
 /// blocking TASK.FETCH, TASK.WAIT), or must hear from other shards.
-pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
+pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, request: &Command) -> bool {
     let several = ctx.shard_count > 1;
+    let args = &request.args[..];
     match spec.name {
-        "task.fetch" => crate::commands::tasks::needs_remote(ctx, args),
+        "task.fetch" => crate::commands::tasks::needs_remote(ctx, request),
         "task.wait" | "save" | "task.worker" | "task.quiet" | "task.events" | "wait"
         | "waitaof" => true,
         "task.workers" | "task.cron" | "task.batch" | "task.flow" => several,
@@ -74,13 +76,28 @@ pub async fn run(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
     spec: &'static CommandSpec,
-    args: &[Bytes],
+    request: &Command,
 ) -> Frame {
+    let args = &request.args[..];
+    match (spec.name, request.form()) {
+        // Its arguments did not parse (when it was decoded): that error is its reply.
+        (_, Form::Malformed(error)) => return error.clone(),
+        ("task.fetch", Form::Fetch(fetch)) => {
+            return crate::commands::tasks::run(ctx, conn, fetch).await
+        }
+        ("task.wait", Form::Wait(wait)) => {
+            return crate::commands::tasks::wait(ctx, conn, wait).await
+        }
+        ("task.events", Form::Events(events)) => {
+            return crate::commands::tasks::events(ctx, conn, events).await
+        }
+        ("task.worker", Form::Worker(worker)) => return workers::worker(ctx, conn, worker).await,
+        (_, Form::Script(numkeys)) => {
+            return crate::commands::scripting::eval(ctx, conn, spec, args, numkeys.clone()).await
+        }
+        _ => {}
+    }
     match spec.name {
-        "task.fetch" => crate::commands::tasks::run(ctx, conn, args).await,
-        "task.wait" => crate::commands::tasks::wait(ctx, conn, args).await,
-        "task.events" => crate::commands::tasks::events(ctx, conn, args).await,
-        "task.worker" => workers::worker(ctx, conn, args).await,
         "task.workers" => workers::workers(ctx).await,
         "task.quiet" => workers::quiet(ctx, args).await,
         "task.cron" => cron::cron(ctx, task_target(conn), spec, args).await,
@@ -98,9 +115,6 @@ pub async fn run(
             pubsub_kind(spec.name),
         ),
         "pubsub" => crate::commands::pubsub::pubsub(ctx, args).await,
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
-            crate::commands::scripting::eval(ctx, conn, spec, args).await
-        }
         "function" => functions::function(ctx, args),
         "script" => crate::commands::scripting::script(ctx, args),
         "multi" => crate::commands::transaction::multi(&mut conn.borrow_mut()),

@@ -28,7 +28,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Value};
 use wetask_protocol::{format_double, Frame};
-use wetask_shards::args::{int_arg, is};
+use wetask_shards::args::is;
 use wetask_shards::lookup;
 use wetask_shards::table::{flag, CommandSpec, Merge, Route};
 
@@ -788,12 +788,18 @@ pub async fn eval(
     conn: &Rc<RefCell<ConnState>>,
     spec: &CommandSpec,
     args: &[Bytes],
+    numkeys: Result<usize, Frame>,
 ) -> Frame {
     let (db, client) = {
         let state = conn.borrow();
         (state.db, state.task_owner())
     };
-    eval_in(ctx, spec, args, db, client, None).await
+    let script = ScriptCall {
+        spec,
+        args,
+        numkeys,
+    };
+    eval_in(ctx, script, db, client, None).await
 }
 
 /// The SHA a queued EVAL or EVALSHA names.
@@ -831,13 +837,12 @@ pub fn script_shards(ctx: &ShardCtx, sha: &str, keys: &[Bytes]) -> Vec<usize> {
 /// (given back at EXEC's end).
 pub async fn eval_in(
     ctx: &Rc<ShardCtx>,
-    spec: &CommandSpec,
-    args: &[Bytes],
+    call: ScriptCall<'_>,
     db: usize,
     client: u64,
     under: Option<(&Held<'_>, &mut Vec<(usize, Bytes)>)>,
 ) -> Frame {
-    let runnable = match runnable(ctx, spec, args) {
+    let runnable = match runnable(ctx, call) {
         Ok(runnable) => runnable,
         Err(err) => return err,
     };
@@ -909,11 +914,24 @@ struct Runnable {
     chunk: &'static str,
 }
 
-fn runnable(ctx: &Rc<ShardCtx>, spec: &CommandSpec, args: &[Bytes]) -> Result<Runnable, Frame> {
+/// An EVAL or FCALL to run: its row, its arguments, and its `numkeys` as the request parsed
+/// it (`wetask_shards::request::parse_numkeys`).
+pub struct ScriptCall<'a> {
+    pub spec: &'a CommandSpec,
+    pub args: &'a [Bytes],
+    pub numkeys: Result<usize, Frame>,
+}
+
+fn runnable(ctx: &Rc<ShardCtx>, call: ScriptCall<'_>) -> Result<Runnable, Frame> {
+    let ScriptCall {
+        spec,
+        args,
+        numkeys,
+    } = call;
     let owned = |items: &[Bytes]| items.iter().map(|k| Bytes::copy_from_slice(k)).collect();
     if spec.name.starts_with("fcall") {
         use crate::commands::functions;
-        let found = functions::check(ctx, spec.name == "fcall_ro", args)?;
+        let found = functions::check(ctx, spec.name == "fcall_ro", args, numkeys)?;
         let (keys, argv): (Vec<Bytes>, Vec<Bytes>) = (
             owned(&args[3..3 + found.numkeys]),
             owned(&args[3 + found.numkeys..]),
@@ -935,7 +953,7 @@ fn runnable(ctx: &Rc<ShardCtx>, spec: &CommandSpec, args: &[Bytes]) -> Result<Ru
             chunk: "user_function",
         });
     }
-    let numkeys = numkeys(args)?;
+    let numkeys = numkeys?;
     let (sha, body) = script_body(ctx, spec.name.starts_with("evalsha"), &args[1])?;
     let (lua, function) = lua_and_function(ctx, &sha, &body)?;
     Ok(Runnable {
@@ -954,17 +972,6 @@ fn lua_and_function(ctx: &Rc<ShardCtx>, sha: &str, body: &[u8]) -> Result<(Lua, 
     let lua = lua(ctx).map_err(|e| Frame::error(format!("ERR cannot start Lua: {e}")))?;
     let function = compiled(&lua, sha, body)?;
     Ok((lua, function))
-}
-
-/// EVAL's numkeys: not negative, not more than the arguments that follow.
-fn numkeys(args: &[Bytes]) -> Result<usize, Frame> {
-    match int_arg(&args[2])? {
-        n if n < 0 => Err(Frame::static_error("ERR Number of keys can't be negative")),
-        n if n as usize > args.len() - 3 => Err(Frame::static_error(
-            "ERR Number of keys can't be greater than number of args",
-        )),
-        n => Ok(n as usize),
-    }
 }
 
 /// The script to run and its SHA: EVAL's body (remembered for EVALSHA), or EVALSHA's

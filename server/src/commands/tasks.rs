@@ -13,8 +13,10 @@ use std::rc::Rc;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::lookup;
+use wetask_shards::request::{Owners, Request as Command};
 use wetask_shards::table::CommandSpec;
-use wetask_shards::task_commands::{parse_fetch, FetchArgs};
+use wetask_shards::task_commands::{FetchArgs, WaitArgs};
+use wetask_shards::task_reports::EventsArgs;
 
 use crate::clients::ConnState;
 use crate::mesh::{KeyRequest, Request, Response, TaskRequest};
@@ -24,33 +26,28 @@ use crate::shard::{LocalSlot, LocalWait, Parked, Reply, ShardCtx, Want};
 
 /// True when a FETCH names a queue or acknowledges an id on another shard, or may block:
 /// then it runs in a task, which can wait.
-pub fn needs_remote(ctx: &ShardCtx, args: &[Bytes]) -> bool {
-    match parse_fetch(args) {
-        Ok(fetch) => {
-            let remote = fetch
-                .queues
-                .iter()
-                .chain(fetch.acks)
-                .any(|name| ctx.owner_of(name) != ctx.id);
-            // A local blocking fetch that can lease now runs inline like any other; only
-            // one that may have to wait needs a task (with a quiet worker about, any may). (Its ACKs run first and cannot make
-            // a task ready for it... except its own, which then counts as not ready: it
-            // simply takes the task path.)
-            remote
-                || (fetch.block_ms.is_some() && {
-                    !ctx.shard.borrow_mut().task_has_ready(fetch.queues)
-                })
-        }
-        // A malformed FETCH is answered here with its error.
-        Err(_) => false,
+pub fn needs_remote(ctx: &ShardCtx, command: &Command) -> bool {
+    // A malformed FETCH is answered here with its error.
+    let wetask_shards::request::Form::Fetch(fetch) = command.form() else {
+        return false;
+    };
+    // A local blocking fetch that can lease now runs inline like any other; only one that
+    // may have to wait needs a task (with a quiet worker about, any may). (Its ACKs run
+    // first and cannot make a task ready for it... except its own, which then counts as
+    // not ready: it simply takes the task path.)
+    !all_here(ctx, command)
+        || (fetch.block_ms.is_some() && !ctx.shard.borrow_mut().task_has_ready(&fetch.queues))
+}
+
+/// True when every queue and ACK id of a FETCH lives on this shard.
+fn all_here(ctx: &ShardCtx, command: &Command) -> bool {
+    match command.owners() {
+        Owners::One(shard) => ctx.shard_count == 1 || shard == ctx.id,
+        Owners::None | Owners::Several => false,
     }
 }
 
-pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
-    let fetch = match parse_fetch(args) {
-        Ok(fetch) => fetch,
-        Err(err) => return err,
-    };
+pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, fetch: &FetchArgs) -> Frame {
     let (at, client) = {
         let state = conn.borrow();
         let at = Target {
@@ -71,7 +68,7 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
     let mut acks = Vec::new();
     if ride_along {
         acks = fetch.acks.to_vec();
-    } else if let Some(refusal) = ack_all(ctx, at, fetch.acks).await {
+    } else if let Some(refusal) = ack_all(ctx, at, &fetch.acks).await {
         return refusal;
     }
     let mut leased = Vec::new();
@@ -98,7 +95,7 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byte
     match (fetch.block_ms, held_back) {
         (_, Some(error)) if leased.is_empty() => error,
         (Some(block_ms), _) if leased.is_empty() => {
-            block(ctx, client, at.client, &fetch, block_ms).await
+            block(ctx, client, at.client, fetch, block_ms).await
         }
         _ => Frame::Array(leased),
     }
@@ -216,17 +213,11 @@ fn ack_here(ctx: &ShardCtx, at: Target, id: &Bytes) -> Frame {
         .execute(at.db, at.client, task_ack(), &args)
 }
 
-/// The FETCH in `args`, when it blocks and names only queues and ids of this shard, while
-/// no CLIENT PAUSE is on: then [`fetch_or_park`] serves it with no task. (A worker's usual
-/// step on one shard; `needs_remote` said it may have to wait.)
-pub fn parks_here<'a>(ctx: &ShardCtx, args: &'a [Bytes]) -> Option<FetchArgs<'a>> {
-    let fetch = parse_fetch(args).ok()?;
-    let here = fetch
-        .queues
-        .iter()
-        .chain(fetch.acks)
-        .all(|name| ctx.owner_of(name) == ctx.id);
-    (here && fetch.block_ms.is_some() && !ctx.globals.pause.active()).then_some(fetch)
+/// True when a FETCH blocks and names only queues and ids of this shard, while no CLIENT
+/// PAUSE is on: then [`fetch_or_park`] serves it with no task. (A worker's usual step on
+/// one shard.)
+pub fn parks_here(ctx: &ShardCtx, command: &Command, fetch: &FetchArgs) -> bool {
+    fetch.block_ms.is_some() && all_here(ctx, command) && !ctx.globals.pause.active()
 }
 
 /// A local blocking FETCH (see [`parks_here`]) without a task: its ACKs, then a lease if
@@ -236,10 +227,10 @@ pub fn fetch_or_park(
     ctx: &ShardCtx,
     conn: &RefCell<ConnState>,
     at: Target,
-    fetch: FetchArgs<'_>,
+    fetch: &FetchArgs,
 ) -> Option<Frame> {
     let mut refusal = None;
-    for id in fetch.acks {
+    for id in &fetch.acks {
         let frame = ack_here(ctx, at, id);
         ctx.stats.record(task_ack(), frame.is_error());
         if frame.is_error() && refusal.is_none() {
@@ -257,7 +248,7 @@ pub fn fetch_or_park(
     let fetched =
         ctx.shard
             .borrow_mut()
-            .task_fetch(fetch.queues, fetch.count, fetch.lease_ms, at.client);
+            .task_fetch(&fetch.queues, fetch.count, fetch.lease_ms, at.client);
     match fetched {
         Ok(frames) if frames.is_empty() => {}
         Ok(frames) => return Some(Frame::Array(frames)),
@@ -309,7 +300,7 @@ async fn block(
     ctx: &Rc<ShardCtx>,
     client: u64,
     owner: u64,
-    fetch: &FetchArgs<'_>,
+    fetch: &FetchArgs,
     block_ms: u64,
 ) -> Frame {
     // The real clock, not the shard's coarse one (which may lag): a deadline must never
@@ -391,20 +382,10 @@ fn hand_back(ctx: &ShardCtx, client: u64, tasks: Vec<Frame>) {
 
 /// TASK.WAIT id [TIMEOUT ms]: waits on the task's shard until it finishes, then replies its
 /// fields as TASK.GET does; nil when the time runs out; an error for an unknown id.
-pub async fn wait(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
-    let timeout_ms = match &args[2..] {
-        [] => 0,
-        [word, ms] if wetask_shards::args::is(word, "timeout") => {
-            match wetask_shards::args::int_arg(ms) {
-                Ok(ms) if ms >= 0 => ms as u64,
-                Ok(_) => return Frame::static_error("ERR TIMEOUT must be zero or positive"),
-                Err(err) => return err,
-            }
-        }
-        _ => return Frame::static_error(wetask_shards::errors::SYNTAX),
-    };
+pub async fn wait(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, wait: &WaitArgs) -> Frame {
+    let timeout_ms = wait.timeout_ms;
     let client = conn.borrow().id;
-    let id = args[1].clone();
+    let id = wait.id.clone();
     // The real clock, not the shard's coarse one (which may lag): a deadline must never
     // come early.
     let now = crate::globals::unix_ms();
@@ -449,11 +430,12 @@ pub async fn wait(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Byt
 /// TASK.EVENTS queue [FROM cursor] [COUNT n] [BLOCK ms]: on the queue's shard, the events
 /// from the cursor on; with BLOCK, waits there until there are some (an empty page with the
 /// same cursor when the time runs out).
-pub async fn events(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
-    let parsed = match wetask_shards::task_reports::parse_events(args) {
-        Ok(parsed) => parsed,
-        Err(err) => return err,
-    };
+pub async fn events(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    parsed: &EventsArgs,
+) -> Frame {
+    let parsed = parsed.clone();
     let client = conn.borrow().id;
     // The real clock: a deadline must never come early.
     let now = crate::globals::unix_ms();

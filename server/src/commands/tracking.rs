@@ -11,7 +11,7 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::args::{is, parse_i64};
 use wetask_shards::errors::{wrong_arity, SYNTAX};
-use wetask_shards::shard_of;
+use wetask_shards::request::Request as Command;
 use wetask_shards::table::{flag, CommandSpec, Route};
 use wetask_shards::tracking::{Mode, Reader};
 
@@ -297,25 +297,25 @@ pub fn trackinginfo(state: &ConnState, args: &[Bytes]) -> Frame {
 /// The command after CLIENT CACHING: its keys' shards are told to make it the exception
 /// (ahead of the command itself, in the mesh's order). A CLIENT command passes the flag on,
 /// and inside MULTI it holds until EXEC, whose queued commands all take it, as in Redis.
-pub fn arm_exception(ctx: &ShardCtx, state: &mut ConnState, spec: &CommandSpec, args: &[Bytes]) {
+pub fn arm_exception(ctx: &ShardCtx, state: &mut ConnState, spec: &CommandSpec, command: &Command) {
     if spec.name == "client" || spec.name == "multi" {
         return;
     }
     if spec.name == "exec" {
         // EXEC runs its keyed commands here, other shards' keys lent to it.
         for command in state.multi.iter().flatten() {
-            let runs_here = wetask_shards::lookup(&command[0]).is_some_and(|spec| {
-                spec.arity_ok(command.len())
+            let runs_here = command.spec().is_some_and(|spec| {
+                spec.arity_ok(command.args.len())
                     && !spec.has(flag::TASK)
                     && matches!(spec.route, Route::Keyed | Route::Split(_))
-                    && spec.key_positions(command).next().is_some()
+                    && command.owners() != wetask_shards::request::Owners::None
             });
             if runs_here {
                 arm(ctx, ctx.id, state.id);
             }
         }
     } else {
-        for shard in shards_running(ctx, spec, args) {
+        for shard in shards_running(ctx, spec, command) {
             arm(ctx, shard, state.id);
         }
     }
@@ -327,13 +327,14 @@ pub fn arm_exception(ctx: &ShardCtx, state: &mut ConnState, spec: &CommandSpec, 
 /// Where a keyed command runs its keys (each shard once): their owner; this shard when a
 /// keyed command's keys span shards (`routing::cross` lends them here); each owner for a
 /// split one. Nowhere for the rest: scripts' reads are tracked as plain reads.
-fn shards_running(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> Vec<usize> {
+fn shards_running(ctx: &ShardCtx, spec: &CommandSpec, command: &Command) -> Vec<usize> {
     if spec.has(flag::TASK) || !matches!(spec.route, Route::Keyed | Route::Split(_)) {
         return Vec::new();
     }
-    let mut shards: Vec<usize> = spec
-        .key_positions(args)
-        .map(|i| shard_of(&args[i], ctx.shard_count))
+    let mut shards: Vec<usize> = command
+        .key_positions()
+        .into_iter()
+        .map(|i| command.owner_of_key(i, ctx.shard_count))
         .collect();
     shards.sort_unstable();
     shards.dedup();

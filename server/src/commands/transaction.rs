@@ -19,7 +19,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::lookup;
+use wetask_shards::request::{Form, Request as Command};
 use wetask_shards::table::{flag, CommandSpec, Route};
 
 use crate::clients::{ConnState, Watched};
@@ -49,7 +49,7 @@ pub fn controls_transaction(spec: &CommandSpec) -> bool {
 }
 
 /// Queues a command inside MULTI (or rejects it, which makes EXEC abort).
-pub fn queue(conn: &mut ConnState, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+pub fn queue(conn: &mut ConnState, spec: &CommandSpec, command: &Command) -> Frame {
     if spec.route == Route::Server && !may_queue_server_command(spec) {
         conn.multi_failed = true;
         return Frame::static_error("ERR Command not allowed inside a transaction");
@@ -61,8 +61,9 @@ pub fn queue(conn: &mut ConnState, spec: &CommandSpec, args: &[Bytes]) -> Frame 
             "ERR too many commands in one transaction ({QUEUED_COMMANDS_MAX})"
         ));
     }
-    // Copied: a queued command must not pin the connection's read buffer.
-    queued.push(args.iter().map(|a| Bytes::copy_from_slice(a)).collect());
+    // Copied: a queued command must not pin the connection's read buffer. Its parse is
+    // kept: EXEC reads it.
+    queued.push(command.detached());
     Frame::simple("QUEUED")
 }
 
@@ -142,20 +143,26 @@ struct Plan {
     scripts: bool,
 }
 
-fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watched]) -> Plan {
+fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Command], watched: &[Watched]) -> Plan {
     let mut shards: Vec<usize> = watched.iter().map(|w| w.shard).collect();
     let mut keys = Vec::new();
     let mut written = Vec::new();
     let mut scripts = false;
     let mut keys_of_scripts = Vec::new();
     let mut db = start_db;
-    for args in queued {
-        let spec = lookup(&args[0]).expect("checked when queued");
+    for command in queued {
+        let (spec, args) = (
+            command.spec().expect("checked when queued"),
+            &command.args[..],
+        );
         match spec.route {
             Route::Server if is_script(spec) => {
                 // A script's declared keys are borrowed with the rest; the shards it may
                 // use are locked.
-                let keys: Vec<Bytes> = spec.key_positions(args).map(|i| args[i].clone()).collect();
+                let keys: Vec<Bytes> = match command.form() {
+                    Form::Script(Ok(numkeys)) => args[3..3 + numkeys].to_vec(),
+                    _ => Vec::new(),
+                };
                 scripts = true;
                 let sha = crate::commands::scripting::sha_of(spec, args);
                 shards.extend(crate::commands::scripting::script_shards(ctx, &sha, &keys));
@@ -172,15 +179,12 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Vec<Bytes>], watched: &[Watch
             // Its patterns' keys are borrowed when it runs: every shard is held.
             _ if crate::routing::cross::sort_reaches_elsewhere(ctx, spec, args) => {
                 shards.extend(0..ctx.shard_count);
-                keys.extend(spec.key_positions(args).map(|i| (db, args[i].clone())));
-                written.extend(
-                    spec.key_positions(args)
-                        .skip(1)
-                        .map(|i| (db, args[i].clone())),
-                );
+                let positions = command.key_positions();
+                keys.extend(positions.iter().map(|&i| (db, args[i].clone())));
+                written.extend(positions.iter().skip(1).map(|&i| (db, args[i].clone())));
             }
             Route::Keyed | Route::Split(_) => {
-                for i in spec.key_positions(args) {
+                for i in command.key_positions() {
                     shards.push(ctx.owner_of(&args[i]));
                     // Task state is not borrowed: task commands run on their owner.
                     if !spec.has(flag::TASK) {
@@ -248,12 +252,27 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
     }
     let mut borrowed = borrow(&held, plan.keys.into_iter()).await;
     let mut frames = Vec::with_capacity(queued.len());
-    for args in &queued {
-        let spec = lookup(&args[0]).expect("checked when queued");
+    for command in &queued {
+        let (spec, args) = (
+            command.spec().expect("checked when queued"),
+            &command.args[..],
+        );
         let db = conn.borrow().db;
-        let frame = if is_script(spec) {
+        let frame = if let Form::Script(numkeys) = command.form() {
             let under = Some((&held, &mut borrowed));
-            crate::commands::scripting::eval_in(ctx, spec, args, db, client, under).await
+            let call = crate::commands::scripting::ScriptCall {
+                spec,
+                args,
+                numkeys: numkeys.clone(),
+            };
+            crate::commands::scripting::eval_in(ctx, call, db, client, under).await
+        } else if let Form::Malformed(error) = command.form() {
+            error.clone()
+        } else if let Form::Blocking(blocking) = command.form() {
+            // Its keys are here (owned or borrowed); inside MULTI it never blocks.
+            ctx.shard
+                .borrow_mut()
+                .execute_blocking(db, client, spec, args, blocking, None)
         } else if crate::routing::cross::sort_reaches_elsewhere(ctx, spec, args) {
             crate::routing::cross::borrow_sort_patterns(&held, &mut borrowed, db, spec, args).await;
             ctx.shard

@@ -9,10 +9,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::args::{int_arg, is};
-use wetask_shards::errors::SYNTAX;
-use wetask_shards::tasks::model::NAME_BYTES_MAX;
-use wetask_shards::tasks::workers::{WorkerOptions, WORKER_MS_MAX};
+use wetask_shards::task_commands::WorkerArgs;
 
 use crate::clients::{ConnState, WorkerBinding};
 use crate::mesh::{Request, Response, TaskRequest, WorkerRequest};
@@ -46,46 +43,14 @@ async fn ask_all(ctx: &ShardCtx, request: &dyn Fn() -> WorkerRequest) -> Vec<Res
     answers
 }
 
-fn ms_option(arg: Option<&Bytes>, what: &str) -> Result<u64, Frame> {
-    let arg = arg.ok_or(Frame::static_error(SYNTAX))?;
-    match int_arg(arg)? {
-        ms if (0..=WORKER_MS_MAX as i64).contains(&ms) => Ok(ms as u64),
-        _ => Err(Frame::error(format!(
-            "ERR {what} must be 0..{WORKER_MS_MAX} ms"
-        ))),
-    }
-}
-
-fn parse_worker(args: &[Bytes]) -> Result<WorkerOptions, Frame> {
-    let mut options = WorkerOptions::default();
-    let mut i = 2;
-    while i < args.len() {
-        if is(&args[i], "grace") {
-            options.grace_ms = ms_option(args.get(i + 1), "GRACE")?;
-        } else if is(&args[i], "heartbeat") {
-            match ms_option(args.get(i + 1), "HEARTBEAT")? {
-                0 => return Err(Frame::static_error("ERR HEARTBEAT must be positive")),
-                ms => options.heartbeat_ms = Some(ms),
-            }
-        } else {
-            return Err(Frame::static_error(SYNTAX));
-        }
-        i += 2;
-    }
-    Ok(options)
-}
-
 /// TASK.WORKER id [GRACE ms] [HEARTBEAT ms]: binds this connection to worker `id`. Again
 /// with the same id it renews the options (and counts as a heartbeat); another id is refused.
-pub async fn worker(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[Bytes]) -> Frame {
-    let name = &args[1];
-    if name.is_empty() || name.len() > NAME_BYTES_MAX {
-        return Frame::error(format!("ERR worker id must be 1..{NAME_BYTES_MAX} bytes"));
-    }
-    let options = match parse_worker(args) {
-        Ok(options) => options,
-        Err(err) => return err,
-    };
+pub async fn worker(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    worker: &WorkerArgs,
+) -> Frame {
+    let (name, options) = (&worker.name, worker.options);
     let conn_id = {
         let state = conn.borrow();
         if let Some(bound) = state.worker.as_ref().filter(|w| w.name != *name) {
@@ -97,7 +62,7 @@ pub async fn worker(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[B
         state.id
     };
     let home = ctx.owner_of(name);
-    let name = Bytes::copy_from_slice(name);
+    let name = name.clone();
     let request = WorkerRequest::Bind {
         name: name.clone(),
         conn: conn_id,

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::errors::{wrong_arity, NO_SUCH_KEY};
 use wetask_shards::keys::copy_options;
+use wetask_shards::request::{Form, Request as Command};
 use wetask_shards::table::CommandSpec;
 use wetask_shards::{shard_of, Entry, Value};
 
@@ -226,8 +227,9 @@ pub async fn run(
     ctx: &ShardCtx,
     at: super::Target,
     spec: &'static CommandSpec,
-    args: &[Bytes],
+    request: &Command,
 ) -> Frame {
+    let args = &request.args[..];
     let db = at.db;
     if spec.name == "msetnx" && args.len().is_multiple_of(2) {
         return wrong_arity("msetnx");
@@ -238,14 +240,18 @@ pub async fn run(
         held.unlock().await;
         return reply;
     }
-    let keys: Vec<&Bytes> = spec.key_positions(args).map(|i| &args[i]).collect();
+    let keys: Vec<&Bytes> = request
+        .placed_keys()
+        .iter()
+        .map(|key| &args[key.position as usize])
+        .collect();
     let held = Held::lock(ctx, keys.into_iter()).await;
     let reply = match spec.name {
         "rename" => rename(&held, db, args, false).await,
         "renamenx" => rename(&held, db, args, true).await,
         "copy" => copy(&held, db, args).await,
         "msetnx" => msetnx(&held, db, args).await,
-        _ => borrowed(&held, at, spec, args).await,
+        _ => borrowed(&held, at, spec, request).await,
     };
     held.unlock().await;
     reply
@@ -317,17 +323,25 @@ async fn borrowed(
     held: &Held<'_>,
     at: super::Target,
     spec: &'static CommandSpec,
-    args: &[Bytes],
+    request: &Command,
 ) -> Frame {
-    let db = at.db;
-    let keys = spec.key_positions(args).map(|i| (db, args[i].clone()));
+    let (db, args) = (at.db, &request.args[..]);
+    let keys = request
+        .placed_keys()
+        .iter()
+        .map(|key| (db, args[key.position as usize].clone()));
     let borrowed = borrow(held, keys).await;
     // For the client: CLIENT TRACKING remembers its reads (on the keys' owners).
-    let frame = held
-        .ctx
-        .shard
-        .borrow_mut()
-        .execute(db, at.client, spec, args);
+    let frame = {
+        let mut shard = held.ctx.shard.borrow_mut();
+        match request.form() {
+            // A blocking command's attempt, from its parsed form.
+            Form::Blocking(blocking) => {
+                shard.execute_blocking(db, at.client, spec, args, blocking, None)
+            }
+            _ => shard.execute(db, at.client, spec, args),
+        }
+    };
     // A read (SINTER, LRANGE …) gives its keys back unchanged: WATCH does not see it.
     let written = if spec.has(wetask_shards::table::flag::WRITE) {
         borrowed.clone()

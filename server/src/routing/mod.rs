@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use wetask_protocol::{Frame, Output};
 use wetask_shards::errors::wrong_arity;
+use wetask_shards::request::{Form, Owners, Request as Command};
 use wetask_shards::shard_of;
 use wetask_shards::table::{CommandSpec, Merge};
 
@@ -56,25 +57,51 @@ pub fn single_reply(response: Response) -> Frame {
     }
 }
 
+/// Runs a keyed command (or a blocking command's attempt, from its parsed form) where its
+/// keys live: here, on their one owner, or across shards under locks (`cross`).
 pub async fn keyed(
     ctx: &ShardCtx,
     at: Target,
     spec: &'static CommandSpec,
-    args: &[Bytes],
+    request: &Command,
     direct: Option<&mut Output>,
 ) -> Frame {
-    let mut owners = spec
-        .key_positions(args)
-        .map(|i| shard_of(&args[i], ctx.shard_count));
-    let first = owners.next().unwrap_or(ctx.id);
-    if owners.any(|s| s != first) || cross::sort_reaches_elsewhere(ctx, spec, args) {
-        return cross::run(ctx, at, spec, args).await;
+    let args = &request.args[..];
+    let owner = match request.owners() {
+        Owners::None => ctx.id,
+        Owners::One(owner) => owner,
+        Owners::Several => return cross::run(ctx, at, spec, request).await,
+    };
+    if cross::sort_reaches_elsewhere(ctx, spec, args) {
+        return cross::run(ctx, at, spec, request).await;
     }
-    if first == ctx.id || ctx.shard_count == 1 {
-        keyed_here(ctx, at, spec, args, direct)
-    } else {
-        single_reply(send_one(ctx, first, at, spec, args.to_vec()).await)
+    let blocking = match request.form() {
+        Form::Blocking(blocking) => Some(blocking),
+        _ => None,
+    };
+    if owner == ctx.id || ctx.shard_count == 1 {
+        return match blocking {
+            Some(blocking) => ctx
+                .shard
+                .borrow_mut()
+                .execute_blocking(at.db, at.client, spec, args, blocking, direct),
+            None => keyed_here(ctx, at, spec, args, direct),
+        };
     }
+    let response = match blocking {
+        Some(blocking) => {
+            let attempt = KeyRequest::Attempt {
+                db: at.db,
+                client: at.client,
+                spec: spec.index(),
+                args: args.to_vec(),
+                blocking: Box::new(blocking.clone()),
+            };
+            ctx.request(owner, Request::Keys(attempt)).await
+        }
+        None => send_one(ctx, owner, at, spec, args.to_vec()).await,
+    };
+    single_reply(response)
 }
 
 /// [`keyed`] when every key of the command lives on this shard: synchronous, no future.
@@ -244,14 +271,15 @@ pub async fn run_segment(
     ctx: &ShardCtx,
     at: Target,
     targets: &[(usize, &'static CommandSpec)],
-    commands: &[Vec<Bytes>],
+    commands: &[Command],
 ) -> Vec<Frame> {
     if ctx.wait_unlocked_or_busy().await {
         return vec![Frame::static_error(crate::lua::busy::BUSY); commands.len()];
     }
     let mut frames: Vec<Option<Frame>> = vec![None; commands.len()];
     let mut groups: BTreeMap<usize, (ShardCommands, Vec<usize>)> = BTreeMap::new();
-    for (n, ((owner, spec), args)) in targets.iter().zip(commands).enumerate() {
+    for (n, ((owner, spec), command)) in targets.iter().zip(commands).enumerate() {
+        let args = &command.args;
         if *owner == ctx.id {
             let frame = local(ctx, at, spec, args);
             ctx.stats.record(spec, frame.is_error());

@@ -13,11 +13,10 @@ use std::pin::pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
 use wetask_protocol::{Frame, Output};
 use wetask_shards::errors::{unknown_command, wrong_arity};
+use wetask_shards::request::{Form, Owners, Request};
 use wetask_shards::table::{flag, CommandSpec, Route};
-use wetask_shards::{lookup, shard_of};
 
 use crate::clients::ConnState;
 use crate::commands;
@@ -67,9 +66,9 @@ fn protected_mode_denies(ctx: &ShardCtx, conn: &ConnState) -> bool {
 fn precheck(
     ctx: &ShardCtx,
     conn: &mut ConnState,
-    spec: Option<&'static CommandSpec>,
-    args: &[Bytes],
+    request: &Request,
 ) -> Result<&'static CommandSpec, Frame> {
+    let (spec, args) = (request.spec(), &request.args[..]);
     if !conn.loopback && protected_mode_denies(ctx, conn) {
         conn.close_requested = true;
         return Err(Frame::static_error(DENIED));
@@ -110,15 +109,11 @@ fn precheck(
     Ok(spec)
 }
 
-/// True when running `args` (command `spec`, on database `db`) needs another shard, or may
-/// wait (and so a task, not an inline call). This runs for every command.
-pub fn needs_remote(
-    ctx: &ShardCtx,
-    db: usize,
-    spec: Option<&'static CommandSpec>,
-    args: &[Bytes],
-) -> bool {
-    let Some(spec) = spec.filter(|s| s.arity_ok(args.len())) else {
+/// True when running `request` (on database `db`) needs another shard, or may wait (and so
+/// a task, not an inline call). This runs for every command.
+pub fn needs_remote(ctx: &ShardCtx, db: usize, request: &Request) -> bool {
+    let args = &request.args[..];
+    let Some(spec) = request.spec().filter(|s| s.arity_ok(args.len())) else {
         return false;
     };
     // CLIENT PAUSE may hold it: it waits in a task.
@@ -128,16 +123,18 @@ pub fn needs_remote(
     if is_memory_stats(spec, args) {
         return ctx.shard_count > 1;
     }
-    if spec.has(flag::BLOCKING) && blocking::may_wait(ctx, db, spec, args) {
-        return true;
+    if let Form::Blocking(blocking) = request.form() {
+        if blocking::may_wait(ctx, db, blocking) {
+            return true;
+        }
     }
     match spec.route {
-        Route::Server => commands::needs_task(ctx, spec, args),
+        Route::Server => commands::needs_task(ctx, spec, request),
         _ if ctx.shard_count == 1 => false,
         Route::AllShards(_) => true,
         Route::Keyed | Route::Split(_) => {
-            spec.key_positions(args)
-                .any(|i| shard_of(&args[i], ctx.shard_count) != ctx.id)
+            !matches!(request.owners(), Owners::One(s) if s == ctx.id)
+                && request.owners() != Owners::None
                 || crate::routing::cross::sort_reaches_elsewhere(ctx, spec, args)
         }
     }
@@ -145,34 +142,28 @@ pub fn needs_remote(
 
 /// MEMORY STATS: a keyed command's family, but the server's answer (gathered from every
 /// shard).
-fn is_memory_stats(spec: &CommandSpec, args: &[Bytes]) -> bool {
+fn is_memory_stats(spec: &CommandSpec, args: &[bytes::Bytes]) -> bool {
     spec.name == "memory" && args.len() == 2 && wetask_shards::args::is(&args[1], "stats")
 }
 
 /// Prefetches the keyspace entries of a window of pipelined commands (the first key of each
-/// keyed command that lives on this shard) before they run; see `Db::prefetch`. `specs`
-/// are the window's commands, looked up.
-pub fn prefetch_keys(
-    ctx: &ShardCtx,
-    db: usize,
-    window: &[Vec<Bytes>],
-    specs: &[Option<&'static CommandSpec>],
-) {
+/// keyed command that lives on this shard) before they run; see `Db::prefetch`.
+pub fn prefetch_keys(ctx: &ShardCtx, db: usize, window: &[Request]) {
     const KEYS_MAX: usize = WINDOW_COMMANDS_MAX;
     let mut keys: [&[u8]; KEYS_MAX] = [&[]; KEYS_MAX];
     let mut count = 0;
-    for (args, spec) in window.iter().zip(specs).take(KEYS_MAX) {
-        let Some(spec) = *spec else {
+    for request in window.iter().take(KEYS_MAX) {
+        let Some(spec) = request.spec() else {
             continue;
         };
         let first = spec.first_key;
         if !matches!(spec.route, Route::Keyed | Route::Split(_)) || first < 1 {
             continue;
         }
-        let Some(key) = args.get(first as usize) else {
+        let Some(key) = request.args.get(first as usize) else {
             continue;
         };
-        if ctx.shard_count > 1 && shard_of(key, ctx.shard_count) != ctx.id {
+        if ctx.shard_count > 1 && request.owner_of_key(first as usize, ctx.shard_count) != ctx.id {
             continue;
         }
         keys[count] = key;
@@ -184,16 +175,16 @@ pub fn prefetch_keys(
 }
 
 /// Runs a command inline when it needs no other shard: the fast path. `None` means the
-/// caller must run [`execute_spec`] in a task. `spec` is `lookup(&args[0])`, done once by the
-/// caller for the whole path (a table lookup costs about as much as a GET's keyspace probe).
+/// caller must run [`execute`] in a task. The request was looked up and parsed once, when
+/// it was decoded (a table lookup costs about as much as a GET's keyspace probe).
 pub fn try_inline(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
-    spec: Option<&'static CommandSpec>,
-    args: &[Bytes],
+    request: &Request,
     out: &mut Output,
     may_park: bool,
 ) -> Inline {
+    let (spec, args) = (request.spec(), &request.args[..]);
     // While a cross-shard operation holds this shard, everything waits in a task.
     if ctx.is_locked() {
         return Inline::NeedsTask;
@@ -205,18 +196,18 @@ pub fn try_inline(
     // Inside MULTI a command is only queued (EXEC itself runs in a task).
     let queueing = in_multi && spec.is_some_and(|s| !transaction::controls_transaction(s));
     // A worker's step (a blocking TASK.FETCH over this shard's queues) leases now or parks
-    // here with no task, its arguments parsed once.
-    if let Some(spec) = spec.filter(|s| may_park && !in_multi && s.name == "task.fetch") {
-        if let Some(fetch) = commands::tasks::parks_here(ctx, args) {
-            return fetch_or_park(ctx, conn, spec, args, fetch);
+    // here with no task.
+    if let Form::Fetch(fetch) = request.form() {
+        if may_park && !in_multi && commands::tasks::parks_here(ctx, request, fetch) {
+            return fetch_or_park(ctx, conn, request, fetch);
         }
     }
-    if !queueing && needs_remote(ctx, db, spec, args) {
+    if !queueing && needs_remote(ctx, db, request) {
         return Inline::NeedsTask;
     }
     // A reply that may be dropped (CLIENT REPLY) must come back as a frame, not written.
     let direct = (conn.borrow().reply == crate::clients::ReplyMode::On).then_some(out);
-    let (spec, at) = match admit(ctx, conn, spec, args) {
+    let (spec, at) = match admit(ctx, conn, request) {
         Ok(admitted) => admitted,
         Err(frame) => return Inline::Ran(frame),
     };
@@ -228,7 +219,7 @@ pub fn try_inline(
     {
         crate::routing::keyed_here(ctx, at, spec, args, direct)
     } else {
-        let frame = poll_once(run_admitted(ctx, conn, spec, args, at, direct));
+        let frame = poll_once(run_admitted(ctx, conn, spec, request, at, direct));
         debug_assert!(frame.is_some(), "a local command waited");
         let Some(frame) = frame else {
             return Inline::NeedsTask;
@@ -255,11 +246,10 @@ pub enum Inline {
 fn fetch_or_park(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
-    spec: &'static CommandSpec,
-    args: &[Bytes],
-    fetch: wetask_shards::task_commands::FetchArgs<'_>,
+    request: &Request,
+    fetch: &wetask_shards::task_commands::FetchArgs,
 ) -> Inline {
-    let (spec, at) = match admit(ctx, conn, Some(spec), args) {
+    let (spec, at) = match admit(ctx, conn, request) {
         Ok(admitted) => admitted,
         Err(frame) => return Inline::Ran(frame),
     };
@@ -273,21 +263,20 @@ fn fetch_or_park(
     }
 }
 
-/// Runs one command, wherever its keys live (`spec` is `lookup(&args[0])`). With `direct`, a
-/// command that runs wholly on this shard may encode its reply straight into that buffer and
-/// return `Frame::Written`.
-async fn execute_spec(
+/// Runs one command, wherever its keys live. With `direct`, a command that runs wholly on
+/// this shard may encode its reply straight into that buffer and return `Frame::Written`.
+async fn execute(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
-    spec: Option<&'static CommandSpec>,
-    args: &[Bytes],
+    request: &Request,
     direct: Option<&mut Output>,
 ) -> Frame {
+    let spec = request.spec();
     // Local work below runs before the first await, so it never interleaves with a
     // cross-shard operation that locks this shard. Commands flagged PASSES_LOCKS (SCRIPT
     // KILL, SHUTDOWN, ...) touch no keyspace and must get through a busy script's locks.
     if ctx.globals.pause.active() {
-        wait_unpaused(ctx, conn, spec, args).await;
+        wait_unpaused(ctx, conn, request).await;
     }
     if ctx.is_locked()
         && !spec.is_some_and(|s| s.has(flag::PASSES_LOCKS) || s.has(flag::ALLOW_BUSY))
@@ -295,11 +284,11 @@ async fn execute_spec(
     {
         return refused_busy(ctx, conn, spec);
     }
-    let (spec, at) = match admit(ctx, conn, spec, args) {
+    let (spec, at) = match admit(ctx, conn, request) {
         Ok(admitted) => admitted,
         Err(frame) => return frame,
     };
-    let frame = run_admitted(ctx, conn, spec, args, at, direct).await;
+    let frame = run_admitted(ctx, conn, spec, request, at, direct).await;
     finish(ctx, spec, frame)
 }
 
@@ -332,18 +321,18 @@ fn refused_busy(
 fn admit(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
-    spec: Option<&'static CommandSpec>,
-    args: &[Bytes],
+    request: &Request,
 ) -> Result<(&'static CommandSpec, Target), Frame> {
     let mut state = conn.borrow_mut();
-    match precheck(ctx, &mut state, spec, args) {
+    let args = &request.args[..];
+    match precheck(ctx, &mut state, request) {
         Ok(spec) => {
             state.last_command = spec.name;
             if state.multi.is_some() && !transaction::controls_transaction(spec) {
-                return Err(transaction::queue(&mut state, spec, args));
+                return Err(transaction::queue(&mut state, spec, request));
             }
             if state.tracking.as_ref().is_some_and(|t| t.caching) {
-                commands::tracking::arm_exception(ctx, &mut state, spec, args);
+                commands::tracking::arm_exception(ctx, &mut state, spec, request);
             }
             if crate::shard::monitor::active(ctx) {
                 crate::shard::monitor::feed_command(ctx, &ctx.monitors, &state, spec, args);
@@ -369,25 +358,22 @@ async fn run_admitted(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
     spec: &'static CommandSpec,
-    args: &[Bytes],
+    request: &Request,
     at: Target,
     direct: Option<&mut Output>,
 ) -> Frame {
-    match spec.route {
-        Route::Server => commands::run(ctx, conn, spec, args).await,
-        Route::Keyed if spec.has(flag::BLOCKING) => {
+    let args = &request.args[..];
+    match (spec.route, request.form()) {
+        (_, Form::Malformed(error)) => error.clone(),
+        (Route::Server, _) => commands::run(ctx, conn, spec, request).await,
+        (Route::Keyed, Form::Blocking(parsed)) => {
             // The attempt runs as the non-blocking command would; only nothing found blocks.
-            let frame = keyed(ctx, at, spec, args, direct).await;
-            if blocking::found_nothing(&frame) {
-                blocking::run_blocked(ctx, conn, spec, args).await
-            } else {
-                frame
-            }
+            blocking::attempt_then_block(ctx, conn, at, spec, request, parsed, direct).await
         }
-        Route::Keyed if is_memory_stats(spec, args) => commands::info::memory_stats(ctx).await,
-        Route::Keyed => keyed(ctx, at, spec, args, direct).await,
-        Route::Split(merge) => split(ctx, at, spec, args, merge).await,
-        Route::AllShards(merge) => all_shards(ctx, at, spec, args, merge).await,
+        (Route::Keyed, _) if is_memory_stats(spec, args) => commands::info::memory_stats(ctx).await,
+        (Route::Keyed, _) => keyed(ctx, at, spec, request, direct).await,
+        (Route::Split(merge), _) => split(ctx, at, spec, args, merge).await,
+        (Route::AllShards(merge), _) => all_shards(ctx, at, spec, args, merge).await,
     }
 }
 
@@ -404,13 +390,9 @@ fn finish(ctx: &ShardCtx, spec: &'static CommandSpec, frame: Frame) -> Frame {
 
 /// Waits while CLIENT PAUSE holds the command (as Redis, after the checks that would
 /// refuse it: an unknown command, a wrong arity or a missing AUTH are answered at once).
-async fn wait_unpaused(
-    ctx: &ShardCtx,
-    conn: &Rc<RefCell<ConnState>>,
-    spec: Option<&'static CommandSpec>,
-    args: &[Bytes],
-) {
-    let Some(spec) = spec.filter(|s| s.arity_ok(args.len())) else {
+async fn wait_unpaused(ctx: &ShardCtx, conn: &Rc<RefCell<ConnState>>, request: &Request) {
+    let args = &request.args[..];
+    let Some(spec) = request.spec().filter(|s| s.arity_ok(args.len())) else {
         return;
     };
     std::future::poll_fn(|cx| {
@@ -421,7 +403,7 @@ async fn wait_unpaused(
             || !ctx
                 .globals
                 .pause
-                .holds(spec, args, state.multi.as_ref(), now)
+                .holds(spec, args, state.multi.as_ref().map(|q| q as _), now)
         {
             return std::task::Poll::Ready(());
         }
@@ -431,22 +413,16 @@ async fn wait_unpaused(
     .await
 }
 
-/// A command `args` took `ticks` (the caller times it: chained in a pipeline, one counter read
-/// per command): INFO commandstats' usec, and SLOWLOG when over the threshold.
+/// A command took `ticks` (the caller times it: chained in a pipeline, one counter read per
+/// command): INFO commandstats' usec, and SLOWLOG when over the threshold.
 #[inline]
-pub fn note_time(
-    ctx: &ShardCtx,
-    conn: &RefCell<ConnState>,
-    spec: Option<&'static CommandSpec>,
-    args: &[Bytes],
-    ticks: u64,
-) {
-    let Some(spec) = spec else {
+pub fn note_time(ctx: &ShardCtx, conn: &RefCell<ConnState>, request: &Request, ticks: u64) {
+    let Some(spec) = request.spec() else {
         return;
     };
     ctx.stats.add_time(spec, ticks);
     if ctx.globals.slowlog.is_slow(ticks) {
-        note_slow(ctx, conn, spec, args, ticks);
+        note_slow(ctx, conn, spec, &request.args, ticks);
     }
 }
 
@@ -455,7 +431,7 @@ fn note_slow(
     ctx: &ShardCtx,
     conn: &RefCell<ConnState>,
     spec: &CommandSpec,
-    args: &[Bytes],
+    args: &[bytes::Bytes],
     ticks: u64,
 ) {
     if crate::slowlog::never_logged(spec, args) {
@@ -474,7 +450,7 @@ fn note_slow(
 fn simple_target(
     ctx: &ShardCtx,
     conn: &ConnState,
-    args: &[Bytes],
+    request: &Request,
 ) -> Option<(usize, &'static CommandSpec)> {
     if conn.multi.is_some()
         || conn.tracking.as_ref().is_some_and(|t| t.caching)
@@ -485,21 +461,20 @@ fn simple_target(
         // (`execute_spec`).
         return None;
     }
-    let spec = lookup(&args[0])?;
+    let spec = request.spec()?;
     // A split command (DEL, MGET, MSET ...) whose keys all live on one shard is a plain
     // keyed command there: its handler sees every key and replies for the whole command.
     let keyed = matches!(spec.route, Route::Keyed | Route::Split(_));
-    if !keyed || spec.has(flag::BLOCKING) || !spec.arity_ok(args.len()) {
+    if !keyed || spec.has(flag::BLOCKING) || !spec.arity_ok(request.args.len()) {
         return None;
     }
     if !conn.authenticated && !spec.has(flag::NO_AUTH) || protected_mode_denies(ctx, conn) {
         return None;
     }
-    let mut owners = spec
-        .key_positions(args)
-        .map(|i| shard_of(&args[i], ctx.shard_count));
-    let first = owners.next()?;
-    owners.all(|s| s == first).then_some((first, spec))
+    match request.owners() {
+        Owners::One(shard) => Some((shard, spec)),
+        Owners::None | Owners::Several => None,
+    }
 }
 
 /// Runs a pipeline's commands in order, encoding replies into `out`. Runs of simple keyed
@@ -508,7 +483,7 @@ fn simple_target(
 pub async fn run_batch(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
-    commands: Vec<Vec<Bytes>>,
+    commands: Vec<Request>,
     out: &mut Output,
 ) {
     let mut i = 0;
@@ -532,10 +507,9 @@ pub async fn run_batch(
         }
         if segment.len() < 2 {
             let started = crate::slowlog::ticks();
-            let spec = lookup(&commands[i][0]);
-            let frame = execute_spec(ctx, conn, spec, &commands[i], None).await;
+            let frame = execute(ctx, conn, &commands[i], None).await;
             let took = crate::slowlog::ticks().wrapping_sub(started);
-            note_time(ctx, conn, spec, &commands[i], took);
+            note_time(ctx, conn, &commands[i], took);
             conn.borrow_mut().encode_reply(out, &frame);
             if reached_output_limit(ctx, conn, out) {
                 return;

@@ -14,9 +14,9 @@ pub mod dispatch;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use wetask_protocol::{encode_error, CommandDecoder, Limits, Output, ProtocolError};
-use wetask_shards::CommandSpec;
+use wetask_shards::request::Request;
 
 use crate::clients::ConnState;
 use crate::shard::ShardCtx;
@@ -32,7 +32,7 @@ pub enum Pump {
     /// Everything buffered ran; wait for more input.
     Idle,
     /// These commands need other shards: run them with `dispatch::run_batch`.
-    Batch(Vec<Vec<Bytes>>),
+    Batch(Vec<Request>),
     /// Close once the output so far is sent.
     Close,
     /// The last command waits parked with no task (`dispatch::Inline::Parked`): run nothing
@@ -44,11 +44,10 @@ pub struct Session {
     pub state: Rc<RefCell<ConnState>>,
     pub input: BytesMut,
     decoder: CommandDecoder,
-    /// Commands decoded but not yet run; the vectors are reused so decoding allocates
-    /// nothing per command.
-    window: Vec<Vec<Bytes>>,
-    /// The window's commands looked up in the command table, once per command.
-    specs: Vec<Option<&'static CommandSpec>>,
+    /// Commands decoded but not yet run, each looked up and parsed once
+    /// (`wetask_shards::request`); the requests are reused so decoding allocates nothing
+    /// per command.
+    window: Vec<Request>,
     /// A protocol error met while collecting a batch, reported after the batch's replies.
     held_error: Option<ProtocolError>,
     /// The transport writes `Reply::Direct` answers (the io_uring driver), so a blocked
@@ -67,7 +66,6 @@ impl Session {
             input: BytesMut::new(),
             decoder: CommandDecoder::new(limits),
             window: Vec::new(),
-            specs: Vec::new(),
             held_error: None,
             parks_direct: false,
         }
@@ -92,7 +90,7 @@ impl Session {
 
     /// Decodes up to `WINDOW_COMMANDS_MAX` buffered commands into the window; returns how
     /// many, and the protocol error that stopped it, if one did.
-    fn fill_window(&mut self) -> (usize, Option<ProtocolError>) {
+    fn fill_window(&mut self, shard_count: usize) -> (usize, Option<ProtocolError>) {
         // A client that has not authenticated gets Redis's tight limits, and its commands are
         // decoded one at a time, so that those after a successful AUTH get the normal ones.
         let unauthenticated = !self.state.borrow().authenticated;
@@ -105,19 +103,13 @@ impl Session {
         let mut n = 0;
         while n < window {
             if self.window.len() == n {
-                self.window.push(Vec::new());
+                self.window.push(Request::default());
             }
-            match self
-                .decoder
-                .decode_into(&mut self.input, &mut self.window[n])
-            {
+            let request = &mut self.window[n];
+            match self.decoder.decode_into(&mut self.input, &mut request.args) {
                 Ok(true) => {
-                    let spec = wetask_shards::lookup(&self.window[n][0]);
-                    if self.specs.len() == n {
-                        self.specs.push(spec);
-                    } else {
-                        self.specs[n] = spec;
-                    }
+                    let spec = wetask_shards::lookup(&request.args[0]);
+                    request.prepare(spec, shard_count);
                     n += 1;
                 }
                 Ok(false) => break,
@@ -130,8 +122,8 @@ impl Session {
     /// Lets go of the window's arguments: they share the read buffer, which can only be
     /// reused in place once nothing else holds it.
     fn clear_window(&mut self, n: usize) {
-        for args in &mut self.window[..n] {
-            args.clear();
+        for request in &mut self.window[..n] {
+            request.clear();
         }
     }
 
@@ -146,14 +138,9 @@ impl Session {
             if self.state.borrow().close_requested {
                 return Pump::Close;
             }
-            let (n, error) = self.fill_window();
+            let (n, error) = self.fill_window(ctx.shard_count);
             if n > 1 {
-                dispatch::prefetch_keys(
-                    ctx,
-                    self.state.borrow().db,
-                    &self.window[..n],
-                    &self.specs[..n],
-                );
+                dispatch::prefetch_keys(ctx, self.state.borrow().db, &self.window[..n]);
             }
             // SLOWLOG: each command's time, chained (one counter read per command).
             let mut last = crate::slowlog::ticks();
@@ -165,13 +152,12 @@ impl Session {
                 // Only the window's last command may wait with no task: nothing decoded
                 // after it may run before its reply.
                 let may_park = self.parks_direct && i + 1 == n && error.is_none();
-                let spec = self.specs[i];
-                let inline =
-                    dispatch::try_inline(ctx, &self.state, spec, &self.window[i], out, may_park);
+                let request = &self.window[i];
+                let inline = dispatch::try_inline(ctx, &self.state, request, out, may_park);
                 if !matches!(inline, Inline::NeedsTask) {
                     let now = crate::slowlog::ticks();
                     let took = now.wrapping_sub(last);
-                    dispatch::note_time(ctx, &self.state, spec, &self.window[i], took);
+                    dispatch::note_time(ctx, &self.state, request, took);
                     last = now;
                 }
                 match inline {
@@ -187,7 +173,7 @@ impl Session {
                             return Pump::Close;
                         }
                     }
-                    Inline::NeedsTask => return self.hand_to_task(i, n, error),
+                    Inline::NeedsTask => return self.hand_to_task(i, n, error, ctx.shard_count),
                 }
             }
             self.clear_window(n);
@@ -202,25 +188,32 @@ impl Session {
 
     /// The window's commands from `i` on, and every further complete one, as a batch for a
     /// task (the `error` that ended the window is reported after them).
-    fn hand_to_task(&mut self, i: usize, n: usize, error: Option<ProtocolError>) -> Pump {
-        let mut batch: Vec<Vec<Bytes>> = self.window[i..n].iter_mut().map(std::mem::take).collect();
+    fn hand_to_task(
+        &mut self,
+        i: usize,
+        n: usize,
+        error: Option<ProtocolError>,
+        shard_count: usize,
+    ) -> Pump {
+        // The requests move, parsed as they are; their slots start afresh.
+        let mut batch: Vec<Request> = self.window[i..n].iter_mut().map(std::mem::take).collect();
         self.clear_window(n);
         match error {
             Some(err) => self.held_error = Some(err),
-            None => self.collect_batch(&mut batch),
+            None => self.collect_batch(&mut batch, shard_count),
         }
         Pump::Batch(batch)
     }
 
     /// Adds every further complete command to a batch bound for other shards.
-    fn collect_batch(&mut self, batch: &mut Vec<Vec<Bytes>>) {
+    fn collect_batch(&mut self, batch: &mut Vec<Request>, shard_count: usize) {
         if !self.state.borrow().authenticated {
             // One command at a time until AUTH succeeds (see `fill_window`).
             return;
         }
         loop {
             match self.decoder.decode(&mut self.input) {
-                Ok(Some(args)) => batch.push(args),
+                Ok(Some(args)) => batch.push(Request::new(args, shard_count)),
                 Ok(None) => return,
                 Err(err) => {
                     self.held_error = Some(err);
@@ -238,7 +231,7 @@ const BATCH_OUTPUT_BYTES: usize = 256;
 pub async fn run_batch(
     ctx: Rc<ShardCtx>,
     state: Rc<RefCell<ConnState>>,
-    batch: Vec<Vec<Bytes>>,
+    batch: Vec<Request>,
 ) -> Output {
     // Room for a few replies: a blocked FETCH's reply (id, queue, payload, attempt) would
     // otherwise grow the buffer through four reallocations.

@@ -580,6 +580,17 @@ impl ShardCore {
                     })
                     .collect(),
             ),
+            KeyRequest::Attempt {
+                db,
+                client,
+                spec,
+                args,
+                blocking,
+            } => {
+                let spec = &wetask_shards::COMMANDS[spec];
+                let frame = shard.execute_blocking(db, client, spec, &args, &blocking, None);
+                Response::Frames(vec![frame])
+            }
             KeyRequest::Take { db, key, signals } => {
                 let entry = shard.take_entry(db, &key);
                 shard.blocked.replay(db, &key, &signals);

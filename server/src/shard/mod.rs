@@ -292,8 +292,8 @@ impl ShardCtx {
             .lock
             .take_peers(|(_, _, token, request)| token.is_none() && is_exec(request));
         for (from, id, _, request) in plain {
-            if let Request::Keys(KeyRequest::Exec { commands, .. }) = request {
-                self.respond(from, id, busy_frames(commands.len()));
+            if let Some(count) = plain_commands(&request) {
+                self.respond(from, id, busy_frames(count));
             }
         }
     }
@@ -382,16 +382,16 @@ impl ShardCtx {
     /// when too many already wait (lock traffic and internal requests still queue; they
     /// are bounded by the operations in flight).
     fn defer(&self, from: usize, id: u64, token: Option<u64>, request: Request) {
-        if let Request::Keys(KeyRequest::Exec { commands, .. }) = &request {
+        if let Some(count) = plain_commands(&request) {
             if self.held_by_busy_script() {
-                self.respond(from, id, busy_frames(commands.len()));
+                self.respond(from, id, busy_frames(count));
                 return;
             }
             if self.lock.queued() >= DEFERRED_REQUESTS_MAX {
                 let error = Frame::static_error(
                     "ERR too many requests are waiting for a cross-shard operation on this shard; try again",
                 );
-                self.respond(from, id, Response::Frames(vec![error; commands.len()]));
+                self.respond(from, id, Response::Frames(vec![error; count]));
                 return;
             }
         }
@@ -634,7 +634,17 @@ impl ShardCtx {
 }
 
 fn is_exec(request: &Request) -> bool {
-    matches!(request, Request::Keys(KeyRequest::Exec { .. }))
+    plain_commands(request).is_some()
+}
+
+/// How many commands a plain command request carries (a batch, or a blocking command's
+/// attempt); `None` for any other request.
+fn plain_commands(request: &Request) -> Option<usize> {
+    match request {
+        Request::Keys(KeyRequest::Exec { commands, .. }) => Some(commands.len()),
+        Request::Keys(KeyRequest::Attempt { .. }) => Some(1),
+        _ => None,
+    }
 }
 
 /// BUSY for each of a request's commands.

@@ -72,8 +72,8 @@ pub fn feed_command(
 ) {
     if spec.name == "exec" {
         for queued in state.multi.iter().flatten() {
-            if let Some(spec) = wetask_shards::lookup(&queued[0]) {
-                feed(core, monitors, state, spec, queued);
+            if let Some(spec) = queued.spec() {
+                feed(core, monitors, state, spec, &queued.args);
             }
         }
     }

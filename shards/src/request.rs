@@ -1,0 +1,438 @@
+//! One request, parsed once. The server turns each decoded argument list into a
+//! [`Request`] as soon as it is decoded: the command's row ([`CommandSpec`]), its keys with
+//! their hash slots and owning shards, and, for every command whose route depends on its
+//! arguments, the parsed form ([`Form`]): a blocking pop or move and XREAD/XREADGROUP
+//! ([`Blocking`]), TASK.FETCH, TASK.WAIT, TASK.EVENTS, TASK.WORKER, and a script's
+//! `numkeys`. Admission, MULTI queueing, MONITOR, tracking, routing, parking and execution
+//! all read this value; none of them parses the arguments again (mini-redis's shape: a frame
+//! becomes one typed command, once).
+//!
+//! A form that does not parse is kept as [`Form::Malformed`]: its error is the command's
+//! reply when it runs (after admission, so an unknown command, a wrong arity or a missing
+//! AUTH are still answered first, and inside MULTI it is queued and answered at EXEC, as
+//! Redis does).
+//!
+//! With one shard every key lives here, so no slot is computed (a GET pays nothing for
+//! routing); with several, each key's slot is computed once, here.
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+
+use crate::block_commands::Blocking;
+use crate::slot::key_slot;
+use crate::spec::{CommandSpec, FormKind};
+use crate::task_commands::{FetchArgs, WaitArgs, WorkerArgs};
+use crate::task_reports::EventsArgs;
+
+/// A decoded command, looked up and parsed once.
+#[derive(Clone, Default)]
+pub struct Request {
+    /// The arguments as decoded, the command's name first.
+    pub args: Vec<Bytes>,
+    spec: Option<&'static CommandSpec>,
+    /// Each key's position among the arguments and its slot (with several shards).
+    keys: Vec<KeyAt>,
+    owners: Owners,
+    form: Form,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("args", &self.args)
+            .field("command", &self.spec.map(|s| s.name))
+            .field("keys", &self.keys)
+            .field("owners", &self.owners)
+            .field("form", &self.form)
+            .finish()
+    }
+}
+
+/// One key of a request: where it is among the arguments, and its hash slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyAt {
+    pub position: u32,
+    pub slot: u16,
+}
+
+/// Which shards own a request's keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Owners {
+    /// It names no key (or could not be parsed far enough to name them).
+    #[default]
+    None,
+    /// Every key lives on this shard.
+    One(usize),
+    /// Its keys span shards.
+    Several,
+}
+
+/// The parsed form of a command whose route depends on its arguments.
+#[derive(Clone, Debug, Default)]
+pub enum Form {
+    /// Nothing to parse beyond the keys (or an unknown command, or a wrong arity).
+    #[default]
+    Plain,
+    /// The arguments do not parse: this error is the reply when the command runs.
+    Malformed(Frame),
+    Blocking(Blocking),
+    Fetch(FetchArgs),
+    Wait(WaitArgs),
+    Events(EventsArgs),
+    Worker(WorkerArgs),
+    /// EVAL, EVALSHA, FCALL and their read-only forms: how many keys follow `numkeys`, or
+    /// the error (FCALL answers it only once its function is found, as Redis does).
+    Script(Result<usize, Frame>),
+}
+
+impl Request {
+    /// Looks `args` up and parses it, for a server of `shard_count` shards.
+    pub fn new(args: Vec<Bytes>, shard_count: usize) -> Request {
+        let mut request = Request {
+            args,
+            ..Request::default()
+        };
+        let spec = request
+            .args
+            .first()
+            .and_then(|name| crate::table::lookup(name));
+        request.prepare(spec, shard_count);
+        request
+    }
+
+    /// Fills in what [`Request::new`] computes, for arguments already decoded into
+    /// `self.args` (a connection reuses its requests, so decoding allocates nothing).
+    pub fn prepare(&mut self, spec: Option<&'static CommandSpec>, shard_count: usize) {
+        self.spec = spec;
+        self.keys.clear();
+        self.owners = Owners::None;
+        self.form = Form::Plain;
+        let Some(spec) = spec.filter(|s| s.arity_ok(self.args.len())) else {
+            return;
+        };
+        if spec.form != FormKind::Plain {
+            self.form = parse_form(spec, &self.args);
+        }
+        if shard_count > 1 {
+            self.place_keys(spec, shard_count);
+        } else if self.names_keys(spec) {
+            self.owners = Owners::One(0);
+        }
+    }
+
+    /// Lets go of the arguments (they share the connection's read buffer), keeping the
+    /// vectors for the next command.
+    pub fn clear(&mut self) {
+        self.args.clear();
+        self.keys.clear();
+        self.form = Form::Plain;
+    }
+
+    /// A copy that shares nothing with the connection's read buffer (a command queued by
+    /// MULTI must not pin it): the arguments and every argument the form holds copied, the
+    /// parse kept.
+    pub fn detached(&self) -> Request {
+        Request {
+            args: self.args.iter().map(copy).collect(),
+            spec: self.spec,
+            keys: self.keys.clone(),
+            owners: self.owners,
+            form: self.form.detached(),
+        }
+    }
+
+    pub fn spec(&self) -> Option<&'static CommandSpec> {
+        self.spec
+    }
+
+    pub fn form(&self) -> &Form {
+        &self.form
+    }
+
+    /// Which shards own the keys. With one shard, `One(0)` when it names any.
+    pub fn owners(&self) -> Owners {
+        self.owners
+    }
+
+    /// The keys with their positions and slots (with several shards; empty with one).
+    pub fn placed_keys(&self) -> &[KeyAt] {
+        &self.keys
+    }
+
+    /// Each key's position among the arguments, read from the parse (never a second one).
+    pub fn key_positions(&self) -> Vec<usize> {
+        if !self.keys.is_empty() {
+            return self.keys.iter().map(|k| k.position as usize).collect();
+        }
+        let mut positions = Vec::new();
+        if let Some(spec) = self.spec.filter(|s| s.arity_ok(self.args.len())) {
+            self.each_key_position(spec, |position| positions.push(position));
+        }
+        positions
+    }
+
+    /// The shard that owns the key at `position` among the arguments.
+    pub fn owner_of_key(&self, position: usize, shard_count: usize) -> usize {
+        match self.keys.iter().find(|k| k.position as usize == position) {
+            Some(key) => usize::from(key.slot) % shard_count,
+            None => crate::slot::shard_of(&self.args[position], shard_count),
+        }
+    }
+
+    /// True when the request names at least one key (routing's view: a task command's
+    /// queues and ids count as keys).
+    fn names_keys(&self, spec: &CommandSpec) -> bool {
+        let mut any = false;
+        self.each_key_position(spec, |_| any = true);
+        any
+    }
+
+    /// Computes each key's slot, and who owns them.
+    fn place_keys(&mut self, spec: &CommandSpec, shard_count: usize) {
+        let mut keys = std::mem::take(&mut self.keys);
+        self.each_key_position(spec, |position| {
+            keys.push(KeyAt {
+                position: position as u32,
+                slot: 0,
+            })
+        });
+        let mut owners = Owners::None;
+        for key in &mut keys {
+            key.slot = key_slot(&self.args[key.position as usize]);
+            let owner = usize::from(key.slot) % shard_count;
+            owners = match owners {
+                Owners::None => Owners::One(owner),
+                Owners::One(first) if first == owner => Owners::One(first),
+                _ => Owners::Several,
+            };
+        }
+        self.keys = keys;
+        self.owners = owners;
+    }
+
+    /// Calls `found` with each key's position: from the parsed form when there is one (no
+    /// second parse of `numkeys` or STREAMS), else from the row (its key finder, once).
+    fn each_key_position(&self, spec: &CommandSpec, mut found: impl FnMut(usize)) {
+        let argc = self.args.len();
+        match &self.form {
+            Form::Malformed(_) => {}
+            Form::Blocking(blocking) => {
+                let n = blocking.keys.len();
+                match blocking.op {
+                    // XREAD and XREADGROUP: the first half of what follows STREAMS.
+                    crate::BlockOp::XRead { .. } | crate::BlockOp::XReadGroup(_) => {
+                        (argc - 2 * n..argc - n).for_each(found)
+                    }
+                    // BLMPOP, BZMPOP: the keys after timeout and numkeys.
+                    _ if spec.movable_keys.is_some() => (3..3 + n).for_each(found),
+                    _ => spec.key_positions(&self.args).for_each(found),
+                }
+            }
+            Form::Fetch(fetch) => {
+                (1..1 + fetch.queues.len()).for_each(&mut found);
+                (argc - fetch.acks.len()..argc).for_each(found);
+            }
+            Form::Wait(_) | Form::Events(_) => found(1),
+            // A worker's home is its id's shard, but it touches no key there.
+            Form::Worker(_) => {}
+            Form::Script(Ok(numkeys)) => (3..3 + numkeys).for_each(found),
+            Form::Script(Err(_)) => {}
+            Form::Plain => spec.key_positions(&self.args).for_each(found),
+        }
+    }
+}
+
+fn copy(bytes: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(bytes)
+}
+
+fn copy_all(items: &[Bytes]) -> Vec<Bytes> {
+    items.iter().map(copy).collect()
+}
+
+impl Form {
+    /// This form with every argument it holds copied (see [`Request::detached`]).
+    fn detached(&self) -> Form {
+        use crate::BlockOp;
+        match self {
+            Form::Blocking(blocking) => Form::Blocking(Blocking {
+                keys: copy_all(&blocking.keys),
+                op: match &blocking.op {
+                    BlockOp::Move { dst, from, to } => BlockOp::Move {
+                        dst: copy(dst),
+                        from: *from,
+                        to: *to,
+                    },
+                    BlockOp::XRead { after, count } => BlockOp::XRead {
+                        after: after.iter().map(|(key, id)| (copy(key), *id)).collect(),
+                        count: *count,
+                    },
+                    BlockOp::XReadGroup(read) => {
+                        let mut read = read.clone();
+                        read.group = copy(&read.group);
+                        read.consumer = copy(&read.consumer);
+                        for (key, _) in &mut read.streams {
+                            *key = copy(key);
+                        }
+                        BlockOp::XReadGroup(read)
+                    }
+                    op @ (BlockOp::Pop { .. } | BlockOp::ZPop { .. }) => op.clone(),
+                },
+                timeout_ms: blocking.timeout_ms,
+            }),
+            Form::Fetch(fetch) => Form::Fetch(FetchArgs {
+                queues: copy_all(&fetch.queues),
+                acks: copy_all(&fetch.acks),
+                ..fetch.clone()
+            }),
+            Form::Wait(wait) => Form::Wait(WaitArgs {
+                id: copy(&wait.id),
+                timeout_ms: wait.timeout_ms,
+            }),
+            Form::Events(events) => Form::Events(EventsArgs {
+                queue: copy(&events.queue),
+                ..events.clone()
+            }),
+            Form::Worker(worker) => Form::Worker(WorkerArgs {
+                name: copy(&worker.name),
+                options: worker.options,
+            }),
+            Form::Plain | Form::Malformed(_) | Form::Script(_) => self.clone(),
+        }
+    }
+}
+
+/// Parses the form of command `spec` (arity checked).
+fn parse_form(spec: &CommandSpec, args: &[Bytes]) -> Form {
+    let form = match spec.form {
+        FormKind::Plain => return Form::Plain,
+        FormKind::Blocking => crate::block_commands::parse(spec.name, args).map(Form::Blocking),
+        FormKind::Fetch => crate::task_commands::parse_fetch(args).map(Form::Fetch),
+        FormKind::Wait => crate::task_commands::parse_wait(args).map(Form::Wait),
+        FormKind::Events => crate::task_reports::parse_events(args).map(Form::Events),
+        FormKind::Worker => crate::task_commands::parse_worker(args).map(Form::Worker),
+        FormKind::Script => return Form::Script(parse_numkeys(spec.name, args)),
+    };
+    form.unwrap_or_else(Form::Malformed)
+}
+
+/// A script's `numkeys` (EVAL's at 2, FCALL's at 2), with each command's own errors.
+pub fn parse_numkeys(name: &str, args: &[Bytes]) -> Result<usize, Frame> {
+    count_parse(FormKind::Script);
+    let more_than_args =
+        || Frame::static_error("ERR Number of keys can't be greater than number of args");
+    let negative = || Frame::static_error("ERR Number of keys can't be negative");
+    let following = args.len() as i64 - 3;
+    if name.starts_with("fcall") {
+        return match crate::args::parse_i64(&args[2]) {
+            None => Err(Frame::static_error("ERR Bad number of keys provided")),
+            Some(n) if n > following => Err(more_than_args()),
+            Some(n) if n < 0 => Err(negative()),
+            Some(n) => Ok(n as usize),
+        };
+    }
+    match crate::args::int_arg(&args[2])? {
+        n if n < 0 => Err(negative()),
+        n if n > following => Err(more_than_args()),
+        n => Ok(n as usize),
+    }
+}
+
+/// Counts parses of each form, for the tests that check a request is parsed once (with the
+/// `parse-count` feature, or in this crate's tests; otherwise nothing).
+#[inline(always)]
+pub fn count_parse(kind: FormKind) {
+    #[cfg(any(test, feature = "parse-count"))]
+    parse_counts::add(kind);
+    #[cfg(not(any(test, feature = "parse-count")))]
+    let _ = kind;
+}
+
+#[cfg(any(test, feature = "parse-count"))]
+pub mod parse_counts {
+    //! How many times each form was parsed, process-wide.
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    use crate::spec::FormKind;
+
+    static COUNTS: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
+
+    fn index(kind: FormKind) -> usize {
+        match kind {
+            FormKind::Plain => 0,
+            FormKind::Blocking => 1,
+            FormKind::Fetch => 2,
+            FormKind::Wait => 3,
+            FormKind::Events => 4,
+            FormKind::Worker => 5,
+            FormKind::Script => 6,
+        }
+    }
+
+    pub fn add(kind: FormKind) {
+        COUNTS[index(kind)].fetch_add(1, Relaxed);
+    }
+
+    /// Parses of `kind` so far.
+    pub fn get(kind: FormKind) -> usize {
+        COUNTS[index(kind)].load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(line: &str, shards: usize) -> Request {
+        let args = line
+            .split(' ')
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect();
+        Request::new(args, shards)
+    }
+
+    #[test]
+    fn keys_are_placed_once_with_their_slots() {
+        let get = request("GET foo", 4);
+        assert_eq!(
+            get.placed_keys(),
+            &[KeyAt {
+                position: 1,
+                slot: key_slot(b"foo")
+            }]
+        );
+        assert_eq!(get.owners(), Owners::One(usize::from(key_slot(b"foo")) % 4));
+        assert_eq!(request("GET foo", 1).owners(), Owners::One(0));
+        assert!(request("GET foo", 1).placed_keys().is_empty());
+        assert_eq!(request("MSET {a}x 1 {a}y 2", 4).placed_keys().len(), 2);
+        assert_eq!(request("PING", 4).owners(), Owners::None);
+        assert_eq!(request("NOSUCH a", 4).spec().map(|s| s.name), None);
+    }
+
+    #[test]
+    fn forms_carry_their_keys() {
+        let blmpop = request("BLMPOP 0 2 {q}a {q}b LEFT COUNT 2", 4);
+        let Form::Blocking(blocking) = blmpop.form() else {
+            panic!("a blocking form");
+        };
+        assert_eq!(blocking.keys, vec!["{q}a", "{q}b"]);
+        let positions: Vec<u32> = blmpop.placed_keys().iter().map(|k| k.position).collect();
+        assert_eq!(positions, [3, 4]);
+        let xread = request("XREAD COUNT 1 BLOCK 5 STREAMS s1 s2 0 $", 4);
+        let positions: Vec<u32> = xread.placed_keys().iter().map(|k| k.position).collect();
+        assert_eq!(positions, [6, 7]);
+        let fetch = request("TASK.FETCH q1 q2 BLOCK 0 ACK id1", 4);
+        let positions: Vec<u32> = fetch.placed_keys().iter().map(|k| k.position).collect();
+        assert_eq!(positions, [1, 2, 6]);
+        let eval = request("EVAL return 2 k1 k2 a", 4);
+        assert!(matches!(eval.form(), Form::Script(Ok(2))));
+        assert_eq!(eval.placed_keys().len(), 2);
+        assert!(matches!(
+            request("BLPOP k -1", 4).form(),
+            Form::Malformed(err) if err.is_error()
+        ));
+        assert_eq!(request("BLPOP k -1", 4).owners(), Owners::None);
+        // A wrong arity is not parsed at all: the arity check answers it.
+        assert!(matches!(request("BLPOP k", 4).form(), Form::Plain));
+    }
+}
