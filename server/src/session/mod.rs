@@ -10,6 +10,8 @@
 //!    then pumps again.
 
 pub mod dispatch;
+#[cfg(test)]
+mod parsed_once;
 
 use std::cell::RefCell;
 use std::rc::Rc;

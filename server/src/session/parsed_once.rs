@@ -1,0 +1,155 @@
+//! The acceptance test that a request is parsed once (`wetask_shards::request`): a real
+//! two-shard server runs in this process, a client sends a blocking TASK.FETCH over queues
+//! on both shards and blocking BLMPOPs, and the shards crate's parse counter (its
+//! `parse-count` feature, on for this crate's tests) must move by exactly one per command,
+//! whichever shard the connection lands on and whether the command leases, pops, or waits
+//! and times out.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use wetask_protocol::{Frame, FrameDecoder, Limits};
+use wetask_shards::request::parse_counts;
+use wetask_shards::spec::FormKind;
+
+struct Client {
+    stream: TcpStream,
+    decoder: FrameDecoder,
+    buffer: BytesMut,
+}
+
+impl Client {
+    fn connect(port: u16) -> Client {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(30)))
+                    .expect("timeout");
+                let mut client = Client {
+                    stream,
+                    decoder: FrameDecoder::new(Limits::default()),
+                    buffer: BytesMut::new(),
+                };
+                if client.call(&["PING"]) == Frame::simple("PONG") {
+                    return client;
+                }
+            }
+            assert!(Instant::now() < deadline, "the server never answered PING");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn call(&mut self, args: &[&str]) -> Frame {
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request += &format!("${}\r\n{arg}\r\n", arg.len());
+        }
+        self.stream.write_all(request.as_bytes()).expect("send");
+        loop {
+            if let Some(frame) = self.decoder.decode(&mut self.buffer).expect("a reply") {
+                return frame;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).expect("read");
+            assert!(n > 0, "the server closed the connection");
+            self.buffer.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("address").port()
+}
+
+/// Names `prefix0`, `prefix1`, … until one lives on shard `shard` of two.
+fn name_on(shard: usize, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|name| wetask_shards::shard_of(name.as_bytes(), 2) == shard)
+        .expect("some name")
+}
+
+/// Runs `command` and returns its reply and how many parses of `kind` it cost.
+fn parses(client: &mut Client, kind: FormKind, command: &[&str]) -> (Frame, usize) {
+    let before = parse_counts::get(kind);
+    let reply = client.call(command);
+    (reply, parse_counts::get(kind) - before)
+}
+
+#[test]
+fn a_blocking_fetch_over_two_shards_and_a_blmpop_are_each_parsed_once() {
+    let dir = std::env::temp_dir().join(format!("wetask-parsed-once-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a data directory");
+    let port = free_port();
+    let args = [
+        "wetask",
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--shards",
+        "2",
+        "--appendonly",
+        "no",
+        "--save",
+        "",
+        "--dir",
+        dir.to_str().expect("utf-8"),
+    ];
+    let config = <crate::config::Config as clap::Parser>::try_parse_from(args).expect("config");
+    let server = std::thread::spawn(move || crate::runtime::run(config));
+    let mut client = Client::connect(port);
+    let (q0, q1) = (name_on(0, "queue"), name_on(1, "queue"));
+
+    // Nothing queued: it parks on both shards and times out.
+    let fetch = ["TASK.FETCH", &q0, &q1, "BLOCK", "100"];
+    let (reply, count) = parses(&mut client, FormKind::Fetch, &fetch);
+    assert_eq!(reply, Frame::Array(Vec::new()));
+    assert_eq!(count, 1, "a fetch that waited was parsed {count} times");
+    // A task on the second queue's shard: leased at once.
+    let id = client.call(&["TASK.SUBMIT", &q1, "payload"]);
+    assert!(matches!(id, Frame::Bulk(_)), "{id:?}");
+    let (reply, count) = parses(&mut client, FormKind::Fetch, &fetch);
+    assert!(
+        matches!(&reply, Frame::Array(tasks) if tasks.len() == 1),
+        "{reply:?}"
+    );
+    assert_eq!(count, 1, "a fetch that leased was parsed {count} times");
+
+    // BLMPOP over keys on both shards: waits and times out, then finds an element.
+    let (k0, k1) = (name_on(0, "list"), name_on(1, "list"));
+    let blmpop = ["BLMPOP", "0.1", "2", &k0, &k1, "LEFT", "COUNT", "2"];
+    let (reply, count) = parses(&mut client, FormKind::Blocking, &blmpop);
+    assert_eq!(reply, Frame::NullArray);
+    assert_eq!(count, 1, "a BLMPOP that waited was parsed {count} times");
+    assert_eq!(
+        client.call(&["RPUSH", &k1, "a", "b", "c"]),
+        Frame::Integer(3)
+    );
+    let (reply, count) = parses(&mut client, FormKind::Blocking, &blmpop);
+    assert!(
+        matches!(&reply, Frame::Array(parts) if parts.len() == 2),
+        "{reply:?}"
+    );
+    assert_eq!(count, 1, "a BLMPOP that popped was parsed {count} times");
+    // Keys on one shard, whichever: the attempt runs there from the parsed form.
+    let blmpop_one = ["BLMPOP", "0", "1", &k1, "RIGHT"];
+    let (reply, count) = parses(&mut client, FormKind::Blocking, &blmpop_one);
+    assert!(
+        matches!(&reply, Frame::Array(parts) if parts.len() == 2),
+        "{reply:?}"
+    );
+    assert_eq!(count, 1, "a BLMPOP on one shard was parsed {count} times");
+
+    client
+        .stream
+        .write_all(b"*2\r\n$8\r\nSHUTDOWN\r\n$6\r\nNOSAVE\r\n")
+        .expect("shutdown");
+    let ended = server.join().expect("the server thread");
+    assert!(ended.is_ok(), "{ended:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
