@@ -4,14 +4,61 @@
 //! that value (`crate::request::Form::Blocking`), routes and parks by it, and runs the
 //! attempt from it ([`attempt`]) with no second parse. The table's handlers below are the
 //! same two steps, for the callers that hold only arguments (a script's `redis.call`).
+//! [`BlockOp`], what a parked waiter pops, is declared here with the parse that makes it; the
+//! shard serves waiters with it in `crate::blocked_ops`.
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
-use crate::blocked_ops::BlockOp;
 use crate::ctx::Ctx;
 use crate::lists::{parse_ends, parse_mpop, parse_timeout, End};
+use crate::parse_count::count_parse;
 use crate::spec::FormKind;
+
+/// What a waiter pops when its key has data.
+#[derive(Clone, Debug)]
+pub enum BlockOp {
+    /// BLPOP/BRPOP (`count` None: replies `[key, element]`) and BLMPOP (`count` Some:
+    /// replies `[key, [elements]]`).
+    Pop { end: End, count: Option<usize> },
+    /// BLMOVE/BRPOPLPUSH from the waiter's one key to `dst`.
+    Move { dst: Bytes, from: End, to: End },
+    /// BZPOPMIN/BZPOPMAX (`count` None: replies `[key, member, score]`) and BZMPOP (`count`
+    /// Some: replies `[key, [[member, score], …]]`).
+    ZPop { max: bool, count: Option<usize> },
+    /// XREAD … BLOCK: entries after `after` (`None` is `$`, fixed when the read parks on
+    /// the stream's shard). Nothing is consumed: every reader waiting on a stream is served.
+    XRead {
+        after: Vec<(Bytes, Option<crate::stream::StreamId>)>,
+        count: usize,
+    },
+    /// XREADGROUP … BLOCK … `>`: new entries for a consumer of a group. Consuming, like a
+    /// pop: one waiter gets each entry.
+    XReadGroup(crate::stream_groups::XreadGroup),
+}
+
+impl BlockOp {
+    /// What kind of value the waiter waits for on its keys.
+    pub fn wait_kind(&self) -> crate::blocking::WaitKind {
+        use crate::blocking::WaitKind;
+        match self {
+            BlockOp::Pop { .. } | BlockOp::Move { .. } => WaitKind::List,
+            BlockOp::ZPop { .. } => WaitKind::ZSet,
+            BlockOp::XRead { .. } => WaitKind::Stream,
+            BlockOp::XReadGroup(_) => WaitKind::Group,
+        }
+    }
+}
+
+/// Where a BLMOVE's element goes when its key has data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveTarget {
+    /// The destination lives on this shard: pop and push here, replying the element.
+    Here,
+    /// The destination lives on another shard: only pop here, replying `[key, element]`;
+    /// the client's home shard pushes.
+    Elsewhere,
+}
 
 /// A blocking command, parsed: its source keys, what to pop, and its timeout.
 #[derive(Clone, Debug)]
@@ -26,7 +73,7 @@ pub struct Blocking {
 /// arguments.
 // Long: one short arm per blocking command (BLPOP … XREADGROUP): the table reads best whole.
 pub fn parse(name: &str, args: &[Bytes]) -> Result<Blocking, Frame> {
-    crate::request::count_parse(FormKind::Blocking);
+    count_parse(FormKind::Blocking);
     match name {
         "blpop" | "brpop" => Ok(Blocking {
             timeout_ms: Some(parse_timeout(&args[args.len() - 1])?),

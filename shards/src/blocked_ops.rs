@@ -7,53 +7,9 @@
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
+use crate::block_commands::{BlockOp, MoveTarget};
 use crate::lists::End;
 use crate::shard::Shard;
-
-/// What a waiter pops when its key has data.
-#[derive(Clone, Debug)]
-pub enum BlockOp {
-    /// BLPOP/BRPOP (`count` None: replies `[key, element]`) and BLMPOP (`count` Some:
-    /// replies `[key, [elements]]`).
-    Pop { end: End, count: Option<usize> },
-    /// BLMOVE/BRPOPLPUSH from the waiter's one key to `dst`.
-    Move { dst: Bytes, from: End, to: End },
-    /// BZPOPMIN/BZPOPMAX (`count` None: replies `[key, member, score]`) and BZMPOP (`count`
-    /// Some: replies `[key, [[member, score], …]]`).
-    ZPop { max: bool, count: Option<usize> },
-    /// XREAD … BLOCK: entries after `after` (`None` is `$`, fixed when the read parks on
-    /// the stream's shard). Nothing is consumed: every reader waiting on a stream is served.
-    XRead {
-        after: Vec<(Bytes, Option<crate::stream::StreamId>)>,
-        count: usize,
-    },
-    /// XREADGROUP … BLOCK … `>`: new entries for a consumer of a group. Consuming, like a
-    /// pop: one waiter gets each entry.
-    XReadGroup(crate::stream_groups::XreadGroup),
-}
-
-impl BlockOp {
-    /// What kind of value the waiter waits for on its keys.
-    pub fn wait_kind(&self) -> crate::blocking::WaitKind {
-        use crate::blocking::WaitKind;
-        match self {
-            BlockOp::Pop { .. } | BlockOp::Move { .. } => WaitKind::List,
-            BlockOp::ZPop { .. } => WaitKind::ZSet,
-            BlockOp::XRead { .. } => WaitKind::Stream,
-            BlockOp::XReadGroup(_) => WaitKind::Group,
-        }
-    }
-}
-
-/// Where a BLMOVE's element goes when its key has data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MoveTarget {
-    /// The destination lives on this shard: pop and push here, replying the element.
-    Here,
-    /// The destination lives on another shard: only pop here, replying `[key, element]`;
-    /// the client's home shard pushes.
-    Elsewhere,
-}
 
 impl Shard {
     /// Runs a waiter's operation on `key` (in database `db`, for `client`); `None` when

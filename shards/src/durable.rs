@@ -12,7 +12,7 @@
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
-use crate::blocked_ops::{BlockOp, MoveTarget};
+use crate::block_commands::{BlockOp, MoveTarget};
 use crate::journal::ops::{self, Op};
 use crate::keyspace::{Entry, DATABASES};
 use crate::lists::End;

@@ -37,6 +37,7 @@ pub mod lists;
 pub mod long_double;
 pub mod node;
 pub mod notify;
+pub mod parse_count;
 mod prefetch;
 pub mod rdb;
 mod rdb_encoding;
@@ -67,7 +68,7 @@ pub mod wire;
 pub mod zset;
 pub mod zsets;
 
-pub use blocked_ops::{BlockOp, MoveTarget};
+pub use block_commands::{BlockOp, MoveTarget};
 pub use ctx::{Ctx, DATABASES};
 pub use keyspace::{Entry, ScanFilter, Value};
 pub use shard::Shard;

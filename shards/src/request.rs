@@ -318,7 +318,7 @@ fn parse_form(spec: &CommandSpec, args: &[Bytes]) -> Form {
 
 /// A script's `numkeys` (EVAL's at 2, FCALL's at 2), with each command's own errors.
 pub fn parse_numkeys(name: &str, args: &[Bytes]) -> Result<usize, Frame> {
-    count_parse(FormKind::Script);
+    crate::parse_count::count_parse(FormKind::Script);
     let more_than_args =
         || Frame::static_error("ERR Number of keys can't be greater than number of args");
     let negative = || Frame::static_error("ERR Number of keys can't be negative");
@@ -335,47 +335,6 @@ pub fn parse_numkeys(name: &str, args: &[Bytes]) -> Result<usize, Frame> {
         n if n < 0 => Err(negative()),
         n if n > following => Err(more_than_args()),
         n => Ok(n as usize),
-    }
-}
-
-/// Counts parses of each form, for the tests that check a request is parsed once (with the
-/// `parse-count` feature, or in this crate's tests; otherwise nothing).
-#[inline(always)]
-pub fn count_parse(kind: FormKind) {
-    #[cfg(any(test, feature = "parse-count"))]
-    parse_counts::add(kind);
-    #[cfg(not(any(test, feature = "parse-count")))]
-    let _ = kind;
-}
-
-#[cfg(any(test, feature = "parse-count"))]
-pub mod parse_counts {
-    //! How many times each form was parsed, process-wide.
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-
-    use crate::spec::FormKind;
-
-    static COUNTS: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
-
-    fn index(kind: FormKind) -> usize {
-        match kind {
-            FormKind::Plain => 0,
-            FormKind::Blocking => 1,
-            FormKind::Fetch => 2,
-            FormKind::Wait => 3,
-            FormKind::Events => 4,
-            FormKind::Worker => 5,
-            FormKind::Script => 6,
-        }
-    }
-
-    pub fn add(kind: FormKind) {
-        COUNTS[index(kind)].fetch_add(1, Relaxed);
-    }
-
-    /// Parses of `kind` so far.
-    pub fn get(kind: FormKind) -> usize {
-        COUNTS[index(kind)].load(Relaxed)
     }
 }
 

@@ -156,7 +156,7 @@ pub struct FetchArgs {
 /// Parses TASK.FETCH queue [queue ...] [COUNT n] [LEASE ms] [BLOCK ms] [ACK id ...]. The
 /// queues run up to the first option word; ACK takes every argument after it.
 pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
-    crate::request::count_parse(crate::spec::FormKind::Fetch);
+    crate::parse_count::count_parse(crate::spec::FormKind::Fetch);
     let option = |a: &Bytes| is(a, "count") || is(a, "lease") || is(a, "block") || is(a, "ack");
     let queues_end = args[1..]
         .iter()
@@ -219,7 +219,7 @@ pub struct WaitArgs {
 
 /// Parses TASK.WAIT id [TIMEOUT ms].
 pub fn parse_wait(args: &[Bytes]) -> Result<WaitArgs, Frame> {
-    crate::request::count_parse(crate::spec::FormKind::Wait);
+    crate::parse_count::count_parse(crate::spec::FormKind::Wait);
     let timeout_ms = match &args[2..] {
         [] => 0,
         [word, ms] if is(word, "timeout") => match int_arg(ms)? {
@@ -244,7 +244,7 @@ pub struct WorkerArgs {
 /// Parses TASK.WORKER id [GRACE ms] [HEARTBEAT ms].
 pub fn parse_worker(args: &[Bytes]) -> Result<WorkerArgs, Frame> {
     use crate::tasks::workers::WorkerOptions;
-    crate::request::count_parse(crate::spec::FormKind::Worker);
+    crate::parse_count::count_parse(crate::spec::FormKind::Worker);
     let name = &args[1];
     if name.is_empty() || name.len() > NAME_BYTES_MAX {
         return Err(Frame::error(format!(

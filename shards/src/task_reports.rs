@@ -66,7 +66,7 @@ pub struct EventsArgs {
 
 /// Parses TASK.EVENTS queue [FROM cursor] [COUNT n] [BLOCK ms].
 pub fn parse_events(args: &[Bytes]) -> Result<EventsArgs, Frame> {
-    crate::request::count_parse(crate::spec::FormKind::Events);
+    crate::parse_count::count_parse(crate::spec::FormKind::Events);
     let mut parsed = EventsArgs {
         queue: Bytes::copy_from_slice(&args[1]),
         from: 0,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use wetask_protocol::{Frame, FrameDecoder, Limits};
-use wetask_shards::request::parse_counts;
+use wetask_shards::parse_count::parse_counts;
 use wetask_shards::spec::FormKind;
 
 struct Client {
