@@ -106,7 +106,9 @@ impl Request {
         self.spec = spec;
         self.keys.clear();
         self.owners = Owners::None;
-        self.form = Form::Plain;
+        if !matches!(self.form, Form::Plain) {
+            self.form = Form::Plain;
+        }
         let Some(spec) = spec.filter(|s| s.arity_ok(self.args.len())) else {
             return;
         };
@@ -115,6 +117,12 @@ impl Request {
         }
         if shard_count > 1 {
             self.place_keys(spec, shard_count);
+        } else if spec.form == FormKind::Plain && spec.movable_keys.is_none() {
+            // One shard, fixed key positions (GET, SET …): the row says whether it has keys,
+            // and every key is here. Nothing else is computed on this hot path.
+            if spec.first_key > 0 {
+                self.owners = Owners::One(0);
+            }
         } else if self.names_keys(spec) {
             self.owners = Owners::One(0);
         }
@@ -124,8 +132,9 @@ impl Request {
     /// vectors for the next command.
     pub fn clear(&mut self) {
         self.args.clear();
-        self.keys.clear();
-        self.form = Form::Plain;
+        if !matches!(self.form, Form::Plain) {
+            self.form = Form::Plain;
+        }
     }
 
     /// A copy that shares nothing with the connection's read buffer (a command queued by
