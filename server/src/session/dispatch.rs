@@ -3,7 +3,7 @@
 //! keyed rest through `routing`: inline on this shard when every key is ours, else across
 //! shards, with one message per destination shard per pipeline segment.
 //!
-//! There is one execution path, [`execute_spec`], an async fn. The transports first ask
+//! There is one execution path, [`execute`], an async fn, over a request parsed once (`wetask_shards::request`). The transports first ask
 //! [`needs_remote`]; when a command needs no other shard, `execute` cannot wait on anything,
 //! so it is polled once, inline, with no task. Otherwise it runs in a spawned task.
 
@@ -458,7 +458,7 @@ fn simple_target(
     {
         // Inside MULTI every command is queued by `execute`, one by one; the command after
         // CLIENT CACHING arms its keys' shards first, and MONITOR sees each command
-        // (`execute_spec`).
+        // (`execute`).
         return None;
     }
     let spec = request.spec()?;
