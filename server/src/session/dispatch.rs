@@ -3,9 +3,10 @@
 //! keyed rest through `routing`: inline on this shard when every key is ours, else across
 //! shards, with one message per destination shard per pipeline segment.
 //!
-//! There is one execution path, [`execute`], an async fn, over a request parsed once (`wetask_shards::request`). The transports first ask
-//! [`needs_remote`]; when a command needs no other shard, `execute` cannot wait on anything,
-//! so it is polled once, inline, with no task. Otherwise it runs in a spawned task.
+//! There is one execution path, [`execute`], an async fn, over a request parsed once
+//! (`wetask_shards::request`). The transports first ask [`needs_remote`]; when a command
+//! needs no other shard, `execute` cannot wait on anything, so it is polled once, inline,
+//! with no task. Otherwise it runs in a spawned task.
 
 use std::cell::RefCell;
 use std::future::Future;
