@@ -21,7 +21,7 @@ use wetask_protocol::Frame;
 use crate::block_commands::Blocking;
 use crate::slot::key_slot;
 use crate::spec::{CommandSpec, FormKind};
-use crate::task_commands::{FetchArgs, WaitArgs, WorkerArgs};
+use crate::task_commands::{FetchAt, WaitArgs, WorkerArgs};
 use crate::task_reports::EventsArgs;
 
 /// A decoded command, looked up and parsed once.
@@ -76,7 +76,8 @@ pub enum Form {
     /// The arguments do not parse: this error is the reply when the command runs.
     Malformed(Frame),
     Blocking(Blocking),
-    Fetch(FetchArgs),
+    /// TASK.FETCH, as positions among the arguments (`FetchAt::view` lends it).
+    Fetch(FetchAt),
     Wait(WaitArgs),
     Events(EventsArgs),
     Worker(WorkerArgs),
@@ -101,7 +102,9 @@ impl Request {
     }
 
     /// Fills in what [`Request::new`] computes, for arguments already decoded into
-    /// `self.args` (a connection reuses its requests, so decoding allocates nothing).
+    /// `self.args` (a connection reuses its requests, so decoding allocates nothing). Inline:
+    /// for a fixed-key command on one shard (a GET) it is a few comparisons.
+    #[inline]
     pub fn prepare(&mut self, spec: Option<&'static CommandSpec>, shard_count: usize) {
         self.spec = spec;
         self.keys.clear();
@@ -112,17 +115,25 @@ impl Request {
         let Some(spec) = spec.filter(|s| s.arity_ok(self.args.len())) else {
             return;
         };
+        if shard_count == 1 && spec.form == FormKind::Plain && spec.movable_keys.is_none() {
+            // One shard, fixed key positions (GET, SET …): the row says whether it has keys,
+            // and every key is here.
+            if spec.first_key > 0 {
+                self.owners = Owners::One(0);
+            }
+            return;
+        }
+        self.prepare_parsed(spec, shard_count);
+    }
+
+    /// The rest of [`Request::prepare`]: the parsed form, and the keys' slots and owners.
+    #[inline(never)]
+    fn prepare_parsed(&mut self, spec: &'static CommandSpec, shard_count: usize) {
         if spec.form != FormKind::Plain {
             self.form = parse_form(spec, &self.args);
         }
         if shard_count > 1 {
             self.place_keys(spec, shard_count);
-        } else if spec.form == FormKind::Plain && spec.movable_keys.is_none() {
-            // One shard, fixed key positions (GET, SET …): the row says whether it has keys,
-            // and every key is here. Nothing else is computed on this hot path.
-            if spec.first_key > 0 {
-                self.owners = Owners::One(0);
-            }
         } else if self.names_keys(spec) {
             self.owners = Owners::One(0);
         }
@@ -130,9 +141,15 @@ impl Request {
 
     /// Lets go of the arguments (they share the connection's read buffer), keeping the
     /// vectors for the next command.
+    #[inline]
     pub fn clear(&mut self) {
         self.args.clear();
-        if !matches!(self.form, Form::Plain) {
+        // A form that holds argument bytes lets go of them too; the others (a fetch's
+        // positions, a script's numkeys) are replaced by the next `prepare`.
+        if !matches!(
+            self.form,
+            Form::Plain | Form::Fetch(_) | Form::Script(Ok(_))
+        ) {
             self.form = Form::Plain;
         }
     }
@@ -150,15 +167,18 @@ impl Request {
         }
     }
 
+    #[inline]
     pub fn spec(&self) -> Option<&'static CommandSpec> {
         self.spec
     }
 
+    #[inline]
     pub fn form(&self) -> &Form {
         &self.form
     }
 
     /// Which shards own the keys. With one shard, `One(0)` when it names any.
+    #[inline]
     pub fn owners(&self) -> Owners {
         self.owners
     }
@@ -238,8 +258,8 @@ impl Request {
                 }
             }
             Form::Fetch(fetch) => {
-                (1..1 + fetch.queues.len()).for_each(&mut found);
-                (argc - fetch.acks.len()..argc).for_each(found);
+                (1..fetch.queues_end).for_each(&mut found);
+                (fetch.acks_from..argc).for_each(found);
             }
             Form::Wait(_) | Form::Events(_) => found(1),
             // A worker's home is its id's shard, but it touches no key there.
@@ -289,11 +309,6 @@ impl Form {
                 },
                 timeout_ms: blocking.timeout_ms,
             }),
-            Form::Fetch(fetch) => Form::Fetch(FetchArgs {
-                queues: copy_all(&fetch.queues),
-                acks: copy_all(&fetch.acks),
-                ..fetch.clone()
-            }),
             Form::Wait(wait) => Form::Wait(WaitArgs {
                 id: copy(&wait.id),
                 timeout_ms: wait.timeout_ms,
@@ -306,7 +321,7 @@ impl Form {
                 name: copy(&worker.name),
                 options: worker.options,
             }),
-            Form::Plain | Form::Malformed(_) | Form::Script(_) => self.clone(),
+            Form::Plain | Form::Malformed(_) | Form::Script(_) | Form::Fetch(_) => self.clone(),
         }
     }
 }
@@ -316,7 +331,7 @@ fn parse_form(spec: &CommandSpec, args: &[Bytes]) -> Form {
     let form = match spec.form {
         FormKind::Plain => return Form::Plain,
         FormKind::Blocking => crate::block_commands::parse(spec.name, args).map(Form::Blocking),
-        FormKind::Fetch => crate::task_commands::parse_fetch(args).map(Form::Fetch),
+        FormKind::Fetch => crate::task_commands::parse_fetch_at(args).map(Form::Fetch),
         FormKind::Wait => crate::task_commands::parse_wait(args).map(Form::Wait),
         FormKind::Events => crate::task_reports::parse_events(args).map(Form::Events),
         FormKind::Worker => crate::task_commands::parse_worker(args).map(Form::Worker),

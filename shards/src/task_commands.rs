@@ -144,18 +144,49 @@ pub(crate) fn submit_options(args: &[Bytes], now_ms: u64) -> Result<SubmitOption
 /// FETCH's parsed arguments, borrowed from the command's (a worker's every step parses
 /// one: no copies).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FetchArgs {
-    pub queues: Vec<Bytes>,
+pub struct FetchArgs<'a> {
+    pub queues: &'a [Bytes],
     pub count: usize,
     pub lease_ms: Option<u64>,
     /// BLOCK ms: wait this long for a task when there is none (0: for ever).
     pub block_ms: Option<u64>,
-    pub acks: Vec<Bytes>,
+    pub acks: &'a [Bytes],
+}
+
+/// A FETCH parsed once, kept as positions among its arguments (what a request carries: no
+/// copy, no allocation); [`FetchAt::view`] lends it as [`FetchArgs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchAt {
+    /// The queues are `args[1..queues_end]`.
+    pub queues_end: usize,
+    pub count: usize,
+    pub lease_ms: Option<u64>,
+    pub block_ms: Option<u64>,
+    /// The ACK ids are `args[acks_from..]` (none when it is `args.len()`).
+    pub acks_from: usize,
+}
+
+impl FetchAt {
+    /// The parsed FETCH over the arguments it was parsed from.
+    pub fn view<'a>(&self, args: &'a [Bytes]) -> FetchArgs<'a> {
+        FetchArgs {
+            queues: &args[1..self.queues_end],
+            count: self.count,
+            lease_ms: self.lease_ms,
+            block_ms: self.block_ms,
+            acks: &args[self.acks_from.min(args.len())..],
+        }
+    }
 }
 
 /// Parses TASK.FETCH queue [queue ...] [COUNT n] [LEASE ms] [BLOCK ms] [ACK id ...]. The
 /// queues run up to the first option word; ACK takes every argument after it.
-pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
+pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs<'_>, Frame> {
+    parse_fetch_at(args).map(|at| at.view(args))
+}
+
+/// [`parse_fetch`], as positions (see [`FetchAt`]).
+pub fn parse_fetch_at(args: &[Bytes]) -> Result<FetchAt, Frame> {
     crate::parse_count::count_parse(crate::spec::FormKind::Fetch);
     let option = |a: &Bytes| is(a, "count") || is(a, "lease") || is(a, "block") || is(a, "ack");
     let queues_end = args[1..]
@@ -167,12 +198,12 @@ pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
             "ERR wrong number of arguments for 'task.fetch' command",
         ));
     }
-    let mut parsed = FetchArgs {
-        queues: args[1..queues_end].to_vec(),
+    let mut parsed = FetchAt {
+        queues_end,
         count: 1,
         lease_ms: None,
         block_ms: None,
-        acks: Vec::new(),
+        acks_from: args.len(),
     };
     let mut i = queues_end;
     while i < args.len() {
@@ -196,8 +227,8 @@ pub fn parse_fetch(args: &[Bytes]) -> Result<FetchArgs, Frame> {
         } else if is(&args[i], "block") {
             parsed.block_ms = Some(count_arg(next, "BLOCK")?);
         } else if is(&args[i], "ack") {
-            parsed.acks = args[i + 1..].to_vec();
-            if parsed.acks.is_empty() {
+            parsed.acks_from = i + 1;
+            if parsed.acks_from == args.len() {
                 return Err(Frame::static_error(SYNTAX));
             }
             break;

@@ -83,7 +83,7 @@ pub async fn run(
         // Its arguments did not parse (when it was decoded): that error is its reply.
         (_, Form::Malformed(error)) => return error.clone(),
         ("task.fetch", Form::Fetch(fetch)) => {
-            return crate::commands::tasks::run(ctx, conn, fetch).await
+            return crate::commands::tasks::run(ctx, conn, &fetch.view(args)).await
         }
         ("task.wait", Form::Wait(wait)) => {
             return crate::commands::tasks::wait(ctx, conn, wait).await

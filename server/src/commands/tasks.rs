@@ -31,12 +31,13 @@ pub fn needs_remote(ctx: &ShardCtx, command: &Command) -> bool {
     let wetask_shards::request::Form::Fetch(fetch) = command.form() else {
         return false;
     };
+    let fetch = fetch.view(&command.args);
     // A local blocking fetch that can lease now runs inline like any other; only one that
     // may have to wait needs a task (with a quiet worker about, any may). (Its ACKs run
     // first and cannot make a task ready for it... except its own, which then counts as
     // not ready: it simply takes the task path.)
     !all_here(ctx, command)
-        || (fetch.block_ms.is_some() && !ctx.shard.borrow_mut().task_has_ready(&fetch.queues))
+        || (fetch.block_ms.is_some() && !ctx.shard.borrow_mut().task_has_ready(fetch.queues))
 }
 
 /// True when every queue and ACK id of a FETCH lives on this shard.
@@ -47,7 +48,11 @@ fn all_here(ctx: &ShardCtx, command: &Command) -> bool {
     }
 }
 
-pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, fetch: &FetchArgs) -> Frame {
+pub async fn run(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    fetch: &FetchArgs<'_>,
+) -> Frame {
     let (at, client) = {
         let state = conn.borrow();
         let at = Target {
@@ -68,7 +73,7 @@ pub async fn run(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, fetch: &Fetc
     let mut acks = Vec::new();
     if ride_along {
         acks = fetch.acks.to_vec();
-    } else if let Some(refusal) = ack_all(ctx, at, &fetch.acks).await {
+    } else if let Some(refusal) = ack_all(ctx, at, fetch.acks).await {
         return refusal;
     }
     let mut leased = Vec::new();
@@ -216,7 +221,7 @@ fn ack_here(ctx: &ShardCtx, at: Target, id: &Bytes) -> Frame {
 /// True when a FETCH blocks and names only queues and ids of this shard, while no CLIENT
 /// PAUSE is on: then [`fetch_or_park`] serves it with no task. (A worker's usual step on
 /// one shard.)
-pub fn parks_here(ctx: &ShardCtx, command: &Command, fetch: &FetchArgs) -> bool {
+pub fn parks_here(ctx: &ShardCtx, command: &Command, fetch: &FetchArgs<'_>) -> bool {
     fetch.block_ms.is_some() && all_here(ctx, command) && !ctx.globals.pause.active()
 }
 
@@ -227,10 +232,10 @@ pub fn fetch_or_park(
     ctx: &ShardCtx,
     conn: &RefCell<ConnState>,
     at: Target,
-    fetch: &FetchArgs,
+    fetch: FetchArgs<'_>,
 ) -> Option<Frame> {
     let mut refusal = None;
-    for id in &fetch.acks {
+    for id in fetch.acks {
         let frame = ack_here(ctx, at, id);
         ctx.stats.record(task_ack(), frame.is_error());
         if frame.is_error() && refusal.is_none() {
@@ -248,7 +253,7 @@ pub fn fetch_or_park(
     let fetched =
         ctx.shard
             .borrow_mut()
-            .task_fetch(&fetch.queues, fetch.count, fetch.lease_ms, at.client);
+            .task_fetch(fetch.queues, fetch.count, fetch.lease_ms, at.client);
     match fetched {
         Ok(frames) if frames.is_empty() => {}
         Ok(frames) => return Some(Frame::Array(frames)),
@@ -300,7 +305,7 @@ async fn block(
     ctx: &Rc<ShardCtx>,
     client: u64,
     owner: u64,
-    fetch: &FetchArgs,
+    fetch: &FetchArgs<'_>,
     block_ms: u64,
 ) -> Frame {
     // The real clock, not the shard's coarse one (which may lag): a deadline must never

@@ -199,7 +199,8 @@ pub fn try_inline(
     // A worker's step (a blocking TASK.FETCH over this shard's queues) leases now or parks
     // here with no task.
     if let Form::Fetch(fetch) = request.form() {
-        if may_park && !in_multi && commands::tasks::parks_here(ctx, request, fetch) {
+        let fetch = fetch.view(args);
+        if may_park && !in_multi && commands::tasks::parks_here(ctx, request, &fetch) {
             return fetch_or_park(ctx, conn, request, fetch);
         }
     }
@@ -248,7 +249,7 @@ fn fetch_or_park(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
     request: &Request,
-    fetch: &wetask_shards::task_commands::FetchArgs,
+    fetch: wetask_shards::task_commands::FetchArgs<'_>,
 ) -> Inline {
     let (spec, at) = match admit(ctx, conn, request) {
         Ok(admitted) => admitted,
