@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wetask_shards::rdb::{dump, frame, restore};
+use wetask_shards::persist::rdb::{dump, frame, restore};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(value) = restore(&frame(data.to_vec())) {

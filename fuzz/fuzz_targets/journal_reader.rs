@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wetask_shards::journal::record::{append, read_all, Next};
+use wetask_shards::persist::journal::record::{append, read_all, Next};
 
 fuzz_target!(|data: &[u8]| {
     let (records, end) = read_all(data);

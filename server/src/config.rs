@@ -89,7 +89,7 @@ pub struct Config {
     /// allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu, volatile-random, volatile-ttl.
     /// Task data is never evicted: TASK.SUBMIT is refused instead.
     #[arg(long, default_value = "noeviction", value_parser = eviction_policy)]
-    pub maxmemory_policy: wetask_shards::evict::Policy,
+    pub maxmemory_policy: wetask_shards::keyspace::evict::Policy,
     /// Keys sampled per eviction (Redis's approximated LRU/LFU).
     #[arg(long, default_value_t = 5)]
     pub maxmemory_samples: u64,
@@ -170,14 +170,15 @@ pub fn memory_size(value: &str) -> Result<u64, String> {
 }
 
 /// A `maxmemory-policy` name.
-pub fn eviction_policy(value: &str) -> Result<wetask_shards::evict::Policy, String> {
-    wetask_shards::evict::Policy::parse(value)
+pub fn eviction_policy(value: &str) -> Result<wetask_shards::keyspace::evict::Policy, String> {
+    wetask_shards::keyspace::evict::Policy::parse(value)
         .ok_or_else(|| format!("unknown maxmemory-policy {value:?}"))
 }
 
 /// `notify-keyspace-events` classes (`KEA`, `Ex` …).
 pub fn notify_classes(value: &str) -> Result<u32, String> {
-    wetask_shards::notify::parse(value).ok_or_else(|| wetask_shards::notify::BAD_CLASS.into())
+    wetask_shards::keyspace::notify::parse(value)
+        .ok_or_else(|| wetask_shards::keyspace::notify::BAD_CLASS.into())
 }
 
 /// Redis's boolean option values.

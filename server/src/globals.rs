@@ -53,11 +53,11 @@ pub struct Globals {
     pub script_flush_epoch: std::sync::atomic::AtomicU64,
     /// Per shard: the script running there, for BUSY replies and SCRIPT KILL.
     pub script_slots: std::sync::Arc<[crate::lua::busy::ScriptSlot]>,
-    /// `maxmemory-policy` (an index into `wetask_shards::evict::POLICIES`) and
+    /// `maxmemory-policy` (an index into `wetask_shards::keyspace::evict::POLICIES`) and
     /// `maxmemory-samples`; `maxmemory` itself is `memory::maxmemory()`.
     pub maxmemory_policy: std::sync::atomic::AtomicUsize,
     pub maxmemory_samples: AtomicU64,
-    /// `notify-keyspace-events`, as `wetask_shards::notify::class` flags.
+    /// `notify-keyspace-events`, as `wetask_shards::keyspace::notify::class` flags.
     pub notify_keyspace_events: std::sync::atomic::AtomicU32,
     /// `client-output-buffer-limit`, per class.
     pub output_limits: crate::output_limits::OutputLimits,
@@ -106,7 +106,7 @@ impl Globals {
             script_slots: (0..shard_count).map(|_| Default::default()).collect(),
             output_limits: Default::default(),
             maxmemory_policy: AtomicUsize::new(
-                wetask_shards::evict::POLICIES
+                wetask_shards::keyspace::evict::POLICIES
                     .iter()
                     .position(|(p, _)| *p == config.maxmemory_policy)
                     .unwrap_or(0),
@@ -140,11 +140,12 @@ impl Globals {
     }
 
     /// The current `maxmemory-policy`.
-    pub fn eviction_policy(&self) -> wetask_shards::evict::Policy {
+    pub fn eviction_policy(&self) -> wetask_shards::keyspace::evict::Policy {
         let index = self.maxmemory_policy.load(Ordering::Relaxed);
-        wetask_shards::evict::POLICIES
-            .get(index)
-            .map_or(wetask_shards::evict::Policy::NoEviction, |(p, _)| *p)
+        wetask_shards::keyspace::evict::POLICIES.get(index).map_or(
+            wetask_shards::keyspace::evict::Policy::NoEviction,
+            |(p, _)| *p,
+        )
     }
 
     pub fn maxmemory(&self) -> u64 {

@@ -395,10 +395,10 @@ fn journals(dir: &Path) -> Vec<std::path::PathBuf> {
 fn records_end(file: &Path) -> u64 {
     // A compaction may have removed it since it was listed: then it holds nothing.
     let bytes = std::fs::read(file).unwrap_or_default();
-    let (records, _) = wetask_shards::journal::record::read_all(&bytes);
+    let (records, _) = wetask_shards::persist::journal::record::read_all(&bytes);
     records
         .iter()
-        .map(|r| (r.len() + wetask_shards::journal::record::HEADER_BYTES) as u64)
+        .map(|r| (r.len() + wetask_shards::persist::journal::record::HEADER_BYTES) as u64)
         .sum()
 }
 
@@ -420,9 +420,9 @@ fn a_torn_tail_at_every_offset_recovers_and_damage_in_the_middle_is_reported() {
     // The server was killed: under `always` its journal goes on in preallocated zeros, read
     // back as the end of the journal. Without them, where the last record starts:
     whole.truncate(records_end(&file) as usize);
-    let (records, _) = wetask_shards::journal::record::read_all(&whole);
-    let last_len =
-        records.last().expect("records").len() + wetask_shards::journal::record::HEADER_BYTES;
+    let (records, _) = wetask_shards::persist::journal::record::read_all(&whole);
+    let last_len = records.last().expect("records").len()
+        + wetask_shards::persist::journal::record::HEADER_BYTES;
     let last_start = whole.len() - last_len;
     for cut in last_start..whole.len() {
         std::fs::write(&file, &whole[..cut]).unwrap();

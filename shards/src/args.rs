@@ -3,21 +3,12 @@
 
 use wetask_protocol::Frame;
 
-use crate::errors::{DB_INDEX_RANGE, NOT_FLOAT, NOT_INTEGER};
-use crate::keyspace::DATABASES;
+use crate::errors::{NOT_FLOAT, NOT_INTEGER};
 
 pub use wetask_protocol::parse_i64;
 
 pub fn int_arg(bytes: &[u8]) -> Result<i64, Frame> {
     parse_i64(bytes).ok_or_else(|| Frame::static_error(NOT_INTEGER))
-}
-
-/// A database index (SELECT, COPY … DB, MOVE): an integer in `0..DATABASES`.
-pub fn db_index(bytes: &[u8]) -> Result<usize, Frame> {
-    match int_arg(bytes)? {
-        db if (0..DATABASES as i64).contains(&db) => Ok(db as usize),
-        _ => Err(Frame::static_error(DB_INDEX_RANGE)),
-    }
 }
 
 /// Parses a float like Redis's `string2ld`: no spaces, no NaN, `inf` allowed.

@@ -5,7 +5,7 @@
 
 use wetask_protocol::Output;
 
-use crate::blocking::Blocked;
+use crate::keyspace::blocked_keys::Blocked;
 use crate::keyspace::Db;
 pub use crate::keyspace::DATABASES;
 use crate::tasks::Engine;
@@ -35,7 +35,7 @@ pub struct Ctx<'a> {
     pub layout: (usize, usize),
     /// Keyspace notifications, while they are on: the events a handler records itself
     /// (those its reply cannot tell; the rest come from `notify`'s table).
-    pub notes: Option<&'a mut crate::notify::Notes>,
+    pub notes: Option<&'a mut crate::keyspace::notify::Notes>,
 }
 
 impl Ctx<'_> {

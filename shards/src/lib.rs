@@ -2,84 +2,43 @@
 //! command families. Pure and synchronous: no runtime, no I/O, no threads. The server owns
 //! one [`Shard`] per core and decides what runs where, using the routing data in
 //! [`table::COMMANDS`].
+//!
+//! The folders are the layers (docs/ARCHITECTURE.md, "Crates"); imports run downwards only:
+//! - entry: [`shard`] (the `Shard` and what it does beside a command: blocked waiters,
+//!   durability, snapshots, cross-shard commits) and [`request`] (a command parsed once);
+//! - [`table`]: the rows (what every command is) and what COMMAND and the docs say of them;
+//! - [`families`]: the command handlers, a file per Redis group, the task commands in
+//!   `families/tasks/`;
+//! - the per-command view: [`ctx`] (what a handler sees) and [`spec`] (what a row holds);
+//! - state: [`keyspace`] (a database, its nodes, expiry, eviction, typed access, blocked
+//!   keys, notifications, tracking) and [`tasks`] (the task engine);
+//! - [`values`]: what a key holds;
+//! - [`persist`]: the journal's records and RDB/DUMP encodings;
+//! - helpers, one file each: [`args`], [`errors`], [`glob`], [`slot`], [`contain`],
+//!   [`hashing`], [`wire`], [`parse_count`].
 
 pub mod args;
-pub mod bitfield;
-pub mod bitmaps;
-pub mod block_commands;
-pub mod blocked_ops;
-pub mod blocking;
-pub mod command_docs;
-pub mod command_info;
-pub mod compat;
 pub mod contain;
-pub mod cross_commit;
 pub mod ctx;
-pub mod dump;
-mod durable;
 pub mod errors;
-pub mod evict;
-mod expiries;
-pub mod geo;
-pub mod geohash;
+pub mod families;
 pub mod glob;
-pub mod growing;
-pub mod hashes;
 pub mod hashing;
-pub mod hyperloglog;
-pub mod introspection;
-pub mod journal;
-pub mod key;
-pub mod keys;
 pub mod keyspace;
-pub mod lcs;
-pub mod lists;
-pub mod long_double;
-pub mod node;
-pub mod notify;
 pub mod parse_count;
-mod prefetch;
-pub mod rdb;
-mod rdb_encoding;
-mod rdb_stream;
+pub mod persist;
 pub mod request;
-pub mod sets;
 pub mod shard;
 pub mod slot;
-pub mod snapshot;
-pub mod sort;
 pub mod spec;
-pub mod stream;
-pub mod stream_groups;
-pub mod stream_nodes;
-pub mod streams;
-pub mod strings;
 pub mod table;
-pub mod task_admin;
-pub mod task_batch;
-pub mod task_commands;
-pub mod task_cron;
-pub mod task_reports;
 pub mod tasks;
-pub mod tracking;
-pub mod typed;
-pub mod value;
+pub mod values;
 pub mod wire;
-pub mod zset;
-pub mod zsets;
 
-pub use block_commands::{BlockOp, MoveTarget};
 pub use ctx::{Ctx, DATABASES};
+pub use families::blocking::{BlockOp, MoveTarget};
 pub use keyspace::{Entry, ScanFilter, Value};
 pub use shard::Shard;
 pub use slot::{key_slot, shard_of};
 pub use table::{lookup, CommandSpec, Merge, Route, COMMANDS};
-
-#[cfg(test)]
-mod collection_tests;
-#[cfg(test)]
-mod cross_commit_tests;
-#[cfg(test)]
-mod durable_tests;
-#[cfg(test)]
-mod tests;

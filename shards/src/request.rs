@@ -18,11 +18,11 @@
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
-use crate::block_commands::Blocking;
+use crate::families::blocking::Blocking;
+use crate::families::tasks::commands::{FetchAt, WaitArgs, WorkerArgs};
+use crate::families::tasks::reports::EventsArgs;
 use crate::slot::key_slot;
 use crate::spec::{CommandSpec, FormKind};
-use crate::task_commands::{FetchAt, WaitArgs, WorkerArgs};
-use crate::task_reports::EventsArgs;
 
 /// A decoded command, looked up and parsed once.
 #[derive(Clone, Default)]
@@ -330,11 +330,11 @@ impl Form {
 fn parse_form(spec: &CommandSpec, args: &[Bytes]) -> Form {
     let form = match spec.form {
         FormKind::Plain => return Form::Plain,
-        FormKind::Blocking => crate::block_commands::parse(spec.name, args).map(Form::Blocking),
-        FormKind::Fetch => crate::task_commands::parse_fetch_at(args).map(Form::Fetch),
-        FormKind::Wait => crate::task_commands::parse_wait(args).map(Form::Wait),
-        FormKind::Events => crate::task_reports::parse_events(args).map(Form::Events),
-        FormKind::Worker => crate::task_commands::parse_worker(args).map(Form::Worker),
+        FormKind::Blocking => crate::families::blocking::parse(spec.name, args).map(Form::Blocking),
+        FormKind::Fetch => crate::families::tasks::commands::parse_fetch_at(args).map(Form::Fetch),
+        FormKind::Wait => crate::families::tasks::commands::parse_wait(args).map(Form::Wait),
+        FormKind::Events => crate::families::tasks::reports::parse_events(args).map(Form::Events),
+        FormKind::Worker => crate::families::tasks::commands::parse_worker(args).map(Form::Worker),
         FormKind::Script => return Form::Script(parse_numkeys(spec.name, args)),
     };
     form.unwrap_or_else(Form::Malformed)

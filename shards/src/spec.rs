@@ -112,13 +112,13 @@ pub enum Route {
 pub enum FormKind {
     /// Nothing beyond the spec and the keys' positions.
     Plain,
-    /// A blocking pop or move, or XREAD/XREADGROUP (`crate::blocked_ops::Blocking`).
+    /// A blocking pop or move, or XREAD/XREADGROUP (`crate::shard::blocked::Blocking`).
     Blocking,
-    /// TASK.FETCH (`crate::task_commands::FetchArgs`).
+    /// TASK.FETCH (`crate::families::tasks::commands::FetchArgs`).
     Fetch,
-    /// TASK.WAIT (`crate::task_commands::WaitArgs`).
+    /// TASK.WAIT (`crate::families::tasks::commands::WaitArgs`).
     Wait,
-    /// TASK.EVENTS (`crate::task_reports::EventsArgs`).
+    /// TASK.EVENTS (`crate::families::tasks::reports::EventsArgs`).
     Events,
     /// TASK.WORKER (`crate::tasks::workers::WorkerOptions`).
     Worker,

@@ -10,9 +10,9 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
+use wetask_shards::families::tasks::batch::{plan, Planned};
 use wetask_shards::lookup;
 use wetask_shards::table::CommandSpec;
-use wetask_shards::task_batch::{plan, Planned};
 use wetask_shards::tasks::BatchNote;
 
 use crate::mesh::{KeyRequest, Request, Response, TaskRequest};

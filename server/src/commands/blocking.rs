@@ -6,7 +6,7 @@
 //! shards under the coordinator's locks when its keys span several). If that found nothing,
 //! the connection's shard (the *home*) parks one waiter on every shard that owns some of its
 //! keys: locally, or as a held mesh request. Each owner queues the waiter on its keys
-//! (`wetask_shards::blocking`), and when a key gets data it serves that key's waiters oldest
+//! (`wetask_shards::keyspace::blocked_keys`), and when a key gets data it serves that key's waiters oldest
 //! first, each with the same pop it would have run, right where the data is. The first
 //! answer wins; the home then asks the other owners to let go, and pushes back to where it
 //! came from anything another owner popped meanwhile, so no element is lost.
@@ -27,8 +27,8 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use wetask_protocol::{Frame, Output};
-use wetask_shards::block_commands::{found_nothing, Blocking};
-use wetask_shards::lists::End;
+use wetask_shards::families::blocking::{found_nothing, Blocking};
+use wetask_shards::families::lists::End;
 use wetask_shards::request::Request as Command;
 use wetask_shards::table::CommandSpec;
 use wetask_shards::{lookup, BlockOp};

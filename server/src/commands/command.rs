@@ -1,14 +1,14 @@
 //! COMMAND and its subcommands (COUNT, INFO, DOCS, LIST, GETKEYS, GETKEYSANDFLAGS, HELP):
-//! what the command table (`wetask_shards::table`), `wetask_shards::command_info` and
-//! `wetask_shards::command_docs` say of every command, in Redis 7.2's shapes. A container command (CLIENT, OBJECT …) is
+//! what the command table (`wetask_shards::table`), `wetask_shards::table::info` and
+//! `wetask_shards::table::docs` say of every command, in Redis 7.2's shapes. A container command (CLIENT, OBJECT …) is
 //! listed as Redis lists it: no flags of its own, its subcommands inside.
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::args::is;
-use wetask_shards::command_docs::{self, Arg, BeginSearch, FindKeys, KeySpec};
-use wetask_shards::command_info::{self, Subcommand};
 use wetask_shards::errors::{unknown_subcommand, SYNTAX};
+use wetask_shards::table::docs::{self, Arg, BeginSearch, FindKeys, KeySpec};
+use wetask_shards::table::info::{self, Subcommand};
 use wetask_shards::table::{flag, CommandSpec};
 use wetask_shards::{lookup, COMMANDS};
 
@@ -50,7 +50,7 @@ fn find(name: &[u8]) -> Option<Found> {
     match name.iter().position(|&b| b == b'|') {
         Some(bar) => {
             let container = lookup(&name[..bar])?;
-            command_info::subcommand(container.name, &name[bar + 1..]).map(Found::Sub)
+            info::subcommand(container.name, &name[bar + 1..]).map(Found::Sub)
         }
         None => lookup(name).map(Found::Command),
     }
@@ -96,7 +96,7 @@ fn entry(
     subcommands: Vec<Frame>,
     write: bool,
 ) -> Frame {
-    let (tips, key_specs) = match command_docs::doc(name) {
+    let (tips, key_specs) = match docs::doc(name) {
         Some(doc) => (
             Frame::Set(doc.tips.iter().map(|t| text(t)).collect()),
             Frame::Set(doc.key_specs.iter().map(key_spec).collect()),
@@ -204,9 +204,7 @@ fn legacy_key_spec(keys: (i32, i32, i32), write: bool) -> Frame {
 
 pub fn info(spec: &'static CommandSpec) -> Frame {
     if spec.has(flag::CONTAINER) {
-        let subs = command_info::subcommands_of(spec.name)
-            .map(sub_info)
-            .collect();
+        let subs = info::subcommands_of(spec.name).map(sub_info).collect();
         // A container has no flags of its own, unless it runs alone too (COMMAND).
         let flags = if spec.arity == -1 {
             simple_set(flag_names(spec.flags))
@@ -218,7 +216,7 @@ pub fn info(spec: &'static CommandSpec) -> Frame {
             spec.arity,
             flags,
             (0, 0, 0),
-            command_info::categories(spec),
+            info::categories(spec),
             subs,
             false,
         );
@@ -232,7 +230,7 @@ pub fn info(spec: &'static CommandSpec) -> Frame {
         spec.arity,
         simple_set(flags),
         (spec.first_key, spec.last_key, spec.step),
-        command_info::categories(spec),
+        info::categories(spec),
         Vec::new(),
         spec.has(flag::WRITE),
     )
@@ -272,12 +270,12 @@ fn docs(args: &[Bytes]) -> Frame {
 fn command_doc(spec: &'static CommandSpec) -> Frame {
     let subcommands = spec.has(flag::CONTAINER).then(|| {
         Frame::Map(
-            command_info::subcommands_of(spec.name)
+            info::subcommands_of(spec.name)
                 .map(|sub| (text(sub.name), doc_of(sub.name, None)))
                 .collect(),
         )
     });
-    match command_docs::doc(spec.name) {
+    match docs::doc(spec.name) {
         Some(_) => doc_of(spec.name, subcommands),
         // WeTask's own: what the table says.
         None => map(vec![
@@ -290,7 +288,7 @@ fn command_doc(spec: &'static CommandSpec) -> Frame {
 
 /// Redis's COMMAND DOCS map for `name` (a command or `container|name`).
 fn doc_of(name: &'static str, subcommands: Option<Frame>) -> Frame {
-    let Some(doc) = command_docs::doc(name) else {
+    let Some(doc) = docs::doc(name) else {
         return map(Vec::new());
     };
     let mut pairs = Vec::with_capacity(10);
@@ -400,10 +398,10 @@ fn list(args: &[Bytes]) -> Frame {
     };
     let mut names = Vec::new();
     for spec in COMMANDS {
-        if keep(spec.name, &command_info::categories(spec)) {
+        if keep(spec.name, &info::categories(spec)) {
             names.push(text(spec.name));
         }
-        for sub in command_info::subcommands_of(spec.name) {
+        for sub in info::subcommands_of(spec.name) {
             if keep(sub.name, sub.categories) {
                 names.push(text(sub.name));
             }
@@ -421,7 +419,7 @@ fn keys(command: &[Bytes], with_flags: bool) -> Frame {
     let sub = command
         .get(1)
         .filter(|_| spec.has(flag::CONTAINER))
-        .and_then(|name| command_info::subcommand(spec.name, name));
+        .and_then(|name| info::subcommand(spec.name, name));
     let (name, arity, has_keys) = match sub {
         Some(sub) => (sub.name, sub.arity, sub.keys.0 > 0),
         None => (
@@ -457,7 +455,7 @@ fn keys(command: &[Bytes], with_flags: bool) -> Frame {
                 if !with_flags {
                     return key;
                 }
-                let flags = command_info::key_flags(name, command, index);
+                let flags = info::key_flags(name, command, index);
                 Frame::Array(vec![
                     key,
                     Frame::Array(

@@ -2,7 +2,7 @@
 //! where the schedule moves on, in one journaled step): SET first removes the name from every
 //! other shard (a schedule moved to a queue elsewhere is not left behind), then sets it on
 //! the queue's shard; DEL and LIST ask every shard. The per-shard side is
-//! `wetask_shards::task_cron`.
+//! `wetask_shards::families::tasks::cron`.
 
 use std::rc::Rc;
 

@@ -39,7 +39,7 @@ pub async fn run_embedded(
 ) -> Frame {
     debug_assert!(spec.has(flag::EMBEDDED), "{} is not embedded", spec.name);
     match spec.name {
-        "select" => match wetask_shards::args::db_index(&args[1]) {
+        "select" => match wetask_shards::keyspace::db_index(&args[1]) {
             Ok(index) => {
                 *db = index;
                 Frame::ok()

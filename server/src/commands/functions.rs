@@ -325,19 +325,19 @@ fn list(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
 }
 
 /// Every library in Redis's FUNCTION DUMP format: an RDB_OPCODE_FUNCTION2 and the code per
-/// library, then the RDB version and CRC64 (`wetask_shards::rdb::frame`).
+/// library, then the RDB version and CRC64 (`wetask_shards::persist::rdb::frame`).
 pub fn dump(g: &Globals) -> Vec<u8> {
     let mut body = Vec::new();
     for l in g.functions.lock().expect("functions").libraries() {
         body.push(RDB_OPCODE_FUNCTION2);
-        wetask_shards::rdb::put_string(&mut body, &l.code);
+        wetask_shards::persist::rdb::put_string(&mut body, &l.code);
     }
-    wetask_shards::rdb::frame(body)
+    wetask_shards::persist::rdb::frame(body)
 }
 
 /// The libraries a FUNCTION DUMP payload holds, loaded and checked.
 fn parse_dump(g: &Globals, payload: &[u8], limited: bool) -> Result<Vec<Library>, Frame> {
-    let body = wetask_shards::rdb::verified_body(payload).ok_or(Frame::static_error(
+    let body = wetask_shards::persist::rdb::verified_body(payload).ok_or(Frame::static_error(
         "ERR DUMP payload version or checksum are wrong",
     ))?;
     let mut out = Vec::new();
@@ -346,7 +346,7 @@ fn parse_dump(g: &Globals, payload: &[u8], limited: bool) -> Result<Vec<Library>
         if body[at] != RDB_OPCODE_FUNCTION2 {
             return Err(Frame::static_error("ERR given type is not a function"));
         }
-        let (code, used) = wetask_shards::rdb::read_string(&body[at + 1..]).ok_or(
+        let (code, used) = wetask_shards::persist::rdb::read_string(&body[at + 1..]).ok_or(
             Frame::static_error("ERR failed loading the given functions payload"),
         )?;
         at += 1 + used;

@@ -904,7 +904,9 @@ fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
         ),
         (
             "notify-keyspace-events",
-            wetask_shards::notify::describe(g.notify_keyspace_events.load(Ordering::Relaxed)),
+            wetask_shards::keyspace::notify::describe(
+                g.notify_keyspace_events.load(Ordering::Relaxed),
+            ),
         ),
         ("io-threads", "1".into()),
         ("shards", g.shard_count.to_string()),
@@ -1071,16 +1073,16 @@ fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bool, String>
             Ok(bytes) => crate::memory::set_maxmemory(bytes),
             Err(_) => return Err("argument must be a memory value".into()),
         },
-        "maxmemory-policy" => match wetask_shards::evict::POLICIES
+        "maxmemory-policy" => match wetask_shards::keyspace::evict::POLICIES
             .iter()
             .position(|(_, n)| n.eq_ignore_ascii_case(&value))
         {
             Some(index) => g.maxmemory_policy.store(index, Ordering::Relaxed),
             None => return Err("argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction".into()),
         },
-        "notify-keyspace-events" => match wetask_shards::notify::parse(&value) {
+        "notify-keyspace-events" => match wetask_shards::keyspace::notify::parse(&value) {
             Some(flags) => g.notify_keyspace_events.store(flags, Ordering::Relaxed),
-            None => return Err(wetask_shards::notify::BAD_CLASS.into()),
+            None => return Err(wetask_shards::keyspace::notify::BAD_CLASS.into()),
         },
         "maxmemory-samples" => match value.parse::<u64>() {
             Ok(n) if (1..=64).contains(&n) => g.maxmemory_samples.store(n, Ordering::Relaxed),

@@ -12,11 +12,11 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
+use wetask_shards::families::tasks::commands::{FetchArgs, WaitArgs};
+use wetask_shards::families::tasks::reports::EventsArgs;
 use wetask_shards::lookup;
 use wetask_shards::request::{Owners, Request as Command};
 use wetask_shards::table::CommandSpec;
-use wetask_shards::task_commands::{FetchArgs, WaitArgs};
-use wetask_shards::task_reports::EventsArgs;
 
 use crate::clients::ConnState;
 use crate::mesh::{KeyRequest, Request, Response, TaskRequest};

@@ -11,9 +11,9 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::args::{is, parse_i64};
 use wetask_shards::errors::{wrong_arity, SYNTAX};
+use wetask_shards::keyspace::tracking::{Mode, Reader};
 use wetask_shards::request::Request as Command;
 use wetask_shards::table::{flag, CommandSpec, Route};
-use wetask_shards::tracking::{Mode, Reader};
 
 use crate::clients::{ConnState, TrackingState};
 use crate::mesh::{Request, Response, TrackingRequest};

@@ -170,7 +170,7 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Command], watched: &[Watched]
             }
             Route::Server => {
                 if spec.name == "select" {
-                    if let Ok(n) = wetask_shards::args::db_index(&args[1]) {
+                    if let Ok(n) = wetask_shards::keyspace::db_index(&args[1]) {
                         db = n;
                     }
                 }
@@ -195,7 +195,7 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Command], watched: &[Watched]
                     }
                 }
                 if spec.name == "copy" {
-                    if let Ok(opts) = wetask_shards::keys::copy_options(args) {
+                    if let Ok(opts) = wetask_shards::families::keys::copy_options(args) {
                         keys.push((opts.db.unwrap_or(db), args[2].clone()));
                     }
                 }

@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::task_commands::WorkerArgs;
+use wetask_shards::families::tasks::commands::WorkerArgs;
 
 use crate::clients::{ConnState, WorkerBinding};
 use crate::mesh::{Request, Response, TaskRequest, WorkerRequest};

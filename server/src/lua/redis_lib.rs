@@ -164,7 +164,7 @@ pub fn install(lua: &Lua, redis: &Table, announce_version: &str) -> mlua::Result
             let known = lookup(&argv[0]).is_some_and(|spec| {
                 !spec.has(wetask_shards::table::flag::CONTAINER)
                     || argv.len() < 2
-                    || wetask_shards::command_info::subcommand(spec.name, &argv[1]).is_some()
+                    || wetask_shards::table::info::subcommand(spec.name, &argv[1]).is_some()
             });
             if !known {
                 return Err(raise(

@@ -38,14 +38,14 @@ pub enum KeyRequest {
         client: u64,
         spec: usize,
         args: Vec<Bytes>,
-        blocking: Box<wetask_shards::block_commands::Blocking>,
+        blocking: Box<wetask_shards::families::blocking::Blocking>,
     },
     /// Remove a key and hand its entry over; `signals` are what a cross-shard operation's
     /// commands signalled for the key's blocked clients (replayed here, see `cross`).
     Take {
         db: usize,
         key: Bytes,
-        signals: Vec<wetask_shards::blocking::Signal>,
+        signals: Vec<wetask_shards::keyspace::blocked_keys::Signal>,
     },
     /// Lend a key's entry to the coordinator of a cross-shard operation (see `cross`).
     Lend {
@@ -59,7 +59,7 @@ pub enum KeyRequest {
         key: Bytes,
         entry: Entry,
         written: bool,
-        signals: Vec<wetask_shards::blocking::Signal>,
+        signals: Vec<wetask_shards::keyspace::blocked_keys::Signal>,
     },
     Clone {
         db: usize,
@@ -244,14 +244,14 @@ pub enum TrackingRequest {
     /// On every shard: `client` tracks as `reader` says, or (`None`) no longer.
     Register {
         client: u64,
-        reader: Option<wetask_shards::tracking::Reader>,
+        reader: Option<wetask_shards::keyspace::tracking::Reader>,
     },
     /// `client`'s next command here is its CLIENT CACHING exception.
     Arm { client: u64 },
     /// Remember these reads of the receiving shard's keys (done on another shard).
-    Remember(Vec<wetask_shards::tracking::Remember>),
+    Remember(Vec<wetask_shards::keyspace::tracking::Remember>),
     /// On the readers' home: invalidations for its tracking clients.
-    Invalidate(Vec<wetask_shards::tracking::Invalidation>),
+    Invalidate(Vec<wetask_shards::keyspace::tracking::Invalidation>),
     /// On a redirect target's home: the invalidation message for `target` (`None`: every
     /// key, after a flush). Answered `Bool(false)` when no such client is here.
     Deliver {

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
-use wetask_shards::cross_commit::Replay;
+use wetask_shards::shard::cross_commit::Replay;
 use wetask_shards::Shard;
 
 use super::{files, load, Store};
@@ -101,7 +101,7 @@ fn replay_closed(
     replay: &mut Replay,
 ) -> Result<u64, String> {
     use bytes::Bytes;
-    use wetask_shards::journal::{ops, record};
+    use wetask_shards::persist::journal::{ops, record};
     let shown = path.display();
     let file = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
     let (records, end) = record::read_all(&file);

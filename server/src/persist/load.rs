@@ -7,8 +7,8 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 use bytes::Bytes;
-use wetask_shards::cross_commit::{OpenPart, Replay};
-use wetask_shards::journal::{ops, record};
+use wetask_shards::persist::journal::{ops, record};
+use wetask_shards::shard::cross_commit::{OpenPart, Replay};
 use wetask_shards::Shard;
 
 use super::files;
@@ -39,7 +39,7 @@ pub struct Loaded {
     pub records: usize,
     pub operations: usize,
     /// A cross-shard operation's part at the journal's end whose commit this shard cannot
-    /// see: the caller resolves it (`wetask_shards::cross_commit`).
+    /// see: the caller resolves it (`wetask_shards::shard::cross_commit`).
     pub open: Option<OpenPart>,
 }
 

@@ -3,7 +3,7 @@
 //! compaction into snapshots.
 //!
 //! Each shard owns its files under `<dir>/<appenddirname>/` (`files`). Once per loop turn the
-//! shard's operations ([`wetask_shards::journal::ops`]) become one record, written before
+//! shard's operations ([`wetask_shards::persist::journal::ops`]) become one record, written before
 //! anything of that turn leaves the shard: before the ring submits the turn's replies and
 //! before an envelope goes to a peer (`ShardCore::commit_journal`). With `appendfsync
 //! always` one flush covers every connection's writes of the turn (group commit): on the

@@ -1,5 +1,5 @@
 //! At a start, how the shards decide the cross-shard parts a crash left open at the end of
-//! their journals (`wetask_shards::cross_commit`): a part is replayed only if its
+//! their journals (`wetask_shards::shard::cross_commit`): a part is replayed only if its
 //! coordinator's journal, which another shard loads on another thread, shows the commit.
 //! Each shard publishes its last commits as soon as it has loaded; only a shard with an
 //! open part (rare: a crash cut a cross-shard operation) waits, for its coordinator's. A
@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex};
 
-use wetask_shards::cross_commit::OpenPart;
+use wetask_shards::shard::cross_commit::OpenPart;
 use wetask_shards::Shard;
 
 /// A shard's last commits (`Shard::last_commits`).

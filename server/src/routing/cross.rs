@@ -13,12 +13,12 @@
 //!
 //! Recovery: every involved shard journals its part tagged with the operation's token; the
 //! coordinator logs the commit, durable before the first lock is released, and a restart
-//! replays a part only if its operation committed (`wetask_shards::cross_commit`).
+//! replays a part only if its operation committed (`wetask_shards::shard::cross_commit`).
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::errors::{wrong_arity, NO_SUCH_KEY};
-use wetask_shards::keys::copy_options;
+use wetask_shards::families::keys::copy_options;
 use wetask_shards::request::{Form, Request as Command};
 use wetask_shards::table::CommandSpec;
 use wetask_shards::{shard_of, Entry, Value};
@@ -295,8 +295,8 @@ async fn copy(held: &Held<'_>, db: usize, args: &[Bytes]) -> Frame {
 
 /// Records the keyspace events of an operation done here by moving entries (the shards
 /// that held the keys ran no command).
-fn notify(held: &Held<'_>, f: impl FnOnce(&mut wetask_shards::notify::Emit<'_>)) {
-    wetask_shards::notify::record(&mut held.ctx.shard.borrow_mut().notes, f);
+fn notify(held: &Held<'_>, f: impl FnOnce(&mut wetask_shards::keyspace::notify::Emit<'_>)) {
+    wetask_shards::keyspace::notify::record(&mut held.ctx.shard.borrow_mut().notes, f);
 }
 
 async fn msetnx(held: &Held<'_>, db: usize, args: &[Bytes]) -> Frame {
@@ -390,13 +390,13 @@ pub async fn borrow(
 }
 
 /// True when `spec` is a SORT whose BY or GET patterns may name keys on another shard than
-/// the sorted key's (`wetask_shards::sort::patterns_reach_elsewhere`): it runs as a
+/// the sorted key's (`wetask_shards::families::sort::patterns_reach_elsewhere`): it runs as a
 /// cross-shard operation ([`run`]), with those keys borrowed.
 pub fn sort_reaches_elsewhere(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
     ctx.shard_count > 1
         && matches!(spec.name, "sort" | "sort_ro")
         && args.len() > 2
-        && wetask_shards::sort::patterns_reach_elsewhere(
+        && wetask_shards::families::sort::patterns_reach_elsewhere(
             args,
             spec.name == "sort_ro",
             shard_of(&args[1], ctx.shard_count),

@@ -172,7 +172,7 @@ pub async fn split(
 /// sees half of a concurrent MSET or EXEC): each shard is locked in ascending order, a peer's
 /// lock travelling with its part of the command (`Request::Lock(LockRequest::Exec)`, so the lock costs no
 /// extra round trip), and all are unlocked once every part has run and the commit is logged
-/// (`wetask_shards::cross_commit`: after a crash the parts come back all or none).
+/// (`wetask_shards::shard::cross_commit`: after a crash the parts come back all or none).
 pub async fn split_atomically(
     ctx: &ShardCtx,
     at: Target,

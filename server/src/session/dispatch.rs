@@ -85,7 +85,7 @@ fn precheck(
         ctx.stats.record_rejected(spec);
         return Err(wrong_arity(spec.name));
     }
-    if let Err(err) = wetask_shards::command_info::check_subcommand(spec, args) {
+    if let Err(err) = wetask_shards::table::info::check_subcommand(spec, args) {
         ctx.stats.record_rejected(spec);
         return Err(err);
     }
@@ -99,7 +99,7 @@ fn precheck(
         ctx.stats.record_rejected(spec);
         // A subcommand is named as Redis names it: `client|reply`.
         let name = match args.get(1).filter(|_| spec.has(flag::CONTAINER)) {
-            Some(sub) => wetask_shards::command_info::subcommand(spec.name, sub)
+            Some(sub) => wetask_shards::table::info::subcommand(spec.name, sub)
                 .map_or(spec.name, |sub| sub.name),
             None => spec.name,
         };
@@ -249,7 +249,7 @@ fn fetch_or_park(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
     request: &Request,
-    fetch: wetask_shards::task_commands::FetchArgs<'_>,
+    fetch: wetask_shards::families::tasks::commands::FetchArgs<'_>,
 ) -> Inline {
     let (spec, at) = match admit(ctx, conn, request) {
         Ok(admitted) => admitted,

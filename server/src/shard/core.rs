@@ -84,7 +84,8 @@ impl ShardCore {
                 shard.set_shard_count(shard_count);
                 // Redis's `tracking-table-max-keys` default, shared out among the shards.
                 shard.tracking.set_keys_max(
-                    (wetask_shards::tracking::TABLE_KEYS_MAX_DEFAULT / shard_count).max(1),
+                    (wetask_shards::keyspace::tracking::TABLE_KEYS_MAX_DEFAULT / shard_count)
+                        .max(1),
                 );
                 shard.tasks = wetask_shards::tasks::Engine::new(globals.config.task_retention_ms)
                     .with_dead_retention(globals.config.task_dead_retention_ms)
@@ -118,7 +119,7 @@ impl ShardCore {
 
     /// Every 10 ms: starts a compaction of the journal if one is due or was asked for.
     /// Never while a cross-shard operation holds the shard: a closed segment must not end
-    /// inside a part whose commit may not come (`wetask_shards::cross_commit`).
+    /// inside a part whose commit may not come (`wetask_shards::shard::cross_commit`).
     fn compact_if_due(&self, now_ms: u64) {
         if self.is_locked() || now_ms < self.last_compact_check_ms.get() + 10 {
             return;
@@ -214,7 +215,7 @@ impl ShardCore {
             }
         }
         if spec.has(flag::DENYOOM)
-            && self.globals.eviction_policy() == wetask_shards::evict::Policy::NoEviction
+            && self.globals.eviction_policy() == wetask_shards::keyspace::evict::Policy::NoEviction
             && self.over_maxmemory()
         {
             return Err(Frame::static_error(wetask_shards::errors::OOM));
@@ -270,7 +271,7 @@ impl ShardCore {
             on.then_some(crate::memory::over_maxmemory as fn() -> bool),
             samples,
         );
-        if on && policy != wetask_shards::evict::Policy::NoEviction {
+        if on && policy != wetask_shards::keyspace::evict::Policy::NoEviction {
             for _ in 0..EVICTIONS_PER_TURN_MAX {
                 if !crate::memory::over_maxmemory() || !shard.evict_one(samples) {
                     break;
@@ -336,7 +337,7 @@ impl ShardCore {
     pub fn new_token(&self) -> u64 {
         let count = self.tokens_issued.get() + 1;
         self.tokens_issued.set(count);
-        wetask_shards::cross_commit::token(self.id, count)
+        wetask_shards::shard::cross_commit::token(self.id, count)
     }
 
     /// After a load: the next tokens pass every one this shard's commits remember, so a

@@ -17,8 +17,8 @@ use std::cell::{Cell, RefCell};
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::task_commands::task_frame;
-use wetask_shards::task_reports::{events_frame, has_events};
+use wetask_shards::families::tasks::commands::task_frame;
+use wetask_shards::families::tasks::reports::{events_frame, has_events};
 use wetask_shards::tasks::workers::{BindError, Release, Workers, WORKERS_MAX};
 
 use super::core::ShardCore;

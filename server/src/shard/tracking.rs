@@ -1,5 +1,5 @@
 //! The CLIENT TRACKING service of a shard: it delivers what the shard's tracking table owes
-//! (`wetask_shards::tracking`) and serves the peers' tracking requests. The table lives on
+//! (`wetask_shards::keyspace::tracking`) and serves the peers' tracking requests. The table lives on
 //! the shard that owns the keys; an invalidation goes to the home shard of the client that
 //! read, which knows the connection: its NOLOOP, its REDIRECT, its protocol. There it
 //! becomes a RESP3 `invalidate` push, or a `__redis__:invalidate` message for a RESP2
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use wetask_protocol::{Frame, Protocol};
-use wetask_shards::tracking::{Invalidation, Reader, Remember};
+use wetask_shards::keyspace::tracking::{Invalidation, Reader, Remember};
 
 use super::core::ShardCore;
 use super::ConnectionHooks;

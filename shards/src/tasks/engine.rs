@@ -1276,7 +1276,7 @@ impl Engine {
             self.tasks.prefetch(next);
         }
         if let Some((_, after)) = ahead.next() {
-            crate::prefetch::prefetch_read(after.as_ptr());
+            crate::keyspace::prefetch::prefetch_read(after.as_ptr());
         }
     }
 

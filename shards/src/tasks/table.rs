@@ -14,8 +14,8 @@
 use bytes::Bytes;
 
 use super::model::Task;
-use crate::growing::GrowingIndex;
 use crate::hashing::Hasher;
+use crate::keyspace::growing::GrowingIndex;
 
 /// A task's place in the table, fixed while it is there.
 pub type Slot = u32;
@@ -110,7 +110,7 @@ impl TaskTable {
         if let Some(slot) = self.index.guess(Self::hash(&self.hasher, id)) {
             let chunk = &self.chunks[slot as usize / CHUNK];
             let cell: *const Option<Task> = &chunk[slot as usize % CHUNK];
-            crate::prefetch::prefetch_read(cell.cast());
+            crate::keyspace::prefetch::prefetch_read(cell.cast());
         }
     }
 
@@ -278,7 +278,7 @@ mod tests {
             if let (false, Some(moving)) = (was_growing, table.index.moving()) {
                 growths += 1;
                 assert!(
-                    moving >= crate::growing::INCREMENTAL_FROM,
+                    moving >= crate::keyspace::growing::INCREMENTAL_FROM,
                     "only a large index grows incrementally"
                 );
                 assert!(

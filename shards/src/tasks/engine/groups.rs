@@ -216,7 +216,7 @@ impl Groups {
         ready: &super::ready::ReadySet,
         tasks: &crate::tasks::table::TaskTable,
     ) {
-        use crate::tasks::State;
+        use crate::tasks::model::State;
         if !self.on {
             assert!(
                 ready

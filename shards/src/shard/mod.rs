@@ -1,0 +1,1042 @@
+//! One shard: its 16 databases, its coarse clock, and the entry points the server calls.
+//! Everything here is synchronous and owned by one core; the server decides what runs where.
+
+pub mod blocked;
+pub mod cross_commit;
+pub(crate) mod durable;
+pub mod snapshot;
+
+#[cfg(test)]
+mod cross_commit_tests;
+#[cfg(test)]
+mod durable_tests;
+#[cfg(test)]
+mod shard_tests;
+
+use bytes::Bytes;
+use wetask_protocol::{Frame, Output};
+
+use crate::ctx::{Ctx, DATABASES};
+use crate::errors::{unknown_command, wrong_arity};
+use crate::keyspace::blocked_keys::{Blocked, WaitKind};
+use crate::keyspace::notify;
+use crate::keyspace::{Db, Entry, ScanFilter};
+use crate::table::{lookup, CommandSpec};
+use crate::tasks::Engine;
+
+/// Keys one write may evict to make room under `maxmemory` (a write adds about one key;
+/// Redis bounds its eviction loop by time instead).
+pub const EVICTIONS_PER_WRITE_MAX: usize = 64;
+/// Keys sampled per database per active-expiry round, as Redis's `ACTIVE_EXPIRE_CYCLE_KEYS`.
+pub const EXPIRE_SAMPLES_PER_ROUND: usize = 20;
+
+pub struct Shard {
+    pub id: usize,
+    dbs: Vec<Db>,
+    pub tasks: Engine,
+    /// Keys with blocked clients (BLPOP …), and those that got data.
+    pub blocked: Blocked,
+    /// Keys some client WATCHes: (db, key) -> (version, watchers). A write to one bumps its
+    /// version; EXEC compares the versions its client saw.
+    watched: std::collections::HashMap<(usize, Bytes), (u64, u32)>,
+    watch_epoch: u64,
+    /// CLIENT TRACKING's table: who read which key here, and the invalidations owed.
+    pub tracking: crate::keyspace::tracking::Tracking,
+    /// The keyspace logs expired keys' names for `tracking` and expiry notifications (on
+    /// while either wants them; turned off by the first command that finds neither does, so
+    /// the log never grows unread).
+    tracking_on: bool,
+    /// Keyspace notifications: the classes on, and the events the server has yet to publish.
+    pub notes: crate::keyspace::notify::Notes,
+    now_ms: u64,
+    expire_cursor_db: usize,
+    /// The `maxmemory-policy` (eviction picks its victims here).
+    eviction: crate::keyspace::evict::Policy,
+    evicted_keys: u64,
+    /// Set by the server while `maxmemory` is on: says whether the server is past it. A
+    /// write then first evicts here (the shard that will hold the data gives the room), and
+    /// a `denyoom` one is refused when nothing could be evicted.
+    memory_over: Option<fn() -> bool>,
+    /// Keys sampled per eviction (`maxmemory-samples`).
+    eviction_samples: usize,
+    /// Clients under CLIENT NO-TOUCH: their commands (but TOUCH) leave access stamps alone.
+    no_touch: std::collections::HashSet<u64>,
+    /// Write commands run here since the start (save points count changes with it).
+    writes: u64,
+    /// The operations of this loop turn, encoded for the journal; `None` when nothing is
+    /// journaled (`appendonly no`, and while a journal is replayed). See `durable`.
+    pub(crate) journal: Option<Vec<u8>>,
+    /// Other shards' keys held here for a cross-shard operation (borrowed): a command that
+    /// touches one is logged as its effect on this shard's own keys (the owner logs its key
+    /// when it gets it back).
+    pub(crate) borrowed: std::collections::HashSet<(usize, Bytes)>,
+    /// The cross-shard operation holding this shard's lock, and the one the journal's last
+    /// part marker named (`cross_commit`).
+    pub(crate) cross_tag: Option<u64>,
+    pub(crate) emitted_tag: Option<u64>,
+    /// Per shard id: the last operation this shard coordinated that committed with a part
+    /// there.
+    pub(crate) cross_commits: std::collections::BTreeMap<u64, u64>,
+    /// A part left open by the replay and resolved (`Some(token)`: dropped, `None`: kept),
+    /// to journal when journaling starts.
+    pub(crate) part_outcome: Option<Option<u64>>,
+    /// How many shards the server runs (1 until the server says: `Shard::set_shard_count`).
+    shard_count: usize,
+    /// While a coordinator runs a command over borrowed keys: every key counts as this
+    /// shard's (`Shard::execute_all_here`).
+    all_keys_here: bool,
+    /// Read commands' key lookups that found their key, and that did not.
+    keyspace_hits: u64,
+    keyspace_misses: u64,
+}
+
+/// What runs a command on a shard: its row's handler (which parses the arguments), or a
+/// form the server already parsed.
+#[derive(Clone, Copy)]
+enum Body<'a> {
+    Handler,
+    Blocking(&'a crate::families::blocking::Blocking),
+}
+
+impl Shard {
+    pub fn new(id: usize) -> Self {
+        Shard {
+            id,
+            dbs: (0..DATABASES).map(|_| Db::default()).collect(),
+            tasks: crate::families::tasks::commands::new_engine(),
+            blocked: Blocked::default(),
+            watched: std::collections::HashMap::new(),
+            watch_epoch: 0,
+            tracking: crate::keyspace::tracking::Tracking::default(),
+            tracking_on: false,
+            notes: crate::keyspace::notify::Notes::default(),
+            now_ms: 0,
+            expire_cursor_db: 0,
+            eviction: crate::keyspace::evict::Policy::NoEviction,
+            evicted_keys: 0,
+            memory_over: None,
+            eviction_samples: 5,
+            no_touch: std::collections::HashSet::new(),
+            writes: 0,
+            journal: None,
+            borrowed: std::collections::HashSet::new(),
+            cross_tag: None,
+            emitted_tag: None,
+            cross_commits: std::collections::BTreeMap::new(),
+            part_outcome: None,
+            shard_count: 1,
+            all_keys_here: false,
+            keyspace_hits: 0,
+            keyspace_misses: 0,
+        }
+    }
+
+    /// INFO's `keyspace_hits` and `keyspace_misses`: the key lookups of read commands that
+    /// found a live key, and that did not.
+    pub fn keyspace_lookups(&self) -> (u64, u64) {
+        (self.keyspace_hits, self.keyspace_misses)
+    }
+
+    /// The server's shard count (this shard is `id` among them).
+    pub fn set_shard_count(&mut self, count: usize) {
+        self.shard_count = count.max(1);
+    }
+
+    /// CONFIG RESETSTAT.
+    pub fn reset_keyspace_lookups(&mut self) {
+        self.keyspace_hits = 0;
+        self.keyspace_misses = 0;
+    }
+
+    /// The coarse clock, set once per loop turn by the server (unix milliseconds).
+    pub fn set_clock(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+        if self.eviction.tracking() != crate::keyspace::evict::Tracking::None {
+            self.dbs.iter_mut().for_each(|db| db.set_clock(now_ms));
+        }
+    }
+
+    /// Sets the `maxmemory-policy`: keys get access stamps from now on if it needs them.
+    pub fn set_eviction_policy(&mut self, policy: crate::keyspace::evict::Policy) {
+        if policy == self.eviction {
+            return;
+        }
+        self.eviction = policy;
+        let now = self.now_ms;
+        for db in &mut self.dbs {
+            db.set_tracking(policy.tracking(), now);
+        }
+    }
+
+    /// Turns `maxmemory` enforcement on (`Some(check)`: true while the server is past it)
+    /// or off, with the keys to sample per eviction.
+    pub fn set_memory_check(&mut self, check: Option<fn() -> bool>, samples: usize) {
+        self.memory_over = check;
+        self.eviction_samples = samples.max(1);
+    }
+
+    /// Before a write while `maxmemory` is on: evicts until under it (at most
+    /// `EVICTIONS_PER_WRITE_MAX` keys). `Err` (Redis's OOM) for a `denyoom` command when
+    /// nothing could be evicted and the server is still past the limit.
+    fn make_room(&mut self, spec: &CommandSpec) -> Result<(), Frame> {
+        use crate::table::flag;
+        let Some(over) = self.memory_over else {
+            return Ok(());
+        };
+        if !spec.has(flag::WRITE | flag::DENYOOM) || !over() {
+            return Ok(());
+        }
+        let mut evicted = false;
+        for _ in 0..EVICTIONS_PER_WRITE_MAX {
+            if !self.evict_one(self.eviction_samples) {
+                break;
+            }
+            evicted = true;
+            if !over() {
+                return Ok(());
+            }
+        }
+        if evicted || !spec.has(flag::DENYOOM) {
+            Ok(())
+        } else {
+            Err(Frame::static_error(crate::errors::OOM))
+        }
+    }
+
+    pub fn eviction_policy(&self) -> crate::keyspace::evict::Policy {
+        self.eviction
+    }
+
+    /// Keys removed by `maxmemory` eviction so far.
+    pub fn evicted_keys(&self) -> u64 {
+        self.evicted_keys
+    }
+
+    /// Evicts one key under the policy: the best of `samples` random candidates over the
+    /// databases that have one. Returns false when there is nothing the policy may evict
+    /// (noeviction, or no key, or no key with a TTL for a volatile policy). Task data is not
+    /// in the keyspace and is never evicted.
+    pub fn evict_one(&mut self, samples: usize) -> bool {
+        let policy = self.eviction;
+        if policy == crate::keyspace::evict::Policy::NoEviction {
+            return false;
+        }
+        let candidates: Vec<usize> = (0..DATABASES)
+            .filter(|&d| {
+                if policy.volatile_only() {
+                    self.dbs[d].volatile_len() > 0
+                } else {
+                    !self.dbs[d].is_empty()
+                }
+            })
+            .collect();
+        if candidates.is_empty() {
+            return false;
+        }
+        let now = self.now_ms;
+        let mut best: Option<(usize, usize, u64)> = None;
+        for _ in 0..samples.max(1) {
+            let db = candidates[fastrand::usize(..candidates.len())];
+            if let Some((pos, score)) = self.dbs[db].eviction_candidate(policy, now) {
+                if best.is_none_or(|(_, _, s)| score > s) {
+                    best = Some((db, pos, score));
+                }
+            }
+        }
+        let Some((db, pos, _)) = best else {
+            return false;
+        };
+        let key = self.dbs[db].evict_at(pos);
+        if let Some(journal) = self.journal_turn() {
+            crate::persist::journal::ops::put_del(journal, db, &key);
+        }
+        self.evicted_keys += 1;
+        self.notes.push(notify::class::EVICTED, db, "evicted", &key);
+        self.touch_key(db, &key);
+        true
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    pub fn db(&mut self, db: usize) -> &mut Db {
+        &mut self.dbs[db]
+    }
+
+    /// Runs a command whose spec the caller already looked up and arity-checked.
+    pub fn execute(&mut self, db: usize, client: u64, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+        self.run(db, client, spec, args, None, Body::Handler)
+    }
+
+    /// Runs a blocking command's attempt from its parsed form (`request::Form::Blocking`,
+    /// parsed once by the server), with everything [`Shard::execute`] does around a handler.
+    pub fn execute_blocking(
+        &mut self,
+        db: usize,
+        client: u64,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        blocking: &crate::families::blocking::Blocking,
+        out: Option<&mut Output>,
+    ) -> Frame {
+        self.run(db, client, spec, args, out, Body::Blocking(blocking))
+    }
+
+    /// Like [`Shard::execute`], for a reply that goes straight into `out` (a local client's
+    /// output buffer); the result may be `Frame::Written`.
+    pub fn execute_into(
+        &mut self,
+        db: usize,
+        client: u64,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        out: &mut Output,
+    ) -> Frame {
+        self.run(db, client, spec, args, Some(out), Body::Handler)
+    }
+
+    fn run(
+        &mut self,
+        db: usize,
+        client: u64,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        out: Option<&mut Output>,
+        body: Body<'_>,
+    ) -> Frame {
+        debug_assert!(spec.arity_ok(args.len()));
+        if self.memory_over.is_some() {
+            if let Err(oom) = self.make_room(spec) {
+                return oom;
+            }
+        }
+        // Off (the default), notifications cost this test and nothing else.
+        if self.notes.on() {
+            return self.run_noted(db, client, spec, args, out, body);
+        }
+        self.run_handler(db, client, spec, args, out, false, body)
+    }
+
+    /// [`Shard::run`] while keyspace notifications are on: the command's keys are looked
+    /// at before and after it, and its events derived (`notify`).
+    #[cold]
+    fn run_noted(
+        &mut self,
+        db: usize,
+        client: u64,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        out: Option<&mut Output>,
+        body: Body<'_>,
+    ) -> Frame {
+        let (seen, mark) = self.look_before(db, spec, args);
+        let frame = self.run_handler(db, client, spec, args, out, true, body);
+        if spec.has(crate::table::flag::WRITE) {
+            self.notify_after(db, spec, args, &frame, seen, mark);
+        }
+        frame
+    }
+
+    /// The command's handler, with what every command pays around it: WATCH and tracking
+    /// for writes, keyspace hit counts for reads, the journal.
+    #[allow(clippy::too_many_arguments)] // the command, where it runs, and how
+    fn run_handler(
+        &mut self,
+        db: usize,
+        client: u64,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        out: Option<&mut Output>,
+        noted: bool,
+        body: Body<'_>,
+    ) -> Frame {
+        let handler = spec.handler.expect("server commands never reach a shard");
+        let write = spec.has(crate::table::flag::WRITE);
+        if write {
+            self.writes += 1;
+            if !self.watched.is_empty() {
+                self.touch_written(db, spec, args);
+            }
+            if self.tracking.active() {
+                self.track_written(spec, args, client);
+            }
+        }
+        let mark = out.as_ref().map(|o| o.mark());
+        let lookups_before = (!write).then(|| self.dbs[db].lookups());
+        // Only while a client is blocked on this shard: what the write's keys held before.
+        let types_before =
+            (write && self.blocked.active()).then(|| self.written_types(db, spec, args));
+        // CLIENT NO-TOUCH: the command reads keys without refreshing their stamps.
+        let untouched =
+            !self.no_touch.is_empty() && self.no_touch.contains(&client) && spec.name != "touch";
+        if untouched {
+            self.dbs[db].set_touching(false);
+        }
+        let mut ctx = Ctx {
+            dbs: &mut self.dbs,
+            db,
+            now_ms: self.now_ms,
+            out,
+            tasks: &mut self.tasks,
+            client,
+            blocked: &mut self.blocked,
+            rewrite: None,
+            layout: (
+                self.id,
+                if self.all_keys_here {
+                    1
+                } else {
+                    self.shard_count
+                },
+            ),
+            notes: noted.then_some(&mut self.notes),
+        };
+        let run = || match body {
+            Body::Handler => handler(&mut ctx, args),
+            Body::Blocking(blocking) => crate::families::blocking::attempt(&mut ctx, blocking),
+        };
+        let frame = match crate::contain::contained(spec.name, run) {
+            Ok(frame) => frame,
+            Err(_) => {
+                // Whatever the handler had encoded of its reply is dropped.
+                if let (Some(out), Some(mark)) = (ctx.out.as_mut(), mark) {
+                    out.rewind(mark);
+                }
+                crate::errors::internal_error(spec.name)
+            }
+        };
+        let rewrite = ctx.rewrite.take();
+        if untouched {
+            self.dbs[db].set_touching(true);
+        }
+        if let Some(before) = types_before {
+            self.signal_written(db, spec, before);
+        }
+        if let Some((hits_before, misses_before)) = lookups_before {
+            // As Redis counts them: the key lookups of read commands.
+            let (hits, misses) = self.dbs[db].lookups();
+            self.keyspace_hits += hits - hits_before;
+            self.keyspace_misses += misses - misses_before;
+        }
+        if self.journal.is_some() && write {
+            self.log_command(db, client, spec, args, rewrite);
+        }
+        if self.tracking_on {
+            self.track_after(db, client, spec, args);
+        }
+        frame
+    }
+
+    /// Keyspace notifications before a command runs: its keys as they are (each looked at
+    /// once, which expires a key whose time is up, as Redis's lookup does), and `keymiss`
+    /// for a read command's missing key.
+    #[cold]
+    fn look_before(
+        &mut self,
+        db: usize,
+        spec: &CommandSpec,
+        args: &[Bytes],
+    ) -> (Vec<notify::Seen>, usize) {
+        let write = spec.has(crate::table::flag::WRITE);
+        let mut seen: Vec<notify::Seen> = Vec::new();
+        if spec.has(crate::table::flag::TASK)
+            || !(write || self.notes.wants(notify::class::KEY_MISS))
+        {
+            return (seen, self.notes.len());
+        }
+        let now = self.now_ms;
+        let other = write
+            .then(|| notify::other_db_key(spec.name, db, args))
+            .flatten();
+        let keys = spec.key_positions(args).map(|i| (db, args[i].clone()));
+        for (d, key) in keys.chain(other) {
+            if seen.iter().any(|s| s.db == d && s.key == key) {
+                continue;
+            }
+            let before = self.dbs[d].probe(&key, now);
+            seen.push(notify::Seen {
+                db: d,
+                key,
+                before,
+                after: false,
+            });
+        }
+        (0..DATABASES).for_each(|d| self.drain_expired(d));
+        if !write {
+            for s in seen.iter().filter(|s| s.before.is_none()) {
+                self.notes
+                    .push(notify::class::KEY_MISS, s.db, "keymiss", &s.key);
+            }
+            seen.clear();
+        }
+        (seen, self.notes.len())
+    }
+
+    /// Keyspace notifications after a write ran: the table's events from its reply and
+    /// which keys it created or deleted.
+    #[cold]
+    fn notify_after(
+        &mut self,
+        db: usize,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        reply: &Frame,
+        mut seen: Vec<notify::Seen>,
+        mark: usize,
+    ) {
+        let now = self.now_ms;
+        for s in &mut seen {
+            s.after = self.dbs[s.db].probe(&s.key, now).is_some();
+        }
+        let facts = notify::Facts {
+            db,
+            args,
+            reply,
+            seen: &seen,
+        };
+        notify::emit(spec.name, &facts, &mut self.notes, mark);
+        (0..DATABASES).for_each(|d| self.drain_expired(d));
+    }
+
+    /// The server's `notify-keyspace-events` flags.
+    pub fn set_notify_flags(&mut self, flags: u32) {
+        self.notes.set_flags(flags);
+        self.set_expiry_logs(self.expiry_logs_wanted());
+    }
+
+    /// Whether keys that expire are noted: for CLIENT TRACKING's invalidations, `expired`
+    /// events, and a blocked XREADGROUP (answered when its stream expires, as Redis does).
+    fn expiry_logs_wanted(&self) -> bool {
+        self.tracking.active()
+            || self.notes.on() && self.notes.wants(notify::class::EXPIRED)
+            || self.blocked.has_group_waiters()
+    }
+
+    /// Queues a blocked client's `waiter` on `key` (`Blocked::watch`), noting expiries while
+    /// an XREADGROUP waits.
+    pub fn watch_blocked(&mut self, db: usize, key: &Bytes, waiter: u64, kind: WaitKind) {
+        self.blocked.watch(db, key, waiter, kind);
+        if kind == WaitKind::Group {
+            self.set_expiry_logs(self.expiry_logs_wanted());
+        }
+    }
+
+    /// Takes `waiter` off `key`'s line (`Blocked::unwatch`).
+    pub fn unwatch_blocked(&mut self, db: usize, key: &[u8], waiter: u64) {
+        let had_groups = self.blocked.has_group_waiters();
+        self.blocked.unwatch(db, key, waiter);
+        if had_groups && !self.blocked.has_group_waiters() {
+            self.set_expiry_logs(self.expiry_logs_wanted());
+        }
+    }
+
+    /// CLIENT TRACKING after a command ran: the keys a tracking client read are remembered
+    /// (here, or on their owner when lent to a cross-shard step), and keys that expired on
+    /// the way are invalidated.
+    #[cold]
+    fn track_after(&mut self, db: usize, client: u64, spec: &CommandSpec, args: &[Bytes]) {
+        use crate::table::flag;
+        self.drain_expired(db);
+        if !self.tracking.active() {
+            self.set_expiry_logs(self.expiry_logs_wanted());
+            return;
+        }
+        if !self.tracking.has_readers() || (spec.first_key <= 0 && spec.movable_keys.is_none()) {
+            return;
+        }
+        let reads = spec.has(flag::READONLY) && !spec.has(flag::TASK);
+        let Some(home) = self.tracking.should_remember(client, reads) else {
+            return;
+        };
+        for i in spec.key_positions(args) {
+            let key = &args[i];
+            // A key another shard owns, read here for a cross-shard step (a script's, a
+            // coordinator's), is remembered by its owner, whose writes invalidate it: lent
+            // here, or missing (nothing was lent).
+            let owner = crate::slot::shard_of(key, self.shard_count);
+            if owner != self.id {
+                self.tracking.remember_remote(owner, client, home, key);
+            } else {
+                self.tracking.remember(client, home, key);
+            }
+        }
+    }
+
+    /// The keys of `db` that expired since last asked are owed their invalidations, and
+    /// their `expired` events.
+    fn drain_expired(&mut self, db: usize) {
+        for key in self.dbs[db].take_expired() {
+            if self.tracking.active() {
+                self.tracking.key_changed(&key, 0);
+            }
+            self.blocked.signal_gone(db, &key);
+            self.notes.push(notify::class::EXPIRED, db, "expired", &key);
+        }
+    }
+
+    /// CLIENT TRACKING: a client starts or stops tracking; expired keys are then noted
+    /// (an expiry invalidates) only while someone tracks.
+    pub fn set_tracking(&mut self, client: u64, reader: Option<crate::keyspace::tracking::Reader>) {
+        match reader {
+            Some(reader) => self.tracking.register(client, reader),
+            None => self.tracking.unregister(client),
+        }
+        self.set_expiry_logs(self.expiry_logs_wanted());
+    }
+
+    fn set_expiry_logs(&mut self, on: bool) {
+        if on != self.tracking_on {
+            self.tracking_on = on;
+            self.dbs.iter_mut().for_each(|d| d.log_expiries(on));
+        }
+    }
+
+    /// The keys a write command changes, for CLIENT TRACKING (all of them, for a flush).
+    #[cold]
+    fn track_written(&mut self, spec: &CommandSpec, args: &[Bytes], writer: u64) {
+        match spec.name {
+            // SWAPDB changes both databases wholesale: it invalidates as a flush does (Redis
+            // sends nothing, and a client's cached values of either database go stale).
+            "flushall" | "flushdb" | "swapdb" => self.tracking.flushed(),
+            "move" => self.tracking.key_changed(&args[1], writer),
+            _ => {
+                for i in spec.key_positions(args) {
+                    self.tracking.key_changed(&args[i], writer);
+                }
+            }
+        }
+    }
+
+    /// Runs `f` on a command context for database `db` and `client`, inside the panic
+    /// boundary (`contain`, logged as `what`): `None` if it panicked. For operations the
+    /// server asks of the shard besides commands (a blocked client's pop).
+    pub(crate) fn with_ctx<R>(
+        &mut self,
+        db: usize,
+        client: u64,
+        what: &'static str,
+        f: impl FnOnce(&mut Ctx<'_>) -> R,
+    ) -> Option<R> {
+        let mut ctx = Ctx {
+            dbs: &mut self.dbs,
+            db,
+            now_ms: self.now_ms,
+            out: None,
+            tasks: &mut self.tasks,
+            client,
+            blocked: &mut self.blocked,
+            rewrite: None,
+            notes: None,
+            layout: (
+                self.id,
+                if self.all_keys_here {
+                    1
+                } else {
+                    self.shard_count
+                },
+            ),
+        };
+        crate::contain::contained(what, || f(&mut ctx)).ok()
+    }
+
+    /// Bumps the version of every watched key a write command names (all of a database's,
+    /// or all, for FLUSHDB and FLUSHALL). A write that changes nothing still counts: EXEC may
+    /// abort when Redis would not, never the other way round.
+    fn touch_written(&mut self, db: usize, spec: &CommandSpec, args: &[Bytes]) {
+        self.watch_epoch += 1;
+        let epoch = self.watch_epoch;
+        match spec.name {
+            "flushall" => self.watched.values_mut().for_each(|v| v.0 = epoch),
+            // Both databases' keys changed; MOVE's key changed in both.
+            "swapdb" => {
+                let dbs: Vec<usize> = args[1..]
+                    .iter()
+                    .filter_map(|a| crate::args::parse_i64(a).map(|d| d as usize))
+                    .collect();
+                self.watched
+                    .iter_mut()
+                    .filter(|((d, _), _)| dbs.contains(d))
+                    .for_each(|(_, v)| v.0 = epoch);
+            }
+            "move" => {
+                let to = crate::args::parse_i64(&args[2]).map_or(db, |d| d as usize);
+                for d in [db, to] {
+                    if let Some(v) = self.watched.get_mut(&(d, args[1].clone())) {
+                        v.0 = epoch;
+                    }
+                }
+            }
+            "flushdb" => self
+                .watched
+                .iter_mut()
+                .filter(|((d, _), _)| *d == db)
+                .for_each(|(_, v)| v.0 = epoch),
+            _ => {
+                for i in spec.key_positions(args) {
+                    if let Some(v) = self.watched.get_mut(&(db, args[i].clone())) {
+                        v.0 = epoch;
+                    }
+                }
+                // COPY … DB n writes another database's key.
+                if spec.name == "copy" {
+                    if let Ok(opts) = crate::families::keys::copy_options(args) {
+                        if let Some(v) = self
+                            .watched
+                            .get_mut(&(opts.db.unwrap_or(db), args[2].clone()))
+                        {
+                            v.0 = epoch;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The keys a write command names, each with the type it holds now.
+    fn written_types(
+        &mut self,
+        db: usize,
+        spec: &CommandSpec,
+        args: &[Bytes],
+    ) -> Vec<(Bytes, Option<&'static str>)> {
+        let now = self.now_ms;
+        let mut out = Vec::new();
+        for i in spec.key_positions(args) {
+            let type_name = self.dbs[db].probe_type(&args[i], now);
+            out.push((args[i].clone(), type_name));
+        }
+        out
+    }
+
+    /// Tells blocked clients what a write did to its keys, as Redis 7.2's `dbAdd`,
+    /// `dbSetValue` and `dbDelete` signal (see `blocking`): a key that came into being is
+    /// ready for the waiters of its value's kind; one deleted, or now of another type, for
+    /// blocked XREADGROUPs (NOGROUP or WRONGTYPE). Pushes and XADD signal for themselves.
+    fn signal_written(
+        &mut self,
+        db: usize,
+        spec: &CommandSpec,
+        before: Vec<(Bytes, Option<&'static str>)>,
+    ) {
+        match spec.name {
+            "flushall" => (0..self.dbs.len()).for_each(|d| self.blocked.signal_db_gone(d)),
+            "flushdb" => self.blocked.signal_db_gone(db),
+            // Their handlers signal the keys of both databases.
+            "swapdb" | "move" => {}
+            _ => {
+                let now = self.now_ms;
+                for (key, was) in before {
+                    match (was, self.dbs[db].probe_type(&key, now)) {
+                        (None, Some(now_is)) => self.blocked.signal_value(db, &key, now_is),
+                        (Some(_), None) => self.blocked.signal_gone(db, &key),
+                        (Some(was), Some(now_is)) if was != now_is => {
+                            self.blocked.signal_gone(db, &key)
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// The keys SORT's BY and GET patterns name now (see `sort::pattern_keys`).
+    pub fn sort_pattern_keys(&mut self, db: usize, args: &[Bytes], read_only: bool) -> Vec<Bytes> {
+        self.with_ctx(db, 0, "sort", |ctx| {
+            crate::families::sort::pattern_keys(ctx, args, read_only)
+        })
+        .unwrap_or_default()
+    }
+
+    /// Runs a command as if this shard owned every key: what a cross-shard operation's
+    /// coordinator does with other shards' keys borrowed in (a SORT whose patterns name
+    /// keys anywhere).
+    pub fn execute_all_here(
+        &mut self,
+        db: usize,
+        client: u64,
+        spec: &CommandSpec,
+        args: &[Bytes],
+    ) -> Frame {
+        self.all_keys_here = true;
+        let frame = self.execute(db, client, spec, args);
+        self.all_keys_here = false;
+        frame
+    }
+
+    /// Write commands run here since the start (Redis's `dirty`, for save points).
+    pub fn writes(&self) -> u64 {
+        self.writes
+    }
+
+    /// CLIENT NO-TOUCH for `client`, on this shard.
+    pub fn set_no_touch(&mut self, client: u64, on: bool) {
+        if on {
+            self.no_touch.insert(client);
+        } else {
+            self.no_touch.remove(&client);
+        }
+    }
+
+    pub(crate) fn touch_key(&mut self, db: usize, key: &[u8]) {
+        if self.tracking.active() {
+            self.tracking.key_changed(key, 0);
+        }
+        if self.watched.is_empty() {
+            return;
+        }
+        self.watch_epoch += 1;
+        if let Some(v) = self.watched.get_mut(&(db, Bytes::copy_from_slice(key))) {
+            v.0 = self.watch_epoch;
+        }
+    }
+
+    /// WATCH: registers one more watcher of `key` and returns its current version.
+    pub fn watch(&mut self, db: usize, key: &Bytes) -> u64 {
+        let entry = self.watched.entry((db, key.clone())).or_insert((0, 0));
+        entry.1 += 1;
+        entry.0
+    }
+
+    /// The current version of a watched key (0 for one nobody watches).
+    pub fn watch_version(&self, db: usize, key: &Bytes) -> u64 {
+        self.watched.get(&(db, key.clone())).map_or(0, |v| v.0)
+    }
+
+    /// One watcher of `key` is gone (UNWATCH, EXEC, DISCARD or a closed connection).
+    pub fn unwatch(&mut self, db: usize, key: &Bytes) {
+        if let Some(v) = self.watched.get_mut(&(db, key.clone())) {
+            v.1 = v.1.saturating_sub(1);
+            if v.1 == 0 {
+                self.watched.remove(&(db, key.clone()));
+            }
+        }
+    }
+
+    /// Looks up, checks and runs a command given as a plain argument list (tests, scripts).
+    pub fn execute_args(&mut self, db: usize, args: &[Bytes]) -> Frame {
+        let Some(spec) = lookup(&args[0]).filter(|s| s.handler.is_some()) else {
+            return unknown_command(args);
+        };
+        if !spec.arity_ok(args.len()) {
+            return wrong_arity(spec.name);
+        }
+        self.execute(db, 0, spec, args)
+    }
+
+    /// Prefetches the keyspace entries of `keys` in database `db` (see [`Db::prefetch`]).
+    pub fn prefetch(&self, db: usize, keys: &[&[u8]]) {
+        self.dbs[db].prefetch(keys);
+    }
+
+    /// Removes a key and hands its entry over (the first half of a cross-shard move).
+    pub fn take_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
+        self.touch_key(db, key);
+        self.blocked.signal_gone(db, key);
+        let now = self.now_ms;
+        let taken = self.dbs[db].remove_live(key, now);
+        if let Some(journal) = self.journal_turn() {
+            crate::persist::journal::ops::put_del(journal, db, key);
+        }
+        taken
+    }
+
+    /// Lends a key's entry to a cross-shard operation's coordinator: removed here without
+    /// counting as a change for WATCH (it comes back with [`Shard::restore_entry`]).
+    pub fn lend_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
+        let now = self.now_ms;
+        self.dbs[db].remove_live(key, now)
+    }
+
+    /// Takes back a lent entry; `written` says the operation changed it (WATCH then counts
+    /// the key as modified).
+    pub fn restore_entry(&mut self, db: usize, key: &[u8], entry: Entry, written: bool) {
+        if written {
+            if let Some(journal) = self.journal_turn() {
+                crate::persist::journal::ops::put_put(journal, db, key, &entry);
+            }
+        }
+        self.dbs[db].insert(key, entry);
+        if written {
+            self.touch_key(db, key);
+        }
+    }
+
+    /// A cross-shard operation stored `key` here: ready for the waiters of its new value's
+    /// kind, and for a blocked XREADGROUP whose stream it replaced.
+    fn signal_stored(&mut self, db: usize, key: &[u8]) {
+        let now = self.now_ms;
+        if let Some(type_name) = self.dbs[db].probe_type(key, now) {
+            self.blocked.signal_value(db, key, type_name);
+        }
+        self.blocked.signal_gone(db, key);
+    }
+
+    /// A copy of a key's entry (for a cross-shard COPY).
+    pub fn clone_entry(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
+        let now = self.now_ms;
+        self.dbs[db].get(key, now).map(|e| e.to_entry())
+    }
+
+    /// Stores an entry handed over from another shard. With `replace` false it refuses
+    /// (returns false) when the key exists.
+    pub fn put_entry(&mut self, db: usize, key: &[u8], entry: Entry, replace: bool) -> bool {
+        let now = self.now_ms;
+        if !replace && self.dbs[db].contains(key, now) {
+            return false;
+        }
+        if let Some(journal) = self.journal_turn() {
+            crate::persist::journal::ops::put_put(journal, db, key, &entry);
+        }
+        self.dbs[db].insert(key, entry);
+        self.signal_stored(db, key);
+        self.touch_key(db, key);
+        true
+    }
+
+    /// The newest id of the stream at `key` (0-0 when missing): what XREAD's `$` means.
+    pub fn stream_last_id(&mut self, db: usize, key: &[u8]) -> crate::values::stream::StreamId {
+        match crate::keyspace::typed::get::<crate::values::stream::Stream>(
+            &mut self.dbs[db],
+            key,
+            self.now_ms,
+        ) {
+            Ok(Some(stream)) => stream.last_id,
+            _ => crate::values::stream::StreamId::MIN,
+        }
+    }
+
+    /// Up to `count` entries of the stream at `key` after `after`, as XREAD replies them;
+    /// `None` when there are none.
+    pub fn stream_read_after(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        after: crate::values::stream::StreamId,
+        count: usize,
+    ) -> Option<Frame> {
+        let stream = crate::keyspace::typed::get::<crate::values::stream::Stream>(
+            &mut self.dbs[db],
+            key,
+            self.now_ms,
+        )
+        .ok()??;
+        let from = after.next()?;
+        let entries = stream.range(from, crate::values::stream::StreamId::MAX, false, count);
+        (!entries.is_empty()).then(|| crate::families::streams::entries_frame(entries))
+    }
+
+    /// New entries of the stream at `key` for a blocked XREADGROUP (`>`), delivered to its
+    /// consumer as XREADGROUP does; `None` when there are none, an error when the stream or
+    /// its group is gone.
+    pub fn stream_read_group(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        read: &crate::families::stream_groups::XreadGroup,
+    ) -> Option<Frame> {
+        let now = self.now_ms;
+        let no_group = || {
+            crate::families::stream_groups::no_group(
+                key,
+                &read.group,
+                "XREADGROUP with GROUP option",
+            )
+        };
+        // A stream deleted or replaced, or its group destroyed, answers the reader with the
+        // error XREADGROUP would give now, as Redis 7.2 re-runs it.
+        let stream = match crate::keyspace::typed::get::<crate::values::stream::Stream>(
+            &mut self.dbs[db],
+            key,
+            now,
+        ) {
+            Ok(Some(stream)) => stream,
+            Ok(None) => return Some(no_group()),
+            Err(wrong_type) => return Some(wrong_type),
+        };
+        match crate::families::stream_groups::read_group(stream, read, None, now) {
+            Ok(found) => found,
+            Err(_) => Some(no_group()),
+        }
+    }
+
+    /// True when `key` holds the kind of value `op` takes: a list for a pop or a move, a
+    /// sorted set for a sorted-set pop, a stream for a read. A waiter of another kind than
+    /// the key's is passed over (Redis serves a key's waiters of its type), while a key of
+    /// the waiter's kind that gave it nothing gives the waiters behind it nothing either.
+    pub fn holds_kind_for(&mut self, db: usize, key: &[u8], op: &crate::BlockOp) -> bool {
+        let now = self.now_ms;
+        self.dbs[db]
+            .get(key, now)
+            .is_some_and(|entry| op.wait_kind().takes(entry.type_name()))
+    }
+
+    pub fn exists(&mut self, db: usize, key: &[u8]) -> bool {
+        let now = self.now_ms;
+        self.dbs[db].contains(key, now)
+    }
+
+    pub fn scan(
+        &mut self,
+        db: usize,
+        cursor: u64,
+        count: usize,
+        filter: &ScanFilter,
+    ) -> (u64, Vec<Bytes>) {
+        self.dbs[db].scan(cursor, count, filter, self.now_ms)
+    }
+
+    /// [`Shard::scan`], with how many positions it looked at (see `Db::scan_counted`).
+    pub fn scan_counted(
+        &mut self,
+        db: usize,
+        cursor: u64,
+        count: usize,
+        filter: &ScanFilter,
+    ) -> (u64, Vec<Bytes>, usize) {
+        self.dbs[db].scan_counted(cursor, count, filter, self.now_ms)
+    }
+
+    pub fn random_key(&mut self, db: usize) -> Option<Bytes> {
+        let now = self.now_ms;
+        self.dbs[db].random_key(now)
+    }
+
+    /// Keys per database that are non-empty: (db, keys, keys with a TTL).
+    pub fn keyspace_summary(&self) -> Vec<(usize, usize, usize)> {
+        self.dbs
+            .iter()
+            .enumerate()
+            .filter(|(_, db)| !db.is_empty())
+            .map(|(i, db)| (i, db.len(), db.volatile_len()))
+            .collect()
+    }
+
+    pub fn expired_keys(&self) -> u64 {
+        self.dbs.iter().map(Db::expired_count).sum()
+    }
+
+    /// One bounded round of active expiry: samples databases in turn until `samples_max`
+    /// keys were looked at, or the expired fraction drops under a quarter (Redis's rule).
+    /// Returns the number of keys removed.
+    pub fn active_expire(&mut self, samples_max: usize) -> usize {
+        let mut sampled_total = 0;
+        let mut expired_total = 0;
+        let mut idle_dbs = 0;
+        while sampled_total < samples_max && idle_dbs < DATABASES {
+            let db = self.expire_cursor_db;
+            let (sampled, expired) =
+                self.dbs[db].expire_sample(self.now_ms, EXPIRE_SAMPLES_PER_ROUND);
+            sampled_total += sampled;
+            expired_total += expired;
+            if sampled == 0 || expired * 4 < sampled {
+                self.expire_cursor_db = (db + 1) % DATABASES;
+                idle_dbs += 1;
+            }
+        }
+        if expired_total > 0 && self.tracking_on {
+            (0..DATABASES).for_each(|db| self.drain_expired(db));
+        }
+        expired_total
+    }
+}
