@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Writes shards/src/command_docs_table.rs: what COMMAND DOCS and COMMAND INFO say of each
+"""Writes shards/src/table/docs_table.rs: what COMMAND DOCS and COMMAND INFO say of each
 Redis command beyond the command table (summary, since, group, complexity, doc flags,
 deprecation, history, tips, key specifications and arguments), read from Redis's own
 command descriptions (src/commands/*.json) at the version WeTask announces:
 
     python3 scripts/redis-command-docs.py --redis-git PATH/TO/redis [--tag 7.2.6] \\
-        > shards/src/command_docs_table.rs
+        > shards/src/table/docs_table.rs
 
 PATH/TO/redis is a clone of github.com/redis/redis (bare or not). The transformations are
 Redis's own (utils/generate-command-code.py and server.c's COMMAND replies): names and

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Writes shards/src/command_table.rs: what COMMAND INFO says of Redis's commands beyond
+"""Writes shards/src/table/redis_table.rs: what COMMAND INFO says of Redis's commands beyond
 the command table's rows (their ACL categories, their keys' access flags, and the container
 commands' subcommands), read from a running redis-server (default: a fresh one on port
 7501 started by this script), for the commands WeTask's server serves (default: the
 debug build, started on port 7502). Run it again when the Redis version the project
 compares against changes:
 
-    .venv/bin/python scripts/redis-command-table.py > shards/src/command_table.rs
+    .venv/bin/python scripts/redis-command-table.py > shards/src/table/redis_table.rs
 
 Debian's redis-server is 7.0; the changes Redis 7.2 made to these (its src/commands/*.json
 read against 7.0.15's) are applied below, in `REDIS_72`, so the table is 7.2's."""

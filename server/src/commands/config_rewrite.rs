@@ -12,12 +12,11 @@ use wetask_protocol::Frame;
 
 use crate::shard::ShardCtx;
 
-/// CONFIG REWRITE.
-pub fn rewrite(ctx: &ShardCtx) -> Frame {
+/// CONFIG REWRITE, given every parameter's current value (`config::config_values`).
+pub fn rewrite(ctx: &ShardCtx, values: Vec<(&'static str, String)>) -> Frame {
     let Some(path) = ctx.globals.config.config.clone() else {
         return Frame::static_error("ERR The server is running without a config file");
     };
-    let values = super::config_values(ctx);
     // Only what the file can hold: the parameters that are options of the command line
     // (Redis's others are inert here, and a start would refuse their lines).
     let options = file_options();

@@ -54,7 +54,7 @@ pub async fn run_embedded(
         "lolwut" => lolwut(ctx, args),
         // Inside EXEC or a script WAIT does not block (Redis 7.2): the replicas that have
         // the writes now, of which there are none.
-        "wait" => match crate::commands::parse_wait(args) {
+        "wait" => match crate::commands::replication::parse_wait(args) {
             Ok(_) => Frame::Integer(0),
             Err(err) => err,
         },

@@ -33,6 +33,7 @@ use wetask_shards::lookup;
 use wetask_shards::table::{flag, CommandSpec, Merge, Route};
 
 use crate::clients::ConnState;
+use crate::lua::sha1_hex;
 use crate::mesh::{KeyRequest, Request};
 use crate::routing::cross::{borrow, give_back, Held};
 use crate::routing::Target;
@@ -42,11 +43,6 @@ use crate::shard::{ScriptRun, ShardCtx, UndoLog};
 pub const SCRIPTS_MAX: usize = 100_000;
 /// Most results one `redis.call` reply may nest (arrays in arrays).
 const NESTING_MAX: usize = 64;
-
-/// The SHA1 of a script body, lower-case hex, as EVALSHA names it.
-pub fn sha1_hex(body: &[u8]) -> String {
-    sha1_smol::Sha1::from(body).digest().to_string()
-}
 
 /// The error that stops a script which must run again holding every shard; never reaches
 /// a client when the rerun happens.

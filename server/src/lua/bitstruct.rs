@@ -5,8 +5,8 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use super::cjson::{string_arg, type_name};
-use super::libs::{fail, ok, LibResult};
+use super::coerce::{fail, ok, LibResult};
+use super::coerce::{string_arg, type_name};
 
 /// Largest integer size `struct` takes (`i32` and the like).
 const INT_SIZE_MAX: usize = 32;
@@ -16,7 +16,7 @@ const ALIGN_MAX: usize = 8;
 /// A number argument as `luaL_checknumber` takes it (a numeric string too).
 fn number_arg(args: &MultiValue, i: usize, function: &str) -> Result<f64, String> {
     let value = args.get(i);
-    value.and_then(super::cjson::lua_tonumber).ok_or_else(|| {
+    value.and_then(super::coerce::lua_tonumber).ok_or_else(|| {
         format!(
             "bad argument #{} to '{function}' (number expected, got {})",
             i + 1,

@@ -11,26 +11,7 @@
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
-use super::cjson::type_name;
-
-/// What a library function answers: `(true, results…)` or `(false, message)`.
-pub type LibResult = mlua::Result<MultiValue>;
-
-/// A library function's results.
-pub fn ok(_lua: &Lua, values: Vec<Value>) -> LibResult {
-    let mut all = Vec::with_capacity(values.len() + 1);
-    all.push(Value::Boolean(true));
-    all.extend(values);
-    Ok(MultiValue::from_vec(all))
-}
-
-/// A library function's error, raised as a string at the script's line by the wrapper.
-pub fn fail(lua: &Lua, message: &str) -> LibResult {
-    Ok(MultiValue::from_vec(vec![
-        Value::Boolean(false),
-        Value::String(lua.create_string(message)?),
-    ]))
-}
+use super::coerce::{fail, lua_tonumber, ok, string_arg, type_name, LibResult};
 
 /// Wraps every function of a library table: results pass through, a failure is raised.
 /// `error`'s level 3 skips `finish` and the wrapper's tail call, reaching the caller.
@@ -142,7 +123,7 @@ fn integer_arg(
     if let (Value::Nil, Some(default)) = (value, default) {
         return Ok(default);
     }
-    let number = super::cjson::lua_tonumber(value);
+    let number = lua_tonumber(value);
     let got = if i >= args.len() {
         "no value"
     } else {
@@ -160,7 +141,7 @@ fn integer_arg(
 /// all of them, without the offset result); otherwise the next offset (-1 at the end)
 /// comes first.
 fn unpack_call(lua: &Lua, args: &MultiValue, function: &str, limit: i64, offset: i64) -> LibResult {
-    let bytes = match super::cjson::string_arg(args, 0, function) {
+    let bytes = match string_arg(args, 0, function) {
         Ok(bytes) => bytes,
         Err(e) => return fail(lua, &e),
     };

@@ -6,6 +6,7 @@
 pub mod bitstruct;
 pub mod busy;
 pub mod cjson;
+pub mod coerce;
 pub mod library;
 pub mod libs;
 pub mod redis_lib;
@@ -62,4 +63,9 @@ pub fn calling_line(lua: &mlua::Lua) -> Option<u32> {
         user.then(|| u32::try_from(frame.curr_line()).ok())
             .flatten()
     })
+}
+
+/// The SHA1 of a script body, lower-case hex, as EVALSHA names it (and `redis.sha1hex`).
+pub fn sha1_hex(body: &[u8]) -> String {
+    sha1_smol::Sha1::from(body).digest().to_string()
 }

@@ -10,7 +10,7 @@
 use mlua::{Lua, MultiValue, Table, Value};
 use wetask_shards::lookup;
 
-use super::cjson::{lua_tolstring, lua_tonumber};
+use super::coerce::{lua_tolstring, lua_tonumber};
 use super::raise;
 
 /// The RESP version a running script's `redis.call` replies come in (`redis.setresp`),
@@ -101,7 +101,7 @@ pub fn install(lua: &Lua, redis: &Table, announce_version: &str) -> mlua::Result
                 return Err(raise(lua, "ERR wrong number of arguments"));
             }
             let text = args.front().and_then(lua_tolstring).unwrap_or_default();
-            Ok(crate::commands::scripting::sha1_hex(&text))
+            Ok(super::sha1_hex(&text))
         })?,
     )?;
     redis.set(

@@ -223,7 +223,7 @@ pub fn seal(lua: &Lua) -> mlua::Result<(Table, Table, Table)> {
         let text = match table.get::<Value>("err")? {
             Value::String(s) => Some(s.to_string_lossy()),
             Value::Integer(n) => Some(n.to_string()),
-            Value::Number(n) => Some(super::cjson::lua_number_text(n)),
+            Value::Number(n) => Some(super::coerce::lua_number_text(n)),
             _ => None,
         };
         lua.set_app_data(RaisedTable {
