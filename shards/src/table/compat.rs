@@ -419,7 +419,7 @@ fn release_72(out: &mut String) {
 pub fn render() -> String {
     let mut out = String::from(
         "# Command compatibility\n\n\
-         Generated from the command table (`shards/src/table.rs`) by `make compat`; a test fails\n\
+         Generated from the command table (`shards/src/table/mod.rs`) by `make compat`; a test fails\n\
          when this file is stale. Arity follows Redis: `n` exactly, `-n` at least n arguments\n\
          (counting the command name). Every listed command is fully supported with Redis's\n\
          options and error texts unless a note says otherwise.\n\n\
