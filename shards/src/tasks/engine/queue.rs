@@ -1,0 +1,83 @@
+//! One queue's state inside the engine: its ready set, paused flag, limits (in flight,
+//! rate, per group) and what it takes to lease its next task.
+
+use super::*;
+
+#[derive(Default, Debug)]
+pub(super) struct Queue {
+    pub(super) ready: ready::ReadySet,
+    /// Submission times of ready tasks, for the age of the oldest.
+    pub(super) ready_by_age: ready::ReadyAges,
+    pub(super) scheduled: usize,
+    pub(super) leased: usize,
+    /// Dead tasks by (time of death, id): oldest first.
+    pub(super) dead: BTreeSet<(u64, Bytes)>,
+    pub(super) paused: bool,
+    pub(super) concurrency: Option<u32>,
+    /// (at most n, per window ms), in any window of that length (a sliding window).
+    pub(super) rate: Option<(u32, u64)>,
+    /// The times of the leases taken in the last window, oldest first (at most n).
+    pub(super) rate_log: VecDeque<u64>,
+    /// Every state change of its tasks (TASK.EVENTS).
+    pub(super) events: events::EventLog,
+    /// Groups, their limits and turns (`groups`).
+    pub(super) groups: groups::Groups,
+    pub(super) submitted: u64,
+    pub(super) acked: u64,
+    pub(super) failed: u64,
+}
+
+impl Queue {
+    pub(super) fn waiting(&self) -> usize {
+        self.ready.len() + self.scheduled
+    }
+
+    /// Whether one more lease is allowed now (concurrency and rate limits).
+    /// Whether one more task may be leased now. A pure check (a blocked fetch asks it
+    /// without leasing): the rate window rolls over only when a lease is taken
+    /// ([`Queue::count_lease`]), so the engine's state follows from its leases alone.
+    pub(super) fn may_lease(&self, now_ms: u64, in_flight_max: usize) -> bool {
+        if self.paused || self.ready.is_empty() {
+            return false;
+        }
+        if matches!(self.concurrency, Some(max) if self.leased >= max as usize)
+            || self.leased >= in_flight_max
+        {
+            return false;
+        }
+        // A lease is allowed while fewer than the limit were taken in the window that ends
+        // now, so no window of that length ever holds more.
+        if let Some((max, per_ms)) = self.rate {
+            if groups::leases_in_window(&self.rate_log, now_ms, per_ms) >= max as usize {
+                return false;
+            }
+        }
+        !self.groups.on || self.groups.any_may_lease(now_ms)
+    }
+
+    /// Takes the next task to lease out of the ready sets: the first in priority order, or,
+    /// once the queue has groups, the head of the group whose turn it is.
+    pub(super) fn take_next(&mut self, now_ms: u64) -> Option<(ReadyKey, Slot)> {
+        let key = if self.groups.on {
+            self.groups.pick(now_ms)?
+        } else {
+            self.ready.first()?.0
+        };
+        let slot = self.ready.remove(&key)?;
+        Some((key, slot))
+    }
+
+    /// Counts a lease taken at `now_ms` against the rate limit's window.
+    pub(super) fn count_lease(&mut self, now_ms: u64) {
+        self.leased += 1;
+        if let Some((_, per_ms)) = self.rate {
+            groups::log_lease(&mut self.rate_log, now_ms, per_ms);
+        }
+    }
+
+    /// A lease of a task of `group` ended (any way).
+    pub(super) fn lease_ended(&mut self, group: &Option<Bytes>) {
+        self.leased -= 1;
+        self.groups.lease_ended(group);
+    }
+}
