@@ -14,6 +14,10 @@
 //!
 //! `table` and `expires` grow incrementally, as Redis rehashes its dicts ([`GrowingIndex`]):
 //! every write moves a few positions' entries to the larger table.
+//!
+//! Kept whole: it is one concern (the table of one database and the operations on it that
+//! must keep its positions, hashes and expiry index consistent); with its tests it passes
+//! 800 lines, without them it is about 660.
 
 use bytes::Bytes;
 

@@ -1,4 +1,6 @@
-//! The engine's rules, one test each, and a model proptest of random interleavings.
+//! The engine's rules, one test each, and a model proptest of random interleavings. Kept
+//! whole: the rules and the model check one engine together, and a test file is read one
+//! test at a time.
 
 use bytes::Bytes;
 use proptest::prelude::*;
