@@ -306,6 +306,7 @@ async fn publish_start_waker(ctx: &ShardCtx) {
     *ctx.beats.loop_waker.lock().expect("waker") = Some(waker);
 }
 
+// Long: a shard's start, step by step in the order each needs the one before (state, journal, mesh, listener, ring, tasks), then its run and drain.
 async fn shard_main(
     globals: Arc<Globals>,
     listeners: Arc<Mutex<Vec<Option<OwnedFd>>>>,

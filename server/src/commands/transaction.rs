@@ -214,6 +214,7 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Command], watched: &[Watched]
     }
 }
 
+// Long: EXEC's steps in order (lock, check WATCH, borrow, run each queued command, give back, unlock); apart, the locks' span would be hard to see.
 pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
     let (queued, failed, watched, start_db, client) = {
         let mut state = conn.borrow_mut();

@@ -42,6 +42,7 @@ type Fold = fn(i32, i32) -> i32;
 type Shift = fn(i32, u32) -> i32;
 
 /// The `bit` table.
+// Long: one registration per `bit.*` function, each a line or two; the table reads best whole.
 pub fn bit(lua: &Lua) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     let unary: [(&str, Unary); 3] = [
@@ -344,6 +345,7 @@ fn pack(args: &MultiValue) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+// Long: one arm per `struct` format character, as lua-struct reads each; the table reads best whole.
 fn unpack(lua: &Lua, args: &MultiValue) -> Result<Vec<Value>, String> {
     let text = string_arg(args, 0, "unpack")?;
     let data = string_arg(args, 1, "unpack")?;

@@ -109,6 +109,7 @@ pub fn module(lua: &Lua) -> mlua::Result<Table> {
 }
 
 /// The setting functions: each with no argument (or nil) answers the setting, else sets it.
+// Long: one arm per lua-cjson setting function, each with its own checks; the table reads best whole.
 fn settings(lua: &Lua, t: &Table, config: &Shared) -> mlua::Result<()> {
     let c = config.clone();
     t.set(

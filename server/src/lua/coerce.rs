@@ -119,6 +119,7 @@ pub fn lua_tonumber(value: &Value) -> Option<f64> {
 
 /// C's `strtod` on the start of `text`: the number and the bytes it took; `None` when no
 /// number starts there.
+// Long: C's strtod in one scan (sign, hex, inf/nan, digits, point, exponent), as lua-cjson's tokenizer sees numbers.
 pub fn strtod(text: &[u8]) -> Option<(f64, usize)> {
     let mut i = 0;
     let negative = match text.first() {

@@ -81,6 +81,7 @@ fn parses(client: &mut Client, kind: FormKind, command: &[&str]) -> (Frame, usiz
 }
 
 #[test]
+// Long: one scenario against one server: start, the counted commands, shutdown.
 fn a_blocking_fetch_over_two_shards_and_a_blmpop_are_each_parsed_once() {
     let dir = std::env::temp_dir().join(format!("wetask-parsed-once-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a data directory");

@@ -530,6 +530,7 @@ impl ShardCtx {
 
     // ---- reports ----
 
+    // Long: one field per line of the shard's report (INFO and the watchdog read it); the struct literal reads best whole.
     pub fn report(&self) -> ShardReport {
         let shard = self.shard.borrow();
         ShardReport {

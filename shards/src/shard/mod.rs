@@ -343,6 +343,7 @@ impl Shard {
     /// The command's handler, with what every command pays around it: WATCH and tracking
     /// for writes, keyspace hit counts for reads, the journal.
     #[allow(clippy::too_many_arguments)] // the command, where it runs, and how
+                                         // Long: what every command pays around its handler, in the order it must be paid (WATCH, tracking, hit counts, blocked-key types, the handler, the journal); on the hot path, kept in one body.
     fn run_handler(
         &mut self,
         db: usize,

@@ -40,6 +40,7 @@ pub(super) async fn redis_call(
 }
 
 /// Runs one `redis.call`; an `Err` is the error reply's text.
+// Long: redis.call's checks in Redis's order (unknown command, arity, NOSCRIPT, read-only script, OOM, keys elsewhere), then where it runs; one list.
 pub(super) async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, String> {
     let (spec, argv) = call_arguments(&args)?;
     let (db, client, token, read_only) = {

@@ -6,6 +6,7 @@ use super::*;
 /// A reply as Lua sees it: Redis's RESP2-to-Lua rules, or its RESP3 ones once the script
 /// called `redis.setresp(3)` (`resp`): null as nil, booleans as booleans, and maps, sets,
 /// doubles, big numbers and verbatim strings as tables named for their type.
+// Long: one arm per reply type, as Redis converts each (RESP2 and RESP3); the table reads best whole.
 pub(super) fn frame_to_lua(
     lua: &Lua,
     frame: &Frame,

@@ -113,6 +113,7 @@ pub(super) fn load_scored(
     }
 }
 
+// Long: union, intersection and difference share one pass over the inputs (weights, aggregate, missing keys); split, the three would repeat it.
 pub(super) fn combine(
     ctx: &mut Ctx<'_>,
     spec: &Combine,
