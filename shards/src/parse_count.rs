@@ -21,7 +21,7 @@ pub mod parse_counts {
 
     use super::FormKind;
 
-    static COUNTS: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
+    static COUNTS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 
     fn index(kind: FormKind) -> usize {
         match kind {
@@ -32,6 +32,7 @@ pub mod parse_counts {
             FormKind::Events => 4,
             FormKind::Worker => 5,
             FormKind::Script => 6,
+            FormKind::Sort => 7,
         }
     }
 

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 
 use crate::families::blocking::Blocking;
+use crate::families::sort::SortArgs;
 use crate::families::tasks::commands::{FetchAt, WaitArgs, WorkerArgs};
 use crate::families::tasks::reports::EventsArgs;
 use crate::slot::key_slot;
@@ -84,6 +85,8 @@ pub enum Form {
     /// EVAL, EVALSHA, FCALL and their read-only forms: how many keys follow `numkeys`, or
     /// the error (FCALL answers it only once its function is found, as Redis does).
     Script(Result<usize, Frame>),
+    /// SORT and SORT_RO's options.
+    Sort(SortArgs),
 }
 
 impl Request {
@@ -98,6 +101,17 @@ impl Request {
             .first()
             .and_then(|name| crate::table::lookup(name));
         request.prepare(spec, shard_count);
+        request
+    }
+
+    /// A request for `args` whose row the caller already looked up (a script's
+    /// `redis.call`), parsed once.
+    pub fn with_spec(args: Vec<Bytes>, spec: &'static CommandSpec, shard_count: usize) -> Request {
+        let mut request = Request {
+            args,
+            ..Request::default()
+        };
+        request.prepare(Some(spec), shard_count);
         request
     }
 
@@ -265,6 +279,12 @@ impl Request {
             // A worker's home is its id's shard, but it touches no key there.
             Form::Worker(_) => {}
             Form::Script(Ok(numkeys)) => (3..3 + numkeys).for_each(found),
+            Form::Sort(sort) => {
+                found(1);
+                if let Some(at) = sort.store_at {
+                    found(at);
+                }
+            }
             Form::Script(Err(_)) => {}
             Form::Plain => spec.key_positions(&self.args).for_each(found),
         }
@@ -321,6 +341,7 @@ impl Form {
                 name: copy(&worker.name),
                 options: worker.options,
             }),
+            Form::Sort(sort) => Form::Sort(sort.detached()),
             Form::Plain | Form::Malformed(_) | Form::Script(_) | Form::Fetch(_) => self.clone(),
         }
     }
@@ -336,6 +357,9 @@ fn parse_form(spec: &CommandSpec, args: &[Bytes]) -> Form {
         FormKind::Events => crate::families::tasks::reports::parse_events(args).map(Form::Events),
         FormKind::Worker => crate::families::tasks::commands::parse_worker(args).map(Form::Worker),
         FormKind::Script => return Form::Script(parse_numkeys(spec.name, args)),
+        FormKind::Sort => {
+            crate::families::sort::parse(args, spec.name == "sort_ro").map(Form::Sort)
+        }
     };
     form.unwrap_or_else(Form::Malformed)
 }

@@ -124,6 +124,9 @@ pub enum FormKind {
     Worker,
     /// EVAL, EVALSHA, FCALL and their read-only forms: `numkeys`.
     Script,
+    /// SORT and SORT_RO (`crate::families::sort::SortArgs`): where its BY and GET patterns
+    /// may reach decides its route.
+    Sort,
 }
 
 pub struct CommandSpec {

@@ -177,7 +177,7 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Command], watched: &[Watched]
             }
             Route::AllShards(_) => shards.extend(0..ctx.shard_count),
             // Its patterns' keys are borrowed when it runs: every shard is held.
-            _ if crate::routing::cross::sort_reaches_elsewhere(ctx, spec, args) => {
+            _ if crate::routing::cross::sort_reaches_elsewhere(ctx, command) => {
                 shards.extend(0..ctx.shard_count);
                 let positions = command.key_positions();
                 keys.extend(positions.iter().map(|&i| (db, args[i].clone())));
@@ -269,18 +269,18 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
             crate::commands::scripting::eval_in(ctx, call, db, client, under).await
         } else if let Form::Malformed(error) = command.form() {
             error.clone()
-        } else if let Form::Blocking(blocking) = command.form() {
+        } else if let Form::Blocking(_) = command.form() {
             // Its keys are here (owned or borrowed); inside MULTI it never blocks.
             ctx.shard
                 .borrow_mut()
-                .execute_blocking(db, client, spec, args, blocking, None)
-        } else if crate::routing::cross::sort_reaches_elsewhere(ctx, spec, args) {
-            crate::routing::cross::borrow_sort_patterns(&held, &mut borrowed, db, spec, args).await;
+                .execute_form(db, client, spec, args, command.form(), None)
+        } else if crate::routing::cross::sort_reaches_elsewhere(ctx, command) {
+            crate::routing::cross::borrow_sort_patterns(&held, &mut borrowed, db, command).await;
             ctx.shard
                 .borrow_mut()
-                .execute_all_here(db, client, spec, args)
+                .execute_all_here(db, client, spec, args, command.form())
         } else {
-            run_one(&held, conn, db, client, spec, args).await
+            run_one(&held, conn, db, client, spec, command).await
         };
         ctx.stats.record(spec, frame.is_error());
         frames.push(frame);
@@ -303,9 +303,9 @@ async fn run_one(
     db: usize,
     client: u64,
     spec: &'static CommandSpec,
-    args: &[Bytes],
+    command: &Command,
 ) -> Frame {
-    let ctx = held.ctx;
+    let (ctx, args) = (held.ctx, &command.args[..]);
     let exec_on = |shard: usize| {
         on(
             held,
@@ -348,6 +348,10 @@ async fn run_one(
                 crate::routing::single_reply(exec_on(shard).await)
             }
         }
-        _ => ctx.shard.borrow_mut().execute(db, client, spec, args),
+        // A SORT runs from its parsed form.
+        _ => ctx
+            .shard
+            .borrow_mut()
+            .execute_form(db, client, spec, args, command.form(), None),
     }
 }

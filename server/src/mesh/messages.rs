@@ -31,14 +31,15 @@ pub enum KeyRequest {
         client: u64,
         commands: ShardCommands,
     },
-    /// Run a blocking command's attempt (its keys all here) from the form the client's shard
-    /// parsed (`wetask_shards::request`): no second parse.
-    Attempt {
+    /// Run a command (its keys all here) from the form the client's shard parsed it into
+    /// (`wetask_shards::request::Form`: a blocking command's attempt, a SORT): no second
+    /// parse.
+    ExecParsed {
         db: usize,
         client: u64,
         spec: usize,
         args: Vec<Bytes>,
-        blocking: Box<wetask_shards::families::blocking::Blocking>,
+        form: Box<wetask_shards::request::Form>,
     },
     /// Remove a key and hand its entry over; `signals` are what a cross-shard operation's
     /// commands signalled for the key's blocked clients (replayed here, see `cross`).

@@ -234,9 +234,9 @@ pub async fn run(
     if spec.name == "msetnx" && args.len().is_multiple_of(2) {
         return wrong_arity("msetnx");
     }
-    if sort_reaches_elsewhere(ctx, spec, args) {
+    if sort_reaches_elsewhere(ctx, request) {
         let held = Held::lock_shards(ctx, (0..ctx.shard_count).collect()).await;
-        let reply = sort_anywhere(&held, at, spec, args).await;
+        let reply = sort_anywhere(&held, at, spec, request).await;
         held.unlock().await;
         return reply;
     }
@@ -334,13 +334,8 @@ async fn borrowed(
     // For the client: CLIENT TRACKING remembers its reads (on the keys' owners).
     let frame = {
         let mut shard = held.ctx.shard.borrow_mut();
-        match request.form() {
-            // A blocking command's attempt, from its parsed form.
-            Form::Blocking(blocking) => {
-                shard.execute_blocking(db, at.client, spec, args, blocking, None)
-            }
-            _ => shard.execute(db, at.client, spec, args),
-        }
+        // A blocking command's attempt runs from its parsed form.
+        shard.execute_form(db, at.client, spec, args, request.form(), None)
     };
     // A read (SINTER, LRANGE …) gives its keys back unchanged: WATCH does not see it.
     let written = if spec.has(wetask_shards::table::flag::WRITE) {
@@ -389,17 +384,18 @@ pub async fn borrow(
     remote
 }
 
-/// True when `spec` is a SORT whose BY or GET patterns may name keys on another shard than
-/// the sorted key's (`wetask_shards::families::sort::patterns_reach_elsewhere`): it runs as a
-/// cross-shard operation ([`run`]), with those keys borrowed.
-pub fn sort_reaches_elsewhere(ctx: &ShardCtx, spec: &CommandSpec, args: &[Bytes]) -> bool {
+/// True when `command` is a SORT whose BY or GET patterns may name keys on another shard
+/// than the sorted key's (`wetask_shards::families::sort::patterns_reach_elsewhere`, read
+/// from the request's parsed form): it runs as a cross-shard operation ([`run`]), with
+/// those keys borrowed.
+pub fn sort_reaches_elsewhere(ctx: &ShardCtx, command: &Command) -> bool {
+    let Form::Sort(sort) = command.form() else {
+        return false;
+    };
     ctx.shard_count > 1
-        && matches!(spec.name, "sort" | "sort_ro")
-        && args.len() > 2
         && wetask_shards::families::sort::patterns_reach_elsewhere(
-            args,
-            spec.name == "sort_ro",
-            shard_of(&args[1], ctx.shard_count),
+            sort,
+            command.owner_of_key(1, ctx.shard_count),
             |key| shard_of(key, ctx.shard_count),
         )
 }
@@ -410,14 +406,16 @@ pub async fn borrow_sort_patterns(
     held: &Held<'_>,
     borrowed: &mut Vec<(usize, Bytes)>,
     db: usize,
-    spec: &CommandSpec,
-    args: &[Bytes],
+    command: &Command,
 ) {
+    let Form::Sort(sort) = command.form() else {
+        return;
+    };
     let named = held
         .ctx
         .shard
         .borrow_mut()
-        .sort_pattern_keys(db, args, spec.name == "sort_ro");
+        .sort_pattern_keys(db, &command.args[1], sort);
     let fresh: Vec<(usize, Bytes)> = named
         .into_iter()
         .map(|key| (db, key))
@@ -434,19 +432,20 @@ async fn sort_anywhere(
     held: &Held<'_>,
     at: super::Target,
     spec: &'static CommandSpec,
-    args: &[Bytes],
+    command: &Command,
 ) -> Frame {
-    let (ctx, db) = (held.ctx, at.db);
-    let keys: Vec<(usize, Bytes)> = spec
-        .key_positions(args)
+    let (ctx, db, args) = (held.ctx, at.db, &command.args[..]);
+    let keys: Vec<(usize, Bytes)> = command
+        .key_positions()
+        .into_iter()
         .map(|i| (db, args[i].clone()))
         .collect();
     let mut borrowed = borrow(held, keys.iter().cloned()).await;
-    borrow_sort_patterns(held, &mut borrowed, db, spec, args).await;
+    borrow_sort_patterns(held, &mut borrowed, db, command).await;
     let frame = ctx
         .shard
         .borrow_mut()
-        .execute_all_here(db, at.client, spec, args);
+        .execute_all_here(db, at.client, spec, args, command.form());
     // The STORE key (the second, when there is one) is the only one written.
     let written: Vec<(usize, Bytes)> = keys.into_iter().skip(1).collect();
     give_back(held, borrowed, &written).await;

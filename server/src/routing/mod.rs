@@ -72,34 +72,31 @@ pub async fn keyed(
         Owners::One(owner) => owner,
         Owners::Several => return cross::run(ctx, at, spec, request).await,
     };
-    if cross::sort_reaches_elsewhere(ctx, spec, args) {
+    if cross::sort_reaches_elsewhere(ctx, request) {
         return cross::run(ctx, at, spec, request).await;
     }
-    let blocking = match request.form() {
-        Form::Blocking(blocking) => Some(blocking),
-        _ => None,
-    };
+    let form = request.form();
     if owner == ctx.id || ctx.shard_count == 1 {
-        return match blocking {
-            Some(blocking) => ctx
+        return match form {
+            Form::Plain => keyed_here(ctx, at, spec, args, direct),
+            form => ctx
                 .shard
                 .borrow_mut()
-                .execute_blocking(at.db, at.client, spec, args, blocking, direct),
-            None => keyed_here(ctx, at, spec, args, direct),
+                .execute_form(at.db, at.client, spec, args, form, direct),
         };
     }
-    let response = match blocking {
-        Some(blocking) => {
-            let attempt = KeyRequest::Attempt {
+    let response = match form {
+        Form::Plain => send_one(ctx, owner, at, spec, args.to_vec()).await,
+        form => {
+            let parsed = KeyRequest::ExecParsed {
                 db: at.db,
                 client: at.client,
                 spec: spec.index(),
                 args: args.to_vec(),
-                blocking: Box::new(blocking.clone()),
+                form: Box::new(form.clone()),
             };
-            ctx.request(owner, Request::Keys(attempt)).await
+            ctx.request(owner, Request::Keys(parsed)).await
         }
-        None => send_one(ctx, owner, at, spec, args.to_vec()).await,
     };
     single_reply(response)
 }

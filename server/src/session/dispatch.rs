@@ -136,7 +136,7 @@ pub fn needs_remote(ctx: &ShardCtx, db: usize, request: &Request) -> bool {
         Route::Keyed | Route::Split(_) => {
             !matches!(request.owners(), Owners::One(s) if s == ctx.id)
                 && request.owners() != Owners::None
-                || crate::routing::cross::sort_reaches_elsewhere(ctx, spec, args)
+                || crate::routing::cross::sort_reaches_elsewhere(ctx, request)
         }
     }
 }

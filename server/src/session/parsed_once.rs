@@ -1,6 +1,7 @@
 //! The acceptance test that a request is parsed once (`wetask_shards::request`): a real
 //! two-shard server runs in this process, a client sends a blocking TASK.FETCH over queues
-//! on both shards and blocking BLMPOPs, and the shards crate's parse counter (its
+//! on both shards, blocking BLMPOPs, a SORT whose BY pattern reaches both shards and an
+//! EVAL, and the shards crate's parse counter (its
 //! `parse-count` feature, on for this crate's tests) must move by exactly one per command,
 //! whichever shard the connection lands on and whether the command leases, pops, or waits
 //! and times out.
@@ -145,6 +146,33 @@ fn a_blocking_fetch_over_two_shards_and_a_blmpop_are_each_parsed_once() {
         "{reply:?}"
     );
     assert_eq!(count, 1, "a BLMPOP on one shard was parsed {count} times");
+
+    // SORT BY a pattern that names keys on both shards: a cross-shard operation that
+    // borrows them, its options parsed once.
+    let list = name_on(0, "sorted");
+    assert_eq!(
+        client.call(&["RPUSH", &list, "a", "b", "c"]),
+        Frame::Integer(3)
+    );
+    for (element, weight) in [("a", "3"), ("b", "1"), ("c", "2")] {
+        assert_eq!(
+            client.call(&["SET", &format!("weight_{element}"), weight]),
+            Frame::ok()
+        );
+    }
+    let (reply, count) = parses(
+        &mut client,
+        FormKind::Sort,
+        &["SORT", &list, "BY", "weight_*"],
+    );
+    let bulk = |s: &'static str| Frame::Bulk(bytes::Bytes::from_static(s.as_bytes()));
+    assert_eq!(reply, Frame::Array(vec![bulk("b"), bulk("c"), bulk("a")]));
+    assert_eq!(count, 1, "a SORT across shards was parsed {count} times");
+    // EVAL's numkeys.
+    let eval = ["EVAL", "return redis.call('LLEN', KEYS[1])", "1", &list];
+    let (reply, count) = parses(&mut client, FormKind::Script, &eval);
+    assert_eq!(reply, Frame::Integer(3));
+    assert_eq!(count, 1, "an EVAL was parsed {count} times");
 
     client
         .stream

@@ -581,15 +581,15 @@ impl ShardCore {
                     })
                     .collect(),
             ),
-            KeyRequest::Attempt {
+            KeyRequest::ExecParsed {
                 db,
                 client,
                 spec,
                 args,
-                blocking,
+                form,
             } => {
                 let spec = &wetask_shards::COMMANDS[spec];
-                let frame = shard.execute_blocking(db, client, spec, &args, &blocking, None);
+                let frame = shard.execute_form(db, client, spec, &args, &form, None);
                 Response::Frames(vec![frame])
             }
             KeyRequest::Take { db, key, signals } => {

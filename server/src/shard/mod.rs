@@ -643,7 +643,7 @@ fn is_exec(request: &Request) -> bool {
 fn plain_commands(request: &Request) -> Option<usize> {
     match request {
         Request::Keys(KeyRequest::Exec { commands, .. }) => Some(commands.len()),
-        Request::Keys(KeyRequest::Attempt { .. }) => Some(1),
+        Request::Keys(KeyRequest::ExecParsed { .. }) => Some(1),
         _ => None,
     }
 }

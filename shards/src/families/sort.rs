@@ -26,22 +26,43 @@ use crate::values::value::Value;
 const NOT_DOUBLE: &str = "ERR One or more scores can't be converted into double";
 const ELSEWHERE: &str = "ERR a SORT pattern names a key on another shard: give the pattern a {hash tag} that puts its keys on the sorted key's shard";
 
-struct Options {
+/// SORT's options, parsed once (the request's `Form::Sort`): what the route reads (the
+/// patterns, the STORE key) and what the sort does.
+#[derive(Clone, Debug)]
+pub struct SortArgs {
     desc: bool,
     alpha: bool,
     limit: Option<(i64, i64)>,
     store: Option<Bytes>,
+    /// Where the STORE key is among the arguments.
+    pub store_at: Option<usize>,
     by: Option<Bytes>,
     gets: Vec<Bytes>,
     dont_sort: bool,
 }
 
-fn options(args: &[Bytes], read_only: bool) -> Result<Options, Frame> {
-    let mut o = Options {
+impl SortArgs {
+    /// A copy sharing no bytes with the arguments it was parsed from.
+    pub fn detached(&self) -> SortArgs {
+        let copy = |b: &Bytes| Bytes::copy_from_slice(b);
+        SortArgs {
+            store: self.store.as_ref().map(copy),
+            by: self.by.as_ref().map(copy),
+            gets: self.gets.iter().map(copy).collect(),
+            ..self.clone()
+        }
+    }
+}
+
+/// Parses SORT's (or, `read_only`, SORT_RO's) options after the key.
+pub fn parse(args: &[Bytes], read_only: bool) -> Result<SortArgs, Frame> {
+    crate::parse_count::count_parse(crate::spec::FormKind::Sort);
+    let mut o = SortArgs {
         desc: false,
         alpha: false,
         limit: None,
         store: None,
+        store_at: None,
         by: None,
         gets: Vec::new(),
         dont_sort: false,
@@ -61,6 +82,7 @@ fn options(args: &[Bytes], read_only: bool) -> Result<Options, Frame> {
             j += 2;
         } else if !read_only && is(a, "store") && left >= 1 {
             o.store = Some(args[j + 1].clone());
+            o.store_at = Some(j + 1);
             j += 1;
         } else if is(a, "by") && left >= 1 {
             o.by = Some(args[j + 1].clone());
@@ -97,7 +119,7 @@ fn pattern_key<'p>(pattern: &'p [u8], element: &[u8]) -> Option<(Vec<u8>, Option
 }
 
 /// The patterns of a SORT that name keys: BY (unless it sorts nothing) and every GET.
-fn naming_patterns(o: &Options) -> impl Iterator<Item = &Bytes> {
+fn naming_patterns(o: &SortArgs) -> impl Iterator<Item = &Bytes> {
     o.by.iter()
         .filter(|_| !o.dont_sort)
         .chain(o.gets.iter())
@@ -109,14 +131,10 @@ fn naming_patterns(o: &Options) -> impl Iterator<Item = &Bytes> {
 /// names keys of that tag's shard; any other names keys anywhere. `shard_of` maps a key
 /// to its shard. False for a malformed SORT: it runs where it is and says what is wrong.
 pub fn patterns_reach_elsewhere(
-    args: &[Bytes],
-    read_only: bool,
+    o: &SortArgs,
     home: usize,
     shard_of: impl Fn(&[u8]) -> usize,
 ) -> bool {
-    let Ok(o) = options(args, read_only) else {
-        return false;
-    };
     let reaches = |pattern: &Bytes| {
         let prefix = &pattern[..pattern.iter().position(|&b| b == b'*').unwrap_or(0)];
         let tagged = prefix
@@ -125,21 +143,18 @@ pub fn patterns_reach_elsewhere(
             .is_some_and(|open| prefix[open + 1..].iter().position(|&b| b == b'}') > Some(0));
         !tagged || shard_of(prefix) != home
     };
-    let reached = naming_patterns(&o).any(reaches);
+    let reached = naming_patterns(o).any(reaches);
     reached
 }
 
 /// Every key SORT's BY and GET patterns name for the elements of the sorted key now
 /// (each once): what a cross-shard SORT borrows before it runs.
-pub fn pattern_keys(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> Vec<Bytes> {
-    let Ok(o) = options(args, read_only) else {
-        return Vec::new();
-    };
-    let Ok(all) = elements(ctx, &args[1], false) else {
+pub fn pattern_keys(ctx: &mut Ctx<'_>, key: &[u8], o: &SortArgs) -> Vec<Bytes> {
+    let Ok(all) = elements(ctx, key, false) else {
         return Vec::new();
     };
     let mut keys = std::collections::HashSet::new();
-    for pattern in naming_patterns(&o) {
+    for pattern in naming_patterns(o) {
         for element in &all.items {
             if let Some((key, _)) = pattern_key(pattern, element) {
                 keys.insert(Bytes::from(key));
@@ -274,7 +289,7 @@ fn compare(a: &Item, b: &Item, alpha: bool, by_pattern: bool) -> Ordering {
     a.element.cmp(&b.element)
 }
 
-fn sorted(ctx: &mut Ctx<'_>, key: &[u8], o: &Options) -> Result<Vec<Bytes>, Frame> {
+fn sorted(ctx: &mut Ctx<'_>, key: &[u8], o: &SortArgs) -> Result<Vec<Bytes>, Frame> {
     let (mut dont_sort, mut alpha, mut by) = (o.dont_sort, o.alpha, o.by.clone());
     let all = elements(ctx, key, dont_sort && o.desc)?;
     if dont_sort && all.is_set && o.store.is_some() {
@@ -337,11 +352,16 @@ fn sorted(ctx: &mut Ctx<'_>, key: &[u8], o: &Options) -> Result<Vec<Bytes>, Fram
 }
 
 fn run(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> Frame {
-    let o = match options(args, read_only) {
-        Ok(o) => o,
-        Err(err) => return err,
-    };
-    let result = sorted(ctx, &args[1], &o).and_then(|elements| {
+    match parse(args, read_only) {
+        Ok(o) => run_parsed(ctx, &args[1], &o),
+        Err(err) => err,
+    }
+}
+
+/// SORT of `key`, parsed: the sorted elements (or what GET names for them), or their count
+/// once STOREd.
+pub fn run_parsed(ctx: &mut Ctx<'_>, key: &[u8], o: &SortArgs) -> Frame {
+    let result = sorted(ctx, key, o).and_then(|elements| {
         if o.gets.is_empty() {
             return Ok(elements.into_iter().map(Some).collect::<Vec<_>>());
         }

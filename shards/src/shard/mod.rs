@@ -98,6 +98,20 @@ pub struct Shard {
 enum Body<'a> {
     Handler,
     Blocking(&'a crate::families::blocking::Blocking),
+    Sort(&'a crate::families::sort::SortArgs),
+}
+
+impl<'a> Body<'a> {
+    /// The body for a request's parsed form: the form where the shard side takes one, else
+    /// the handler.
+    fn of(form: &'a crate::request::Form) -> Body<'a> {
+        use crate::request::Form;
+        match form {
+            Form::Blocking(blocking) => Body::Blocking(blocking),
+            Form::Sort(sort) => Body::Sort(sort),
+            _ => Body::Handler,
+        }
+    }
 }
 
 impl Shard {
@@ -271,18 +285,19 @@ impl Shard {
         self.run(db, client, spec, args, None, Body::Handler)
     }
 
-    /// Runs a blocking command's attempt from its parsed form (`request::Form::Blocking`,
-    /// parsed once by the server), with everything [`Shard::execute`] does around a handler.
-    pub fn execute_blocking(
+    /// Runs a command from the form the server parsed it into once (`request::Form`): a
+    /// blocking command's attempt, a SORT; any other form runs its handler. Everything
+    /// [`Shard::execute`] does around a handler is done.
+    pub fn execute_form(
         &mut self,
         db: usize,
         client: u64,
         spec: &CommandSpec,
         args: &[Bytes],
-        blocking: &crate::families::blocking::Blocking,
+        form: &crate::request::Form,
         out: Option<&mut Output>,
     ) -> Frame {
-        self.run(db, client, spec, args, out, Body::Blocking(blocking))
+        self.run(db, client, spec, args, out, Body::of(form))
     }
 
     /// Like [`Shard::execute`], for a reply that goes straight into `out` (a local client's
@@ -398,6 +413,7 @@ impl Shard {
         let run = || match body {
             Body::Handler => handler(&mut ctx, args),
             Body::Blocking(blocking) => crate::families::blocking::attempt(&mut ctx, blocking),
+            Body::Sort(sort) => crate::families::sort::run_parsed(&mut ctx, &args[1], sort),
         };
         let frame = match crate::contain::contained(spec.name, run) {
             Ok(frame) => frame,
@@ -498,9 +514,14 @@ impl Shard {
     }
 
     /// The keys SORT's BY and GET patterns name now (see `sort::pattern_keys`).
-    pub fn sort_pattern_keys(&mut self, db: usize, args: &[Bytes], read_only: bool) -> Vec<Bytes> {
+    pub fn sort_pattern_keys(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        sort: &crate::families::sort::SortArgs,
+    ) -> Vec<Bytes> {
         self.with_ctx(db, 0, "sort", |ctx| {
-            crate::families::sort::pattern_keys(ctx, args, read_only)
+            crate::families::sort::pattern_keys(ctx, key, sort)
         })
         .unwrap_or_default()
     }
@@ -514,9 +535,10 @@ impl Shard {
         client: u64,
         spec: &CommandSpec,
         args: &[Bytes],
+        form: &crate::request::Form,
     ) -> Frame {
         self.all_keys_here = true;
-        let frame = self.execute(db, client, spec, args);
+        let frame = self.run(db, client, spec, args, None, Body::of(form));
         self.all_keys_here = false;
         frame
     }

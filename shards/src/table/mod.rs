@@ -164,8 +164,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("geosearch", -7, READONLY, ONE, Keyed, Some(geo::geosearch), GEO, "Queries a geospatial index for members inside an area of a box or a circle."),
     row("geosearchstore", -8, WRITE | DENYOOM, (1, 2, 1), Keyed, Some(geo::geosearchstore), GEO, "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result."),
     // sort
-    row("sort", -2, WRITE | DENYOOM, MOVABLE_FROM_1, Keyed, Some(sort::sort), G, "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.").movable(sort::sort_keys),
-    row("sort_ro", -2, READONLY, MOVABLE_FROM_1, Keyed, Some(sort::sort_ro), G, "Returns the sorted elements of a list, a set, or a sorted set.").movable(sort::sort_keys),
+    row("sort", -2, WRITE | DENYOOM, MOVABLE_FROM_1, Keyed, Some(sort::sort), G, "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.").movable(sort::sort_keys).parsed(FormKind::Sort),
+    row("sort_ro", -2, READONLY, MOVABLE_FROM_1, Keyed, Some(sort::sort_ro), G, "Returns the sorted elements of a list, a set, or a sorted set.").movable(sort::sort_keys).parsed(FormKind::Sort),
     // lists
     row("lpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::lpush), L, "Prepends one or more elements to a list. Creates the key if it doesn't exist."),
     row("rpush", -3, WRITE | DENYOOM | FAST, ONE, Keyed, Some(lists::rpush), L, "Appends one or more elements to a list. Creates the key if it doesn't exist."),

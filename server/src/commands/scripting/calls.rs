@@ -43,6 +43,9 @@ pub(super) async fn redis_call(
 // Long: redis.call's checks in Redis's order (unknown command, arity, NOSCRIPT, read-only script, OOM, keys elsewhere), then where it runs; one list.
 pub(super) async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result<Frame, String> {
     let (spec, argv) = call_arguments(&args)?;
+    // The call parsed once, as a client's command is (its SORT patterns, its keys).
+    let command = wetask_shards::request::Request::with_spec(argv, spec, ctx.shard_count);
+    let argv = &command.args;
     let (db, client, token, read_only) = {
         let run = ctx.scripts.run.borrow();
         let run = run.as_ref().ok_or("ERR no script is running")?;
@@ -61,18 +64,18 @@ pub(super) async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result
     let at = Target { db, client };
     match spec.route {
         Route::Server if spec.has(flag::EMBEDDED) => {
-            return Ok(call_embedded(ctx, spec, &argv, db).await);
+            return Ok(call_embedded(ctx, spec, argv, db).await);
         }
         Route::Server => {
             return Err("ERR This Redis command is not allowed from script".into());
         }
         Route::AllShards(merge) => {
-            let reply = call_everywhere(ctx, at, token, spec, &argv, merge).await;
+            let reply = call_everywhere(ctx, at, token, spec, argv, merge).await;
             return reply.map(|frame| counted(ctx, spec, frame));
         }
         Route::Keyed | Route::Split(_) => {}
     }
-    let needed = undeclared_keys_to_borrow(ctx, spec, &argv, db)?;
+    let needed = undeclared_keys_to_borrow(ctx, spec, &command, db)?;
     let held = Held::resume(ctx, token, script_shards_held(ctx));
     if !needed.is_empty() {
         let got = borrow(&held, needed.into_iter()).await;
@@ -82,7 +85,7 @@ pub(super) async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result
     }
     // A SORT whose patterns name keys anywhere (the script holds every shard by now):
     // those keys are borrowed too, and it runs as if every key were here.
-    let sort_anywhere = crate::routing::cross::sort_reaches_elsewhere(ctx, spec, &argv);
+    let sort_anywhere = crate::routing::cross::sort_reaches_elsewhere(ctx, &command);
     if sort_anywhere {
         let mut borrowed = ctx
             .scripts
@@ -91,33 +94,36 @@ pub(super) async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result
             .as_mut()
             .map(|run| std::mem::take(&mut run.borrowed))
             .unwrap_or_default();
-        crate::routing::cross::borrow_sort_patterns(&held, &mut borrowed, db, spec, &argv).await;
+        crate::routing::cross::borrow_sort_patterns(&held, &mut borrowed, db, &command).await;
         if let Some(run) = ctx.scripts.run.borrow_mut().as_mut() {
             run.borrowed = borrowed;
         }
     }
     if spec.has(flag::WRITE) {
-        note_write(ctx, spec, &argv, db);
+        note_write(ctx, spec, argv, db);
     }
     if spec.has(flag::TASK) {
-        let shard = spec
-            .key_positions(&argv)
-            .next()
-            .map_or(ctx.id, |i| ctx.owner_of(&argv[i]));
+        let shard = command
+            .key_positions()
+            .first()
+            .map_or(ctx.id, |&i| ctx.owner_of(&argv[i]));
         if shard != ctx.id {
             return Ok(counted(
                 ctx,
                 spec,
-                exec_on(&held, shard, at, spec, &argv).await,
+                exec_on(&held, shard, at, spec, argv).await,
             ));
         }
     }
+    let form = command.form();
     let frame = if sort_anywhere {
         ctx.shard
             .borrow_mut()
-            .execute_all_here(db, client, spec, &argv)
+            .execute_all_here(db, client, spec, argv, form)
     } else {
-        ctx.shard.borrow_mut().execute(db, client, spec, &argv)
+        ctx.shard
+            .borrow_mut()
+            .execute_form(db, client, spec, argv, form, None)
     };
     Ok(counted(ctx, spec, frame))
 }
@@ -331,15 +337,16 @@ pub(super) async fn call_everywhere(
 pub(super) fn undeclared_keys_to_borrow(
     ctx: &ShardCtx,
     spec: &CommandSpec,
-    argv: &[Bytes],
+    command: &wetask_shards::request::Request,
     db: usize,
 ) -> Result<Vec<(usize, Bytes)>, String> {
+    let argv = &command.args[..];
     let mut needed = Vec::new();
     let mut run = ctx.scripts.run.borrow_mut();
     let run = run.as_mut().ok_or("ERR no script is running")?;
     // A SORT whose patterns name keys anywhere needs every shard, as a key of each would.
-    let everywhere = crate::routing::cross::sort_reaches_elsewhere(ctx, spec, argv);
-    for i in spec.key_positions(argv) {
+    let everywhere = crate::routing::cross::sort_reaches_elsewhere(ctx, command);
+    for i in command.key_positions() {
         let key = &argv[i];
         let shard = ctx.owner_of(key);
         let declared = run.declared.iter().any(|k| k == key);
