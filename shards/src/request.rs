@@ -76,17 +76,17 @@ pub enum Form {
     Plain,
     /// The arguments do not parse: this error is the reply when the command runs.
     Malformed(Frame),
-    Blocking(Blocking),
+    Blocking(Box<Blocking>),
     /// TASK.FETCH, as positions among the arguments (`FetchAt::view` lends it).
     Fetch(FetchAt),
-    Wait(WaitArgs),
-    Events(EventsArgs),
-    Worker(WorkerArgs),
+    Wait(Box<WaitArgs>),
+    Events(Box<EventsArgs>),
+    Worker(Box<WorkerArgs>),
     /// EVAL, EVALSHA, FCALL and their read-only forms: how many keys follow `numkeys`, or
     /// the error (FCALL answers it only once its function is found, as Redis does).
     Script(Result<usize, Frame>),
     /// SORT and SORT_RO's options.
-    Sort(SortArgs),
+    Sort(Box<SortArgs>),
 }
 
 impl Request {
@@ -150,6 +150,22 @@ impl Request {
             self.place_keys(spec, shard_count);
         } else if self.names_keys(spec) {
             self.owners = Owners::One(0);
+        }
+    }
+
+    /// True when the request names at least one key (routing's view: a task command's
+    /// queues and ids count as keys); the parsed forms say so without walking them.
+    fn names_keys(&self, spec: &CommandSpec) -> bool {
+        match &self.form {
+            Form::Fetch(_) | Form::Wait(_) | Form::Events(_) | Form::Sort(_) => true,
+            Form::Blocking(blocking) => !blocking.keys.is_empty(),
+            Form::Script(Ok(numkeys)) => *numkeys > 0,
+            Form::Worker(_) | Form::Malformed(_) | Form::Script(Err(_)) => false,
+            Form::Plain => {
+                let mut any = false;
+                self.each_key_position(spec, |_| any = true);
+                any
+            }
         }
     }
 
@@ -220,14 +236,6 @@ impl Request {
             Some(key) => usize::from(key.slot) % shard_count,
             None => crate::slot::shard_of(&self.args[position], shard_count),
         }
-    }
-
-    /// True when the request names at least one key (routing's view: a task command's
-    /// queues and ids count as keys).
-    fn names_keys(&self, spec: &CommandSpec) -> bool {
-        let mut any = false;
-        self.each_key_position(spec, |_| any = true);
-        any
     }
 
     /// Computes each key's slot, and who owns them.
@@ -304,7 +312,7 @@ impl Form {
     fn detached(&self) -> Form {
         use crate::BlockOp;
         match self {
-            Form::Blocking(blocking) => Form::Blocking(Blocking {
+            Form::Blocking(blocking) => Form::Blocking(Box::new(Blocking {
                 keys: copy_all(&blocking.keys),
                 op: match &blocking.op {
                     BlockOp::Move { dst, from, to } => BlockOp::Move {
@@ -328,20 +336,20 @@ impl Form {
                     op @ (BlockOp::Pop { .. } | BlockOp::ZPop { .. }) => op.clone(),
                 },
                 timeout_ms: blocking.timeout_ms,
-            }),
-            Form::Wait(wait) => Form::Wait(WaitArgs {
+            })),
+            Form::Wait(wait) => Form::Wait(Box::new(WaitArgs {
                 id: copy(&wait.id),
                 timeout_ms: wait.timeout_ms,
-            }),
-            Form::Events(events) => Form::Events(EventsArgs {
+            })),
+            Form::Events(events) => Form::Events(Box::new(EventsArgs {
                 queue: copy(&events.queue),
-                ..events.clone()
-            }),
-            Form::Worker(worker) => Form::Worker(WorkerArgs {
+                ..(**events).clone()
+            })),
+            Form::Worker(worker) => Form::Worker(Box::new(WorkerArgs {
                 name: copy(&worker.name),
                 options: worker.options,
-            }),
-            Form::Sort(sort) => Form::Sort(sort.detached()),
+            })),
+            Form::Sort(sort) => Form::Sort(Box::new(sort.detached())),
             Form::Plain | Form::Malformed(_) | Form::Script(_) | Form::Fetch(_) => self.clone(),
         }
     }
@@ -351,15 +359,22 @@ impl Form {
 fn parse_form(spec: &CommandSpec, args: &[Bytes]) -> Form {
     let form = match spec.form {
         FormKind::Plain => return Form::Plain,
-        FormKind::Blocking => crate::families::blocking::parse(spec.name, args).map(Form::Blocking),
-        FormKind::Fetch => crate::families::tasks::commands::parse_fetch_at(args).map(Form::Fetch),
-        FormKind::Wait => crate::families::tasks::commands::parse_wait(args).map(Form::Wait),
-        FormKind::Events => crate::families::tasks::reports::parse_events(args).map(Form::Events),
-        FormKind::Worker => crate::families::tasks::commands::parse_worker(args).map(Form::Worker),
-        FormKind::Script => return Form::Script(parse_numkeys(spec.name, args)),
-        FormKind::Sort => {
-            crate::families::sort::parse(args, spec.name == "sort_ro").map(Form::Sort)
+        FormKind::Blocking => {
+            crate::families::blocking::parse(spec.name, args).map(|b| Form::Blocking(Box::new(b)))
         }
+        FormKind::Fetch => crate::families::tasks::commands::parse_fetch_at(args).map(Form::Fetch),
+        FormKind::Wait => {
+            crate::families::tasks::commands::parse_wait(args).map(|w| Form::Wait(Box::new(w)))
+        }
+        FormKind::Events => {
+            crate::families::tasks::reports::parse_events(args).map(|e| Form::Events(Box::new(e)))
+        }
+        FormKind::Worker => {
+            crate::families::tasks::commands::parse_worker(args).map(|w| Form::Worker(Box::new(w)))
+        }
+        FormKind::Script => return Form::Script(parse_numkeys(spec.name, args)),
+        FormKind::Sort => crate::families::sort::parse(args, spec.name == "sort_ro")
+            .map(|o| Form::Sort(Box::new(o))),
     };
     form.unwrap_or_else(Form::Malformed)
 }
