@@ -230,6 +230,18 @@ impl Request {
         positions
     }
 
+    /// Each key's position among the arguments and the shard that owns it, from the slots
+    /// computed once (with one shard every key is shard 0's).
+    pub fn key_owners(&self, shard_count: usize) -> Vec<(usize, usize)> {
+        if shard_count == 1 {
+            return self.key_positions().into_iter().map(|i| (i, 0)).collect();
+        }
+        self.keys
+            .iter()
+            .map(|k| (k.position as usize, usize::from(k.slot) % shard_count))
+            .collect()
+    }
+
     /// The shard that owns the key at `position` among the arguments.
     pub fn owner_of_key(&self, position: usize, shard_count: usize) -> usize {
         match self.keys.iter().find(|k| k.position as usize == position) {
@@ -303,40 +315,11 @@ fn copy(bytes: &Bytes) -> Bytes {
     Bytes::copy_from_slice(bytes)
 }
 
-fn copy_all(items: &[Bytes]) -> Vec<Bytes> {
-    items.iter().map(copy).collect()
-}
-
 impl Form {
     /// This form with every argument it holds copied (see [`Request::detached`]).
     fn detached(&self) -> Form {
-        use crate::BlockOp;
         match self {
-            Form::Blocking(blocking) => Form::Blocking(Box::new(Blocking {
-                keys: copy_all(&blocking.keys),
-                op: match &blocking.op {
-                    BlockOp::Move { dst, from, to } => BlockOp::Move {
-                        dst: copy(dst),
-                        from: *from,
-                        to: *to,
-                    },
-                    BlockOp::XRead { after, count } => BlockOp::XRead {
-                        after: after.iter().map(|(key, id)| (copy(key), *id)).collect(),
-                        count: *count,
-                    },
-                    BlockOp::XReadGroup(read) => {
-                        let mut read = read.clone();
-                        read.group = copy(&read.group);
-                        read.consumer = copy(&read.consumer);
-                        for (key, _) in &mut read.streams {
-                            *key = copy(key);
-                        }
-                        BlockOp::XReadGroup(read)
-                    }
-                    op @ (BlockOp::Pop { .. } | BlockOp::ZPop { .. }) => op.clone(),
-                },
-                timeout_ms: blocking.timeout_ms,
-            })),
+            Form::Blocking(blocking) => Form::Blocking(Box::new(blocking.detached())),
             Form::Wait(wait) => Form::Wait(Box::new(WaitArgs {
                 id: copy(&wait.id),
                 timeout_ms: wait.timeout_ms,

@@ -69,6 +69,41 @@ pub struct Blocking {
     pub timeout_ms: Option<u64>,
 }
 
+impl Blocking {
+    /// A copy that shares no bytes with the arguments it was parsed from: what a parked
+    /// waiter or a command queued by MULTI keeps, so it does not pin the connection's read
+    /// buffer.
+    pub fn detached(&self) -> Blocking {
+        let copy = |bytes: &Bytes| Bytes::copy_from_slice(bytes);
+        let op = match &self.op {
+            BlockOp::Move { dst, from, to } => BlockOp::Move {
+                dst: copy(dst),
+                from: *from,
+                to: *to,
+            },
+            BlockOp::XRead { after, count } => BlockOp::XRead {
+                after: after.iter().map(|(key, id)| (copy(key), *id)).collect(),
+                count: *count,
+            },
+            BlockOp::XReadGroup(read) => {
+                let mut read = read.clone();
+                read.group = copy(&read.group);
+                read.consumer = copy(&read.consumer);
+                for (key, _) in &mut read.streams {
+                    *key = copy(key);
+                }
+                BlockOp::XReadGroup(read)
+            }
+            op @ (BlockOp::Pop { .. } | BlockOp::ZPop { .. }) => op.clone(),
+        };
+        Blocking {
+            keys: self.keys.iter().map(copy).collect(),
+            op,
+            timeout_ms: self.timeout_ms,
+        }
+    }
+}
+
 /// Parses blocking command `name` (arity already checked), in the order Redis checks its
 /// arguments.
 // Long: one short arm per blocking command (BLPOP … XREADGROUP): the table reads best whole.

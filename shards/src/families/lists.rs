@@ -428,14 +428,6 @@ pub fn holds_list(ctx: &mut Ctx<'_>, key: &[u8]) -> bool {
     matches!(typed::get::<List>(ctx.db(), key, now), Ok(Some(_)))
 }
 
-fn move_reply(result: Result<Option<Bytes>, Frame>) -> Frame {
-    match result {
-        Ok(Some(value)) => Frame::Bulk(value),
-        Ok(None) => Frame::Null,
-        Err(err) => err,
-    }
-}
-
 /// The two ends of an LMOVE/BLMOVE.
 pub fn parse_ends(from: &[u8], to: &[u8]) -> Result<(End, End), Frame> {
     match (End::parse(from), End::parse(to)) {
@@ -446,18 +438,23 @@ pub fn parse_ends(from: &[u8], to: &[u8]) -> Result<(End, End), Frame> {
 
 pub fn lmove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     match parse_ends(&args[3], &args[4]) {
-        Ok((from, to)) => move_reply(move_one(ctx, &args[1], &args[2], from, to)),
+        Ok((from, to)) => move_attempt(ctx, &args[1], &args[2], from, to),
         Err(err) => err,
     }
 }
 
 pub fn rpoplpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
-    move_reply(move_one(ctx, &args[1], &args[2], End::Right, End::Left))
+    move_attempt(ctx, &args[1], &args[2], End::Right, End::Left)
 }
 
-/// BLMOVE's and BRPOPLPUSH's attempt, parsed: as LMOVE.
+/// LMOVE's move with its ends parsed (RPOPLPUSH's too, and the attempt of BLMOVE and
+/// BRPOPLPUSH): the element moved, or nil when `src` is missing.
 pub fn move_attempt(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], from: End, to: End) -> Frame {
-    move_reply(move_one(ctx, src, dst, from, to))
+    match move_one(ctx, src, dst, from, to) {
+        Ok(Some(value)) => Frame::Bulk(value),
+        Ok(None) => Frame::Null,
+        Err(err) => err,
+    }
 }
 
 /// A blocking command's timeout in milliseconds (0 waits for ever), with Redis's errors.

@@ -106,59 +106,30 @@ impl Shard {
 
 /// The pops proper, on the shard's state.
 fn pop(ctx: &mut crate::Ctx<'_>, key: &Bytes, op: &BlockOp, target: MoveTarget) -> Option<Frame> {
-    let bulk = Frame::Bulk;
-    let one = |ctx: &mut crate::Ctx<'_>, end: End| -> Option<Frame> {
-        let mut popped = crate::families::lists::pop_many(ctx, key, end, 1).ok()??;
-        Some(Frame::Array(vec![bulk(key.clone()), bulk(popped.pop()?)]))
-    };
-    Some(match op {
-        BlockOp::Pop { end, count: None } => return one(ctx, *end),
-        BlockOp::Move { from, .. } if target == MoveTarget::Elsewhere => return one(ctx, *from),
-        // LMPOP's and ZMPOP's own attempt, on this one key: `[key, [elements]]`.
-        BlockOp::Pop {
-            end,
-            count: Some(count),
-        } => {
-            let keys = std::slice::from_ref(key);
-            return found(crate::families::lists::pop_first(
-                ctx,
-                keys,
-                *end,
-                Some(*count),
-            ));
+    use crate::families::{lists, zsets};
+    // The command's own attempt, on this one key: `[key, element]`, `[key, [elements]]`,
+    // `[key, member, score]` or `[key, [[member, score], …]]`.
+    let keys = std::slice::from_ref(key);
+    match op {
+        BlockOp::Pop { end, count } => found(lists::pop_first(ctx, keys, *end, *count)),
+        BlockOp::Move { from, .. } if target == MoveTarget::Elsewhere => {
+            found(lists::pop_first(ctx, keys, *from, None))
         }
         // Served only while the source is a list; then the move runs as BLMOVE would run at
         // once, so a destination of another type answers WRONGTYPE (as Redis 7 re-runs the
         // command) and the element stays where it is, for the next waiter.
         BlockOp::Move { dst, from, to } => {
-            if !crate::families::lists::holds_list(ctx, key) {
+            if !lists::holds_list(ctx, key) {
                 return None;
             }
-            match crate::families::lists::move_one(ctx, key, dst, *from, *to) {
-                Ok(moved) => bulk(moved?),
-                Err(wrong_type) => wrong_type,
+            match lists::move_one(ctx, key, dst, *from, *to) {
+                Ok(moved) => Some(Frame::Bulk(moved?)),
+                Err(wrong_type) => Some(wrong_type),
             }
         }
-        BlockOp::ZPop { max, count: None } => {
-            let (member, score) = crate::families::zsets::pop_many(ctx, key, *max, 1)
-                .ok()??
-                .pop()?;
-            Frame::Array(vec![bulk(key.clone()), bulk(member), Frame::Double(score)])
-        }
-        BlockOp::ZPop {
-            max,
-            count: Some(count),
-        } => {
-            let keys = std::slice::from_ref(key);
-            return found(crate::families::zsets::pop_first(
-                ctx,
-                keys,
-                *max,
-                Some(*count),
-            ));
-        }
+        BlockOp::ZPop { max, count } => found(zsets::pop_first(ctx, keys, *max, *count)),
         BlockOp::XRead { .. } | BlockOp::XReadGroup(_) => unreachable!("served above"),
-    })
+    }
 }
 
 /// An attempt's reply as a waiter's answer: nothing found (nil) or an error is `None`.
