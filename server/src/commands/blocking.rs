@@ -81,20 +81,8 @@ async fn run_blocked(
     conn: &Rc<RefCell<ConnState>>,
     parsed: &Blocking,
 ) -> Frame {
-    // Copies of the keys: a parked waiter must not pin the connection's read buffer.
-    let copy = |key: &Bytes| Bytes::copy_from_slice(key);
-    let op = match &parsed.op {
-        BlockOp::XRead { after, count } => BlockOp::XRead {
-            after: after.iter().map(|(key, id)| (copy(key), *id)).collect(),
-            count: *count,
-        },
-        op => op.clone(),
-    };
-    let blocking = Blocking {
-        keys: parsed.keys.iter().map(copy).collect(),
-        op,
-        timeout_ms: parsed.timeout_ms,
-    };
+    // A copy: a parked waiter must not pin the connection's read buffer.
+    let blocking = parsed.detached();
     let (client, db) = {
         let mut state = conn.borrow_mut();
         state.blocked_on = blocking.keys.iter().map(|k| ctx.owner_of(k)).collect();

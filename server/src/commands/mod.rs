@@ -76,6 +76,8 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, request: &Command) -> bool
 
 pub use batch::reconcile as reconcile_batches;
 
+/// Runs a server command. Its request's form parsed (`dispatch::run_admitted` answers a
+/// malformed one before it gets here).
 // Long: one arm per server command: the dispatch table reads best whole.
 pub async fn run(
     ctx: &Rc<ShardCtx>,
@@ -85,8 +87,6 @@ pub async fn run(
 ) -> Frame {
     let args = &request.args[..];
     match (spec.name, request.form()) {
-        // Its arguments did not parse (when it was decoded): that error is its reply.
-        (_, Form::Malformed(error)) => return error.clone(),
         ("task.fetch", Form::Fetch(fetch)) => {
             return crate::commands::tasks::run(ctx, conn, &fetch.view(args)).await
         }

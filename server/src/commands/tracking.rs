@@ -332,9 +332,9 @@ fn shards_running(ctx: &ShardCtx, spec: &CommandSpec, command: &Command) -> Vec<
         return Vec::new();
     }
     let mut shards: Vec<usize> = command
-        .key_positions()
+        .key_owners(ctx.shard_count)
         .into_iter()
-        .map(|i| command.owner_of_key(i, ctx.shard_count))
+        .map(|(_, owner)| owner)
         .collect();
     shards.sort_unstable();
     shards.dedup();

@@ -184,8 +184,8 @@ fn plan(ctx: &ShardCtx, start_db: usize, queued: &[Command], watched: &[Watched]
                 written.extend(positions.iter().skip(1).map(|&i| (db, args[i].clone())));
             }
             Route::Keyed | Route::Split(_) => {
-                for i in command.key_positions() {
-                    shards.push(ctx.owner_of(&args[i]));
+                for (i, owner) in command.key_owners(ctx.shard_count) {
+                    shards.push(owner);
                     // Task state is not borrowed: task commands run on their owner.
                     if !spec.has(flag::TASK) {
                         keys.push((db, args[i].clone()));
@@ -269,11 +269,6 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
             crate::commands::scripting::eval_in(ctx, call, db, client, under).await
         } else if let Form::Malformed(error) = command.form() {
             error.clone()
-        } else if let Form::Blocking(_) = command.form() {
-            // Its keys are here (owned or borrowed); inside MULTI it never blocks.
-            ctx.shard
-                .borrow_mut()
-                .execute_form(db, client, spec, args, command.form(), None)
         } else if crate::routing::cross::sort_reaches_elsewhere(ctx, command) {
             crate::routing::cross::borrow_sort_patterns(&held, &mut borrowed, db, command).await;
             ctx.shard
@@ -348,7 +343,8 @@ async fn run_one(
                 crate::routing::single_reply(exec_on(shard).await)
             }
         }
-        // A SORT runs from its parsed form.
+        // A SORT, or a blocking command's attempt (inside MULTI it never blocks), runs from
+        // its parsed form; its keys are here, owned or borrowed.
         _ => ctx
             .shard
             .borrow_mut()

@@ -77,13 +77,11 @@ pub async fn keyed(
     }
     let form = request.form();
     if owner == ctx.id || ctx.shard_count == 1 {
-        return match form {
-            Form::Plain => keyed_here(ctx, at, spec, args, direct),
-            form => ctx
-                .shard
-                .borrow_mut()
-                .execute_form(at.db, at.client, spec, args, form, direct),
-        };
+        // (A plain form runs the row's handler.)
+        return ctx
+            .shard
+            .borrow_mut()
+            .execute_form(at.db, at.client, spec, args, form, direct);
     }
     let response = match form {
         Form::Plain => send_one(ctx, owner, at, spec, args.to_vec()).await,

@@ -134,9 +134,12 @@ pub fn needs_remote(ctx: &ShardCtx, db: usize, request: &Request) -> bool {
         _ if ctx.shard_count == 1 => false,
         Route::AllShards(_) => true,
         Route::Keyed | Route::Split(_) => {
-            !matches!(request.owners(), Owners::One(s) if s == ctx.id)
-                && request.owners() != Owners::None
-                || crate::routing::cross::sort_reaches_elsewhere(ctx, request)
+            let elsewhere = match request.owners() {
+                Owners::One(owner) => owner != ctx.id,
+                Owners::Several => true,
+                Owners::None => false,
+            };
+            elsewhere || crate::routing::cross::sort_reaches_elsewhere(ctx, request)
         }
     }
 }
@@ -198,9 +201,9 @@ pub fn try_inline(
     let queueing = in_multi && spec.is_some_and(|s| !transaction::controls_transaction(s));
     // A worker's step (a blocking TASK.FETCH over this shard's queues) leases now or parks
     // here with no task.
-    if let Form::Fetch(fetch) = request.form() {
+    if let (Form::Fetch(fetch), true) = (request.form(), may_park && !in_multi) {
         let fetch = fetch.view(args);
-        if may_park && !in_multi && commands::tasks::parks_here(ctx, request, &fetch) {
+        if commands::tasks::parks_here(ctx, request, &fetch) {
             return fetch_or_park(ctx, conn, request, fetch);
         }
     }

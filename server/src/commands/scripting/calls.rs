@@ -346,9 +346,8 @@ pub(super) fn undeclared_keys_to_borrow(
     let run = run.as_mut().ok_or("ERR no script is running")?;
     // A SORT whose patterns name keys anywhere needs every shard, as a key of each would.
     let everywhere = crate::routing::cross::sort_reaches_elsewhere(ctx, command);
-    for i in command.key_positions() {
+    for (i, shard) in command.key_owners(ctx.shard_count) {
         let key = &argv[i];
-        let shard = ctx.owner_of(key);
         let declared = run.declared.iter().any(|k| k == key);
         let all_open = (0..ctx.shard_count).all(|s| run.open_shards.contains(&s));
         if (!declared && !run.open_shards.contains(&shard)) || (everywhere && !all_open) {
