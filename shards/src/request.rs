@@ -2,8 +2,8 @@
 //! [`Request`] as soon as it is decoded: the command's row ([`CommandSpec`]), its keys with
 //! their hash slots and owning shards, and, for every command whose route depends on its
 //! arguments, the parsed form ([`Form`]): a blocking pop or move and XREAD/XREADGROUP
-//! ([`Blocking`]), TASK.FETCH, TASK.WAIT, TASK.EVENTS, TASK.WORKER, and a script's
-//! `numkeys`. Admission, MULTI queueing, MONITOR, tracking, routing, parking and execution
+//! ([`Blocking`]), TASK.FETCH, TASK.WAIT, TASK.EVENTS, TASK.WORKER, a script's `numkeys`,
+//! and SORT's options. Admission, MULTI queueing, MONITOR, tracking, routing, parking and execution
 //! all read this value; none of them parses the arguments again (mini-redis's shape: a frame
 //! becomes one typed command, once).
 //!
