@@ -31,8 +31,11 @@ pub struct Request {
     /// The arguments as decoded, the command's name first.
     pub args: Vec<Bytes>,
     spec: Option<&'static CommandSpec>,
-    /// Each key's position among the arguments and its slot (with several shards).
+    /// Each key's position among the arguments and its slot (the slot with several shards
+    /// only). Empty for a fixed-key row on one shard, where the row's arithmetic gives them.
     keys: Vec<KeyAt>,
+    /// Whether `keys` holds the keys (false: the row's fixed positions do).
+    placed: bool,
     owners: Owners,
     form: Form,
 }
@@ -122,19 +125,24 @@ impl Request {
     pub fn prepare(&mut self, spec: Option<&'static CommandSpec>, shard_count: usize) {
         self.spec = spec;
         self.keys.clear();
+        self.placed = false;
         self.owners = Owners::None;
-        if !matches!(self.form, Form::Plain) {
-            self.form = Form::Plain;
-        }
-        let Some(spec) = spec.filter(|s| s.arity_ok(self.args.len())) else {
+        let Some(spec) = spec else {
+            self.set_form(Form::Plain);
             return;
         };
         if shard_count == 1 && spec.form == FormKind::Plain && spec.movable_keys.is_none() {
             // One shard, fixed key positions (GET, SET …): the row says whether it has keys,
-            // and every key is here.
+            // and every key is here. (A wrong arity is answered by admission before anything
+            // reads this.)
+            self.set_form(Form::Plain);
             if spec.first_key > 0 {
                 self.owners = Owners::One(0);
             }
+            return;
+        }
+        if !spec.arity_ok(self.args.len()) {
+            self.set_form(Form::Plain);
             return;
         }
         self.prepare_parsed(spec, shard_count);
@@ -143,30 +151,61 @@ impl Request {
     /// The rest of [`Request::prepare`]: the parsed form, and the keys' slots and owners.
     #[inline(never)]
     fn prepare_parsed(&mut self, spec: &'static CommandSpec, shard_count: usize) {
-        if spec.form != FormKind::Plain {
-            self.form = parse_form(spec, &self.args);
-        }
+        self.set_form(parse_form(spec, &self.args));
         if shard_count > 1 {
             self.place_keys(spec, shard_count);
+        } else if spec.movable_keys.is_some() {
+            // One shard: no slots, but the positions the key finder found are kept, so the
+            // shard side never runs it again.
+            self.list_keys(spec);
+            if !self.keys.is_empty() {
+                self.owners = Owners::One(0);
+            }
         } else if self.names_keys(spec) {
             self.owners = Owners::One(0);
         }
     }
 
+    /// Replaces the form. The forms a connection keeps between commands (plain, a fetch's
+    /// positions, a script's numkeys: see [`Request::clear`]) hold nothing to drop, so the
+    /// old one is not dropped (the drop glue is a call per command on the worker's path).
+    #[inline]
+    fn set_form(&mut self, form: Form) {
+        if matches!(
+            self.form,
+            Form::Plain | Form::Fetch(_) | Form::Script(Ok(_))
+        ) {
+            const _: () = assert!(!std::mem::needs_drop::<FetchAt>());
+            std::mem::forget(std::mem::replace(&mut self.form, form));
+        } else {
+            self.form = form;
+        }
+    }
+
     /// True when the request names at least one key (routing's view: a task command's
-    /// queues and ids count as keys); the parsed forms say so without walking them.
+    /// queues and ids count as keys); the parsed forms say so without walking them (with
+    /// one shard, where no key is placed).
     fn names_keys(&self, spec: &CommandSpec) -> bool {
         match &self.form {
             Form::Fetch(_) | Form::Wait(_) | Form::Events(_) | Form::Sort(_) => true,
             Form::Blocking(blocking) => !blocking.keys.is_empty(),
             Form::Script(Ok(numkeys)) => *numkeys > 0,
             Form::Worker(_) | Form::Malformed(_) | Form::Script(Err(_)) => false,
-            Form::Plain => {
-                let mut any = false;
-                self.each_key_position(spec, |_| any = true);
-                any
-            }
+            Form::Plain => spec.first_key > 0,
         }
+    }
+
+    /// Lists each key's position (one shard: no slot is needed).
+    fn list_keys(&mut self, spec: &CommandSpec) {
+        let mut keys = std::mem::take(&mut self.keys);
+        self.each_key_position(spec, |position| {
+            keys.push(KeyAt {
+                position: position as u32,
+                slot: 0,
+            })
+        });
+        self.keys = keys;
+        self.placed = true;
     }
 
     /// Lets go of the arguments (they share the connection's read buffer), keeping the
@@ -192,6 +231,7 @@ impl Request {
             args: self.args.iter().map(copy).collect(),
             spec: self.spec,
             keys: self.keys.clone(),
+            placed: self.placed,
             owners: self.owners,
             form: self.form.detached(),
         }
@@ -213,14 +253,23 @@ impl Request {
         self.owners
     }
 
-    /// The keys with their positions and slots (with several shards; empty with one).
+    /// The keys with their positions and slots (slots with several shards only; empty for
+    /// a fixed-key row on one shard).
     pub fn placed_keys(&self) -> &[KeyAt] {
         &self.keys
     }
 
+    /// The keys' positions as the parse found them, or `None` where the row's fixed
+    /// positions give them (a fixed-key row on one shard: arithmetic, no parse). What the
+    /// shard side reads instead of running a key finder again.
+    #[inline]
+    pub fn known_keys(&self) -> Option<&[KeyAt]> {
+        self.placed.then_some(&self.keys[..])
+    }
+
     /// Each key's position among the arguments, read from the parse (never a second one).
     pub fn key_positions(&self) -> Vec<usize> {
-        if !self.keys.is_empty() {
+        if self.placed {
             return self.keys.iter().map(|k| k.position as usize).collect();
         }
         let mut positions = Vec::new();
@@ -270,6 +319,7 @@ impl Request {
             };
         }
         self.keys = keys;
+        self.placed = true;
         self.owners = owners;
     }
 
@@ -412,6 +462,33 @@ mod tests {
         assert_eq!(request("MSET {a}x 1 {a}y 2", 4).placed_keys().len(), 2);
         assert_eq!(request("PING", 4).owners(), Owners::None);
         assert_eq!(request("NOSUCH a", 4).spec().map(|s| s.name), None);
+    }
+
+    #[test]
+    fn movable_keys_are_kept_on_one_shard_too() {
+        let positions = |r: &Request| -> Option<Vec<u32>> {
+            r.known_keys()
+                .map(|keys| keys.iter().map(|k| k.position).collect())
+        };
+        // The key finder ran once, here; the shard reads what it found.
+        let union = request("ZUNIONSTORE d 2 a b", 1);
+        assert_eq!(positions(&union), Some(vec![1, 3, 4]));
+        assert_eq!(union.owners(), Owners::One(0));
+        // A fixed-key row needs no list: its row's arithmetic gives the keys.
+        assert_eq!(positions(&request("GET k", 1)), None);
+        assert_eq!(request("GET k", 1).owners(), Owners::One(0));
+        // A FETCH's keys come from its form, on one shard.
+        let fetch = request("TASK.FETCH q BLOCK 0 ACK id", 1);
+        assert_eq!(positions(&fetch), None);
+        assert_eq!(fetch.owners(), Owners::One(0));
+        assert_eq!(fetch.key_positions(), vec![1, 5]);
+        // A reused request forgets the last one's keys.
+        let mut reused = union.clone();
+        reused.clear();
+        reused.args = request("GET k", 1).args;
+        reused.prepare(crate::table::lookup(b"get"), 1);
+        assert_eq!(positions(&reused), None);
+        assert_eq!(reused.key_positions(), vec![1]);
     }
 
     #[test]

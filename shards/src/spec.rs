@@ -129,6 +129,13 @@ pub enum FormKind {
     Sort,
 }
 
+/// A form's number, for the parse counter (`crate::parse_count`).
+impl From<FormKind> for usize {
+    fn from(kind: FormKind) -> usize {
+        kind as usize
+    }
+}
+
 pub struct CommandSpec {
     /// Lower-case name.
     pub name: &'static str,
@@ -171,7 +178,10 @@ impl CommandSpec {
     /// The key argument positions in `args`.
     pub fn key_positions(&self, args: &[Bytes]) -> KeyPositions {
         match self.movable_keys {
-            Some(find) => KeyPositions::Listed(find(args).into_iter()),
+            Some(find) => {
+                crate::parse_count::count_key_finder();
+                KeyPositions::Listed(find(args).into_iter())
+            }
             None => KeyPositions::Fixed(self.fixed_key_positions(args.len())),
         }
     }

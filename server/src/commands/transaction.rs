@@ -273,7 +273,7 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
             crate::routing::cross::borrow_sort_patterns(&held, &mut borrowed, db, command).await;
             ctx.shard
                 .borrow_mut()
-                .execute_all_here(db, client, spec, args, command.form())
+                .execute_all_here(db, client, spec, command)
         } else {
             run_one(&held, conn, db, client, spec, command).await
         };
@@ -301,14 +301,16 @@ async fn run_one(
     command: &Command,
 ) -> Frame {
     let (ctx, args) = (held.ctx, &command.args[..]);
+    // The command travels with its parse (no key finder runs again on its owner).
     let exec_on = |shard: usize| {
         on(
             held,
             shard,
-            Request::Keys(KeyRequest::Exec {
+            Request::Keys(KeyRequest::ExecParsed {
                 db,
                 client,
-                commands: vec![(spec.index(), args.to_vec())],
+                spec: spec.index(),
+                request: Box::new(command.clone()),
             }),
         )
     };
@@ -333,12 +335,14 @@ async fn run_one(
             crate::routing::merge_replies(merge, replies)
         }
         _ if spec.has(flag::TASK) => {
-            let shard = spec
-                .key_positions(args)
-                .next()
-                .map_or(ctx.id, |i| ctx.owner_of(&args[i]));
+            let shard = command
+                .key_owners(ctx.shard_count)
+                .first()
+                .map_or(ctx.id, |&(_, owner)| owner);
             if shard == ctx.id {
-                ctx.shard.borrow_mut().execute(db, client, spec, args)
+                ctx.shard
+                    .borrow_mut()
+                    .execute_request(db, client, spec, command, None)
             } else {
                 crate::routing::single_reply(exec_on(shard).await)
             }
@@ -348,6 +352,6 @@ async fn run_one(
         _ => ctx
             .shard
             .borrow_mut()
-            .execute_form(db, client, spec, args, command.form(), None),
+            .execute_request(db, client, spec, command, None),
     }
 }

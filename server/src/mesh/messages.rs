@@ -31,15 +31,14 @@ pub enum KeyRequest {
         client: u64,
         commands: ShardCommands,
     },
-    /// Run a command (its keys all here) from the form the client's shard parsed it into
-    /// (`wetask_shards::request::Form`: a blocking command's attempt, a SORT): no second
-    /// parse.
+    /// Run a command (its keys all here) as the client's shard parsed it
+    /// (`wetask_shards::request::Request`: its form, such as a blocking command's attempt
+    /// or a SORT, and its keys' positions): no second parse, no key finder run again.
     ExecParsed {
         db: usize,
         client: u64,
         spec: usize,
-        args: Vec<Bytes>,
-        form: Box<wetask_shards::request::Form>,
+        request: Box<wetask_shards::request::Request>,
     },
     /// Remove a key and hand its entry over; `signals` are what a cross-shard operation's
     /// commands signalled for the key's blocked clients (replayed here, see `cross`).

@@ -335,7 +335,7 @@ async fn borrowed(
     let frame = {
         let mut shard = held.ctx.shard.borrow_mut();
         // A blocking command's attempt runs from its parsed form.
-        shard.execute_form(db, at.client, spec, args, request.form(), None)
+        shard.execute_request(db, at.client, spec, request, None)
     };
     // A read (SINTER, LRANGE …) gives its keys back unchanged: WATCH does not see it.
     let written = if spec.has(wetask_shards::table::flag::WRITE) {
@@ -445,7 +445,7 @@ async fn sort_anywhere(
     let frame = ctx
         .shard
         .borrow_mut()
-        .execute_all_here(db, at.client, spec, args, command.form());
+        .execute_all_here(db, at.client, spec, command);
     // The STORE key (the second, when there is one) is the only one written.
     let written: Vec<(usize, Bytes)> = keys.into_iter().skip(1).collect();
     give_back(held, borrowed, &written).await;

@@ -75,26 +75,25 @@ pub async fn keyed(
     if cross::sort_reaches_elsewhere(ctx, request) {
         return cross::run(ctx, at, spec, request).await;
     }
-    let form = request.form();
     if owner == ctx.id || ctx.shard_count == 1 {
         // (A plain form runs the row's handler.)
         return ctx
             .shard
             .borrow_mut()
-            .execute_form(at.db, at.client, spec, args, form, direct);
+            .execute_request(at.db, at.client, spec, request, direct);
     }
-    let response = match form {
-        Form::Plain => send_one(ctx, owner, at, spec, args.to_vec()).await,
-        form => {
-            let parsed = KeyRequest::ExecParsed {
-                db: at.db,
-                client: at.client,
-                spec: spec.index(),
-                args: args.to_vec(),
-                form: Box::new(form.clone()),
-            };
-            ctx.request(owner, Request::Keys(parsed)).await
-        }
+    // A fixed-key plain command travels as its arguments (the owner's row gives its keys
+    // by arithmetic); anything parsed travels with its parse.
+    let response = if matches!(request.form(), Form::Plain) && spec.movable_keys.is_none() {
+        send_one(ctx, owner, at, spec, args.to_vec()).await
+    } else {
+        let parsed = KeyRequest::ExecParsed {
+            db: at.db,
+            client: at.client,
+            spec: spec.index(),
+            request: Box::new(request.clone()),
+        };
+        ctx.request(owner, Request::Keys(parsed)).await
     };
     single_reply(response)
 }
@@ -104,14 +103,12 @@ pub fn keyed_here(
     ctx: &ShardCtx,
     at: Target,
     spec: &CommandSpec,
-    args: &[Bytes],
+    request: &Command,
     direct: Option<&mut Output>,
 ) -> Frame {
-    let mut shard = ctx.shard.borrow_mut();
-    match direct {
-        Some(out) => shard.execute_into(at.db, at.client, spec, args, out),
-        None => shard.execute(at.db, at.client, spec, args),
-    }
+    ctx.shard
+        .borrow_mut()
+        .execute_request(at.db, at.client, spec, request, direct)
 }
 
 /// Splits a multi-key command into one sub-command per shard and merges the replies.

@@ -222,7 +222,7 @@ pub fn try_inline(
         && !spec.has(flag::BLOCKING)
         && !is_memory_stats(spec, args)
     {
-        crate::routing::keyed_here(ctx, at, spec, args, direct)
+        crate::routing::keyed_here(ctx, at, spec, request, direct)
     } else {
         let frame = poll_once(run_admitted(ctx, conn, spec, request, at, direct));
         debug_assert!(frame.is_some(), "a local command waited");

@@ -122,7 +122,9 @@ impl Session {
     }
 
     /// Lets go of the window's arguments: they share the read buffer, which can only be
-    /// reused in place once nothing else holds it.
+    /// reused in place once nothing else holds it. (Inline: as a call it cost the job flow
+    /// about 60 instructions per job in saved registers; callgrind, 2026-12-05.)
+    #[inline(always)]
     fn clear_window(&mut self, n: usize) {
         for request in &mut self.window[..n] {
             request.clear();

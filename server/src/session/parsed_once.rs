@@ -4,7 +4,9 @@
 //! EVAL, and the shards crate's parse counter (its
 //! `parse-count` feature, on for this crate's tests) must move by exactly one per command,
 //! whichever shard the connection lands on and whether the command leases, pops, or waits
-//! and times out.
+//! and times out. Movable-key commands (ZUNIONSTORE, LMPOP) run their row's key finder
+//! once, even while WATCH, CLIENT TRACKING and a blocked client read their keys on the shard
+//! side.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -79,6 +81,98 @@ fn parses(client: &mut Client, kind: FormKind, command: &[&str]) -> (Frame, usiz
     let before = parse_counts::get(kind);
     let reply = client.call(command);
     (reply, parse_counts::get(kind) - before)
+}
+
+/// Runs `command` and returns its reply and how many times a movable-key row's key finder
+/// ran for it.
+fn finder_runs(client: &mut Client, command: &[&str]) -> (Frame, usize) {
+    let before = parse_counts::key_finder_runs();
+    let reply = client.call(command);
+    (reply, parse_counts::key_finder_runs() - before)
+}
+
+/// Movable-key commands while everything that reads a command's keys on the shard side is
+/// on (a WATCH on both shards, a tracking client, a blocked client on both shards): the key
+/// finder runs once, when the request is prepared; the shard reads the positions it found,
+/// locally, on the keys' one other owner, across shards and inside MULTI.
+// Long: the setup (a watcher, a tracker, a blocked client), then one case per route.
+fn key_finders_run_once(client: &mut Client, port: u16) {
+    let mut tracker = Client::connect(port);
+    assert_eq!(tracker.call(&["CLIENT", "TRACKING", "ON"]), Frame::ok());
+    let mut blocked = Client::connect(port);
+    let (w0, w1) = (name_on(0, "waiting"), name_on(1, "waiting"));
+    let blpop = format!(
+        "*4\r\n$5\r\nBLPOP\r\n${}\r\n{w0}\r\n${}\r\n{w1}\r\n$2\r\n30\r\n",
+        w0.len(),
+        w1.len()
+    );
+    blocked.stream.write_all(blpop.as_bytes()).expect("send");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !matches!(client.call(&["INFO", "clients"]), Frame::Bulk(info) if std::str::from_utf8(&info).unwrap_or("").contains("blocked_clients:1"))
+    {
+        assert!(Instant::now() < deadline, "the BLPOP never blocked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (watched0, watched1) = (name_on(0, "watched"), name_on(1, "watched"));
+    assert_eq!(client.call(&["WATCH", &watched0, &watched1]), Frame::ok());
+
+    for shard in [0, 1] {
+        // Every key on one shard: run here, or on that shard with the parse.
+        let tag = name_on(shard, "tag");
+        let (dst, a, b) = (
+            format!("{{{tag}}}dst"),
+            format!("{{{tag}}}a"),
+            format!("{{{tag}}}b"),
+        );
+        assert_eq!(client.call(&["ZADD", &a, "1", "x"]), Frame::Integer(1));
+        let (reply, runs) = finder_runs(client, &["ZUNIONSTORE", &dst, "2", &a, &b]);
+        assert_eq!(reply, Frame::Integer(1));
+        assert_eq!(
+            runs, 1,
+            "a ZUNIONSTORE on shard {shard} found its keys {runs} times"
+        );
+        let (reply, runs) = finder_runs(client, &["ZRANGE", &dst, "0", "-1"]);
+        assert_eq!(reply, Frame::Array(vec![Frame::Bulk("x".into())]));
+        assert_eq!(runs, 0, "a fixed-key ZRANGE ran a key finder");
+    }
+    // Keys on both shards: one cross-shard operation.
+    let (dst, a) = (name_on(0, "union"), name_on(1, "union"));
+    assert_eq!(client.call(&["ZADD", &a, "1", "y"]), Frame::Integer(1));
+    let (reply, runs) = finder_runs(client, &["ZUNIONSTORE", &dst, "1", &a]);
+    assert_eq!(reply, Frame::Integer(1));
+    assert_eq!(
+        runs, 1,
+        "a ZUNIONSTORE across shards found its keys {runs} times"
+    );
+    // Inside MULTI: found when queued, read at EXEC.
+    assert_eq!(client.call(&["MULTI"]), Frame::ok());
+    let (_, queued) = finder_runs(client, &["LMPOP", "1", &a, "LEFT"]);
+    let (_, queued_too) = finder_runs(client, &["ZUNIONSTORE", &dst, "1", &a]);
+    let (reply, at_exec) = finder_runs(client, &["EXEC"]);
+    assert!(
+        matches!(&reply, Frame::Array(replies) if replies.len() == 2),
+        "{reply:?}"
+    );
+    assert_eq!(
+        (queued, queued_too, at_exec),
+        (1, 1, 0),
+        "MULTI found its keys again"
+    );
+
+    // The BLPOP is let go.
+    assert_eq!(client.call(&["RPUSH", &w1, "go"]), Frame::Integer(1));
+    let mut reply = None;
+    while reply.is_none() {
+        let mut chunk = [0u8; 256];
+        let n = blocked.stream.read(&mut chunk).expect("read");
+        assert!(n > 0, "the server closed the connection");
+        blocked.buffer.extend_from_slice(&chunk[..n]);
+        reply = blocked
+            .decoder
+            .decode(&mut blocked.buffer)
+            .expect("a reply");
+    }
+    assert!(matches!(reply, Some(Frame::Array(_))), "{reply:?}");
 }
 
 #[test]
@@ -173,6 +267,8 @@ fn a_blocking_fetch_over_two_shards_and_a_blmpop_are_each_parsed_once() {
     let (reply, count) = parses(&mut client, FormKind::Script, &eval);
     assert_eq!(reply, Frame::Integer(3));
     assert_eq!(count, 1, "an EVAL was parsed {count} times");
+
+    key_finders_run_once(&mut client, port);
 
     client
         .stream

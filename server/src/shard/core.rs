@@ -585,11 +585,10 @@ impl ShardCore {
                 db,
                 client,
                 spec,
-                args,
-                form,
+                request,
             } => {
                 let spec = &wetask_shards::COMMANDS[spec];
-                let frame = shard.execute_form(db, client, spec, &args, &form, None);
+                let frame = shard.execute_request(db, client, spec, &request, None);
                 Response::Frames(vec![frame])
             }
             KeyRequest::Take { db, key, signals } => {

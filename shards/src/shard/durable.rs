@@ -17,7 +17,7 @@ use crate::families::lists::End;
 use crate::keyspace::{Entry, DATABASES};
 use crate::persist::journal::ops::{self, Op};
 use crate::shard::Shard;
-use crate::table::{lookup, CommandSpec};
+use crate::table::lookup;
 use crate::tasks::{BatchNote, Fallback, TaskError};
 
 impl Shard {
@@ -71,26 +71,26 @@ impl Shard {
     }
 
     /// Logs a write command after it ran (see `Shard::run`).
-    pub(crate) fn log_command(
+    pub(super) fn log_command(
         &mut self,
         db: usize,
         client: u64,
-        spec: &CommandSpec,
-        args: &[Bytes],
+        call: &super::call::Call<'_>,
         rewrite: Option<Vec<Bytes>>,
     ) {
         let now_ms = self.now_ms();
+        let args = call.args;
         if !self.borrowed.is_empty()
-            && spec
-                .key_positions(args)
-                .any(|i| self.borrowed.contains(&(db, args[i].clone())))
+            && call
+                .keys()
+                .any(|key| self.borrowed.contains(&(db, key.clone())))
         {
             // It ran on keys lent by other shards: replay here could not see them. Log what
             // this shard's own keys hold now; their owners log theirs on give-back.
-            let own: Vec<Bytes> = spec
-                .key_positions(args)
-                .map(|i| args[i].clone())
-                .filter(|k| !self.borrowed.contains(&(db, k.clone())))
+            let own: Vec<Bytes> = call
+                .keys()
+                .filter(|k| !self.borrowed.contains(&(db, (*k).clone())))
+                .cloned()
                 .collect();
             for key in own {
                 self.log_key_state(db, &key);

@@ -2,6 +2,7 @@
 //! Everything here is synchronous and owned by one core; the server decides what runs where.
 
 pub mod blocked;
+mod call;
 pub mod cross_commit;
 pub(crate) mod durable;
 mod entries;
@@ -92,27 +93,7 @@ pub struct Shard {
     keyspace_misses: u64,
 }
 
-/// What runs a command on a shard: its row's handler (which parses the arguments), or a
-/// form the server already parsed.
-#[derive(Clone, Copy)]
-enum Body<'a> {
-    Handler,
-    Blocking(&'a crate::families::blocking::Blocking),
-    Sort(&'a crate::families::sort::SortArgs),
-}
-
-impl<'a> Body<'a> {
-    /// The body for a request's parsed form: the form where the shard side takes one, else
-    /// the handler.
-    fn of(form: &'a crate::request::Form) -> Body<'a> {
-        use crate::request::Form;
-        match form {
-            Form::Blocking(blocking) => Body::Blocking(blocking),
-            Form::Sort(sort) => Body::Sort(sort),
-            _ => Body::Handler,
-        }
-    }
-}
+use call::{Body, Call};
 
 impl Shard {
     pub fn new(id: usize) -> Self {
@@ -282,57 +263,38 @@ impl Shard {
 
     /// Runs a command whose spec the caller already looked up and arity-checked.
     pub fn execute(&mut self, db: usize, client: u64, spec: &CommandSpec, args: &[Bytes]) -> Frame {
-        self.run(db, client, spec, args, None, Body::Handler)
+        self.run(db, client, Call::plain(spec, args), None)
     }
 
-    /// Runs a command from the form the server parsed it into once (`request::Form`): a
-    /// blocking command's attempt, a SORT; any other form runs its handler. Everything
+    /// Runs a request as the server parsed it once (`request::Request`): a blocking
+    /// command's attempt or a SORT from its form, any other form through its handler, and
+    /// its keys where the parse found them (WATCH, tracking, notifications and the journal
+    /// read those; no key finder runs again). A reply may go straight into `out` (a local
+    /// client's output buffer; the result may then be `Frame::Written`). Everything
     /// [`Shard::execute`] does around a handler is done.
-    pub fn execute_form(
+    pub fn execute_request(
         &mut self,
         db: usize,
         client: u64,
         spec: &CommandSpec,
-        args: &[Bytes],
-        form: &crate::request::Form,
+        request: &crate::request::Request,
         out: Option<&mut Output>,
     ) -> Frame {
-        self.run(db, client, spec, args, out, Body::of(form))
+        self.run(db, client, Call::of(spec, request), out)
     }
 
-    /// Like [`Shard::execute`], for a reply that goes straight into `out` (a local client's
-    /// output buffer); the result may be `Frame::Written`.
-    pub fn execute_into(
-        &mut self,
-        db: usize,
-        client: u64,
-        spec: &CommandSpec,
-        args: &[Bytes],
-        out: &mut Output,
-    ) -> Frame {
-        self.run(db, client, spec, args, Some(out), Body::Handler)
-    }
-
-    fn run(
-        &mut self,
-        db: usize,
-        client: u64,
-        spec: &CommandSpec,
-        args: &[Bytes],
-        out: Option<&mut Output>,
-        body: Body<'_>,
-    ) -> Frame {
-        debug_assert!(spec.arity_ok(args.len()));
+    fn run(&mut self, db: usize, client: u64, call: Call<'_>, out: Option<&mut Output>) -> Frame {
+        debug_assert!(call.spec.arity_ok(call.args.len()));
         if self.memory_over.is_some() {
-            if let Err(oom) = self.make_room(spec) {
+            if let Err(oom) = self.make_room(call.spec) {
                 return oom;
             }
         }
         // Off (the default), notifications cost this test and nothing else.
         if self.notes.on() {
-            return self.run_noted(db, client, spec, args, out, body);
+            return self.run_noted(db, client, call, out);
         }
-        self.run_handler(db, client, spec, args, out, false, body)
+        self.run_handler(db, client, call, out, false)
     }
 
     /// [`Shard::run`] while keyspace notifications are on: the command's keys are looked
@@ -342,49 +304,45 @@ impl Shard {
         &mut self,
         db: usize,
         client: u64,
-        spec: &CommandSpec,
-        args: &[Bytes],
+        call: Call<'_>,
         out: Option<&mut Output>,
-        body: Body<'_>,
     ) -> Frame {
-        let (seen, mark) = self.look_before(db, spec, args);
-        let frame = self.run_handler(db, client, spec, args, out, true, body);
-        if spec.has(crate::table::flag::WRITE) {
-            self.notify_after(db, spec, args, &frame, seen, mark);
+        let (seen, mark) = self.look_before(db, &call);
+        let frame = self.run_handler(db, client, call, out, true);
+        if call.spec.has(crate::table::flag::WRITE) {
+            self.notify_after(db, &call, &frame, seen, mark);
         }
         frame
     }
 
     /// The command's handler, with what every command pays around it: WATCH and tracking
     /// for writes, keyspace hit counts for reads, the journal.
-    #[allow(clippy::too_many_arguments)] // the command, where it runs, and how
-                                         // Long: what every command pays around its handler, in the order it must be paid (WATCH, tracking, hit counts, blocked-key types, the handler, the journal); on the hot path, kept in one body.
+    // Long: what every command pays around its handler, in the order it must be paid (WATCH, tracking, hit counts, blocked-key types, the handler, the journal); on the hot path, kept in one body.
     fn run_handler(
         &mut self,
         db: usize,
         client: u64,
-        spec: &CommandSpec,
-        args: &[Bytes],
+        call: Call<'_>,
         out: Option<&mut Output>,
         noted: bool,
-        body: Body<'_>,
     ) -> Frame {
+        let spec = call.spec;
+        let args = call.args;
         let handler = spec.handler.expect("server commands never reach a shard");
         let write = spec.has(crate::table::flag::WRITE);
         if write {
             self.writes += 1;
             if !self.watched.is_empty() {
-                self.touch_written(db, spec, args);
+                self.touch_written(db, &call);
             }
             if self.tracking.active() {
-                self.track_written(spec, args, client);
+                self.track_written(&call, client);
             }
         }
         let mark = out.as_ref().map(|o| o.mark());
         let lookups_before = (!write).then(|| self.dbs[db].lookups());
         // Only while a client is blocked on this shard: what the write's keys held before.
-        let types_before =
-            (write && self.blocked.active()).then(|| self.written_types(db, spec, args));
+        let types_before = (write && self.blocked.active()).then(|| self.written_types(db, &call));
         // CLIENT NO-TOUCH: the command reads keys without refreshing their stamps.
         let untouched =
             !self.no_touch.is_empty() && self.no_touch.contains(&client) && spec.name != "touch";
@@ -410,7 +368,7 @@ impl Shard {
             ),
             notes: noted.then_some(&mut self.notes),
         };
-        let run = || match body {
+        let run = || match call.body {
             Body::Handler => handler(&mut ctx, args),
             Body::Blocking(blocking) => crate::families::blocking::attempt(&mut ctx, blocking),
             Body::Sort(sort) => crate::families::sort::run_parsed(&mut ctx, &args[1], sort),
@@ -439,10 +397,10 @@ impl Shard {
             self.keyspace_misses += misses - misses_before;
         }
         if self.journal.is_some() && write {
-            self.log_command(db, client, spec, args, rewrite);
+            self.log_command(db, client, &call, rewrite);
         }
         if self.tracking_on {
-            self.track_after(db, client, spec, args);
+            self.track_after(db, client, &call);
         }
         frame
     }
@@ -534,11 +492,10 @@ impl Shard {
         db: usize,
         client: u64,
         spec: &CommandSpec,
-        args: &[Bytes],
-        form: &crate::request::Form,
+        request: &crate::request::Request,
     ) -> Frame {
         self.all_keys_here = true;
-        let frame = self.run(db, client, spec, args, None, Body::of(form));
+        let frame = self.run(db, client, Call::of(spec, request), None);
         self.all_keys_here = false;
         frame
     }

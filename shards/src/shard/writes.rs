@@ -10,12 +10,8 @@ impl Shard {
     /// once, which expires a key whose time is up, as Redis's lookup does), and `keymiss`
     /// for a read command's missing key.
     #[cold]
-    pub(super) fn look_before(
-        &mut self,
-        db: usize,
-        spec: &CommandSpec,
-        args: &[Bytes],
-    ) -> (Vec<notify::Seen>, usize) {
+    pub(super) fn look_before(&mut self, db: usize, call: &Call<'_>) -> (Vec<notify::Seen>, usize) {
+        let (spec, args) = (call.spec, call.args);
         let write = spec.has(crate::table::flag::WRITE);
         let mut seen: Vec<notify::Seen> = Vec::new();
         if spec.has(crate::table::flag::TASK)
@@ -27,7 +23,7 @@ impl Shard {
         let other = write
             .then(|| notify::other_db_key(spec.name, db, args))
             .flatten();
-        let keys = spec.key_positions(args).map(|i| (db, args[i].clone()));
+        let keys = call.keys().map(|key| (db, key.clone()));
         for (d, key) in keys.chain(other) {
             if seen.iter().any(|s| s.db == d && s.key == key) {
                 continue;
@@ -57,12 +53,12 @@ impl Shard {
     pub(super) fn notify_after(
         &mut self,
         db: usize,
-        spec: &CommandSpec,
-        args: &[Bytes],
+        call: &Call<'_>,
         reply: &Frame,
         mut seen: Vec<notify::Seen>,
         mark: usize,
     ) {
+        let (spec, args) = (call.spec, call.args);
         let now = self.now_ms;
         for s in &mut seen {
             s.after = self.dbs[s.db].probe(&s.key, now).is_some();
@@ -89,14 +85,9 @@ impl Shard {
     /// (here, or on their owner when lent to a cross-shard step), and keys that expired on
     /// the way are invalidated.
     #[cold]
-    pub(super) fn track_after(
-        &mut self,
-        db: usize,
-        client: u64,
-        spec: &CommandSpec,
-        args: &[Bytes],
-    ) {
+    pub(super) fn track_after(&mut self, db: usize, client: u64, call: &Call<'_>) {
         use crate::table::flag;
+        let spec = call.spec;
         self.drain_expired(db);
         if !self.tracking.active() {
             self.set_expiry_logs(self.expiry_logs_wanted());
@@ -109,8 +100,7 @@ impl Shard {
         let Some(home) = self.tracking.should_remember(client, reads) else {
             return;
         };
-        for i in spec.key_positions(args) {
-            let key = &args[i];
+        for key in call.keys() {
             // A key another shard owns, read here for a cross-shard step (a script's, a
             // coordinator's), is remembered by its owner, whose writes invalidate it: lent
             // here, or missing (nothing was lent).
@@ -144,15 +134,15 @@ impl Shard {
 
     /// The keys a write command changes, for CLIENT TRACKING (all of them, for a flush).
     #[cold]
-    pub(super) fn track_written(&mut self, spec: &CommandSpec, args: &[Bytes], writer: u64) {
-        match spec.name {
+    pub(super) fn track_written(&mut self, call: &Call<'_>, writer: u64) {
+        match call.spec.name {
             // SWAPDB changes both databases wholesale: it invalidates as a flush does (Redis
             // sends nothing, and a client's cached values of either database go stale).
             "flushall" | "flushdb" | "swapdb" => self.tracking.flushed(),
-            "move" => self.tracking.key_changed(&args[1], writer),
+            "move" => self.tracking.key_changed(&call.args[1], writer),
             _ => {
-                for i in spec.key_positions(args) {
-                    self.tracking.key_changed(&args[i], writer);
+                for key in call.keys() {
+                    self.tracking.key_changed(key, writer);
                 }
             }
         }
@@ -161,7 +151,8 @@ impl Shard {
     /// Bumps the version of every watched key a write command names (all of a database's,
     /// or all, for FLUSHDB and FLUSHALL). A write that changes nothing still counts: EXEC may
     /// abort when Redis would not, never the other way round.
-    pub(super) fn touch_written(&mut self, db: usize, spec: &CommandSpec, args: &[Bytes]) {
+    pub(super) fn touch_written(&mut self, db: usize, call: &Call<'_>) {
+        let (spec, args) = (call.spec, call.args);
         self.watch_epoch += 1;
         let epoch = self.watch_epoch;
         match spec.name {
@@ -191,8 +182,8 @@ impl Shard {
                 .filter(|((d, _), _)| *d == db)
                 .for_each(|(_, v)| v.0 = epoch),
             _ => {
-                for i in spec.key_positions(args) {
-                    if let Some(v) = self.watched.get_mut(&(db, args[i].clone())) {
+                for key in call.keys() {
+                    if let Some(v) = self.watched.get_mut(&(db, key.clone())) {
                         v.0 = epoch;
                     }
                 }
@@ -215,14 +206,13 @@ impl Shard {
     pub(super) fn written_types(
         &mut self,
         db: usize,
-        spec: &CommandSpec,
-        args: &[Bytes],
+        call: &Call<'_>,
     ) -> Vec<(Bytes, Option<&'static str>)> {
         let now = self.now_ms;
         let mut out = Vec::new();
-        for i in spec.key_positions(args) {
-            let type_name = self.dbs[db].probe_type(&args[i], now);
-            out.push((args[i].clone(), type_name));
+        for key in call.keys() {
+            let type_name = self.dbs[db].probe_type(key, now);
+            out.push((key.clone(), type_name));
         }
         out
     }

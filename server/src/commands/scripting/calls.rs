@@ -104,26 +104,25 @@ pub(super) async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result
     }
     if spec.has(flag::TASK) {
         let shard = command
-            .key_positions()
+            .key_owners(ctx.shard_count)
             .first()
-            .map_or(ctx.id, |&i| ctx.owner_of(&argv[i]));
+            .map_or(ctx.id, |&(_, owner)| owner);
         if shard != ctx.id {
             return Ok(counted(
                 ctx,
                 spec,
-                exec_on(&held, shard, at, spec, argv).await,
+                exec_request_on(&held, shard, at, spec, &command).await,
             ));
         }
     }
-    let form = command.form();
     let frame = if sort_anywhere {
         ctx.shard
             .borrow_mut()
-            .execute_all_here(db, client, spec, argv, form)
+            .execute_all_here(db, client, spec, &command)
     } else {
         ctx.shard
             .borrow_mut()
-            .execute_form(db, client, spec, argv, form, None)
+            .execute_request(db, client, spec, &command, None)
     };
     Ok(counted(ctx, spec, frame))
 }
@@ -293,6 +292,24 @@ pub(super) async fn exec_on(
         db: at.db,
         client: at.client,
         commands: vec![(spec.index(), argv.to_vec())],
+    });
+    crate::routing::single_reply(crate::routing::cross::on(held, shard, request).await)
+}
+
+/// Runs `command` on `shard` under the script's locks, with its parse (no key finder runs
+/// again there).
+async fn exec_request_on(
+    held: &Held<'_>,
+    shard: usize,
+    at: Target,
+    spec: &'static CommandSpec,
+    command: &wetask_shards::request::Request,
+) -> Frame {
+    let request = Request::Keys(KeyRequest::ExecParsed {
+        db: at.db,
+        client: at.client,
+        spec: spec.index(),
+        request: Box::new(command.clone()),
     });
     crate::routing::single_reply(crate::routing::cross::on(held, shard, request).await)
 }
