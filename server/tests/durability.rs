@@ -886,8 +886,9 @@ fn check_fixture(c: &mut Client, f: &Fixture, context: &str) {
     }
 }
 
-/// 1 → 2 → 1 → 4 shards: every key and every task comes back on the shard that owns it
-/// now, in the state it had (leases lost, as at any restart).
+/// 1 → 2 → 1 → 4 shards, then from the first layout (slot mod n) to slot ranges: every key
+/// and every task comes back on the shard that owns it now, in the state it had (leases
+/// lost, as at any restart).
 #[test]
 fn restarts_with_other_shard_counts_keep_every_key_and_task() {
     let dir = temp_dir("reshard");
@@ -904,17 +905,7 @@ fn restarts_with_other_shard_counts_keep_every_key_and_task() {
     }
     for shards in [2, 1, 4] {
         let server = start(&dir, shards, "everysec");
-        let manifest = std::fs::read_to_string(dir.join("appendonlydir/manifest")).unwrap();
-        assert!(
-            manifest.contains(&format!("shards {shards}\n")),
-            "{manifest}"
-        );
-        let left: Vec<_> = std::fs::read_dir(dir.join("appendonlydir"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-            .filter(|n| n.starts_with("shard-") && !n.contains(&format!("-of-{shards}.")))
-            .collect();
-        assert!(left.is_empty(), "files of the old layout left: {left:?}");
+        assert_layout(&dir, shards);
         let mut c = server.client();
         check_fixture(
             &mut c,
@@ -922,7 +913,43 @@ fn restarts_with_other_shard_counts_keep_every_key_and_task() {
             &format!("after the move to {shards} shards"),
         );
     }
+    // A directory of the first layout (shard = slot mod n: files `-of-<n>.`, a manifest with
+    // no `slots ranges`), made here by renaming: a start moves every key and task to the
+    // shards that own their slot ranges, at the same shard count.
+    let data = dir.join("appendonlydir");
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        if name.starts_with("shard-") && name.contains("-of-4r.") {
+            let old = name.replace("-of-4r.", "-of-4.");
+            std::fs::rename(data.join(&name), data.join(old)).unwrap();
+        }
+    }
+    std::fs::write(data.join("manifest"), "wetask-journal 1\nshards 4\n").unwrap();
+    {
+        let server = start(&dir, 4, "everysec");
+        assert_layout(&dir, 4);
+        check_fixture(
+            &mut server.client(),
+            &fixture,
+            "after the move from slot mod 4 to slot ranges",
+        );
+    }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The data directory holds `shards` shards' files by slot ranges, and nothing else.
+fn assert_layout(dir: &std::path::Path, shards: usize) {
+    let manifest = std::fs::read_to_string(dir.join("appendonlydir/manifest")).unwrap();
+    assert!(
+        manifest.contains(&format!("shards {shards}\n")) && manifest.contains("slots ranges\n"),
+        "{manifest}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.join("appendonlydir"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("shard-") && !n.contains(&format!("-of-{shards}r.")))
+        .collect();
+    assert!(left.is_empty(), "files of the old layout left: {left:?}");
 }
 
 /// SHUTDOWN SAVE writes a snapshot before it exits (the journal after it is empty), and a

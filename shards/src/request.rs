@@ -287,14 +287,14 @@ impl Request {
         }
         self.keys
             .iter()
-            .map(|k| (k.position as usize, usize::from(k.slot) % shard_count))
+            .map(|k| (k.position as usize, crate::slot::shard_of_slot(k.slot, shard_count)))
             .collect()
     }
 
     /// The shard that owns the key at `position` among the arguments.
     pub fn owner_of_key(&self, position: usize, shard_count: usize) -> usize {
         match self.keys.iter().find(|k| k.position as usize == position) {
-            Some(key) => usize::from(key.slot) % shard_count,
+            Some(key) => crate::slot::shard_of_slot(key.slot, shard_count),
             None => crate::slot::shard_of(&self.args[position], shard_count),
         }
     }
@@ -311,7 +311,7 @@ impl Request {
         let mut owners = Owners::None;
         for key in &mut keys {
             key.slot = key_slot(&self.args[key.position as usize]);
-            let owner = usize::from(key.slot) % shard_count;
+            let owner = crate::slot::shard_of_slot(key.slot, shard_count);
             owners = match owners {
                 Owners::None => Owners::One(owner),
                 Owners::One(first) if first == owner => Owners::One(first),

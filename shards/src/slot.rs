@@ -1,5 +1,7 @@
 //! Key routing: the Redis Cluster hash slot (CRC16/XMODEM of the key, or of its `{hash tag}`,
-//! mod 16384) and the shard that owns a slot.
+//! mod 16384) and the shard that owns a slot: shard i of n owns the i-th of n contiguous
+//! slot ranges, as each primary of a Redis Cluster made by `redis-cli --cluster create`
+//! owns one range.
 
 pub const SLOT_COUNT: u16 = 16384;
 
@@ -37,8 +39,24 @@ pub fn key_slot(key: &[u8]) -> u16 {
 
 /// The shard owning `key` when there are `shard_count` shards.
 pub fn shard_of(key: &[u8], shard_count: usize) -> usize {
+    shard_of_slot(key_slot(key), shard_count)
+}
+
+/// The shard owning `slot` when there are `shard_count` shards: each owns one contiguous
+/// range of slots, in order, as a Redis Cluster node does ([`slot_range`]), so that the
+/// shards can be described to cluster clients as nodes with one range each.
+#[inline]
+pub fn shard_of_slot(slot: u16, shard_count: usize) -> usize {
     debug_assert!(shard_count > 0);
-    usize::from(key_slot(key)) % shard_count
+    (usize::from(slot) * shard_count) >> 14
+}
+
+/// The first and last slot shard `shard` of `shard_count` owns (see [`shard_of_slot`]).
+pub fn slot_range(shard: usize, shard_count: usize) -> (u16, u16) {
+    let slots = usize::from(SLOT_COUNT);
+    let first = (shard * slots).div_ceil(shard_count);
+    let end = ((shard + 1) * slots).div_ceil(shard_count);
+    (first as u16, (end - 1) as u16)
 }
 
 /// A short string whose slot is `slot`: `{tag}` in a name routes it to that slot. Task ids
@@ -92,6 +110,29 @@ mod tests {
             assert_eq!(key_slot(&name), slot);
         }
         assert!(longest <= 4, "tags stay short: {longest}");
+    }
+
+    #[test]
+    fn each_shard_owns_one_contiguous_range_and_every_slot_has_one_owner() {
+        for count in [1, 2, 3, 4, 5, 7, 8, 16, 64, 1000] {
+            let mut next = 0u32;
+            for shard in 0..count {
+                let (first, last) = slot_range(shard, count);
+                assert_eq!(u32::from(first), next, "{count} shards: ranges touch");
+                assert!(first <= last);
+                for slot in [first, last, first + (last - first) / 2] {
+                    assert_eq!(shard_of_slot(slot, count), shard, "slot {slot} of {count}");
+                }
+                next = u32::from(last) + 1;
+            }
+            assert_eq!(next, u32::from(SLOT_COUNT), "{count} shards cover every slot");
+        }
+        // Within one slot of how `redis-cli --cluster create` splits them (0-5460, 5461-10922,
+        // 10923-16383 for 3 primaries).
+        assert_eq!(slot_range(0, 3), (0, 5461));
+        assert_eq!(slot_range(1, 3), (5462, 10922));
+        assert_eq!(slot_range(2, 3), (10923, 16383));
+        assert_eq!(slot_range(0, 2), (0, 8191));
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub fn spawn(store: Arc<Store>, jobs: Receiver<Job>) -> Result<(), String> {
 /// Builds and writes the snapshot; returns its size and the journal bytes it replaces.
 fn run(store: &Store, job: &Job) -> Result<(u64, u64), String> {
     let dir = &store.path;
-    let count = store.shard_count;
+    let count = store.layout();
     let mut scratch = store.scratch_shard(job.id);
     let mut folded = 0;
     if let Some(base) = job.base {

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use wetask_shards::keyspace::{ScanFilter, DATABASES};
 use wetask_shards::{shard_of, Shard};
 
+use super::files::Layout;
 use super::load;
 
 /// The snapshots' folder under `dir`.
@@ -94,13 +95,18 @@ pub fn open(
     Ok(Some(dumps))
 }
 
-fn file_name(id: usize, count: usize) -> String {
-    format!("shard-{id}-of-{count}.snapshot")
+fn file_name(id: usize, layout: Layout) -> String {
+    format!("shard-{id}-of-{layout}.snapshot")
 }
 
 impl Dumps {
-    fn path(&self, id: usize, count: usize) -> PathBuf {
-        self.dir.join(file_name(id, count))
+    fn path(&self, id: usize, layout: Layout) -> PathBuf {
+        self.dir.join(file_name(id, layout))
+    }
+
+    /// The layout this process writes (`files::Layout`).
+    fn layout(&self) -> Layout {
+        Layout::of(self.shard_count)
     }
 
     /// Asks every shard for a snapshot; returns the request to wait for.
@@ -247,53 +253,53 @@ impl Dumps {
     }
 
     fn write(&self, job: &Job) -> Result<u64, String> {
-        let path = self.path(job.id, self.shard_count);
-        let header = load::snapshot_header(job.id, self.shard_count, 1);
+        let path = self.path(job.id, self.layout());
+        let header = load::snapshot_header(job.id, self.layout(), 1);
         load::write_framed(&self.dir, &path, &header, &mut |part| {
             job.parts.iter().for_each(|p| part(p))
         })
     }
 
-    /// Once every shard has saved in this layout, the files of another shard count go.
+    /// Once every shard has saved in this layout, the files of another layout go.
     fn remove_other_layouts(&self) {
         if !self.saved_here.iter().all(|s| s.load(Ordering::Acquire)) {
             return;
         }
-        for (count, _) in self.layouts() {
-            if count != self.shard_count {
-                for id in 0..count {
-                    let _ = std::fs::remove_file(self.path(id, count));
+        for (layout, _) in self.layouts() {
+            if layout != self.layout() {
+                for id in 0..layout.shards {
+                    let _ = std::fs::remove_file(self.path(id, layout));
                 }
             }
         }
     }
 
-    /// The shard counts with a complete set of snapshot files, newest first.
-    fn layouts(&self) -> Vec<(usize, std::time::SystemTime)> {
+    /// The layouts with a complete set of snapshot files, newest first.
+    fn layouts(&self) -> Vec<(Layout, std::time::SystemTime)> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
         };
-        let mut counts: Vec<usize> = entries
+        let mut layouts: Vec<Layout> = entries
             .flatten()
             .filter_map(|e| {
                 let name = e.file_name().into_string().ok()?;
                 let rest = name.strip_prefix("shard-")?.strip_suffix(".snapshot")?;
-                rest.split_once("-of-")?.1.parse().ok()
+                Layout::parse(rest.split_once("-of-")?.1)
             })
             .collect();
-        counts.sort_unstable();
-        counts.dedup();
-        let mut complete: Vec<(usize, std::time::SystemTime)> = counts
+        layouts.sort_unstable();
+        layouts.dedup();
+        let mut complete: Vec<(Layout, std::time::SystemTime)> = layouts
             .into_iter()
-            .filter_map(|count| {
-                let times: Option<Vec<_>> = (0..count)
+            .filter_map(|layout| {
+                let times: Option<Vec<_>> = (0..layout.shards)
                     .map(|id| {
-                        std::fs::metadata(self.path(id, count))
+                        std::fs::metadata(self.path(id, layout))
                             .and_then(|m| m.modified())
                             .ok()
                     })
                     .collect();
-                Some((count, times?.into_iter().max()?))
+                Some((layout, times?.into_iter().max()?))
             })
             .collect();
         complete.sort_by_key(|&(_, modified)| std::cmp::Reverse(modified));
@@ -304,26 +310,26 @@ impl Dumps {
     /// files is of this shard count, else what it owns of every file of that set. Returns
     /// the keys loaded, `None` when there is nothing to load.
     pub fn load(&self, id: usize, shard: &mut Shard) -> Result<Option<usize>, String> {
-        let Some(&(count, _)) = self.layouts().first() else {
+        let Some(&(layout, _)) = self.layouts().first() else {
             return Ok(None);
         };
-        if count == self.shard_count {
-            load::read_snapshot(&self.path(id, count), shard)?;
+        if layout == self.layout() {
+            load::read_snapshot(&self.path(id, layout), shard)?;
             return Ok(Some(key_count(shard)));
         }
         tracing::info!(
             shard = id,
-            from = count,
+            from = %layout,
             to = self.shard_count,
-            "snapshots of another shard count: keeping this shard's part"
+            "snapshots of another layout: keeping this shard's part"
         );
         let (retention_ms, dead_ms, events) = self.retention;
-        for old in 0..count {
+        for old in 0..layout.shards {
             let mut source = Shard::new(old);
             source.tasks = wetask_shards::tasks::Engine::new(retention_ms)
                 .with_dead_retention(dead_ms)
                 .with_events_max(events);
-            load::read_snapshot(&self.path(old, count), &mut source)?;
+            load::read_snapshot(&self.path(old, layout), &mut source)?;
             for db in 0..DATABASES {
                 let (_, names) = source.scan(db, 0, usize::MAX >> 1, &ScanFilter::default());
                 for key in names {

@@ -70,7 +70,7 @@ pub enum Commit {
 
 impl Journal {
     pub(super) fn open_segment(store: &Store, id: usize, gen: u64) -> Result<File, String> {
-        let path = files::journal(&store.path, id, store.shard_count, gen);
+        let path = files::journal(&store.path, id, store.layout(), gen);
         OpenOptions::new()
             .create(true)
             .truncate(false)

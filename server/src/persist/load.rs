@@ -46,24 +46,24 @@ pub struct Loaded {
 pub fn load_shard(
     dir: &Path,
     id: usize,
-    count: usize,
+    layout: files::Layout,
     shard: &mut Shard,
     repair: Repair,
 ) -> Result<Loaded, String> {
     let found =
-        files::list(dir, id, count).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        files::list(dir, id, layout).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
     let (base, journals) = found.plan();
     let mut loaded = Loaded {
         snapshot: base,
         ..Loaded::default()
     };
     if let Some(gen) = base {
-        loaded.snapshot_bytes = read_snapshot(&files::snapshot(dir, id, count, gen), shard)?;
+        loaded.snapshot_bytes = read_snapshot(&files::snapshot(dir, id, layout, gen), shard)?;
     }
     let last = journals.last().copied();
     let mut replay = Replay::default();
     for gen in journals {
-        let path = files::journal(dir, id, count, gen);
+        let path = files::journal(dir, id, layout, gen);
         let is_last = Some(gen) == last;
         let kept = replay_journal(&path, shard, &mut replay, is_last, repair, &mut loaded)?;
         loaded.journal_bytes += kept;
@@ -251,15 +251,15 @@ pub fn read_snapshot(path: &Path, shard: &mut Shard) -> Result<u64, String> {
 pub fn write_snapshot(
     dir: &Path,
     id: usize,
-    count: usize,
+    layout: files::Layout,
     gen: u64,
     shard: &mut Shard,
 ) -> Result<u64, String> {
-    let path = files::snapshot(dir, id, count, gen);
+    let path = files::snapshot(dir, id, layout, gen);
     write_framed(
         dir,
         &path,
-        &format!("{SNAPSHOT_MAGIC} {id} {count} {gen}"),
+        &format!("{SNAPSHOT_MAGIC} {id} {layout} {gen}"),
         &mut |part| shard.export_snapshot(part),
     )
 }
@@ -314,6 +314,6 @@ pub fn write_framed(
 }
 
 /// A snapshot's header record (for [`write_framed`]): magic, shard, shard count, generation.
-pub fn snapshot_header(id: usize, count: usize, gen: u64) -> String {
-    format!("{SNAPSHOT_MAGIC} {id} {count} {gen}")
+pub fn snapshot_header(id: usize, layout: files::Layout, gen: u64) -> String {
+    format!("{SNAPSHOT_MAGIC} {id} {layout} {gen}")
 }

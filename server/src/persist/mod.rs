@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 
 use wetask_shards::Shard;
 
+use files::Layout;
+
 use crate::config::Config;
 pub use crate::config::Fsync;
 pub use journal::{Commit, Journal, SyncedFile};
@@ -109,6 +111,13 @@ pub struct Store {
     rendezvous: resolve::Rendezvous,
 }
 
+impl Store {
+    /// The layout this process writes: its shard count, by slot ranges.
+    pub fn layout(&self) -> Layout {
+        Layout::of(self.shard_count)
+    }
+}
+
 /// Opens (creating) the data directory for `shard_count` shards, locks it, checks its
 /// manifest (moving the data to the new layout when the shard count changed), and starts
 /// the syncer and compactor threads. `None` when `appendonly no`.
@@ -166,15 +175,18 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
         Ok(text) => {
             let old = parse_manifest(&text)
                 .ok_or_else(|| format!("{} is not a wetask manifest", manifest.display()))?;
-            if old != shard_count {
+            let layout = store.layout();
+            if old != layout {
                 reshard::remove_other_layouts(&path, old)?;
                 reshard::run(&store, old)?;
-                write_manifest(&path, shard_count)?;
+                write_manifest(&path, layout)?;
                 reshard::remove_layout(&path, old)?;
             }
-            reshard::remove_other_layouts(&path, shard_count)?;
+            reshard::remove_other_layouts(&path, layout)?;
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_manifest(&path, shard_count)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            write_manifest(&path, store.layout())?
+        }
         Err(e) => return Err(format!("cannot read {}: {e}", manifest.display())),
     }
     spawn_syncer(store.clone())?;
@@ -182,21 +194,30 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
     Ok(Some(store))
 }
 
-fn parse_manifest(text: &str) -> Option<usize> {
+/// The layout a manifest names: `shards <n>`, and `slots ranges` since the layout by slot
+/// ranges (a manifest without it was written with slot mod n).
+fn parse_manifest(text: &str) -> Option<Layout> {
     let mut lines = text.lines();
     if lines.next()? != MANIFEST_MAGIC {
         return None;
     }
-    lines.find_map(|l| l.strip_prefix("shards ")?.trim().parse().ok())
+    let lines: Vec<&str> = lines.collect();
+    let shards = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("shards ")?.trim().parse().ok())?;
+    let ranges = lines.iter().any(|l| l.trim() == "slots ranges");
+    Some(Layout { shards, ranges })
 }
 
 /// Writes the manifest through a temporary file, a rename and a directory fsync: the
 /// moment a new layout takes over.
-fn write_manifest(dir: &Path, shard_count: usize) -> Result<(), String> {
+fn write_manifest(dir: &Path, layout: Layout) -> Result<(), String> {
     let tmp = dir.join(format!("{MANIFEST}.tmp"));
+    let slots = if layout.ranges { "slots ranges\n" } else { "" };
+    let shards = layout.shards;
     let write = || -> std::io::Result<()> {
         let mut file = File::create(&tmp)?;
-        file.write_all(format!("{MANIFEST_MAGIC}\nshards {shard_count}\n").as_bytes())?;
+        file.write_all(format!("{MANIFEST_MAGIC}\nshards {shards}\n{slots}").as_bytes())?;
         file.sync_all()?;
         std::fs::rename(&tmp, dir.join(MANIFEST))?;
         files::sync_dir(dir)
@@ -415,7 +436,7 @@ fn load_and_resolve(
     shard: &mut Shard,
     repair: load::Repair,
 ) -> Result<load::Loaded, String> {
-    let loaded = load::load_shard(&store.path, id, store.shard_count, shard, repair);
+    let loaded = load::load_shard(&store.path, id, store.layout(), shard, repair);
     store
         .rendezvous
         .publish(id, loaded.as_ref().ok().map(|_| shard.last_commits()));
@@ -464,7 +485,7 @@ pub fn recover(
         write: true,
     };
     let loaded = load_and_resolve(store, id, shard, repair)?;
-    files::remove_stale(dir, id, count)
+    files::remove_stale(dir, id, store.layout())
         .map_err(|e| format!("cannot tidy {}: {e}", dir.display()))?;
     let leases_released = shard.finish_replay(crate::clock::unix_ms(), true);
     let (gen, end) = match loaded.journals.last() {

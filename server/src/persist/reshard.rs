@@ -10,20 +10,21 @@ use std::path::Path;
 use wetask_shards::keyspace::{ScanFilter, DATABASES};
 use wetask_shards::{shard_of, Shard};
 
-use super::{files, load, Store};
+use super::files::{self, Layout};
+use super::{load, Store};
 
-pub fn run(store: &Store, old_count: usize) -> Result<(), String> {
+pub fn run(store: &Store, old: Layout) -> Result<(), String> {
     let dir = &store.path;
     let new_count = store.shard_count;
     let started = std::time::Instant::now();
     tracing::info!(
-        from = old_count,
+        from = %old,
         to = new_count,
-        "the data was written by {old_count} shards: moving it to {new_count}"
+        "the data was written in layout {old}: moving it to {new_count} shards by slot ranges"
     );
     // Past every generation any old file used, so no new file meets an old one.
     let mut gen = 1;
-    let sources = load_all(store, old_count, &mut gen)?;
+    let sources = load_all(store, old, &mut gen)?;
     let mut targets: Vec<_> = (0..new_count).map(|i| store.scratch_shard(i)).collect();
     let mut keys = 0usize;
     for (j, mut source) in sources.into_iter().enumerate() {
@@ -50,7 +51,7 @@ pub fn run(store: &Store, old_count: usize) -> Result<(), String> {
         }
     }
     for (i, target) in targets.iter_mut().enumerate() {
-        load::write_snapshot(dir, i, new_count, gen, target)?;
+        load::write_snapshot(dir, i, store.layout(), gen, target)?;
     }
     tracing::info!(
         keys,
@@ -63,12 +64,12 @@ pub fn run(store: &Store, old_count: usize) -> Result<(), String> {
 /// Loads every old shard (read only), then resolves the cross-shard parts left open: one
 /// is replayed only if its coordinator, another old shard, committed it. Moves `gen` past
 /// every generation the old files use.
-fn load_all(store: &Store, old_count: usize, gen: &mut u64) -> Result<Vec<Shard>, String> {
+fn load_all(store: &Store, old: Layout, gen: &mut u64) -> Result<Vec<Shard>, String> {
     let dir = &store.path;
-    let mut sources = Vec::with_capacity(old_count);
-    let mut open = Vec::with_capacity(old_count);
-    for j in 0..old_count {
-        let found = files::list(dir, j, old_count)
+    let mut sources = Vec::with_capacity(old.shards);
+    let mut open = Vec::with_capacity(old.shards);
+    for j in 0..old.shards {
+        let found = files::list(dir, j, old)
             .map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
         *gen = found
             .snapshots
@@ -81,7 +82,7 @@ fn load_all(store: &Store, old_count: usize, gen: &mut u64) -> Result<Vec<Shard>
             corrupt: false,
             write: false,
         };
-        open.push(load::load_shard(dir, j, old_count, &mut source, repair)?.open);
+        open.push(load::load_shard(dir, j, old, &mut source, repair)?.open);
         sources.push(source);
     }
     let commits: Vec<_> = sources.iter().map(|s| s.last_commits()).collect();
@@ -94,45 +95,37 @@ fn load_all(store: &Store, old_count: usize, gen: &mut u64) -> Result<Vec<Shard>
     Ok(sources)
 }
 
-/// Removes every file of a layout (`shard-*-of-<count>.*`).
-pub fn remove_layout(dir: &Path, count: usize) -> Result<(), String> {
-    let suffix = format!("-of-{count}.");
+/// Removes every file of a layout (`shard-*-of-<layout>.*`).
+pub fn remove_layout(dir: &Path, layout: Layout) -> Result<(), String> {
     let entries =
         std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.starts_with("shard-") && name.contains(&suffix) {
+        if files::layout_of(name) == Some(layout) {
             std::fs::remove_file(entry.path()).map_err(|e| format!("cannot remove {name}: {e}"))?;
         }
     }
     files::sync_dir(dir).map_err(|e| format!("cannot sync {}: {e}", dir.display()))
 }
 
-/// Removes the files of every layout but `keep` (left by a move to another shard count that
-/// a crash interrupted before its manifest was written).
-pub fn remove_other_layouts(dir: &Path, keep: usize) -> Result<(), String> {
+/// Removes the files of every layout but `keep` (left by a move to another layout that a
+/// crash interrupted before its manifest was written).
+pub fn remove_other_layouts(dir: &Path, keep: Layout) -> Result<(), String> {
     let entries =
         std::fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-    let mut counts = std::collections::BTreeSet::new();
+    let mut others = std::collections::BTreeSet::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(count) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("shard-"))
-            .and_then(|n| n.split_once("-of-"))
-            .and_then(|(_, rest)| rest.split_once('.'))
-            .and_then(|(count, _)| count.parse::<usize>().ok())
-        else {
-            continue;
-        };
-        if count != keep {
-            counts.insert(count);
+        if let Some(layout) = name.to_str().and_then(files::layout_of) {
+            if layout != keep {
+                others.insert(layout);
+            }
         }
     }
-    for count in counts {
-        tracing::warn!("removing the files of an unfinished move to {count} shards");
-        remove_layout(dir, count)?;
+    for layout in others {
+        tracing::warn!("removing the files of an unfinished move to layout {layout}");
+        remove_layout(dir, layout)?;
     }
     Ok(())
 }
