@@ -287,7 +287,12 @@ impl Request {
         }
         self.keys
             .iter()
-            .map(|k| (k.position as usize, crate::slot::shard_of_slot(k.slot, shard_count)))
+            .map(|k| {
+                (
+                    k.position as usize,
+                    crate::slot::shard_of_slot(k.slot, shard_count),
+                )
+            })
             .collect()
     }
 

@@ -125,7 +125,11 @@ mod tests {
                 }
                 next = u32::from(last) + 1;
             }
-            assert_eq!(next, u32::from(SLOT_COUNT), "{count} shards cover every slot");
+            assert_eq!(
+                next,
+                u32::from(SLOT_COUNT),
+                "{count} shards cover every slot"
+            );
         }
         // Within one slot of how `redis-cli --cluster create` splits them (0-5460, 5461-10922,
         // 10923-16383 for 3 primaries).

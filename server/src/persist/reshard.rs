@@ -69,8 +69,8 @@ fn load_all(store: &Store, old: Layout, gen: &mut u64) -> Result<Vec<Shard>, Str
     let mut sources = Vec::with_capacity(old.shards);
     let mut open = Vec::with_capacity(old.shards);
     for j in 0..old.shards {
-        let found = files::list(dir, j, old)
-            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        let found =
+            files::list(dir, j, old).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
         *gen = found
             .snapshots
             .iter()
