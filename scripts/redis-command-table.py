@@ -33,6 +33,7 @@ FLAGS = {
 REDIS_72_SUBCOMMANDS = [
     ("client|no-touch", 3, ["noscript", "loading", "stale"], ["@slow", "@connection"]),
     ("client|setinfo", 4, ["noscript", "loading", "stale"], ["@slow", "@connection"]),
+    ("cluster|myshardid", 2, ["stale"], ["@slow"]),
 ]
 REDIS_72_ARITIES = {"command|getkeys": -3, "command|getkeysandflags": -3}
 REDIS_72_CATEGORIES = {"waitaof": ["@slow", "@connection"]}

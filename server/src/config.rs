@@ -144,6 +144,21 @@ pub struct Config {
     /// (docs/COMPATIBILITY.md says what of 7.4 is not here).
     #[arg(long, default_value = REDIS_COMPAT_VERSION, value_parser = version)]
     pub announce_version: String,
+    /// Cluster mode (Redis's option): every shard also serves on a port of its own and is
+    /// described to cluster clients as a primary owning its slot range, so a cluster client
+    /// sends each key to its shard with no hop (docs/CLUSTER.md).
+    #[arg(long, default_value = "no", value_parser = yes_no, action = clap::ArgAction::Set)]
+    pub cluster_enabled: bool,
+    /// Where cluster mode keeps its node ids (in `dir`; Redis's format).
+    #[arg(long, default_value = "nodes.conf")]
+    pub cluster_config_file: String,
+    /// The address cluster mode announces for its shard ports (default: the address the
+    /// asking client connected to).
+    #[arg(long, default_value = "")]
+    pub cluster_announce_ip: String,
+    /// Cluster mode: shard i serves on this port + i (0: `port` + 1 + i).
+    #[arg(long, default_value_t = 0)]
+    pub cluster_shard_port_base: u16,
 }
 
 /// The Redis version WeTask announces by default (INFO, HELLO): the release whose

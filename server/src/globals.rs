@@ -11,6 +11,8 @@ use crate::config::Config;
 
 pub struct Globals {
     pub config: Config,
+    /// Cluster mode's description of this node (`cluster-enabled yes`), set at start.
+    pub cluster: Option<crate::cluster::Cluster>,
     /// Parameters CONFIG SET changed since the start, in order (CONFIG REWRITE appends the
     /// ones the config file does not name).
     pub config_changed: Mutex<Vec<String>>,
@@ -88,6 +90,7 @@ impl Globals {
         doorbells: Arc<[crate::doorbell::Doorbell]>,
     ) -> Self {
         Globals {
+            cluster: None,
             store: std::sync::OnceLock::new(),
             dumps: std::sync::OnceLock::new(),
             exit_without_save: AtomicBool::new(false),

@@ -4,6 +4,7 @@
 
 mod clients;
 mod clock;
+mod cluster;
 mod commands;
 pub mod config;
 mod doorbell;

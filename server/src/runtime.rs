@@ -114,8 +114,11 @@ pub fn run(config: Config) -> Result<(), String> {
     config.io = io;
     let doorbells = crate::doorbell::Doorbell::for_shards(shard_count)
         .map_err(|e| format!("cannot create the shards' doorbells: {e}"))?;
+    let (shard_listeners, cluster) = cluster_listeners(&config, port, shard_count)?;
     let store = crate::persist::prepare(&config, shard_count)?;
-    let globals = Arc::new(Globals::new(config.clone(), shard_count, doorbells));
+    let mut globals = Globals::new(config.clone(), shard_count, doorbells);
+    globals.cluster = cluster;
+    let globals = Arc::new(globals);
     if let Some(store) = store {
         let _ = globals.store.set(store);
     }
@@ -136,6 +139,8 @@ pub fn run(config: Config) -> Result<(), String> {
 
     let listeners: Arc<Mutex<Vec<Option<OwnedFd>>>> =
         Arc::new(Mutex::new(listeners.into_iter().map(Some).collect()));
+    let shard_listeners: Arc<Mutex<Vec<Option<OwnedFd>>>> =
+        Arc::new(Mutex::new(shard_listeners.into_iter().map(Some).collect()));
     let placement: Vec<CpuSet> = (0..shard_count)
         .map(|i| CpuSet::online().map(|set| set.filter(|l| l.cpu == cpus[i % cpus.len()])))
         .collect::<Result<_, _>>()
@@ -154,16 +159,59 @@ pub fn run(config: Config) -> Result<(), String> {
         .io_memory(GLOMMIO_IO_MEMORY_BYTES)
         .on_all_shards(move || {
             let (globals, listeners) = (globals.clone(), listeners.clone());
+            let shard_listeners = shard_listeners.clone();
             let mesh = builders
                 .lock()
                 .expect("mesh builders")
                 .iter_mut()
                 .find_map(Option::take)
                 .expect("one mesh builder per shard");
-            async move { shard_main(globals, listeners, mesh).await }
+            async move { shard_main(globals, listeners, shard_listeners, mesh).await }
         })
         .map_err(|e| format!("cannot start the shard executors: {e}"))?;
     join_shards(handles)
+}
+
+/// Cluster mode (`cluster-enabled yes`): binds each shard's own port (`port` + 1 + i, or
+/// `cluster-shard-port-base` + i; with `port 0`, free ports) and opens the node ids
+/// (`cluster::Cluster`). Nothing when cluster mode is off.
+fn cluster_listeners(
+    config: &Config,
+    port: u16,
+    shard_count: usize,
+) -> Result<(Vec<OwnedFd>, Option<crate::cluster::Cluster>), String> {
+    if !config.cluster_enabled {
+        return Ok((Vec::new(), None));
+    }
+    if config.io != IoMode::Uring {
+        return Err(
+            "cluster mode needs --io uring (the shard ports are served by its ring)".into(),
+        );
+    }
+    let mut listeners = Vec::with_capacity(shard_count);
+    let mut ports = Vec::with_capacity(shard_count);
+    for shard in 0..shard_count {
+        let wanted = match (config.cluster_shard_port_base, config.port) {
+            (0, 0) => 0,
+            (0, _) => port as usize + 1 + shard,
+            (base, _) => base as usize + shard,
+        };
+        let wanted = u16::try_from(wanted)
+            .map_err(|_| format!("shard {shard}'s port {wanted} is past 65535"))?;
+        let (listener, bound) = net::bind_one(&config.bind, wanted).map_err(|e| {
+            format!(
+                "cannot listen on {}:{wanted} (shard {shard}): {e}",
+                config.bind
+            )
+        })?;
+        listeners.push(listener);
+        ports.push(bound);
+    }
+    let announce = config.cluster_announce_ip.clone();
+    let cluster =
+        crate::cluster::Cluster::open(&crate::cluster::Cluster::path(config), ports, announce)?;
+    tracing::info!(ports = ?cluster.ports, "cluster mode: each shard serves on its own port too");
+    Ok((listeners, Some(cluster)))
 }
 
 /// One mesh builder per shard, each shard to take one. glommio 0.9's `MeshBuilder` is
@@ -310,6 +358,7 @@ async fn publish_start_waker(ctx: &ShardCtx) {
 async fn shard_main(
     globals: Arc<Globals>,
     listeners: Arc<Mutex<Vec<Option<OwnedFd>>>>,
+    shard_listeners: Arc<Mutex<Vec<Option<OwnedFd>>>>,
     mesh: MeshBuilder<Envelope, Full>,
 ) -> Result<(), String> {
     let shard_count = globals.shard_count;
@@ -350,6 +399,11 @@ async fn shard_main(
     let listener = listeners.lock().expect("listeners")[id]
         .take()
         .expect("one listener per shard");
+    let shard_listener = shard_listeners
+        .lock()
+        .expect("shard listeners")
+        .get_mut(id)
+        .and_then(Option::take);
     let peers = receivers.map(|mut r| r.streams()).unwrap_or_default();
     match globals.config.io {
         IoMode::Uring => {
@@ -361,7 +415,9 @@ async fn shard_main(
                 Latency::Matters(NET_LATENCY),
                 "net",
             );
-            let net = net::uring::Net::new(ctx.clone(), listener, peers)
+            let mut listeners = vec![listener];
+            listeners.extend(shard_listener);
+            let net = net::uring::Net::new(ctx.clone(), listeners, peers)
                 .map_err(|e| format!("shard {id}: io_uring set-up failed: {e}"))?;
             publish_start_waker(&ctx).await;
             glommio::spawn_local_into(net.run(), net_queue)

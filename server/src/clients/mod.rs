@@ -66,6 +66,9 @@ pub struct ConnState {
     pub fd: RawFd,
     pub addr: String,
     pub laddr: String,
+    /// Connected to its shard's own port (cluster mode): a key another shard owns is
+    /// answered `-MOVED` (`session::dispatch`).
+    pub shard_port: bool,
     pub name: Option<Bytes>,
     pub lib_name: Option<Bytes>,
     pub lib_ver: Option<Bytes>,
@@ -196,6 +199,7 @@ impl ConnState {
             fd,
             addr,
             laddr,
+            shard_port: false,
             name: None,
             lib_name: None,
             lib_ver: None,

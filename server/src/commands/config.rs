@@ -106,6 +106,11 @@ pub(super) fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
                 .into(),
         ),
         ("dir", g.config.dir.clone()),
+        (
+            "cluster-enabled",
+            if g.cluster.is_some() { "yes" } else { "no" }.into(),
+        ),
+        ("cluster-config-file", g.config.cluster_config_file.clone()),
         ("appenddirname", g.config.appenddirname.clone()),
         (
             "aof-load-truncated",

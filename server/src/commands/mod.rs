@@ -14,6 +14,7 @@
 mod batch;
 pub mod blocking;
 mod client;
+pub mod cluster;
 pub mod command;
 pub mod config;
 mod config_inert;
@@ -69,6 +70,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, request: &Command) -> bool
                     .any(|sub| is(&args[1], sub))
         }
         "config" => several && (is(&args[1], "resetstat") || is(&args[1], "set")),
+        "cluster" => several,
         "latency" => several && is(&args[1], "histogram"),
         _ => false,
     }
@@ -144,6 +146,8 @@ pub async fn run(
         "client" => client::client(ctx, conn, args).await,
         "command" => command::command(args),
         "config" => config::config(ctx, args).await,
+        "cluster" => cluster::cluster(ctx, conn, args).await,
+        "asking" | "readonly" | "readwrite" => cluster::accept(ctx),
         "info" => info::info(ctx, args).await,
         "shutdown" => match shutdown::save_before_shutdown(ctx, args).await {
             Ok(()) => shutdown::shutdown(ctx, &mut conn.borrow_mut(), args),
@@ -168,12 +172,12 @@ pub async fn run(
             Frame::Array(Vec::new()),
         ]),
         "scan" => {
-            let db = conn.borrow().db;
-            scan::scan(ctx, db, args).await
+            let (db, only_here) = (conn.borrow().db, conn.borrow().shard_port);
+            scan::scan(ctx, db, args, only_here).await
         }
         "randomkey" => {
-            let db = conn.borrow().db;
-            scan::randomkey(ctx, db).await
+            let (db, only_here) = (conn.borrow().db, conn.borrow().shard_port);
+            scan::randomkey(ctx, db, only_here).await
         }
         other => Frame::error(format!("ERR '{other}' is not handled by this server")),
     }

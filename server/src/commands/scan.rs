@@ -1,4 +1,6 @@
 //! SCAN and RANDOMKEY across shards: the cursor names a shard and that shard's position.
+//! On a shard's own port (cluster mode) they cover that shard alone, as a Redis Cluster
+//! node's cover its own slots.
 
 use std::rc::Rc;
 
@@ -13,7 +15,7 @@ use crate::shard::ShardCtx;
 
 /// SCAN across shards: the cursor's low part (mod the shard count) names the shard, the rest
 /// is that shard's own position cursor.
-pub(super) async fn scan(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame {
+pub(super) async fn scan(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes], only_here: bool) -> Frame {
     let Some(cursor) = std::str::from_utf8(&args[1])
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
@@ -42,6 +44,10 @@ pub(super) async fn scan(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame
         }
         i += 2;
     }
+    if only_here {
+        let (next, found, _) = scan_shard(ctx, ctx.id, db, cursor, count, &filter).await;
+        return scan_reply(next, found);
+    }
     let shards = ctx.shard_count as u64;
     let mut shard = (cursor % shards) as usize;
     let mut position = cursor / shards;
@@ -65,8 +71,12 @@ pub(super) async fn scan(ctx: &Rc<ShardCtx>, db: usize, args: &[Bytes]) -> Frame
             break shard as u64;
         }
     };
+    scan_reply(next_cursor, keys)
+}
+
+fn scan_reply(cursor: u64, keys: Vec<Bytes>) -> Frame {
     Frame::Array(vec![
-        Frame::Bulk(Bytes::from(next_cursor.to_string())),
+        Frame::Bulk(Bytes::from(cursor.to_string())),
         Frame::Array(keys.into_iter().map(Frame::Bulk).collect()),
     ])
 }
@@ -98,7 +108,14 @@ pub(super) async fn scan_shard(
     }
 }
 
-pub(super) async fn randomkey(ctx: &Rc<ShardCtx>, db: usize) -> Frame {
+pub(super) async fn randomkey(ctx: &Rc<ShardCtx>, db: usize, only_here: bool) -> Frame {
+    if only_here {
+        return ctx
+            .shard
+            .borrow_mut()
+            .random_key(db)
+            .map_or(Frame::Null, Frame::Bulk);
+    }
     let start = fastrand::usize(..ctx.shard_count);
     for offset in 0..ctx.shard_count {
         let shard = (start + offset) % ctx.shard_count;

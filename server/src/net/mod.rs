@@ -58,6 +58,27 @@ pub fn bind_listeners(bind: &str, port: u16, count: usize) -> io::Result<(Vec<Ow
     Ok((listeners, addr.port()))
 }
 
+/// Binds one listener of its own (no SO_REUSEPORT group: every connection to it lands on the
+/// shard that serves it), for a cluster-mode shard port. Returns it and its port.
+pub fn bind_one(bind: &str, port: u16) -> io::Result<(OwnedFd, u16)> {
+    let addr: SocketAddr = (bind, port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    let bound = socket
+        .local_addr()?
+        .as_socket()
+        .expect("inet socket")
+        .port();
+    // SAFETY: into_raw_fd hands over sole ownership of a valid socket fd.
+    Ok((unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) }, bound))
+}
+
 /// Formats a socket address from getpeername/getsockname.
 pub fn socket_addr(fd: RawFd, peer: bool) -> String {
     // SAFETY: the fd is a live socket; from_raw_fd's Socket is forgotten, never closed here.

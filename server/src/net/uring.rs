@@ -200,18 +200,22 @@ async fn counted<F: Future>(polls: Rc<Cell<u64>>, future: F) -> F::Output {
 
 struct Inner {
     bufs: BufRing,
-    listener: OwnedFd,
-    accepting: bool,
+    /// The shared port's listener (one of a SO_REUSEPORT group), then, in cluster mode, this
+    /// shard's own port's: a listener's index is its accept's `user_data` index.
+    listeners: Vec<OwnedFd>,
+    /// Whether each listener has a multishot accept armed.
+    accepting: Vec<bool>,
     conns: Vec<Option<Conn>>,
     free: Vec<u32>,
     next_generation: u32,
 }
 
 impl Net {
-    /// The driver of shard `ctx`, accepting on `listener` and reading `peers`' channels.
+    /// The driver of shard `ctx`, accepting on `listeners` (the shared port's, then the
+    /// shard port's in cluster mode) and reading `peers`' channels.
     pub fn new(
         ctx: Rc<ShardCtx>,
-        listener: OwnedFd,
+        listeners: Vec<OwnedFd>,
         peers: Vec<(usize, ConnectedReceiver<Envelope>)>,
     ) -> io::Result<Rc<Net>> {
         let ring = build_ring(RING_ENTRIES)?;
@@ -239,8 +243,8 @@ impl Net {
             ring: RefCell::new(ring),
             inner: RefCell::new(Inner {
                 bufs,
-                listener,
-                accepting: false,
+                accepting: vec![false; listeners.len()],
+                listeners,
                 conns: Vec::new(),
                 free: Vec::new(),
                 next_generation: 1,
@@ -289,12 +293,13 @@ impl Net {
         }
     }
 
-    fn arm_accept(&self, inner: &mut Inner) {
-        let entry = opcode::AcceptMulti::new(types::Fd(inner.listener.as_raw_fd()))
+    /// Arms a multishot accept on listener `which` (see `Inner::listeners`).
+    fn arm_accept(&self, inner: &mut Inner, which: usize) {
+        let entry = opcode::AcceptMulti::new(types::Fd(inner.listeners[which].as_raw_fd()))
             .build()
-            .user_data(user_data(OP_ACCEPT, 0, 0));
+            .user_data(user_data(OP_ACCEPT, which as u32, 0));
         self.push(entry);
-        inner.accepting = true;
+        inner.accepting[which] = true;
     }
 
     fn arm_recv(&self, index: u32, conn: &mut Conn, group: u16) {
@@ -377,7 +382,7 @@ impl Net {
         let result = completion.result();
         let flags = completion.flags();
         match op {
-            OP_ACCEPT => self.on_accept(result, flags),
+            OP_ACCEPT => self.on_accept(index as usize, result, flags),
             OP_RECV => self.on_recv(index, generation, result, flags),
             OP_SEND => self.on_send(index, generation, result),
             OP_CANCEL => {}
@@ -481,7 +486,12 @@ impl Net {
         if let Some(journal) = self.ctx.journal.borrow_mut().as_mut() {
             journal.set_ring_sync(true);
         }
-        self.arm_accept(&mut self.inner.borrow_mut());
+        {
+            let mut inner = self.inner.borrow_mut();
+            for which in 0..inner.listeners.len() {
+                self.arm_accept(&mut inner, which);
+            }
+        }
         self.arm_doorbell();
         let net = self.clone();
         *self.ctx.push_hook.borrow_mut() = Some(Box::new(move || net.notified.set(true)));
@@ -524,12 +534,14 @@ impl Net {
     async fn drain(self: &Rc<Self>) {
         {
             let mut inner = self.inner.borrow_mut();
-            if inner.accepting {
-                self.push(
-                    opcode::AsyncCancel::new(user_data(OP_ACCEPT, 0, 0))
-                        .build()
-                        .user_data(user_data(OP_CANCEL, 0, 0)),
-                );
+            for which in 0..inner.accepting.len() {
+                if inner.accepting[which] {
+                    self.push(
+                        opcode::AsyncCancel::new(user_data(OP_ACCEPT, which as u32, 0))
+                            .build()
+                            .user_data(user_data(OP_CANCEL, 0, 0)),
+                    );
+                }
             }
             for (index, slot) in inner.conns.iter_mut().enumerate() {
                 if let Some(conn) = slot {

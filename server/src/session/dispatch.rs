@@ -107,7 +107,32 @@ fn precheck(
             "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
         )));
     }
+    if conn.shard_port {
+        if let Some(moved) = moved(ctx, conn, request) {
+            return Err(moved);
+        }
+    }
     Ok(spec)
+}
+
+/// Cluster mode, on a shard's own port: a command whose keys all live on another shard is
+/// answered `-MOVED <slot> <host>:<port>` (its first key's slot, and the owner's port), as
+/// a Redis Cluster node answers for a slot it does not serve. Keys spread over several
+/// shards are served here, with hops: one node serves them all (docs/COMPATIBILITY.md).
+fn moved(ctx: &ShardCtx, conn: &ConnState, request: &Request) -> Option<Frame> {
+    let Owners::One(owner) = request.owners() else {
+        return None;
+    };
+    if owner == ctx.id {
+        return None;
+    }
+    let cluster = ctx.globals.cluster.as_ref()?;
+    let slot = request.placed_keys().first()?.slot;
+    Some(Frame::error(format!(
+        "MOVED {slot} {}:{}",
+        cluster.host(&conn.laddr),
+        cluster.ports[owner]
+    )))
 }
 
 /// True when running `request` (on database `db`) needs another shard, or may wait (and so
@@ -378,6 +403,11 @@ async fn run_admitted(
         (Route::Keyed, _) if is_memory_stats(spec, args) => commands::info::memory_stats(ctx).await,
         (Route::Keyed, _) => keyed(ctx, at, spec, request, direct).await,
         (Route::Split(merge), _) => split(ctx, at, spec, args, merge).await,
+        // On a shard's own port (cluster mode) the node is this shard: DBSIZE, KEYS,
+        // FLUSHALL … cover its keys only, as a Redis Cluster node's cover its slots.
+        (Route::AllShards(_), _) if conn.borrow().shard_port => {
+            crate::routing::local(ctx, at, spec, args)
+        }
         (Route::AllShards(merge), _) => all_shards(ctx, at, spec, args, merge).await,
     }
 }
@@ -477,6 +507,8 @@ fn simple_target(
         return None;
     }
     match request.owners() {
+        // On a shard port a key of another shard is answered MOVED, by admission.
+        Owners::One(shard) if conn.shard_port && shard != ctx.id => None,
         Owners::One(shard) => Some((shard, spec)),
         Owners::None | Owners::Several => None,
     }

@@ -641,15 +641,22 @@ impl Db {
     }
 }
 
-/// SCAN's MATCH and TYPE options.
+/// SCAN's MATCH and TYPE options, and a hash slot (CLUSTER GETKEYSINSLOT/COUNTKEYSINSLOT).
 #[derive(Default, Clone, Debug)]
 pub struct ScanFilter {
     pub pattern: Option<Bytes>,
     pub type_name: Option<String>,
+    pub slot: Option<u16>,
 }
 
 impl ScanFilter {
     fn accepts(&self, key: &[u8], type_name: &str) -> bool {
+        if self
+            .slot
+            .is_some_and(|slot| crate::slot::key_slot(key) != slot)
+        {
+            return false;
+        }
         if let Some(pattern) = &self.pattern {
             if !glob_match(pattern, key) {
                 return false;

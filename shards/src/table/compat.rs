@@ -6,7 +6,43 @@ use std::fmt::Write;
 use crate::table::{flag, Merge, Route, COMMANDS};
 
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
-const MISSING: &[(&str, &str)] = &[("replication, cluster", "later issues")];
+const MISSING: &[(&str, &str)] = &[
+    ("replication", "a later issue"),
+    (
+        "a cluster of several nodes (CLUSTER MEET, ADDSLOTS, DELSLOTS, SETSLOT, MIGRATE, ASK redirections, `redis-cli --cluster`)",
+        "issue 35; one node's shards as a cluster is built (see Cluster mode)",
+    ),
+];
+
+/// Where cluster mode (`cluster-enabled yes`) differs from Redis Cluster, and why.
+const CLUSTER: &str =
+        "`--cluster-enabled yes` makes one WeTask node a Redis Cluster of its shards\n\
+         (docs/CLUSTER.md): shard i owns the i-th of N contiguous slot ranges and also serves on a\n\
+         port of its own (`port` + 1 + i, or `--cluster-shard-port-base` + i), and `CLUSTER SLOTS`,\n\
+         `SHARDS`, `NODES`, `MYID`, `MYSHARDID`, `INFO`, `KEYSLOT`, `COUNTKEYSINSLOT`,\n\
+         `GETKEYSINSLOT` and `LINKS` describe every shard as a primary with its range and port.\n\
+         Cluster clients (redis-py's `RedisCluster`, `redis-cli -c`, `redis-benchmark --cluster`)\n\
+         then send each key to its shard. Where it differs from Redis Cluster:\n\n\
+         - On a shard port, a command whose keys all live on another shard is answered\n  \
+         `-MOVED <slot> <host>:<port>`, as Redis answers; a command whose keys live on several\n  \
+         shards of the node is served (with hops), where Redis answers `-CROSSSLOT` for keys of\n  \
+         different slots: one node can serve them atomically, so refusing would only break\n  \
+         clients that rely on it on the shared port.\n\
+         - The shared port keeps serving every key, as without cluster mode; `CLUSTER` there\n  \
+         describes the same shards (`myself` is the shard that serves the connection).\n\
+         - On a shard port, `DBSIZE`, `KEYS`, `SCAN`, `RANDOMKEY`, `FLUSHDB` and `FLUSHALL` cover\n  \
+         that shard's keys, as a Redis Cluster node's cover its slots; on the shared port, the\n  \
+         whole node's.\n\
+         - `SELECT` is allowed on every port (Redis Cluster allows database 0 only).\n\
+         - Node ids (40 hex digits) are kept in `cluster-config-file` (`nodes.conf` in `dir`,\n  \
+         Redis's format) and survive restarts; there is no cluster bus (`@0` in `NODES`,\n  \
+         `LINKS` is empty), and `cluster_stats_messages_*` are 0.\n\
+         - `COUNTKEYSINSLOT` and `GETKEYSINSLOT` walk the owning shard's keys (database 0): there\n  \
+         is no slot index yet, so they cost O(keys), where Redis's cost O(1) and O(count).\n\
+         - `ASKING`, `READONLY` and `READWRITE` answer OK (every shard is a primary and no slot\n  \
+         moves yet); with cluster mode off they and `CLUSTER` answer that cluster support is\n  \
+         disabled, as Redis does.\n\
+         - Cluster mode needs the io_uring network path (`--io uring`, the default).\n";
 
 /// Every Redis 7.0 command of the families the real-clients issue covers, by family.
 const FAMILIES: &[(&str, &[&str])] = &[
@@ -375,7 +411,7 @@ const RELEASE_72: &[(&str, &str)] = &[
     ("ZRANK/ZREVRANK … WITHSCORE (#11235)", "built"),
     ("CLIENT SETINFO lib-name/lib-ver (#11758)", "built; CLIENT LIST and CLIENT INFO show them"),
     ("CLIENT NO-TOUCH (#11483), CLIENT LIST flag `T`", "built"),
-    ("CLUSTER MYSHARDID, shard ids (#10536)", "missing: no cluster mode yet (a later issue)"),
+    ("CLUSTER MYSHARDID, shard ids (#10536)", "built in cluster mode: each shard is its own cluster shard, so its shard id is its node id"),
     ("ACL LOG entry-id and timestamps (#11477); unified ACL errors (#11160); ACL rule storage (#11224); sanitize-payload (#11279)", "not applicable: WeTask has no ACL users yet (a later issue); `acl_access_denied_auth` counts refused AUTH"),
     ("COMMAND DOCS argument names as unique ids (#11051), and 7.2's summaries, history, deprecations", "built from Redis 7.2's own src/commands/*.json; COMMAND INFO carries tips and key specifications"),
     ("Client-side tracking follows the keys a script reads, not those declared (#11770)", "built, on any shard layout"),
@@ -449,6 +485,8 @@ pub fn render() -> String {
     }
     out.push_str("\n## Notes\n\n");
     out.push_str(NOTES);
+    out.push_str("\n## Cluster mode\n\n");
+    out.push_str(CLUSTER);
     family_table(&mut out);
     release_72(&mut out);
     out.push_str("\n## Not yet supported\n\n");

@@ -103,6 +103,7 @@ const GEO: &str = "geo";
 const G: &str = "generic";
 const C: &str = "connection";
 const SV: &str = "server";
+const CL: &str = "cluster";
 const T: &str = "tasks";
 const L: &str = "list";
 const H: &str = "hash";
@@ -373,6 +374,10 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("select", 2, FAST | LOADING | STALE | EMBEDDED, NONE, Server, None, C, "Changes the selected database."),
     row("client", -2, NOSCRIPT | LOADING | STALE | PASSES_LOCKS | CONTAINER, NONE, Server, None, C, "A container for client connection commands."),
     row("command", -1, LOADING | STALE | CONTAINER, NONE, Server, None, SV, "Returns detailed information about all commands."),
+    row("cluster", -2, CONTAINER, NONE, Server, None, CL, "A container for Redis Cluster commands."),
+    row("asking", 1, FAST, NONE, Server, None, CL, "Signals that a cluster client is following an -ASK redirect."),
+    row("readonly", 1, FAST | LOADING | STALE, NONE, Server, None, CL, "Enables read-only queries for a connection to a Redis Cluster replica node."),
+    row("readwrite", 1, FAST | LOADING | STALE, NONE, Server, None, CL, "Enables read-write queries for a connection to a Redis Cluster replica node."),
     row("config", -2, ADMIN | NOSCRIPT | LOADING | STALE | CONTAINER, NONE, Server, None, SV, "A container for server configuration commands."),
     row("info", -1, LOADING | STALE, NONE, Server, None, SV, "Returns information and statistics about the server."),
     row("time", 1, FAST | LOADING | STALE | EMBEDDED, NONE, Server, None, SV, "Returns the server time."),

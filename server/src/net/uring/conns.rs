@@ -5,12 +5,17 @@
 use super::*;
 
 impl Net {
-    pub(super) fn on_accept(self: &Rc<Self>, result: i32, flags: u32) {
+    /// A connection accepted on listener `which` (0: the shared port; 1: this shard's own
+    /// port, in cluster mode).
+    pub(super) fn on_accept(self: &Rc<Self>, which: usize, result: i32, flags: u32) {
         let mut inner = self.inner.borrow_mut();
+        if which >= inner.listeners.len() {
+            return;
+        }
         if !cqueue::more(flags) {
-            inner.accepting = false;
+            inner.accepting[which] = false;
             if !self.ctx.globals.shutting_down() {
-                self.arm_accept(&mut inner);
+                self.arm_accept(&mut inner, which);
             }
         }
         if result < 0 {
@@ -37,6 +42,7 @@ impl Net {
         set_nodelay(fd);
         let ctx = &self.ctx;
         let state = crate::net::new_connection(ctx, fd);
+        state.borrow_mut().shard_port = which == 1;
         let generation = inner.next_generation;
         inner.next_generation = inner.next_generation.wrapping_add(1) & 0x00FF_FFFF;
         let mut conn = Conn {
