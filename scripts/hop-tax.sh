@@ -1,0 +1,39 @@
+#!/bin/bash
+# The hop tax and the zero hop (issue 35, docs/CLUSTER.md), measured as Redis users load a
+# server: redis-benchmark GETs on random keys, the server pinned to CPU 0 (both shards on it)
+# and redis-benchmark to CPU 1. Prints the server's CPU per request (every thread's run
+# time, from /proc/<pid>/task/*/schedstat) for 1 shard and for 2 shards:
+#   cluster: through the shard ports (`redis-benchmark --cluster`; one shard: its port);
+#   shared:  through the shared port (a key of the other shard costs a hop).
+# Usage: scripts/hop-tax.sh [pairs] [pipeline] [requests]   (release build: make release)
+set -euo pipefail
+BIN=${WETASK_BIN:-$(dirname "$0")/../target/release/wetask}
+pairs=${1:-4}; pipe=${2:-1}; n=${3:-300000}
+cpu_ns() { cat /proc/$1/task/*/schedstat 2>/dev/null | awk '{s+=$1} END {printf "%d", s}'; }
+run() { # shards mode -> ns per request
+  local shards=$1 mode=$2 port=$((20000 + RANDOM % 20000)) dir
+  dir=$(mktemp -d)
+  taskset -c 0 "$BIN" --port $port --shards "$shards" --cpus 0 --appendonly no \
+    --cluster-enabled yes --dir "$dir" --log-level warn >/dev/null 2>&1 &
+  local pid=$!
+  for _ in $(seq 200); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.05; done
+  local args
+  if [ "$mode" = cluster ] && [ "$shards" -gt 1 ]; then args="-p $((port + 1)) --cluster"
+  elif [ "$mode" = cluster ]; then args="-p $((port + 1))"
+  else args="-p $port"; fi
+  # shellcheck disable=SC2086
+  taskset -c 1 redis-benchmark $args -t get -n 20000 -r 100000 -c 50 -P "$pipe" -q >/dev/null 2>&1
+  local before after
+  before=$(cpu_ns $pid)
+  # shellcheck disable=SC2086
+  taskset -c 1 redis-benchmark $args -t get -n "$n" -r 100000 -c 50 -P "$pipe" -q >/dev/null 2>&1
+  after=$(cpu_ns $pid)
+  kill $pid; wait $pid 2>/dev/null || true; rm -rf "$dir"
+  echo $(( (after - before) / n ))
+}
+for p in $(seq "$pairs"); do
+  for mode in cluster shared; do
+    one=$(run 1 $mode); two=$(run 2 $mode)
+    echo "pair $p $mode -P $pipe: 1 shard $one ns/req, 2 shards $two ns/req, ratio $(python3 -c "print(round($two/$one, 3))")"
+  done
+done
