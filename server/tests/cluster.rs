@@ -93,6 +93,10 @@ fn every_shard_is_a_node_that_owns_its_range_and_moves_the_rest() {
         for pair in nodes.windows(2) {
             assert_eq!(pair[0].last + 1, pair[1].first, "ranges touch: {nodes:?}");
         }
+        let server_info = text(&shared.cmd("INFO server"));
+        assert!(server_info.contains("redis_mode:cluster"), "{server_info}");
+        let info = text(&shared.cmd("INFO cluster"));
+        assert!(info.contains("cluster_enabled:1"), "{info}");
         let info = text(&shared.cmd("CLUSTER INFO"));
         assert!(info.contains("cluster_state:ok"), "{info}");
         assert!(

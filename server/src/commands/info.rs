@@ -257,7 +257,10 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
         "replication" => replication_section(out),
         "cpu" => cpu_section(out),
         "modules" => out.push_str("# Modules\r\n"),
-        "cluster" => out.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
+        "cluster" => {
+            let enabled = u8::from(g.cluster.is_some());
+            let _ = write!(out, "# Cluster\r\ncluster_enabled:{enabled}\r\n");
+        }
         "memory" => memory_section(g, report, out),
         "persistence" => persistence_section(g, report, out),
         "stats" => stats_section(g, report, out),
@@ -363,9 +366,15 @@ fn server_section(g: &Globals, out: &mut String) {
         listener.push_str(address);
     }
     let _ = write!(listener, ",port={}\r\n", g.port.load(Ordering::Relaxed));
+    // Redis's mode: `cluster` when cluster mode is on (redis-py and redis-cli read it).
+    let mode = if g.cluster.is_some() {
+        "cluster"
+    } else {
+        "standalone"
+    };
     let _ = write!(
         out,
-        "# Server\r\nredis_version:{}\r\nwetask_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:standalone\r\nos:Linux\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:{io}\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{now_us}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nlru_clock:{}\r\nexecutable:{executable}\r\nconfig_file:{config_file}\r\nio_threads_active:0\r\n{listener}shards:{}\r\n",
+        "# Server\r\nredis_version:{}\r\nwetask_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:{mode}\r\nos:Linux\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:{io}\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{now_us}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nlru_clock:{}\r\nexecutable:{executable}\r\nconfig_file:{config_file}\r\nio_threads_active:0\r\n{listener}shards:{}\r\n",
         g.config.announce_version,
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
