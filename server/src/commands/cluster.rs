@@ -94,12 +94,7 @@ fn help() -> Frame {
         "HELP",
         "    Print this help.",
     ];
-    Frame::Array(
-        lines
-            .iter()
-            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
-            .collect(),
-    )
+    super::config::help_lines(&lines)
 }
 
 /// ASKING, READONLY, READWRITE: accepted (no slot is ever importing here yet, and every
