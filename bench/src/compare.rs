@@ -110,8 +110,15 @@ pub fn run(
                 mix,
                 value_bytes,
                 fsync,
+                shards,
                 ..
             } => {
+                // A row with its own shard count (the `hop` rows) runs both sides with it.
+                let (a, b) = if shards > 1 {
+                    (&a.with_shards(shards), &b.with_shards(shards))
+                } else {
+                    (a, b)
+                };
                 let dirs = [crate::servers::data_dir()?, crate::servers::data_dir()?];
                 let durable = |side: usize| {
                     fsync.map(|fsync| crate::servers::Durable {

@@ -126,7 +126,7 @@ struct CompareArgs {
     /// Pairs of runs per workload (A B A B ...).
     #[arg(long, default_value_t = 12)]
     pairs: usize,
-    /// Workloads or groups, comma-separated: kv, pipeline, mixed, tasks, boot, memory, all, or names.
+    /// Workloads or groups, comma-separated: kv, pipeline, mixed, hop, tasks, boot, memory, durable, all, or names.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     workloads: Vec<String>,
     /// The CPU both servers are pinned to.

@@ -63,6 +63,21 @@ pub enum ServerKind {
 }
 
 impl ServerKind {
+    /// This server with `shards` shards, for a row that sets its own (`Kind::Load::shards`);
+    /// Redis has one thread whatever the row says.
+    pub fn with_shards(&self, shards: usize) -> ServerKind {
+        match self {
+            ServerKind::Wetask {
+                binary, journal, ..
+            } => ServerKind::Wetask {
+                binary: binary.clone(),
+                shards,
+                journal: *journal,
+            },
+            redis => redis.clone(),
+        }
+    }
+
     pub fn label(&self) -> &'static str {
         match self {
             ServerKind::Wetask { .. } => "wetask",

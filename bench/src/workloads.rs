@@ -23,6 +23,10 @@ pub enum Kind {
         value_bytes: usize,
         /// `appendfsync` for both servers (`None`: no persistence on either).
         fsync: Option<&'static str>,
+        /// WeTask's shards for this row, all on the server CPU (1: the run's `--shards`). A
+        /// row with 2 measures a key's hop to the other shard, half the time: the `hop`
+        /// rows, which the gate runs like any other, so a dearer hop fails it.
+        shards: usize,
     },
     /// Load `--memory-keys` keys of `value_bytes` with `appendfsync everysec`, measure the
     /// log's size, compact it (BGREWRITEAOF), measure the files again, and time a restart
@@ -61,6 +65,18 @@ const fn load(mix: Mix, connections: usize, pipeline: usize, value_bytes: usize)
         pipeline,
         value_bytes,
         fsync: None,
+        shards: 1,
+    }
+}
+
+const fn hop(mix: Mix, connections: usize, pipeline: usize) -> Kind {
+    Kind::Load {
+        mix,
+        connections,
+        pipeline,
+        value_bytes: 64,
+        fsync: None,
+        shards: 2,
     }
 }
 
@@ -71,6 +87,7 @@ const fn durable(fsync: &'static str, connections: usize) -> Kind {
         pipeline: 1,
         value_bytes: 64,
         fsync: Some(fsync),
+        shards: 1,
     }
 }
 
@@ -99,6 +116,8 @@ pub static WORKLOADS: &[Workload] = &[
     row("get-64b-p16", "pipeline", "GET pipelines of 16, 64 B values, 16 connections", load(Mix::Get, 16, 16, 64)),
     row("mixed-p10", "mixed", "SET/GET/DEL pipelines of 10, 16 connections", load(Mix::SetGetDel, 16, 10, 64)),
     row("mixed-p1000", "mixed", "SET/GET/DEL pipelines of 1000, 16 connections", load(Mix::SetGetDel, 16, 1000, 64)),
+    row("hop-get-c64", "hop", "unary GET, 64 connections, WeTask on 2 shards sharing the server CPU: half the keys a hop away", hop(Mix::Get, 64, 1)),
+    row("hop-get-p16", "hop", "GET pipelines of 16, 16 connections, WeTask on 2 shards sharing the server CPU", hop(Mix::Get, 16, 16)),
     row("tasks-vs-brpop", "tasks", "jobs, 4 producers and 8 workers; Redis: LPUSH + BRPOP", Kind::Tasks { redis_flow: Flow::Brpop, producers: 4, workers: 8, groups: 0 }),
     row("tasks-groups-vs-brpop", "tasks", "jobs of 100 tenants (SUBMIT … GROUP, fetches take turns), 4 producers and 8 workers; Redis: LPUSH + BRPOP", Kind::Tasks { redis_flow: Flow::Brpop, producers: 4, workers: 8, groups: 100 }),
     row("tasks-vs-lmove", "tasks", "jobs, 4 producers and 8 workers; Redis: LPUSH + BLMOVE + LREM", Kind::Tasks { redis_flow: Flow::Lmove, producers: 4, workers: 8, groups: 0 }),
