@@ -259,6 +259,34 @@ pub async fn all_shards(
 
 /// Runs a pipeline segment of simple keyed commands: those for this shard here, the rest
 /// as one message per owner shard; replies in the segment's order.
+/// [`run_segment`] for one admitted command, on its owner `owner` (another shard, or this
+/// one): one message and no grouping, for an unpipelined client's hop.
+pub async fn run_one(
+    ctx: &ShardCtx,
+    at: Target,
+    owner: usize,
+    spec: &'static CommandSpec,
+    command: &Command,
+) -> Frame {
+    if ctx.wait_unlocked_or_busy().await {
+        return Frame::static_error(crate::lua::busy::BUSY);
+    }
+    // A fixed-key command travels as its arguments; a parsed one (a SORT, a movable-key
+    // row) takes `keyed`'s way, boxed, as it is rare and its future is large.
+    let plain = matches!(command.form(), Form::Plain) && spec.movable_keys.is_none();
+    let frame = if plain && owner != ctx.id {
+        single_reply(send_one(ctx, owner, at, spec, command.args.clone()).await)
+    } else if plain {
+        local(ctx, at, spec, &command.args)
+    } else {
+        Box::pin(keyed(ctx, at, spec, command, None)).await
+    };
+    ctx.stats.record(spec, frame.is_error());
+    ctx.tracking.drain(&ctx.core);
+    ctx.publish_keyspace_events();
+    frame
+}
+
 pub async fn run_segment(
     ctx: &ShardCtx,
     at: Target,
