@@ -35,9 +35,10 @@ impl Cluster {
             Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
         };
         node_ids.truncate(shards);
-        let mut rng = fastrand::Rng::with_seed(
-            crate::globals::unix_ms() ^ (u64::from(std::process::id()) << 32),
-        );
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut rng = fastrand::Rng::with_seed(now ^ (u64::from(std::process::id()) << 32));
         while node_ids.len() < shards {
             node_ids.push(
                 (0..40)

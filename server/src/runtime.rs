@@ -115,20 +115,10 @@ pub fn run(config: Config) -> Result<(), String> {
     let doorbells = crate::doorbell::Doorbell::for_shards(shard_count)
         .map_err(|e| format!("cannot create the shards' doorbells: {e}"))?;
     let (shard_listeners, cluster) = cluster_listeners(&config, port, shard_count)?;
-    let store = crate::persist::prepare(&config, shard_count)?;
     let mut globals = Globals::new(config.clone(), shard_count, doorbells);
     globals.cluster = cluster;
     let globals = Arc::new(globals);
-    if let Some(store) = store {
-        let _ = globals.store.set(store);
-    }
-    if let Some(dumps) = crate::persist::dump::open(&config, shard_count)? {
-        let _ = globals.dumps.set(dumps);
-    }
-    let libraries = crate::commands::functions::load_saved(&globals)?;
-    if libraries > 0 {
-        tracing::info!(libraries, "function libraries loaded");
-    }
+    open_data(&globals, shard_count)?;
     globals
         .port
         .store(port, std::sync::atomic::Ordering::Relaxed);
@@ -170,6 +160,23 @@ pub fn run(config: Config) -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start the shard executors: {e}"))?;
     join_shards(handles)
+}
+
+/// Opens the data directory (the journal, or the snapshots of `appendonly no`) and loads
+/// the saved function libraries.
+fn open_data(globals: &Arc<Globals>, shard_count: usize) -> Result<(), String> {
+    let config = &globals.config;
+    if let Some(store) = crate::persist::prepare(config, shard_count)? {
+        let _ = globals.store.set(store);
+    }
+    if let Some(dumps) = crate::persist::dump::open(config, shard_count)? {
+        let _ = globals.dumps.set(dumps);
+    }
+    let libraries = crate::commands::functions::load_saved(globals)?;
+    if libraries > 0 {
+        tracing::info!(libraries, "function libraries loaded");
+    }
+    Ok(())
 }
 
 /// Cluster mode (`cluster-enabled yes`): binds each shard's own port (`port` + 1 + i, or

@@ -170,28 +170,34 @@ pub fn prepare(config: &Config, shard_count: usize) -> Result<Option<Arc<Store>>
         started_ms: now,
         rendezvous: resolve::Rendezvous::new(shard_count),
     });
+    take_up_layout(&store)?;
+    spawn_syncer(store.clone())?;
+    compact::spawn(store.clone(), receiver)?;
+    Ok(Some(store))
+}
+
+/// Reads the manifest and, when the data was written in another layout (another shard count,
+/// or slot mod n), moves it to this one (`reshard`); the rewritten manifest is the moment
+/// the new layout takes over. A new directory gets a manifest.
+fn take_up_layout(store: &Store) -> Result<(), String> {
+    let path = &store.path;
     let manifest = path.join(MANIFEST);
+    let layout = store.layout();
     match std::fs::read_to_string(&manifest) {
         Ok(text) => {
             let old = parse_manifest(&text)
                 .ok_or_else(|| format!("{} is not a wetask manifest", manifest.display()))?;
-            let layout = store.layout();
             if old != layout {
-                reshard::remove_other_layouts(&path, old)?;
-                reshard::run(&store, old)?;
-                write_manifest(&path, layout)?;
-                reshard::remove_layout(&path, old)?;
+                reshard::remove_other_layouts(path, old)?;
+                reshard::run(store, old)?;
+                write_manifest(path, layout)?;
+                reshard::remove_layout(path, old)?;
             }
-            reshard::remove_other_layouts(&path, layout)?;
+            reshard::remove_other_layouts(path, layout)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            write_manifest(&path, store.layout())?
-        }
-        Err(e) => return Err(format!("cannot read {}: {e}", manifest.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_manifest(path, layout),
+        Err(e) => Err(format!("cannot read {}: {e}", manifest.display())),
     }
-    spawn_syncer(store.clone())?;
-    compact::spawn(store.clone(), receiver)?;
-    Ok(Some(store))
 }
 
 /// The layout a manifest names: `shards <n>`, and `slots ranges` since the layout by slot
