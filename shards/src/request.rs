@@ -195,7 +195,8 @@ impl Request {
         }
     }
 
-    /// Lists each key's position (one shard: no slot is needed).
+    /// Lists each key's position, its slot not yet computed (one shard needs none;
+    /// [`Request::place_keys`] computes them).
     fn list_keys(&mut self, spec: &CommandSpec) {
         let mut keys = std::mem::take(&mut self.keys);
         self.each_key_position(spec, |position| {
@@ -306,15 +307,9 @@ impl Request {
 
     /// Computes each key's slot, and who owns them.
     fn place_keys(&mut self, spec: &CommandSpec, shard_count: usize) {
-        let mut keys = std::mem::take(&mut self.keys);
-        self.each_key_position(spec, |position| {
-            keys.push(KeyAt {
-                position: position as u32,
-                slot: 0,
-            })
-        });
+        self.list_keys(spec);
         let mut owners = Owners::None;
-        for key in &mut keys {
+        for key in &mut self.keys {
             key.slot = key_slot(&self.args[key.position as usize]);
             let owner = crate::slot::shard_of_slot(key.slot, shard_count);
             owners = match owners {
@@ -323,8 +318,6 @@ impl Request {
                 _ => Owners::Several,
             };
         }
-        self.keys = keys;
-        self.placed = true;
         self.owners = owners;
     }
 
