@@ -14,7 +14,6 @@ use wetask_shards::slot::{key_slot, shard_of_slot, slot_range, SLOT_COUNT};
 
 use crate::clients::ConnState;
 use crate::cluster::Cluster;
-use crate::mesh::{KeyRequest, Request, Response};
 use crate::shard::ShardCtx;
 
 const DISABLED: &str = "ERR This instance has cluster support disabled";
@@ -41,10 +40,7 @@ pub async fn cluster(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
         2 if is(sub, "links") => Frame::Array(Vec::new()),
         3 if is(sub, "keyslot") => Frame::Integer(i64::from(key_slot(&args[2]))),
         3 if is(sub, "countkeysinslot") => match slot_arg(&args[2]) {
-            Ok(slot) => match keys_in_slot(ctx, slot).await {
-                Ok(keys) => Frame::Integer(keys.len() as i64),
-                Err(err) => err,
-            },
+            Ok(slot) => Frame::Integer(keys_in_slot(ctx, slot).await.len() as i64),
             Err(err) => err,
         },
         4 if is(sub, "getkeysinslot") => {
@@ -52,10 +48,8 @@ pub async fn cluster(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
                 (Ok(slot), Ok(count)) => (slot, count),
                 (Err(err), _) | (_, Err(err)) => return err,
             };
-            match keys_in_slot(ctx, slot).await {
-                Ok(keys) => Frame::Array(keys.into_iter().take(count).map(Frame::Bulk).collect()),
-                Err(err) => err,
-            }
+            let keys = keys_in_slot(ctx, slot).await;
+            Frame::Array(keys.into_iter().take(count).map(Frame::Bulk).collect())
         }
         2 if is(sub, "help") => help(),
         // Redis's other subcommands (arity checked by the table) manage several nodes.
@@ -182,28 +176,15 @@ fn count_arg(arg: &[u8]) -> Result<usize, Frame> {
     }
 }
 
-/// The keys of database 0 in `slot`, from the shard that owns it. (A walk of that shard's
-/// keys: there is no slot index yet; docs/CLUSTER.md.)
-async fn keys_in_slot(ctx: &Rc<ShardCtx>, slot: u16) -> Result<Vec<Bytes>, Frame> {
+/// The keys of database 0 in `slot`, from the shard that owns it: one SCAN step over all of
+/// its keys (`scan::scan_shard`), filtered by slot. (A walk of that shard's keys: there is no
+/// slot index yet; docs/CLUSTER.md.)
+async fn keys_in_slot(ctx: &Rc<ShardCtx>, slot: u16) -> Vec<Bytes> {
     let filter = ScanFilter {
         slot: Some(slot),
         ..ScanFilter::default()
     };
     let owner = shard_of_slot(slot, ctx.shard_count);
-    if owner == ctx.id {
-        let (_, keys) = ctx.shard.borrow_mut().scan(0, 0, usize::MAX >> 1, &filter);
-        return Ok(keys);
-    }
-    let request = Request::Keys(KeyRequest::Scan {
-        db: 0,
-        cursor: 0,
-        count: usize::MAX >> 1,
-        filter,
-    });
-    match ctx.request(owner, request).await {
-        Response::Scan(_, keys, _) => Ok(keys),
-        _ => Err(Frame::static_error(
-            "ERR internal error: unexpected shard response",
-        )),
-    }
+    let (_, keys, _) = super::scan::scan_shard(ctx, owner, 0, 0, usize::MAX >> 1, &filter).await;
+    keys
 }
