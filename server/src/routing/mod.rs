@@ -67,13 +67,15 @@ pub async fn keyed(
     direct: Option<&mut Output>,
 ) -> Frame {
     let args = &request.args[..];
+    // A cross-shard operation is boxed: its future is large, and inline it would make every
+    // caller's as large (an unpipelined hop's batch task among them: `run_one`).
     let owner = match request.owners() {
         Owners::None => ctx.id,
         Owners::One(owner) => owner,
-        Owners::Several => return cross::run(ctx, at, spec, request).await,
+        Owners::Several => return Box::pin(cross::run(ctx, at, spec, request)).await,
     };
     if cross::sort_reaches_elsewhere(ctx, request) {
-        return cross::run(ctx, at, spec, request).await;
+        return Box::pin(cross::run(ctx, at, spec, request)).await;
     }
     if owner == ctx.id || ctx.shard_count == 1 {
         // (A plain form runs the row's handler.)
@@ -259,28 +261,18 @@ pub async fn all_shards(
 
 /// Runs a pipeline segment of simple keyed commands: those for this shard here, the rest
 /// as one message per owner shard; replies in the segment's order.
-/// [`run_segment`] for one admitted command, on its owner `owner` (another shard, or this
-/// one): one message and no grouping, for an unpipelined client's hop.
+/// [`run_segment`] for one admitted keyed command (`keyed`, which sends it to its owner):
+/// one message, no grouping and a small future, for an unpipelined client's hop.
 pub async fn run_one(
     ctx: &ShardCtx,
     at: Target,
-    owner: usize,
     spec: &'static CommandSpec,
     command: &Command,
 ) -> Frame {
     if ctx.wait_unlocked_or_busy().await {
         return Frame::static_error(crate::lua::busy::BUSY);
     }
-    // A fixed-key command travels as its arguments; a parsed one (a SORT, a movable-key
-    // row) takes `keyed`'s way, boxed, as it is rare and its future is large.
-    let plain = matches!(command.form(), Form::Plain) && spec.movable_keys.is_none();
-    let frame = if plain && owner != ctx.id {
-        single_reply(send_one(ctx, owner, at, spec, command.args.clone()).await)
-    } else if plain {
-        local(ctx, at, spec, &command.args)
-    } else {
-        Box::pin(keyed(ctx, at, spec, command, None)).await
-    };
+    let frame = keyed(ctx, at, spec, command, None).await;
     ctx.stats.record(spec, frame.is_error());
     ctx.tracking.drain(&ctx.core);
     ctx.publish_keyspace_events();

@@ -547,14 +547,10 @@ pub async fn run_batch(
             let frame = match segment.first() {
                 // One simple keyed command for one other shard (an unpipelined client's
                 // hop): one message, and a small future.
-                Some(&(owner, _)) if !ctx.globals.pause.active() => {
-                    match admit(ctx, conn, &commands[i]) {
-                        Ok((spec, at)) => {
-                            crate::routing::run_one(ctx, at, owner, spec, &commands[i]).await
-                        }
-                        Err(frame) => frame,
-                    }
-                }
+                Some(_) if !ctx.globals.pause.active() => match admit(ctx, conn, &commands[i]) {
+                    Ok((spec, at)) => crate::routing::run_one(ctx, at, spec, &commands[i]).await,
+                    Err(frame) => frame,
+                },
                 // Everything else takes the whole path. It is boxed: its future is some 6 KB,
                 // and inline it made every spawned batch (one per window that needs another
                 // shard) that large, a malloc and a 6 KB copy per hop (docs/perf-notes.md).
