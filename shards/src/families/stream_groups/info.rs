@@ -173,17 +173,11 @@ pub(super) fn full_group(
             ])
         })
         .collect();
+    let [delivered, read] = delivery_fields(g);
     info_map(vec![
         field("name", Frame::Bulk(name.clone())),
-        field(
-            "last-delivered-id",
-            Frame::Bulk(g.last_delivered.to_bytes()),
-        ),
-        field(
-            "entries-read",
-            g.entries_read
-                .map_or(Frame::Null, |n| Frame::Integer(n as i64)),
-        ),
+        delivered,
+        read,
         field("lag", group_lag(shape, g)),
         field("pel-count", Frame::Integer(g.pending.len() as i64)),
         field("pending", Frame::Array(pending)),
@@ -255,10 +249,21 @@ pub(super) fn group_lag(shape: &crate::values::stream::Shape, g: &Group) -> Fram
 /// One group of XINFO GROUPS (which changes nothing: an estimate is not remembered).
 pub(super) fn xinfo_group(shape: &crate::values::stream::Shape, name: &Bytes, g: &Group) -> Frame {
     let lag = group_lag(shape, g);
+    let [delivered, read] = delivery_fields(g);
     info_map(vec![
         field("name", Frame::Bulk(name.clone())),
         field("consumers", Frame::Integer(g.consumers.len() as i64)),
         field("pending", Frame::Integer(g.pending.len() as i64)),
+        delivered,
+        read,
+        field("lag", lag),
+    ])
+}
+
+/// A group's `last-delivered-id` and `entries-read`, as XINFO GROUPS and XINFO STREAM FULL
+/// both give them.
+fn delivery_fields(g: &Group) -> [[Frame; 2]; 2] {
+    [
         field(
             "last-delivered-id",
             Frame::Bulk(g.last_delivered.to_bytes()),
@@ -268,6 +273,5 @@ pub(super) fn xinfo_group(shape: &crate::values::stream::Shape, name: &Bytes, g:
             g.entries_read
                 .map_or(Frame::Null, |n| Frame::Integer(n as i64)),
         ),
-        field("lag", lag),
-    ])
+    ]
 }
