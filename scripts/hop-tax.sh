@@ -5,34 +5,38 @@
 # time, from /proc/<pid>/task/*/schedstat) for 1 shard and for 2 shards:
 #   cluster: through the shard ports (`redis-benchmark --cluster`; one shard: its port);
 #   shared:  through the shared port (a key of the other shard costs a hop).
-# Usage: scripts/hop-tax.sh [pairs] [pipeline] [requests]   (release build: make release)
+# Usage: scripts/hop-tax.sh [pairs] [pipeline] [requests] [modes]   (release build: make release)
+#   modes: "cluster shared" (default), or one of them.
 set -euo pipefail
 BIN=${WETASK_BIN:-$(dirname "$0")/../target/release/wetask}
-pairs=${1:-4}; pipe=${2:-1}; n=${3:-300000}
+pairs=${1:-4}; pipe=${2:-1}; n=${3:-300000}; modes=${4:-cluster shared}
 cpu_ns() { cat /proc/$1/task/*/schedstat 2>/dev/null | awk '{s+=$1} END {printf "%d", s}'; }
 run() { # shards mode -> ns per request
-  local shards=$1 mode=$2 port=$((20000 + RANDOM % 20000)) dir
+  # Ports below the ephemeral range (32768 on): a client's port never takes the server's.
+  local shards=$1 mode=$2 port=$((10000 + RANDOM % 20000)) dir
   dir=$(mktemp -d)
   taskset -c 0 "$BIN" --port $port --shards "$shards" --cpus 0 --appendonly no \
     --cluster-enabled yes --dir "$dir" --log-level warn >/dev/null 2>&1 &
   local pid=$!
-  for _ in $(seq 200); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.05; done
+  local up=no
+  for _ in $(seq 200); do redis-cli -p $port ping >/dev/null 2>&1 && { up=yes; break; }; sleep 0.05; done
+  if [ $up = no ]; then echo "the server on port $port did not start" >&2; kill $pid 2>/dev/null; exit 1; fi
   local args
   if [ "$mode" = cluster ] && [ "$shards" -gt 1 ]; then args="-p $((port + 1)) --cluster"
   elif [ "$mode" = cluster ]; then args="-p $((port + 1))"
   else args="-p $port"; fi
   # shellcheck disable=SC2086
-  taskset -c 1 redis-benchmark $args -t get -n 20000 -r 100000 -c 50 -P "$pipe" -q >/dev/null 2>&1
+  timeout 120 taskset -c 1 redis-benchmark $args -t get -n 20000 -r 100000 -c 50 -P "$pipe" -q >/dev/null 2>&1
   local before after
   before=$(cpu_ns $pid)
   # shellcheck disable=SC2086
-  taskset -c 1 redis-benchmark $args -t get -n "$n" -r 100000 -c 50 -P "$pipe" -q >/dev/null 2>&1
+  timeout 300 taskset -c 1 redis-benchmark $args -t get -n "$n" -r 100000 -c 50 -P "$pipe" -q >/dev/null 2>&1
   after=$(cpu_ns $pid)
   kill $pid; wait $pid 2>/dev/null || true; rm -rf "$dir"
   echo $(( (after - before) / n ))
 }
 for p in $(seq "$pairs"); do
-  for mode in cluster shared; do
+  for mode in $modes; do
     one=$(run 1 $mode); two=$(run 2 $mode)
     echo "pair $p $mode -P $pipe: 1 shard $one ns/req, 2 shards $two ns/req, ratio $(python3 -c "print(round($two/$one, 3))")"
   done

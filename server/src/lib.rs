@@ -23,5 +23,6 @@ pub mod runtime;
 mod session;
 mod shard;
 mod slowlog;
+mod spares;
 mod stats;
 mod watchdog;

@@ -164,6 +164,38 @@ fn pipelines_mixing_shards_keep_reply_order() {
     });
 }
 
+/// A pipeline's replies may wait for a batch that runs on the other shard and send as one
+/// write, but only when nothing in the batch can wait for long: replies before a blocking
+/// command still arrive while it blocks, whichever shard the connection lives on.
+#[test]
+fn replies_before_a_blocking_command_leave_while_it_blocks() {
+    let server = Server::start(&["--shards", "2"]);
+    // With two shards, slots 0-8191 are shard 0's and the rest shard 1's: tag a hashes to
+    // slot 15495, tag b to 3300, so one of them is always on the other shard.
+    let (low, high) = ("{a}", "{b}");
+    let mut c = server.client();
+    for first in [low, high] {
+        let other = if first == low { high } else { low };
+        let mut blocked = server.client();
+        blocked.raw(
+            format!(
+                "PING\r\nSET {first}:k 1\r\nGET {other}:absent\r\nGET {first}:k\r\n\
+                 BLPOP {other}:list 0\r\n"
+            )
+            .as_bytes(),
+        );
+        assert_eq!(blocked.read().unwrap(), Frame::simple("PONG"));
+        assert_eq!(blocked.read().unwrap(), ok());
+        assert_eq!(blocked.read().unwrap(), Frame::Null);
+        assert_eq!(blocked.read().unwrap(), bulk("1"));
+        assert_eq!(c.cmd(&format!("RPUSH {other}:list x")), int(1));
+        assert_eq!(
+            blocked.read().unwrap(),
+            Frame::Array(vec![bulk(&format!("{other}:list")), bulk("x")])
+        );
+    }
+}
+
 #[test]
 fn connection_commands() {
     each_server(|server| {

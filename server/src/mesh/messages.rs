@@ -8,8 +8,73 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::{Entry, ScanFilter};
 
-/// Commands for one shard: (index into the command table, arguments), run in order.
-pub type ShardCommands = Vec<(usize, Vec<Bytes>)>;
+/// Commands for one shard, run in order: each command's row (an index into the command
+/// table) and argument count, and every command's arguments end to end in one vector. A
+/// pipeline's commands for a peer cost two vectors in all, not one per command (the
+/// per-command vectors, allocated here and freed on the peer, were most of a pipelined hop's
+/// allocations: docs/perf-notes.md, "The pipelined hop").
+#[derive(Default)]
+pub struct ShardCommands {
+    rows: Vec<(u32, u32)>,
+    args: Vec<Bytes>,
+}
+
+impl ShardCommands {
+    /// One command (its vector of arguments is kept, not copied).
+    pub fn one(spec: usize, args: Vec<Bytes>) -> ShardCommands {
+        ShardCommands {
+            rows: vec![(spec as u32, args.len() as u32)],
+            args,
+        }
+    }
+
+    /// Room for `commands` commands of `args` arguments in all (grown by doubling, a
+    /// pipeline's group reallocated several times: docs/perf-notes.md).
+    pub fn with_capacity(commands: usize, args: usize) -> ShardCommands {
+        ShardCommands {
+            rows: Vec::with_capacity(commands),
+            args: Vec::with_capacity(args),
+        }
+    }
+
+    /// Adds a command after the others, moving its arguments out of `args` (which keeps its
+    /// room).
+    pub fn take(&mut self, spec: usize, args: &mut Vec<Bytes>) {
+        self.rows.push((spec as u32, args.len() as u32));
+        self.args.append(args);
+    }
+
+    /// Adds a command after the others.
+    pub fn push(&mut self, spec: usize, args: &[Bytes]) {
+        self.rows.push((spec as u32, args.len() as u32));
+        self.args.extend_from_slice(args);
+    }
+
+    /// How many commands.
+    pub fn count(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Each command's row index and arguments, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &[Bytes])> {
+        let mut start = 0;
+        self.rows.iter().map(move |&(spec, argc)| {
+            let args = &self.args[start..start + argc as usize];
+            start += argc as usize;
+            (spec as usize, args)
+        })
+    }
+}
+
+impl FromIterator<(usize, Vec<Bytes>)> for ShardCommands {
+    fn from_iter<I: IntoIterator<Item = (usize, Vec<Bytes>)>>(commands: I) -> Self {
+        let mut all = ShardCommands::default();
+        for (spec, args) in commands {
+            all.push(spec, &args);
+        }
+        all
+    }
+}
 
 /// Work one shard asks of another.
 pub enum Request {

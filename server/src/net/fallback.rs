@@ -96,20 +96,28 @@ async fn run_while_reading(
         })
         .await;
         match step {
-            Step::Done(out) => return (out, false),
+            Step::Done(out) => return (after_early(state, out), false),
             Step::Read(Ok(n)) if n > 0 => {
                 session.input.extend_from_slice(&buf[..n]);
                 if session.input_overflowed() {
                     ctx.connection_closing(&state.borrow());
-                    return (run.await, true);
+                    return (after_early(state, run.await), true);
                 }
             }
             Step::Read(_) => {
                 ctx.connection_closing(&state.borrow());
-                return (run.await, true);
+                return (after_early(state, run.await), true);
             }
         }
     }
+}
+
+/// A batch's replies behind what it sent early (`dispatch::send_early`), which this fallback
+/// sends when the batch ends, not while a command blocks.
+fn after_early(state: &std::cell::RefCell<crate::clients::ConnState>, out: Output) -> Output {
+    let mut all = std::mem::take(&mut state.borrow_mut().pushes);
+    all.append(out);
+    all
 }
 
 async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
@@ -152,8 +160,8 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
                     let _ = write_output(&ctx, &mut stream, &out).await;
                     break 'conn;
                 }
-                Pump::Batch(batch) => {
-                    let run = session::run_batch(ctx.clone(), state.clone(), batch);
+                Pump::Batch { requests, .. } => {
+                    let run = session::run_batch(ctx.clone(), state.clone(), requests);
                     let (more, closed) =
                         run_while_reading(&ctx, &state, run, &mut stream, &mut buf, &mut session)
                             .await;

@@ -38,7 +38,7 @@ pub fn send_one(
     spec: &'static CommandSpec,
     args: Vec<Bytes>,
 ) -> ResponseFuture {
-    let commands = vec![(spec.index(), args)];
+    let commands = ShardCommands::one(spec.index(), args);
     ctx.request(
         to,
         Request::Keys(KeyRequest::Exec {
@@ -186,7 +186,7 @@ pub async fn split_atomically(
             let request = Request::Lock(LockRequest::Exec {
                 db: at.db,
                 client: at.client,
-                commands: vec![(spec.index(), sub)],
+                commands: ShardCommands::one(spec.index(), sub),
             });
             single_reply(ctx.request_as(owner, Some(token), request).await)
         };
@@ -259,8 +259,6 @@ pub async fn all_shards(
     merge_replies(merge, replies)
 }
 
-/// Runs a pipeline segment of simple keyed commands: those for this shard here, the rest
-/// as one message per owner shard; replies in the segment's order.
 /// [`run_segment`] for one admitted keyed command (`keyed`, which sends it to its owner):
 /// one message, no grouping and a small future, for an unpipelined client's hop.
 pub async fn run_one(
@@ -279,56 +277,94 @@ pub async fn run_one(
     frame
 }
 
+/// Runs a pipeline segment of simple keyed commands: those for this shard here, the rest
+/// as one message per owner shard; `reply` gets each command's reply, in the segment's
+/// order. A command sent to another shard gives its arguments up to the message (moved,
+/// not cloned: no reference count touched twice per argument).
 pub async fn run_segment(
     ctx: &ShardCtx,
     at: Target,
     targets: &[(usize, &'static CommandSpec)],
-    commands: &[Command],
-) -> Vec<Frame> {
+    commands: &mut [Command],
+    mut reply: impl FnMut(&Frame),
+) {
     if ctx.wait_unlocked_or_busy().await {
-        return vec![Frame::static_error(crate::lua::busy::BUSY); commands.len()];
+        let busy = Frame::static_error(crate::lua::busy::BUSY);
+        commands.iter().for_each(|_| reply(&busy));
+        return;
     }
-    let mut frames: Vec<Option<Frame>> = vec![None; commands.len()];
-    let mut groups: BTreeMap<usize, (ShardCommands, Vec<usize>)> = BTreeMap::new();
-    for (n, ((owner, spec), command)) in targets.iter().zip(commands).enumerate() {
-        let args = &command.args;
+    // This shard's replies, in order; the others' commands, one group per owner.
+    let mut here = ctx.spares.frames();
+    let mut groups: Vec<(usize, ShardCommands)> = Vec::new();
+    for (n, ((owner, spec), command)) in targets.iter().zip(commands.iter_mut()).enumerate() {
         if *owner == ctx.id {
-            let frame = local(ctx, at, spec, args);
+            let frame = local(ctx, at, spec, &command.args);
             ctx.stats.record(spec, frame.is_error());
-            frames[n] = Some(frame);
+            here.push(frame);
+            continue;
+        }
+        let group = match groups.iter().position(|(to, _)| to == owner) {
+            Some(group) => group,
+            None => {
+                // Room for every command left, as long as this one: no growth for a run of
+                // GETs or SETs.
+                let left = targets.len() - n;
+                let room = ShardCommands::with_capacity(left, left * command.args.len());
+                groups.push((*owner, room));
+                groups.len() - 1
+            }
+        };
+        groups[group].1.take(spec.index(), &mut command.args);
+    }
+    let mut answers = send_groups(ctx, at, groups).await;
+    // Merged back in order: each owner's replies come in the order its commands went.
+    let mut mine = here.drain(..);
+    for (owner, spec) in targets {
+        let frame = if *owner == ctx.id {
+            mine.next()
         } else {
-            let group = groups.entry(*owner).or_default();
-            group.0.push((spec.index(), args.clone()));
-            group.1.push(n);
+            let theirs = answers.iter_mut().find(|(to, _)| to == owner);
+            let frame = theirs.and_then(|(_, frames)| frames.next());
+            if let Some(frame) = &frame {
+                ctx.stats.record(spec, frame.is_error());
+            }
+            frame
+        };
+        match frame {
+            Some(frame) => reply(&frame),
+            None => reply(&Frame::static_error("ERR internal error: lost shard reply")),
         }
     }
+    drop(mine);
+    ctx.spares.keep_frames(here);
+    ctx.tracking.drain(&ctx.core);
+}
+
+/// Sends each owner its group of a segment's commands, all before awaiting any; answers each
+/// owner's replies, in its commands' order.
+async fn send_groups(
+    ctx: &ShardCtx,
+    at: Target,
+    groups: Vec<(usize, ShardCommands)>,
+) -> Vec<(usize, std::vec::IntoIter<Frame>)> {
     let pending: Vec<_> = groups
         .into_iter()
-        .map(|(owner, (cmds, slots))| {
-            (
-                ctx.request(
-                    owner,
-                    Request::Keys(KeyRequest::Exec {
-                        db: at.db,
-                        client: at.client,
-                        commands: cmds,
-                    }),
-                ),
-                slots,
-            )
+        .map(|(owner, commands)| {
+            let request = Request::Keys(KeyRequest::Exec {
+                db: at.db,
+                client: at.client,
+                commands,
+            });
+            (owner, ctx.request(owner, request))
         })
         .collect();
-    for (future, slots) in pending {
-        if let Response::Frames(replies) = future.await {
-            for (frame, slot) in replies.into_iter().zip(slots) {
-                ctx.stats.record(targets[slot].1, frame.is_error());
-                frames[slot] = Some(frame);
-            }
-        }
+    let mut answers = Vec::with_capacity(pending.len());
+    for (owner, future) in pending {
+        let frames = match future.await {
+            Response::Frames(frames) => frames,
+            _ => Vec::new(),
+        };
+        answers.push((owner, frames.into_iter()));
     }
-    ctx.tracking.drain(&ctx.core);
-    frames
-        .into_iter()
-        .map(|f| f.unwrap_or_else(|| Frame::static_error("ERR internal error: lost shard reply")))
-        .collect()
+    answers
 }

@@ -514,13 +514,77 @@ fn simple_target(
     }
 }
 
+/// Whether a command may wait before it answers: a blocking pop, move or XREAD, a
+/// blocking TASK.FETCH or TASK.EVENTS, TASK.WAIT, WAIT and WAITAOF, or anything while CLIENT
+/// PAUSE holds commands. (Erring towards yes costs one early send.)
+fn may_wait(ctx: &ShardCtx, request: &Request) -> bool {
+    if ctx.globals.pause.active() {
+        return true;
+    }
+    match request.form() {
+        Form::Blocking(_) | Form::Wait(_) => true,
+        Form::Fetch(fetch) => fetch.block_ms.is_some(),
+        Form::Events(events) => events.block_ms.is_some(),
+        _ => request.spec().is_some_and(|spec| {
+            spec.has(flag::BLOCKING) || matches!(spec.name, "wait" | "waitaof")
+        }),
+    }
+}
+
+/// Hands the batch's replies so far to the connection's transport now (as pushes are: they
+/// leave before the batch's later replies, see `net::uring::collect`).
+fn send_early(ctx: &ShardCtx, conn: &RefCell<ConnState>, out: &mut Output) {
+    let early = std::mem::take(out);
+    let mut state = conn.borrow_mut();
+    let client = state.id;
+    state.pushes.append(early);
+    ctx.core.wake_for_pushes(&mut state, client);
+}
+
+/// Whether a batch's commands all run without waiting for long: each a simple keyed command
+/// (never a blocking one), and no CLIENT PAUSE in force (see `Pump::Batch`).
+pub fn runs_promptly(ctx: &ShardCtx, conn: &ConnState, requests: &[Request]) -> bool {
+    !ctx.globals.pause.active()
+        && requests
+            .iter()
+            .all(|request| simple_target(ctx, conn, request).is_some())
+}
+
+/// Runs one command of a batch on its own; `simple`: a simple keyed command (see
+/// `simple_target`). `out` holds the batch's replies so far.
+async fn run_alone(
+    ctx: &Rc<ShardCtx>,
+    conn: &Rc<RefCell<ConnState>>,
+    request: &Request,
+    simple: bool,
+    out: &mut Output,
+) -> Frame {
+    if simple && !ctx.globals.pause.active() {
+        // One simple keyed command for one other shard (an unpipelined client's hop): one
+        // message, and a small future.
+        return match admit(ctx, conn, request) {
+            Ok((spec, at)) => crate::routing::run_one(ctx, at, spec, request).await,
+            Err(frame) => frame,
+        };
+    }
+    if !out.is_empty() && may_wait(ctx, request) {
+        // A command that may wait sends the replies before it first, as Redis does (a
+        // pipelined GET's reply does not wait for the BLPOP after it).
+        send_early(ctx, conn, out);
+    }
+    // Everything else takes the whole path. It is boxed: its future is some 6 KB, and inline
+    // it made every spawned batch (one per window that needs another shard) that large, a
+    // malloc and a 6 KB copy per hop (docs/perf-notes.md).
+    Box::pin(execute(ctx, conn, request, None)).await
+}
+
 /// Runs a pipeline's commands in order, encoding replies into `out`. Runs of simple keyed
 /// commands are grouped into one message per destination shard; anything else runs alone.
 /// Returns when done or when the connection asked to close.
 pub async fn run_batch(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
-    commands: Vec<Request>,
+    commands: &mut [Request],
     out: &mut Output,
 ) {
     let mut i = 0;
@@ -535,7 +599,7 @@ pub async fn run_batch(
                 client: state.task_owner(),
             }
         };
-        let mut segment = Vec::new();
+        let mut segment = Vec::with_capacity(commands.len() - i);
         while i + segment.len() < commands.len() {
             match simple_target(ctx, &conn.borrow(), &commands[i + segment.len()]) {
                 Some(target) => segment.push(target),
@@ -544,18 +608,7 @@ pub async fn run_batch(
         }
         if segment.len() < 2 {
             let started = crate::slowlog::ticks();
-            let frame = match segment.first() {
-                // One simple keyed command for one other shard (an unpipelined client's
-                // hop): one message, and a small future.
-                Some(_) if !ctx.globals.pause.active() => match admit(ctx, conn, &commands[i]) {
-                    Ok((spec, at)) => crate::routing::run_one(ctx, at, spec, &commands[i]).await,
-                    Err(frame) => frame,
-                },
-                // Everything else takes the whole path. It is boxed: its future is some 6 KB,
-                // and inline it made every spawned batch (one per window that needs another
-                // shard) that large, a malloc and a 6 KB copy per hop (docs/perf-notes.md).
-                _ => Box::pin(execute(ctx, conn, &commands[i], None)).await,
-            };
+            let frame = run_alone(ctx, conn, &commands[i], !segment.is_empty(), out).await;
             let took = crate::slowlog::ticks().wrapping_sub(started);
             note_time(ctx, conn, &commands[i], took);
             conn.borrow_mut().encode_reply(out, &frame);
@@ -566,14 +619,15 @@ pub async fn run_batch(
             continue;
         }
         let started = crate::slowlog::ticks();
-        let frames = run_segment(ctx, at, &segment, &commands[i..i + segment.len()]).await;
+        let segment_commands = &mut commands[i..i + segment.len()];
+        run_segment(ctx, at, &segment, segment_commands, |frame| {
+            conn.borrow_mut().encode_reply(out, frame)
+        })
+        .await;
         // One message ran them all: each is counted an equal share (not SLOWLOG-checked).
         let share = crate::slowlog::ticks().wrapping_sub(started) / segment.len() as u64;
         for (_, spec) in &segment {
             ctx.stats.add_time(spec, share);
-        }
-        for frame in &frames {
-            conn.borrow_mut().encode_reply(out, frame);
         }
         if reached_output_limit(ctx, conn, out) {
             return;

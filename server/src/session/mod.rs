@@ -33,8 +33,14 @@ pub const OUTPUT_BUFFER_BYTES_MAX: usize = 1024 * 1024 * 1024;
 pub enum Pump {
     /// Everything buffered ran; wait for more input.
     Idle,
-    /// These commands need other shards: run them with `dispatch::run_batch`.
-    Batch(Vec<Request>),
+    /// These commands need other shards: run them with [`run_batch`]. `prompt`: none of
+    /// them can wait for long (each is a simple keyed command, and no CLIENT PAUSE holds
+    /// commands), so the transport may hold the replies written before them and send
+    /// everything as one write once the batch is done.
+    Batch {
+        requests: Vec<Request>,
+        prompt: bool,
+    },
     /// Close once the output so far is sent.
     Close,
     /// The last command waits parked with no task (`dispatch::Inline::Parked`): run nothing
@@ -177,7 +183,7 @@ impl Session {
                             return Pump::Close;
                         }
                     }
-                    Inline::NeedsTask => return self.hand_to_task(i, n, error, ctx.shard_count),
+                    Inline::NeedsTask => return self.hand_to_task(ctx, i, n, error),
                 }
             }
             self.clear_window(n);
@@ -191,35 +197,49 @@ impl Session {
     }
 
     /// The window's commands from `i` on, and every further complete one, as a batch for a
-    /// task (the `error` that ended the window is reported after them).
+    /// task (the `error` that ended the window is reported after them). Spare requests take
+    /// their places in the window, so its next commands decode with no allocation.
     fn hand_to_task(
         &mut self,
+        ctx: &ShardCtx,
         i: usize,
         n: usize,
         error: Option<ProtocolError>,
-        shard_count: usize,
     ) -> Pump {
-        // The requests move, parsed as they are; their slots start afresh.
-        let mut batch: Vec<Request> = self.window[i..n].iter_mut().map(std::mem::take).collect();
-        self.clear_window(n);
+        // The requests move, parsed as they are.
+        let mut requests = ctx.spares.batch();
+        for request in &mut self.window[i..n] {
+            requests.push(std::mem::replace(request, ctx.spares.request()));
+        }
+        self.clear_window(i);
         match error {
             Some(err) => self.held_error = Some(err),
-            None => self.collect_batch(&mut batch, shard_count),
+            None => self.collect_batch(ctx, &mut requests),
         }
-        Pump::Batch(batch)
+        let prompt = dispatch::runs_promptly(ctx, &self.state.borrow(), &requests);
+        Pump::Batch { requests, prompt }
     }
 
     /// Adds every further complete command to a batch bound for other shards.
-    fn collect_batch(&mut self, batch: &mut Vec<Request>, shard_count: usize) {
+    fn collect_batch(&mut self, ctx: &ShardCtx, batch: &mut Vec<Request>) {
         if !self.state.borrow().authenticated {
             // One command at a time until AUTH succeeds (see `fill_window`).
             return;
         }
         loop {
-            match self.decoder.decode(&mut self.input) {
-                Ok(Some(args)) => batch.push(Request::new(args, shard_count)),
-                Ok(None) => return,
+            let mut request = ctx.spares.request();
+            match self.decoder.decode_into(&mut self.input, &mut request.args) {
+                Ok(true) => {
+                    let spec = wetask_shards::lookup(&request.args[0]);
+                    request.prepare(spec, ctx.shard_count);
+                    batch.push(request);
+                }
+                Ok(false) => {
+                    ctx.spares.keep(request);
+                    return;
+                }
                 Err(err) => {
+                    ctx.spares.keep(request);
                     self.held_error = Some(err);
                     return;
                 }
@@ -241,7 +261,9 @@ pub async fn run_batch(
     // otherwise grow the buffer through four reallocations.
     let mut out = Output::with_capacity(BATCH_OUTPUT_BYTES);
     state.borrow_mut().in_batch = true;
-    dispatch::run_batch(&ctx, &state, batch, &mut out).await;
+    let mut batch = batch;
+    dispatch::run_batch(&ctx, &state, &mut batch, &mut out).await;
+    ctx.spares.keep_batch(batch);
     let mut state = state.borrow_mut();
     state.in_batch = false;
     state.last_active_ms = ctx.shard.borrow().now_ms();

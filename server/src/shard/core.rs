@@ -13,7 +13,7 @@ use std::task::{Poll, Waker};
 use wetask_protocol::{encode_output, Frame};
 use wetask_shards::Shard;
 
-use crate::clients::Clients;
+use crate::clients::{Clients, ConnState};
 use crate::globals::{unix_ms, Globals};
 use crate::mesh::{KeyRequest, Mesh, Request, Response, ResponseFuture};
 use crate::stats::ShardStats;
@@ -520,6 +520,15 @@ impl ShardCore {
         self.wake_pushes(client);
     }
 
+    /// Wakes the transport of a local client whose pushes gained output (its state is
+    /// borrowed by the caller).
+    pub fn wake_for_pushes(&self, state: &mut ConnState, client: u64) {
+        if let Some(waker) = state.push_waker.take() {
+            waker.wake();
+        }
+        self.wake_pushes(client);
+    }
+
     /// Tells the io_uring driver (the only transport with a hook) which client to send to;
     /// the glommio fallback's connections wait on their own waker instead.
     fn wake_pushes(&self, client: u64) {
@@ -575,7 +584,7 @@ impl ShardCore {
                 commands
                     .iter()
                     .map(|(spec, args)| {
-                        let spec = &wetask_shards::COMMANDS[*spec];
+                        let spec = &wetask_shards::COMMANDS[spec];
                         // Counted (INFO commandstats) where the command came from.
                         shard.execute(db, client, spec, args)
                     })

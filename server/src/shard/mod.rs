@@ -70,6 +70,8 @@ pub struct ShardCtx {
     /// True while the lock's queue is being served (a served request's tick must not
     /// serve it again from inside).
     serving_queue: std::cell::Cell<bool>,
+    /// Requests and batch vectors kept for the connections' next batches.
+    pub spares: crate::spares::Spares,
 }
 
 /// The core's fields and methods read as the context's own (`ctx.shard`, `ctx.request`).
@@ -95,6 +97,7 @@ impl ShardCtx {
             paused_generation: std::cell::Cell::new(0),
             sleepers: RefCell::new(Vec::new()),
             serving_queue: std::cell::Cell::new(false),
+            spares: Default::default(),
         }
     }
 
@@ -642,7 +645,7 @@ fn is_exec(request: &Request) -> bool {
 /// attempt); `None` for any other request.
 fn plain_commands(request: &Request) -> Option<usize> {
     match request {
-        Request::Keys(KeyRequest::Exec { commands, .. }) => Some(commands.len()),
+        Request::Keys(KeyRequest::Exec { commands, .. }) => Some(commands.count()),
         Request::Keys(KeyRequest::ExecParsed { .. }) => Some(1),
         _ => None,
     }

@@ -638,7 +638,7 @@ pub fn send_callback_orders(core: &ShardCore, orders: Vec<(Bytes, wetask_shards:
             let request = Request::Keys(crate::mesh::KeyRequest::Exec {
                 db: 0,
                 client: 0,
-                commands: vec![(spec.index(), args)],
+                commands: crate::mesh::ShardCommands::one(spec.index(), args),
             });
             drop(core.request(owner, request));
         }

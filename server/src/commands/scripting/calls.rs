@@ -291,7 +291,7 @@ pub(super) async fn exec_on(
     let request = Request::Keys(KeyRequest::Exec {
         db: at.db,
         client: at.client,
-        commands: vec![(spec.index(), argv.to_vec())],
+        commands: crate::mesh::ShardCommands::one(spec.index(), argv.to_vec()),
     });
     crate::routing::single_reply(crate::routing::cross::on(held, shard, request).await)
 }

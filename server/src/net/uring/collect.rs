@@ -64,6 +64,11 @@ impl Net {
                 continue;
             };
             conn.busy = false;
+            conn.holding = false;
+            // Replies the batch sent early (`dispatch::send_early`) and pushes that came
+            // meanwhile go before the batch's last replies.
+            let early = std::mem::take(&mut conn.session.state.borrow_mut().pushes);
+            conn.out.append(early);
             conn.out.append(out);
             self.pump(index, conn);
             self.maybe_free(inner, index, generation);

@@ -57,6 +57,7 @@ impl Net {
             send_in_flight: false,
             recv_armed: false,
             busy: false,
+            holding: false,
             flush_queued: false,
             closing: false,
         };
@@ -137,13 +138,14 @@ impl Net {
             Pump::Idle | Pump::Close => {}
             // Its answer comes through `collect_direct`.
             Pump::Parked => conn.busy = true,
-            Pump::Batch(batch) => {
+            Pump::Batch { requests, prompt } => {
                 conn.busy = true;
+                conn.holding = prompt;
                 let net = self.clone();
                 let (state, generation) = (conn.session.state.clone(), conn.generation);
                 let polls = self.polls.clone();
                 glommio::spawn_local(counted(polls, async move {
-                    let out = session::run_batch(net.ctx.clone(), state, batch).await;
+                    let out = session::run_batch(net.ctx.clone(), state, requests).await;
                     net.finish_batch(index, generation, out);
                 }))
                 .detach();
@@ -158,7 +160,7 @@ impl Net {
             self.begin_close(conn);
             return;
         }
-        if !conn.out.is_empty() && !conn.send_in_flight {
+        if !conn.out.is_empty() && !conn.send_in_flight && !conn.holding {
             if !conn.flush_queued {
                 conn.flush_queued = true;
                 self.unflushed.borrow_mut().push((index, conn.generation));

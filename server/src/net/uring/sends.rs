@@ -6,9 +6,10 @@
 use super::*;
 
 impl Net {
-    /// Hands queued replies to the kernel if no send is in flight.
+    /// Hands queued replies to the kernel if no send is in flight (and none waits for a
+    /// prompt batch: `Conn::holding`).
     pub(super) fn flush(&self, index: u32, conn: &mut Conn) {
-        if conn.send_in_flight || conn.out.is_empty() {
+        if conn.send_in_flight || conn.holding || conn.out.is_empty() {
             return;
         }
         std::mem::swap(&mut conn.out, &mut conn.sending);
