@@ -103,6 +103,26 @@ impl Output {
     }
 
     /// Moves `other`'s contents to the end of this output.
+    /// Moves `other`'s output after this one's, leaving `other` empty with room to reuse:
+    /// when this one is empty the two trade places, and nothing is copied.
+    pub fn take_from(&mut self, other: &mut Output) {
+        if self.is_empty() {
+            std::mem::swap(self, other);
+            other.clear();
+            return;
+        }
+        let base = self.bytes.len();
+        self.bytes.extend_from_slice(&other.bytes);
+        self.spliced_bytes += other.spliced_bytes;
+        self.spliced.extend(
+            other
+                .spliced
+                .drain(..)
+                .map(|(offset, payload)| (base + offset, payload)),
+        );
+        other.clear();
+    }
+
     pub fn append(&mut self, other: Output) {
         let base = self.bytes.len();
         self.bytes.extend_from_slice(&other.bytes);
@@ -167,6 +187,38 @@ mod tests {
             true
         });
         all
+    }
+
+    #[test]
+    fn take_from_moves_everything_in_order_and_leaves_the_other_empty() {
+        let big = Bytes::from(vec![b'y'; SPLICE_BYTES_MIN]);
+        let batch = || {
+            let mut out = Output::with_capacity(64);
+            out.extend_from_slice(b":1\r\n");
+            encode_bulk_shared(&mut out, &big);
+            out
+        };
+        let expected_batch = flatten(&batch(), 0);
+
+        // Into an empty output: the two trade places.
+        let mut empty = Output::default();
+        let mut other = batch();
+        empty.take_from(&mut other);
+        assert_eq!(flatten(&empty, 0), expected_batch);
+        assert!(other.is_empty() && other.spliced.is_empty());
+
+        // Behind replies already there: copied after them, references moved.
+        let mut held = Output::default();
+        held.extend_from_slice(b"+OK\r\n");
+        let mut other = batch();
+        held.take_from(&mut other);
+        assert_eq!(
+            flatten(&held, 0),
+            [b"+OK\r\n".as_slice(), &expected_batch].concat()
+        );
+        assert_eq!(held.len(), 5 + expected_batch.len());
+        assert!(other.is_empty() && other.spliced.is_empty());
+        assert!(other.capacity() >= 64, "the emptied one keeps its room");
     }
 
     #[test]

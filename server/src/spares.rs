@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 
-use wetask_protocol::Frame;
+use wetask_protocol::{Frame, Output};
 use wetask_shards::request::Request;
 
 /// The most requests kept: a few windows' worth.
@@ -25,7 +25,15 @@ pub struct Spares {
     batches: RefCell<Vec<Vec<Request>>>,
     /// Vectors for a pipeline segment's replies from this shard (`routing::run_segment`).
     frames: RefCell<Vec<Vec<Frame>>>,
+    /// Reply buffers for batches (`session::run_batch`), given back by the transport.
+    outputs: RefCell<Vec<Output>>,
 }
+
+/// The room a new batch reply buffer starts with: a blocked FETCH's reply (id, queue,
+/// payload, attempt) would otherwise grow it through four reallocations.
+const OUTPUT_BYTES: usize = 256;
+/// A reply buffer with more room than this is not kept.
+const OUTPUT_BYTES_MAX: usize = 64 * 1024;
 
 impl Spares {
     /// A cleared request, with its vectors' room if one was kept.
@@ -36,6 +44,23 @@ impl Spares {
     /// An empty vector for a batch's requests.
     pub fn batch(&self) -> Vec<Request> {
         self.batches.borrow_mut().pop().unwrap_or_default()
+    }
+
+    /// An empty reply buffer for a batch.
+    pub fn output(&self) -> Output {
+        self.outputs
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| Output::with_capacity(OUTPUT_BYTES))
+    }
+
+    /// Takes a batch's reply buffer back (emptied first).
+    pub fn keep_output(&self, mut output: Output) {
+        output.clear();
+        let mut kept = self.outputs.borrow_mut();
+        if kept.len() < BATCHES_MAX && output.capacity() <= OUTPUT_BYTES_MAX {
+            kept.push(output);
+        }
     }
 
     /// An empty vector for replies.

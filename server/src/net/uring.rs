@@ -181,6 +181,8 @@ pub struct Net {
     next_cron_ms: Cell<u64>,
     /// Replies of cross-shard batches that finished, for the driver to hand out.
     finished: RefCell<Vec<(u32, u32, Output)>>,
+    /// `finished`'s other vector: the two trade places each turn, so neither reallocates.
+    spare_finished: Cell<Vec<(u32, u32, Output)>>,
     /// Under `appendfsync always`: sends waiting for the journal's fsync (`held_sends`).
     held: RefCell<HeldSends>,
     /// Connections whose replies were made this turn, to be sent last made, first sent
@@ -261,6 +263,7 @@ impl Net {
             overflow_waiting: Cell::new(false),
             next_cron_ms: Cell::new(0),
             finished: RefCell::new(Vec::new()),
+            spare_finished: Cell::new(Vec::new()),
             held: RefCell::new(HeldSends::default()),
             unflushed: RefCell::new(Vec::new()),
             reaped: Cell::new(Vec::new()),

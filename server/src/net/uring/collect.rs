@@ -55,12 +55,16 @@ impl Net {
 
     /// Hands finished batches' replies to their connections and pumps what arrived since.
     pub(super) fn collect_finished(self: &Rc<Self>) -> usize {
-        let finished = std::mem::take(&mut *self.finished.borrow_mut());
+        if self.finished.borrow().is_empty() {
+            return 0;
+        }
+        let mut finished = self.finished.replace(self.spare_finished.take());
         let count = finished.len();
         let mut inner = self.inner.borrow_mut();
         let inner = &mut *inner;
-        for (index, generation, out) in finished {
+        for (index, generation, mut out) in finished.drain(..) {
             let Some(conn) = live_conn(&mut inner.conns, index, generation) else {
+                self.ctx.spares.keep_output(out);
                 continue;
             };
             conn.busy = false;
@@ -69,10 +73,12 @@ impl Net {
             // meanwhile go before the batch's last replies.
             let early = std::mem::take(&mut conn.session.state.borrow_mut().pushes);
             conn.out.append(early);
-            conn.out.append(out);
+            conn.out.take_from(&mut out);
+            self.ctx.spares.keep_output(out);
             self.pump(index, conn);
             self.maybe_free(inner, index, generation);
         }
+        self.spare_finished.set(finished);
         count
     }
 
