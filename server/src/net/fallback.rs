@@ -160,8 +160,8 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
                     let _ = write_output(&ctx, &mut stream, &out).await;
                     break 'conn;
                 }
-                Pump::Batch { requests, .. } => {
-                    let run = session::run_batch(ctx.clone(), state.clone(), requests);
+                Pump::Batch(batch) => {
+                    let run = session::run_batch(ctx.clone(), state.clone(), batch);
                     let (more, closed) =
                         run_while_reading(&ctx, &state, run, &mut stream, &mut buf, &mut session)
                             .await;

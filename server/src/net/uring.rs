@@ -124,7 +124,7 @@ struct Conn {
     /// A cross-shard batch task owns this connection's next replies.
     busy: bool,
     /// The replies in `out` wait for the batch in flight, to leave with its replies in one
-    /// send (a prompt batch: `Pump::Batch`). Half the pipelines of a 2-shard server paid two
+    /// send (a prompt batch: `session::Batch::prompt`). Half the pipelines of a 2-shard server paid two
     /// sends before (docs/perf-notes.md, "The pipelined hop").
     holding: bool,
     /// Its replies wait in `Net::unflushed` for the turn's sends.

@@ -277,14 +277,14 @@ pub async fn run_one(
     frame
 }
 
-/// Runs a pipeline segment of simple keyed commands: those for this shard here, the rest
-/// as one message per owner shard; `reply` gets each command's reply, in the segment's
-/// order. A command sent to another shard gives its arguments up to the message (moved,
-/// not cloned: no reference count touched twice per argument).
+/// Runs a pipeline segment of simple keyed commands (each with one owner, as the caller
+/// checked: `dispatch::simple_target`): those for this shard here, the rest as one message
+/// per owner shard; `reply` gets each command's reply, in the segment's order. A command
+/// sent to another shard gives its arguments up to the message (moved, not cloned: no
+/// reference count touched twice per argument).
 pub async fn run_segment(
     ctx: &ShardCtx,
     at: Target,
-    targets: &[(usize, &'static CommandSpec)],
     commands: &mut [Command],
     mut reply: impl FnMut(&Frame),
 ) {
@@ -296,21 +296,29 @@ pub async fn run_segment(
     // This shard's replies, in order; the others' commands, one group per owner.
     let mut here = ctx.spares.frames();
     let mut groups: Vec<(usize, ShardCommands)> = Vec::new();
-    for (n, ((owner, spec), command)) in targets.iter().zip(commands.iter_mut()).enumerate() {
-        if *owner == ctx.id {
-            let frame = local(ctx, at, spec, &command.args);
-            ctx.stats.record(spec, frame.is_error());
+    let count = commands.len();
+    for (n, command) in commands.iter_mut().enumerate() {
+        let (owner, spec) = segment_target(ctx, command);
+        if owner == ctx.id {
+            let frame = match spec {
+                Some(spec) => local(ctx, at, spec, &command.args),
+                None => Frame::static_error(NOT_IN_A_SEGMENT),
+            };
+            if let Some(spec) = spec {
+                ctx.stats.record(spec, frame.is_error());
+            }
             here.push(frame);
             continue;
         }
-        let group = match groups.iter().position(|(to, _)| to == owner) {
+        let spec = spec.expect("a remote command has its row");
+        let group = match groups.iter().position(|(to, _)| *to == owner) {
             Some(group) => group,
             None => {
                 // Room for every command left, as long as this one: no growth for a run of
                 // GETs or SETs.
-                let left = targets.len() - n;
+                let left = count - n;
                 let room = ShardCommands::with_capacity(left, left * command.args.len());
-                groups.push((*owner, room));
+                groups.push((owner, room));
                 groups.len() - 1
             }
         };
@@ -319,16 +327,17 @@ pub async fn run_segment(
     let mut answers = send_groups(ctx, at, groups).await;
     // Merged back in order: each owner's replies come in the order its commands went.
     let mut mine = here.drain(..);
-    for (owner, spec) in targets {
-        let frame = if *owner == ctx.id {
-            mine.next()
-        } else {
-            let theirs = answers.iter_mut().find(|(to, _)| to == owner);
-            let frame = theirs.and_then(|(_, frames)| frames.next());
-            if let Some(frame) = &frame {
-                ctx.stats.record(spec, frame.is_error());
+    for command in commands.iter() {
+        let frame = match segment_target(ctx, command) {
+            (owner, _) if owner == ctx.id => mine.next(),
+            (owner, spec) => {
+                let theirs = answers.iter_mut().find(|(to, _)| *to == owner);
+                let frame = theirs.and_then(|(_, frames)| frames.next());
+                if let (Some(frame), Some(spec)) = (&frame, spec) {
+                    ctx.stats.record(spec, frame.is_error());
+                }
+                frame
             }
-            frame
         };
         match frame {
             Some(frame) => reply(&frame),
@@ -338,6 +347,19 @@ pub async fn run_segment(
     drop(mine);
     ctx.spares.keep_frames(here);
     ctx.tracking.drain(&ctx.core);
+}
+
+/// The answer to a command in a segment that is not a simple keyed one (never sent: the
+/// caller checks every command first).
+const NOT_IN_A_SEGMENT: &str = "ERR internal error: not a simple keyed command";
+
+/// Where a segment's command runs, from its parse: its one owner and its row; this shard,
+/// with no row, for a command that is not a simple keyed one (answered with an error).
+fn segment_target(ctx: &ShardCtx, command: &Command) -> (usize, Option<&'static CommandSpec>) {
+    match (command.owners(), command.spec()) {
+        (Owners::One(owner), Some(spec)) => (owner, Some(spec)),
+        _ => (ctx.id, None),
+    }
 }
 
 /// Sends each owner its group of a segment's commands, all before awaiting any; answers each

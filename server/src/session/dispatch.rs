@@ -542,7 +542,7 @@ fn send_early(ctx: &ShardCtx, conn: &RefCell<ConnState>, out: &mut Output) {
 }
 
 /// Whether a batch's commands all run without waiting for long: each a simple keyed command
-/// (never a blocking one), and no CLIENT PAUSE in force (see `Pump::Batch`).
+/// (never a blocking one), and no CLIENT PAUSE in force (see `super::Batch::prompt`).
 pub fn runs_promptly(ctx: &ShardCtx, conn: &ConnState, requests: &[Request]) -> bool {
     !ctx.globals.pause.active()
         && requests
@@ -580,11 +580,13 @@ async fn run_alone(
 
 /// Runs a pipeline's commands in order, encoding replies into `out`. Runs of simple keyed
 /// commands are grouped into one message per destination shard; anything else runs alone.
-/// Returns when done or when the connection asked to close.
+/// `prompt`: every command is a simple keyed one (`runs_promptly`), so the whole batch is one
+/// segment. Returns when done or when the connection asked to close.
 pub async fn run_batch(
     ctx: &Rc<ShardCtx>,
     conn: &Rc<RefCell<ConnState>>,
     commands: &mut [Request],
+    prompt: bool,
     out: &mut Output,
 ) {
     let mut i = 0;
@@ -599,16 +601,18 @@ pub async fn run_batch(
                 client: state.task_owner(),
             }
         };
-        let mut segment = Vec::with_capacity(commands.len() - i);
-        while i + segment.len() < commands.len() {
-            match simple_target(ctx, &conn.borrow(), &commands[i + segment.len()]) {
-                Some(target) => segment.push(target),
-                None => break,
-            }
-        }
-        if segment.len() < 2 {
+        // A prompt batch is one segment whole (`runs_promptly` checked every command).
+        let segment = if prompt && i == 0 {
+            commands.len()
+        } else {
+            let state = conn.borrow();
+            let rest = commands[i..].iter();
+            rest.take_while(|command| simple_target(ctx, &state, command).is_some())
+                .count()
+        };
+        if segment < 2 {
             let started = crate::slowlog::ticks();
-            let frame = run_alone(ctx, conn, &commands[i], !segment.is_empty(), out).await;
+            let frame = run_alone(ctx, conn, &commands[i], segment == 1, out).await;
             let took = crate::slowlog::ticks().wrapping_sub(started);
             note_time(ctx, conn, &commands[i], took);
             conn.borrow_mut().encode_reply(out, &frame);
@@ -619,20 +623,22 @@ pub async fn run_batch(
             continue;
         }
         let started = crate::slowlog::ticks();
-        let segment_commands = &mut commands[i..i + segment.len()];
-        run_segment(ctx, at, &segment, segment_commands, |frame| {
+        let segment_commands = &mut commands[i..i + segment];
+        run_segment(ctx, at, segment_commands, |frame| {
             conn.borrow_mut().encode_reply(out, frame)
         })
         .await;
         // One message ran them all: each is counted an equal share (not SLOWLOG-checked).
-        let share = crate::slowlog::ticks().wrapping_sub(started) / segment.len() as u64;
-        for (_, spec) in &segment {
+        let share = crate::slowlog::ticks().wrapping_sub(started) / segment as u64;
+        for spec in segment_commands.iter().filter_map(Request::spec) {
             ctx.stats.add_time(spec, share);
         }
         if reached_output_limit(ctx, conn, out) {
             return;
         }
-        conn.borrow_mut().last_command = segment.last().expect("non-empty").1.name;
-        i += segment.len();
+        if let Some(spec) = segment_commands.last().and_then(Request::spec) {
+            conn.borrow_mut().last_command = spec.name;
+        }
+        i += segment;
     }
 }

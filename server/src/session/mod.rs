@@ -33,14 +33,8 @@ pub const OUTPUT_BUFFER_BYTES_MAX: usize = 1024 * 1024 * 1024;
 pub enum Pump {
     /// Everything buffered ran; wait for more input.
     Idle,
-    /// These commands need other shards: run them with [`run_batch`]. `prompt`: none of
-    /// them can wait for long (each is a simple keyed command, and no CLIENT PAUSE holds
-    /// commands), so the transport may hold the replies written before them and send
-    /// everything as one write once the batch is done.
-    Batch {
-        requests: Vec<Request>,
-        prompt: bool,
-    },
+    /// These commands need other shards: run them with [`run_batch`].
+    Batch(Batch),
     /// Close once the output so far is sent.
     Close,
     /// The last command waits parked with no task (`dispatch::Inline::Parked`): run nothing
@@ -197,8 +191,9 @@ impl Session {
     }
 
     /// The window's commands from `i` on, and every further complete one, as a batch for a
-    /// task (the `error` that ended the window is reported after them). Spare requests take
-    /// their places in the window, so its next commands decode with no allocation.
+    /// task (the `error` that ended the window is reported after them). The window itself
+    /// goes, its requests parsed as they are, and a spare window takes its place: no request
+    /// is moved or allocated (docs/perf-notes.md, "The pipelined hop").
     fn hand_to_task(
         &mut self,
         ctx: &ShardCtx,
@@ -206,63 +201,101 @@ impl Session {
         n: usize,
         error: Option<ProtocolError>,
     ) -> Pump {
-        // The requests move, parsed as they are.
-        let mut requests = ctx.spares.batch();
-        for request in &mut self.window[i..n] {
-            requests.push(std::mem::replace(request, ctx.spares.request()));
+        let mut requests = std::mem::replace(&mut self.window, ctx.spares.window());
+        for request in &mut requests[..i] {
+            request.clear();
         }
-        self.clear_window(i);
-        match error {
-            Some(err) => self.held_error = Some(err),
-            None => self.collect_batch(ctx, &mut requests),
-        }
-        let prompt = dispatch::runs_promptly(ctx, &self.state.borrow(), &requests);
-        Pump::Batch { requests, prompt }
+        let end = match error {
+            Some(err) => {
+                self.held_error = Some(err);
+                n
+            }
+            None => self.collect_batch(ctx.shard_count, &mut requests, n),
+        };
+        let prompt = dispatch::runs_promptly(ctx, &self.state.borrow(), &requests[i..end]);
+        Pump::Batch(Batch {
+            requests,
+            commands: i..end,
+            prompt,
+        })
     }
 
-    /// Adds every further complete command to a batch bound for other shards.
-    fn collect_batch(&mut self, ctx: &ShardCtx, batch: &mut Vec<Request>) {
+    /// Decodes every further complete command into `requests` from `n` on (into the
+    /// requests already there first); returns where they end.
+    fn collect_batch(
+        &mut self,
+        shard_count: usize,
+        requests: &mut Vec<Request>,
+        n: usize,
+    ) -> usize {
         if !self.state.borrow().authenticated {
             // One command at a time until AUTH succeeds (see `fill_window`).
-            return;
+            return n;
         }
+        let mut end = n;
         loop {
-            let mut request = ctx.spares.request();
+            if requests.len() == end {
+                requests.push(Request::default());
+            }
+            let request = &mut requests[end];
             match self.decoder.decode_into(&mut self.input, &mut request.args) {
                 Ok(true) => {
                     let spec = wetask_shards::lookup(&request.args[0]);
-                    request.prepare(spec, ctx.shard_count);
-                    batch.push(request);
+                    request.prepare(spec, shard_count);
+                    end += 1;
                 }
-                Ok(false) => {
-                    ctx.spares.keep(request);
-                    return;
-                }
+                Ok(false) => return end,
                 Err(err) => {
-                    ctx.spares.keep(request);
                     self.held_error = Some(err);
-                    return;
+                    return end;
                 }
             }
         }
     }
 }
 
+/// Commands that need other shards: `requests[commands]`, in a connection's former window
+/// (which goes back to the shard's spares when the batch is done).
+pub struct Batch {
+    requests: Vec<Request>,
+    commands: std::ops::Range<usize>,
+    prompt: bool,
+}
+
+impl Batch {
+    /// None of its commands can wait for long (each is a simple keyed command, and no CLIENT
+    /// PAUSE holds commands), so the transport may hold the replies written before them and
+    /// send everything as one write once the batch is done.
+    pub fn prompt(&self) -> bool {
+        self.prompt
+    }
+}
+
 /// Runs a batch that needs other shards; replies go to `out` in order.
-pub async fn run_batch(
-    ctx: Rc<ShardCtx>,
-    state: Rc<RefCell<ConnState>>,
-    batch: Vec<Request>,
-) -> Output {
+pub async fn run_batch(ctx: Rc<ShardCtx>, state: Rc<RefCell<ConnState>>, batch: Batch) -> Output {
     // A kept buffer (the transport gives it back: `Spares::keep_output`).
     let mut out = ctx.spares.output();
     state.borrow_mut().in_batch = true;
-    let mut batch = batch;
+    let Batch {
+        mut requests,
+        commands,
+        prompt,
+    } = batch;
     // Boxed: inline, this future and the batch's (512 bytes) made a spawned task of 1,344
     // bytes, past glibc's tcache (1,032): a slow malloc and a 1.3 KB copy for every batch.
     // Boxed, both allocations come from the tcache (docs/perf-notes.md).
-    Box::pin(dispatch::run_batch(&ctx, &state, &mut batch, &mut out)).await;
-    ctx.spares.keep_batch(batch);
+    Box::pin(dispatch::run_batch(
+        &ctx,
+        &state,
+        &mut requests[commands.clone()],
+        prompt,
+        &mut out,
+    ))
+    .await;
+    for request in &mut requests[commands] {
+        request.clear();
+    }
+    ctx.spares.keep_window(requests);
     let mut state = state.borrow_mut();
     state.in_batch = false;
     state.last_active_ms = ctx.shard.borrow().now_ms();

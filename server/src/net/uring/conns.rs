@@ -138,14 +138,14 @@ impl Net {
             Pump::Idle | Pump::Close => {}
             // Its answer comes through `collect_direct`.
             Pump::Parked => conn.busy = true,
-            Pump::Batch { requests, prompt } => {
+            Pump::Batch(batch) => {
                 conn.busy = true;
-                conn.holding = prompt;
+                conn.holding = batch.prompt();
                 let net = self.clone();
                 let (state, generation) = (conn.session.state.clone(), conn.generation);
                 let polls = self.polls.clone();
                 glommio::spawn_local(counted(polls, async move {
-                    let out = session::run_batch(net.ctx.clone(), state, requests).await;
+                    let out = session::run_batch(net.ctx.clone(), state, batch).await;
                     net.finish_batch(index, generation, out);
                 }))
                 .detach();
