@@ -102,15 +102,24 @@ impl Output {
         !self.spliced.is_empty()
     }
 
-    /// Moves `other`'s contents to the end of this output.
     /// Moves `other`'s output after this one's, leaving `other` empty with room to reuse:
     /// when this one is empty the two trade places, and nothing is copied.
     pub fn take_from(&mut self, other: &mut Output) {
-        if self.is_empty() {
+        if self.is_empty() && !other.is_empty() {
             std::mem::swap(self, other);
             other.clear();
-            return;
+        } else {
+            self.copy_from(other);
         }
+    }
+
+    /// Moves `other`'s contents to the end of this output.
+    pub fn append(&mut self, mut other: Output) {
+        self.copy_from(&mut other);
+    }
+
+    /// Copies `other`'s bytes after this output's and moves its references; empties it.
+    fn copy_from(&mut self, other: &mut Output) {
         let base = self.bytes.len();
         self.bytes.extend_from_slice(&other.bytes);
         self.spliced_bytes += other.spliced_bytes;
@@ -121,18 +130,6 @@ impl Output {
                 .map(|(offset, payload)| (base + offset, payload)),
         );
         other.clear();
-    }
-
-    pub fn append(&mut self, other: Output) {
-        let base = self.bytes.len();
-        self.bytes.extend_from_slice(&other.bytes);
-        self.spliced_bytes += other.spliced_bytes;
-        self.spliced.extend(
-            other
-                .spliced
-                .into_iter()
-                .map(|(offset, payload)| (base + offset, payload)),
-        );
     }
 
     /// Calls `f` with each contiguous piece of the output in order, after skipping its first
