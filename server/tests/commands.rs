@@ -196,6 +196,43 @@ fn replies_before_a_blocking_command_leave_while_it_blocks() {
     }
 }
 
+/// Each command of a pipeline is admitted as a lone one would be, also when its key lives on
+/// another shard: a full `noeviction` server refuses every pipelined SET with OOM, and after
+/// a RESP2 SUBSCRIBE in the same pipeline every GET is refused.
+#[test]
+fn every_pipelined_command_is_admitted_on_its_own_across_shards() {
+    let server = Server::start(&["--shards", "2"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd("CONFIG SET maxmemory-policy noeviction"), ok());
+    assert_eq!(c.cmd("CONFIG SET maxmemory 1"), ok());
+    let keys: Vec<String> = (0..40).map(|i| format!("admit:{i}")).collect();
+    let wire: String = keys.iter().map(|k| format!("SET {k} v\r\n")).collect();
+    c.raw(wire.as_bytes());
+    for key in &keys {
+        assert_eq!(
+            c.read().unwrap(),
+            err("OOM command not allowed when used memory > 'maxmemory'."),
+            "{key}"
+        );
+    }
+    assert_eq!(c.cmd("CONFIG SET maxmemory 0"), ok());
+    assert_eq!(c.cmd("DBSIZE"), int(0), "no refused SET was stored");
+
+    let mut subscriber = server.client();
+    let wire: String = std::iter::once("SUBSCRIBE news\r\n".to_string())
+        .chain(keys.iter().map(|k| format!("GET {k}\r\n")))
+        .collect();
+    subscriber.raw(wire.as_bytes());
+    assert!(matches!(subscriber.read().unwrap(), Frame::Array(_)));
+    for key in &keys {
+        assert_eq!(
+            subscriber.read().unwrap(),
+            err("ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"),
+            "{key}"
+        );
+    }
+}
+
 #[test]
 fn connection_commands() {
     each_server(|server| {

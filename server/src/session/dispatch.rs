@@ -506,12 +506,34 @@ fn simple_target(
     if !conn.authenticated && !spec.has(flag::NO_AUTH) || protected_mode_denies(ctx, conn) {
         return None;
     }
+    if admission_refuses_or_waits(ctx, conn, spec, &request.args) {
+        // Runs alone, through admission, which answers the refusal (or waits).
+        return None;
+    }
     match request.owners() {
         // On a shard port a key of another shard is answered MOVED, by admission.
         Owners::One(shard) if conn.shard_port && shard != ctx.id => None,
         Owners::One(shard) => Some((shard, spec)),
         Owners::None | Owners::Several => None,
     }
+}
+
+/// Whether admission (`precheck`) would refuse a command or make it wait: the store's
+/// MISCONF or OOM, RESP2 subscribed mode, a bad subcommand, or CLIENT PAUSE. A segment's
+/// commands skip admission, so such a command must not join one: before, a pipelined SET
+/// to another shard was acknowledged while the journal refused writes (MISCONF) or memory
+/// was full under `noeviction`. Side-effect free; the lone run records the refusal.
+fn admission_refuses_or_waits(
+    ctx: &ShardCtx,
+    conn: &ConnState,
+    spec: &'static CommandSpec,
+    args: &[bytes::Bytes],
+) -> bool {
+    ctx.globals.pause.active()
+        || ctx.make_room(spec).is_err()
+        || (crate::commands::pubsub::resp2_subscribed(conn)
+            && !crate::commands::pubsub::allowed_while_subscribed(spec))
+        || wetask_shards::table::info::check_subcommand(spec, args).is_err()
 }
 
 /// Whether a command may wait before it answers: a blocking pop, move or XREAD, a
