@@ -298,19 +298,19 @@ pub async fn run_segment(
     let mut groups: Vec<(usize, ShardCommands)> = Vec::new();
     let count = commands.len();
     for (n, command) in commands.iter_mut().enumerate() {
-        let (owner, spec) = segment_target(ctx, command);
-        if owner == ctx.id {
-            let frame = match spec {
-                Some(spec) => local(ctx, at, spec, &command.args),
-                None => Frame::static_error(NOT_IN_A_SEGMENT),
-            };
-            if let Some(spec) = spec {
+        let (owner, spec) = match segment_target(command) {
+            Some((owner, spec)) if owner != ctx.id => (owner, spec),
+            Some((_, spec)) => {
+                let frame = local(ctx, at, spec, &command.args);
                 ctx.stats.record(spec, frame.is_error());
+                here.push(frame);
+                continue;
             }
-            here.push(frame);
-            continue;
-        }
-        let spec = spec.expect("a remote command has its row");
+            None => {
+                here.push(Frame::static_error(NOT_IN_A_SEGMENT));
+                continue;
+            }
+        };
         let group = match groups.iter().position(|(to, _)| *to == owner) {
             Some(group) => group,
             None => {
@@ -328,16 +328,16 @@ pub async fn run_segment(
     // Merged back in order: each owner's replies come in the order its commands went.
     let mut mine = here.drain(..);
     for command in commands.iter() {
-        let frame = match segment_target(ctx, command) {
-            (owner, _) if owner == ctx.id => mine.next(),
-            (owner, spec) => {
+        let frame = match segment_target(command) {
+            Some((owner, spec)) if owner != ctx.id => {
                 let theirs = answers.iter_mut().find(|(to, _)| *to == owner);
                 let frame = theirs.and_then(|(_, frames)| frames.next());
-                if let (Some(frame), Some(spec)) = (&frame, spec) {
+                if let Some(frame) = &frame {
                     ctx.stats.record(spec, frame.is_error());
                 }
                 frame
             }
+            _ => mine.next(),
         };
         match frame {
             Some(frame) => reply(&frame),
@@ -353,12 +353,12 @@ pub async fn run_segment(
 /// caller checks every command first).
 const NOT_IN_A_SEGMENT: &str = "ERR internal error: not a simple keyed command";
 
-/// Where a segment's command runs, from its parse: its one owner and its row; this shard,
-/// with no row, for a command that is not a simple keyed one (answered with an error).
-fn segment_target(ctx: &ShardCtx, command: &Command) -> (usize, Option<&'static CommandSpec>) {
+/// Where a segment's command runs, from its parse: its one owner and its row; none for a
+/// command that is not a simple keyed one (answered here with an error).
+fn segment_target(command: &Command) -> Option<(usize, &'static CommandSpec)> {
     match (command.owners(), command.spec()) {
-        (Owners::One(owner), Some(spec)) => (owner, Some(spec)),
-        _ => (ctx.id, None),
+        (Owners::One(owner), Some(spec)) => Some((owner, spec)),
+        _ => None,
     }
 }
 

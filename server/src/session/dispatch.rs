@@ -85,18 +85,33 @@ fn precheck(
         ctx.stats.record_rejected(spec);
         return Err(wrong_arity(spec.name));
     }
-    if let Err(err) = wetask_shards::table::info::check_subcommand(spec, args) {
+    if let Err(err) = refusal(ctx, conn, spec, args) {
         ctx.stats.record_rejected(spec);
         return Err(err);
     }
-    if let Err(oom) = ctx.make_room(spec) {
-        ctx.stats.record_rejected(spec);
-        return Err(oom);
+    if conn.shard_port {
+        if let Some(moved) = moved(ctx, conn, request) {
+            return Err(moved);
+        }
     }
+    Ok(spec)
+}
+
+/// What admission answers, for a known command of the right arity, instead of running it:
+/// a bad subcommand, the store's MISCONF or OOM, or RESP2 subscribed mode's refusal.
+/// Side-effect free: `precheck` records the refusal, and `simple_target` keeps such a
+/// command out of pipeline segments (which skip admission) so that it runs alone.
+fn refusal(
+    ctx: &ShardCtx,
+    conn: &ConnState,
+    spec: &'static CommandSpec,
+    args: &[bytes::Bytes],
+) -> Result<(), Frame> {
+    wetask_shards::table::info::check_subcommand(spec, args)?;
+    ctx.make_room(spec)?;
     if crate::commands::pubsub::resp2_subscribed(conn)
         && !crate::commands::pubsub::allowed_while_subscribed(spec)
     {
-        ctx.stats.record_rejected(spec);
         // A subcommand is named as Redis names it: `client|reply`.
         let name = match args.get(1).filter(|_| spec.has(flag::CONTAINER)) {
             Some(sub) => wetask_shards::table::info::subcommand(spec.name, sub)
@@ -107,12 +122,7 @@ fn precheck(
             "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
         )));
     }
-    if conn.shard_port {
-        if let Some(moved) = moved(ctx, conn, request) {
-            return Err(moved);
-        }
-    }
-    Ok(spec)
+    Ok(())
 }
 
 /// Cluster mode, on a shard's own port: a command whose keys all live on another shard is
@@ -506,8 +516,10 @@ fn simple_target(
     if !conn.authenticated && !spec.has(flag::NO_AUTH) || protected_mode_denies(ctx, conn) {
         return None;
     }
-    if admission_refuses_or_waits(ctx, conn, spec, &request.args) {
-        // Runs alone, through admission, which answers the refusal (or waits).
+    if ctx.globals.pause.active() || refusal(ctx, conn, spec, &request.args).is_err() {
+        // Runs alone, through admission, which answers the refusal (or waits): a segment
+        // skips admission, and once acknowledged a pipelined SET to another shard while
+        // the journal refused writes (MISCONF) or memory was full under `noeviction`.
         return None;
     }
     match request.owners() {
@@ -516,24 +528,6 @@ fn simple_target(
         Owners::One(shard) => Some((shard, spec)),
         Owners::None | Owners::Several => None,
     }
-}
-
-/// Whether admission (`precheck`) would refuse a command or make it wait: the store's
-/// MISCONF or OOM, RESP2 subscribed mode, a bad subcommand, or CLIENT PAUSE. A segment's
-/// commands skip admission, so such a command must not join one: before, a pipelined SET
-/// to another shard was acknowledged while the journal refused writes (MISCONF) or memory
-/// was full under `noeviction`. Side-effect free; the lone run records the refusal.
-fn admission_refuses_or_waits(
-    ctx: &ShardCtx,
-    conn: &ConnState,
-    spec: &'static CommandSpec,
-    args: &[bytes::Bytes],
-) -> bool {
-    ctx.globals.pause.active()
-        || ctx.make_room(spec).is_err()
-        || (crate::commands::pubsub::resp2_subscribed(conn)
-            && !crate::commands::pubsub::allowed_while_subscribed(spec))
-        || wetask_shards::table::info::check_subcommand(spec, args).is_err()
 }
 
 /// Whether a command may wait before it answers: a blocking pop, move or XREAD, a
@@ -564,12 +558,12 @@ fn send_early(ctx: &ShardCtx, conn: &RefCell<ConnState>, out: &mut Output) {
 }
 
 /// Whether a batch's commands all run without waiting for long: each a simple keyed command
-/// (never a blocking one), and no CLIENT PAUSE in force (see `super::Batch::prompt`).
+/// (never a blocking one, and none while CLIENT PAUSE is in force: `simple_target`), see
+/// `super::Batch::prompt`.
 pub fn runs_promptly(ctx: &ShardCtx, conn: &ConnState, requests: &[Request]) -> bool {
-    !ctx.globals.pause.active()
-        && requests
-            .iter()
-            .all(|request| simple_target(ctx, conn, request).is_some())
+    requests
+        .iter()
+        .all(|request| simple_target(ctx, conn, request).is_some())
 }
 
 /// Runs one command of a batch on its own; `simple`: a simple keyed command (see

@@ -513,15 +513,11 @@ impl ShardCore {
             state.pushes.clear();
             crate::clients::shut_down(&mut state);
         }
-        if let Some(waker) = state.push_waker.take() {
-            waker.wake();
-        }
-        drop(state);
-        self.wake_pushes(client);
+        self.wake_for_pushes(&mut state, client);
     }
 
     /// Wakes the transport of a local client whose pushes gained output (its state is
-    /// borrowed by the caller).
+    /// borrowed by the caller: the transport's hook only marks the loop notified).
     pub fn wake_for_pushes(&self, state: &mut ConnState, client: u64) {
         if let Some(waker) = state.push_waker.take() {
             waker.wake();
