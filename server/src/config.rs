@@ -159,6 +159,15 @@ pub struct Config {
     /// Cluster mode: shard i serves on this port + i (0: `port` + 1 + i).
     #[arg(long, default_value_t = 0)]
     pub cluster_shard_port_base: u16,
+    /// Cluster mode: shard i's cluster bus listens on this port + i (0: its own port +
+    /// 10000, as Redis; a free port where that passes 65535 or the ports are free ones).
+    #[arg(long, default_value_t = 0)]
+    pub cluster_port: u16,
+    /// Cluster mode: a process with no cluster configuration gives each shard one slot range
+    /// (one process is a whole cluster). `no`: each shard starts as a fresh Redis Cluster
+    /// node, alone and owning nothing, for `redis-cli --cluster create` (docs/CLUSTER.md).
+    #[arg(long, default_value = "yes", value_parser = yes_no, action = clap::ArgAction::Set)]
+    pub cluster_self_assign: bool,
 }
 
 /// The Redis version WeTask announces by default (INFO, HELLO): the release whose

@@ -12,7 +12,7 @@ use crate::config::Config;
 pub struct Globals {
     pub config: Config,
     /// Cluster mode's description of this node (`cluster-enabled yes`), set at start.
-    pub cluster: Option<crate::cluster::Cluster>,
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// Parameters CONFIG SET changed since the start, in order (CONFIG REWRITE appends the
     /// ones the config file does not name).
     pub config_changed: Mutex<Vec<String>>,

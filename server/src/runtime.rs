@@ -116,7 +116,7 @@ pub fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot create the shards' doorbells: {e}"))?;
     let (shard_listeners, cluster) = cluster_listeners(&config, port, shard_count)?;
     let mut globals = Globals::new(config.clone(), shard_count, doorbells);
-    globals.cluster = cluster;
+    globals.cluster = start_cluster(cluster)?;
     let globals = Arc::new(globals);
     open_data(&globals, shard_count)?;
     globals
@@ -179,14 +179,33 @@ fn open_data(globals: &Arc<Globals>, shard_count: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Publishes the cluster's routing table (before the data: loading places keys by it) and
+/// starts its bus.
+fn start_cluster(
+    cluster: Option<(Arc<crate::cluster::Cluster>, Vec<std::net::TcpListener>)>,
+) -> Result<Option<Arc<crate::cluster::Cluster>>, String> {
+    let Some((cluster, bus)) = cluster else {
+        return Ok(None);
+    };
+    cluster.publish();
+    crate::cluster::bus::spawn(cluster.clone(), bus)?;
+    Ok(Some(cluster))
+}
+
+/// A shard's port, its bus listener, the cluster: what cluster mode starts with.
+type ClusterStart = (
+    Vec<OwnedFd>,
+    Option<(Arc<crate::cluster::Cluster>, Vec<std::net::TcpListener>)>,
+);
+
 /// Cluster mode (`cluster-enabled yes`): binds each shard's own port (`port` + 1 + i, or
-/// `cluster-shard-port-base` + i; with `port 0`, free ports) and opens the node ids
-/// (`cluster::Cluster`). Nothing when cluster mode is off.
+/// `cluster-shard-port-base` + i; with `port 0`, free ports) and its cluster bus port, and
+/// opens the cluster's configuration (`cluster::Cluster`). Nothing when cluster mode is off.
 fn cluster_listeners(
     config: &Config,
     port: u16,
     shard_count: usize,
-) -> Result<(Vec<OwnedFd>, Option<crate::cluster::Cluster>), String> {
+) -> Result<ClusterStart, String> {
     if !config.cluster_enabled {
         return Ok((Vec::new(), None));
     }
@@ -214,11 +233,55 @@ fn cluster_listeners(
         listeners.push(listener);
         ports.push(bound);
     }
-    let announce = config.cluster_announce_ip.clone();
-    let cluster =
-        crate::cluster::Cluster::open(&crate::cluster::Cluster::path(config), ports, announce)?;
-    tracing::info!(ports = ?cluster.ports, "cluster mode: each shard serves on its own port too");
-    Ok((listeners, Some(cluster)))
+    let (bus, bus_ports) = bus_listeners(config, &ports)?;
+    // A node announces its bind address when it is one (127.0.0.2, a NIC's); bound to all
+    // interfaces, it learns its address from the first MEET, as Redis does.
+    let own_ip = match config.cluster_announce_ip.as_str() {
+        "" => match config.bind.parse::<std::net::IpAddr>() {
+            Ok(ip) if !ip.is_unspecified() => ip.to_string(),
+            _ => String::new(),
+        },
+        ip => ip.to_string(),
+    };
+    let cluster = crate::cluster::Cluster::open(
+        &crate::cluster::Cluster::path(config),
+        ports,
+        bus_ports,
+        own_ip,
+        config.cluster_announce_ip.clone(),
+        config.cluster_self_assign,
+    )?;
+    tracing::info!(ports = ?cluster.ports, bus = ?cluster.bus_ports, "cluster mode: each shard serves on its own port too");
+    Ok((listeners, Some((Arc::new(cluster), bus))))
+}
+
+/// Binds each shard's cluster bus port: `cluster-port` + i, or its own port + 10000 (a
+/// free one where that passes 65535, or with `port 0`).
+fn bus_listeners(
+    config: &Config,
+    ports: &[u16],
+) -> Result<(Vec<std::net::TcpListener>, Vec<u16>), String> {
+    let mut bus = Vec::with_capacity(ports.len());
+    let mut bus_ports = Vec::with_capacity(ports.len());
+    for (shard, &own) in ports.iter().enumerate() {
+        let wanted = match config.cluster_port {
+            0 if config.port == 0 => 0,
+            0 => own.checked_add(10000).unwrap_or(0),
+            base => base
+                .checked_add(shard as u16)
+                .ok_or_else(|| format!("shard {shard}'s cluster bus port is past 65535"))?,
+        };
+        let listener =
+            std::net::TcpListener::bind((config.bind.as_str(), wanted)).map_err(|e| {
+                format!(
+                    "cannot listen on {}:{wanted} (cluster bus of shard {shard}): {e}",
+                    config.bind
+                )
+            })?;
+        bus_ports.push(listener.local_addr().map_err(|e| e.to_string())?.port());
+        bus.push(listener);
+    }
+    Ok((bus, bus_ports))
 }
 
 /// One mesh builder per shard, each shard to take one. glommio 0.9's `MeshBuilder` is

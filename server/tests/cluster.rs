@@ -190,8 +190,8 @@ fn every_shard_is_a_node_that_owns_its_range_and_moves_the_rest() {
             err("ERR Invalid or out of range slot")
         );
         assert!(matches!(shared.cmd("CLUSTER NOSUCH"), Frame::Error(_)));
-        let Frame::Error(unsupported) = shared.cmd("CLUSTER MEET 127.0.0.1 7000") else {
-            panic!("CLUSTER MEET is refused")
+        let Frame::Error(unsupported) = shared.cmd("CLUSTER REPLICATE 0123") else {
+            panic!("CLUSTER REPLICATE is refused: every node is a primary")
         };
         assert!(
             String::from_utf8_lossy(&unsupported).contains("not supported yet"),

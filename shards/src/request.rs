@@ -131,7 +131,11 @@ impl Request {
             self.set_form(Form::Plain);
             return;
         };
-        if shard_count == 1 && spec.form == FormKind::Plain && spec.movable_keys.is_none() {
+        if shard_count == 1
+            && spec.form == FormKind::Plain
+            && spec.movable_keys.is_none()
+            && !crate::slot::mapped()
+        {
             // One shard, fixed key positions (GET, SET …): the row says whether it has keys,
             // and every key is here. (A wrong arity is answered by admission before anything
             // reads this.)
@@ -152,7 +156,7 @@ impl Request {
     #[inline(never)]
     fn prepare_parsed(&mut self, spec: &'static CommandSpec, shard_count: usize) {
         self.set_form(parse_form(spec, &self.args));
-        if shard_count > 1 {
+        if shard_count > 1 || crate::slot::mapped() {
             self.place_keys(spec, shard_count);
         } else if spec.movable_keys.is_some() {
             // One shard: no slots, but the positions the key finder found are kept, so the
@@ -305,13 +309,21 @@ impl Request {
         }
     }
 
-    /// Computes each key's slot, and who owns them.
+    /// Computes each key's slot, and who owns them. In cluster mode a key whose slot is
+    /// served elsewhere, or moves (`crate::slot::Placement`), makes the owners `Several`:
+    /// the command then takes the path that checks each key's slot (a redirect, or ASKING).
     fn place_keys(&mut self, spec: &CommandSpec, shard_count: usize) {
         self.list_keys(spec);
         let mut owners = Owners::None;
         for key in &mut self.keys {
             key.slot = key_slot(&self.args[key.position as usize]);
-            let owner = crate::slot::shard_of_slot(key.slot, shard_count);
+            let owner = match crate::slot::placement(key.slot, shard_count) {
+                crate::slot::Placement::Here(owner) => owner,
+                _ => {
+                    owners = Owners::Several;
+                    continue;
+                }
+            };
             owners = match owners {
                 Owners::None => Owners::One(owner),
                 Owners::One(first) if first == owner => Owners::One(first),

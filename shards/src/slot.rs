@@ -91,11 +91,84 @@ pub fn shard_of(key: &[u8], shard_count: usize) -> usize {
 
 /// The shard owning `slot` when there are `shard_count` shards: each owns one contiguous
 /// range of slots, in order, as a Redis Cluster node does ([`slot_range`]), so that the
-/// shards can be described to cluster clients as nodes with one range each.
+/// shards can be described to cluster clients as nodes with one range each. Once a cluster
+/// of several nodes maps the slots ([`map_slots`]), the map says (a slot served elsewhere
+/// keeps its arithmetic shard here: callers ask [`placement`] first).
 #[inline]
 pub fn shard_of_slot(slot: u16, shard_count: usize) -> usize {
     debug_assert!(shard_count > 0);
+    if MAPPED.load(Relaxed) {
+        let entry = SLOT_MAP[usize::from(slot)].load(Relaxed);
+        if entry != ELSEWHERE {
+            return usize::from(entry & SHARD_BITS);
+        }
+    }
     (usize::from(slot) * shard_count) >> 14
+}
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU16};
+
+/// Whether [`map_slots`] has replaced the arithmetic of [`shard_of_slot`] (cluster mode,
+/// where slots are given to nodes by `CLUSTER ADDSLOTS` and move with `SETSLOT`).
+static MAPPED: AtomicBool = AtomicBool::new(false);
+
+/// Per slot: [`ELSEWHERE`], or the local shard serving it with the flags below. One
+/// process-wide table (a process is one server), written by cluster commands and the bus,
+/// read with one relaxed load per key by routing.
+static SLOT_MAP: [AtomicU16; SLOT_COUNT as usize] =
+    [const { AtomicU16::new(ELSEWHERE) }; SLOT_COUNT as usize];
+
+/// No local shard owns or imports the slot: another node serves it (or none does).
+pub const ELSEWHERE: u16 = u16::MAX;
+/// The local shard imports the slot (`SETSLOT … IMPORTING`): it serves it after ASKING.
+pub const IMPORTING: u16 = 1 << 14;
+/// The local shard owns the slot and migrates it (`SETSLOT … MIGRATING`): a missing key is
+/// answered `-ASK`.
+pub const MIGRATING: u16 = 1 << 13;
+const SHARD_BITS: u16 = MIGRATING - 1;
+
+/// Where a slot is served, as the slot map says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// A local shard owns it, and nothing moves.
+    Here(usize),
+    /// A local shard owns it and migrates it away.
+    Migrating(usize),
+    /// A local shard imports it from another node.
+    Importing(usize),
+    /// Another node serves it, or none.
+    Elsewhere,
+}
+
+/// Replaces the arithmetic with `entries` (one per slot: [`ELSEWHERE`], or a shard with
+/// [`IMPORTING`] or [`MIGRATING`]). A shard number must fit under [`MIGRATING`].
+pub fn map_slots(entries: &[u16]) {
+    assert_eq!(entries.len(), usize::from(SLOT_COUNT));
+    for (cell, &entry) in SLOT_MAP.iter().zip(entries) {
+        cell.store(entry, Relaxed);
+    }
+    MAPPED.store(true, Relaxed);
+}
+
+/// Whether the slots are mapped ([`map_slots`]): a server in cluster mode.
+#[inline]
+pub fn mapped() -> bool {
+    MAPPED.load(Relaxed)
+}
+
+/// Where `slot` is served. Without a map, every slot is here, on its arithmetic shard.
+#[inline]
+pub fn placement(slot: u16, shard_count: usize) -> Placement {
+    if !mapped() {
+        return Placement::Here((usize::from(slot) * shard_count) >> 14);
+    }
+    match SLOT_MAP[usize::from(slot)].load(Relaxed) {
+        ELSEWHERE => Placement::Elsewhere,
+        entry if entry & IMPORTING != 0 => Placement::Importing(usize::from(entry & SHARD_BITS)),
+        entry if entry & MIGRATING != 0 => Placement::Migrating(usize::from(entry & SHARD_BITS)),
+        entry => Placement::Here(usize::from(entry)),
+    }
 }
 
 /// The first and last slot shard `shard` of `shard_count` owns (see [`shard_of_slot`]).

@@ -57,6 +57,9 @@ pub mod flag {
     /// A container of subcommands (CLIENT, OBJECT …): `command_info` lists them, and the
     /// server checks the subcommand and its arity before the command runs.
     pub const CONTAINER: u32 = 1 << 22;
+    /// Runs on a slot being imported without a preceding ASKING (RESTORE-ASKING, which
+    /// MIGRATE sends).
+    pub const ASKING: u32 = 1 << 23;
 
     pub const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -76,6 +79,7 @@ pub mod flag {
         (NO_MULTI, "no_multi"),
         (NO_ASYNC_LOADING, "no_async_loading"),
         (NO_MANDATORY_KEYS, "no_mandatory_keys"),
+        (ASKING, "asking"),
     ];
 }
 

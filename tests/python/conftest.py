@@ -26,7 +26,14 @@ class Server:
             text=True,
         )
         self.port = None
+        # Cluster mode's own ports (one per shard) and bus ports, when it is on.
+        self.shard_ports = []
+        self.bus_ports = []
         for line in self.proc.stdout:
+            cluster = re.search(r"ports=\[([\d, ]+)\] bus=\[([\d, ]+)\]", line)
+            if cluster:
+                self.shard_ports = [int(p) for p in cluster.group(1).split(",")]
+                self.bus_ports = [int(p) for p in cluster.group(2).split(",")]
             match = re.search(r"listening on [^ ]+:(\d+)", line)
             if match:
                 self.port = int(match.group(1))

@@ -69,6 +69,8 @@ pub struct ConnState {
     /// Connected to its shard's own port (cluster mode): a key another shard owns is
     /// answered `-MOVED` (`session::dispatch`).
     pub shard_port: bool,
+    /// ASKING was sent: the next command may use a slot this node imports (cluster mode).
+    pub asking: bool,
     pub name: Option<Bytes>,
     pub lib_name: Option<Bytes>,
     pub lib_ver: Option<Bytes>,
@@ -200,6 +202,7 @@ impl ConnState {
             addr,
             laddr,
             shard_port: false,
+            asking: false,
             name: None,
             lib_name: None,
             lib_ver: None,

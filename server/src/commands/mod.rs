@@ -15,6 +15,7 @@ mod batch;
 pub mod blocking;
 mod client;
 pub mod cluster;
+pub mod cluster_admin;
 pub mod command;
 pub mod config;
 mod config_inert;
@@ -25,6 +26,7 @@ mod cron;
 pub mod embedded;
 pub mod functions;
 pub mod info;
+mod migrate;
 pub mod persistence;
 pub mod pubsub;
 pub mod replication;
@@ -56,7 +58,7 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, request: &Command) -> bool
     match spec.name {
         "task.fetch" => crate::commands::tasks::needs_remote(ctx, request),
         "task.wait" | "save" | "task.worker" | "task.quiet" | "task.events" | "wait"
-        | "waitaof" => true,
+        | "waitaof" | "migrate" => true,
         "task.workers" | "task.cron" | "task.batch" | "task.flow" => several,
         // SHUTDOWN SAVE waits for the snapshots.
         "shutdown" => args[1..].iter().any(|a| is(a, "save")),
@@ -70,7 +72,8 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, request: &Command) -> bool
                     .any(|sub| is(&args[1], sub))
         }
         "config" => several && (is(&args[1], "resetstat") || is(&args[1], "set")),
-        "cluster" => several,
+        // SETSLOT NODE, RESET and the key counts read a shard's keys.
+        "cluster" => true,
         "latency" => several && is(&args[1], "histogram"),
         _ => false,
     }
@@ -106,6 +109,16 @@ pub async fn run(
     }
     match spec.name {
         "task.workers" => workers::workers(ctx).await,
+        "migrate" => {
+            let at = {
+                let state = conn.borrow();
+                crate::routing::Target {
+                    db: state.db,
+                    client: state.id,
+                }
+            };
+            migrate::migrate(ctx, at, args).await
+        }
         "task.quiet" => workers::quiet(ctx, args).await,
         "task.cron" => cron::cron(ctx, task_target(conn), spec, args).await,
         "task.batch" | "task.flow" => batch::batch(ctx, task_target(conn), spec, args).await,
@@ -147,7 +160,7 @@ pub async fn run(
         "command" => command::command(args),
         "config" => config::config(ctx, args).await,
         "cluster" => cluster::cluster(ctx, conn, args).await,
-        "asking" | "readonly" | "readwrite" => cluster::accept(ctx),
+        "asking" | "readonly" | "readwrite" => cluster::accept(ctx, conn, spec.name),
         "info" => info::info(ctx, args).await,
         "shutdown" => match shutdown::save_before_shutdown(ctx, args).await {
             Ok(()) => shutdown::shutdown(ctx, &mut conn.borrow_mut(), args),

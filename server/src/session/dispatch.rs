@@ -89,9 +89,10 @@ fn precheck(
         ctx.stats.record_rejected(spec);
         return Err(err);
     }
-    if conn.shard_port {
-        if let Some(moved) = moved(ctx, conn, request) {
-            return Err(moved);
+    if ctx.globals.cluster.is_some() {
+        let asking = std::mem::take(&mut conn.asking) || spec.has(flag::ASKING);
+        if let Some(redirect) = super::redirect::redirect(ctx, conn, request, asking) {
+            return Err(redirect);
         }
     }
     Ok(spec)
@@ -123,26 +124,6 @@ fn refusal(
         )));
     }
     Ok(())
-}
-
-/// Cluster mode, on a shard's own port: a command whose keys all live on another shard is
-/// answered `-MOVED <slot> <host>:<port>` (its first key's slot, and the owner's port), as
-/// a Redis Cluster node answers for a slot it does not serve. Keys spread over several
-/// shards are served here, with hops: one node serves them all (docs/COMPATIBILITY.md).
-fn moved(ctx: &ShardCtx, conn: &ConnState, request: &Request) -> Option<Frame> {
-    let Owners::One(owner) = request.owners() else {
-        return None;
-    };
-    if owner == ctx.id {
-        return None;
-    }
-    let cluster = ctx.globals.cluster.as_ref()?;
-    let slot = request.placed_keys().first()?.slot;
-    Some(Frame::error(format!(
-        "MOVED {slot} {}:{}",
-        cluster.host(&conn.laddr),
-        cluster.ports[owner]
-    )))
 }
 
 /// True when running `request` (on database `db`) needs another shard, or may wait (and so
@@ -523,8 +504,9 @@ fn simple_target(
         return None;
     }
     match request.owners() {
-        // On a shard port a key of another shard is answered MOVED, by admission.
-        Owners::One(shard) if conn.shard_port && shard != ctx.id => None,
+        // On a shard port a key of another shard is answered MOVED, by admission; ASKING
+        // lasts one command, which admission counts.
+        Owners::One(shard) if conn.shard_port && shard != ctx.id || conn.asking => None,
         Owners::One(shard) => Some((shard, spec)),
         Owners::None | Owners::Several => None,
     }

@@ -12,6 +12,7 @@
 pub mod dispatch;
 #[cfg(test)]
 mod parsed_once;
+mod redirect;
 
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -72,6 +72,10 @@ pub struct ShardCtx {
     serving_queue: std::cell::Cell<bool>,
     /// Requests and batch vectors kept for the connections' next batches.
     pub spares: crate::spares::Spares,
+    /// Keys (database, name) a MIGRATE of this shard is sending: while their slot migrates,
+    /// a command on them is answered TRYAGAIN until the target has them
+    /// (`session::redirect`).
+    pub keys_in_flight: RefCell<std::collections::HashSet<(usize, bytes::Bytes)>>,
 }
 
 /// The core's fields and methods read as the context's own (`ctx.shard`, `ctx.request`).
@@ -98,6 +102,7 @@ impl ShardCtx {
             sleepers: RefCell::new(Vec::new()),
             serving_queue: std::cell::Cell::new(false),
             spares: Default::default(),
+            keys_in_flight: Default::default(),
         }
     }
 

@@ -79,6 +79,17 @@ fn blmpop_keys(args: &[Bytes]) -> Vec<usize> {
     lists::mpop_keys(args, 2)
 }
 
+/// MIGRATE's keys: the key at 3, or (when it is empty) every argument after KEYS.
+fn migrate_keys(args: &[Bytes]) -> Vec<usize> {
+    if args.len() > 3 && !args[3].is_empty() {
+        return vec![3];
+    }
+    match args.iter().skip(6).position(|a| crate::args::is(a, "keys")) {
+        Some(at) => (6 + at + 1..args.len()).collect(),
+        None => Vec::new(),
+    }
+}
+
 /// EVAL's keys: `numkeys` at 2, then the keys.
 fn eval_keys(args: &[Bytes]) -> Vec<usize> {
     match args.get(2).and_then(|n| crate::args::parse_i64(n)) {
@@ -303,6 +314,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("copy", -3, WRITE | DENYOOM, TWO, Keyed, Some(keys::copy), G, "Copies the value of a key to a new key."),
     row("dump", 2, READONLY, ONE, Keyed, Some(dump::dump), G, "Returns a serialized representation of the value stored at a key."),
     row("restore", -4, WRITE | DENYOOM, ONE, Keyed, Some(dump::restore), G, "Creates a key from the serialized representation of a value."),
+    row("restore-asking", -4, WRITE | DENYOOM | ASKING, ONE, Keyed, Some(dump::restore), "server", "An internal command for migrating keys in a cluster."),
+    row("migrate", -6, WRITE, MOVABLE, Server, None, G, "Atomically transfers a key from one Redis instance to another.").movable(migrate_keys),
     row("dbsize", 1, READONLY | FAST, NONE, AllShards(Sum), Some(keys::dbsize), SV, "Returns the number of keys in the database."),
     row("swapdb", 3, WRITE | FAST, NONE, AllShards(Ok), Some(keys::swapdb), SV, "Swaps two Redis databases."),
     row("flushdb", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushdb), SV, "Remove all keys from the current database."),

@@ -1,0 +1,140 @@
+//! What a node answers instead of running a command whose keys it does not serve, as a
+//! Redis Cluster node does (cluster.c's `getNodeByQuery`): `-MOVED slot ip:port` for a slot
+//! another node owns, `-ASK slot ip:port` for a missing key of a slot this node migrates,
+//! `-CROSSSLOT` for keys of several slots that are not all here, `-TRYAGAIN` while some of
+//! a multi-key command's keys have moved, and `-CLUSTERDOWN` for a slot nobody owns.
+//!
+//! Two WeTask rules (docs/COMPATIBILITY.md): keys of several slots that are all served by
+//! this process's shards run, with hops (Redis refuses them with CROSSSLOT); and on a
+//! shard's own port a command whose keys all live on one other local shard is sent there
+//! with MOVED, so that cluster clients pay no hop.
+
+use wetask_protocol::Frame;
+use wetask_shards::request::{Owners, Request};
+use wetask_shards::slot::{placement, Placement};
+
+use crate::clients::ConnState;
+use crate::shard::ShardCtx;
+
+/// The redirect for `request` on this connection, or None when it runs here. `asking`:
+/// the connection sent ASKING just before.
+pub fn redirect(
+    ctx: &ShardCtx,
+    conn: &ConnState,
+    request: &Request,
+    asking: bool,
+) -> Option<Frame> {
+    // The common case, decided by the placement the parse made: every key on this shard,
+    // or (on the shared port) every key on one local shard, nothing moving.
+    match request.owners() {
+        Owners::None => return None,
+        Owners::One(owner) if !conn.shard_port || owner == ctx.id => return None,
+        _ => {}
+    }
+    let keys = request.placed_keys();
+    let first = keys.first()?.slot;
+    let mut several_slots = false;
+    let mut foreign = None;
+    let mut shards = Vec::new();
+    let mut migrating = None;
+    for key in keys {
+        several_slots |= key.slot != first;
+        let shard = match placement(key.slot, ctx.shard_count) {
+            Placement::Here(shard) => shard,
+            Placement::Migrating(shard) if shard == ctx.id => {
+                // MIGRATE moves the keys that are still here, whatever is missing.
+                if request.spec().is_none_or(|spec| spec.name != "migrate") {
+                    migrating = Some(key.slot);
+                }
+                shard
+            }
+            Placement::Importing(shard) if asking && (shard == ctx.id || !conn.shard_port) => shard,
+            _ => {
+                foreign.get_or_insert(key.slot);
+                continue;
+            }
+        };
+        if !shards.contains(&shard) {
+            shards.push(shard);
+        }
+    }
+    if let Some(slot) = foreign {
+        if several_slots {
+            return Some(Frame::static_error(
+                "CROSSSLOT Keys in request don't hash to the same slot",
+            ));
+        }
+        return Some(moved(ctx, conn, slot));
+    }
+    if conn.shard_port && shards.len() == 1 && shards[0] != ctx.id {
+        return Some(moved(ctx, conn, first));
+    }
+    let slot = migrating?;
+    let in_flight = ctx.keys_in_flight.borrow();
+    if !in_flight.is_empty()
+        && keys
+            .iter()
+            .any(|k| in_flight.contains(&(conn.db, request.args[k.position as usize].clone())))
+    {
+        // A MIGRATE is sending the key: until the target has it, a write here would be
+        // lost and a read there would miss it. Cluster clients retry TRYAGAIN.
+        return Some(Frame::static_error(
+            "TRYAGAIN the key is being migrated to another node, retry",
+        ));
+    }
+    drop(in_flight);
+    let missing = {
+        let mut shard = ctx.shard.borrow_mut();
+        keys.iter()
+            .filter(|k| !shard.exists(conn.db, &request.args[k.position as usize]))
+            .count()
+    };
+    match missing {
+        0 => None,
+        n if n == keys.len() => Some(ask(ctx, conn, slot)),
+        _ => Some(Frame::static_error(
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+        )),
+    }
+}
+
+/// `-MOVED slot ip:port`: the local shard that serves the slot, or the owner this shard's
+/// node knows, or CLUSTERDOWN when it knows none.
+fn moved(ctx: &ShardCtx, conn: &ConnState, slot: u16) -> Frame {
+    let cluster = ctx.globals.cluster.as_ref().expect("cluster mode");
+    let host = cluster.host(&conn.laddr);
+    let state = cluster.lock();
+    let local = match placement(slot, ctx.shard_count) {
+        Placement::Here(shard) | Placement::Migrating(shard) => Some(shard),
+        _ => None,
+    };
+    let node = match local {
+        Some(shard) => Some(state.views[shard].me()),
+        None => state.views[ctx.id].owner(slot),
+    };
+    match node {
+        Some(node) => Frame::error(format!(
+            "MOVED {slot} {}:{}",
+            if node.ip.is_empty() { host } else { &node.ip },
+            node.port
+        )),
+        None => Frame::static_error("CLUSTERDOWN Hash slot not served"),
+    }
+}
+
+/// `-ASK slot ip:port`: the node this shard migrates the slot to.
+fn ask(ctx: &ShardCtx, conn: &ConnState, slot: u16) -> Frame {
+    let cluster = ctx.globals.cluster.as_ref().expect("cluster mode");
+    let host = cluster.host(&conn.laddr);
+    let state = cluster.lock();
+    let view = &state.views[ctx.id];
+    let target = view.migrating.get(&slot).and_then(|id| view.node(id));
+    match target {
+        Some(node) => Frame::error(format!(
+            "ASK {slot} {}:{}",
+            if node.ip.is_empty() { host } else { &node.ip },
+            node.port
+        )),
+        None => Frame::static_error("CLUSTERDOWN Hash slot not served"),
+    }
+}

@@ -1,0 +1,314 @@
+"""Several WeTask processes as one Redis Cluster (docs/CLUSTER.md, "Several nodes"): three
+processes of two shards each, on 127.0.0.1, .2 and .3, are six primaries to
+`redis-cli --cluster create`. Then redis-py's RedisCluster writes random keys, `redis-cli
+--cluster reshard` moves slots while writers run, and `rebalance` moves them back; every
+acknowledged write is read back afterwards. Bad input (a wrong slot, a SETSLOT on a slot
+the node does not own, a MIGRATE to a dead port) gets a clear error and loses nothing.
+
+Every wait is bounded: a poll with a deadline, never a bare sleep."""
+
+import random
+import socket
+import string
+import subprocess
+import threading
+import time
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from conftest import Server
+
+HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+
+
+def addresses(servers):
+    return [f"{host}:{port}" for host, srv in zip(HOSTS, servers) for port in srv.shard_ports]
+
+
+def node_client(address):
+    host, port = address.rsplit(":", 1)
+    return redis.Redis(host=host, port=int(port), socket_timeout=10, decode_responses=True)
+
+
+def wait_until(what, check, seconds=30):
+    deadline = time.monotonic() + seconds
+    while True:
+        last = check()
+        if last:
+            return last
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def cluster_info(address):
+    text = node_client(address).execute_command("CLUSTER", "INFO")
+    return dict(line.split(":", 1) for line in text.split() if ":" in line)
+
+
+def redis_cli(*args, timeout=240):
+    done = subprocess.run(
+        ["redis-cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def names(rng, prefix, count):
+    out = set()
+    while len(out) < count:
+        out.add(prefix + "".join(rng.choices(string.ascii_letters + string.digits, k=rng.randint(1, 12))))
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    servers = [
+        Server("--bind", host, "--shards", "2", "--cluster-enabled", "yes", "--cluster-self-assign", "no",
+               "--appendonly", "no")
+        for host in HOSTS
+    ]
+    try:
+        addrs = addresses(servers)
+        # A fresh node knows only itself and owns nothing, as redis-cli requires.
+        for address in addrs:
+            info = cluster_info(address)
+            assert info["cluster_known_nodes"] == "1", info
+            assert info["cluster_slots_assigned"] == "0", info
+        code, out = redis_cli("--cluster", "create", *addrs, "--cluster-yes")
+        assert code == 0, out
+        assert "[OK] All 16384 slots covered" in out, out
+        for address in addrs:
+            wait_until(
+                f"{address} to know every node",
+                lambda: cluster_info(address)["cluster_known_nodes"] == "6"
+                and cluster_info(address)["cluster_state"] == "ok",
+            )
+        yield servers, addrs
+    finally:
+        for srv in servers:
+            srv.stop()
+
+
+def test_redis_cli_builds_and_checks_a_cluster_of_processes(cluster):
+    servers, addrs = cluster
+    code, out = redis_cli("--cluster", "check", addrs[3])
+    assert code == 0, out
+    assert "[OK] All nodes agree about slots configuration." in out, out
+    # Each shard is a primary of its own, with its own range, on its own port.
+    nodes = node_client(addrs[0]).execute_command("CLUSTER", "NODES")
+    lines = [line.split() for line in nodes.splitlines()]
+    assert len(lines) == 6
+    assert {line[1].split("@")[0] for line in lines} == set(addrs)
+    assert all("master" in line[2] for line in lines)
+    # The shared port of each process answers MOVED for the slots it does not serve.
+    shared = redis.Redis(host=HOSTS[0], port=servers[0].port)
+    rc = RedisCluster(host=HOSTS[0], port=servers[0].shard_ports[0])
+    try:
+        elsewhere = next(k for k in (f"probe{i}" for i in range(1000))
+                         if rc.get_node_from_key(k).host != HOSTS[0])
+        with pytest.raises(redis.exceptions.MovedError):
+            shared.get(elsewhere)
+    finally:
+        rc.close()
+
+
+def test_a_cluster_client_writes_everywhere_and_reads_it_all_back(cluster):
+    servers, addrs = cluster
+    rng = random.Random(3501)
+    rc = RedisCluster(host=HOSTS[1], port=servers[1].shard_ports[1])
+    try:
+        assert len(rc.get_primaries()) == 6
+        keys = names(rng, "w:", 400)
+        for key in keys:
+            assert rc.set(key, key[::-1])
+        assert all(rc.get(key) == key[::-1].encode() for key in keys)
+        # Every process holds a share.
+        held = {host: 0 for host in HOSTS}
+        for address in addrs:
+            held[address.split(":")[0]] += node_client(address).dbsize()
+        assert all(count > 0 for count in held.values()), held
+        # Keys of one hash tag go to one node, multi-key commands included.
+        assert rc.mset({"{tag}a": "1", "{tag}b": "2"})
+        assert rc.mget("{tag}a", "{tag}b") == [b"1", b"2"]
+        # A task goes to its queue's node, and a worker there leases it.
+        for queue in names(rng, "q:", 12):
+            target = rc.get_node_from_key(queue)
+            task = rc.execute_command("TASK.SUBMIT", queue, "job", target_nodes=target)
+            leased = rc.execute_command("TASK.FETCH", queue, target_nodes=target)
+            assert leased and leased[0][0] == task, leased
+    finally:
+        rc.close()
+
+
+class Writer(threading.Thread):
+    """SETs unique keys through a RedisCluster until told to stop (bounded by count and
+    time), remembering each acknowledged one."""
+
+    def __init__(self, host, port, seed):
+        super().__init__(daemon=True)
+        self.rc = RedisCluster(host=host, port=port)
+        self.prefix = f"load{seed}:"
+        self.acked = {}
+        self.errors = []
+        self.stop = threading.Event()
+
+    def run(self):
+        deadline = time.monotonic() + 120
+        i = 0
+        while not self.stop.is_set() and i < 200_000 and time.monotonic() < deadline:
+            key, value = f"{self.prefix}{i}", f"v{i}"
+            try:
+                if self.rc.set(key, value):
+                    self.acked[key] = value
+                # Overwrite an earlier key now and then: an update in flight must not be lost.
+                if i % 7 == 0 and i:
+                    old = f"{self.prefix}{i // 2}"
+                    if self.rc.set(old, f"u{i}"):
+                        self.acked[old] = f"u{i}"
+            except Exception as e:  # noqa: BLE001 - counted, the test fails on them
+                self.errors.append(repr(e))
+            i += 1
+        self.rc.close()
+
+
+def test_reshard_and_rebalance_under_writers_lose_no_acknowledged_write(cluster):
+    servers, addrs = cluster
+    writers = [Writer(HOSTS[i % 3], servers[i % 3].shard_ports[i % 2], i) for i in range(2)]
+    for w in writers:
+        w.start()
+    try:
+        wait_until("the writers to start", lambda: all(len(w.acked) > 50 for w in writers))
+        source = node_client(addrs[0]).execute_command("CLUSTER", "MYID")
+        target = node_client(addrs[5]).execute_command("CLUSTER", "MYID")
+        code, out = redis_cli("--cluster", "reshard", addrs[2], "--cluster-from", source,
+                              "--cluster-to", target, "--cluster-slots", "300", "--cluster-yes")
+        assert code == 0, out
+        assert "ERR" not in out, out
+        code, out = redis_cli("--cluster", "rebalance", addrs[1], "--cluster-threshold", "1")
+        assert code == 0, out
+    finally:
+        for w in writers:
+            w.stop.set()
+        for w in writers:
+            w.join(timeout=60)
+    assert all(not w.errors for w in writers), [w.errors[:3] for w in writers]
+    code, out = redis_cli("--cluster", "check", addrs[4])
+    assert code == 0 and "[OK] All 16384 slots covered." in out, out
+    assert "[OK] All nodes agree about slots configuration." in out, out
+    # The target took slots: it owns more than its sixth before rebalance evened it out,
+    # and every acknowledged write reads back, wherever its slot went.
+    rc = RedisCluster(host=HOSTS[2], port=servers[2].shard_ports[0])
+    try:
+        total = 0
+        for w in writers:
+            for key, value in w.acked.items():
+                assert rc.get(key) == value.encode(), key
+                total += 1
+        assert total > 100
+    finally:
+        rc.close()
+
+
+def test_bad_cluster_input_gets_clear_errors_and_loses_nothing(cluster):
+    servers, addrs = cluster
+    a = node_client(addrs[0])
+    rc = RedisCluster(host=HOSTS[0], port=servers[0].shard_ports[0])
+    try:
+        mine = next(int(s) for s in range(16384) if rc.nodes_manager.get_node_from_slot(s).port == servers[0].shard_ports[0]
+                    and rc.nodes_manager.get_node_from_slot(s).host == HOSTS[0])
+        foreign = next(s for s in range(16384) if rc.nodes_manager.get_node_from_slot(s).host != HOSTS[0])
+        key = next(k for k in (f"bad{i}" for i in range(100000)) if rc.keyslot(k) == mine)
+        assert rc.set(key, "kept")
+        # A key of another node's slot: MOVED to its owner.
+        other = next(k for k in (f"o{i}" for i in range(100000)) if rc.keyslot(k) == foreign)
+        with pytest.raises(redis.exceptions.MovedError) as moved:
+            a.get(other)
+        assert moved.value.slot_id == foreign
+        # Keys of two slots on two nodes: CROSSSLOT.
+        with pytest.raises(redis.exceptions.ClusterCrossSlotError):
+            a.mget(key, other)
+        # SETSLOT MIGRATING of a slot this node does not own.
+        some_id = node_client(addrs[1]).execute_command("CLUSTER", "MYID")
+        with pytest.raises(redis.exceptions.ResponseError, match=f"I'm not the owner of hash slot {foreign}"):
+            a.execute_command("CLUSTER", "SETSLOT", foreign, "MIGRATING", some_id)
+        with pytest.raises(redis.exceptions.ResponseError, match="I'm already the owner"):
+            a.execute_command("CLUSTER", "SETSLOT", mine, "IMPORTING", some_id)
+        with pytest.raises(redis.exceptions.ResponseError, match="Unknown node"):
+            a.execute_command("CLUSTER", "SETSLOT", mine, "NODE", "f" * 40)
+        with pytest.raises(redis.exceptions.ResponseError, match="still hold keys"):
+            a.execute_command("CLUSTER", "SETSLOT", mine, "NODE", some_id)
+        with pytest.raises(redis.exceptions.ResponseError, match="already busy"):
+            a.execute_command("CLUSTER", "ADDSLOTS", mine)
+        with pytest.raises(redis.exceptions.ResponseError, match="out of range"):
+            a.execute_command("CLUSTER", "ADDSLOTS", 16384)
+        with pytest.raises(redis.exceptions.ResponseError, match="Invalid node address"):
+            a.execute_command("CLUSTER", "MEET", "not-an-ip", 7000)
+        with pytest.raises(redis.exceptions.ResponseError, match="config epoch"):
+            a.execute_command("CLUSTER", "SET-CONFIG-EPOCH", 99)
+        # MIGRATE to a port nobody listens on: an IOERR, and the key stays.
+        dead = socket.socket()
+        dead.bind(("127.0.0.1", 0))
+        dead_port = dead.getsockname()[1]
+        dead.close()
+        with pytest.raises(redis.exceptions.ResponseError, match="IOERR"):
+            a.execute_command("MIGRATE", "127.0.0.1", dead_port, key, 0, 500)
+        assert a.get(key) == "kept"
+        # MIGRATE of a missing key: NOKEY.
+        assert a.execute_command("MIGRATE", "127.0.0.1", dead_port, key + "-missing", 0, 500) == "NOKEY"
+        # The cluster is whole after all of it.
+        code, out = redis_cli("--cluster", "check", addrs[0])
+        assert code == 0 and "[OK] All nodes agree about slots configuration." in out, out
+        assert rc.get(key) == b"kept"
+    finally:
+        rc.close()
+
+
+def test_a_migrating_slot_answers_ask_and_the_importer_serves_after_asking(cluster):
+    servers, addrs = cluster
+    rc = RedisCluster(host=HOSTS[0], port=servers[0].shard_ports[0])
+    try:
+        src_node = rc.get_node(host=HOSTS[1], port=servers[1].shard_ports[0])
+        dst_node = rc.get_node(host=HOSTS[2], port=servers[2].shard_ports[1])
+        src, dst = node_client(f"{src_node.host}:{src_node.port}"), node_client(f"{dst_node.host}:{dst_node.port}")
+        # A slot of the source that holds no key yet (the writers of the tests before wrote
+        # everywhere), so that the two keys below are all it moves.
+        slot = next(s for s in range(16384) if rc.nodes_manager.get_node_from_slot(s).name == src_node.name
+                    and src.execute_command("CLUSTER", "COUNTKEYSINSLOT", s) == 0)
+        here = next(k for k in (f"ask{i}" for i in range(100000)) if rc.keyslot(k) == slot)
+        missing = next(k for k in (f"gone{i}" for i in range(100000)) if rc.keyslot(k) == slot)
+        assert src.set(here, "1")
+        src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
+        assert dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        assert src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        assert src.get(here) == "1"
+        with pytest.raises(redis.exceptions.AskError) as ask:
+            src.get(missing)
+        assert (ask.value.slot_id, ask.value.node_addr) == (slot, (dst_node.host, dst_node.port))
+        # Without ASKING the importer sends the client back to the owner.
+        with pytest.raises(redis.exceptions.MovedError) as moved:
+            dst.get(missing)
+        assert (moved.value.slot_id, moved.value.node_addr) == (slot, (src_node.host, src_node.port))
+        pipe = dst.pipeline(transaction=False)
+        pipe.execute_command("ASKING")
+        pipe.set(missing, "new")
+        assert pipe.execute() == [True, True]
+        # A cluster client follows ASK by itself, for reads and writes.
+        assert rc.get(missing) == b"new"
+        assert src.execute_command("MIGRATE", dst_node.host, dst_node.port, "", 0, 5000, "KEYS", here) == "OK"
+        assert rc.get(here) == b"1"
+        for client in (dst, src):
+            assert client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        wait_until("every node to see the slot's new owner", lambda: all(
+            f"{dst_node.host}:{dst_node.port}" in [
+                f"{e[2][0]}:{e[2][1]}" for e in node_client(address).execute_command("CLUSTER", "SLOTS")
+                if e[0] <= slot <= e[1]
+            ] for address in addrs))
+        fresh = RedisCluster(host=HOSTS[2], port=servers[2].shard_ports[0])
+        try:
+            assert fresh.get(here) == b"1" and fresh.get(missing) == b"new"
+            assert fresh.get_node_from_key(here).name == dst_node.name
+        finally:
+            fresh.close()
+    finally:
+        rc.close()
