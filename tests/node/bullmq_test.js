@@ -5,12 +5,21 @@
 // the newest), so one script drives both.
 const { Queue, Worker, QueueEvents } = require(require.resolve("bullmq", { paths: [process.env.BULLMQ_HOME || __dirname] }));
 
-const connection = { host: "127.0.0.1", port: Number(process.env.WETASK_PORT), maxRetriesPerRequest: null };
+// WETASK_CLUSTER_NODES (a JSON list of {host, port}) runs it against a cluster instead, through
+// ioredis's Cluster and a `{prefix}` that keeps every key of the queue in one slot, as BullMQ
+// asks of Redis Cluster users.
+const home = process.env.BULLMQ_HOME || __dirname;
+const clusterNodes = process.env.WETASK_CLUSTER_NODES ? JSON.parse(process.env.WETASK_CLUSTER_NODES) : null;
+const IORedis = require(require.resolve("ioredis", { paths: [home] }));
+const connection = clusterNodes
+  ? new IORedis.Cluster(clusterNodes, { redisOptions: { maxRetriesPerRequest: null } })
+  : { host: "127.0.0.1", port: Number(process.env.WETASK_PORT), maxRetriesPerRequest: null };
+const prefix = clusterNodes ? "{wetask-bull}" : undefined;
 
 async function main() {
   const name = `wetask-${Date.now()}`;
-  const queue = new Queue(name, { connection });
-  const events = new QueueEvents(name, { connection });
+  const queue = new Queue(name, { connection, prefix });
+  const events = new QueueEvents(name, { connection, prefix });
   await events.waitUntilReady();
   const attempts = {};
   const worker = new Worker(
@@ -22,7 +31,7 @@ async function main() {
       }
       return job.data.a + job.data.b;
     },
-    { connection, concurrency: 4 },
+    { connection, prefix, concurrency: 4 },
   );
   const jobs = [];
   for (let i = 0; i < 100; i++) {
@@ -38,6 +47,7 @@ async function main() {
   await worker.close();
   await events.close();
   await queue.close();
+  if (clusterNodes) await connection.quit();
   console.log(JSON.stringify({ results, flakyResult, flakyAttempts: attempts[flaky.id], counts }));
 }
 

@@ -18,6 +18,16 @@ NODE = os.path.join(TESTS, "node")
 RELEASES = {"pinned": NODE, "current": os.path.join(TESTS, "node-current")}
 
 
+def check_100_jobs(stdout):
+    """bullmq_test.js's report: every job's result, the retried one's, the counts."""
+    report = json.loads(stdout.strip().splitlines()[-1])
+    assert report["results"] == [i + 1000 for i in range(100)]
+    assert report["flakyResult"] == 70
+    assert report["flakyAttempts"] == 2
+    assert report["counts"]["completed"] == 101
+    assert report["counts"]["failed"] == 0
+
+
 def bullmq_env(port, release):
     home = RELEASES[release]
     assert os.path.isdir(os.path.join(home, "node_modules", "bullmq")), \
@@ -31,12 +41,7 @@ def test_bullmq_worker_runs_100_jobs(server, release):
     run = subprocess.run(["node", "bullmq_test.js"], env=env, cwd=NODE, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-4000:]
-    report = json.loads(run.stdout.strip().splitlines()[-1])
-    assert report["results"] == [i + 1000 for i in range(100)]
-    assert report["flakyResult"] == 70
-    assert report["flakyAttempts"] == 2
-    assert report["counts"]["completed"] == 101
-    assert report["counts"]["failed"] == 0
+    check_100_jobs(run.stdout)
     stats = subprocess.run(["redis-cli", "-p", str(server.port), "INFO", "commandstats"],
                            capture_output=True, text=True, timeout=10).stdout
     failed = [line for line in stats.splitlines()

@@ -7,6 +7,8 @@ the node does not own, a MIGRATE to a dead port) gets a clear error and loses no
 
 Every wait is bounded: a poll with a deadline, never a bare sleep."""
 
+import json
+import os
 import random
 import socket
 import string
@@ -19,6 +21,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from conftest import Server
+from test_client_bullmq import check_100_jobs
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 
@@ -312,3 +315,157 @@ def test_a_migrating_slot_answers_ask_and_the_importer_serves_after_asking(clust
             fresh.close()
     finally:
         rc.close()
+
+
+def test_queues_move_with_their_slots_and_each_task_is_acked_once(cluster):
+    """Producers and workers run through a reshard of the slots that hold their queues:
+    every submitted task is acknowledged exactly once as done. A lease a plain connection
+    held when its queue moved is handed back and leased again (the connection's id means
+    nothing on the other node), so an ACK may be refused once and the task done later."""
+    servers, addrs = cluster
+    rc = RedisCluster(host=HOSTS[0], port=servers[0].shard_ports[0])
+    try:
+        source = rc.get_primaries()[0]
+        source_client = node_client(f"{source.host}:{source.port}")
+        source_id = source_client.execute_command("CLUSTER", "MYID")
+        owned = sorted(s for s in range(16384) if rc.nodes_manager.get_node_from_slot(s).name == source.name)
+        moved_slots = owned[:60]
+        target = next(p for p in rc.get_primaries() if p.host != source.host)
+        target_id = node_client(f"{target.host}:{target.port}").execute_command("CLUSTER", "MYID")
+        queues = []
+        for i in range(100000):
+            name = f"jobs{i}"
+            if rc.keyslot(name) in moved_slots[:40]:
+                queues.append(name)
+            if len(queues) == 6:
+                break
+        assert len(queues) == 6
+    finally:
+        rc.close()
+
+    submitted, acked, refused, errors = [], {}, [], []
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def produce():
+        client = RedisCluster(host=HOSTS[1], port=servers[1].shard_ports[0])
+        try:
+            for n in range(3000):
+                if stop.is_set():
+                    break
+                queue = queues[n % len(queues)]
+                try:
+                    task_id = client.execute_command("TASK.SUBMIT", queue, f"job{n}")
+                    with lock:
+                        submitted.append(task_id)
+                except Exception as e:  # noqa: BLE001
+                    errors.append(("submit", repr(e)))
+        finally:
+            client.close()
+
+    def work(seed):
+        client = RedisCluster(host=HOSTS[2], port=servers[2].shard_ports[seed % 2])
+        deadline = time.monotonic() + 180
+        try:
+            while time.monotonic() < deadline:
+                idle = True
+                for queue in queues:
+                    try:
+                        tasks = client.execute_command("TASK.FETCH", queue, "COUNT", 10)
+                    except Exception as e:  # noqa: BLE001
+                        errors.append(("fetch", repr(e)))
+                        continue
+                    for task in tasks or []:
+                        idle = False
+                        task_id = task[0]
+                        try:
+                            client.execute_command("TASK.ACK", task_id)
+                            with lock:
+                                acked[task_id] = acked.get(task_id, 0) + 1
+                        except redis.exceptions.ResponseError as e:
+                            refused.append((task_id, str(e)))
+                        except Exception as e:  # noqa: BLE001
+                            errors.append(("ack", repr(e)))
+                if idle and stop.is_set():
+                    with lock:
+                        if set(submitted) <= set(acked):
+                            return
+                if idle:
+                    time.sleep(0.02)
+        finally:
+            client.close()
+
+    producer = threading.Thread(target=produce, daemon=True)
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(2)]
+    producer.start()
+    for w in workers:
+        w.start()
+    try:
+        wait_until("tasks to flow", lambda: len(acked) > 100, seconds=60)
+        # Tasks that are certainly on the source when the slots move: scheduled past the
+        # reshard's start, so that only the moved queues can deliver them.
+        for queue in queues:
+            delayed = source_client.execute_command("TASK.SUBMIT", queue, "later", "DELAY", 1500)
+            with lock:
+                submitted.append(delayed.encode())
+        counts = [int(source_client.execute_command("CLUSTER", "COUNTKEYSINSLOT", rc.keyslot(q)))
+                  for q in queues]
+        assert all(count >= 1 for count in counts), counts
+        code, out = redis_cli("--cluster", "reshard", addrs[0], "--cluster-from", source_id,
+                              "--cluster-to", target_id, "--cluster-slots", str(len(moved_slots)),
+                              "--cluster-yes")
+        assert code == 0 and "ERR" not in out, out
+    finally:
+        producer.join(timeout=120)
+        stop.set()
+        for w in workers:
+            w.join(timeout=200)
+    assert not errors, errors[:5]
+    assert len(submitted) == len(set(submitted)) > 100
+    # Exactly once: every task done, none acknowledged twice.
+    missing = set(submitted) - set(acked)
+    assert not missing, (len(missing), sorted(missing)[:5], refused[:5])
+    assert all(count == 1 for count in acked.values())
+    # The queues live on the target now: their slots moved, and so did they.
+    rc = RedisCluster(host=HOSTS[0], port=servers[0].shard_ports[1])
+    try:
+        for queue in queues:
+            assert rc.get_node_from_key(queue).name == target.name
+            stats = rc.execute_command("TASK.STATS", queue)
+            assert stats, queue
+        code, out = redis_cli("--cluster", "check", addrs[2])
+        assert code == 0 and "[OK] All nodes agree about slots configuration." in out, out
+    finally:
+        rc.close()
+
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NODE = os.path.join(TESTS, "node")
+NODE_CURRENT = os.path.join(TESTS, "node-current")
+
+
+def test_node_cluster_clients_across_processes(cluster):
+    """ioredis's Cluster and node-redis's createCluster, seeded with one shard's port of the
+    three processes: 30 random keys each, every key on exactly one master."""
+    servers, addrs = cluster
+    host, port = addrs[3].rsplit(":", 1)
+    env = dict(os.environ, WETASK_PORT=port, WETASK_SEED_HOST=host, WETASK_PROCESSES="1",
+               NODE_REDIS_HOME=NODE_CURRENT, WETASK_NAMES="30")
+    run = subprocess.run(["node", "cluster_test.js"], env=env, cwd=NODE, capture_output=True,
+                         text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-4000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report == {"names": 30, "ioredisMasters": 6, "nodeRedisMasters": 6}
+
+
+@pytest.mark.parametrize("release", ["pinned", "current"])
+def test_bullmq_with_a_prefix_on_the_cluster(cluster, release):
+    """BullMQ through ioredis's Cluster with a `{prefix}`: 100 jobs and one retried."""
+    servers, addrs = cluster
+    home = {"pinned": NODE, "current": NODE_CURRENT}[release]
+    nodes = [{"host": a.rsplit(":", 1)[0], "port": int(a.rsplit(":", 1)[1])} for a in addrs[:2]]
+    env = dict(os.environ, WETASK_CLUSTER_NODES=json.dumps(nodes), BULLMQ_HOME=home)
+    run = subprocess.run(["node", "bullmq_test.js"], env=env, cwd=NODE, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-4000:]
+    check_100_jobs(run.stdout)

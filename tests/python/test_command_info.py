@@ -132,7 +132,7 @@ DOCS_72 = {
     "zrangestore", "zrank", "zrevrangebylex", "zrevrangebyscore", "zrevrank", "client",
     "command", "config", "function", "script", "xgroup", "xinfo", "geodist", "hscan",
     "punsubscribe", "sscan", "sunsubscribe", "unsubscribe", "xread", "zrandmember", "zscan",
-    "psetex", "quit", "setex", "setnx", "cluster",
+    "psetex", "quit", "setex", "setnx", "cluster", "migrate",
 }
 
 

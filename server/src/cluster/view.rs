@@ -291,12 +291,7 @@ impl View {
         if !self.owns(slot) {
             return Err(format!("ERR I'm not the owner of hash slot {slot}"));
         }
-        let Some(index) = self.index_of(id) else {
-            return Err(format!("ERR I don't know about node {id}"));
-        };
-        if index == 0 {
-            return Err("ERR Target node is the node itself".into());
-        }
+        self.other_node(id, "Target")?;
         self.migrating.insert(slot, id.to_string());
         Ok(())
     }
@@ -306,14 +301,19 @@ impl View {
         if self.owns(slot) {
             return Err(format!("ERR I'm already the owner of hash slot {slot}"));
         }
-        let Some(index) = self.index_of(id) else {
-            return Err(format!("ERR I don't know about node {id}"));
-        };
-        if index == 0 {
-            return Err("ERR Source node is the node itself".into());
-        }
+        self.other_node(id, "Source")?;
         self.importing.insert(slot, id.to_string());
         Ok(())
+    }
+
+    /// Checks that `id` is a node this one knows, and not itself (`role` names it in the
+    /// error, as Redis does).
+    fn other_node(&self, id: &str, role: &str) -> Result<(), String> {
+        match self.index_of(id) {
+            None => Err(format!("ERR I don't know about node {id}")),
+            Some(0) => Err(format!("ERR {role} node is the node itself")),
+            Some(_) => Ok(()),
+        }
     }
 
     /// CLUSTER SETSLOT `slot` STABLE.

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::args::{is, parse_i64};
 use wetask_shards::keyspace::ScanFilter;
-use wetask_shards::slot::{placement, Placement, SLOT_COUNT};
+use wetask_shards::slot::{key_slot, placement, Placement, SLOT_COUNT};
 
 const BAD_SLOT: &str = "ERR Invalid or out of range slot";
 
@@ -226,6 +226,28 @@ pub async fn keys_in_slot(ctx: &Rc<ShardCtx>, slot: u16, count: usize) -> Vec<By
     };
     let (_, mut keys, _) =
         super::scan::scan_shard(ctx, owner, 0, 0, usize::MAX >> 1, &filter).await;
+    // A queue is a key of its slot here: MIGRATE moves it with its tasks.
+    let queues = if owner == ctx.id {
+        ctx.shard.borrow().tasks.queue_names()
+    } else {
+        let spec = wetask_shards::table::lookup(b"task.queues").expect("a row");
+        let at = crate::routing::Target { db: 0, client: 0 };
+        let args = vec![Bytes::from_static(b"TASK.QUEUES")];
+        match crate::routing::single_reply(
+            crate::routing::send_one(ctx, owner, at, spec, args).await,
+        ) {
+            Frame::Array(names) => names
+                .into_iter()
+                .filter_map(|n| n.as_bytes().cloned())
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    for queue in queues {
+        if key_slot(&queue) == slot && !keys.contains(&queue) {
+            keys.push(queue);
+        }
+    }
     keys.truncate(count);
     keys
 }

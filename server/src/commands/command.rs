@@ -222,7 +222,7 @@ pub fn info(spec: &'static CommandSpec) -> Frame {
         );
     }
     let mut flags: Vec<&'static str> = flag_names(spec.flags).collect();
-    if spec.movable_keys.is_some() {
+    if spec.movable_keys.is_some() || keys_in_form(spec) {
         flags.push("movablekeys");
     }
     entry(
@@ -412,6 +412,17 @@ fn list(args: &[Bytes]) -> Frame {
 
 /// COMMAND GETKEYS / GETKEYSANDFLAGS full-command …: the command's keys (with their access
 /// flags), Redis 7.2's errors.
+/// Whether the command's keys are found by its parse (TASK.FETCH's queues, TASK.EVENTS'
+/// queue, TASK.WAIT's task id) rather than by fixed positions: COMMAND INFO marks them
+/// `movablekeys`, so that cluster clients ask COMMAND GETKEYS and route them by slot.
+fn keys_in_form(spec: &CommandSpec) -> bool {
+    use wetask_shards::spec::FormKind;
+    matches!(
+        spec.form,
+        FormKind::Fetch | FormKind::Events | FormKind::Wait
+    )
+}
+
 fn keys(command: &[Bytes], with_flags: bool) -> Frame {
     let Some(spec) = lookup(&command[0]) else {
         return Frame::static_error("ERR Invalid command specified");
@@ -425,7 +436,7 @@ fn keys(command: &[Bytes], with_flags: bool) -> Frame {
         None => (
             spec.name,
             spec.arity,
-            spec.first_key > 0 || spec.movable_keys.is_some(),
+            spec.first_key > 0 || spec.movable_keys.is_some() || keys_in_form(spec),
         ),
     };
     if spec.has(flag::CONTAINER) && sub.is_none() {
@@ -438,7 +449,11 @@ fn keys(command: &[Bytes], with_flags: bool) -> Frame {
     if (arity > 0 && arity != argc) || argc < -arity {
         return Frame::static_error("ERR Invalid number of arguments specified for command");
     }
-    let positions: Vec<usize> = spec.key_positions(command).collect();
+    let positions: Vec<usize> = if keys_in_form(spec) {
+        wetask_shards::request::Request::new(command.to_vec(), 2).key_positions()
+    } else {
+        spec.key_positions(command).collect()
+    };
     if positions.is_empty() {
         return if spec.has(flag::NO_MANDATORY_KEYS) {
             Frame::Array(Vec::new())

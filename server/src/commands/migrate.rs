@@ -32,6 +32,20 @@ struct Migration {
     keys: Vec<Bytes>,
 }
 
+/// What MIGRATE sends of one name: a key's DUMP payload and time to live, or a queue's
+/// TASK.EXPORT payload (already taken out of this node's engine).
+enum Item {
+    Key {
+        name: Bytes,
+        payload: Bytes,
+        ttl: i64,
+    },
+    Queue {
+        name: Bytes,
+        payload: Bytes,
+    },
+}
+
 /// MIGRATE, for a connection on database `at.db`.
 pub async fn migrate(ctx: &Rc<ShardCtx>, at: Target, args: &[Bytes]) -> Frame {
     let migration = match parse(args) {
@@ -42,6 +56,7 @@ pub async fn migrate(ctx: &Rc<ShardCtx>, at: Target, args: &[Bytes]) -> Frame {
         ctx,
         db: at.db,
         keys: Vec::new(),
+        slots: Vec::new(),
     };
     let found = match take_payloads(ctx, at, &migration.keys, &mut in_flight).await {
         Ok(found) => found,
@@ -52,37 +67,83 @@ pub async fn migrate(ctx: &Rc<ShardCtx>, at: Target, args: &[Bytes]) -> Frame {
     }
     let replies = match exchange(&migration, &found).await {
         Ok(replies) => replies,
-        Err(err) => return err,
+        Err(err) => {
+            // Nothing reached the target: the queues taken out come back.
+            for item in &found {
+                if let Item::Queue { name, payload } = item {
+                    put_back(ctx, at, name, payload).await;
+                }
+            }
+            return err;
+        }
     };
     // As Redis: the keys the target took are deleted (unless COPY); the first refusal is the
-    // reply.
+    // reply. A queue the target refused (or a COPY's) comes back here.
     let mut first_error = None;
-    for ((key, _, _), reply) in found.iter().zip(&replies) {
-        match reply {
-            Frame::Error(text) => {
-                first_error.get_or_insert_with(|| {
-                    Frame::error(format!(
-                        "ERR Target instance replied with error: {}",
-                        String::from_utf8_lossy(text)
-                    ))
-                });
+    for (item, reply) in found.iter().zip(&replies) {
+        let taken = !reply.is_error();
+        if let Frame::Error(text) = reply {
+            first_error.get_or_insert_with(|| {
+                Frame::error(format!(
+                    "ERR Target instance replied with error: {}",
+                    String::from_utf8_lossy(text)
+                ))
+            });
+        }
+        match item {
+            Item::Key { name, .. } if taken && !migration.copy => {
+                run_on_owner(ctx, at, vec![Bytes::from_static(b"DEL"), name.clone()]).await;
             }
-            _ if migration.copy => {}
-            _ => {
-                run_on_owner(ctx, at, vec![Bytes::from_static(b"DEL"), key.clone()]).await;
+            Item::Queue { name, payload } if !taken || migration.copy => {
+                put_back(ctx, at, name, payload).await;
             }
+            _ => {}
         }
     }
     drop(in_flight);
     first_error.unwrap_or_else(Frame::ok)
 }
 
-/// The keys of this shard a MIGRATE is sending, in `ShardCtx::keys_in_flight` until it
-/// ends, however it ends.
+/// Imports a queue MIGRATE took out back into this node.
+async fn put_back(ctx: &Rc<ShardCtx>, at: Target, name: &Bytes, payload: &Bytes) {
+    let import = vec![
+        Bytes::from_static(b"TASK.IMPORT"),
+        name.clone(),
+        payload.clone(),
+    ];
+    if let Frame::Error(e) = run_on_owner(ctx, at, import).await {
+        tracing::error!(queue = %String::from_utf8_lossy(name), error = %String::from_utf8_lossy(&e), "MIGRATE could not put a queue back");
+    }
+}
+
+/// The names of this shard a MIGRATE is sending (in `ShardCtx::keys_in_flight`), and the
+/// slots of the queues among them (in `ShardCtx::slots_in_flight`), until it ends, however
+/// it ends.
 struct InFlight<'a> {
     ctx: &'a ShardCtx,
     db: usize,
     keys: Vec<Bytes>,
+    slots: Vec<u16>,
+}
+
+impl InFlight<'_> {
+    fn add(&mut self, key: &Bytes) {
+        self.ctx
+            .keys_in_flight
+            .borrow_mut()
+            .insert((self.db, key.clone()));
+        self.keys.push(key.clone());
+    }
+
+    fn add_slot(&mut self, slot: u16) {
+        *self
+            .ctx
+            .slots_in_flight
+            .borrow_mut()
+            .entry(slot)
+            .or_default() += 1;
+        self.slots.push(slot);
+    }
 }
 
 impl Drop for InFlight<'_> {
@@ -91,35 +152,56 @@ impl Drop for InFlight<'_> {
         for key in self.keys.drain(..) {
             set.remove(&(self.db, key));
         }
+        let mut slots = self.ctx.slots_in_flight.borrow_mut();
+        for slot in self.slots.drain(..) {
+            if let Some(count) = slots.get_mut(&slot) {
+                *count -= 1;
+                if *count == 0 {
+                    slots.remove(&slot);
+                }
+            }
+        }
     }
 }
 
-/// Each key's DUMP payload and time to live (missing keys are left out). A key of this
-/// shard is read and marked in flight in one step, so that no write slips between the
-/// payload and the delete; a key of another local shard (MIGRATE on the shared port) is
+/// What each name has to send: its key's DUMP payload and time to live, and its queue's
+/// TASK.EXPORT payload (missing names are left out). A name of this shard is read (and a
+/// queue taken out) and marked in flight in one step, so that nothing slips between the
+/// payload and the delete; a name of another local shard (MIGRATE on the shared port) is
 /// read there, without that guard (docs/CLUSTER.md).
 async fn take_payloads(
     ctx: &Rc<ShardCtx>,
     at: Target,
-    keys: &[Bytes],
+    names: &[Bytes],
     in_flight: &mut InFlight<'_>,
-) -> Result<Vec<(Bytes, Bytes, i64)>, Frame> {
+) -> Result<Vec<Item>, Frame> {
     let mut found = Vec::new();
-    for key in keys {
-        let dump = vec![Bytes::from_static(b"DUMP"), key.clone()];
-        let pttl = vec![Bytes::from_static(b"PTTL"), key.clone()];
-        let (payload, ttl) = if shard_of(key, ctx.shard_count) == ctx.id {
+    for name in names {
+        let dump = vec![Bytes::from_static(b"DUMP"), name.clone()];
+        let pttl = vec![Bytes::from_static(b"PTTL"), name.clone()];
+        let export = vec![Bytes::from_static(b"TASK.EXPORT"), name.clone()];
+        let (payload, ttl, queue) = if shard_of(name, ctx.shard_count) == ctx.id {
             let payload = run_here(ctx, at, &dump);
             let ttl = run_here(ctx, at, &pttl);
-            if matches!(payload, Frame::Bulk(_)) {
-                ctx.keys_in_flight.borrow_mut().insert((at.db, key.clone()));
-                in_flight.keys.push(key.clone());
+            let queue = run_here(ctx, at, &export);
+            if matches!(payload, Frame::Bulk(_)) || matches!(queue, Frame::Bulk(_)) {
+                in_flight.add(name);
             }
-            (payload, ttl)
+            if matches!(queue, Frame::Bulk(_)) {
+                in_flight.add_slot(wetask_shards::slot::key_slot(name));
+            }
+            (payload, ttl, queue)
         } else {
             let payload = run_on_owner(ctx, at, dump).await;
-            (payload, run_on_owner(ctx, at, pttl).await)
+            let ttl = run_on_owner(ctx, at, pttl).await;
+            (payload, ttl, run_on_owner(ctx, at, export).await)
         };
+        if let Frame::Bulk(payload) = queue {
+            found.push(Item::Queue {
+                name: name.clone(),
+                payload,
+            });
+        }
         let payload = match payload {
             Frame::Bulk(payload) => payload,
             Frame::Null => continue,
@@ -129,7 +211,11 @@ async fn take_payloads(
             Frame::Integer(ttl) if ttl > 0 => ttl,
             _ => 0,
         };
-        found.push((key.clone(), payload, ttl));
+        found.push(Item::Key {
+            name: name.clone(),
+            payload,
+            ttl,
+        });
     }
     Ok(found)
 }
@@ -198,10 +284,7 @@ fn parse(args: &[Bytes]) -> Result<Migration, Frame> {
 }
 
 /// Sends the RESTORE-ASKINGs (after AUTH and SELECT) and reads a reply per key.
-async fn exchange(
-    migration: &Migration,
-    found: &[(Bytes, Bytes, i64)],
-) -> Result<Vec<Frame>, Frame> {
+async fn exchange(migration: &Migration, found: &[Item]) -> Result<Vec<Frame>, Frame> {
     let io_error =
         |what: &str| Frame::error(format!("IOERR error or timeout {what} target instance"));
     let connect = glommio::net::TcpStream::connect_timeout(&migration.address, migration.timeout);
@@ -248,8 +331,8 @@ async fn exchange(
 }
 
 /// The commands MIGRATE sends: AUTH (when asked) and SELECT, then a RESTORE-ASKING per
-/// key. Also how many come before the RESTOREs.
-fn pipeline(migration: &Migration, found: &[(Bytes, Bytes, i64)]) -> (Vec<u8>, usize) {
+/// key and a TASK.IMPORT per queue. Also how many come before the RESTOREs.
+fn pipeline(migration: &Migration, found: &[Item]) -> (Vec<u8>, usize) {
     let mut out = Vec::new();
     let mut preamble = 0;
     if !migration.auth.is_empty() {
@@ -264,16 +347,26 @@ fn pipeline(migration: &Migration, found: &[(Bytes, Bytes, i64)]) -> (Vec<u8>, u
         ],
     );
     preamble += 1;
-    for (key, payload, ttl) in found {
-        let mut command = vec![
-            Bytes::from_static(b"RESTORE-ASKING"),
-            key.clone(),
-            Bytes::from(ttl.to_string()),
-            payload.clone(),
-        ];
-        if migration.replace {
-            command.push(Bytes::from_static(b"REPLACE"));
-        }
+    for item in found {
+        let command = match item {
+            Item::Key { name, payload, ttl } => {
+                let mut command = vec![
+                    Bytes::from_static(b"RESTORE-ASKING"),
+                    name.clone(),
+                    Bytes::from(ttl.to_string()),
+                    payload.clone(),
+                ];
+                if migration.replace {
+                    command.push(Bytes::from_static(b"REPLACE"));
+                }
+                command
+            }
+            Item::Queue { name, payload } => vec![
+                Bytes::from_static(b"TASK.IMPORT"),
+                name.clone(),
+                payload.clone(),
+            ],
+        };
         encode(&mut out, &command);
     }
     (out, preamble)

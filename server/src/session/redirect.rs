@@ -14,6 +14,7 @@ use wetask_shards::request::{Owners, Request};
 use wetask_shards::slot::{placement, Placement};
 
 use crate::clients::ConnState;
+use crate::cluster::view::Node;
 use crate::shard::ShardCtx;
 
 /// The redirect for `request` on this connection, or None when it runs here. `asking`:
@@ -69,7 +70,13 @@ pub fn redirect(
     if conn.shard_port && shards.len() == 1 && shards[0] != ctx.id {
         return Some(moved(ctx, conn, first));
     }
-    let slot = migrating?;
+    missing_here(ctx, conn, request, migrating?)
+}
+
+/// On a slot this shard migrates: ASK when every key has left (or was never here),
+/// TRYAGAIN while some have and some have not, or while one is on its way.
+fn missing_here(ctx: &ShardCtx, conn: &ConnState, request: &Request, slot: u16) -> Option<Frame> {
+    let keys = request.placed_keys();
     let in_flight = ctx.keys_in_flight.borrow();
     if !in_flight.is_empty()
         && keys
@@ -83,14 +90,24 @@ pub fn redirect(
         ));
     }
     drop(in_flight);
+    // A name is here as a key, a queue, or a task id.
     let missing = {
         let mut shard = ctx.shard.borrow_mut();
         keys.iter()
-            .filter(|k| !shard.exists(conn.db, &request.args[k.position as usize]))
+            .filter(|k| {
+                let name = &request.args[k.position as usize];
+                !shard.exists(conn.db, name)
+                    && !shard.tasks.has_queue(name)
+                    && shard.tasks.get(name).is_none()
+            })
             .count()
     };
     match missing {
         0 => None,
+        // A queue of the slot is on its way: its tasks are neither here nor there yet.
+        _ if ctx.slots_in_flight.borrow().contains_key(&slot) => Some(Frame::static_error(
+            "TRYAGAIN the key is being migrated to another node, retry",
+        )),
         n if n == keys.len() => Some(ask(ctx, conn, slot)),
         _ => Some(Frame::static_error(
             "TRYAGAIN Multiple keys request during rehashing of slot",
@@ -112,9 +129,15 @@ fn moved(ctx: &ShardCtx, conn: &ConnState, slot: u16) -> Frame {
         Some(shard) => Some(state.views[shard].me()),
         None => state.views[ctx.id].owner(slot),
     };
+    redirect_to("MOVED", slot, node, host)
+}
+
+/// `-<kind> slot ip:port` to `node` (`host` standing in for an address it does not know),
+/// or CLUSTERDOWN when there is no node.
+fn redirect_to(kind: &str, slot: u16, node: Option<&Node>, host: &str) -> Frame {
     match node {
         Some(node) => Frame::error(format!(
-            "MOVED {slot} {}:{}",
+            "{kind} {slot} {}:{}",
             if node.ip.is_empty() { host } else { &node.ip },
             node.port
         )),
@@ -129,12 +152,5 @@ fn ask(ctx: &ShardCtx, conn: &ConnState, slot: u16) -> Frame {
     let state = cluster.lock();
     let view = &state.views[ctx.id];
     let target = view.migrating.get(&slot).and_then(|id| view.node(id));
-    match target {
-        Some(node) => Frame::error(format!(
-            "ASK {slot} {}:{}",
-            if node.ip.is_empty() { host } else { &node.ip },
-            node.port
-        )),
-        None => Frame::static_error("CLUSTERDOWN Hash slot not served"),
-    }
+    redirect_to("ASK", slot, target, host)
 }

@@ -76,6 +76,9 @@ pub struct ShardCtx {
     /// a command on them is answered TRYAGAIN until the target has them
     /// (`session::redirect`).
     pub keys_in_flight: RefCell<std::collections::HashSet<(usize, bytes::Bytes)>>,
+    /// Slots with a queue a MIGRATE of this shard is sending (and how many): a missing name
+    /// there (a task id of that queue) is answered TRYAGAIN, not ASK, until it lands.
+    pub slots_in_flight: RefCell<std::collections::HashMap<u16, usize>>,
 }
 
 /// The core's fields and methods read as the context's own (`ctx.shard`, `ctx.request`).
@@ -103,6 +106,7 @@ impl ShardCtx {
             serving_queue: std::cell::Cell::new(false),
             spares: Default::default(),
             keys_in_flight: Default::default(),
+            slots_in_flight: Default::default(),
         }
     }
 

@@ -9,42 +9,72 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 const MISSING: &[(&str, &str)] = &[
     ("replication", "a later issue"),
     (
-        "a cluster of several nodes (CLUSTER MEET, ADDSLOTS, DELSLOTS, SETSLOT, MIGRATE, ASK redirections, `redis-cli --cluster`)",
-        "issue 35; one node's shards as a cluster is built (see Cluster mode)",
+        "cluster replicas and failover (CLUSTER REPLICATE, FAILOVER, READONLY reads on replicas)",
+        "issue 36",
     ),
 ];
 
 /// Where cluster mode (`cluster-enabled yes`) differs from Redis Cluster, and why.
 const CLUSTER: &str =
-        "`--cluster-enabled yes` makes one WeTask node a Redis Cluster of its shards\n\
-         (docs/CLUSTER.md): shard i owns the i-th of N contiguous slot ranges and also serves on a\n\
-         port of its own (`port` + 1 + i, or `--cluster-shard-port-base` + i), and `CLUSTER SLOTS`,\n\
-         `SHARDS`, `NODES`, `MYID`, `MYSHARDID`, `INFO`, `KEYSLOT`, `COUNTKEYSINSLOT`,\n\
-         `GETKEYSINSLOT` and `LINKS` describe every shard as a primary with its range and port.\n\
-         Cluster clients (redis-py's `RedisCluster`, `redis-cli -c`, `redis-benchmark --cluster`)\n\
-         then send each key to its shard. Where it differs from Redis Cluster:\n\n\
-         - On a shard port, a command whose keys all live on another shard is answered\n  \
-         `-MOVED <slot> <host>:<port>`, as Redis answers; a command whose keys live on several\n  \
-         shards of the node is served (with hops), where Redis answers `-CROSSSLOT` for keys of\n  \
-         different slots: one node can serve them atomically, so refusing would only break\n  \
-         clients that rely on it on the shared port.\n\
-         - The shared port keeps serving every key, as without cluster mode; `CLUSTER` there\n  \
-         describes the same shards (`myself` is the shard that serves the connection).\n\
+        "`--cluster-enabled yes` makes every shard of a WeTask process a Redis Cluster primary\n\
+         (docs/CLUSTER.md): it has a node id, serves on a port of its own (`port` + 1 + i, or\n\
+         `--cluster-shard-port-base` + i) and talks to the other nodes on a cluster bus port\n\
+         (`--cluster-port` + i, by default its port + 10000). With `--cluster-self-assign yes`\n\
+         (the default) a fresh process is a whole cluster: shard i owns the i-th of N contiguous\n\
+         slot ranges. With `no`, each shard starts as a fresh Redis Cluster node, alone and owning\n\
+         nothing, and several processes are joined with `CLUSTER MEET` and given slots with\n\
+         `ADDSLOTS`, as `redis-cli --cluster create` does. `CLUSTER SLOTS`, `SHARDS`, `NODES`,\n\
+         `MYID`, `MYSHARDID`, `INFO`, `KEYSLOT`, `COUNTKEYSINSLOT`, `GETKEYSINSLOT`, `LINKS`,\n\
+         `MEET`, `ADDSLOTS[RANGE]`, `DELSLOTS[RANGE]`, `SETSLOT`, `SET-CONFIG-EPOCH`,\n\
+         `BUMPEPOCH`, `FORGET`, `RESET`, `SAVECONFIG` and `COUNT-FAILURE-REPORTS` answer as\n\
+         Redis's; `MIGRATE` and `RESTORE-ASKING` move keys; `-MOVED`, `-ASK`, `-CROSSSLOT`,\n\
+         `-TRYAGAIN` and `-CLUSTERDOWN` redirect as Redis's do. `redis-cli --cluster create`,\n\
+         `check`, `reshard` and `rebalance` work unchanged. Where it differs from Redis Cluster:\n\n\
+         - A command whose keys are all served by one process's shards runs there, keys of\n  \
+         several slots included (with hops), where Redis answers `-CROSSSLOT` for keys of\n  \
+         different slots: one process serves them atomically. Keys of several slots that are not\n  \
+         all here are `-CROSSSLOT`, as in Redis.\n\
+         - On a shard port, a command whose keys all live on another shard of the process is\n  \
+         answered `-MOVED` to that shard's port, so cluster clients pay no hop.\n\
+         - The shared port serves every slot the process's shards own (with hops) and answers\n  \
+         `-MOVED` for the others; `CLUSTER` there answers for the shard that serves the\n  \
+         connection (`myself`). Send cluster administration to a shard's own port.\n\
          - On a shard port, `DBSIZE`, `KEYS`, `SCAN`, `RANDOMKEY`, `FLUSHDB` and `FLUSHALL` cover\n  \
          that shard's keys, as a Redis Cluster node's cover its slots; on the shared port, the\n  \
-         whole node's.\n\
+         whole process's.\n\
          - `SELECT` is allowed on every port (Redis Cluster allows database 0 only).\n\
-         - Node ids (40 hex digits) are kept in `cluster-config-file` (`nodes.conf` in `dir`,\n  \
-         Redis's format) and survive restarts; there is no cluster bus (`@0` in `NODES`,\n  \
-         `LINKS` is empty), and `cluster_stats_messages_*` are 0.\n\
+         - The bus carries each node's whole state every 100 ms (RESP arrays, not Redis's binary\n  \
+         gossip), so a WeTask node cannot join a cluster of Redis servers. There is no failure\n  \
+         detector: no `PFAIL`/`FAIL`, and `cluster_state` is `ok` whenever every slot has an\n  \
+         owner; failover comes with replication. `LINKS` is empty.\n\
+         - A node that stops claiming a slot loses it in every view at once (Redis keeps a stale\n  \
+         owner until another claim replaces it). A node that loses a slot with keys in it to a\n  \
+         higher epoch keeps the keys (unreachable until the slot comes back), where Redis deletes\n  \
+         them.\n\
+         - The configuration file (`cluster-config-file`, `nodes.conf` in `dir`) holds every\n  \
+         shard's view in `CLUSTER NODES`' format, one section per shard; it is written (fsync,\n  \
+         rename) before a reply that depends on it. A process of several nodes cannot restart\n  \
+         with another shard count.\n\
+         - A queue is a key of its slot: `GETKEYSINSLOT` and `COUNTKEYSINSLOT` list it, and\n  \
+         `MIGRATE` moves it with all its tasks (queued, scheduled, leased, dead, done) through\n  \
+         `TASK.EXPORT` and `TASK.IMPORT`. A lease held by a `TASK.WORKER` carries over; one held\n  \
+         by a plain connection is handed back to the queue, as when the connection closes.\n  \
+         `DUMP` and `RESTORE` of a queue's name are not supported.\n\
+         - While `MIGRATE` sends a key or a queue, commands on it (and on the missing names of a\n  \
+         slot whose queue is on its way) are answered `-TRYAGAIN` (Redis blocks the source\n  \
+         instead); cluster clients retry it. A `MIGRATE` on the shared port of keys of another\n  \
+         shard does not hold their writers off.\n\
          - `COUNTKEYSINSLOT` and `GETKEYSINSLOT` walk the owning shard's keys (database 0): there\n  \
          is no slot index yet, so they cost O(keys), where Redis's cost O(1) and O(count).\n\
-         - `ASKING`, `READONLY` and `READWRITE` answer OK (every shard is a primary and no slot\n  \
-         moves yet); with cluster mode off they and `CLUSTER` answer that cluster support is\n  \
-         disabled, as Redis does.\n\
+         - `READONLY` and `READWRITE` answer OK (every node is a primary); `REPLICATE` and\n  \
+         `FAILOVER` answer that replicas come with replication. With cluster mode off, `CLUSTER`,\n  \
+         `ASKING`, `READONLY` and `READWRITE` answer that cluster support is disabled, as Redis\n  \
+         does.\n\
          - Cluster mode needs the io_uring network path (`--io uring`, the default).\n\
-         - Tested cluster clients: redis-py's `RedisCluster`, ioredis's `Cluster` and\n  \
-         node-redis's `createCluster` (2 and 4 shards, random names), `redis-cli -c`,\n  \
+         - Tested: `redis-cli --cluster create`, `check`, `reshard` (under writers, and under task\n  \
+         producers and workers) and `rebalance` on three processes of two shards on 127.0.0.1-3;\n  \
+         redis-py's `RedisCluster` against them and against one process of 2 and 4 shards;\n  \
+         ioredis's `Cluster` and node-redis's `createCluster` (one process), `redis-cli -c`,\n  \
          `redis-benchmark --cluster`. Debian's go-redis (v5) cannot read Redis 7's\n  \
          `CLUSTER SLOTS` (a fourth element per node, which Redis 7 sends too), so its\n  \
          `ClusterClient` falls back to its seed address: seeded with the shared port it works,\n  \

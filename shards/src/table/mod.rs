@@ -315,7 +315,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("dump", 2, READONLY, ONE, Keyed, Some(dump::dump), G, "Returns a serialized representation of the value stored at a key."),
     row("restore", -4, WRITE | DENYOOM, ONE, Keyed, Some(dump::restore), G, "Creates a key from the serialized representation of a value."),
     row("restore-asking", -4, WRITE | DENYOOM | ASKING, ONE, Keyed, Some(dump::restore), "server", "An internal command for migrating keys in a cluster."),
-    row("migrate", -6, WRITE, MOVABLE, Server, None, G, "Atomically transfers a key from one Redis instance to another.").movable(migrate_keys),
+    row("migrate", -6, WRITE, (3, 3, 1), Server, None, G, "Atomically transfers a key from one Redis instance to another.").movable(migrate_keys),
     row("dbsize", 1, READONLY | FAST, NONE, AllShards(Sum), Some(keys::dbsize), SV, "Returns the number of keys in the database."),
     row("swapdb", 3, WRITE | FAST, NONE, AllShards(Ok), Some(keys::swapdb), SV, "Swaps two Redis databases."),
     row("flushdb", -1, WRITE, NONE, AllShards(Ok), Some(keys::flushdb), SV, "Remove all keys from the current database."),
@@ -350,6 +350,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.results", 2, READONLY | TASK, ONE, Keyed, Some(task_batch::results), T, "Returns a flow's children's ends and results."),
     row("task.release", -2, WRITE | FAST | TASK, ONE, Keyed, Some(task_batch::release), T, "Lets a held task go to its queue."),
     row("task.list", -3, READONLY | TASK, ONE, Keyed, Some(task_admin::list), T, "Pages through a queue's tasks in one state."),
+    row("task.export", 2, WRITE | TASK, ONE, Keyed, Some(task_admin::export), T, "Takes a queue out with its tasks, as a payload for TASK.IMPORT (MIGRATE sends it)."),
+    row("task.import", 3, WRITE | DENYOOM | TASK | ASKING, ONE, Keyed, Some(task_admin::import), T, "Takes in a queue that TASK.EXPORT gave out."),
     row("task.purge", 3, WRITE | TASK, ONE, Keyed, Some(task_admin::purge), T, "Drops every task of a queue in one state."),
     row("task.delqueue", -2, WRITE | TASK, ONE, Keyed, Some(task_admin::delqueue), T, "Deletes a queue and every task in it."),
     // pub/sub

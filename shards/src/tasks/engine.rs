@@ -35,6 +35,7 @@ mod ready;
 mod snapshot;
 mod states;
 mod submit;
+mod transfer;
 use crate::slot::{key_slot, slot_tag};
 pub use admin::{Cursor, Listed, LIST_SCAN_MAX};
 pub use batches::{Batch, BatchNote, OnFail, Order, BATCH_CHILDREN_MAX};

@@ -87,3 +87,32 @@ pub fn delqueue(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         Err(err) => Frame::error(err.text()),
     }
 }
+
+/// TASK.EXPORT queue: takes the queue out with everything that is its, and returns it as a
+/// payload for TASK.IMPORT (nil when there is no such queue). What MIGRATE sends when the
+/// queue's slot moves to another node (docs/CLUSTER.md).
+pub fn export(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    match ctx.tasks.export_queue(&args[1]) {
+        Some(payload) => Frame::Bulk(Bytes::from(payload)),
+        None => Frame::Null,
+    }
+}
+
+/// TASK.IMPORT queue payload: takes in a queue TASK.EXPORT gave out. Refused when the queue
+/// is here already (BUSYKEY, as RESTORE), or when the payload is damaged or is another
+/// queue's.
+pub fn import(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    if ctx.tasks.has_queue(&args[1]) {
+        return Frame::static_error("BUSYKEY Target key name already exists.");
+    }
+    let mut probe = crate::tasks::Engine::new(0);
+    match probe.import_queue(&args[2], ctx.now_ms) {
+        Ok(name) if name == args[1] => {}
+        Ok(_) => return Frame::static_error("ERR the payload is another queue's"),
+        Err(err) => return Frame::error(err),
+    }
+    match ctx.tasks.import_queue(&args[2], ctx.now_ms) {
+        Ok(_) => Frame::ok(),
+        Err(err) => Frame::error(err),
+    }
+}
