@@ -168,7 +168,7 @@ fn read(cluster: &Cluster, inbound: &mut Vec<Inbound>) -> bool {
         changed |= view.merge(&message, &peer_ip, now);
     }
     if changed {
-        if let Err(e) = cluster.commit(&state) {
+        if let Err(e) = cluster.commit(state) {
             tracing::error!("cluster bus: {e}");
         }
     }
@@ -179,6 +179,7 @@ fn read(cluster: &Cluster, inbound: &mut Vec<Inbound>) -> bool {
 fn tick(cluster: &Cluster, outbound: &mut HashMap<(usize, String, u16), Outbound>) {
     let now = now_ms();
     let mut sends: Vec<((usize, String, u16), Bytes)> = Vec::new();
+    let mut staged = None;
     {
         let mut state = cluster.lock();
         let state = &mut *state;
@@ -186,8 +187,11 @@ fn tick(cluster: &Cluster, outbound: &mut HashMap<(usize, String, u16), Outbound
         for view in &mut state.views {
             expired |= view.expire_handshakes(now, &state.met_ms);
         }
+        state
+            .met_ms
+            .retain(|_, at| *at + super::view::HANDSHAKE_MS >= now);
         if expired {
-            let _ = cluster.commit(state);
+            staged = Some(Cluster::stage(state));
         }
         for (shard, view) in state.views.iter().enumerate() {
             let plain = encode(&view.message(false));
@@ -204,6 +208,11 @@ fn tick(cluster: &Cluster, outbound: &mut HashMap<(usize, String, u16), Outbound
                 };
                 sends.push(((shard, node.ip.clone(), node.cport), bytes));
             }
+        }
+    }
+    if let Some(staged) = staged {
+        if let Err(e) = cluster.write(staged) {
+            tracing::error!("cluster bus: {e}");
         }
     }
     let wanted: std::collections::HashSet<_> = sends.iter().map(|(k, _)| k.clone()).collect();

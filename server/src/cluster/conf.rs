@@ -70,9 +70,8 @@ pub fn read(path: &Path) -> Result<Saved, String> {
     Ok(Saved::Views(views))
 }
 
-/// Writes every view, through a temporary file, an fsync and a rename: a crash leaves the
-/// old file or the new one.
-pub fn write(path: &Path, views: &[View]) -> Result<(), String> {
+/// The file's text for every view.
+pub fn render(views: &[View]) -> String {
     let mut text = String::from(
         "# WeTask cluster configuration (docs/CLUSTER.md): each shard's view, as CLUSTER NODES\n",
     );
@@ -80,6 +79,12 @@ pub fn write(path: &Path, views: &[View]) -> Result<(), String> {
         let _ = writeln!(text, "view {shard} currentEpoch {}", view.current_epoch);
         text.push_str(&nodes_text(view, "", |_| true));
     }
+    text
+}
+
+/// Writes `text` ([`render`]), through a temporary file, an fsync and a rename: a crash
+/// leaves the old file or the new one.
+pub fn write(path: &Path, text: &str) -> Result<(), String> {
     let tmp = path.with_extension("tmp");
     let written = (|| {
         use std::io::Write;
@@ -232,7 +237,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("wetask-conf-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("nodes.conf");
-        write(&path, &[first.clone(), second.clone()]).unwrap();
+        write(&path, &render(&[first.clone(), second.clone()])).unwrap();
         let Saved::Views(views) = read(&path).unwrap() else {
             panic!("views expected");
         };

@@ -33,10 +33,22 @@ pub struct State {
     pub views: Vec<View>,
     /// When each MEET's placeholder was made (ms), so that an unanswered one expires.
     pub met_ms: HashMap<String, u64>,
+    /// Counts the changes, so that the file is never overwritten by an older one.
+    generation: u64,
+}
+
+/// A change's file text, to write once the state's lock is let go (`Cluster::write`).
+pub struct Staged {
+    generation: u64,
+    text: String,
 }
 
 pub struct Cluster {
     state: Mutex<State>,
+    /// The generation last written to the file. Writing (an fsync) happens under this lock,
+    /// not the state's: a shard that answers MOVED reads the state and must not wait on a
+    /// disk.
+    written: Mutex<u64>,
     /// Each shard's own port.
     pub ports: Vec<u16>,
     /// Each shard's cluster bus port.
@@ -93,16 +105,17 @@ impl Cluster {
             state: Mutex::new(State {
                 views,
                 met_ms: HashMap::new(),
+                generation: 0,
             }),
+            written: Mutex::new(0),
             ports,
             bus_ports,
             announce_ip,
             path: path.to_path_buf(),
             counters: bus::Counters::default(),
         };
-        let state = cluster.lock();
-        conf::write(&cluster.path, &state.views)?;
-        drop(state);
+        let text = conf::render(&cluster.lock().views);
+        conf::write(&cluster.path, &text)?;
         Ok(cluster)
     }
 
@@ -125,14 +138,36 @@ impl Cluster {
     ) -> Result<R, String> {
         let mut state = self.lock();
         let result = change(&mut state.views[shard])?;
-        self.commit(&state)?;
+        self.commit(state)?;
         Ok(result)
     }
 
-    /// Publishes the routing table and writes the file.
-    pub fn commit(&self, state: &State) -> Result<(), String> {
+    /// Publishes the routing table and writes the file (after letting the lock go).
+    pub fn commit(&self, mut state: MutexGuard<'_, State>) -> Result<(), String> {
+        let staged = Self::stage(&mut state);
+        drop(state);
+        self.write(staged)
+    }
+
+    /// Publishes the routing table and renders the file, under the state's lock.
+    pub fn stage(state: &mut State) -> Staged {
         publish(&state.views);
-        conf::write(&self.path, &state.views).map_err(|e| format!("ERR {e}"))
+        state.generation += 1;
+        Staged {
+            generation: state.generation,
+            text: conf::render(&state.views),
+        }
+    }
+
+    /// Writes a staged file, unless a newer one was written meanwhile.
+    pub fn write(&self, staged: Staged) -> Result<(), String> {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        if staged.generation <= *written {
+            return Ok(());
+        }
+        conf::write(&self.path, &staged.text).map_err(|e| format!("ERR {e}"))?;
+        *written = staged.generation;
+        Ok(())
     }
 
     /// Publishes the routing table from the views as opened (before the shards start).

@@ -103,7 +103,7 @@ fn meet(cluster: &Cluster, me: usize, rest: &[Bytes]) -> Result<(), String> {
     let mut state = cluster.lock();
     state.met_ms.insert(placeholder.clone(), now_ms());
     state.views[me].meet(&ip, port as u16, cport as u16, placeholder);
-    cluster.commit(&state)
+    cluster.commit(state)
 }
 
 /// ADDSLOTS' and DELSLOTS' arguments: slots.
