@@ -141,14 +141,22 @@ pub enum Placement {
     Elsewhere,
 }
 
-/// Replaces the arithmetic with `entries` (one per slot: [`ELSEWHERE`], or a shard with
-/// [`IMPORTING`] or [`MIGRATING`]). A shard number must fit under [`MIGRATING`].
-pub fn map_slots(entries: &[u16]) {
+/// Replaces the arithmetic for `shard_count` shards with `entries` (one per slot:
+/// [`ELSEWHERE`], or a shard with [`IMPORTING`] or [`MIGRATING`]). A shard number must fit
+/// under [`MIGRATING`]. A map that says what the arithmetic says (one process that is a whole
+/// cluster, nothing moving) is not used: routing keeps its one-shard shortcuts and pays
+/// nothing for cluster mode.
+pub fn map_slots(entries: &[u16], shard_count: usize) {
     assert_eq!(entries.len(), usize::from(SLOT_COUNT));
+    // Each entry is valid on its own while the table changes; the flag moves last.
     for (cell, &entry) in SLOT_MAP.iter().zip(entries) {
         cell.store(entry, Relaxed);
     }
-    MAPPED.store(true, Relaxed);
+    let arithmetic = entries
+        .iter()
+        .enumerate()
+        .all(|(slot, &entry)| usize::from(entry) == (slot * shard_count) >> 14);
+    MAPPED.store(!arithmetic, Relaxed);
 }
 
 /// Whether the slots are mapped ([`map_slots`]): a server in cluster mode.

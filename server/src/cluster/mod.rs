@@ -268,7 +268,7 @@ fn publish(views: &[View]) {
             }
         }
     }
-    slot::map_slots(&entries);
+    slot::map_slots(&entries, views.len());
 }
 
 /// Milliseconds since the Unix epoch.
