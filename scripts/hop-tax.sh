@@ -13,14 +13,20 @@ pairs=${1:-4}; pipe=${2:-1}; n=${3:-300000}; modes=${4:-cluster shared}
 cpu_ns() { cat /proc/$1/task/*/schedstat 2>/dev/null | awk '{s+=$1} END {printf "%d", s}'; }
 run() { # shards mode -> ns per request
   # Ports below the ephemeral range (32768 on): a client's port never takes the server's.
-  local shards=$1 mode=$2 port=$((10000 + RANDOM % 20000)) dir
-  dir=$(mktemp -d)
-  taskset -c 0 "$BIN" --port $port --shards "$shards" --cpus 0 --appendonly no \
-    --cluster-enabled yes --dir "$dir" --log-level warn >/dev/null 2>&1 &
-  local pid=$!
-  local up=no
-  for _ in $(seq 200); do redis-cli -p $port ping >/dev/null 2>&1 && { up=yes; break; }; sleep 0.05; done
-  if [ $up = no ]; then echo "the server on port $port did not start" >&2; kill $pid 2>/dev/null; exit 1; fi
+  # The shard ports are port+1 and port+2, their cluster bus ports port+3 and port+4. A port
+  # taken meanwhile is retried with another, three times.
+  local shards=$1 mode=$2 port dir pid up=no
+  for _try in 1 2 3; do
+    port=$((10000 + RANDOM % 20000))
+    dir=$(mktemp -d)
+    taskset -c 0 "$BIN" --port $port --shards "$shards" --cpus 0 --appendonly no \
+      --cluster-enabled yes --cluster-port $((port + 3)) --dir "$dir" --log-level warn >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do redis-cli -p $port ping >/dev/null 2>&1 && { up=yes; break; }; sleep 0.05; done
+    [ $up = yes ] && break
+    kill $pid 2>/dev/null; wait $pid 2>/dev/null || true; rm -rf "$dir"
+  done
+  if [ $up = no ]; then echo "the server did not start on three ports" >&2; exit 1; fi
   local args
   if [ "$mode" = cluster ] && [ "$shards" -gt 1 ]; then args="-p $((port + 1)) --cluster"
   elif [ "$mode" = cluster ]; then args="-p $((port + 1))"

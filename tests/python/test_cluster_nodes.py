@@ -19,6 +19,7 @@ import time
 import pytest
 import redis
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from conftest import Server
 from test_client_bullmq import check_100_jobs
@@ -469,3 +470,47 @@ def test_bullmq_with_a_prefix_on_the_cluster(cluster, release):
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-4000:]
     check_100_jobs(run.stdout)
+
+
+def test_nodes_that_disagree_on_an_epoch_settle_it_as_redis_does():
+    """Two fresh one-shard nodes given the same config epoch and each half the slots, then
+    met: the one with the lower node id takes a new epoch, as Redis's collision rule says,
+    and both agree on every slot. A third claims a slot the first owns, with a lower epoch:
+    the first keeps it."""
+    servers = [Server("--bind", host, "--shards", "1", "--cluster-enabled", "yes",
+                      "--cluster-self-assign", "no", "--appendonly", "no") for host in HOSTS[:3]]
+    try:
+        a, b, c = (node_client(f"{host}:{srv.shard_ports[0]}") for host, srv in zip(HOSTS, servers))
+        assert a.execute_command("CLUSTER", "SET-CONFIG-EPOCH", 5)
+        assert b.execute_command("CLUSTER", "SET-CONFIG-EPOCH", 5)
+        assert c.execute_command("CLUSTER", "SET-CONFIG-EPOCH", 1)
+        assert a.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 8191)
+        assert b.execute_command("CLUSTER", "ADDSLOTSRANGE", 8192, 16383)
+        assert c.execute_command("CLUSTER", "ADDSLOTS", 100)
+        for host, srv in zip(HOSTS[1:], servers[1:]):
+            assert a.execute_command("CLUSTER", "MEET", host, srv.shard_ports[0], srv.bus_ports[0])
+        ids = {name: client.execute_command("CLUSTER", "MYID") for name, client in
+               (("a", a), ("b", b), ("c", c))}
+
+        def settled():
+            epochs = [int(cluster_info(f"{h}:{s.shard_ports[0]}")["cluster_my_epoch"])
+                      for h, s in zip(HOSTS, servers)]
+            slots = [sorted((e[0], e[1], e[2][2]) for e in cl.execute_command("CLUSTER", "SLOTS"))
+                     for cl in (a, b, c)]
+            known = [int(cluster_info(f"{h}:{s.shard_ports[0]}")["cluster_known_nodes"])
+                     for h, s in zip(HOSTS, servers)]
+            return len(set(epochs)) == 3 and slots[0] == slots[1] == slots[2] and known == [3, 3, 3] \
+                and (epochs, slots[0])
+
+        epochs, slots = wait_until("the epochs and slots to settle", settled)
+        lower, higher = sorted(["a", "b"], key=lambda n: ids[n])
+        by_name = dict(zip("abc", epochs))
+        assert by_name[higher] == 5 and by_name[lower] > 5, (by_name, ids)
+        # Slot 100 stays a's (epoch 5 or more beats c's 1), and c's claim is dropped.
+        assert (0, 8191, ids["a"]) in slots, slots
+        assert (8192, 16383, ids["b"]) in slots, slots
+        with pytest.raises(redis.exceptions.MovedError):
+            c.get(next(k for k in (f"e{i}" for i in range(100000)) if key_slot(k.encode()) == 100))
+    finally:
+        for srv in servers:
+            srv.stop()
