@@ -10,6 +10,7 @@ Every wait is bounded: a poll with a deadline, never a bare sleep."""
 import json
 import os
 import random
+import shutil
 import socket
 import string
 import subprocess
@@ -21,7 +22,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
-from conftest import Server
+from conftest import TARGET, Server
 from test_client_bullmq import check_100_jobs
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
@@ -514,3 +515,22 @@ def test_nodes_that_disagree_on_an_epoch_settle_it_as_redis_does():
     finally:
         for srv in servers:
             srv.stop()
+
+
+def test_go_cluster_client_across_processes(cluster):
+    """go-redis's ClusterClient (Debian's v5) seeded with two shard ports: 20 random keys and
+    20 tasks by queue slot. v5 cannot read Redis 7's CLUSTER SLOTS, so it reaches each key
+    by following MOVED (tests/go/gocluster)."""
+    assert shutil.which("go"), "go is missing: scripts/setup.sh installs it"
+    servers, addrs = cluster
+    source = os.path.join(TESTS, "go", "gocluster")
+    binary = os.path.join(TARGET, "go", "gocluster-test")
+    env = dict(os.environ, GO111MODULE="off", GOPATH="/usr/share/gocode",
+               GOCACHE=os.path.join(TARGET, "go", "cache"))
+    build = subprocess.run(["go", "build", "-o", binary, "."], cwd=source, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-4000:]
+    env = dict(os.environ, WETASK_CLUSTER_ADDRS=",".join([addrs[1], addrs[4]]), WETASK_NAMES="20")
+    run = subprocess.run([binary], env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {"names": 20, "tasks": 20}

@@ -73,12 +73,13 @@ const CLUSTER: &str =
          - Cluster mode needs the io_uring network path (`--io uring`, the default).\n\
          - Tested: `redis-cli --cluster create`, `check`, `reshard` (under writers, and under task\n  \
          producers and workers) and `rebalance` on three processes of two shards on 127.0.0.1-3;\n  \
-         redis-py's `RedisCluster` against them and against one process of 2 and 4 shards;\n  \
-         ioredis's `Cluster` and node-redis's `createCluster` (one process), `redis-cli -c`,\n  \
+         redis-py's `RedisCluster`, ioredis's `Cluster`, node-redis's `createCluster`, BullMQ\n  \
+         with a `{prefix}` and go-redis's `ClusterClient` against them; redis-py's, ioredis's\n  \
+         and node-redis's against one process of 2 and 4 shards; `redis-cli -c`;\n  \
          `redis-benchmark --cluster`. Debian's go-redis (v5) cannot read Redis 7's\n  \
          `CLUSTER SLOTS` (a fourth element per node, which Redis 7 sends too), so its\n  \
-         `ClusterClient` falls back to its seed address: seeded with the shared port it works,\n  \
-         with hops; go-redis v9 is out of the suite's reach (the module proxy).\n";
+         `ClusterClient` learns no slot map and reaches each key by following `MOVED` from its\n  \
+         seeds; go-redis v9 is out of the suite's reach (the module proxy).\n";
 
 /// Every Redis 7.0 command of the families the real-clients issue covers, by family.
 const FAMILIES: &[(&str, &[&str])] = &[
