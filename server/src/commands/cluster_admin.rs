@@ -30,9 +30,11 @@ pub async fn change(ctx: &Rc<ShardCtx>, cluster: &Cluster, args: &[Bytes]) -> Fr
     } else if is(sub, "delslots") && !rest.is_empty() {
         slots_of(rest).and_then(|slots| cluster.change(me, |v| v.del_slots(&slots)))
     } else if is(sub, "addslotsrange") && !rest.is_empty() {
-        ranges_of(rest).and_then(|slots| cluster.change(me, |v| v.add_slots(&slots)))
+        ranges_of(rest, "addslotsrange")
+            .and_then(|slots| cluster.change(me, |v| v.add_slots(&slots)))
     } else if is(sub, "delslotsrange") && !rest.is_empty() {
-        ranges_of(rest).and_then(|slots| cluster.change(me, |v| v.del_slots(&slots)))
+        ranges_of(rest, "delslotsrange")
+            .and_then(|slots| cluster.change(me, |v| v.del_slots(&slots)))
     } else if is(sub, "setslot") && (2..=3).contains(&rest.len()) {
         return setslot(ctx, cluster, rest).await;
     } else if is(sub, "set-config-epoch") && rest.len() == 1 {
@@ -114,9 +116,11 @@ fn slots_of(args: &[Bytes]) -> Result<Vec<u16>, String> {
 }
 
 /// ADDSLOTSRANGE's and DELSLOTSRANGE's arguments: pairs of first and last slots.
-fn ranges_of(args: &[Bytes]) -> Result<Vec<u16>, String> {
+fn ranges_of(args: &[Bytes], sub: &str) -> Result<Vec<u16>, String> {
     if !args.len().is_multiple_of(2) {
-        return Err("ERR wrong number of arguments for 'cluster|addslotsrange' command".into());
+        return Err(format!(
+            "ERR wrong number of arguments for 'cluster|{sub}' command"
+        ));
     }
     let mut slots = Vec::new();
     for pair in args.chunks_exact(2) {
