@@ -271,11 +271,9 @@ impl Drop for Server {
 
 /// Sends one command (as RESP words) and returns the reply text.
 pub fn ask(addr: SocketAddr, words: &[&str]) -> io::Result<String> {
-    let mut bytes = format!("*{}\r\n", words.len());
-    for w in words {
-        bytes.push_str(&format!("${}\r\n{w}\r\n", w.len()));
-    }
-    command(addr, bytes.as_bytes())
+    let mut bytes = Vec::new();
+    wetask_protocol::encode_command(&mut bytes, words);
+    command(addr, &bytes)
 }
 
 fn ping(addr: SocketAddr) -> io::Result<()> {

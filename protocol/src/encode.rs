@@ -56,6 +56,15 @@ pub fn encode_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// A command as a client sends it: an array of bulk strings (what a server reads with
+/// `CommandDecoder`). For a node talking to another: MIGRATE, the cluster bus.
+pub fn encode_command<A: AsRef<[u8]>>(out: &mut Vec<u8>, args: &[A]) {
+    header(out, b'*', args.len());
+    for arg in args {
+        encode_bulk(out, arg.as_ref());
+    }
+}
+
 pub fn encode_null(out: &mut Vec<u8>, protocol: Protocol) {
     match protocol {
         Protocol::Resp2 => out.extend_from_slice(b"$-1\r\n"),
@@ -218,6 +227,20 @@ mod tests {
         let mut out = Vec::new();
         encode(&mut out, &frame, protocol);
         out
+    }
+
+    #[test]
+    fn a_command_is_an_array_of_bulks() {
+        let mut out = Vec::new();
+        encode_command(&mut out, &[b"SET".as_slice(), b"k", b""]);
+        assert_eq!(out, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n");
+        let mut decoder = crate::CommandDecoder::new(crate::Limits::default());
+        let mut buf = bytes::BytesMut::from(&out[..]);
+        let args = decoder.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(
+            args,
+            vec![Bytes::from("SET"), Bytes::from("k"), Bytes::new()]
+        );
     }
 
     #[test]

@@ -24,7 +24,8 @@ mod output;
 
 pub use command::CommandDecoder;
 pub use encode::{
-    encode, encode_bulk, encode_error, encode_integer, encode_null, encode_simple, format_double,
+    encode, encode_bulk, encode_command, encode_error, encode_integer, encode_null, encode_simple,
+    format_double,
 };
 pub use error::ProtocolError;
 pub use frame::{Frame, Protocol};

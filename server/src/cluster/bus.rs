@@ -279,12 +279,8 @@ pub fn encode(message: &Message) -> Bytes {
         fields.push(port.to_string().into_bytes());
         fields.push(cport.to_string().into_bytes());
     }
-    let mut out = format!("*{}\r\n", fields.len()).into_bytes();
-    for field in fields {
-        out.extend_from_slice(format!("${}\r\n", field.len()).as_bytes());
-        out.extend_from_slice(&field);
-        out.extend_from_slice(b"\r\n");
-    }
+    let mut out = Vec::new();
+    wetask_protocol::encode_command(&mut out, &fields);
     Bytes::from(out)
 }
 

@@ -566,12 +566,17 @@ mod tests {
         panic!("the views did not converge");
     }
 
-    fn cluster_of_three() -> Vec<View> {
-        let mut views: Vec<View> = ['a', 'b', 'c']
+    /// A fresh node per name, on ports 7000 up.
+    fn alone(names: &[char]) -> Vec<View> {
+        names
             .iter()
             .enumerate()
             .map(|(i, &c)| View::alone(node(c, 7000 + i as u16)))
-            .collect();
+            .collect()
+    }
+
+    fn cluster_of_three() -> Vec<View> {
+        let mut views = alone(&['a', 'b', 'c']);
         for (i, view) in views.iter_mut().enumerate() {
             let first = (i * SLOTS / 3) as u16;
             let last = ((i + 1) * SLOTS / 3 - 1) as u16;
@@ -629,11 +634,7 @@ mod tests {
 
     #[test]
     fn equal_epochs_are_told_apart_by_the_lower_id_bumping() {
-        let mut views: Vec<View> = ['a', 'b']
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| View::alone(node(c, 7000 + i as u16)))
-            .collect();
+        let mut views = alone(&['a', 'b']);
         views[0].set_config_epoch(1).unwrap();
         views[1].set_config_epoch(1).unwrap();
         views[1].meet("127.0.0.1", 7000, 17000, "x".repeat(40));
@@ -703,11 +704,7 @@ mod tests {
             claims in proptest::collection::vec((0u16..64, 0usize..3), 0..40),
             epochs in proptest::collection::vec(1u64..5, 3),
         ) {
-            let mut views: Vec<View> = ['a', 'b', 'c']
-                .iter()
-                .enumerate()
-                .map(|(i, &c)| View::alone(node(c, 7000 + i as u16)))
-                .collect();
+            let mut views = alone(&['a', 'b', 'c']);
             for (i, view) in views.iter_mut().enumerate() {
                 view.set_config_epoch(epochs[i]).unwrap();
             }

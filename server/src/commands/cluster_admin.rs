@@ -55,7 +55,7 @@ pub async fn change(ctx: &Rc<ShardCtx>, cluster: &Cluster, args: &[Bytes]) -> Fr
         let id = String::from_utf8_lossy(&rest[0]).into_owned();
         cluster.change(me, |v| v.forget(&id, now_ms()))
     } else if is(sub, "reset") && rest.len() <= 1 {
-        return reset(ctx, cluster, rest).await;
+        return reset(ctx, cluster, rest);
     } else if is(sub, "saveconfig") && rest.is_empty() {
         cluster.change(me, |_| Ok(()))
     } else if is(sub, "count-failure-reports") && rest.len() == 1 {
@@ -185,16 +185,14 @@ async fn setslot(ctx: &Rc<ShardCtx>, cluster: &Cluster, rest: &[Bytes]) -> Frame
 
 /// CLUSTER RESET [HARD|SOFT]: refused while this node holds keys, as Redis refuses it on a
 /// primary with keys.
-async fn reset(ctx: &Rc<ShardCtx>, cluster: &Cluster, rest: &[Bytes]) -> Frame {
+fn reset(ctx: &ShardCtx, cluster: &Cluster, rest: &[Bytes]) -> Frame {
     let hard = match rest.first() {
         None => false,
         Some(mode) if is(mode, "soft") => false,
         Some(mode) if is(mode, "hard") => true,
         Some(_) => return Frame::static_error("ERR CLUSTER RESET only accepts HARD or SOFT"),
     };
-    let filter = ScanFilter::default();
-    let (_, keys, _) = super::scan::scan_shard(ctx, ctx.id, 0, 0, usize::MAX >> 1, &filter).await;
-    if !keys.is_empty() {
+    if !ctx.shard.borrow_mut().db(0).is_empty() {
         return Frame::static_error(
             "ERR CLUSTER RESET can't be called with master nodes containing keys",
         );

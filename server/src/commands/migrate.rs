@@ -3,8 +3,9 @@
 //! key is DUMPed with its time to live on the shard that holds it, the lot is sent to the
 //! target in one pipeline of RESTORE-ASKING (after AUTH and SELECT when asked), and each key
 //! the target acknowledged is deleted here (unless COPY). `redis-cli --cluster reshard`
-//! moves a slot's keys this way, with the DUMP payloads WeTask already writes. Queues move
-//! the same way once they are keys of their slot (docs/CLUSTER.md says where that stands).
+//! moves a slot's keys this way, with the DUMP payloads WeTask already writes. A queue of
+//! that name goes along: TASK.EXPORT takes it out here and TASK.IMPORT takes it in there
+//! (put back here if the target refuses it).
 //!
 //! The target is reached through glommio's socket on this shard's executor, bounded by the
 //! timeout, so a dead or slow target holds this connection only, never the shard.
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use wetask_protocol::{Frame, FrameDecoder, Limits};
+use wetask_protocol::{encode_command, Frame, FrameDecoder, Limits};
 use wetask_shards::args::{is, parse_i64};
 use wetask_shards::slot::shard_of;
 
@@ -83,12 +84,7 @@ pub async fn migrate(ctx: &Rc<ShardCtx>, at: Target, args: &[Bytes]) -> Frame {
     for (item, reply) in found.iter().zip(&replies) {
         let taken = !reply.is_error();
         if let Frame::Error(text) = reply {
-            first_error.get_or_insert_with(|| {
-                Frame::error(format!(
-                    "ERR Target instance replied with error: {}",
-                    String::from_utf8_lossy(text)
-                ))
-            });
+            first_error.get_or_insert_with(|| target_refused(text));
         }
         match item {
             Item::Key { name, .. } if taken && !migration.copy => {
@@ -322,12 +318,17 @@ async fn exchange(migration: &Migration, found: &[Item]) -> Result<Vec<Frame>, F
     }
     let restores = replies.split_off(preamble);
     if let Some(Frame::Error(text)) = replies.into_iter().find(|r| r.is_error()) {
-        return Err(Frame::error(format!(
-            "ERR Target instance replied with error: {}",
-            String::from_utf8_lossy(&text)
-        )));
+        return Err(target_refused(&text));
     }
     Ok(restores)
+}
+
+/// MIGRATE's reply when the target refused a command, as Redis words it.
+fn target_refused(text: &[u8]) -> Frame {
+    Frame::error(format!(
+        "ERR Target instance replied with error: {}",
+        String::from_utf8_lossy(text)
+    ))
 }
 
 /// The commands MIGRATE sends: AUTH (when asked) and SELECT, then a RESTORE-ASKING per
@@ -336,10 +337,10 @@ fn pipeline(migration: &Migration, found: &[Item]) -> (Vec<u8>, usize) {
     let mut out = Vec::new();
     let mut preamble = 0;
     if !migration.auth.is_empty() {
-        encode(&mut out, &migration.auth);
+        encode_command(&mut out, &migration.auth);
         preamble += 1;
     }
-    encode(
+    encode_command(
         &mut out,
         &[
             Bytes::from_static(b"SELECT"),
@@ -367,18 +368,9 @@ fn pipeline(migration: &Migration, found: &[Item]) -> (Vec<u8>, usize) {
                 payload.clone(),
             ],
         };
-        encode(&mut out, &command);
+        encode_command(&mut out, &command);
     }
     (out, preamble)
-}
-
-fn encode(out: &mut Vec<u8>, args: &[Bytes]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
 }
 
 /// Runs `args` (a one-key command) on the shard that holds its key.

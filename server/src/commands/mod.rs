@@ -109,16 +109,7 @@ pub async fn run(
     }
     match spec.name {
         "task.workers" => workers::workers(ctx).await,
-        "migrate" => {
-            let at = {
-                let state = conn.borrow();
-                crate::routing::Target {
-                    db: state.db,
-                    client: state.id,
-                }
-            };
-            migrate::migrate(ctx, at, args).await
-        }
+        "migrate" => migrate::migrate(ctx, task_target(conn), args).await,
         "task.quiet" => workers::quiet(ctx, args).await,
         "task.cron" => cron::cron(ctx, task_target(conn), spec, args).await,
         "task.batch" | "task.flow" => batch::batch(ctx, task_target(conn), spec, args).await,

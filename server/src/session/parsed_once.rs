@@ -46,11 +46,9 @@ impl Client {
     }
 
     fn call(&mut self, args: &[&str]) -> Frame {
-        let mut request = format!("*{}\r\n", args.len());
-        for arg in args {
-            request += &format!("${}\r\n{arg}\r\n", arg.len());
-        }
-        self.stream.write_all(request.as_bytes()).expect("send");
+        let mut request = Vec::new();
+        wetask_protocol::encode_command(&mut request, args);
+        self.stream.write_all(&request).expect("send");
         loop {
             if let Some(frame) = self.decoder.decode(&mut self.buffer).expect("a reply") {
                 return frame;

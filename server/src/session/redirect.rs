@@ -17,6 +17,10 @@ use crate::clients::ConnState;
 use crate::cluster::view::Node;
 use crate::shard::ShardCtx;
 
+/// The answer while a MIGRATE is sending a name (WeTask's; Redis blocks instead). Cluster
+/// clients retry any TRYAGAIN.
+const IN_FLIGHT: &str = "TRYAGAIN the key is being migrated to another node, retry";
+
 /// The redirect for `request` on this connection, or None when it runs here. `asking`:
 /// the connection sent ASKING just before.
 pub fn redirect(
@@ -85,9 +89,7 @@ fn missing_here(ctx: &ShardCtx, conn: &ConnState, request: &Request, slot: u16) 
     {
         // A MIGRATE is sending the key: until the target has it, a write here would be
         // lost and a read there would miss it. Cluster clients retry TRYAGAIN.
-        return Some(Frame::static_error(
-            "TRYAGAIN the key is being migrated to another node, retry",
-        ));
+        return Some(Frame::static_error(IN_FLIGHT));
     }
     drop(in_flight);
     // A name is here as a key, a queue, or a task id.
@@ -105,9 +107,9 @@ fn missing_here(ctx: &ShardCtx, conn: &ConnState, request: &Request, slot: u16) 
     match missing {
         0 => None,
         // A queue of the slot is on its way: its tasks are neither here nor there yet.
-        _ if ctx.slots_in_flight.borrow().contains_key(&slot) => Some(Frame::static_error(
-            "TRYAGAIN the key is being migrated to another node, retry",
-        )),
+        _ if ctx.slots_in_flight.borrow().contains_key(&slot) => {
+            Some(Frame::static_error(IN_FLIGHT))
+        }
         n if n == keys.len() => Some(ask(ctx, conn, slot)),
         _ => Some(Frame::static_error(
             "TRYAGAIN Multiple keys request during rehashing of slot",
