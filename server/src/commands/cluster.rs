@@ -48,7 +48,7 @@ pub async fn cluster(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
         2 if is(sub, "links") => Frame::Array(Vec::new()),
         3 if is(sub, "keyslot") => Frame::Integer(i64::from(key_slot(&args[2]))),
         3 if is(sub, "countkeysinslot") => match slot_arg(&args[2]) {
-            Ok(slot) => Frame::Integer(keys_in_slot(ctx, slot, usize::MAX).await.len() as i64),
+            Ok(slot) => Frame::Integer(keys_in_slot(ctx, slot, 0).await.0 as i64),
             Err(err) => err,
         },
         4 if is(sub, "getkeysinslot") => {
@@ -56,7 +56,7 @@ pub async fn cluster(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
                 (Ok(slot), Ok(count)) => (slot, count),
                 (Err(err), _) | (_, Err(err)) => return err,
             };
-            let keys = keys_in_slot(ctx, slot, count).await;
+            let (_, keys) = keys_in_slot(ctx, slot, count).await;
             Frame::Array(keys.into_iter().map(Frame::Bulk).collect())
         }
         2 if is(sub, "help") => help(),

@@ -7,10 +7,10 @@
 
 use std::rc::Rc;
 
+use crate::mesh::{KeyRequest, Request, Response};
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::args::{is, parse_i64};
-use wetask_shards::keyspace::ScanFilter;
 use wetask_shards::slot::{key_slot, placement, Placement, SLOT_COUNT};
 
 const BAD_SLOT: &str = "ERR Invalid or out of range slot";
@@ -170,7 +170,7 @@ async fn setslot(ctx: &Rc<ShardCtx>, cluster: &Cluster, rest: &[Bytes]) -> Frame
                 return Frame::error(format!("ERR Unknown node {id}"));
             }
             // The keys this node still holds in the slot decide whether it may give it up.
-            let held = keys_in_slot(ctx, slot, 1).await.len();
+            let held = keys_in_slot(ctx, slot, 0).await.0;
             cluster.change(me, |v| v.set_node(slot, &id, held))
         }
         _ => Err(
@@ -213,22 +213,24 @@ pub fn slot_arg(arg: &[u8]) -> Result<u16, Frame> {
     }
 }
 
-/// Up to `count` keys of database 0 in `slot`, from the local shard that owns or imports
-/// it (none when another node serves it): one SCAN step over that shard's keys
-/// (`scan::scan_shard`), filtered by slot. (A walk of its keys: there is no slot index yet;
-/// docs/CLUSTER.md.)
-pub async fn keys_in_slot(ctx: &Rc<ShardCtx>, slot: u16, count: usize) -> Vec<Bytes> {
+/// How many keys and queues of database 0 `slot` holds, and up to `count` of them, from the
+/// local shard that owns or imports it (none when another node serves it). Keys come from
+/// that shard's slot index (`Shard::keys_in_slot`), queues from its list of queue names: a
+/// queue is a key of its slot here, and MIGRATE moves it with its tasks.
+pub async fn keys_in_slot(ctx: &Rc<ShardCtx>, slot: u16, count: usize) -> (usize, Vec<Bytes>) {
     let owner = match placement(slot, ctx.shard_count) {
         Placement::Here(shard) | Placement::Migrating(shard) | Placement::Importing(shard) => shard,
-        Placement::Elsewhere => return Vec::new(),
+        Placement::Elsewhere => return (0, Vec::new()),
     };
-    let filter = ScanFilter {
-        slot: Some(slot),
-        ..ScanFilter::default()
+    let (mut held, mut keys) = if owner == ctx.id {
+        ctx.shard.borrow().keys_in_slot(0, slot, count)
+    } else {
+        let request = Request::Keys(KeyRequest::InSlot { db: 0, slot, count });
+        match ctx.request(owner, request).await {
+            Response::InSlot(held, keys) => (held, keys),
+            _ => (0, Vec::new()),
+        }
     };
-    let (_, mut keys, _) =
-        super::scan::scan_shard(ctx, owner, 0, 0, usize::MAX >> 1, &filter).await;
-    // A queue is a key of its slot here: MIGRATE moves it with its tasks.
     let queues = if owner == ctx.id {
         ctx.shard.borrow().tasks.queue_names()
     } else {
@@ -246,10 +248,14 @@ pub async fn keys_in_slot(ctx: &Rc<ShardCtx>, slot: u16, count: usize) -> Vec<By
         }
     };
     for queue in queues {
-        if key_slot(&queue) == slot && !keys.contains(&queue) {
-            keys.push(queue);
+        // A queue counts as one more key; a name both a key and a queue is listed once
+        // (MIGRATE moves both).
+        if key_slot(&queue) == slot {
+            held += 1;
+            if keys.len() < count && !keys.contains(&queue) {
+                keys.push(queue);
+            }
         }
     }
-    keys.truncate(count);
-    keys
+    (held, keys)
 }

@@ -149,6 +149,12 @@ pub enum KeyRequest {
     RandomKey {
         db: usize,
     },
+    /// How many keys a slot holds, and up to `count` of them (`Shard::keys_in_slot`).
+    InSlot {
+        db: usize,
+        slot: u16,
+        count: usize,
+    },
 }
 
 /// WATCH bookkeeping on the owner of a watched key.
@@ -388,6 +394,8 @@ pub enum Response {
     Version(u64),
     /// SCAN's next position, the keys, and how many positions were looked at.
     Scan(u64, Vec<Bytes>, usize),
+    /// A slot's key count and some of its keys.
+    InSlot(usize, Vec<Bytes>),
     Key(Option<Bytes>),
     Stats(Box<crate::stats::ShardReport>),
     Text(String),

@@ -82,6 +82,9 @@ impl ShardCore {
             shard: RefCell::new({
                 let mut shard = Shard::new(id);
                 shard.set_shard_count(shard_count);
+                if globals.config.cluster_enabled {
+                    shard.index_slots();
+                }
                 // Redis's `tracking-table-max-keys` default, shared out among the shards.
                 shard.tracking.set_keys_max(
                     (wetask_shards::keyspace::tracking::TABLE_KEYS_MAX_DEFAULT / shard_count)
@@ -633,6 +636,10 @@ impl ShardCore {
                 Response::Scan(next, keys, visited)
             }
             KeyRequest::RandomKey { db } => Response::Key(shard.random_key(db)),
+            KeyRequest::InSlot { db, slot, count } => {
+                let (held, keys) = shard.keys_in_slot(db, slot, count);
+                Response::InSlot(held, keys)
+            }
         }
     }
 }

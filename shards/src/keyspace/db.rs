@@ -12,6 +12,9 @@
 //! expiry in `expires`, the side table that active expiry samples (as Redis samples its
 //! `expires` dict); a key without a TTL never touches it.
 //!
+//! In cluster mode a slot → keys index (`slot_index`) follows every insert, removal and swap,
+//! so that CLUSTER COUNTKEYSINSLOT and GETKEYSINSLOT need not walk the keys.
+//!
 //! `table` and `expires` grow incrementally, as Redis rehashes its dicts ([`GrowingIndex`]):
 //! every write moves a few positions' entries to the larger table.
 //!
@@ -27,6 +30,8 @@ use crate::keyspace::expiries::Expiries;
 use crate::keyspace::growing::GrowingIndex;
 use crate::keyspace::node::{Node, ValueRef};
 use crate::keyspace::prefetch::prefetch_read;
+use crate::keyspace::slot_index::SlotIndex;
+use crate::slot::key_slot;
 pub use crate::values::value::{Hash, List, Set, Value};
 
 /// A value and its absolute expiry in unix milliseconds (`NO_EXPIRY` for none), detached
@@ -133,9 +138,44 @@ pub struct Db {
     expired_log: Option<Vec<Bytes>>,
     /// Lookups leave access stamps alone (see `set_touching`).
     untouched: bool,
+    /// Cluster mode's slot → keys index (`index_slots`); none outside cluster mode.
+    slots: Option<Box<SlotIndex>>,
 }
 
 impl Db {
+    /// Keeps a slot → keys index from now on (cluster mode), built from the keys there are.
+    pub fn index_slots(&mut self) {
+        if self.slots.is_none() {
+            let mut index = SlotIndex::default();
+            for (pos, node) in self.nodes.iter().enumerate() {
+                index.push(pos, key_slot(node.key()));
+            }
+            self.slots = Some(Box::new(index));
+        }
+    }
+
+    /// How many keys `slot` holds (expired ones not yet reclaimed included, as Redis counts),
+    /// and up to `count` of its live keys: from the index in cluster mode, by a walk of every
+    /// key otherwise.
+    pub fn keys_in_slot(&self, slot: u16, count: usize, now_ms: u64) -> (usize, Vec<Bytes>) {
+        let live = |&pos: &usize| !self.is_expired_at(pos, now_ms);
+        let key = |pos: usize| Bytes::copy_from_slice(self.nodes[pos].key());
+        match &self.slots {
+            Some(index) => {
+                let positions = index.positions(slot).iter().map(|&p| p as usize);
+                let keys = positions.filter(live).take(count).map(key).collect();
+                (index.count(slot), keys)
+            }
+            None => {
+                let positions: Vec<usize> = (0..self.nodes.len())
+                    .filter(|&pos| key_slot(self.nodes[pos].key()) == slot)
+                    .collect();
+                let keys = positions.iter().filter(|p| live(p)).take(count);
+                (positions.len(), keys.map(|&p| key(p)).collect())
+            }
+        }
+    }
+
     /// Starts or stops keeping the names of expired keys (see `take_expired`).
     pub fn log_expiries(&mut self, on: bool) {
         if on != self.expired_log.is_some() {
@@ -393,6 +433,9 @@ impl Db {
         }
         let pos = self.nodes.len();
         let hash = self.hash(node.key());
+        if let Some(index) = self.slots.as_mut() {
+            index.push(pos, key_slot(node.key()));
+        }
         self.nodes.push(node);
         self.table
             .insert(hash, pos as u32, Self::hash_at(&self.nodes, &self.hasher));
@@ -473,6 +516,10 @@ impl Db {
             .remove(hash, |p| p as usize == pos)
             .expect("every node is in the table");
         let last = self.nodes.len() - 1;
+        if let Some(index) = self.slots.as_mut() {
+            let slot = key_slot(self.nodes[pos].key());
+            index.remove(pos, slot, last, key_slot(self.nodes[last].key()));
+        }
         let node = self.nodes.swap_remove(pos);
         if pos != last {
             let moved = self.hash(self.nodes[pos].key());
@@ -529,6 +576,9 @@ impl Db {
         self.table.clear();
         self.nodes = Vec::new();
         self.expires.clear();
+        if let Some(index) = self.slots.as_mut() {
+            index.clear();
+        }
     }
 
     /// Samples up to `samples` keys with a TTL and removes the expired ones. Returns
@@ -638,25 +688,22 @@ impl Db {
             self.expires.len(),
             self.nodes.iter().filter(|n| n.has_ttl()).count()
         );
+        if let Some(index) = &self.slots {
+            let slots: Vec<u16> = self.nodes.iter().map(|n| key_slot(n.key())).collect();
+            index.check(&slots);
+        }
     }
 }
 
-/// SCAN's MATCH and TYPE options, and a hash slot (CLUSTER GETKEYSINSLOT/COUNTKEYSINSLOT).
+/// SCAN's MATCH and TYPE options.
 #[derive(Default, Clone, Debug)]
 pub struct ScanFilter {
     pub pattern: Option<Bytes>,
     pub type_name: Option<String>,
-    pub slot: Option<u16>,
 }
 
 impl ScanFilter {
     fn accepts(&self, key: &[u8], type_name: &str) -> bool {
-        if self
-            .slot
-            .is_some_and(|slot| crate::slot::key_slot(key) != slot)
-        {
-            return false;
-        }
         if let Some(pattern) = &self.pattern {
             if !glob_match(pattern, key) {
                 return false;
@@ -783,6 +830,7 @@ mod tests {
     #[test]
     fn the_table_grows_a_step_at_a_time_through_removals() {
         let mut db = Db::default();
+        db.index_slots();
         let mut growths = 0;
         let mut live = std::collections::BTreeSet::new();
         for n in 0..600u32 {
@@ -819,15 +867,41 @@ mod tests {
         }
     }
 
+    /// Each slot of the model's keys lists exactly its live keys, from the index or by the walk.
+    fn slots_hold_the_models_keys(
+        db: &Db,
+        model: &std::collections::HashMap<Vec<u8>, (Vec<u8>, u64)>,
+        now: u64,
+    ) {
+        let mut slots: Vec<u16> = model.keys().map(|k| key_slot(k)).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        for slot in slots {
+            let (held, mut keys) = db.keys_in_slot(slot, usize::MAX, now);
+            keys.sort();
+            let mut want: Vec<&Vec<u8>> = model.keys().filter(|k| key_slot(k) == slot).collect();
+            want.sort();
+            assert!(held >= want.len());
+            assert_eq!(
+                keys.iter().map(|k| k.to_vec()).collect::<Vec<_>>(),
+                want.into_iter().cloned().collect::<Vec<_>>()
+            );
+        }
+    }
+
     proptest::proptest! {
         /// The two tables, the TTL flags and the expiry side table always agree, and the
         /// database holds what a plain map model says it holds.
         #[test]
-        fn db_matches_a_map_model(ops in proptest::collection::vec(op(), 1..300)) {
+        fn db_matches_a_map_model(ops in proptest::collection::vec(op(), 1..300), index_from in 0usize..400) {
             let mut db = Db::default();
             let mut model: std::collections::HashMap<Vec<u8>, (Vec<u8>, u64)> = Default::default();
             let mut now = 100u64;
-            for op in ops {
+            for (step, op) in ops.into_iter().enumerate() {
+                if step == index_from {
+                    // Cluster mode's index, built from the keys there are and kept after.
+                    db.index_slots();
+                }
                 model.retain(|_, (_, at)| *at == NO_EXPIRY || *at > now);
                 match op {
                     Op::Set(k, len) => {
@@ -887,6 +961,7 @@ mod tests {
                 proptest::prop_assert_eq!(entry.str_bytes(), Some(&value[..]));
                 proptest::prop_assert_eq!(entry.expire_at_ms, *at);
             }
+            slots_hold_the_models_keys(&db, &model, now);
         }
     }
 }

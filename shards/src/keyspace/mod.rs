@@ -1,6 +1,6 @@
 //! The keyspace's state: one database (`db`: entries, expiry, SCAN, the key index), its nodes
 //! (`node`) and their eviction stamps (`evict`), expiry (`expiries`), the growing index
-//! (`growing`), prefetching (`prefetch`), typed access for the families (`typed`), the keys
+//! (`growing`), cluster mode's slot → keys index (`slot_index`), prefetching (`prefetch`), typed access for the families (`typed`), the keys
 //! blocked clients wait on (`blocked_keys`), keyspace notifications (`notify`) and client
 //! tracking (`tracking`). `Db` and its types are re-exported here, where they have always
 //! been named.
@@ -13,6 +13,7 @@ pub mod growing;
 pub mod node;
 pub mod notify;
 pub(crate) mod prefetch;
+mod slot_index;
 pub mod tracking;
 pub mod typed;
 

@@ -668,6 +668,17 @@ impl Shard {
         self.dbs[db].scan_counted(cursor, count, filter, self.now_ms)
     }
 
+    /// Keeps a slot → keys index in every database from now on (cluster mode).
+    pub fn index_slots(&mut self) {
+        self.dbs.iter_mut().for_each(Db::index_slots);
+    }
+
+    /// How many keys `slot` holds in `db`, and up to `count` of its live keys
+    /// (CLUSTER COUNTKEYSINSLOT and GETKEYSINSLOT; see `Db::keys_in_slot`).
+    pub fn keys_in_slot(&self, db: usize, slot: u16, count: usize) -> (usize, Vec<Bytes>) {
+        self.dbs[db].keys_in_slot(slot, count, self.now_ms)
+    }
+
     pub fn random_key(&mut self, db: usize) -> Option<Bytes> {
         let now = self.now_ms;
         self.dbs[db].random_key(now)
