@@ -37,6 +37,16 @@ def node_client(address):
     return redis.Redis(host=host, port=int(port), socket_timeout=10, decode_responses=True)
 
 
+def raw_connection(node):
+    """One connection of its own, for commands whose order on it matters (ASKING, MULTI)."""
+    return redis.Connection(host=node.host, port=node.port, decode_responses=True)
+
+
+def command(connection, *args):
+    connection.send_command(*args)
+    return connection.read_response()
+
+
 def wait_until(what, check, seconds=30):
     deadline = time.monotonic() + seconds
     while True:
@@ -300,10 +310,37 @@ def test_a_migrating_slot_answers_ask_and_the_importer_serves_after_asking(clust
         assert pipe.execute() == [True, True]
         # A cluster client follows ASK by itself, for reads and writes.
         assert rc.get(missing) == b"new"
+        # ASKING holds for a whole transaction, up to its EXEC, as in Redis; without it the
+        # importer's MOVED at queueing time aborts the EXEC.
+        for asking, reply in ((True, ["OK"]), (False, None)):
+            tx = raw_connection(dst_node)
+            if asking:
+                assert command(tx, "ASKING") == "OK"
+            assert command(tx, "MULTI") == "OK"
+            if asking:
+                assert command(tx, "SET", missing, "newer") == "QUEUED"
+                assert command(tx, "EXEC") == reply
+            else:
+                with pytest.raises(redis.exceptions.MovedError):
+                    command(tx, "SET", missing, "lost")
+                with pytest.raises(redis.exceptions.ExecAbortError):
+                    command(tx, "EXEC")
+            tx.disconnect()
+        # A transaction queued before its slot moved is discarded at EXEC, which answers
+        # MOVED (Redis's EXEC checks every queued command again).
+        stale = raw_connection(src_node)
+        assert command(stale, "MULTI") == "OK"
+        assert command(stale, "SET", here, "lost") == "QUEUED"
         assert src.execute_command("MIGRATE", dst_node.host, dst_node.port, "", 0, 5000, "KEYS", here) == "OK"
         assert rc.get(here) == b"1"
         for client in (dst, src):
             assert client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        with pytest.raises(redis.exceptions.MovedError) as moved:
+            command(stale, "EXEC")
+        assert (moved.value.slot_id, moved.value.node_addr) == (slot, (dst_node.host, dst_node.port))
+        with pytest.raises(redis.exceptions.ResponseError, match="EXEC without MULTI"):
+            command(stale, "EXEC")
+        stale.disconnect()
         wait_until("every node to see the slot's new owner", lambda: all(
             f"{dst_node.host}:{dst_node.port}" in [
                 f"{e[2][0]}:{e[2][1]}" for e in node_client(address).execute_command("CLUSTER", "SLOTS")
@@ -311,7 +348,7 @@ def test_a_migrating_slot_answers_ask_and_the_importer_serves_after_asking(clust
             ] for address in addrs))
         fresh = RedisCluster(host=HOSTS[2], port=servers[2].shard_ports[0])
         try:
-            assert fresh.get(here) == b"1" and fresh.get(missing) == b"new"
+            assert fresh.get(here) == b"1" and fresh.get(missing) == b"newer"
             assert fresh.get_node_from_key(here).name == dst_node.name
         finally:
             fresh.close()

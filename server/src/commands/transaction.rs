@@ -81,6 +81,7 @@ pub fn discard(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
         return Frame::static_error("ERR DISCARD without MULTI");
     }
     conn.multi_failed = false;
+    conn.asking = false;
     watch::release(ctx, std::mem::take(&mut conn.watched));
     Frame::ok()
 }

@@ -90,9 +90,17 @@ fn precheck(
         return Err(err);
     }
     if ctx.globals.cluster.is_some() {
-        let asking = std::mem::take(&mut conn.asking) || spec.has(flag::ASKING);
+        // ASKING lasts until EXEC in a transaction (EXEC checks the queued commands
+        // again), and one command otherwise, as in Redis.
+        let asking = match conn.multi.is_some() || spec.name == "multi" {
+            true => conn.asking,
+            false => std::mem::take(&mut conn.asking),
+        } || spec.has(flag::ASKING);
         if let Some(redirect) = super::redirect::redirect(ctx, conn, request, asking) {
             return Err(redirect);
+        }
+        if spec.name == "exec" {
+            super::redirect::check_transaction(ctx, conn)?;
         }
     }
     Ok(spec)

@@ -77,6 +77,24 @@ pub fn redirect(
     missing_here(ctx, conn, request, migrating?)
 }
 
+/// At EXEC, in cluster mode: the redirect (MOVED, ASK, TRYAGAIN …) for the first queued
+/// command whose slot left this node since it was queued. The transaction is then discarded
+/// and EXEC answers the redirect, as Redis's does (its `getNodeByQuery` checks every queued
+/// command of an EXEC). ASKING before or inside the transaction holds until here.
+pub fn check_transaction(ctx: &ShardCtx, conn: &mut ConnState) -> Result<(), Frame> {
+    let asking = std::mem::take(&mut conn.asking);
+    if conn.multi_failed {
+        return Ok(());
+    }
+    let queued = conn.multi.as_deref().unwrap_or_default();
+    let Some(redirect) = queued.iter().find_map(|c| redirect(ctx, conn, c, asking)) else {
+        return Ok(());
+    };
+    conn.multi = None;
+    crate::shard::watch::release(ctx, std::mem::take(&mut conn.watched));
+    Err(redirect)
+}
+
 /// On a slot this shard migrates: ASK when every key has left (or was never here),
 /// TRYAGAIN while some have and some have not, or while one is on its way.
 fn missing_here(ctx: &ShardCtx, conn: &ConnState, request: &Request, slot: u16) -> Option<Frame> {
