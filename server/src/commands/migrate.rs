@@ -7,14 +7,16 @@
 //! that name goes along: TASK.EXPORT takes it out here and TASK.IMPORT takes it in there
 //! (put back here if the target refuses it).
 //!
-//! The target is reached through glommio's socket on this shard's executor, bounded by the
-//! timeout, so a dead or slow target holds this connection only, never the shard.
+//! The target is reached from a thread of its own with a blocking socket bounded by the
+//! timeout (`shard::offload`), so a dead or slow target holds this connection only, never
+//! the shard.
 
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use wetask_protocol::{encode_command, Frame, FrameDecoder, Limits};
 use wetask_shards::args::{is, parse_i64};
 use wetask_shards::slot::shard_of;
@@ -66,7 +68,7 @@ pub async fn migrate(ctx: &Rc<ShardCtx>, at: Target, args: &[Bytes]) -> Frame {
     if found.is_empty() {
         return Frame::Simple(Bytes::from_static(b"NOKEY"));
     }
-    let replies = match exchange(&migration, &found).await {
+    let replies = match exchange(ctx, &migration, &found).await {
         Ok(replies) => replies,
         Err(err) => {
             // Nothing reached the target: the queues taken out come back.
@@ -279,26 +281,62 @@ fn parse(args: &[Bytes]) -> Result<Migration, Frame> {
     Ok(migration)
 }
 
-/// Sends the RESTORE-ASKINGs (after AUTH and SELECT) and reads a reply per key.
-async fn exchange(migration: &Migration, found: &[Item]) -> Result<Vec<Frame>, Frame> {
+/// Sends the RESTORE-ASKINGs (after AUTH and SELECT) and reads a reply per key, on a thread
+/// of its own (`shard::offload`: glommio's socket would wait for the loop's cron tick at
+/// every step).
+async fn exchange(
+    ctx: &ShardCtx,
+    migration: &Migration,
+    found: &[Item],
+) -> Result<Vec<Frame>, Frame> {
+    let (out, preamble) = pipeline(migration, found);
+    let (address, timeout, expected) = (
+        migration.address.clone(),
+        migration.timeout,
+        preamble + found.len(),
+    );
+    let bells = ctx.globals.doorbells.clone();
+    let me = ctx.id;
+    let answer = ctx.offload.run(
+        move || bells[me].ring(),
+        move || talk(&address, timeout, &out, expected),
+    );
+    let mut replies = match answer {
+        Some(answer) => answer.await?,
+        None => return Err(Frame::static_error("ERR cannot start MIGRATE's thread")),
+    };
+    let restores = replies.split_off(preamble);
+    if let Some(Frame::Error(text)) = replies.into_iter().find(|r| r.is_error()) {
+        return Err(target_refused(&text));
+    }
+    Ok(restores)
+}
+
+/// Connects to `address`, writes `out` and reads `expected` replies, each step bounded by
+/// `timeout` (Redis's MIGRATE time-out is one of its socket's waits, too).
+fn talk(
+    address: &str,
+    timeout: Duration,
+    out: &[u8],
+    expected: usize,
+) -> Result<Vec<Frame>, Frame> {
     let io_error =
         |what: &str| Frame::error(format!("IOERR error or timeout {what} target instance"));
-    let connect = glommio::net::TcpStream::connect_timeout(&migration.address, migration.timeout);
-    let mut stream = connect
-        .await
-        .map_err(|_| Frame::static_error("IOERR error or timeout connecting to the client"))?;
-    let _ = stream.set_read_timeout(Some(migration.timeout));
-    let _ = stream.set_write_timeout(Some(migration.timeout));
-    let (out, preamble) = pipeline(migration, found);
-    stream
-        .write_all(&out)
-        .await
-        .map_err(|_| io_error("writing to"))?;
+    let connect_error = || Frame::static_error("IOERR error or timeout connecting to the client");
+    let mut stream = address
+        .to_socket_addrs()
+        .map_err(|_| connect_error())?
+        .find_map(|at| TcpStream::connect_timeout(&at, timeout).ok())
+        .ok_or_else(connect_error)?;
+    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = stream.set_write_timeout(Some(timeout));
+    let _ = stream.set_nodelay(true);
+    stream.write_all(out).map_err(|_| io_error("writing to"))?;
     let mut decoder = FrameDecoder::new(Limits::default());
     let mut buffer = BytesMut::with_capacity(4096);
-    let mut replies = Vec::with_capacity(preamble + found.len());
+    let mut replies = Vec::with_capacity(expected);
     let mut chunk = vec![0u8; 16384];
-    while replies.len() < preamble + found.len() {
+    while replies.len() < expected {
         match decoder.decode(&mut buffer) {
             Ok(Some(frame)) => {
                 replies.push(frame);
@@ -307,20 +345,12 @@ async fn exchange(migration: &Migration, found: &[Item]) -> Result<Vec<Frame>, F
             Ok(None) => {}
             Err(_) => return Err(io_error("reading from")),
         }
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|_| io_error("reading from"))?;
-        if n == 0 {
-            return Err(io_error("reading from"));
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return Err(io_error("reading from")),
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
         }
-        buffer.extend_from_slice(&chunk[..n]);
     }
-    let restores = replies.split_off(preamble);
-    if let Some(Frame::Error(text)) = replies.into_iter().find(|r| r.is_error()) {
-        return Err(target_refused(&text));
-    }
-    Ok(restores)
+    Ok(replies)
 }
 
 /// MIGRATE's reply when the target refused a command, as Redis words it.

@@ -441,7 +441,7 @@ impl Net {
     fn sleep(&self) {
         let bell = self.doorbell();
         bell.announce_sleep();
-        if self.mesh_waiting() || self.ctx.globals.shutting_down() {
+        if self.mesh_waiting() || self.ctx.globals.shutting_down() || self.ctx.offload.has_ready() {
             bell.awake();
             return;
         }

@@ -12,6 +12,7 @@ mod core;
 pub mod lists;
 mod lock;
 pub mod monitor;
+pub mod offload;
 pub mod pubsub;
 pub mod reply;
 pub mod scripts;
@@ -79,6 +80,8 @@ pub struct ShardCtx {
     /// Slots with a queue a MIGRATE of this shard is sending (and how many): a missing name
     /// there (a task id of that queue) is answered TRYAGAIN, not ASK, until it lands.
     pub slots_in_flight: RefCell<std::collections::HashMap<u16, usize>>,
+    /// Blocking work on threads of its own (MIGRATE's socket), answered through the doorbell.
+    pub offload: offload::Offload,
 }
 
 /// The core's fields and methods read as the context's own (`ctx.shard`, `ctx.request`).
@@ -106,6 +109,7 @@ impl ShardCtx {
             serving_queue: std::cell::Cell::new(false),
             spares: Default::default(),
             keys_in_flight: Default::default(),
+            offload: Default::default(),
             slots_in_flight: Default::default(),
         }
     }
@@ -152,6 +156,7 @@ impl ShardCtx {
         self.publish_keyspace_events();
         self.wake_paused();
         self.wake_sleepers();
+        self.offload.wake_ready();
     }
 
     /// Sleeps until `deadline_ms` (`None`: for ever, until the connection goes), at the
