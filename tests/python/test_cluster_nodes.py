@@ -253,6 +253,18 @@ def test_bad_cluster_input_gets_clear_errors_and_loses_nothing(cluster):
             a.execute_command("CLUSTER", "SETSLOT", mine, "NODE", "f" * 40)
         with pytest.raises(redis.exceptions.ResponseError, match="still hold keys"):
             a.execute_command("CLUSTER", "SETSLOT", mine, "NODE", some_id)
+        # A slot whose only key is in another database (SELECT works here; reshard moves
+        # database 0): not given up either, rather than strand the key.
+        empty = next(s for s in range(mine + 1, 16384) if rc.nodes_manager.get_node_from_slot(s).name
+                     == rc.nodes_manager.get_node_from_slot(mine).name and a.execute_command("CLUSTER", "COUNTKEYSINSLOT", s) == 0)
+        elsewhere = next(k for k in (f"db3-{i}" for i in range(100000)) if rc.keyslot(k) == empty)
+        host, port = addrs[0].rsplit(":", 1)
+        db3 = redis.Redis(host=host, port=int(port), db=3, decode_responses=True)
+        assert db3.set(elsewhere, "in db 3")
+        with pytest.raises(redis.exceptions.ResponseError, match="still hold keys"):
+            a.execute_command("CLUSTER", "SETSLOT", empty, "NODE", some_id)
+        assert db3.delete(elsewhere) == 1
+        db3.close()
         with pytest.raises(redis.exceptions.ResponseError, match="already busy"):
             a.execute_command("CLUSTER", "ADDSLOTS", mine)
         with pytest.raises(redis.exceptions.ResponseError, match="out of range"):

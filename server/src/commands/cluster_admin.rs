@@ -170,7 +170,7 @@ async fn setslot(ctx: &Rc<ShardCtx>, cluster: &Cluster, rest: &[Bytes]) -> Frame
                 return Frame::error(format!("ERR Unknown node {id}"));
             }
             // The keys this node still holds in the slot decide whether it may give it up.
-            let held = keys_in_slot(ctx, slot, 0).await.0;
+            let held = held_in_slot(ctx, slot).await;
             cluster.change(me, |v| v.set_node(slot, &id, held))
         }
         _ => Err(
@@ -211,6 +211,29 @@ pub fn slot_arg(arg: &[u8]) -> Result<u16, Frame> {
         Some(slot) if (0..i64::from(SLOT_COUNT)).contains(&slot) => Ok(slot as u16),
         _ => Err(Frame::static_error(BAD_SLOT)),
     }
+}
+
+/// How many keys of every database, and queues, `slot` holds here. SELECT works in cluster
+/// mode (docs/COMPATIBILITY.md) but reshard moves database 0, so a slot with keys in another
+/// database is not given up: SETSLOT NODE refuses, rather than strand them.
+async fn held_in_slot(ctx: &Rc<ShardCtx>, slot: u16) -> usize {
+    let mut held = keys_in_slot(ctx, slot, 0).await.0;
+    let owner = match placement(slot, ctx.shard_count) {
+        Placement::Here(shard) | Placement::Migrating(shard) | Placement::Importing(shard) => shard,
+        Placement::Elsewhere => return held,
+    };
+    for db in 1..wetask_shards::keyspace::DATABASES {
+        held += if owner == ctx.id {
+            ctx.shard.borrow().keys_in_slot(db, slot, 0).0
+        } else {
+            let request = Request::Keys(KeyRequest::InSlot { db, slot, count: 0 });
+            match ctx.request(owner, request).await {
+                Response::InSlot(count, _) => count,
+                _ => 0,
+            }
+        };
+    }
+    held
 }
 
 /// How many keys and queues of database 0 `slot` holds, and up to `count` of them, from the

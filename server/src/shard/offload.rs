@@ -65,7 +65,8 @@ impl Offload {
     /// Wakes every waiting task if some thread has finished (each takes its own answer or
     /// waits again); true when it did.
     pub fn wake_ready(&self) -> bool {
-        if !self.ready.swap(false, Ordering::SeqCst) {
+        // A load first: every turn asks, and a thread has finished on almost none.
+        if !self.ready.load(Ordering::Relaxed) || !self.ready.swap(false, Ordering::SeqCst) {
             return false;
         }
         let waiting = std::mem::take(&mut *self.waiting.borrow_mut());

@@ -42,7 +42,9 @@ const CLUSTER: &str =
          - On a shard port, `DBSIZE`, `KEYS`, `SCAN`, `RANDOMKEY`, `FLUSHDB` and `FLUSHALL` cover\n  \
          that shard's keys, as a Redis Cluster node's cover its slots; on the shared port, the\n  \
          whole process's.\n\
-         - `SELECT` is allowed on every port (Redis Cluster allows database 0 only).\n\
+         - `SELECT` is allowed on every port (Redis Cluster allows database 0 only). `reshard`\n  \
+         moves database 0, so `SETSLOT … NODE` refuses to give up a slot that holds keys in another\n  \
+         database, rather than strand them.\n\
          - The bus carries each node's whole state every 100 ms (RESP arrays, not Redis's binary\n  \
          gossip), so a WeTask node cannot join a cluster of Redis servers. There is no failure\n  \
          detector: no `PFAIL`/`FAIL`, and `cluster_state` is `ok` whenever every slot has an\n  \
