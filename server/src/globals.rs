@@ -32,6 +32,8 @@ pub struct Globals {
     pub auth_failures: AtomicU64,
     next_client_id: AtomicU64,
     shutdown: AtomicBool,
+    /// Shards still loading their data (`shard_loaded`).
+    loading: AtomicUsize,
     /// Each shard's beats: the watchdog rouses a shard that has work but sleeps.
     pub watchdog: Arc<crate::watchdog::Watchdog>,
     /// Per shard: how other threads wake its network loop when it sleeps in its ring.
@@ -98,6 +100,7 @@ impl Globals {
             doorbells,
             requirepass: Mutex::new(config.requirepass.clone()),
             maxclients: AtomicUsize::new(config.maxclients),
+            loading: AtomicUsize::new(shard_count),
             shard_count,
             subscriptions: (0..shard_count).map(|_| AtomicUsize::new(0)).collect(),
             monitors: (0..shard_count).map(|_| AtomicUsize::new(0)).collect(),
@@ -163,9 +166,20 @@ impl Globals {
         self.shutdown.load(Ordering::Acquire)
     }
 
+    /// A shard has loaded its data and serves: the last one says so in the log and to the
+    /// service manager (`service`).
+    pub fn shard_loaded(&self) {
+        if self.loading.fetch_sub(1, Ordering::AcqRel) == 1 {
+            tracing::info!("ready to accept connections");
+            crate::service::notify_ready();
+        }
+    }
+
     /// Asks every shard to drain and stop, waking those that are parked.
     pub fn begin_shutdown(&self) {
-        self.shutdown.store(true, Ordering::Release);
+        if !self.shutdown.swap(true, Ordering::AcqRel) {
+            crate::service::notify_stopping();
+        }
         for bell in self.doorbells.iter() {
             bell.ring();
         }

@@ -20,6 +20,7 @@ mod pause;
 pub mod persist;
 mod routing;
 pub mod runtime;
+mod service;
 mod session;
 mod shard;
 mod slowlog;

@@ -465,6 +465,7 @@ async fn shard_main(
             spawn_save_points(ctx.clone());
         }
     }
+    globals.shard_loaded();
     let beats = ctx.beats.clone();
     let listener = listeners.lock().expect("listeners")[id]
         .take()
