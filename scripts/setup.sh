@@ -36,6 +36,15 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
     .venv/bin/pip install -q -r "$requirements"
     echo "$want" > "$stamp"
 fi
+# The Python SDK (clients/python), installed from the repository as its users install it
+# (editable: its tests run the code as it is in the tree).
+sdk_stamp=.venv/.sdk.sha256
+sdk_want=$(sha256sum clients/python/pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$sdk_stamp" 2>/dev/null)" != "$sdk_want" ] || ! .venv/bin/python -c "import wetask" 2>/dev/null; then
+    echo "setup: installing the Python SDK from clients/python"
+    .venv/bin/pip install -q --no-deps -e clients/python
+    echo "$sdk_want" > "$sdk_stamp"
+fi
 
 # BullMQ for the Node client test, at the versions tests/node/package-lock.json pins.
 if [ ! -d tests/node/node_modules/bullmq ] || [ tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]; then

@@ -18,6 +18,8 @@ else
     cargo test --workspace
 fi
 .venv/bin/python -m pytest -q tests/python
+# The Python SDK's own tests (clients/python/tests), against the same binary.
+(cd clients/python && ../../.venv/bin/python -m pytest -q tests)
 ./scripts/asan.sh
 
 # A smoke run of every bench workload against the debug server: checks the harness works,
