@@ -56,31 +56,30 @@ pub async fn save(ctx: &ShardCtx) -> Frame {
             return Frame::static_error("ERR Background save already in progress");
         }
         let epoch = snapshot_all(ctx, dumps).await;
-        loop {
-            match dumps.done(epoch) {
-                Some(true) => return Frame::ok(),
-                Some(false) => {
-                    return Frame::static_error(
-                        "ERR a shard's snapshot failed (see the server log)",
-                    )
-                }
-                None => glommio::timer::sleep(SAVE_POLL).await,
-            }
-        }
+        let globals = ctx.globals.clone();
+        let done = move || globals.dumps.get().and_then(|d| d.done(epoch));
+        return saved(ctx.wait_on(done).await);
     }
     let store = match store(ctx) {
         Ok(store) => store,
         Err(e) => return e,
     };
     let epoch = store.request_compaction();
-    loop {
-        match store.compaction_done(epoch) {
-            Some(true) => return Frame::ok(),
-            Some(false) => {
-                return Frame::static_error("ERR a shard's snapshot failed (see the server log)")
-            }
-            None => glommio::timer::sleep(SAVE_POLL).await,
-        }
+    // Each shard starts its part at its next turn: wake the sleeping ones now.
+    ctx.globals
+        .doorbells
+        .iter()
+        .for_each(crate::doorbell::Doorbell::ring);
+    let globals = ctx.globals.clone();
+    let done = move || globals.store.get().and_then(|s| s.compaction_done(epoch));
+    saved(ctx.wait_on(done).await)
+}
+
+/// SAVE's reply, from whether every shard's snapshot was written.
+fn saved(ok: bool) -> Frame {
+    match ok {
+        true => Frame::ok(),
+        false => Frame::static_error("ERR a shard's snapshot failed (see the server log)"),
     }
 }
 
@@ -177,11 +176,13 @@ pub async fn waitaof(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
         answered.await;
     }
     let begun = store.map_or(0, |s| s.sync_round_begun());
-    let synced = || store.is_some_and(|s| s.synced_since(begun));
+    let globals = ctx.globals.clone();
+    let synced = move || globals.store.get().is_some_and(|s| s.synced_since(begun));
     let deadline_ms = (timeout_ms > 0).then(|| crate::globals::unix_ms() + timeout_ms);
-    let past = || deadline_ms.is_some_and(|d| crate::globals::unix_ms() >= d);
-    while numlocal > 0 && !synced() && !past() {
-        glommio::timer::sleep(SAVE_POLL).await;
+    let past = move || deadline_ms.is_some_and(|d| crate::globals::unix_ms() >= d);
+    if numlocal > 0 && !synced() && !past() {
+        let check = synced.clone();
+        ctx.wait_on(move || (check() || past()).then_some(())).await;
     }
     if numreplicas > 0 {
         // There are no replicas: their part waits out the time-out (for ever without one).

@@ -66,6 +66,8 @@ pub struct ShardCore {
     /// This shard's journal file, when `appendonly yes` (`persist`).
     pub journal: RefCell<Option<crate::persist::Journal>>,
     last_compact_check_ms: Cell<u64>,
+    /// The last requested compaction looked at without waiting for the 10 ms pace.
+    last_compact_asked: Cell<u64>,
     /// With `appendonly no`: the shard's write count when it last took a snapshot, and a
     /// save point's save to start (by the cron, which can wait).
     pub dump_writes: Cell<u64>,
@@ -115,17 +117,30 @@ impl ShardCore {
             deferred_pushes: RefCell::new(Vec::new()),
             journal: RefCell::new(None),
             last_compact_check_ms: Cell::new(0),
+            last_compact_asked: Cell::new(0),
             dump_writes: Cell::new(0),
             save_point_due: Cell::new(false),
         }
     }
 
-    /// Every 10 ms: starts a compaction of the journal if one is due or was asked for.
-    /// Never while a cross-shard operation holds the shard: a closed segment must not end
-    /// inside a part whose commit may not come (`wetask_shards::shard::cross_commit`).
+    /// Every 10 ms, and at once when one was asked for (SAVE rings the doorbells): starts a
+    /// compaction of the journal if one is due or was asked for. Never while a cross-shard
+    /// operation holds the shard: a closed segment must not end inside a part whose commit
+    /// may not come (`wetask_shards::shard::cross_commit`).
     fn compact_if_due(&self, now_ms: u64) {
-        if self.is_locked() || now_ms < self.last_compact_check_ms.get() + 10 {
+        // A new request is looked at right away; after that (a failing disk, say) at the
+        // 10 ms pace.
+        let asked = self
+            .globals
+            .store
+            .get()
+            .and_then(|store| store.compaction_asked(self.id))
+            .filter(|&epoch| epoch != self.last_compact_asked.get());
+        if self.is_locked() || (asked.is_none() && now_ms < self.last_compact_check_ms.get() + 10) {
             return;
+        }
+        if let Some(epoch) = asked {
+            self.last_compact_asked.set(epoch);
         }
         self.last_compact_check_ms.set(now_ms);
         let mut journal = self.journal.borrow_mut();

@@ -8,7 +8,9 @@
 //! own, with a blocking socket and its time-outs. The thread stores the answer, raises this
 //! shard's flag and rings its doorbell; the loop's next turn ([`Offload::wake_ready`]) wakes
 //! the waiting tasks, which take their answers. A slow target holds its thread and the
-//! connection that asked, never the shard.
+//! connection that asked, never the shard. SAVE and WAITAOF wait the same way for the
+//! snapshot and fsync threads (`ShardCtx::wait_on`): with a glommio timer, an empty SAVE took
+//! 0.2 s.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -16,6 +18,32 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+
+/// How often [`Offload::poll`] looks.
+const POLL_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
+
+impl super::ShardCtx {
+    /// Waits until `check` answers, polled on a thread (`Offload::poll`) that rings this
+    /// shard's doorbell when it does; a glommio timer here would only fire at the loop's
+    /// cron tick. Without a thread to be had, it polls from here at the turns' pace.
+    pub async fn wait_on<T, C>(&self, mut check: C) -> T
+    where
+        T: Send + 'static,
+        C: FnMut() -> Option<T> + Send + Clone + 'static,
+    {
+        let bells = self.globals.doorbells.clone();
+        let me = self.id;
+        if let Some(answer) = self.offload.poll(move || bells[me].ring(), check.clone()) {
+            return answer.await;
+        }
+        loop {
+            if let Some(value) = check() {
+                return value;
+            }
+            glommio::timer::sleep(POLL_PERIOD).await;
+        }
+    }
+}
 
 /// One shard's threads at work and the tasks waiting on them.
 #[derive(Default)]
@@ -53,6 +81,25 @@ impl Offload {
         Some(Answer {
             offload: self,
             answer,
+        })
+    }
+
+    /// Polls `check` every millisecond on a thread of its own until it answers: a wait for
+    /// another thread's work (a snapshot, an fsync) that has no signal of its own to wait on.
+    pub fn poll<T, C>(
+        &self,
+        bell: impl Fn() + Send + 'static,
+        mut check: C,
+    ) -> Option<impl Future<Output = T> + '_>
+    where
+        T: Send + 'static,
+        C: FnMut() -> Option<T> + Send + 'static,
+    {
+        self.run(bell, move || loop {
+            if let Some(value) = check() {
+                return value;
+            }
+            std::thread::sleep(POLL_PERIOD);
         })
     }
 
