@@ -80,7 +80,7 @@ pub fn redirect(
 /// At EXEC, in cluster mode: the redirect (MOVED, ASK, TRYAGAIN …) for the first queued
 /// command whose slot left this node since it was queued. The transaction is then discarded
 /// and EXEC answers the redirect, as Redis's does (its `getNodeByQuery` checks every queued
-/// command of an EXEC). ASKING before or inside the transaction holds until here.
+/// command of an EXEC). ASKING sent before MULTI holds until here.
 pub fn check_transaction(ctx: &ShardCtx, conn: &mut ConnState) -> Result<(), Frame> {
     let asking = std::mem::take(&mut conn.asking);
     if conn.multi_failed {
