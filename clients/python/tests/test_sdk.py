@@ -188,3 +188,60 @@ def test_workers_and_clients_on_a_cluster_follow_moved():
         client.close()
     finally:
         srv.stop()
+
+
+def test_a_worker_carries_on_after_the_server_restarts():
+    import shutil
+    import socket
+    import tempfile
+    from conftest import BINARY
+
+    # A port below the ephemeral range: while the server is down, the worker's reconnects
+    # could otherwise be given the server's own port as their source and connect to
+    # themselves, which keeps the port from the restarted server.
+    while True:
+        port = random.randint(10000, 30000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                continue
+    data = tempfile.mkdtemp(prefix="wetask-sdk-restart-")
+    log = open(os.path.join(data, "server.log"), "ab")
+
+    def start():
+        proc = subprocess.Popen([BINARY, "--port", str(port), "--dir", data, "--shards", "2"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis(port=port).ping():
+                    return proc
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        with open(os.path.join(data, "server.log")) as f:
+            raise AssertionError("the server did not answer PING:\n" + f.read()[-3000:])
+
+    server = start()
+    queue = name("restart")
+    worker = Worker([queue], concurrency=2, port=port, block_ms=100)
+    worker.task(queue)(lambda payload: payload)
+    try:
+        worker.start()
+        client = Client(port=port)
+        before = [client.submit(queue, n) for n in range(5)]
+        assert [client.wait(i, 30000) for i in before] == list(range(5))
+        server.kill()
+        server.wait()
+        server = start()
+        # The same worker, reconnected on its own: new tasks get done.
+        client = Client(port=port)
+        after = [client.submit(queue, n) for n in range(5, 10)]
+        assert [client.wait(i, 30000) for i in after] == list(range(5, 10))
+        assert all(client.get(i)["state"] == "done" for i in before), "the journal kept them"
+    finally:
+        worker.stop()
+        server.kill()
+        server.wait()
+        shutil.rmtree(data, ignore_errors=True)
