@@ -218,22 +218,41 @@ pub fn slot_arg(arg: &[u8]) -> Result<u16, Frame> {
 /// database is not given up: SETSLOT NODE refuses, rather than strand them.
 async fn held_in_slot(ctx: &Rc<ShardCtx>, slot: u16) -> usize {
     let mut held = keys_in_slot(ctx, slot, 0).await.0;
-    let owner = match placement(slot, ctx.shard_count) {
-        Placement::Here(shard) | Placement::Migrating(shard) | Placement::Importing(shard) => shard,
-        Placement::Elsewhere => return held,
+    let Some(owner) = local_owner(slot, ctx.shard_count) else {
+        return held;
     };
     for db in 1..wetask_shards::keyspace::DATABASES {
-        held += if owner == ctx.id {
-            ctx.shard.borrow().keys_in_slot(db, slot, 0).0
-        } else {
-            let request = Request::Keys(KeyRequest::InSlot { db, slot, count: 0 });
-            match ctx.request(owner, request).await {
-                Response::InSlot(count, _) => count,
-                _ => 0,
-            }
-        };
+        held += keys_in_slot_on(ctx, owner, db, slot, 0).await.0;
     }
     held
+}
+
+/// The local shard that owns, migrates or imports `slot`; None when another node serves it.
+fn local_owner(slot: u16, shard_count: usize) -> Option<usize> {
+    match placement(slot, shard_count) {
+        Placement::Here(shard) | Placement::Migrating(shard) | Placement::Importing(shard) => {
+            Some(shard)
+        }
+        Placement::Elsewhere => None,
+    }
+}
+
+/// `Shard::keys_in_slot` of database `db` on local shard `owner`: here, or through the mesh.
+async fn keys_in_slot_on(
+    ctx: &Rc<ShardCtx>,
+    owner: usize,
+    db: usize,
+    slot: u16,
+    count: usize,
+) -> (usize, Vec<Bytes>) {
+    if owner == ctx.id {
+        return ctx.shard.borrow().keys_in_slot(db, slot, count);
+    }
+    let request = Request::Keys(KeyRequest::InSlot { db, slot, count });
+    match ctx.request(owner, request).await {
+        Response::InSlot(held, keys) => (held, keys),
+        _ => (0, Vec::new()),
+    }
 }
 
 /// How many keys and queues of database 0 `slot` holds, and up to `count` of them, from the
@@ -241,19 +260,10 @@ async fn held_in_slot(ctx: &Rc<ShardCtx>, slot: u16) -> usize {
 /// that shard's slot index (`Shard::keys_in_slot`), queues from its list of queue names: a
 /// queue is a key of its slot here, and MIGRATE moves it with its tasks.
 pub async fn keys_in_slot(ctx: &Rc<ShardCtx>, slot: u16, count: usize) -> (usize, Vec<Bytes>) {
-    let owner = match placement(slot, ctx.shard_count) {
-        Placement::Here(shard) | Placement::Migrating(shard) | Placement::Importing(shard) => shard,
-        Placement::Elsewhere => return (0, Vec::new()),
+    let Some(owner) = local_owner(slot, ctx.shard_count) else {
+        return (0, Vec::new());
     };
-    let (mut held, mut keys) = if owner == ctx.id {
-        ctx.shard.borrow().keys_in_slot(0, slot, count)
-    } else {
-        let request = Request::Keys(KeyRequest::InSlot { db: 0, slot, count });
-        match ctx.request(owner, request).await {
-            Response::InSlot(held, keys) => (held, keys),
-            _ => (0, Vec::new()),
-        }
-    };
+    let (mut held, mut keys) = keys_in_slot_on(ctx, owner, 0, slot, count).await;
     let queues = if owner == ctx.id {
         ctx.shard.borrow().tasks.queue_names()
     } else {
