@@ -295,12 +295,7 @@ async fn exchange(
         migration.timeout,
         preamble + found.len(),
     );
-    let bells = ctx.globals.doorbells.clone();
-    let me = ctx.id;
-    let answer = ctx.offload.run(
-        move || bells[me].ring(),
-        move || talk(&address, timeout, &out, expected),
-    );
+    let answer = ctx.off_shard(move || talk(&address, timeout, &out, expected));
     let mut replies = match answer {
         Some(answer) => answer.await?,
         None => return Err(Frame::static_error("ERR cannot start MIGRATE's thread")),

@@ -19,21 +19,39 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-/// How often [`Offload::poll`] looks.
+/// How often [`ShardCtx::wait_on`](super::ShardCtx::wait_on)'s thread looks.
 const POLL_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl super::ShardCtx {
-    /// Waits until `check` answers, polled on a thread (`Offload::poll`) that rings this
-    /// shard's doorbell when it does; a glommio timer here would only fire at the loop's
-    /// cron tick. Without a thread to be had, it polls from here at the turns' pace.
+    /// Runs `work` on a thread of its own ([`Offload::run`]) that rings this shard's
+    /// doorbell when it is done. `None` when no thread could be started.
+    pub fn off_shard<T, W>(&self, work: W) -> Option<impl Future<Output = T> + '_>
+    where
+        T: Send + 'static,
+        W: FnOnce() -> T + Send + 'static,
+    {
+        let bells = self.globals.doorbells.clone();
+        let me = self.id;
+        self.offload.run(move || bells[me].ring(), work)
+    }
+
+    /// Waits until `check` answers, polled every millisecond on a thread (`off_shard`): a
+    /// wait for another thread's work (a snapshot, an fsync) that has no signal of its own.
+    /// A glommio timer here would only fire at the loop's cron tick. Without a thread to be
+    /// had, it polls from here at the turns' pace.
     pub async fn wait_on<T, C>(&self, mut check: C) -> T
     where
         T: Send + 'static,
         C: FnMut() -> Option<T> + Send + Clone + 'static,
     {
-        let bells = self.globals.doorbells.clone();
-        let me = self.id;
-        if let Some(answer) = self.offload.poll(move || bells[me].ring(), check.clone()) {
+        let mut polled = check.clone();
+        let answer = self.off_shard(move || loop {
+            if let Some(value) = polled() {
+                return value;
+            }
+            std::thread::sleep(POLL_PERIOD);
+        });
+        if let Some(answer) = answer {
             return answer.await;
         }
         loop {
@@ -81,25 +99,6 @@ impl Offload {
         Some(Answer {
             offload: self,
             answer,
-        })
-    }
-
-    /// Polls `check` every millisecond on a thread of its own until it answers: a wait for
-    /// another thread's work (a snapshot, an fsync) that has no signal of its own to wait on.
-    pub fn poll<T, C>(
-        &self,
-        bell: impl Fn() + Send + 'static,
-        mut check: C,
-    ) -> Option<impl Future<Output = T> + '_>
-    where
-        T: Send + 'static,
-        C: FnMut() -> Option<T> + Send + 'static,
-    {
-        self.run(bell, move || loop {
-            if let Some(value) = check() {
-                return value;
-            }
-            std::thread::sleep(POLL_PERIOD);
         })
     }
 
