@@ -175,14 +175,19 @@ impl Globals {
         }
     }
 
+    /// Wakes every shard's loop, asleep or not.
+    pub fn ring_every_shard(&self) {
+        self.doorbells
+            .iter()
+            .for_each(crate::doorbell::Doorbell::ring);
+    }
+
     /// Asks every shard to drain and stop, waking those that are parked.
     pub fn begin_shutdown(&self) {
         if !self.shutdown.swap(true, Ordering::AcqRel) {
             crate::service::notify_stopping();
         }
-        for bell in self.doorbells.iter() {
-            bell.ring();
-        }
+        self.ring_every_shard();
         self.watchdog.wake_loops();
     }
 

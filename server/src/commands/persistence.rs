@@ -66,10 +66,7 @@ pub async fn save(ctx: &ShardCtx) -> Frame {
     };
     let epoch = store.request_compaction();
     // Each shard starts its part at its next turn: wake the sleeping ones now.
-    ctx.globals
-        .doorbells
-        .iter()
-        .for_each(crate::doorbell::Doorbell::ring);
+    ctx.globals.ring_every_shard();
     let globals = ctx.globals.clone();
     let done = move || globals.store.get().and_then(|s| s.compaction_done(epoch));
     saved(ctx.wait_on(done).await)
