@@ -404,15 +404,6 @@ impl Store {
         self.compact_epoch.fetch_add(1, Ordering::AcqRel) + 1
     }
 
-    /// The compaction shard `id` was asked for and has not started yet, if any.
-    pub fn compaction_asked(&self, id: usize) -> Option<u64> {
-        let status = &self.shards[id];
-        let asked = self.compact_epoch.load(Ordering::Acquire);
-        (asked > status.done_epoch.load(Ordering::Acquire)
-            && !status.compacting.load(Ordering::Acquire))
-        .then_some(asked)
-    }
-
     /// Whether every shard finished a compaction answering `epoch`, and whether all
     /// succeeded.
     pub fn compaction_done(&self, epoch: u64) -> Option<bool> {

@@ -134,7 +134,11 @@ impl ShardCore {
             .globals
             .store
             .get()
-            .and_then(|store| store.compaction_asked(self.id))
+            .map(|store| {
+                store
+                    .compact_epoch
+                    .load(std::sync::atomic::Ordering::Acquire)
+            })
             .filter(|&epoch| epoch != self.last_compact_asked.get());
         if self.is_locked() || (asked.is_none() && now_ms < self.last_compact_check_ms.get() + 10) {
             return;
