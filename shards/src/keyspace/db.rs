@@ -518,7 +518,11 @@ impl Db {
         let last = self.nodes.len() - 1;
         if let Some(index) = self.slots.as_mut() {
             let slot = key_slot(self.nodes[pos].key());
-            index.remove(pos, slot, last, key_slot(self.nodes[last].key()));
+            let last_slot = match pos == last {
+                true => slot,
+                false => key_slot(self.nodes[last].key()),
+            };
+            index.remove(pos, slot, last, last_slot);
         }
         let node = self.nodes.swap_remove(pos);
         if pos != last {
