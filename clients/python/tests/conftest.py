@@ -1,42 +1,18 @@
-"""Starts the repository's wetask binary (debug build, or $WETASK_BIN) for the SDK's tests."""
+"""The SDK's tests start the repository's wetask binary (debug build, or $WETASK_BIN) with the
+test suite's own harness (tests/python/conftest.py: `Server`, `BINARY`), loaded by path under
+another name, since this file is a conftest too."""
+import importlib.util
 import os
-import re
-import shutil
-import signal
-import subprocess
-import tempfile
-import threading
 
 import pytest
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-BINARY = os.environ.get("WETASK_BIN", os.path.join(TARGET, "debug", "wetask"))
+_SUITE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests", "python", "conftest.py")
+_spec = importlib.util.spec_from_file_location("wetask_suite_conftest", _SUITE)
+_suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_suite)
 
-
-class Server:
-    def __init__(self, *args):
-        self.dir = tempfile.mkdtemp(prefix="wetask-sdk-")
-        self.proc = subprocess.Popen([BINARY, "--port", "0", "--dir", self.dir, *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.port = None
-        self.shard_ports = []
-        for line in self.proc.stdout:
-            cluster = re.search(r"ports=\[([\d, ]+)\]", line)
-            if cluster:
-                self.shard_ports = [int(p) for p in cluster.group(1).split(",")]
-            match = re.search(r"listening on [^ ]+:(\d+)", line)
-            if match:
-                self.port = int(match.group(1))
-                break
-        assert self.port, "wetask did not start"
-        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=10)
-        shutil.rmtree(self.dir, ignore_errors=True)
+Server = _suite.Server
+BINARY = _suite.BINARY
 
 
 @pytest.fixture(scope="module", params=["1", "2"], ids=["shards1", "shards2"])

@@ -196,9 +196,8 @@ def test_a_worker_carries_on_after_the_server_restarts():
     import tempfile
     from conftest import BINARY
 
-    # A port below the ephemeral range: while the server is down, the worker's reconnects
-    # could otherwise be given the server's own port as their source and connect to
-    # themselves, which keeps the port from the restarted server.
+    # A fixed port for both runs, below the ephemeral range so that no client's source port
+    # (the worker reconnects while the server is down) can take it.
     while True:
         port = random.randint(10000, 30000)
         with socket.socket() as s:
@@ -211,15 +210,20 @@ def test_a_worker_carries_on_after_the_server_restarts():
     log = open(os.path.join(data, "server.log"), "ab")
 
     def start():
-        proc = subprocess.Popen([BINARY, "--port", str(port), "--dir", data, "--shards", "2"],
-                                stdout=log, stderr=subprocess.STDOUT)
+        # Right after a SIGKILL the old listener may outlive its process for a moment (its
+        # io_uring ring is torn down after the exit), and the new one's bind then fails with
+        # "Address already in use": start again until the deadline.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            try:
-                if redis.Redis(port=port).ping():
-                    return proc
-            except redis.ConnectionError:
-                time.sleep(0.05)
+            proc = subprocess.Popen([BINARY, "--port", str(port), "--dir", data, "--shards", "2"],
+                                    stdout=log, stderr=subprocess.STDOUT)
+            while proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    if redis.Redis(port=port).ping():
+                        return proc
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            time.sleep(0.1)
         with open(os.path.join(data, "server.log")) as f:
             raise AssertionError("the server did not answer PING:\n" + f.read()[-3000:])
 
