@@ -168,6 +168,22 @@ pub struct Config {
     /// node, alone and owning nothing, for `redis-cli --cluster create` (docs/CLUSTER.md).
     #[arg(long, default_value = "yes", value_parser = yes_no, action = clap::ArgAction::Set)]
     pub cluster_self_assign: bool,
+    /// Start as a replica of this primary: `"host port"` (REPLICAOF at start;
+    /// docs/REPLICATION.md).
+    #[arg(long, default_value = "")]
+    pub replicaof: String,
+    /// The password (and user) a replica gives its primary.
+    #[arg(long)]
+    pub masterauth: Option<String>,
+    #[arg(long)]
+    pub masteruser: Option<String>,
+    /// Whether a replica refuses clients' writes (READONLY).
+    #[arg(long, default_value = "yes", value_parser = yes_no, action = clap::ArgAction::Set)]
+    pub replica_read_only: bool,
+    /// Where this node serves its replicas' journal streams (0: a free port; INFO
+    /// replication's `repl_port` and REPLCONF WETASK name it).
+    #[arg(long, default_value_t = 0)]
+    pub repl_port: u16,
 }
 
 /// The Redis version WeTask announces by default (INFO, HELLO): the release whose

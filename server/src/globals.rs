@@ -23,6 +23,8 @@ pub struct Globals {
     /// SHUTDOWN NOSAVE: no snapshot at exit, save points or not.
     pub exit_without_save: AtomicBool,
     pub shard_count: usize,
+    /// Replicas of this node, and the primary it follows (`replication`).
+    pub replication: Arc<crate::replication::Replication>,
     pub requirepass: Mutex<Option<String>>,
     pub maxclients: AtomicUsize,
     pub connected_clients: AtomicUsize,
@@ -98,6 +100,7 @@ impl Globals {
             exit_without_save: AtomicBool::new(false),
             watchdog: Arc::new(crate::watchdog::Watchdog::new(doorbells.clone())),
             doorbells,
+            replication: Arc::new(crate::replication::Replication::new(shard_count)),
             requirepass: Mutex::new(config.requirepass.clone()),
             maxclients: AtomicUsize::new(config.maxclients),
             loading: AtomicUsize::new(shard_count),
@@ -156,6 +159,12 @@ impl Globals {
 
     pub fn maxmemory(&self) -> u64 {
         crate::memory::maxmemory()
+    }
+
+    /// Moves the client ids past a primary's (a replica applies its records, which name its
+    /// clients as lease owners; a promoted replica's own clients must not be taken for them).
+    pub fn skip_client_ids(&self) {
+        self.next_client_id.fetch_add(1 << 32, Ordering::Relaxed);
     }
 
     pub fn next_client_id(&self) -> u64 {

@@ -18,6 +18,7 @@ mod net;
 mod output_limits;
 mod pause;
 pub mod persist;
+mod replication;
 mod routing;
 pub mod runtime;
 mod service;

@@ -122,6 +122,7 @@ pub fn run(config: Config) -> Result<(), String> {
     globals
         .port
         .store(port, std::sync::atomic::Ordering::Relaxed);
+    start_replication(&globals)?;
     spawn_signal_thread(globals.clone())?;
     let watched = globals.clone();
     crate::watchdog::spawn(globals.watchdog.clone(), move || watched.shutting_down())
@@ -160,6 +161,49 @@ pub fn run(config: Config) -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start the shard executors: {e}"))?;
     join_shards(handles)
+}
+
+/// Serves replicas (with a journal to serve them from), and follows `replicaof` if set.
+fn start_replication(globals: &Arc<Globals>) -> Result<(), String> {
+    let config = &globals.config;
+    let replication = &globals.replication;
+    replication.read_only.store(
+        config.replica_read_only,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    let inert = &crate::commands::config_inert::INERT;
+    for (name, value) in [
+        ("masterauth", &config.masterauth),
+        ("masteruser", &config.masteruser),
+    ] {
+        if let Some(value) = value {
+            let _ = inert.set(name, value);
+        }
+    }
+    if let Some(store) = globals.store.get() {
+        let port = crate::replication::sender::spawn(
+            replication.clone(),
+            store.clone(),
+            &config.bind,
+            config.repl_port,
+        )?;
+        tracing::info!(port, "serving replicas");
+    }
+    if !config.replicaof.trim().is_empty() {
+        let (host, port) = config
+            .replicaof
+            .trim()
+            .split_once(char::is_whitespace)
+            .and_then(|(h, p)| Some((h.to_string(), p.trim().parse::<u16>().ok()?)))
+            .ok_or_else(|| {
+                format!(
+                    "replicaof: expected \"host port\", got {:?}",
+                    config.replicaof
+                )
+            })?;
+        crate::commands::replication::follow(globals, host, port);
+    }
+    Ok(())
 }
 
 /// Opens the data directory (the journal, or the snapshots of `appendonly no`) and loads

@@ -20,7 +20,8 @@ use wetask_shards::table::{flag, Route, COMMANDS};
 /// connection in ways that are tested elsewhere (SHUTDOWN, CONFIG SET requirepass, CLIENT
 /// KILL and PAUSE), or reply more than once per command (the subscribe family, MONITOR), or
 /// wait by design (TASK.WAIT, WAIT, and WAITAOF, whose `numreplicas` > 0 waits out its
-/// time-out as Redis's does with no replicas).
+/// time-out as Redis's does with no replicas), or make the server a replica that refuses
+/// writes (REPLICAOF and SLAVEOF: tests/python/test_replication.py).
 const SKIPPED: &[&str] = &[
     "shutdown",
     "config",
@@ -36,6 +37,8 @@ const SKIPPED: &[&str] = &[
     "sunsubscribe",
     "task.wait",
     "auth",
+    "replicaof",
+    "slaveof",
 ];
 
 const KEYS: &[&str] = &[

@@ -16,9 +16,10 @@ BINARY = os.environ.get("WETASK_BIN", os.path.join(TARGET, "debug", "wetask"))
 
 
 class Server:
-    def __init__(self, *args):
-        # Durability is on by default: each server journals into its own directory.
-        self.dir = tempfile.mkdtemp(prefix="wetask-py-")
+    def __init__(self, *args, data_dir=None):
+        # Durability is on by default: each server journals into its own directory (or
+        # `data_dir`: a restart on a killed server's data).
+        self.dir = data_dir or tempfile.mkdtemp(prefix="wetask-py-")
         self.proc = subprocess.Popen(
             [BINARY, "--port", "0", "--dir", self.dir, *args],
             stdout=subprocess.PIPE,

@@ -311,6 +311,13 @@ pub(super) async fn client_kill(
 ) -> Frame {
     let caller = conn.borrow().id;
     let old_style = args.len() == 3;
+    // A primary's replicas are its stream threads, not clients of a shard.
+    if args.len() == 4 && is(&args[2], "type") && (is(&args[3], "replica") || is(&args[3], "slave"))
+    {
+        let peers = ctx.globals.replication.peers.lock().expect("peers").len();
+        ctx.globals.replication.sender_links.close_all();
+        return Frame::Integer(peers as i64);
+    }
     let filter = if old_style {
         KillFilter {
             caller,

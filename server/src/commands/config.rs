@@ -151,6 +151,14 @@ pub(super) fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
                 g.notify_keyspace_events.load(Ordering::Relaxed),
             ),
         ),
+        (
+            "replica-read-only",
+            yes_no(g.replication.read_only.load(Ordering::Relaxed)),
+        ),
+        (
+            "slave-read-only",
+            yes_no(g.replication.read_only.load(Ordering::Relaxed)),
+        ),
         ("io-threads", "1".into()),
         ("shards", g.shard_count.to_string()),
     ]
@@ -368,6 +376,10 @@ pub(super) fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bo
             }
             Err(_) => return Err("argument must be a memory value".into()),
         },
+        "replica-read-only" | "slave-read-only" => match crate::config::yes_no(&value) {
+            Ok(on) => g.replication.read_only.store(on, Ordering::Relaxed),
+            Err(_) => return Err("argument must be 'yes' or 'no'".into()),
+        },
         "timeout" => g.idle_timeout_s.store(integer(&value)?, Ordering::Relaxed),
         "tcp-keepalive" => g.tcp_keepalive_s.store(integer(&value)?, Ordering::Relaxed),
         "maxclients" => match value.parse::<usize>() {
@@ -377,4 +389,8 @@ pub(super) fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bo
         _ => return Ok(false),
     }
     Ok(true)
+}
+
+fn yes_no(on: bool) -> String {
+    if on { "yes" } else { "no" }.into()
 }

@@ -45,6 +45,11 @@ impl InertConfig {
             .collect()
     }
 
+    /// The value CONFIG SET gave `name`, if it did.
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.values.lock().expect("inert config").get(name).cloned()
+    }
+
     /// True when `name` is an inert parameter.
     pub fn knows(&self, name: &str) -> bool {
         param(name).is_some()

@@ -18,7 +18,7 @@ pub mod cluster;
 pub mod cluster_admin;
 pub mod command;
 pub mod config;
-mod config_inert;
+pub(crate) mod config_inert;
 mod config_rewrite;
 mod config_table;
 mod connection;
@@ -41,7 +41,6 @@ pub mod workers;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::args::is;
 use wetask_shards::request::{Form, Request as Command};
@@ -136,8 +135,8 @@ pub async fn run(
         "ping" if crate::commands::pubsub::resp2_subscribed(&conn.borrow()) => {
             crate::commands::pubsub::subscribed_ping(args)
         }
-        // Blocks a client (till its time-out: there are no replicas); EXEC and scripts run
-        // the embedded form, which never blocks.
+        // Blocks a client until enough replicas have its writes; EXEC and scripts run the
+        // embedded form, which never blocks.
         "wait" => replication::wait_replicas(ctx, args).await,
         _ if spec.has(flag::EMBEDDED) => embedded::run_embedded_for(ctx, conn, spec, args).await,
         "hello" => connection::hello(ctx, &mut conn.borrow_mut(), args),
@@ -169,12 +168,9 @@ pub async fn run(
         "slowlog" => ctx.globals.slowlog.command(args),
         "latency" if is(&args[1], "histogram") => info::latency_histogram(ctx, args).await,
         "latency" => ctx.globals.latency.command(args),
-        // No replication: always a primary with no replicas (Redis's reply for one).
-        "role" => Frame::Array(vec![
-            Frame::Bulk(Bytes::from_static(b"master")),
-            Frame::Integer(0),
-            Frame::Array(Vec::new()),
-        ]),
+        "role" => replication::role(ctx),
+        "replicaof" | "slaveof" => replication::replicaof(ctx, args),
+        "replconf" => replication::replconf(ctx, args),
         "scan" => {
             let (db, only_here) = (conn.borrow().db, conn.borrow().shard_port);
             scan::scan(ctx, db, args, only_here).await

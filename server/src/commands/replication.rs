@@ -1,11 +1,15 @@
-//! WAIT: a standalone server has no replica to acknowledge (the replication issue gives it
-//! some); its arguments are checked as Redis checks them, for clients, EXEC and scripts.
+//! Replication's commands: REPLICAOF (SLAVEOF), REPLCONF, ROLE, WAIT and INFO's
+//! `# Replication` section. The links themselves are `crate::replication`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
-use wetask_shards::args::parse_i64;
+use wetask_shards::args::{is, parse_i64};
 
-use crate::globals::unix_ms;
+use crate::globals::{unix_ms, Globals};
+use crate::replication::{self, LinkState, Primary};
 use crate::shard::ShardCtx;
 
 /// WAIT's arguments: (replicas, time-out in ms).
@@ -24,17 +28,307 @@ pub fn parse_wait(args: &[Bytes]) -> Result<(i64, u64), Frame> {
     }
 }
 
-/// WAIT numreplicas timeout: a standalone server has no replica to acknowledge, so the
-/// answer is 0, at once for 0 replicas and at the time-out otherwise (0: never), as Redis
-/// without replicas does.
+/// Every shard's journal position now: what a replica must reach to have every write
+/// acknowledged so far.
+fn positions_now(globals: &Globals) -> Vec<u64> {
+    match globals.store.get() {
+        Some(store) => store
+            .shards
+            .iter()
+            .map(|s| s.position.load(Ordering::Acquire))
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// WAIT numreplicas timeout: waits until `numreplicas` replicas have applied every write
+/// journaled before it was called (every shard's, not only the client's own: a superset of
+/// what Redis waits for), or the time-out (0: never) passes; answers how many have. On a
+/// replica, Redis's error.
 pub(super) async fn wait_replicas(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
     let (replicas, timeout) = match parse_wait(args) {
         Ok(parsed) => parsed,
         Err(err) => return err,
     };
-    if replicas > 0 {
-        let deadline = (timeout > 0).then(|| unix_ms().saturating_add(timeout));
-        ctx.sleep_until(deadline).await;
+    let globals = ctx.globals.clone();
+    if globals.replication.is_replica() {
+        return Frame::static_error("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.");
     }
-    Frame::Integer(0)
+    let targets = positions_now(&globals);
+    let reached = globals.replication.replicas_at(&targets);
+    if replicas <= 0 || reached as i64 >= replicas {
+        return Frame::Integer(reached as i64);
+    }
+    let deadline = (timeout > 0).then(|| unix_ms().saturating_add(timeout));
+    let wanted = replicas as usize;
+    let count = ctx
+        .wait_on(move || {
+            let reached = globals.replication.replicas_at(&targets);
+            let late = deadline.is_some_and(|d| unix_ms() >= d);
+            (reached >= wanted || late || globals.shutting_down()).then_some(reached)
+        })
+        .await;
+    Frame::Integer(count as i64)
+}
+
+/// REPLICAOF host port | REPLICAOF NO ONE (and SLAVEOF, its old name).
+pub(super) fn replicaof(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+    let globals = &ctx.globals;
+    if globals.cluster.is_some() {
+        return Frame::static_error("ERR REPLICAOF not allowed in cluster mode.");
+    }
+    if is(&args[1], "no") && is(&args[2], "one") {
+        promote(globals);
+        return Frame::ok();
+    }
+    let port = match parse_i64(&args[2]) {
+        Some(p) if (0..=65535).contains(&p) => p as u16,
+        _ => return Frame::static_error("ERR Invalid master port"),
+    };
+    let host = String::from_utf8_lossy(&args[1]).into_owned();
+    let same = globals
+        .replication
+        .primary
+        .lock()
+        .expect("primary")
+        .as_ref()
+        .is_some_and(|p| p.host == host && p.port == port);
+    if same {
+        return Frame::simple("OK Already connected to specified master");
+    }
+    follow(globals, host, port);
+    Frame::ok()
+}
+
+/// Starts following `host:port` (from REPLICAOF, or `replicaof` at start).
+pub fn follow(globals: &std::sync::Arc<Globals>, host: String, port: u16) {
+    let replication = &globals.replication;
+    let epoch = replication.link_epoch.fetch_add(1, Ordering::AcqRel) + 1;
+    replication.links.close_all();
+    for inbox in &replication.inboxes {
+        inbox.synced.store(false, Ordering::Release);
+    }
+    *replication.primary.lock().expect("primary") = Some(Primary {
+        host: host.clone(),
+        port,
+        state: LinkState::Connecting,
+        since_ms: unix_ms(),
+    });
+    if !replication.is_replica.swap(true, Ordering::AcqRel) {
+        // The primary's client ids come with its records: ours start far past them.
+        globals.skip_client_ids();
+        tracing::info!(primary = %format!("{host}:{port}"), "becoming a replica");
+    }
+    // Replicas of this node follow its new primary through it no longer.
+    replication.peers.lock().expect("peers").clear();
+    let inert = &super::config_inert::INERT;
+    let password = inert.get("masterauth").filter(|p| !p.is_empty());
+    let user = inert.get("masteruser").filter(|u| !u.is_empty());
+    let stopping = globals.clone();
+    let env = replication::receiver::Env {
+        replication: globals.replication.clone(),
+        doorbells: globals.doorbells.clone(),
+        shard_count: globals.shard_count,
+        listening_port: globals.port.load(Ordering::Relaxed),
+        auth: password.map_or(Vec::new(), |p| user.into_iter().chain([p]).collect()),
+        stopping: Box::new(move || stopping.shutting_down()),
+    };
+    replication::receiver::start(env, epoch, host, port);
+    globals.ring_every_shard();
+}
+
+/// REPLICAOF NO ONE: stops following, and serves writes with what it has (the leases,
+/// retries and deadlines of the primary's tasks carry on from their times).
+fn promote(globals: &Globals) {
+    let replication = &globals.replication;
+    if !replication.is_replica.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    replication.link_epoch.fetch_add(1, Ordering::AcqRel);
+    replication.links.close_all();
+    *replication.primary.lock().expect("primary") = None;
+    // A new history: replicas of the old primary cannot continue from this one's files.
+    *replication.run_id.lock().expect("run id") = replication::random_hex(40);
+    for inbox in &replication.inboxes {
+        inbox.clear();
+        inbox.synced.store(false, Ordering::Release);
+    }
+    globals.skip_client_ids();
+    globals.ring_every_shard();
+    tracing::info!("promoted: no longer a replica");
+}
+
+/// REPLCONF: `WETASK` is a WeTask replica's handshake (run id, shard count, stream port,
+/// token); Redis's options (`listening-port`, `capa`, `ack` …) are accepted.
+pub(super) fn replconf(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+    let replication = &ctx.globals.replication;
+    if args.len() == 2 && is(&args[1], "wetask") {
+        let port = replication.listen_port.load(Ordering::Acquire);
+        if port == 0 {
+            return Frame::static_error(
+                "ERR this node does not replicate: a primary needs appendonly yes (its journal is what replicas follow)",
+            );
+        }
+        return Frame::Array(vec![
+            Frame::Bulk(Bytes::from(replication.run_id())),
+            Frame::Integer(ctx.shard_count as i64),
+            Frame::Integer(i64::from(port)),
+            Frame::Bulk(Bytes::from(replication.token.clone())),
+        ]);
+    }
+    if args.len().is_multiple_of(2) {
+        return Frame::static_error("ERR syntax error");
+    }
+    for pair in args[1..].chunks(2) {
+        let known = [
+            "listening-port",
+            "ip-address",
+            "capa",
+            "ack",
+            "getack",
+            "rdb-only",
+        ]
+        .iter()
+        .any(|o| is(&pair[0], o));
+        if !known {
+            return Frame::error(format!(
+                "ERR Unrecognized REPLCONF option: {}",
+                String::from_utf8_lossy(&pair[0])
+            ));
+        }
+    }
+    Frame::ok()
+}
+
+fn bulk(text: impl Into<String>) -> Frame {
+    Frame::Bulk(Bytes::from(text.into()))
+}
+
+/// The single offset ROLE and INFO show: the sum of the shards' positions.
+fn offset(globals: &Globals) -> u64 {
+    let replication = &globals.replication;
+    if replication.is_replica() {
+        replication::offset_of(
+            replication
+                .inboxes
+                .iter()
+                .map(|i| i.applied.load(Ordering::Acquire)),
+        )
+    } else {
+        replication::offset_of(positions_now(globals).into_iter())
+    }
+}
+
+/// ROLE, as Redis answers it for a primary and for a replica.
+pub(super) fn role(ctx: &ShardCtx) -> Frame {
+    let globals = &ctx.globals;
+    let replication = &globals.replication;
+    let primary = replication.primary.lock().expect("primary").clone();
+    match primary.filter(|_| replication.is_replica()) {
+        Some(primary) => Frame::Array(vec![
+            bulk("slave"),
+            bulk(primary.host),
+            Frame::Integer(i64::from(primary.port)),
+            bulk(link_word(&primary.state)),
+            Frame::Integer(offset(globals) as i64),
+        ]),
+        None => {
+            let peers = replication.peers.lock().expect("peers").clone();
+            let replicas = peers
+                .iter()
+                .map(|peer| {
+                    let acked = replication::offset_of(
+                        peer.acked.iter().map(|a| a.load(Ordering::Acquire)),
+                    );
+                    Frame::Array(vec![
+                        bulk(peer.ip.clone()),
+                        bulk(peer.listening_port.to_string()),
+                        bulk(acked.to_string()),
+                    ])
+                })
+                .collect();
+            Frame::Array(vec![
+                bulk("master"),
+                Frame::Integer(offset(globals) as i64),
+                Frame::Array(replicas),
+            ])
+        }
+    }
+}
+
+/// ROLE's word for the link: Redis's `connect`, `connecting`, `sync`, `connected`.
+fn link_word(state: &LinkState) -> &'static str {
+    match state {
+        LinkState::Connecting => "connecting",
+        LinkState::Syncing => "sync",
+        LinkState::Connected => "connected",
+        LinkState::Down(_) => "connect",
+    }
+}
+
+/// `# Replication`, as Redis writes it.
+pub fn section(globals: &Globals, out: &mut String) {
+    let replication = &globals.replication;
+    // A replica shows its primary's history, as Redis does.
+    let followed = replication.inboxes[0]
+        .run
+        .lock()
+        .expect("inbox run")
+        .clone();
+    let run_id = match replication.is_replica() && !followed.is_empty() {
+        true => followed,
+        false => replication.run_id(),
+    };
+    let offset = offset(globals);
+    let primary = replication.primary.lock().expect("primary").clone();
+    out.push_str("# Replication\r\n");
+    match primary.filter(|_| replication.is_replica()) {
+        Some(primary) => {
+            let up = primary.state == LinkState::Connected;
+            let last_io = replication.last_io_ms.load(Ordering::Relaxed);
+            let _ = write!(
+                out,
+                "role:slave\r\nmaster_host:{}\r\nmaster_port:{}\r\nmaster_link_status:{}\r\nmaster_last_io_seconds_ago:{}\r\nmaster_sync_in_progress:{}\r\nslave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\n",
+                primary.host,
+                primary.port,
+                if up { "up" } else { "down" },
+                if last_io == 0 { -1 } else { (unix_ms().saturating_sub(last_io) / 1000) as i64 },
+                u8::from(primary.state == LinkState::Syncing),
+            );
+            if let LinkState::Down(why) = &primary.state {
+                let since = unix_ms().saturating_sub(primary.since_ms) / 1000;
+                let _ = write!(
+                    out,
+                    "master_link_down_since_seconds:{since}\r\nmaster_link_down_reason:{why}\r\n"
+                );
+            }
+            let _ = write!(
+                out,
+                "slave_priority:100\r\nslave_read_only:{}\r\nreplica_announced:1\r\n",
+                u8::from(replication.read_only.load(Ordering::Relaxed))
+            );
+        }
+        None => out.push_str("role:master\r\n"),
+    }
+    let peers = replication.peers.lock().expect("peers").clone();
+    let _ = write!(out, "connected_slaves:{}\r\n", peers.len());
+    for (i, peer) in peers.iter().enumerate() {
+        let acked = replication::offset_of(peer.acked.iter().map(|a| a.load(Ordering::Acquire)));
+        let online = peer.online.load(Ordering::Acquire) >= globals.shard_count;
+        let lag = unix_ms().saturating_sub(peer.last_ack_ms.load(Ordering::Acquire)) / 1000;
+        let _ = write!(
+            out,
+            "slave{i}:ip={},port={},state={},offset={acked},lag={lag}\r\n",
+            peer.ip,
+            peer.listening_port,
+            if online { "online" } else { "send_bulk" },
+        );
+    }
+    let backlog = globals.store.get().map_or(0, |s| s.shards.len() as u64);
+    let _ = write!(
+        out,
+        "master_failover_state:no-failover\r\nmaster_replid:{run_id}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:{}\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\nrepl_port:{}\r\n",
+        u8::from(backlog > 0),
+        replication.listen_port.load(Ordering::Acquire),
+    );
 }

@@ -115,6 +115,7 @@ impl Journal {
         match result {
             Ok(()) => {
                 self.end += self.pending.len() as u64;
+                self.publish_position();
                 self.written += self.pending.len() as u64;
                 self.allocated = self.allocated.max(self.end);
                 self.pending.clear();
@@ -142,6 +143,13 @@ impl Journal {
              waiting on it"
         );
         std::process::exit(1);
+    }
+
+    /// Publishes where the journal ends, for WAIT (`ShardStatus::position`).
+    pub fn publish_position(&self) {
+        self.store.shards[self.id]
+            .position
+            .store(super::position(self.gen, self.end), Ordering::Release);
     }
 
     /// Lets the shard's ring sync under `always` (see `ring_sync`).
@@ -296,6 +304,7 @@ impl Journal {
         self.gen = next;
         self.earlier_bytes += self.end;
         self.end = 0;
+        self.publish_position();
         self.allocated = 0;
         self.changes = 0;
         status.compacting.store(true, Ordering::Release);

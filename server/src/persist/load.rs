@@ -246,6 +246,29 @@ pub fn read_snapshot(path: &Path, shard: &mut Shard) -> Result<u64, String> {
     Ok(size)
 }
 
+/// Hands each part of the snapshot file `file` to `each`, in order (a replica's full sync:
+/// `crate::replication::sender`). The header and end records are checked, not handed on.
+pub fn snapshot_parts(
+    file: File,
+    shown: &str,
+    each: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let header = next_record(&mut reader, shown)?.ok_or(format!("snapshot {shown} is empty"))?;
+    if !header.starts_with(SNAPSHOT_MAGIC.as_bytes()) {
+        return Err(format!("{shown} is not a wetask snapshot"));
+    }
+    loop {
+        let part = next_record(&mut reader, shown)?.ok_or(format!(
+            "snapshot {shown} is damaged (it has no end record)"
+        ))?;
+        if part.starts_with(b"end ") {
+            return Ok(());
+        }
+        each(&part)?;
+    }
+}
+
 /// Writes `shard`'s state as snapshot `gen` of shard `id`: into a temporary file, synced,
 /// then renamed into place (and the directory synced). Returns its size.
 pub fn write_snapshot(

@@ -16,9 +16,9 @@
 
 pub mod compact;
 pub mod dump;
-mod files;
+pub(crate) mod files;
 mod journal;
-mod load;
+pub(crate) mod load;
 mod reshard;
 mod resolve;
 
@@ -56,6 +56,20 @@ pub fn parse_save_points(text: &str) -> Result<Vec<(u64, u64)>, String> {
         .collect()
 }
 
+/// Bits of a journal position that hold the byte offset in a segment.
+const OFFSET_BITS: u32 = 40;
+
+/// A journal position: segment `gen`, byte `offset` in it, as one number that only grows
+/// (WAIT and the replication stream compare them).
+pub fn position(gen: u64, offset: u64) -> u64 {
+    gen << OFFSET_BITS | offset.min((1 << OFFSET_BITS) - 1)
+}
+
+/// (segment, offset) of a [`position`].
+pub fn segment_and_offset(position: u64) -> (u64, u64) {
+    (position >> OFFSET_BITS, position & ((1 << OFFSET_BITS) - 1))
+}
+
 /// One shard's compaction state, shared with the compactor thread.
 #[derive(Default)]
 pub struct ShardStatus {
@@ -69,6 +83,9 @@ pub struct ShardStatus {
     pub done_epoch: AtomicU64,
     pub started_ms: AtomicU64,
     pub last_ok: AtomicBool,
+    /// Where the shard's journal ends (`position`: segment, offset),
+    /// published after every write: WAIT waits for replicas to reach it.
+    pub position: AtomicU64,
 }
 
 /// The data directory, shared by the shards: held locked for the process's life.
@@ -528,6 +545,7 @@ pub fn recover(
         durable: 0,
         ring_sync: false,
     };
+    journal.publish_position();
     // What `finish_replay` logged (the released leases) goes down before anything else.
     journal.commit(shard, Commit::Now);
     let recovered = Recovered {

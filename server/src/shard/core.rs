@@ -72,6 +72,8 @@ pub struct ShardCore {
     /// save point's save to start (by the cron, which can wait).
     pub dump_writes: Cell<u64>,
     pub save_point_due: Cell<bool>,
+    /// On a replica: the replay state of the primary's stream (`replication::apply`).
+    pub replica: super::replica::ShardReplica,
 }
 
 impl ShardCore {
@@ -120,6 +122,7 @@ impl ShardCore {
             last_compact_asked: Cell::new(0),
             dump_writes: Cell::new(0),
             save_point_due: Cell::new(false),
+            replica: Default::default(),
         }
     }
 
@@ -189,7 +192,21 @@ impl ShardCore {
         Vec<wetask_shards::tasks::BatchNote>,
     ) {
         let now = unix_ms();
+        if self.globals.replication.is_replica() {
+            // The primary's records expire keys and advance the engine (`replication::apply`).
+            self.apply_replication();
+            let mut shard = self.shard.borrow_mut();
+            if !shard.is_replica() {
+                shard.set_replica(true);
+            }
+            shard.set_clock(now);
+            drop((shard.tasks.take_fallbacks(), shard.tasks.take_batch_notes()));
+            return (Vec::new(), Vec::new());
+        }
         let mut shard = self.shard.borrow_mut();
+        if shard.is_replica() {
+            shard.set_replica(false);
+        }
         shard.set_clock(now);
         if now != self.last_expire_ms.get() {
             self.last_expire_ms.set(now);
@@ -232,6 +249,9 @@ impl ShardCore {
     pub fn make_room(&self, spec: &wetask_shards::CommandSpec) -> Result<(), Frame> {
         use wetask_shards::table::flag;
         if spec.has(flag::WRITE) {
+            if self.globals.replication.refuses_writes() {
+                return Err(Frame::static_error(crate::replication::READONLY));
+            }
             if let Some(misconf) = self.globals.store.get().and_then(|s| s.misconf()) {
                 return Err(Frame::error(misconf));
             }
@@ -293,7 +313,9 @@ impl ShardCore {
             on.then_some(crate::memory::over_maxmemory as fn() -> bool),
             samples,
         );
-        if on && policy != wetask_shards::keyspace::evict::Policy::NoEviction {
+        // A replica holds what its primary holds: the primary evicts (and its records say so).
+        let replica = self.globals.replication.is_replica();
+        if on && !replica && policy != wetask_shards::keyspace::evict::Policy::NoEviction {
             for _ in 0..EVICTIONS_PER_TURN_MAX {
                 if !crate::memory::over_maxmemory() || !shard.evict_one(samples) {
                     break;

@@ -140,9 +140,18 @@ pub struct Db {
     untouched: bool,
     /// Cluster mode's slot → keys index (`index_slots`); none outside cluster mode.
     slots: Option<Box<SlotIndex>>,
+    /// A replica's: an expired key reads as missing but stays until its primary's records
+    /// remove it (`set_keep_expired`).
+    keep_expired: bool,
 }
 
 impl Db {
+    /// On a replica, lookups hide expired keys without removing them: the primary decides
+    /// when a key goes (a command it ran before the key expired may still be on its way).
+    pub fn set_keep_expired(&mut self, on: bool) {
+        self.keep_expired = on;
+    }
+
     /// Keeps a slot → keys index from now on (cluster mode), built from the keys there are.
     pub fn index_slots(&mut self) {
         if self.slots.is_none() {
@@ -152,6 +161,11 @@ impl Db {
             }
             self.slots = Some(Box::new(index));
         }
+    }
+
+    /// Whether a slot → keys index is kept (`index_slots`).
+    pub fn slots_indexed(&self) -> bool {
+        self.slots.is_some()
     }
 
     /// How many keys `slot` holds (expired ones not yet reclaimed included, as Redis counts),
@@ -294,8 +308,10 @@ impl Db {
         };
         let at = self.expiry_at(pos);
         if at != NO_EXPIRY && at <= now_ms {
-            self.note_expired(pos);
-            self.remove_at(pos);
+            if !self.keep_expired {
+                self.note_expired(pos);
+                self.remove_at(pos);
+            }
             self.misses += 1;
             return None;
         }
@@ -404,8 +420,10 @@ impl Db {
         let pos = self.find(key)?;
         let at = self.expiry_at(pos);
         if at != NO_EXPIRY && at <= now_ms {
-            self.note_expired(pos);
-            self.remove_at(pos);
+            if !self.keep_expired {
+                self.note_expired(pos);
+                self.remove_at(pos);
+            }
             return None;
         }
         Some(at)
@@ -620,8 +638,10 @@ impl Db {
             if !self.is_expired_at(pos, now_ms) {
                 return Some(Bytes::copy_from_slice(self.nodes[pos].key()));
             }
-            self.note_expired(pos);
-            self.remove_at(pos);
+            if !self.keep_expired {
+                self.note_expired(pos);
+                self.remove_at(pos);
+            }
         }
         None
     }

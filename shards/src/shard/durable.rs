@@ -283,6 +283,7 @@ impl Shard {
     }
 
     /// Applies one journaled operation (journaling must be off).
+    // Long: one arm per operation of the journal's table, each a line or two.
     pub fn replay(&mut self, op: Op) -> Result<(), String> {
         debug_assert!(self.journal.is_none());
         match op {
@@ -348,6 +349,9 @@ impl Shard {
                 self.tasks.batch_note(&note, now_ms);
             }
             Op::Commit { token, parts } => self.note_commit(token, &parts),
+            Op::Reset => self.reset_state(),
+            Op::SnapshotPart { body } => self.import_snapshot_part(body)?,
+            Op::SnapshotEnd => self.finish_snapshot()?,
             // Read by `cross_commit::Replay`, which decides what a part's operations do.
             Op::Part { .. } | Op::PartEnd | Op::Abort { .. } => {}
         }

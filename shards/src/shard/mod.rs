@@ -6,6 +6,7 @@ mod call;
 pub mod cross_commit;
 pub(crate) mod durable;
 mod entries;
+mod replica;
 pub mod snapshot;
 mod writes;
 
@@ -91,6 +92,8 @@ pub struct Shard {
     /// Read commands' key lookups that found their key, and that did not.
     keyspace_hits: u64,
     keyspace_misses: u64,
+    /// A replica's shard (`replica`): lookups keep expired keys.
+    replica: bool,
 }
 
 use call::{Body, Call};
@@ -125,6 +128,7 @@ impl Shard {
             all_keys_here: false,
             keyspace_hits: 0,
             keyspace_misses: 0,
+            replica: false,
         }
     }
 

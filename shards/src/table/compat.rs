@@ -7,7 +7,10 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
-    ("replication", "a later issue"),
+    (
+        "replication from a Redis primary (REPLICAOF pointed at a redis-server), consensus mode",
+        "issue 36",
+    ),
     (
         "cluster replicas and failover (CLUSTER REPLICATE, FAILOVER, READONLY reads on replicas)",
         "issue 36",
@@ -341,7 +344,11 @@ const PARTIAL: &[(&str, &str)] = &[
     ("restore", "reads every encoding Redis 2.6 to 7.2 writes (integer and LZF strings, ziplists, intsets, listpacks, quicklists, streams of RDB types 15, 19 and 21), RDB versions up to 11 (Redis 7.0 refuses 11); module values are refused with an error that says so; a consumer's active time (Redis 7.2) is read and not kept; an empty collection or a repeated member is `Bad data format`; IDLETIME and FREQ are checked as Redis checks them and set nothing"),
     ("monitor", "every client command on every shard, in Redis's line format, a transaction as MULTI, its commands, EXEC; administrative commands are not shown and AUTH's and HELLO's passwords are redacted, as in Redis; the commands a script runs are not shown (Redis shows them as `[db lua]`), and a line is written as its command starts rather than as it ends"),
     ("waitaof", "numlocal 1 waits for the journal's fsync of every shard: at once under `appendfsync always`, the everysec syncer's next round (up to a second), never under `no` (as Redis); a client's own writes are not tracked, so it waits for everyone's so far; there are no replicas, so numreplicas > 0 waits out the time-out, as WAIT does"),
-    ("wait", "a standalone server has no replicas: 0 at once for 0 replicas, else 0 at the time-out (never, for 0), as Redis without replicas answers; the time-out is kept to within 100 ms"),
+    ("wait", "counts the replicas that have applied every write journaled on every shard before WAIT (everyone's writes, not only the client's: a superset of what Redis waits for); within 1 ms of the acknowledgement, and at the time-out (never, for 0) with the count so far; on a replica, Redis's error"),
+    ("replicaof", "between WeTask nodes with the same shard count (docs/REPLICATION.md): a full sync from the primary's newest snapshot and journal, then its journal as it is written; a primary needs `appendonly yes` (its journal is the backlog, so a replica resumes from its position while the primary keeps that segment); refused in cluster mode, as Redis refuses it; pointing it at a redis-server is not built yet (issue 36)"),
+    ("slaveof", "as REPLICAOF"),
+    ("replconf", "`REPLCONF WETASK` is a WeTask replica's handshake; Redis's options are accepted and change nothing (a WeTask primary streams on its `repl-port`, not through PSYNC)"),
+    ("role", "a replica's state and offset, a primary's replicas; offsets are journal positions (segment << 40 | byte in it, summed over the shards): they grow with every write and compare between a primary and its replicas, but are not byte counts"),
     ("incrbyfloat", "in Redis's `long double` (the x87 80-bit format, emulated exactly), printed with 17 decimals and the zeros cut, as Redis 7 on x86-64 answers: 0.1 three times is `0.3`"),
     ("hincrbyfloat", "as INCRBYFLOAT"),
     ("multi", "the server's own commands (CLIENT, CONFIG, INFO, COMMAND, FUNCTION, SCRIPT, SAVE, SLOWLOG, TASK.FETCH … all but PING, ECHO, SELECT, TIME, LOLWUT, WAIT, PUBLISH, SPUBLISH, PUBSUB and the scripts) are refused inside MULTI (\"Command not allowed inside a transaction\", and EXEC aborts), where Redis queues them; every command on keys queues"),
@@ -412,13 +419,14 @@ const NOTES: &str =
          `maxclients`, `maxmemory`, `maxmemory-policy`, `maxmemory-samples`, `timeout`,\n  \
          `tcp-keepalive`, `client-output-buffer-limit`, `protected-mode`, `appendfsync`,\n  \
          `save`, `auto-aof-rewrite-percentage`, `auto-aof-rewrite-min-size` and\n  \
-         `busy-reply-threshold` (`lua-time-limit`) and `notify-keyspace-events`. It sets at\n  \
+         `busy-reply-threshold` (`lua-time-limit`), `notify-keyspace-events`,\n  \
+         `replica-read-only`, `masterauth` and `masteruser`. It sets at\n  \
          start only, where Redis also changes them at run time: `port`, `bind`, `appendonly`,\n  \
          `aof-load-truncated` and `proto-max-bulk-len`. Every other parameter (encoding thresholds such as\n  \
          `hash-max-listpack-entries`, replication, cluster, TLS, RDB, threads, logging) is\n  \
          stored and reported, checked as Redis checks it, and has no effect.\n\
-         - `CLIENT KILL` supports `ID`, `ADDR`, `LADDR`, `SKIPME`, `USER default`, `TYPE normal`\n  \
-         and the old `ip:port` form.\n\
+         - `CLIENT KILL` supports `ID`, `ADDR`, `LADDR`, `SKIPME`, `USER default`, `TYPE normal`,\n  \
+         `TYPE replica` (alone: it ends the replicas' streams) and the old `ip:port` form.\n\
          - Client-side caching (`CLIENT TRACKING`) works on any shard layout: the shard that owns\n  \
          a key remembers its readers and sends each invalidation to the reader's shard, which\n  \
          delivers it as a RESP3 push or, for a RESP2 `REDIRECT` target, as a\n  \
@@ -447,7 +455,7 @@ const NOTES: &str =
 /// can see, and where WeTask stands: built, not applicable (no such part here), or missing
 /// and why.
 const RELEASE_72: &[(&str, &str)] = &[
-    ("WAITAOF (#11713)", "built: `numlocal` 1 waits for every shard's journal fsync; no replicas, so `numreplicas` > 0 waits out the time-out"),
+    ("WAITAOF (#11713)", "built: `numlocal` 1 waits for every shard's journal fsync; `numreplicas` > 0 is not counted yet (replicas do not report their fsyncs), so it waits out the time-out"),
     ("ZRANK/ZREVRANK … WITHSCORE (#11235)", "built"),
     ("CLIENT SETINFO lib-name/lib-ver (#11758)", "built; CLIENT LIST and CLIENT INFO show them"),
     ("CLIENT NO-TOUCH (#11483), CLIENT LIST flag `T`", "built"),
@@ -464,7 +472,7 @@ const RELEASE_72: &[(&str, &str)] = &[
     ("HELLO changes nothing unless it succeeds (#11659)", "built"),
     ("NaN replies as one `nan` (#11597)", "built"),
     ("QUIT deprecated (#11439)", "built: COMMAND DOCS says so; QUIT still works"),
-    ("WAIT counts from the client's last write (#11713)", "not applicable: no replicas, WAIT answers 0"),
+    ("WAIT counts from the client's last write (#11713)", "partial: WAIT waits for every write journaled before it, the client's and everyone else's"),
     ("Blocking commands in scripts behave as in MULTI (#11568)", "built (XREAD/XREADGROUP BLOCK still refused in scripts, as in Redis)"),
     ("Small lists and sets kept as listpacks (#11303, #11290)", "built for OBJECT ENCODING (the store's own layout is its own)"),
     ("New configuration: locale-collate, set-max-listpack-entries/-value, cluster-announce-human-nodename, loglevel `nothing`", "accepted, stored and reported; no effect (sorting and Lua compare bytes, as the C locale does)"),

@@ -172,6 +172,20 @@ impl Engine {
     }
 
     /// How long dead tasks are kept (default `DEAD_RETENTION_MS_DEFAULT`).
+    /// An engine with no tasks and this one's settings (retention times, the events cap,
+    /// the in-flight cap, recording): a replica's full sync starts from it.
+    pub fn emptied(&self) -> Self {
+        Engine {
+            retention_ms: self.retention_ms,
+            dead_retention_ms: self.dead_retention_ms,
+            next_head: -1,
+            in_flight_max: self.in_flight_max,
+            advances: self.advances.as_ref().map(|_| Vec::new()),
+            ..Engine::default()
+        }
+        .with_events_max(self.events_max())
+    }
+
     pub fn with_dead_retention(mut self, ms: u64) -> Self {
         self.dead_retention_ms = ms;
         self

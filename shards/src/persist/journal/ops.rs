@@ -33,6 +33,9 @@ const PART_END: u8 = 11;
 const ABORT: u8 = 12;
 const COMMIT: u8 = 13;
 const BATCH_NOTE: u8 = 14;
+const RESET: u8 = 15;
+const SNAPSHOT_PART: u8 = 16;
+const SNAPSHOT_END: u8 = 17;
 
 /// The most shards one commit names (far past any shard count a server takes).
 const PARTS_MAX: u64 = 4096;
@@ -86,6 +89,12 @@ pub enum Op {
     Commit { token: u64, parts: Vec<u64> },
     /// On a batch's home: a child's end heard of.
     BatchNote { now_ms: u64, note: BatchNote },
+    /// A replica's full sync began: everything the shard held is gone (`crate::shard::replica`).
+    Reset,
+    /// One part of the primary's snapshot, as a snapshot file holds it.
+    SnapshotPart { body: Bytes },
+    /// The primary's snapshot is whole: the task engine's indexes are rebuilt.
+    SnapshotEnd,
 }
 
 pub fn put_cmd(out: &mut Vec<u8>, db: usize, client: u64, now_ms: u64, args: &[Bytes]) {
@@ -178,6 +187,19 @@ pub fn put_batch_note(out: &mut Vec<u8>, now_ms: u64, note: &BatchNote) {
     put_bytes(out, &note.child);
     out.push(u8::from(note.succeeded));
     put_opt_bytes(out, note.outcome.as_deref());
+}
+
+pub fn put_reset(out: &mut Vec<u8>) {
+    out.push(RESET);
+}
+
+pub fn put_snapshot_part(out: &mut Vec<u8>, body: &[u8]) {
+    out.push(SNAPSHOT_PART);
+    put_bytes(out, body);
+}
+
+pub fn put_snapshot_end(out: &mut Vec<u8>) {
+    out.push(SNAPSHOT_END);
 }
 
 pub fn put_fallback(out: &mut Vec<u8>, now_ms: u64, fallback: &Fallback) {
@@ -323,6 +345,9 @@ pub fn read_op(r: &mut Reader) -> Decoded<Op> {
                 outcome: r.opt_bytes()?,
             },
         },
+        RESET => Op::Reset,
+        SNAPSHOT_PART => Op::SnapshotPart { body: r.bytes()? },
+        SNAPSHOT_END => Op::SnapshotEnd,
         _ => return Err(DecodeError("unknown operation")),
     })
 }
@@ -450,6 +475,25 @@ mod tests {
         let mut huge = Vec::new();
         put_commit(&mut huge, 8, &vec![1; PARTS_MAX as usize + 1]);
         assert!(read_ops(Bytes::from(huge)).is_err());
+    }
+
+    #[test]
+    fn full_sync_markers_round_trip() {
+        let mut out = Vec::new();
+        put_reset(&mut out);
+        put_snapshot_part(&mut out, b"\x01part");
+        put_snapshot_end(&mut out);
+        let ops = read_ops(Bytes::from(out)).expect("decodes");
+        assert_eq!(
+            ops,
+            vec![
+                Op::Reset,
+                Op::SnapshotPart {
+                    body: b("\x01part")
+                },
+                Op::SnapshotEnd
+            ]
+        );
     }
 
     proptest! {

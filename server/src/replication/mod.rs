@@ -1,0 +1,338 @@
+//! Asynchronous replicas, as Redis has them (`REPLICAOF`), between WeTask nodes.
+//!
+//! A replica runs the primary's shard count, and each of its shards follows the primary's
+//! shard of the same number: first the newest snapshot of it and the journal segments
+//! after it (a full sync), then every record the shard journals, as it is written. The
+//! journal already holds each loop turn's changes as deterministic operations (docs/
+//! DURABILITY.md), so the replica replays them as a restart does, and logs them to its own
+//! journal. The primary's journal on disk is the backlog: a replica that comes back after
+//! a disconnect continues from its position while the primary still has that segment
+//! (every segment since its newest snapshot), and syncs in full otherwise.
+//!
+//! - `sender`: the primary's threads: a listener on `repl-port`, and per replica and shard
+//!   one thread that reads the journal files and streams them (no shard thread is
+//!   involved: a replica costs the primary's shards nothing).
+//! - `receiver`: the replica's threads: the handshake on the primary's client port, and per
+//!   shard a stream whose frames go into the shard's [`Inbox`].
+//! - `crate::shard::replica`: the replica's shard threads, which drain their inboxes each
+//!   loop turn.
+//! - `wire`: the stream's format.
+//!
+//! WAIT counts the replicas whose acknowledged positions have reached every shard's
+//! journal position when WAIT was called. `docs/REPLICATION.md` says what this promises.
+
+pub mod receiver;
+pub mod sender;
+pub mod wire;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+/// Redis's refusal of a write on a read-only replica.
+pub const READONLY: &str = "READONLY You can't write against a read only replica.";
+
+/// What a replica's shard is given to apply, in order.
+#[derive(Debug)]
+pub enum Item {
+    /// A full sync begins: drop everything.
+    FullStart,
+    /// A part of the primary's snapshot.
+    Part(Bytes),
+    /// The snapshot is whole; it stands at the primary's `position`.
+    FullEnd { position: u64 },
+    /// A journal record, and the primary's position after it.
+    Record { payload: Bytes, position: u64 },
+    /// The primary had nothing new past `position`.
+    Idle { position: u64 },
+}
+
+/// The inbox holds at most this many bytes; the receiver waits while it is fuller.
+pub const INBOX_BYTES_MAX: usize = 64 << 20;
+
+/// One replica shard's inbox, filled by its receiver thread and drained by the shard.
+#[derive(Default)]
+pub struct Inbox {
+    items: Mutex<VecDeque<Item>>,
+    pub bytes: AtomicUsize,
+    /// Set by the receiver when it pushes; taken by the shard.
+    ready: AtomicBool,
+    /// The primary position applied (for acks) and received (for a partial resync).
+    pub applied: AtomicU64,
+    pub received: AtomicU64,
+    /// A full sync was received whole since this link began (a resync may continue).
+    pub synced: AtomicBool,
+    /// Set by the shard when applying failed: the next link syncs in full.
+    pub broken: AtomicBool,
+    /// The primary run the inbox's data comes from.
+    pub run: Mutex<String>,
+    /// The stream's ack thread, woken after the shard applies.
+    pub acker: Mutex<Option<std::thread::Thread>>,
+}
+
+impl Inbox {
+    /// Queues `item`; true when the inbox had nothing waiting (the shard needs waking).
+    pub fn push(&self, item: Item) -> bool {
+        let size = match &item {
+            Item::Part(b) | Item::Record { payload: b, .. } => b.len(),
+            _ => 0,
+        };
+        self.bytes.fetch_add(size, Ordering::AcqRel);
+        self.items.lock().expect("inbox").push_back(item);
+        !self.ready.swap(true, Ordering::AcqRel)
+    }
+
+    /// Takes up to `bytes_max` bytes of items (at least one, if any).
+    pub fn take(&self, bytes_max: usize) -> Vec<Item> {
+        if !self.ready.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        let mut items = self.items.lock().expect("inbox");
+        let mut taken = Vec::new();
+        let mut size = 0;
+        while let Some(item) = items.pop_front() {
+            size += match &item {
+                Item::Part(b) | Item::Record { payload: b, .. } => b.len(),
+                _ => 0,
+            };
+            taken.push(item);
+            if size >= bytes_max {
+                break;
+            }
+        }
+        if !items.is_empty() {
+            self.ready.store(true, Ordering::Release);
+        }
+        self.bytes.fetch_sub(size, Ordering::AcqRel);
+        taken
+    }
+
+    /// Drops what is queued (a promotion, or a new primary).
+    pub fn clear(&self) {
+        self.items.lock().expect("inbox").clear();
+        self.bytes.store(0, Ordering::Release);
+    }
+}
+
+/// A replica as its primary sees it: one per replica process, however many shard streams.
+pub struct Peer {
+    pub id: String,
+    pub ip: String,
+    pub listening_port: u16,
+    /// Per shard: the position it acknowledged applying (0: nothing yet).
+    pub acked: Vec<AtomicU64>,
+    /// Shard streams connected, and streams done with their full sync.
+    pub streams: AtomicUsize,
+    pub online: AtomicUsize,
+    pub last_ack_ms: AtomicU64,
+}
+
+/// The replica's link to its primary, for ROLE and INFO.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    /// Connecting or handshaking.
+    Connecting,
+    /// A full sync is running.
+    Syncing,
+    /// Every shard follows the primary's journal.
+    Connected,
+    /// The last try failed (why); another follows.
+    Down(String),
+}
+
+/// Who this node follows, if anyone.
+#[derive(Clone, Debug)]
+pub struct Primary {
+    pub host: String,
+    pub port: u16,
+    pub state: LinkState,
+    pub since_ms: u64,
+}
+
+/// The node's replication state (in `Globals`).
+pub struct Replication {
+    /// Changed when this node becomes a primary again (Redis's replid).
+    pub run_id: Mutex<String>,
+    /// The secret a replica names on the stream port (given by REPLCONF WETASK).
+    pub token: String,
+    /// Read per command (writes are refused on a read-only replica).
+    pub is_replica: AtomicBool,
+    pub read_only: AtomicBool,
+    /// The stream listener's port (0: none: `appendonly no`).
+    pub listen_port: AtomicU16,
+    pub primary: Mutex<Option<Primary>>,
+    /// Bumped by every REPLICAOF: the receiver threads of an older one stop.
+    pub link_epoch: AtomicU64,
+    /// The replicas connected to this node.
+    pub peers: Mutex<Vec<Arc<Peer>>>,
+    /// Per shard, on a replica.
+    pub inboxes: Vec<Inbox>,
+    /// The replica's open streams, and the primary's.
+    pub links: Links,
+    pub sender_links: Links,
+    /// Shard streams that synced in full, continued, and could not continue.
+    pub sync_full: AtomicU64,
+    pub sync_partial_ok: AtomicU64,
+    pub sync_partial_err: AtomicU64,
+    /// Unix ms of the last frame from the primary.
+    pub last_io_ms: AtomicU64,
+}
+
+impl Replication {
+    pub fn new(shards: usize) -> Replication {
+        Replication {
+            run_id: Mutex::new(random_hex(40)),
+            token: random_hex(32),
+            is_replica: AtomicBool::new(false),
+            read_only: AtomicBool::new(true),
+            listen_port: AtomicU16::new(0),
+            primary: Mutex::new(None),
+            link_epoch: AtomicU64::new(0),
+            peers: Mutex::new(Vec::new()),
+            inboxes: (0..shards).map(|_| Inbox::default()).collect(),
+            links: Links::default(),
+            sender_links: Links::default(),
+            sync_full: AtomicU64::new(0),
+            sync_partial_ok: AtomicU64::new(0),
+            sync_partial_err: AtomicU64::new(0),
+            last_io_ms: AtomicU64::new(0),
+        }
+    }
+
+    pub fn run_id(&self) -> String {
+        self.run_id.lock().expect("run id").clone()
+    }
+
+    pub fn is_replica(&self) -> bool {
+        self.is_replica.load(Ordering::Relaxed)
+    }
+
+    /// True when a client's write must be refused: a read-only replica.
+    pub fn refuses_writes(&self) -> bool {
+        self.is_replica.load(Ordering::Relaxed) && self.read_only.load(Ordering::Relaxed)
+    }
+
+    /// Sets the link's state (and its last I/O time).
+    pub fn set_link(&self, epoch: u64, state: LinkState) {
+        if self.link_epoch.load(Ordering::Acquire) != epoch {
+            return;
+        }
+        if let Some(primary) = self.primary.lock().expect("primary").as_mut() {
+            if state != primary.state {
+                primary.since_ms = crate::clock::unix_ms();
+            }
+            primary.state = state;
+        }
+    }
+
+    pub fn note_io(&self) {
+        self.last_io_ms
+            .store(crate::clock::unix_ms(), Ordering::Relaxed);
+    }
+
+    /// Replicas whose acknowledged positions reached `targets` (one per shard).
+    pub fn replicas_at(&self, targets: &[u64]) -> usize {
+        self.peers
+            .lock()
+            .expect("peers")
+            .iter()
+            .filter(|peer| {
+                peer.acked
+                    .iter()
+                    .zip(targets)
+                    .all(|(acked, &target)| acked.load(Ordering::Acquire) >= target)
+            })
+            .count()
+    }
+
+    /// The peer named `id`, registered if new.
+    pub fn peer(&self, id: &str, ip: &str, listening_port: u16, shards: usize) -> Arc<Peer> {
+        let mut peers = self.peers.lock().expect("peers");
+        if let Some(peer) = peers.iter().find(|p| p.id == id) {
+            return peer.clone();
+        }
+        let peer = Arc::new(Peer {
+            id: id.to_string(),
+            ip: ip.to_string(),
+            listening_port,
+            acked: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            streams: AtomicUsize::new(0),
+            online: AtomicUsize::new(0),
+            last_ack_ms: AtomicU64::new(crate::clock::unix_ms()),
+        });
+        peers.push(peer.clone());
+        peer
+    }
+
+    /// Forgets a peer whose last stream closed.
+    pub fn stream_closed(&self, peer: &Arc<Peer>) {
+        if peer.streams.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.peers
+                .lock()
+                .expect("peers")
+                .retain(|p| !Arc::ptr_eq(p, peer));
+        }
+    }
+}
+
+/// Open stream sockets (a replica's to its primary, or a primary's to its replicas), so
+/// that REPLICAOF, a failed stream or CLIENT KILL TYPE replica can end them: shutting a
+/// socket down fails its thread's reads and writes.
+#[derive(Default)]
+pub struct Links {
+    sockets: Mutex<Vec<(u64, std::net::TcpStream)>>,
+    next: AtomicU64,
+}
+
+/// A socket's place in [`Links`], taken out when dropped.
+pub struct Link<'a> {
+    links: &'a Links,
+    id: u64,
+}
+
+impl Drop for Link<'_> {
+    fn drop(&mut self) {
+        self.links
+            .sockets
+            .lock()
+            .expect("links")
+            .retain(|(id, _)| *id != self.id);
+    }
+}
+
+impl Links {
+    pub fn add(&self, socket: &std::net::TcpStream) -> Link<'_> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        if let Ok(clone) = socket.try_clone() {
+            self.sockets.lock().expect("links").push((id, clone));
+        }
+        Link { links: self, id }
+    }
+
+    /// Ends every stream; returns how many there were.
+    pub fn close_all(&self) -> usize {
+        let sockets = self.sockets.lock().expect("links");
+        for (_, socket) in sockets.iter() {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+        sockets.len()
+    }
+}
+
+/// `len` random lowercase hex digits.
+pub fn random_hex(len: usize) -> String {
+    let mut rng = fastrand::Rng::with_seed(
+        crate::clock::unix_ms() ^ (u64::from(std::process::id()) << 32) ^ fastrand::u64(..),
+    );
+    (0..len)
+        .map(|_| char::from_digit(rng.u32(0..16), 16).expect("a hex digit"))
+        .collect()
+}
+
+/// The sum of the positions in `positions`: the single offset ROLE and INFO show (it grows
+/// with every record; it is a position, not a byte count).
+pub fn offset_of(positions: impl Iterator<Item = u64>) -> u64 {
+    positions.fold(0u64, |sum, p| sum.wrapping_add(p))
+}

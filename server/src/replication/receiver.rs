@@ -1,0 +1,364 @@
+//! The replica's side of the link: one thread per `REPLICAOF` that handshakes on the
+//! primary's client port (`AUTH`, then `REPLCONF WETASK`: its run id, shard count, stream
+//! port and token), then runs one stream per shard into that shard's inbox, and starts
+//! over (after a second) whenever a stream ends, until the next `REPLICAOF`.
+//!
+//! A stream continues from the position its inbox last received when it was synced in full
+//! from the same primary run; otherwise it asks for a full sync. A thread per stream sends
+//! the shard's applied position back as it moves (the shard unparks it), and once a second.
+
+use std::io::{BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use wetask_protocol::{Frame, FrameDecoder, Limits};
+
+use super::wire::{self, Opening};
+use super::{Inbox, Item, LinkState, Replication, INBOX_BYTES_MAX};
+
+/// Connecting and each step of the handshake wait at most this long.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A stream that hears nothing (not even a heartbeat) for this long is dropped.
+const SILENCE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The pause before a new try.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// What `REPLCONF WETASK` told the replica.
+struct Hello {
+    run_id: String,
+    shards: usize,
+    stream_port: u16,
+    token: String,
+}
+
+/// What a link needs from the server.
+pub struct Env {
+    pub replication: Arc<Replication>,
+    pub doorbells: Arc<[crate::doorbell::Doorbell]>,
+    pub shard_count: usize,
+    /// This node's client port (the primary lists it).
+    pub listening_port: u16,
+    /// AUTH's arguments for the primary (`masteruser` and `masterauth`); empty: no AUTH.
+    pub auth: Vec<String>,
+    /// True once the server is shutting down.
+    pub stopping: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+/// Starts following `host:port` (the link epoch was already bumped by the caller).
+pub fn start(env: Env, epoch: u64, host: String, port: u16) {
+    let spawned = std::thread::Builder::new()
+        .name("repl-link".into())
+        .spawn(move || link(&env, epoch, &host, port));
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the replication link: {e}");
+    }
+}
+
+fn current(env: &Env, epoch: u64) -> bool {
+    env.replication.link_epoch.load(Ordering::Acquire) == epoch && !(env.stopping)()
+}
+
+/// Sleeps `pause` in small steps while the link is current.
+fn pause(env: &Env, epoch: u64, pause: Duration) {
+    let until = std::time::Instant::now() + pause;
+    while current(env, epoch) && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn link(env: &Env, epoch: u64, host: &str, port: u16) {
+    let replication = &env.replication;
+    let replica_id = super::random_hex(16);
+    while current(env, epoch) {
+        replication.set_link(epoch, LinkState::Connecting);
+        let hello = match handshake(host, port, &env.auth) {
+            Ok(hello) if hello.shards != env.shard_count => Err(format!(
+                "the primary runs {} shards and this node {}: start the replica with --shards {}",
+                hello.shards, env.shard_count, hello.shards
+            )),
+            other => other,
+        };
+        let hello = match hello {
+            Ok(hello) => hello,
+            Err(e) => {
+                tracing::warn!(primary = %format!("{host}:{port}"), "replication link: {e}");
+                replication.set_link(epoch, LinkState::Down(e));
+                pause(env, epoch, RETRY_AFTER);
+                continue;
+            }
+        };
+        tracing::info!(primary = %format!("{host}:{port}"), run = %hello.run_id, "replicating");
+        replication.set_link(epoch, LinkState::Syncing);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            for shard in 0..env.shard_count {
+                let (hello, replica_id, stop) = (&hello, &replica_id, &stop);
+                scope.spawn(move || {
+                    let result = stream(env, epoch, host, hello, replica_id, shard, stop);
+                    if let Err(e) = result {
+                        tracing::info!(shard, "replication stream ended: {e}");
+                    }
+                    // One stream down takes the others with it: the link starts over whole.
+                    stop.store(true, Ordering::Release);
+                    env.replication.links.close_all();
+                });
+            }
+            while !stop.load(Ordering::Acquire) && current(env, epoch) {
+                let synced = replication
+                    .inboxes
+                    .iter()
+                    .all(|inbox| inbox.synced.load(Ordering::Acquire));
+                let state = if synced {
+                    LinkState::Connected
+                } else {
+                    LinkState::Syncing
+                };
+                replication.set_link(epoch, state);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stop.store(true, Ordering::Release);
+            replication.links.close_all();
+        });
+        replication.set_link(
+            epoch,
+            LinkState::Down("the link to the primary was lost".into()),
+        );
+        pause(env, epoch, RETRY_AFTER);
+    }
+}
+
+/// AUTH (with `masteruser`/`masterauth` when set), then `REPLCONF WETASK`.
+fn handshake(host: &str, port: u16, auth: &[String]) -> Result<Hello, String> {
+    let mut conn = connect(host, port)?;
+    if !auth.is_empty() {
+        let mut args = vec!["AUTH".to_string()];
+        args.extend(auth.iter().cloned());
+        match request(&mut conn, &args)? {
+            Frame::Simple(_) => {}
+            other => return Err(format!("the primary refused AUTH: {}", describe(&other))),
+        }
+    }
+    let reply = request(&mut conn, &["REPLCONF".into(), "WETASK".into()])?;
+    let Frame::Array(fields) = reply else {
+        return Err(format!(
+            "the primary is not a WeTask node that replicates: {}",
+            describe(&reply)
+        ));
+    };
+    let text = |f: Option<&Frame>| match f {
+        Some(Frame::Bulk(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    let number = |f: Option<&Frame>| match f {
+        Some(Frame::Integer(n)) => Some(*n),
+        _ => None,
+    };
+    match (
+        text(fields.first()),
+        number(fields.get(1)),
+        number(fields.get(2)),
+        text(fields.get(3)),
+    ) {
+        (Some(run_id), Some(shards), Some(port), Some(token)) if shards > 0 && port > 0 => {
+            Ok(Hello {
+                run_id,
+                shards: shards as usize,
+                stream_port: port.min(i64::from(u16::MAX)) as u16,
+                token,
+            })
+        }
+        _ => Err("the primary's REPLCONF WETASK answer is malformed".into()),
+    }
+}
+
+fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
+    let conn = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .find_map(|at| TcpStream::connect_timeout(&at, HANDSHAKE_TIMEOUT).ok())
+        .ok_or_else(|| format!("cannot connect to {host}:{port}"))?;
+    let _ = conn.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = conn.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = conn.set_nodelay(true);
+    Ok(conn)
+}
+
+/// Sends one command and reads its reply.
+fn request(conn: &mut TcpStream, args: &[String]) -> Result<Frame, String> {
+    let mut out = format!("*{}\r\n", args.len());
+    for arg in args {
+        out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    conn.write_all(out.as_bytes())
+        .map_err(|e| format!("cannot write to the primary: {e}"))?;
+    let mut decoder = FrameDecoder::new(Limits::default());
+    let mut buffer = BytesMut::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match decoder.decode(&mut buffer) {
+            Ok(Some(frame)) => return Ok(frame),
+            Ok(None) => {}
+            Err(e) => return Err(format!("the primary's reply is malformed: {e:?}")),
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) => return Err("the primary closed the connection".into()),
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(e) => return Err(format!("cannot read from the primary: {e}")),
+        }
+    }
+}
+
+fn describe(frame: &Frame) -> String {
+    match frame {
+        Frame::Error(e) => String::from_utf8_lossy(e).into_owned(),
+        Frame::Simple(s) => String::from_utf8_lossy(s).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// One shard's stream: the opening, the answer, then frames into the inbox until the
+/// stream fails or `stop` is raised.
+fn stream(
+    env: &Env,
+    epoch: u64,
+    host: &str,
+    hello: &Hello,
+    replica_id: &str,
+    shard: usize,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let replication = &env.replication;
+    let inbox = &replication.inboxes[shard];
+    let conn = connect(host, hello.stream_port)?;
+    let _link = replication.links.add(&conn);
+    if stop.load(Ordering::Acquire) || !current(env, epoch) {
+        return Ok(());
+    }
+    let resume = {
+        let run = inbox.run.lock().expect("inbox run");
+        let whole = inbox.synced.load(Ordering::Acquire) && !inbox.broken.load(Ordering::Acquire);
+        (whole && *run == hello.run_id)
+            .then(|| (hello.run_id.clone(), inbox.received.load(Ordering::Acquire)))
+    };
+    let opening = Opening {
+        token: hello.token.clone(),
+        shard,
+        replica_id: replica_id.to_string(),
+        listening_port: env.listening_port,
+        resume,
+    };
+    (&conn)
+        .write_all(opening.line().as_bytes())
+        .map_err(|e| e.to_string())?;
+    let _ = conn.set_read_timeout(Some(SILENCE_TIMEOUT));
+    let mut reader = BufReader::with_capacity(1 << 16, &conn);
+    let answer = wire::read_line(&mut reader).map_err(|e| e.to_string())?;
+    let (word, position) = answer.split_once(' ').unwrap_or((answer.as_str(), ""));
+    let position: u64 = position.trim().parse().unwrap_or(0);
+    match word {
+        "+FULL" => {
+            inbox.synced.store(false, Ordering::Release);
+            inbox.broken.store(false, Ordering::Release);
+            *inbox.run.lock().expect("inbox run") = hello.run_id.clone();
+            inbox.received.store(position, Ordering::Release);
+            push(env, shard, Item::FullStart);
+        }
+        "+CONTINUE" => {}
+        _ => return Err(format!("the primary refused the stream: {answer}")),
+    }
+    std::thread::scope(|scope| {
+        let acker = scope.spawn(|| ack_loop(&conn, inbox, stop));
+        *inbox.acker.lock().expect("acker") = Some(acker.thread().clone());
+        let result = frames(env, shard, &mut reader, stop, position);
+        stop.store(true, Ordering::Release);
+        *inbox.acker.lock().expect("acker") = None;
+        acker.thread().unpark();
+        result
+    })
+}
+
+/// Reads frames into the shard's inbox.
+fn frames(
+    env: &Env,
+    shard: usize,
+    reader: &mut impl Read,
+    stop: &AtomicBool,
+    full_at: u64,
+) -> Result<(), String> {
+    let replication = &env.replication;
+    let inbox = &replication.inboxes[shard];
+    let mut frames = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        let (tag, payload) = wire::read_frame(reader).map_err(|e| e.to_string())?;
+        frames += 1;
+        if frames % 256 == 1 {
+            replication.note_io();
+        }
+        match tag {
+            wire::PART => push(env, shard, Item::Part(Bytes::from(payload))),
+            wire::SNAPSHOT_END => {
+                push(env, shard, Item::FullEnd { position: full_at });
+                inbox.synced.store(true, Ordering::Release);
+            }
+            wire::RECORD => {
+                let position = wire::u64_at(&payload, 0).map_err(|e| e.to_string())?;
+                let payload = Bytes::from(payload).slice(8..);
+                push(env, shard, Item::Record { payload, position });
+                inbox.received.store(position, Ordering::Release);
+            }
+            wire::HEARTBEAT => {
+                let position = wire::u64_at(&payload, 0).map_err(|e| e.to_string())?;
+                replication.note_io();
+                push(env, shard, Item::Idle { position });
+            }
+            other => return Err(format!("an unknown frame {other}")),
+        }
+        while inbox.bytes.load(Ordering::Acquire) > INBOX_BYTES_MAX {
+            if stop.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    Ok(())
+}
+
+/// Queues `item` for the shard, waking it when its inbox was empty.
+fn push(env: &Env, shard: usize, item: Item) {
+    if env.replication.inboxes[shard].push(item) {
+        env.doorbells[shard].ring();
+    }
+}
+
+/// Sends the shard's applied position whenever it moves (the shard unparks this thread
+/// after applying: [`Replication::wake_acks`]), and once a second.
+fn ack_loop(mut conn: &TcpStream, inbox: &Inbox, stop: &AtomicBool) {
+    let mut last = u64::MAX;
+    let mut sent_at = std::time::Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        let applied = inbox.applied.load(Ordering::Acquire);
+        if applied != last || sent_at.elapsed() >= Duration::from_secs(1) {
+            let mut ack = [0u8; 9];
+            ack[0] = wire::ACK;
+            ack[1..].copy_from_slice(&applied.to_le_bytes());
+            if conn.write_all(&ack).is_err() {
+                return;
+            }
+            (last, sent_at) = (applied, std::time::Instant::now());
+        }
+        std::thread::park_timeout(Duration::from_secs(1));
+    }
+}
+
+impl Replication {
+    /// Wakes the ack thread of `shard`'s stream, if any (after the shard applied).
+    pub fn wake_acks(&self, shard: usize) {
+        if let Some(thread) = self.inboxes[shard].acker.lock().expect("acker").as_ref() {
+            thread.unpark();
+        }
+    }
+}

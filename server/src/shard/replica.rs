@@ -1,0 +1,74 @@
+//! A replica's shard thread: each loop turn it applies what its inbox holds (a bounded
+//! amount, so that its clients are served meanwhile), logging it to its own journal.
+//!
+//! Its clock is its own: reads hide keys expired by it without removing them
+//! (`Shard::set_replica`), and it never runs its own expiry or task engine: the primary's
+//! records carry both, at the primary's clock.
+
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+use wetask_shards::shard::cross_commit::Replay;
+
+use super::ShardCore;
+use crate::replication::Item;
+
+/// Bytes applied per loop turn at most.
+const TURN_BYTES_MAX: usize = 1 << 20;
+
+/// A replica shard's replay state between turns.
+#[derive(Default)]
+pub struct ShardReplica {
+    /// Holds a cross-shard operation's part until its outcome arrives (as a restart does).
+    replay: RefCell<Replay>,
+}
+
+impl ShardCore {
+    /// Applies what the inbox holds (on a replica; a no-op elsewhere).
+    pub fn apply_replication(&self) {
+        let replication = &self.globals.replication;
+        let inbox = &replication.inboxes[self.id];
+        let items = inbox.take(TURN_BYTES_MAX);
+        if items.is_empty() {
+            return;
+        }
+        let mut shard = self.shard.borrow_mut();
+        let mut replay = self.replica.replay.borrow_mut();
+        let mut failed = None;
+        for item in items {
+            let result = match item {
+                Item::FullStart => {
+                    *replay = Replay::default();
+                    shard.begin_full_sync();
+                    Ok(())
+                }
+                Item::Part(part) => shard.sync_part(part),
+                Item::FullEnd { position } => shard.end_full_sync().map(|()| {
+                    inbox.applied.store(position, Ordering::Release);
+                }),
+                Item::Record { payload, position } => shard
+                    .apply_replicated(payload, &mut replay)
+                    .map(|()| inbox.applied.store(position, Ordering::Release)),
+                Item::Idle { position } => {
+                    inbox.applied.fetch_max(position, Ordering::AcqRel);
+                    Ok(())
+                }
+            };
+            if let Err(e) = result {
+                failed = Some(e);
+                break;
+            }
+        }
+        drop((shard, replay));
+        if let Some(e) = failed {
+            tracing::error!(
+                shard = self.id,
+                "cannot apply the primary's stream ({e}): syncing in full"
+            );
+            inbox.broken.store(true, Ordering::Release);
+            inbox.clear();
+            replication.links.close_all();
+        }
+        replication.wake_acks(self.id);
+    }
+}

@@ -1,0 +1,346 @@
+"""REPLICAOF between WeTask nodes (docs/REPLICATION.md): a full sync of keys and tasks in
+every state, the stream that follows, WAIT, ROLE and INFO, read-only replicas, a partial
+resync after the link drops, promotion after the primary is killed, a replica restarted,
+and the refusals (shard counts that differ, a primary without a journal).
+
+Every wait polls for a signal (INFO, WAIT's count, a key) with a deadline; nothing sleeps
+and hopes. Key and queue names are random, so that on 2 shards they land on both."""
+
+import random
+import signal
+import string
+import threading
+import time
+
+import pytest
+import redis
+
+from conftest import BINARY, Server
+
+DEADLINE_S = 30
+
+
+def names(prefix, count):
+    tag = "".join(random.choice(string.ascii_lowercase) for _ in range(6))
+    return [f"{prefix}:{tag}:{i}" for i in range(count)]
+
+
+def wait_for(check, what, deadline_s=DEADLINE_S):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def info(client, section="replication"):
+    return client.info(section)
+
+
+def link_up(client):
+    return info(client).get("master_link_status") == "up"
+
+
+def state_of(client, keys):
+    """Each key's type and value (what a replica must hold)."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.type(key)
+    types = pipe.execute()
+    pipe = client.pipeline(transaction=False)
+    for key, kind in zip(keys, types):
+        {
+            "string": lambda k: pipe.get(k),
+            "list": lambda k: pipe.lrange(k, 0, -1),
+            "hash": lambda k: pipe.hgetall(k),
+            "set": lambda k: pipe.smembers(k),
+            "zset": lambda k: pipe.zrange(k, 0, -1, withscores=True),
+            "none": lambda k: pipe.exists(k),
+        }[kind](key)
+    return list(zip(types, pipe.execute()))
+
+
+def task_stats(client, queue):
+    flat = client.execute_command("TASK.STATS", queue)
+    stats = flat if isinstance(flat, dict) else dict(zip(flat[0::2], flat[1::2]))
+    return {k: stats[k] for k in ("queued", "scheduled", "leased", "dead", "submitted")}
+
+
+def fill(client, keys):
+    pipe = client.pipeline(transaction=False)
+    for i, key in enumerate(keys):
+        kind = i % 5
+        if kind == 0:
+            pipe.set(key, f"v{i}")
+        elif kind == 1:
+            pipe.rpush(key, "a", "b", str(i))
+        elif kind == 2:
+            pipe.hset(key, mapping={"f": i, "g": "x"})
+        elif kind == 3:
+            pipe.sadd(key, "m1", f"m{i}")
+        else:
+            pipe.zadd(key, {"a": 1, f"z{i}": i})
+    pipe.execute()
+
+
+def linked(pair):
+    """Clients of the primary and of the replica, once the replica follows the primary."""
+    primary, replica = pair
+    p = redis.Redis(port=primary.port, decode_responses=True)
+    r = redis.Redis(port=replica.port, decode_responses=True)
+    assert r.replicaof("127.0.0.1", primary.port)
+    wait_for(lambda: link_up(r), "the replica's link")
+    return p, r
+
+
+@pytest.fixture(params=["1", "2"], ids=["shards1", "shards2"])
+def pair(request):
+    """A primary and a replica of it, with `shards` shards each."""
+    primary = Server("--shards", request.param)
+    replica = Server("--shards", request.param)
+    yield primary, replica
+    for srv in (replica, primary):
+        srv.stop()
+
+
+def test_full_sync_then_the_stream(pair):
+    primary, replica = pair
+    p = redis.Redis(port=primary.port, decode_responses=True)
+    r = redis.Redis(port=replica.port, decode_responses=True)
+    keys = names("k", 500)
+    fill(p, keys)
+    queue = names("q", 1)[0]
+    for i in range(6):
+        p.execute_command("TASK.SUBMIT", queue, f"job{i}")
+    p.execute_command("TASK.SUBMIT", queue, "later", "DELAY", 600000)
+    # A leased task: its connection stays open, so the lease stays.
+    worker = redis.Redis(port=primary.port, decode_responses=True)
+    leased = worker.execute_command("TASK.FETCH", queue, "COUNT", 1, "LEASE", 600000)
+    assert leased
+    r.set("stale", "gone after the sync")
+
+    assert r.replicaof("127.0.0.1", primary.port)
+    wait_for(lambda: link_up(r), "the replica's link")
+    assert state_of(r, keys) == state_of(p, keys)
+    assert task_stats(r, queue) == task_stats(p, queue) == {
+        "queued": 5, "scheduled": 1, "leased": 1, "dead": 0, "submitted": 7}
+    assert r.exists("stale") == 0
+
+    # The stream: writes after the sync, WAIT counting the replica.
+    more = names("m", 200)
+    fill(p, more)
+    p.incr(keys[0] + ":n")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert state_of(r, more) == state_of(p, more)
+    assert r.get(keys[0] + ":n") == "1"
+    worker.execute_command("TASK.ACK", leased[0][0])
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert task_stats(r, queue)["leased"] == 0
+
+    role = r.execute_command("ROLE")
+    assert role[:4] == ["slave", "127.0.0.1", primary.port, "connected"]
+    role = p.execute_command("ROLE")
+    assert role[0] == "master" and len(role[2]) == 1
+    assert info(p)["connected_slaves"] == 1
+    assert info(p)["slave0"]["state"] == "online"
+
+
+def test_a_replica_refuses_writes_unless_told_otherwise(pair):
+    primary, replica = pair
+    r = redis.Redis(port=replica.port, decode_responses=True)
+    r.replicaof("127.0.0.1", primary.port)
+    wait_for(lambda: link_up(r), "the replica's link")
+    for command in (("SET", "x", "1"), ("TASK.SUBMIT", "q", "p"), ("DEL", "x")):
+        with pytest.raises(redis.exceptions.ReadOnlyError):
+            r.execute_command(*command)
+    assert r.execute_command("REPLICAOF", "127.0.0.1", primary.port) == "OK Already connected to specified master"
+    assert r.config_get("replica-read-only") == {"replica-read-only": "yes"}
+    r.config_set("replica-read-only", "no")
+    assert r.set("local", "1")
+    with pytest.raises(redis.ResponseError, match="WAIT cannot be used with replica"):
+        r.execute_command("WAIT", 1, 10)
+
+
+def test_wait_counts_only_replicas_that_have_the_writes(pair):
+    primary, replica = pair
+    p = redis.Redis(port=primary.port, decode_responses=True)
+    p.set("a", "1")
+    started = time.monotonic()
+    assert p.execute_command("WAIT", 1, 200) == 0
+    assert time.monotonic() - started >= 0.15
+    assert p.execute_command("WAIT", 0, 0) == 0
+    r = redis.Redis(port=replica.port, decode_responses=True)
+    r.replicaof("127.0.0.1", primary.port)
+    wait_for(lambda: link_up(r), "the replica's link")
+    p.set("b", "2")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert r.get("b") == "2"
+    # Asking for more replicas than there are waits out the time-out and counts the one.
+    assert p.execute_command("WAIT", 2, 100) == 1
+
+
+def test_a_dropped_link_resumes_where_it_stopped(pair):
+    p, r = linked(pair)
+    p.set("before", "1")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    full = info(p, "stats")["sync_full"]
+    assert full >= 1
+    assert p.execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
+    keys = names("during", 100)
+    fill(p, keys)
+    wait_for(lambda: p.execute_command("WAIT", 1, 100) == 1, "the replica back")
+    assert state_of(r, keys) == state_of(p, keys)
+    stats = info(p, "stats")
+    assert stats["sync_partial_ok"] >= 1
+    assert stats["sync_full"] == full, "the replica synced in full again"
+
+
+def test_a_compaction_on_the_primary_does_not_lose_the_stream(pair):
+    p, r = linked(pair)
+    keys = names("c", 300)
+    for chunk in range(3):
+        fill(p, keys[chunk * 100:(chunk + 1) * 100])
+        p.bgrewriteaof()
+    p.set("last", "1")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert state_of(r, keys + ["last"]) == state_of(p, keys + ["last"])
+
+
+def test_promotion_after_the_primary_dies_keeps_its_tasks(pair):
+    primary, _ = pair
+    p, r = linked(pair)
+    queues = names("jobs", 3)
+    for queue in queues:
+        for i in range(4):
+            p.execute_command("TASK.SUBMIT", queue, f"{queue}-{i}")
+    worker = redis.Redis(port=primary.port, decode_responses=True)
+    held = worker.execute_command("TASK.FETCH", queues[0], "COUNT", 1, "LEASE", 600000)
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    before = {q: task_stats(p, q) for q in queues}
+    primary.proc.send_signal(signal.SIGKILL)
+    primary.proc.wait(timeout=10)
+    wait_for(lambda: link_up(r) is False, "the link to go down")
+    assert r.replicaof("NO", "ONE")
+    assert r.execute_command("ROLE")[0] == "master"
+    assert {q: task_stats(r, q) for q in queues} == before
+    assert before[queues[0]]["leased"] == 1
+    # The promoted node serves writes, and its workers take the queued tasks.
+    got = r.execute_command("TASK.FETCH", queues[1], "COUNT", 10)
+    assert len(got) == 4
+    for task in got:
+        r.execute_command("TASK.ACK", task[0])
+    assert task_stats(r, queues[1])["queued"] == 0
+    assert held[0][0] not in [t[0] for t in got]
+
+
+def test_a_replica_started_with_replicaof_survives_its_own_restart(tmp_path):
+    primary = Server("--shards", "2")
+    replica = None
+    try:
+        p = redis.Redis(port=primary.port, decode_responses=True)
+        keys = names("s", 200)
+        fill(p, keys)
+        replica = Server("--shards", "2", "--replicaof", f"127.0.0.1 {primary.port}")
+        r = redis.Redis(port=replica.port, decode_responses=True)
+        wait_for(lambda: link_up(r), "the replica's link")
+        assert state_of(r, keys) == state_of(p, keys)
+        data = replica.dir
+        replica.proc.send_signal(signal.SIGKILL)
+        replica.proc.wait(timeout=10)
+        p.set("while-down", "1")
+        # The same data directory, started again: it loads its journal, then follows.
+        # (A new free port: the old listener may outlive the kill for a few seconds.)
+        replica = Server("--shards", "2", "--replicaof", f"127.0.0.1 {primary.port}",
+                         data_dir=data)
+        r = redis.Redis(port=replica.port, decode_responses=True)
+        wait_for(lambda: link_up(r), "the restarted replica's link")
+        assert p.execute_command("WAIT", 1, 5000) == 1
+        assert state_of(r, keys + ["while-down"]) == state_of(p, keys + ["while-down"])
+    finally:
+        if replica:
+            replica.stop()
+        primary.stop()
+
+
+def test_refusals_are_clear():
+    two = Server("--shards", "2")
+    one = Server("--shards", "1")
+    bare = Server("--shards", "1", "--appendonly", "no")
+    try:
+        r = redis.Redis(port=one.port, decode_responses=True)
+        r.replicaof("127.0.0.1", two.port)
+        reason = wait_for(lambda: info(r).get("master_link_down_reason"), "a reason")
+        assert "--shards 2" in reason
+        r.replicaof("127.0.0.1", bare.port)
+        wait_for(lambda: "appendonly yes" in str(info(r).get("master_link_down_reason")),
+                 "the journal reason")
+        with pytest.raises(redis.ResponseError, match="Invalid master port"):
+            r.execute_command("REPLICAOF", "127.0.0.1", "99999")
+        with pytest.raises(redis.ResponseError, match="Unrecognized REPLCONF option"):
+            r.execute_command("REPLCONF", "bogus", "1")
+        assert r.replicaof("NO", "ONE")
+        assert r.set("mine", "1")
+    finally:
+        for srv in (bare, one, two):
+            srv.stop()
+
+
+def test_cross_shard_operations_time_and_expiry_replicate(pair):
+    p, r = linked(pair)
+    a, b, c, d = names("x", 4)
+    p.mset({a: "1", b: "2"})
+    p.rename(a, c)
+    p.rpush(b + ":l", "x", "y")
+    p.lmove(b + ":l", d, "LEFT", "RIGHT")
+    tx = p.pipeline(transaction=True)
+    tx.incr(b)
+    tx.set(a, "again")
+    tx.sadd(d + ":s", "m")
+    tx.execute()
+    p.set(c + ":ttl", "soon", px=300)
+    p.set(c + ":kept", "later", ex=600)
+    queue = names("timed", 1)[0]
+    p.execute_command("TASK.SUBMIT", queue, "due soon", "DELAY", 200)
+    wait_for(lambda: task_stats(p, queue)["queued"] == 1, "the delayed task due")
+    wait_for(lambda: p.exists(c + ":ttl") == 0, "the key to expire")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    every = [a, b, c, d, b + ":l", d + ":s", c + ":ttl", c + ":kept"]
+    assert state_of(r, every) == state_of(p, every)
+    assert task_stats(r, queue) == task_stats(p, queue)
+    assert 590 <= r.ttl(c + ":kept") <= 600
+
+
+def test_a_full_sync_while_a_writer_runs(pair):
+    primary, replica = pair
+    p = redis.Redis(port=primary.port, decode_responses=True)
+    r = redis.Redis(port=replica.port, decode_responses=True)
+    keys = names("big", 20000)
+    for start in range(0, len(keys), 2000):
+        p.mset({k: "x" * 100 for k in keys[start:start + 2000]})
+    stop = threading.Event()
+    written = []
+
+    def writer():
+        w = redis.Redis(port=primary.port, decode_responses=True)
+        i = 0
+        while not stop.is_set() and i < 50000:
+            w.set(f"w:{i % 500}", i)
+            written.append(i)
+            i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        r.replicaof("127.0.0.1", primary.port)
+        wait_for(lambda: link_up(r), "the replica's link")
+        wait_for(lambda: len(written) > 2000, "the writer to write on")
+    finally:
+        stop.set()
+        thread.join(timeout=DEADLINE_S)
+    assert p.execute_command("WAIT", 1, 10000) == 1
+    touched = [f"w:{i}" for i in range(500)]
+    assert state_of(r, touched) == state_of(p, touched)
+    assert r.dbsize() == p.dbsize()
+    assert r.mget(keys[::97]) == p.mget(keys[::97])
