@@ -69,6 +69,9 @@ pub struct ConnState {
     /// Connected to its shard's own port (cluster mode): a key another shard owns is
     /// answered `-MOVED` (`session::dispatch`).
     pub shard_port: bool,
+    /// This node's own connection applying a Redis primary's stream: its writes pass a
+    /// read-only replica (`replication::from_redis`).
+    pub replication_applier: bool,
     /// ASKING was sent: the next command may use a slot this node imports (cluster mode).
     pub asking: bool,
     pub name: Option<Bytes>,
@@ -202,6 +205,7 @@ impl ConnState {
             addr,
             laddr,
             shard_port: false,
+            replication_applier: false,
             asking: false,
             name: None,
             lib_name: None,

@@ -170,7 +170,7 @@ pub async fn run(
         "latency" => ctx.globals.latency.command(args),
         "role" => replication::role(ctx),
         "replicaof" | "slaveof" => replication::replicaof(ctx, args),
-        "replconf" => replication::replconf(ctx, args),
+        "replconf" => replication::replconf(ctx, &mut conn.borrow_mut(), args),
         "scan" => {
             let (db, only_here) = (conn.borrow().db, conn.borrow().shard_port);
             scan::scan(ctx, db, args, only_here).await

@@ -10,6 +10,7 @@ use wetask_shards::args::{is, parse_i64};
 
 use crate::globals::{unix_ms, Globals};
 use crate::replication::{self, LinkState, Primary};
+use crate::clients::ConnState;
 use crate::shard::ShardCtx;
 
 /// WAIT's arguments: (replicas, time-out in ms).
@@ -132,7 +133,14 @@ pub fn follow(globals: &std::sync::Arc<Globals>, host: String, port: u16) {
         listening_port: globals.port.load(Ordering::Relaxed),
         auth: password.map_or(Vec::new(), |p| user.into_iter().chain([p]).collect()),
         stopping: Box::new(move || stopping.shutting_down()),
+        local_host: match globals.config.bind.as_str() {
+            "0.0.0.0" | "" => "127.0.0.1".into(),
+            "::" => "::1".into(),
+            bind => bind.to_string(),
+        },
+        local_password: globals.requirepass.lock().expect("requirepass").clone(),
     };
+    replication.follows_redis.store(false, Ordering::Release);
     replication::receiver::start(env, epoch, host, port);
     globals.ring_every_shard();
 }
@@ -160,9 +168,18 @@ fn promote(globals: &Globals) {
 
 /// REPLCONF: `WETASK` is a WeTask replica's handshake (run id, shard count, stream port,
 /// token); Redis's options (`listening-port`, `capa`, `ack` …) are accepted.
-pub(super) fn replconf(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+pub(super) fn replconf(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
     let replication = &ctx.globals.replication;
-    if args.len() == 2 && is(&args[1], "wetask") {
+    // This node's own connection that applies a Redis primary's stream
+    // (`replication::from_redis`): its writes pass a read-only replica.
+    if args.len() == 3 && is(&args[1], "wetask-apply") {
+        if !constant_time_eq(&args[2], replication.token.as_bytes()) {
+            return Frame::static_error("ERR bad replication token");
+        }
+        conn.replication_applier = true;
+        return Frame::ok();
+    }
+    if (args.len() == 2 || args.len() == 3) && is(&args[1], "wetask") {
         let port = replication.listen_port.load(Ordering::Acquire);
         if port == 0 {
             return Frame::static_error(
@@ -200,6 +217,10 @@ pub(super) fn replconf(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
     Frame::ok()
 }
 
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 fn bulk(text: impl Into<String>) -> Frame {
     Frame::Bulk(Bytes::from(text.into()))
 }
@@ -207,7 +228,9 @@ fn bulk(text: impl Into<String>) -> Frame {
 /// The single offset ROLE and INFO show: the sum of the shards' positions.
 fn offset(globals: &Globals) -> u64 {
     let replication = &globals.replication;
-    if replication.is_replica() {
+    if replication.is_replica() && replication.follows_redis.load(Ordering::Acquire) {
+        replication.primary_offset.load(Ordering::Acquire)
+    } else if replication.is_replica() {
         replication::offset_of(
             replication
                 .inboxes

@@ -21,6 +21,7 @@
 //! WAIT counts the replicas whose acknowledged positions have reached every shard's
 //! journal position when WAIT was called. `docs/REPLICATION.md` says what this promises.
 
+pub mod from_redis;
 pub mod receiver;
 pub mod sender;
 pub mod wire;
@@ -178,6 +179,9 @@ pub struct Replication {
     pub sync_partial_err: AtomicU64,
     /// Unix ms of the last frame from the primary.
     pub last_io_ms: AtomicU64,
+    /// The primary is a redis-server (`from_redis`), and the offset applied of its stream.
+    pub follows_redis: AtomicBool,
+    pub primary_offset: AtomicU64,
 }
 
 impl Replication {
@@ -198,6 +202,8 @@ impl Replication {
             sync_partial_ok: AtomicU64::new(0),
             sync_partial_err: AtomicU64::new(0),
             last_io_ms: AtomicU64::new(0),
+            follows_redis: AtomicBool::new(false),
+            primary_offset: AtomicU64::new(0),
         }
     }
 

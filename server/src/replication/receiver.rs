@@ -46,6 +46,10 @@ pub struct Env {
     pub auth: Vec<String>,
     /// True once the server is shutting down.
     pub stopping: Box<dyn Fn() -> bool + Send + Sync>,
+    /// How to reach this node's own client port (a Redis primary's stream is applied
+    /// through it: `from_redis`), and its password.
+    pub local_host: String,
+    pub local_password: Option<String>,
 }
 
 /// Starts following `host:port` (the link epoch was already bumped by the caller).
@@ -76,11 +80,16 @@ fn link(env: &Env, epoch: u64, host: &str, port: u16) {
     while current(env, epoch) {
         replication.set_link(epoch, LinkState::Connecting);
         let hello = match handshake(host, port, &env.auth) {
-            Ok(hello) if hello.shards != env.shard_count => Err(format!(
+            Ok(None) => {
+                follow_redis(env, epoch, host, port);
+                return;
+            }
+            Ok(Some(hello)) if hello.shards != env.shard_count => Err(format!(
                 "the primary runs {} shards and this node {}: start the replica with --shards {}",
                 hello.shards, env.shard_count, hello.shards
             )),
-            other => other,
+            Ok(Some(hello)) => Ok(hello),
+            Err(e) => Err(e),
         };
         let hello = match hello {
             Ok(hello) => hello,
@@ -131,8 +140,24 @@ fn link(env: &Env, epoch: u64, host: &str, port: u16) {
     }
 }
 
-/// AUTH (with `masteruser`/`masterauth` when set), then `REPLCONF WETASK`.
-fn handshake(host: &str, port: u16, auth: &[String]) -> Result<Hello, String> {
+/// Follows a Redis primary (`from_redis`) until the link is replaced: a dropped session
+/// starts over after a second, resuming from Redis's backlog when it can.
+fn follow_redis(env: &Env, epoch: u64, host: &str, port: u16) {
+    env.replication.follows_redis.store(true, Ordering::Release);
+    let mut resume = None;
+    while current(env, epoch) {
+        env.replication.set_link(epoch, LinkState::Connecting);
+        if let Err(e) = super::from_redis::session(env, epoch, host, port, &mut resume) {
+            tracing::warn!(primary = %format!("{host}:{port}"), "replication from Redis: {e}");
+            env.replication.set_link(epoch, LinkState::Down(e));
+        }
+        pause(env, epoch, RETRY_AFTER);
+    }
+}
+
+/// AUTH (with `masteruser`/`masterauth` when set), then `REPLCONF WETASK 1`: the WeTask
+/// primary's hello, or `None` for a Redis primary.
+fn handshake(host: &str, port: u16, auth: &[String]) -> Result<Option<Hello>, String> {
     let mut conn = connect(host, port)?;
     if !auth.is_empty() {
         let mut args = vec!["AUTH".to_string()];
@@ -142,7 +167,13 @@ fn handshake(host: &str, port: u16, auth: &[String]) -> Result<Hello, String> {
             other => return Err(format!("the primary refused AUTH: {}", describe(&other))),
         }
     }
-    let reply = request(&mut conn, &["REPLCONF".into(), "WETASK".into()])?;
+    // Option and value, as Redis's REPLCONF takes them: Redis then names the option it does
+    // not know.
+    let reply = request(&mut conn, &["REPLCONF".into(), "WETASK".into(), "1".into()])?;
+    if matches!(&reply, Frame::Error(e) if e.starts_with(b"ERR Unrecognized REPLCONF option")) {
+        // Not a WeTask node: a Redis primary, followed with Redis's own protocol.
+        return Ok(None);
+    }
     let Frame::Array(fields) = reply else {
         return Err(format!(
             "the primary is not a WeTask node that replicates: {}",
@@ -164,18 +195,18 @@ fn handshake(host: &str, port: u16, auth: &[String]) -> Result<Hello, String> {
         text(fields.get(3)),
     ) {
         (Some(run_id), Some(shards), Some(port), Some(token)) if shards > 0 && port > 0 => {
-            Ok(Hello {
+            Ok(Some(Hello {
                 run_id,
                 shards: shards as usize,
                 stream_port: port.min(i64::from(u16::MAX)) as u16,
                 token,
-            })
+            }))
         }
         _ => Err("the primary's REPLCONF WETASK answer is malformed".into()),
     }
 }
 
-fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
+pub(super) fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
     let conn = (host, port)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve {host}: {e}"))?
@@ -188,7 +219,7 @@ fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
 }
 
 /// Sends one command and reads its reply.
-fn request(conn: &mut TcpStream, args: &[String]) -> Result<Frame, String> {
+pub(super) fn request(conn: &mut TcpStream, args: &[String]) -> Result<Frame, String> {
     let mut out = format!("*{}\r\n", args.len());
     for arg in args {
         out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));

@@ -117,6 +117,12 @@ fn refusal(
     args: &[bytes::Bytes],
 ) -> Result<(), Frame> {
     wetask_shards::table::info::check_subcommand(spec, args)?;
+    if spec.has(flag::WRITE)
+        && ctx.globals.replication.refuses_writes()
+        && !conn.replication_applier
+    {
+        return Err(Frame::static_error(crate::replication::READONLY));
+    }
     ctx.make_room(spec)?;
     if crate::commands::pubsub::resp2_subscribed(conn)
         && !crate::commands::pubsub::allowed_while_subscribed(spec)

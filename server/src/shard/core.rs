@@ -249,9 +249,6 @@ impl ShardCore {
     pub fn make_room(&self, spec: &wetask_shards::CommandSpec) -> Result<(), Frame> {
         use wetask_shards::table::flag;
         if spec.has(flag::WRITE) {
-            if self.globals.replication.refuses_writes() {
-                return Err(Frame::static_error(crate::replication::READONLY));
-            }
             if let Some(misconf) = self.globals.store.get().and_then(|s| s.misconf()) {
                 return Err(Frame::error(misconf));
             }

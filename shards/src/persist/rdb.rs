@@ -162,9 +162,19 @@ pub fn restore(payload: &[u8]) -> Result<Value, Refused> {
     Ok(value)
 }
 
+/// Reads a value of RDB type `kind` (its type byte already read) at the reader: an RDB
+/// file's key (`rdb_file`).
+pub(crate) fn read_value_of(r: &mut Reader<'_>, kind: u8) -> Read<Value> {
+    r.value_of(kind)
+}
+
 impl Reader<'_> {
     fn value(&mut self) -> Read<Value> {
         let kind = self.byte()?;
+        self.value_of(kind)
+    }
+
+    fn value_of(&mut self, kind: u8) -> Read<Value> {
         match kind {
             kind::STRING => Ok(Value::Str(self.string()?)),
             kind::LIST => {

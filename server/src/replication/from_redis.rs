@@ -1,0 +1,419 @@
+//! Following a Redis primary: the live migration from Redis (`REPLICAOF` at a redis-server).
+//!
+//! The link speaks Redis's replica protocol: `REPLCONF listening-port` and `capa psync2`,
+//! then `PSYNC` (`? -1` the first time, the primary's replication id and offset after a
+//! dropped link, so a short outage resumes from Redis's backlog). A full sync arrives as an
+//! RDB file (read by `wetask_shards::persist::rdb_file`), then the primary's command stream.
+//!
+//! What it receives is applied through a connection to this node's own client port, marked
+//! as the replication applier (`REPLCONF WETASK-APPLY <token>`: writes pass a read-only
+//! replica): each key of the RDB as `RESTORE … ABSTTL REPLACE`, each function library as
+//! `FUNCTION LOAD REPLACE`, then every command of the stream as it came. So the keys land
+//! on whichever shards own them, multi-key commands and MULTI/EXEC run as they would for a
+//! client, and everything is journaled as any write is. The offset acknowledged to Redis
+//! (`REPLCONF ACK`, every second and on `GETACK`) counts only commands the node has answered.
+
+use std::collections::VecDeque;
+use std::io::{BufWriter, ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use wetask_protocol::{CommandDecoder, Limits};
+use wetask_shards::persist::rdb_file::{self, RdbItem};
+
+use super::receiver::{connect, request, Env};
+use super::LinkState;
+
+/// The largest RDB a full sync accepts (held in memory while it loads).
+const RDB_BYTES_MAX: u64 = 32 << 30;
+/// How often the offset is acknowledged, and how long a read waits before that.
+const ACK_EVERY: Duration = Duration::from_secs(1);
+/// A primary silent for this long (Redis pings every 10 s) is dropped.
+const SILENCE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where a dropped link resumes: the primary's replication id and the offset applied.
+#[derive(Default, Clone)]
+pub struct Resume {
+    replid: String,
+    offset: u64,
+}
+
+/// One session with the Redis primary: the handshake, a full or partial sync, then the
+/// stream until it fails or the link is replaced.
+pub fn session(
+    env: &Env,
+    epoch: u64,
+    host: &str,
+    port: u16,
+    resume: &mut Option<Resume>,
+) -> Result<(), String> {
+    let mut primary = connect(host, port)?;
+    if !env.auth.is_empty() {
+        let mut args = vec!["AUTH".to_string()];
+        args.extend(env.auth.iter().cloned());
+        expect_ok(&mut primary, &args)?;
+    }
+    expect_ok(
+        &mut primary,
+        &["REPLCONF".into(), "listening-port".into(), env.listening_port.to_string()],
+    )?;
+    expect_ok(&mut primary, &["REPLCONF".into(), "capa".into(), "psync2".into()])?;
+    let psync = match resume {
+        Some(r) => format!("PSYNC {} {}", r.replid, r.offset + 1),
+        None => "PSYNC ? -1".into(),
+    };
+    let words: Vec<String> = psync.split(' ').map(String::from).collect();
+    send(&mut primary, &words)?;
+    let _ = primary.set_read_timeout(Some(SILENCE_TIMEOUT));
+    let answer = read_line(&mut primary)?;
+    let applier = Applier::open(env)?;
+    let offset = if let Some(rest) = answer.strip_prefix("+FULLRESYNC ") {
+        let (replid, offset) = rest
+            .split_once(' ')
+            .ok_or_else(|| format!("a malformed FULLRESYNC: {answer}"))?;
+        let offset: u64 = offset.trim().parse().map_err(|_| format!("a malformed offset: {answer}"))?;
+        env.replication.set_link(epoch, LinkState::Syncing);
+        full_sync(&mut primary, &applier)?;
+        *resume = Some(Resume {
+            replid: replid.to_string(),
+            offset,
+        });
+        offset
+    } else if answer.starts_with("+CONTINUE") {
+        let r = resume.as_mut().ok_or("the primary continued a sync never begun")?;
+        // PSYNC2: a new id after the primary's own failover.
+        if let Some(id) = answer.split_whitespace().nth(1) {
+            r.replid = id.to_string();
+        }
+        r.offset
+    } else {
+        return Err(format!("the primary refused PSYNC: {answer}"));
+    };
+    tracing::info!(primary = %format!("{host}:{port}"), offset, "following a Redis primary");
+    env.replication.set_link(epoch, LinkState::Connected);
+    env.replication.primary_offset.store(offset, Ordering::Release);
+    let result = stream(env, epoch, primary, &applier, offset, resume);
+    applier.finish();
+    result
+}
+
+fn expect_ok(conn: &mut TcpStream, args: &[String]) -> Result<(), String> {
+    match request(conn, args)? {
+        wetask_protocol::Frame::Simple(_) => Ok(()),
+        wetask_protocol::Frame::Error(e) => Err(format!(
+            "the primary refused {}: {}",
+            args[0],
+            String::from_utf8_lossy(&e)
+        )),
+        other => Err(format!("an unexpected answer to {}: {other:?}", args[0])),
+    }
+}
+
+fn send(conn: &mut TcpStream, args: &[String]) -> Result<(), String> {
+    let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.clone())).collect();
+    conn.write_all(&encode(&args))
+        .map_err(|e| format!("cannot write to the primary: {e}"))
+}
+
+/// A command as RESP.
+fn encode(args: &[Bytes]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// One `\r\n`-terminated line, skipping the bare newlines Redis sends as keep-alives while
+/// it prepares an RDB.
+fn read_line(conn: &mut TcpStream) -> Result<String, String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        conn.read_exact(&mut byte)
+            .map_err(|e| format!("cannot read from the primary: {e}"))?;
+        match byte[0] {
+            b'\n' if line.is_empty() => continue,
+            b'\n' => break,
+            b'\r' => {}
+            b => line.push(b),
+        }
+        if line.len() > 1024 {
+            return Err("the primary sent an overlong line".into());
+        }
+    }
+    Ok(String::from_utf8_lossy(&line).into_owned())
+}
+
+/// Reads the RDB (`$<len>` and the file) and loads it through the applier.
+fn full_sync(primary: &mut TcpStream, applier: &Applier) -> Result<(), String> {
+    let line = read_line(primary)?;
+    if line.starts_with("$EOF:") {
+        return Err("the primary sent a diskless RDB without a length (capa eof was not offered)".into());
+    }
+    let len: u64 = line
+        .strip_prefix('$')
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("expected the RDB's length, got {line:?}"))?;
+    if len > RDB_BYTES_MAX {
+        return Err(format!("the primary's RDB ({len} bytes) is larger than {RDB_BYTES_MAX}"));
+    }
+    let mut rdb = vec![0u8; len as usize];
+    primary
+        .read_exact(&mut rdb)
+        .map_err(|e| format!("the RDB transfer failed: {e}"))?;
+    applier.command(&[Bytes::from_static(b"FLUSHALL")])?;
+    let mut db = usize::MAX;
+    let mut keys = 0u64;
+    rdb_file::read(&rdb, &mut |item| {
+        match item {
+            RdbItem::Key { db: key_db, key, expire_at_ms, payload } => {
+                if key_db != db {
+                    db = key_db;
+                    applier.command(&[Bytes::from_static(b"SELECT"), Bytes::from(db.to_string())])?;
+                }
+                let ttl = Bytes::from(expire_at_ms.unwrap_or(0).to_string());
+                applier.command(&[
+                    Bytes::from_static(b"RESTORE"),
+                    key,
+                    ttl,
+                    Bytes::from(payload),
+                    Bytes::from_static(b"REPLACE"),
+                    Bytes::from_static(b"ABSTTL"),
+                ])?;
+                keys += 1;
+            }
+            RdbItem::Library(code) => {
+                applier.command(&[
+                    Bytes::from_static(b"FUNCTION"),
+                    Bytes::from_static(b"LOAD"),
+                    Bytes::from_static(b"REPLACE"),
+                    code,
+                ])?;
+            }
+        }
+        Ok(())
+    })?;
+    // The stream selects its database before its first command; start from 0 as Redis does.
+    applier.command(&[Bytes::from_static(b"SELECT"), Bytes::from_static(b"0")])?;
+    applier.flush()?;
+    tracing::info!(keys, bytes = len, "loaded the Redis primary's RDB");
+    Ok(())
+}
+
+/// The command stream: each command to the applier, PING dropped, GETACK answered; the
+/// applied offset acknowledged every second.
+fn stream(
+    env: &Env,
+    epoch: u64,
+    mut primary: TcpStream,
+    applier: &Applier,
+    start: u64,
+    resume: &mut Option<Resume>,
+) -> Result<(), String> {
+    let _ = primary.set_read_timeout(Some(ACK_EVERY));
+    let mut decoder = CommandDecoder::new(Limits::default());
+    let mut buffer = BytesMut::with_capacity(1 << 16);
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut consumed = start;
+    let mut applied = start;
+    let mut pending: VecDeque<(u64, u64)> = VecDeque::new();
+    let mut last_ack = Instant::now();
+    let mut last_heard = Instant::now();
+    while env.replication.link_epoch.load(Ordering::Acquire) == epoch && !(env.stopping)() {
+        loop {
+            let before = buffer.len();
+            let decoded = decoder
+                .decode(&mut buffer)
+                .map_err(|e| format!("the primary's stream is malformed: {e:?}"))?;
+            consumed += (before - buffer.len()) as u64;
+            let Some(args) = decoded else { break };
+            if is(&args[0], "ping") {
+                continue;
+            }
+            if is(&args[0], "replconf") && args.get(1).is_some_and(|a| is(a, "getack")) {
+                applier.flush()?;
+                ack(&mut primary, applier.applied_offset(&mut pending, consumed, &mut applied))?;
+                continue;
+            }
+            let sent = applier.command(&args)?;
+            pending.push_back((sent, consumed));
+        }
+        applier.flush()?;
+        applier.applied_offset(&mut pending, consumed, &mut applied);
+        env.replication.primary_offset.store(applied, Ordering::Release);
+        if let Some(r) = resume.as_mut() {
+            r.offset = applied;
+        }
+        if last_ack.elapsed() >= ACK_EVERY {
+            ack(&mut primary, applied)?;
+            last_ack = Instant::now();
+        }
+        match primary.read(&mut chunk) {
+            Ok(0) => return Err("the primary closed the link".into()),
+            Ok(n) => {
+                buffer.extend_from_slice(&chunk[..n]);
+                env.replication.note_io();
+                last_heard = Instant::now();
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if last_heard.elapsed() >= SILENCE_TIMEOUT {
+                    return Err("the primary went silent".into());
+                }
+            }
+            Err(e) => return Err(format!("cannot read from the primary: {e}")),
+        }
+    }
+    Ok(())
+}
+
+fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+fn ack(primary: &mut TcpStream, offset: u64) -> Result<(), String> {
+    send(
+        primary,
+        &["REPLCONF".into(), "ACK".into(), offset.to_string()],
+    )
+}
+
+/// The connection to this node that applies what the primary sends, and a thread that
+/// reads its replies (counting them, and logging the first errors).
+struct Applier {
+    out: std::sync::Mutex<BufWriter<TcpStream>>,
+    sent: AtomicU64,
+    answered: Arc<AtomicU64>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    conn: TcpStream,
+}
+
+impl Applier {
+    fn open(env: &Env) -> Result<Applier, String> {
+        let mut conn = connect(&env.local_host, env.listening_port)
+            .map_err(|e| format!("cannot reach this node's own port: {e}"))?;
+        if let Some(password) = &env.local_password {
+            expect_ok(&mut conn, &["AUTH".into(), password.clone()])
+                .map_err(|e| format!("this node refused its own applier: {e}"))?;
+        }
+        expect_ok(
+            &mut conn,
+            &["REPLCONF".into(), "WETASK-APPLY".into(), env.replication.token.clone()],
+        )?;
+        let _ = conn.set_read_timeout(None);
+        let answered = Arc::new(AtomicU64::new(0));
+        let reader = {
+            let (mut replies, answered) = (
+                conn.try_clone().map_err(|e| e.to_string())?,
+                answered.clone(),
+            );
+            std::thread::Builder::new()
+                .name("repl-applier".into())
+                .spawn(move || read_replies(&mut replies, &answered))
+                .map_err(|e| e.to_string())?
+        };
+        Ok(Applier {
+            out: std::sync::Mutex::new(BufWriter::with_capacity(
+                1 << 16,
+                conn.try_clone().map_err(|e| e.to_string())?,
+            )),
+            sent: AtomicU64::new(0),
+            answered,
+            reader: Some(reader),
+            conn,
+        })
+    }
+
+    /// Queues one command; returns how many have been sent, this one included.
+    fn command(&self, args: &[Bytes]) -> Result<u64, String> {
+        self.out
+            .lock()
+            .expect("applier")
+            .write_all(&encode(args))
+            .map_err(|e| format!("cannot write to this node: {e}"))?;
+        Ok(self.sent.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+
+    fn flush(&self) -> Result<(), String> {
+        self.out
+            .lock()
+            .expect("applier")
+            .flush()
+            .map_err(|e| format!("cannot write to this node: {e}"))
+    }
+
+    /// The primary offset up to which every command has been answered: `pending` holds
+    /// (commands sent, offset after them) in order, `last` the offset found last time.
+    fn applied_offset(
+        &self,
+        pending: &mut VecDeque<(u64, u64)>,
+        consumed: u64,
+        last: &mut u64,
+    ) -> u64 {
+        let answered = self.answered.load(Ordering::Acquire);
+        while let Some(&(sent, offset)) = pending.front() {
+            if sent > answered {
+                break;
+            }
+            *last = offset;
+            pending.pop_front();
+        }
+        if pending.is_empty() {
+            // Everything forwarded is answered: what was skipped (PINGs) counts too.
+            *last = consumed;
+        }
+        *last
+    }
+
+    /// Waits (a little) for the answers to what was sent, then closes the connection.
+    fn finish(mut self) {
+        let _ = self.flush();
+        let until = Instant::now() + Duration::from_secs(5);
+        while self.answered.load(Ordering::Acquire) < self.sent.load(Ordering::Acquire)
+            && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = self.conn.shutdown(std::net::Shutdown::Both);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// Counts the applier's replies; logs the first errors (a command WeTask refused).
+fn read_replies(conn: &mut TcpStream, answered: &AtomicU64) {
+    let mut decoder = wetask_protocol::FrameDecoder::new(Limits::default());
+    let mut buffer = BytesMut::with_capacity(1 << 16);
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut errors = 0u64;
+    loop {
+        loop {
+            match decoder.decode(&mut buffer) {
+                Ok(Some(frame)) => {
+                    if let wetask_protocol::Frame::Error(e) = &frame {
+                        errors += 1;
+                        if errors <= 10 {
+                            tracing::warn!(
+                                "a command from the Redis primary was refused here: {}",
+                                String::from_utf8_lossy(e)
+                            );
+                        }
+                    }
+                    answered.fetch_add(1, Ordering::AcqRel);
+                }
+                Ok(None) => break,
+                Err(_) => return,
+            }
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
