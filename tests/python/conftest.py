@@ -54,3 +54,13 @@ def server(request):
     srv = Server("--shards", request.param)
     yield srv
     srv.stop()
+
+
+def stop_process(proc, timeout=30):
+    """SIGTERM, then SIGKILL if it has not gone within `timeout` seconds."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -8,9 +8,9 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::args::{is, parse_i64};
 
+use crate::clients::ConnState;
 use crate::globals::{unix_ms, Globals};
 use crate::replication::{self, LinkState, Primary};
-use crate::clients::ConnState;
 use crate::shard::ShardCtx;
 
 /// WAIT's arguments: (replicas, time-out in ms).
@@ -126,7 +126,7 @@ pub fn follow(globals: &std::sync::Arc<Globals>, host: String, port: u16) {
     let password = inert.get("masterauth").filter(|p| !p.is_empty());
     let user = inert.get("masteruser").filter(|u| !u.is_empty());
     let stopping = globals.clone();
-    let env = replication::receiver::Env {
+    let env = replication::link::Env {
         replication: globals.replication.clone(),
         doorbells: globals.doorbells.clone(),
         shard_count: globals.shard_count,

@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use wetask_protocol::{CommandDecoder, Limits};
 use wetask_shards::persist::rdb_file::{self, RdbItem};
 
-use super::receiver::{connect, request, Env};
+use super::link::{connect, request, Env};
 use super::LinkState;
 
 /// The largest RDB a full sync accepts (held in memory while it loads).
@@ -58,9 +58,16 @@ pub fn session(
     }
     expect_ok(
         &mut primary,
-        &["REPLCONF".into(), "listening-port".into(), env.listening_port.to_string()],
+        &[
+            "REPLCONF".into(),
+            "listening-port".into(),
+            env.listening_port.to_string(),
+        ],
     )?;
-    expect_ok(&mut primary, &["REPLCONF".into(), "capa".into(), "psync2".into()])?;
+    expect_ok(
+        &mut primary,
+        &["REPLCONF".into(), "capa".into(), "psync2".into()],
+    )?;
     let psync = match resume {
         Some(r) => format!("PSYNC {} {}", r.replid, r.offset + 1),
         None => "PSYNC ? -1".into(),
@@ -74,7 +81,10 @@ pub fn session(
         let (replid, offset) = rest
             .split_once(' ')
             .ok_or_else(|| format!("a malformed FULLRESYNC: {answer}"))?;
-        let offset: u64 = offset.trim().parse().map_err(|_| format!("a malformed offset: {answer}"))?;
+        let offset: u64 = offset
+            .trim()
+            .parse()
+            .map_err(|_| format!("a malformed offset: {answer}"))?;
         env.replication.set_link(epoch, LinkState::Syncing);
         full_sync(&mut primary, &applier)?;
         *resume = Some(Resume {
@@ -83,7 +93,9 @@ pub fn session(
         });
         offset
     } else if answer.starts_with("+CONTINUE") {
-        let r = resume.as_mut().ok_or("the primary continued a sync never begun")?;
+        let r = resume
+            .as_mut()
+            .ok_or("the primary continued a sync never begun")?;
         // PSYNC2: a new id after the primary's own failover.
         if let Some(id) = answer.split_whitespace().nth(1) {
             r.replid = id.to_string();
@@ -94,7 +106,9 @@ pub fn session(
     };
     tracing::info!(primary = %format!("{host}:{port}"), offset, "following a Redis primary");
     env.replication.set_link(epoch, LinkState::Connected);
-    env.replication.primary_offset.store(offset, Ordering::Release);
+    env.replication
+        .primary_offset
+        .store(offset, Ordering::Release);
     let result = stream(env, epoch, primary, &applier, offset, resume);
     applier.finish();
     result
@@ -154,14 +168,18 @@ fn read_line(conn: &mut TcpStream) -> Result<String, String> {
 fn full_sync(primary: &mut TcpStream, applier: &Applier) -> Result<(), String> {
     let line = read_line(primary)?;
     if line.starts_with("$EOF:") {
-        return Err("the primary sent a diskless RDB without a length (capa eof was not offered)".into());
+        return Err(
+            "the primary sent a diskless RDB without a length (capa eof was not offered)".into(),
+        );
     }
     let len: u64 = line
         .strip_prefix('$')
         .and_then(|n| n.parse().ok())
         .ok_or_else(|| format!("expected the RDB's length, got {line:?}"))?;
     if len > RDB_BYTES_MAX {
-        return Err(format!("the primary's RDB ({len} bytes) is larger than {RDB_BYTES_MAX}"));
+        return Err(format!(
+            "the primary's RDB ({len} bytes) is larger than {RDB_BYTES_MAX}"
+        ));
     }
     let mut rdb = vec![0u8; len as usize];
     primary
@@ -172,10 +190,16 @@ fn full_sync(primary: &mut TcpStream, applier: &Applier) -> Result<(), String> {
     let mut keys = 0u64;
     rdb_file::read(&rdb, &mut |item| {
         match item {
-            RdbItem::Key { db: key_db, key, expire_at_ms, payload } => {
+            RdbItem::Key {
+                db: key_db,
+                key,
+                expire_at_ms,
+                payload,
+            } => {
                 if key_db != db {
                     db = key_db;
-                    applier.command(&[Bytes::from_static(b"SELECT"), Bytes::from(db.to_string())])?;
+                    applier
+                        .command(&[Bytes::from_static(b"SELECT"), Bytes::from(db.to_string())])?;
                 }
                 let ttl = Bytes::from(expire_at_ms.unwrap_or(0).to_string());
                 applier.command(&[
@@ -238,7 +262,10 @@ fn stream(
             }
             if is(&args[0], "replconf") && args.get(1).is_some_and(|a| is(a, "getack")) {
                 applier.flush()?;
-                ack(&mut primary, applier.applied_offset(&mut pending, consumed, &mut applied))?;
+                ack(
+                    &mut primary,
+                    applier.applied_offset(&mut pending, consumed, &mut applied),
+                )?;
                 continue;
             }
             let sent = applier.command(&args)?;
@@ -246,7 +273,9 @@ fn stream(
         }
         applier.flush()?;
         applier.applied_offset(&mut pending, consumed, &mut applied);
-        env.replication.primary_offset.store(applied, Ordering::Release);
+        env.replication
+            .primary_offset
+            .store(applied, Ordering::Release);
         if let Some(r) = resume.as_mut() {
             r.offset = applied;
         }
@@ -303,7 +332,11 @@ impl Applier {
         }
         expect_ok(
             &mut conn,
-            &["REPLCONF".into(), "WETASK-APPLY".into(), env.replication.token.clone()],
+            &[
+                "REPLCONF".into(),
+                "WETASK-APPLY".into(),
+                env.replication.token.clone(),
+            ],
         )?;
         let _ = conn.set_read_timeout(None);
         let answered = Arc::new(AtomicU64::new(0));

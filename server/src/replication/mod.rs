@@ -22,6 +22,7 @@
 //! journal position when WAIT was called. `docs/REPLICATION.md` says what this promises.
 
 pub mod from_redis;
+pub mod link;
 pub mod receiver;
 pub mod sender;
 pub mod wire;

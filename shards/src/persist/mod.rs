@@ -6,6 +6,6 @@
 
 pub mod journal;
 pub mod rdb;
-pub mod rdb_file;
 pub(crate) mod rdb_encoding;
+pub mod rdb_file;
 pub(crate) mod rdb_stream;

@@ -41,84 +41,126 @@ pub enum RdbItem {
 }
 
 /// Reads the RDB file `bytes`, handing each item to `each`. Returns the file's version.
-pub fn read(bytes: &[u8], each: &mut dyn FnMut(RdbItem) -> Result<(), String>) -> Result<u16, String> {
+pub fn read(
+    bytes: &[u8],
+    each: &mut dyn FnMut(RdbItem) -> Result<(), String>,
+) -> Result<u16, String> {
     let version = header(bytes)?;
     let mut r = Reader::new(&bytes[9..]);
-    let (mut db, mut expire_at_ms) = (0usize, None);
-    let bad = |what: &str, e: Refused| format!("the RDB is damaged ({what}: {e:?})");
+    let mut at = Position::default();
     loop {
         let op = r.byte().map_err(|e| bad("an opcode", e))?;
-        match op {
-            opcode::EOF => break,
-            opcode::SELECT_DB => {
-                db = r.len().map_err(|e| bad("a database", e))?;
-                if db >= crate::keyspace::DATABASES {
-                    return Err(format!("the RDB names database {db}; WeTask has 16"));
-                }
-            }
-            opcode::RESIZE_DB => {
-                r.len().and_then(|_| r.len()).map_err(|e| bad("RESIZEDB", e))?;
-            }
-            opcode::SLOT_INFO => {
-                for _ in 0..3 {
-                    r.len().map_err(|e| bad("SLOT_INFO", e))?;
-                }
-            }
-            opcode::AUX => {
-                r.string().and_then(|_| r.string()).map_err(|e| bad("an AUX field", e))?;
-            }
-            opcode::EXPIRE_MS => {
-                let at = r.take(8).map_err(|e| bad("an expiry", e))?;
-                expire_at_ms = Some(u64::from_le_bytes(at.try_into().expect("8 bytes")));
-            }
-            opcode::EXPIRE_S => {
-                let at = r.take(4).map_err(|e| bad("an expiry", e))?;
-                let seconds = u32::from_le_bytes(at.try_into().expect("4 bytes"));
-                expire_at_ms = Some(u64::from(seconds) * 1000);
-            }
-            opcode::FREQ => {
-                r.byte().map_err(|e| bad("a FREQ", e))?;
-            }
-            opcode::IDLE => {
-                r.len().map_err(|e| bad("an IDLE", e))?;
-            }
-            opcode::FUNCTION2 => {
-                let code = r.string().map_err(|e| bad("a function library", e))?;
-                each(RdbItem::Library(code))?;
-            }
-            opcode::FUNCTION_PRE_GA | opcode::MODULE_AUX => {
-                return Err(format!(
-                    "the RDB holds {} data, which WeTask does not read",
-                    if op == opcode::MODULE_AUX { "module" } else { "pre-7.0 function" }
-                ));
-            }
-            kind => {
-                let key = r.string().map_err(|e| bad("a key", e))?;
-                let value = value_bytes(&mut r, kind).map_err(|e| match e {
-                    Refused::Unsupported(what) => format!(
-                        "the key {:?} holds a {what} value, which WeTask does not read",
-                        String::from_utf8_lossy(&key)
-                    ),
-                    e => bad("a value", e),
-                })?;
-                each(RdbItem::Key {
-                    db,
-                    key,
-                    expire_at_ms: expire_at_ms.take(),
-                    payload: frame(value),
-                })?;
-            }
+        if op == opcode::EOF {
+            break;
+        }
+        if !metadata(&mut r, op, &mut at)? {
+            item(&mut r, op, &mut at, each)?;
         }
     }
     if version >= 5 {
         let end = 9 + r.pos;
-        let stored = bytes.get(end..end + 8).ok_or("the RDB ends before its checksum")?;
+        let stored = bytes
+            .get(end..end + 8)
+            .ok_or("the RDB ends before its checksum")?;
         let stored = u64::from_le_bytes(stored.try_into().expect("8 bytes"));
         if stored != 0 && stored != crc64(&bytes[..end]) {
             return Err("the RDB's checksum does not match".into());
         }
     }
     Ok(version)
+}
+
+/// The database being read, and the expiry the next key takes.
+#[derive(Default)]
+struct Position {
+    db: usize,
+    expire_at_ms: Option<u64>,
+}
+
+fn bad(what: &str, e: Refused) -> String {
+    format!("the RDB is damaged ({what}: {e:?})")
+}
+
+/// Reads an opcode's fields that are not an item (a database, sizes, an expiry, hints,
+/// auxiliary fields); false when `op` is none of them.
+fn metadata(r: &mut Reader<'_>, op: u8, at: &mut Position) -> Result<bool, String> {
+    match op {
+        opcode::SELECT_DB => {
+            at.db = r.len().map_err(|e| bad("a database", e))?;
+            if at.db >= crate::keyspace::DATABASES {
+                return Err(format!("the RDB names database {}; WeTask has 16", at.db));
+            }
+        }
+        opcode::RESIZE_DB => {
+            r.len()
+                .and_then(|_| r.len())
+                .map_err(|e| bad("RESIZEDB", e))?;
+        }
+        opcode::SLOT_INFO => {
+            for _ in 0..3 {
+                r.len().map_err(|e| bad("SLOT_INFO", e))?;
+            }
+        }
+        opcode::AUX => {
+            r.string()
+                .and_then(|_| r.string())
+                .map_err(|e| bad("an AUX field", e))?;
+        }
+        opcode::EXPIRE_MS => {
+            let ms = r.take(8).map_err(|e| bad("an expiry", e))?;
+            at.expire_at_ms = Some(u64::from_le_bytes(ms.try_into().expect("8 bytes")));
+        }
+        opcode::EXPIRE_S => {
+            let s = r.take(4).map_err(|e| bad("an expiry", e))?;
+            at.expire_at_ms =
+                Some(u64::from(u32::from_le_bytes(s.try_into().expect("4 bytes"))) * 1000);
+        }
+        opcode::FREQ => {
+            r.byte().map_err(|e| bad("a FREQ", e))?;
+        }
+        opcode::IDLE => {
+            r.len().map_err(|e| bad("an IDLE", e))?;
+        }
+        opcode::FUNCTION_PRE_GA | opcode::MODULE_AUX => {
+            return Err(format!(
+                "the RDB holds {} data, which WeTask does not read",
+                if op == opcode::MODULE_AUX {
+                    "module"
+                } else {
+                    "pre-7.0 function"
+                }
+            ));
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Reads a function library or a key (of value type `op`) and hands it on.
+fn item(
+    r: &mut Reader<'_>,
+    op: u8,
+    at: &mut Position,
+    each: &mut dyn FnMut(RdbItem) -> Result<(), String>,
+) -> Result<(), String> {
+    if op == opcode::FUNCTION2 {
+        let code = r.string().map_err(|e| bad("a function library", e))?;
+        return each(RdbItem::Library(code));
+    }
+    let key = r.string().map_err(|e| bad("a key", e))?;
+    let value = value_bytes(r, op).map_err(|e| match e {
+        Refused::Unsupported(what) => format!(
+            "the key {:?} holds a {what} value, which WeTask does not read",
+            String::from_utf8_lossy(&key)
+        ),
+        e => bad("a value", e),
+    })?;
+    each(RdbItem::Key {
+        db: at.db,
+        key,
+        expire_at_ms: at.expire_at_ms.take(),
+        payload: frame(value),
+    })
 }
 
 /// `REDIS` and a four-digit version.
@@ -195,16 +237,42 @@ mod tests {
     fn keys_come_out_as_payloads_restore_reads() {
         let found = items(&sample("0011")).expect("reads");
         assert_eq!(found.len(), 3);
-        let RdbItem::Key { db, key, expire_at_ms, payload } = &found[1] else {
+        let RdbItem::Key {
+            db,
+            key,
+            expire_at_ms,
+            payload,
+        } = &found[1]
+        else {
             panic!("a key")
         };
-        assert_eq!((*db, &key[..], *expire_at_ms), (0, &b"timed"[..], Some(1_900_000_000_000)));
+        assert_eq!(
+            (*db, &key[..], *expire_at_ms),
+            (0, &b"timed"[..], Some(1_900_000_000_000))
+        );
         let value = super::super::rdb::restore(payload).expect("restores");
-        assert_eq!(value, crate::values::value::Value::Str(Bytes::from_static(b"soon")));
-        let RdbItem::Key { db, expire_at_ms, .. } = &found[2] else {
+        assert_eq!(
+            value,
+            crate::values::value::Value::Str(Bytes::from_static(b"soon"))
+        );
+        let RdbItem::Key {
+            db, expire_at_ms, ..
+        } = &found[2]
+        else {
             panic!("a key")
         };
         assert_eq!((*db, *expire_at_ms), (3, None));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_after_a_header_read_without_panic(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)
+        ) {
+            let mut file = b"REDIS0011".to_vec();
+            file.extend_from_slice(&body);
+            let _ = items(&file);
+        }
     }
 
     #[test]

@@ -1,0 +1,70 @@
+//! What both kinds of link to a primary share (`receiver` for a WeTask primary,
+//! `from_redis` for a Redis one): what they need from the server, and a blocking RESP
+//! exchange for their handshakes.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use wetask_protocol::{Frame, FrameDecoder, Limits};
+
+use super::Replication;
+
+/// Connecting and each step of a handshake wait at most this long.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a link needs from the server.
+pub struct Env {
+    pub replication: Arc<Replication>,
+    pub doorbells: Arc<[crate::doorbell::Doorbell]>,
+    pub shard_count: usize,
+    /// This node's client port (the primary lists it).
+    pub listening_port: u16,
+    /// AUTH's arguments for the primary (`masteruser` and `masterauth`); empty: no AUTH.
+    pub auth: Vec<String>,
+    /// True once the server is shutting down.
+    pub stopping: Box<dyn Fn() -> bool + Send + Sync>,
+    /// How to reach this node's own client port (a Redis primary's stream is applied
+    /// through it: `from_redis`), and its password.
+    pub local_host: String,
+    pub local_password: Option<String>,
+}
+
+pub(super) fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
+    let conn = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .find_map(|at| TcpStream::connect_timeout(&at, HANDSHAKE_TIMEOUT).ok())
+        .ok_or_else(|| format!("cannot connect to {host}:{port}"))?;
+    let _ = conn.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = conn.set_write_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = conn.set_nodelay(true);
+    Ok(conn)
+}
+
+/// Sends one command and reads its reply.
+pub(super) fn request(conn: &mut TcpStream, args: &[String]) -> Result<Frame, String> {
+    let mut out = format!("*{}\r\n", args.len());
+    for arg in args {
+        out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    conn.write_all(out.as_bytes())
+        .map_err(|e| format!("cannot write to the primary: {e}"))?;
+    let mut decoder = FrameDecoder::new(Limits::default());
+    let mut buffer = BytesMut::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match decoder.decode(&mut buffer) {
+            Ok(Some(frame)) => return Ok(frame),
+            Ok(None) => {}
+            Err(e) => return Err(format!("the primary's reply is malformed: {e:?}")),
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) => return Err("the primary closed the connection".into()),
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(e) => return Err(format!("cannot read from the primary: {e}")),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+"""The live migration from Redis (docs/REPLICATION.md): WeTask `REPLICAOF` a running
+redis-server (Debian's, installed by scripts/setup.sh) while a writer keeps writing, catches
+up, holds every key after the cut-over, resumes a dropped link from Redis's backlog, and
+serves Sidekiq's and BullMQ's queues that were filled on Redis.
+
+Random key names, on 2 and 4 shards; every wait polls a signal with a deadline."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+import redis
+
+from conftest import Server, stop_process
+from test_replication import DEADLINE_S, fill, link_up, names, state_of, wait_for
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUBY = os.path.join(TESTS, "ruby")
+NODE = os.path.join(TESTS, "node")
+
+LIBRARY = """#!lua name=migrated
+redis.register_function('twice', function(keys, args) return tonumber(args[1]) * 2 end)
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def source(tmp_path):
+    """A redis-server to migrate from (its RDB for the sync goes to tmp_path)."""
+    if not shutil.which("redis-server"):
+        pytest.fail("redis-server is missing: scripts/setup.sh installs it")
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port, decode_responses=True)
+    wait_for(lambda: ping(client), "redis-server")
+    yield port
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def ping(client):
+    try:
+        return client.ping()
+    except redis.ConnectionError:
+        return False
+
+
+def all_keys(client):
+    return sorted(client.scan_iter(count=1000))
+
+
+@pytest.fixture(params=["2", "4"], ids=["shards2", "shards4"])
+def target(request):
+    srv = Server("--shards", request.param)
+    yield srv
+    srv.stop()
+
+
+def test_every_key_survives_a_live_migration(source, target):
+    red = redis.Redis(port=source, decode_responses=True)
+    keys = names("m", 20000)
+    for start in range(0, len(keys), 5000):
+        fill(red, keys[start:start + 5000])
+    red.set("ttl:key", "x", ex=1000)
+    red.xadd("a:stream", {"f": "v"})
+    red.function_load(LIBRARY)
+    stop = threading.Event()
+    written = []
+
+    def writer():
+        w = redis.Redis(port=source, decode_responses=True)
+        for i in range(100000):
+            if stop.is_set():
+                return
+            w.set(f"live:{i % 1000}", i)
+            w.hincrby("live:counts", f"f{i % 7}", 1)
+            written.append(i)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    we = redis.Redis(port=target.port, decode_responses=True)
+    try:
+        assert we.replicaof("127.0.0.1", source)
+        wait_for(lambda: link_up(we), "the link to Redis")
+        mark = len(written)
+        wait_for(lambda: len(written) > mark + 2000, "the writer to go on")
+    finally:
+        stop.set()
+        thread.join(timeout=DEADLINE_S)
+    # Redis's WAIT asks its replica for its offset (REPLCONF GETACK): the cut-over point.
+    assert red.execute_command("WAIT", 1, 10000) == 1
+    everything = all_keys(red)
+    assert all_keys(we) == everything
+    for start in range(0, len(everything), 2000):
+        chunk = everything[start:start + 2000]
+        if "a:stream" in chunk:
+            chunk.remove("a:stream")
+        assert state_of(we, chunk) == state_of(red, chunk)
+    assert we.xrange("a:stream") == red.xrange("a:stream")
+    assert 990 <= we.ttl("ttl:key") <= 1000
+    # The cut-over: the replica stops following and serves writes, functions included.
+    assert we.replicaof("NO", "ONE")
+    assert we.set("after", "1")
+    assert we.fcall("twice", 0, 21) == 42
+    assert we.hget("live:counts", "f0") == red.hget("live:counts", "f0")
+
+
+def test_a_dropped_link_resumes_from_redis_backlog(source, target):
+    red = redis.Redis(port=source, decode_responses=True)
+    we = redis.Redis(port=target.port, decode_responses=True)
+    fill(red, names("p", 500))
+    we.replicaof("127.0.0.1", source)
+    wait_for(lambda: link_up(we), "the link to Redis")
+    assert red.execute_command("WAIT", 1, 10000) == 1
+    full = red.info("stats")["sync_full"]
+    assert red.execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
+    more = names("q", 300)
+    fill(red, more)
+    wait_for(lambda: red.execute_command("WAIT", 1, 200) == 1, "the replica back")
+    assert red.info("stats")["sync_partial_ok"] >= 1
+    assert red.info("stats")["sync_full"] == full
+    assert state_of(we, more) == state_of(red, more)
+    # A replica of Redis refuses clients' writes as any replica does.
+    with pytest.raises(redis.exceptions.ReadOnlyError):
+        we.set("x", "1")
+
+
+def migrate(source, target):
+    """Follows `source` until it is caught up, then cuts over."""
+    we = redis.Redis(port=target.port, decode_responses=True)
+    we.replicaof("127.0.0.1", source)
+    wait_for(lambda: link_up(we), "the link to Redis")
+    assert redis.Redis(port=source).execute_command("WAIT", 1, 10000) == 1
+    assert we.replicaof("NO", "ONE")
+    return we
+
+
+def test_sidekiq_jobs_enqueued_on_redis_run_on_wetask(source, target, tmp_path):
+    subprocess.run(["ruby", "sidekiq_enqueue.rb"], cwd=RUBY, check=True, timeout=120,
+                   capture_output=True,
+                   env=dict(os.environ, REDIS_URL=f"redis://127.0.0.1:{source}/0"))
+    we = migrate(source, target)
+    assert we.llen("queue:default") == 100
+    log = open(tmp_path / "worker.log", "w")
+    worker = subprocess.Popen(
+        ["sidekiq", "-r", "./sidekiq_jobs.rb", "-c", "5", "-q", "default"],
+        env=dict(os.environ, REDIS_URL=f"redis://127.0.0.1:{target.port}/0"),
+        cwd=RUBY, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for(lambda: we.hlen("results") >= 101, "the jobs to run on WeTask", 60)
+        results = we.hgetall("results")
+        assert all(results[f"add:{i}"] == str(i + 1000) for i in range(100))
+    finally:
+        stop_process(worker)
+
+
+def test_bullmq_jobs_added_on_redis_run_on_wetask(source, target):
+    queue = names("bull", 1)[0].replace(":", "-")
+    add = subprocess.run(["node", "bullmq_migrate.js", "add"], cwd=NODE, timeout=120,
+                         capture_output=True, text=True,
+                         env=dict(os.environ, WETASK_PORT=str(source), BULLMQ_QUEUE=queue))
+    assert add.returncode == 0, add.stderr[-3000:]
+    migrate(source, target)
+    work = subprocess.run(["node", "bullmq_migrate.js", "work"], cwd=NODE, timeout=120,
+                          capture_output=True, text=True,
+                          env=dict(os.environ, WETASK_PORT=str(target.port), BULLMQ_QUEUE=queue))
+    assert work.returncode == 0, work.stdout[-3000:] + work.stderr[-3000:]
+    report = json.loads(work.stdout.strip().splitlines()[-1])
+    assert report["completed"] == 50 and report["wrong"] == 0
