@@ -107,6 +107,7 @@ pub fn follow(globals: &std::sync::Arc<Globals>, host: String, port: u16) {
     let epoch = replication.link_epoch.fetch_add(1, Ordering::AcqRel) + 1;
     replication.links.close_all();
     for inbox in &replication.inboxes {
+        inbox.clear();
         inbox.synced.store(false, Ordering::Release);
     }
     *replication.primary.lock().expect("primary") = Some(Primary {

@@ -51,13 +51,25 @@ pub enum Item {
     Idle { position: u64 },
 }
 
+impl Item {
+    /// The bytes it holds (the inbox's bound counts them).
+    fn size(&self) -> usize {
+        match self {
+            Item::Part(b) | Item::Record { payload: b, .. } => b.len(),
+            _ => 0,
+        }
+    }
+}
+
 /// The inbox holds at most this many bytes; the receiver waits while it is fuller.
 pub const INBOX_BYTES_MAX: usize = 64 << 20;
 
 /// One replica shard's inbox, filled by its receiver thread and drained by the shard.
 #[derive(Default)]
 pub struct Inbox {
-    items: Mutex<VecDeque<Item>>,
+    /// Each item with the link epoch that received it: a new REPLICAOF's items never mix
+    /// with an old link's stragglers.
+    items: Mutex<VecDeque<(u64, Item)>>,
     pub bytes: AtomicUsize,
     /// Set by the receiver when it pushes; taken by the shard.
     ready: AtomicBool,
@@ -76,30 +88,26 @@ pub struct Inbox {
 
 impl Inbox {
     /// Queues `item`; true when the inbox had nothing waiting (the shard needs waking).
-    pub fn push(&self, item: Item) -> bool {
-        let size = match &item {
-            Item::Part(b) | Item::Record { payload: b, .. } => b.len(),
-            _ => 0,
-        };
-        self.bytes.fetch_add(size, Ordering::AcqRel);
-        self.items.lock().expect("inbox").push_back(item);
+    pub fn push(&self, epoch: u64, item: Item) -> bool {
+        self.bytes.fetch_add(item.size(), Ordering::AcqRel);
+        self.items.lock().expect("inbox").push_back((epoch, item));
         !self.ready.swap(true, Ordering::AcqRel)
     }
 
-    /// Takes up to `bytes_max` bytes of items (at least one, if any).
-    pub fn take(&self, bytes_max: usize) -> Vec<Item> {
+    /// Takes up to `bytes_max` bytes of the items link `epoch` received (at least one, if
+    /// any); an older link's are dropped.
+    pub fn take(&self, bytes_max: usize, epoch: u64) -> Vec<Item> {
         if !self.ready.swap(false, Ordering::AcqRel) {
             return Vec::new();
         }
         let mut items = self.items.lock().expect("inbox");
         let mut taken = Vec::new();
         let mut size = 0;
-        while let Some(item) = items.pop_front() {
-            size += match &item {
-                Item::Part(b) | Item::Record { payload: b, .. } => b.len(),
-                _ => 0,
-            };
-            taken.push(item);
+        while let Some((received, item)) = items.pop_front() {
+            size += item.size();
+            if received == epoch {
+                taken.push(item);
+            }
             if size >= bytes_max {
                 break;
             }

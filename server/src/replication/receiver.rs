@@ -240,7 +240,7 @@ fn stream(
             inbox.broken.store(false, Ordering::Release);
             *inbox.run.lock().expect("inbox run") = hello.run_id.clone();
             inbox.received.store(position, Ordering::Release);
-            push(env, shard, Item::FullStart);
+            push(env, epoch, shard, Item::FullStart);
         }
         "+CONTINUE" => {}
         _ => return Err(format!("the primary refused the stream: {answer}")),
@@ -248,7 +248,7 @@ fn stream(
     std::thread::scope(|scope| {
         let acker = scope.spawn(|| ack_loop(&conn, inbox, stop));
         *inbox.acker.lock().expect("acker") = Some(acker.thread().clone());
-        let result = frames(env, shard, &mut reader, stop, position);
+        let result = frames(env, epoch, shard, &mut reader, stop, position);
         stop.store(true, Ordering::Release);
         *inbox.acker.lock().expect("acker") = None;
         acker.thread().unpark();
@@ -259,6 +259,7 @@ fn stream(
 /// Reads frames into the shard's inbox.
 fn frames(
     env: &Env,
+    epoch: u64,
     shard: usize,
     reader: &mut impl Read,
     stop: &AtomicBool,
@@ -274,21 +275,21 @@ fn frames(
             replication.note_io();
         }
         match tag {
-            wire::PART => push(env, shard, Item::Part(Bytes::from(payload))),
+            wire::PART => push(env, epoch, shard, Item::Part(Bytes::from(payload))),
             wire::SNAPSHOT_END => {
-                push(env, shard, Item::FullEnd { position: full_at });
+                push(env, epoch, shard, Item::FullEnd { position: full_at });
                 inbox.synced.store(true, Ordering::Release);
             }
             wire::RECORD => {
                 let position = wire::u64_at(&payload, 0).map_err(|e| e.to_string())?;
                 let payload = Bytes::from(payload).slice(8..);
-                push(env, shard, Item::Record { payload, position });
+                push(env, epoch, shard, Item::Record { payload, position });
                 inbox.received.store(position, Ordering::Release);
             }
             wire::HEARTBEAT => {
                 let position = wire::u64_at(&payload, 0).map_err(|e| e.to_string())?;
                 replication.note_io();
-                push(env, shard, Item::Idle { position });
+                push(env, epoch, shard, Item::Idle { position });
             }
             other => return Err(format!("an unknown frame {other}")),
         }
@@ -303,8 +304,8 @@ fn frames(
 }
 
 /// Queues `item` for the shard, waking it when its inbox was empty.
-fn push(env: &Env, shard: usize, item: Item) {
-    if env.replication.inboxes[shard].push(item) {
+fn push(env: &Env, epoch: u64, shard: usize, item: Item) {
+    if env.replication.inboxes[shard].push(epoch, item) {
         env.doorbells[shard].ring();
     }
 }

@@ -172,13 +172,13 @@ struct Plan {
 /// compaction removed one between the listing and the opening.
 fn open_plan(store: &Store, shard: usize) -> Result<Plan, String> {
     let layout = store.layout();
-    for _ in 0..10 {
+    'listing: for _ in 0..10 {
         let found = files::list(&store.path, shard, layout).map_err(|e| e.to_string())?;
         let (base, gens) = found.plan();
         let snapshot = match base {
             Some(gen) => match File::open(files::snapshot(&store.path, shard, layout, gen)) {
                 Ok(file) => Some(file),
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == ErrorKind::NotFound => continue 'listing,
                 Err(e) => return Err(e.to_string()),
             },
             None => None,
@@ -187,7 +187,8 @@ fn open_plan(store: &Store, shard: usize) -> Result<Plan, String> {
         for gen in gens {
             match File::open(files::journal(&store.path, shard, layout, gen)) {
                 Ok(file) => segments.push((gen, file)),
-                Err(e) if e.kind() == ErrorKind::NotFound => break,
+                // A compaction folded it away meanwhile: list again.
+                Err(e) if e.kind() == ErrorKind::NotFound => continue 'listing,
                 Err(e) => return Err(e.to_string()),
             }
         }
@@ -286,12 +287,14 @@ fn follow(
     let mut last_sent = Instant::now();
     loop {
         let sent = send_records(&file, *gen, offset, &mut buf, out)?;
+        // Whatever was found goes now: under a steady trickle of records, waiting for the
+        // buffer to fill held them back for 100 ms and more.
+        out.flush().map_err(io)?;
         if sent > 0 {
             idle = Duration::from_micros(50);
             last_sent = Instant::now();
             continue;
         }
-        out.flush().map_err(io)?;
         // Nothing new here: a newer segment means this one is whole (read it once more).
         let next = match queued.pop_front() {
             Some(next) => Some(next),
@@ -305,6 +308,9 @@ fn follow(
             continue;
         }
         if last_sent.elapsed() >= HEARTBEAT_EVERY {
+            if passed_by(store, shard, *gen)? {
+                return Err("a compaction removed the next segment before it was read: the replica syncs in full".into());
+            }
             let position = wire::pack(*gen, *offset).to_le_bytes();
             let clock = crate::clock::unix_ms().to_le_bytes();
             wire::write_frame(out, wire::HEARTBEAT, &[&position, &clock]).map_err(io)?;
@@ -314,6 +320,13 @@ fn follow(
         std::thread::sleep(idle);
         idle = (idle * 2).min(IDLE_POLL_MAX);
     }
+}
+
+/// True when the segment after `gen` is gone but a later one exists: a compaction folded
+/// it into a snapshot before this stream read it (it fell that far behind).
+fn passed_by(store: &Store, shard: usize, gen: u64) -> Result<bool, String> {
+    let found = files::list(&store.path, shard, store.layout()).map_err(|e| e.to_string())?;
+    Ok(!found.journals.contains(&(gen + 1)) && found.journals.iter().any(|&g| g > gen + 1))
 }
 
 /// Sends the whole records of `file` from `offset` on; returns how many.

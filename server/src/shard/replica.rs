@@ -28,7 +28,8 @@ impl ShardCore {
     pub fn apply_replication(&self) {
         let replication = &self.globals.replication;
         let inbox = &replication.inboxes[self.id];
-        let items = inbox.take(TURN_BYTES_MAX);
+        let epoch = replication.link_epoch.load(Ordering::Acquire);
+        let items = inbox.take(TURN_BYTES_MAX, epoch);
         if items.is_empty() {
             return;
         }

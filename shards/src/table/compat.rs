@@ -7,10 +7,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
-    (
-        "replication from a Redis primary (REPLICAOF pointed at a redis-server), consensus mode",
-        "issue 36",
-    ),
+    ("consensus mode (`--consensus raft`)", "issue 36"),
     (
         "cluster replicas and failover (CLUSTER REPLICATE, FAILOVER, READONLY reads on replicas)",
         "issue 36",
@@ -345,9 +342,9 @@ const PARTIAL: &[(&str, &str)] = &[
     ("monitor", "every client command on every shard, in Redis's line format, a transaction as MULTI, its commands, EXEC; administrative commands are not shown and AUTH's and HELLO's passwords are redacted, as in Redis; the commands a script runs are not shown (Redis shows them as `[db lua]`), and a line is written as its command starts rather than as it ends"),
     ("waitaof", "numlocal 1 waits for the journal's fsync of every shard: at once under `appendfsync always`, the everysec syncer's next round (up to a second), never under `no` (as Redis); a client's own writes are not tracked, so it waits for everyone's so far; there are no replicas, so numreplicas > 0 waits out the time-out, as WAIT does"),
     ("wait", "counts the replicas that have applied every write journaled on every shard before WAIT (everyone's writes, not only the client's: a superset of what Redis waits for); within 1 ms of the acknowledgement, and at the time-out (never, for 0) with the count so far; on a replica, Redis's error"),
-    ("replicaof", "between WeTask nodes with the same shard count (docs/REPLICATION.md): a full sync from the primary's newest snapshot and journal, then its journal as it is written; a primary needs `appendonly yes` (its journal is the backlog, so a replica resumes from its position while the primary keeps that segment); refused in cluster mode, as Redis refuses it; pointing it at a redis-server is not built yet (issue 36)"),
+    ("replicaof", "between WeTask nodes with the same shard count (docs/REPLICATION.md): a full sync from the primary's newest snapshot and journal, then its journal as it is written; a primary needs `appendonly yes` (its journal is the backlog, so a replica resumes from its position while the primary keeps that segment); refused in cluster mode, as Redis refuses it. Pointed at a redis-server (up to 7.2) it follows it with Redis's replica protocol (PSYNC, the RDB, the command stream, REPLCONF ACK), applying everything through its own port, on any shard count: the live migration from Redis"),
     ("slaveof", "as REPLICAOF"),
-    ("replconf", "`REPLCONF WETASK` is a WeTask replica's handshake; Redis's options are accepted and change nothing (a WeTask primary streams on its `repl-port`, not through PSYNC)"),
+    ("replconf", "`REPLCONF WETASK` is a WeTask replica's handshake; Redis's options are accepted and change nothing (a WeTask primary streams on its `repl-port`; it does not serve PSYNC, so a Redis replica cannot follow WeTask)"),
     ("role", "a replica's state and offset, a primary's replicas; offsets are journal positions (segment << 40 | byte in it, summed over the shards): they grow with every write and compare between a primary and its replicas, but are not byte counts"),
     ("incrbyfloat", "in Redis's `long double` (the x87 80-bit format, emulated exactly), printed with 17 decimals and the zeros cut, as Redis 7 on x86-64 answers: 0.1 three times is `0.3`"),
     ("hincrbyfloat", "as INCRBYFLOAT"),
