@@ -315,7 +315,7 @@ pub(super) async fn client_kill(
     if args.len() == 4 && is(&args[2], "type") && (is(&args[3], "replica") || is(&args[3], "slave"))
     {
         let peers = ctx.globals.replication.peers.lock().expect("peers").len();
-        ctx.globals.replication.sender_links.close_all();
+        ctx.globals.replication.sender_links.close(None);
         return Frame::Integer(peers as i64);
     }
     let filter = if old_style {

@@ -105,7 +105,7 @@ pub(super) fn replicaof(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
 pub fn follow(globals: &std::sync::Arc<Globals>, host: String, port: u16) {
     let replication = &globals.replication;
     let epoch = replication.link_epoch.fetch_add(1, Ordering::AcqRel) + 1;
-    replication.links.close_all();
+    replication.links.close(None);
     for inbox in &replication.inboxes {
         inbox.clear();
         inbox.synced.store(false, Ordering::Release);
@@ -154,7 +154,7 @@ fn promote(globals: &Globals) {
         return;
     }
     replication.link_epoch.fetch_add(1, Ordering::AcqRel);
-    replication.links.close_all();
+    replication.links.close(None);
     *replication.primary.lock().expect("primary") = None;
     // A new history: replicas of the old primary cannot continue from this one's files.
     *replication.run_id.lock().expect("run id") = replication::random_hex(40);
@@ -238,8 +238,11 @@ fn offset(globals: &Globals) -> u64 {
                 .iter()
                 .map(|i| i.applied.load(Ordering::Acquire)),
         )
-    } else {
+    } else if replication.served.load(Ordering::Acquire) {
         replication::offset_of(positions_now(globals).into_iter())
+    } else {
+        // No replica yet: Redis without a backlog shows 0.
+        0
     }
 }
 
@@ -352,7 +355,7 @@ pub fn section(globals: &Globals, out: &mut String) {
     let _ = write!(
         out,
         "master_failover_state:no-failover\r\nmaster_replid:{run_id}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:{}\r\nrepl_backlog_size:1048576\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\nrepl_port:{}\r\n",
-        u8::from(backlog > 0),
+        u8::from(backlog > 0 && replication.served.load(Ordering::Acquire)),
         replication.listen_port.load(Ordering::Acquire),
     );
 }

@@ -226,6 +226,13 @@ fn full_sync(primary: &mut TcpStream, applier: &Applier) -> Result<(), String> {
     // The stream selects its database before its first command; start from 0 as Redis does.
     applier.command(&[Bytes::from_static(b"SELECT"), Bytes::from_static(b"0")])?;
     applier.flush()?;
+    // The link is up once the keys are in, not merely sent.
+    while applier.answered.load(Ordering::Acquire) < applier.sent.load(Ordering::Acquire) {
+        if applier.reader.as_ref().is_none_or(|r| r.is_finished()) {
+            return Err("this node closed the applier's connection during the load".into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     tracing::info!(keys, bytes = len, "loaded the Redis primary's RDB");
     Ok(())
 }

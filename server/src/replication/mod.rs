@@ -76,7 +76,8 @@ pub struct Inbox {
     /// The primary position applied (for acks) and received (for a partial resync).
     pub applied: AtomicU64,
     pub received: AtomicU64,
-    /// A full sync was received whole since this link began (a resync may continue).
+    /// A full sync was applied whole since this link began (the link is up, and a resync
+    /// may continue).
     pub synced: AtomicBool,
     /// Set by the shard when applying failed: the next link syncs in full.
     pub broken: AtomicBool,
@@ -188,6 +189,9 @@ pub struct Replication {
     pub sync_partial_err: AtomicU64,
     /// Unix ms of the last frame from the primary.
     pub last_io_ms: AtomicU64,
+    /// A replica has streamed from this node since it started (until then, as Redis with no
+    /// replication backlog, ROLE and INFO show offset 0).
+    pub served: AtomicBool,
     /// The primary is a redis-server (`from_redis`), and the offset applied of its stream.
     pub follows_redis: AtomicBool,
     pub primary_offset: AtomicU64,
@@ -211,6 +215,7 @@ impl Replication {
             sync_partial_ok: AtomicU64::new(0),
             sync_partial_err: AtomicU64::new(0),
             last_io_ms: AtomicU64::new(0),
+            served: AtomicBool::new(false),
             follows_redis: AtomicBool::new(false),
             primary_offset: AtomicU64::new(0),
         }
@@ -294,10 +299,11 @@ impl Replication {
 
 /// Open stream sockets (a replica's to its primary, or a primary's to its replicas), so
 /// that REPLICAOF, a failed stream or CLIENT KILL TYPE replica can end them: shutting a
-/// socket down fails its thread's reads and writes.
+/// socket down fails its thread's reads and writes. Each is tagged with its link's epoch,
+/// so an old link's threads winding down never end a newer link's streams.
 #[derive(Default)]
 pub struct Links {
-    sockets: Mutex<Vec<(u64, std::net::TcpStream)>>,
+    sockets: Mutex<Vec<(u64, u64, std::net::TcpStream)>>,
     next: AtomicU64,
 }
 
@@ -313,26 +319,30 @@ impl Drop for Link<'_> {
             .sockets
             .lock()
             .expect("links")
-            .retain(|(id, _)| *id != self.id);
+            .retain(|(id, _, _)| *id != self.id);
     }
 }
 
 impl Links {
-    pub fn add(&self, socket: &std::net::TcpStream) -> Link<'_> {
+    pub fn add(&self, socket: &std::net::TcpStream, epoch: u64) -> Link<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         if let Ok(clone) = socket.try_clone() {
-            self.sockets.lock().expect("links").push((id, clone));
+            self.sockets.lock().expect("links").push((id, epoch, clone));
         }
         Link { links: self, id }
     }
 
-    /// Ends every stream; returns how many there were.
-    pub fn close_all(&self) -> usize {
+    /// Ends every stream of link `epoch` (`None`: of every link); returns how many.
+    pub fn close(&self, epoch: Option<u64>) -> usize {
         let sockets = self.sockets.lock().expect("links");
-        for (_, socket) in sockets.iter() {
-            let _ = socket.shutdown(std::net::Shutdown::Both);
+        let mut closed = 0;
+        for (_, of, socket) in sockets.iter() {
+            if epoch.is_none_or(|e| e == *of) {
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+                closed += 1;
+            }
         }
-        sockets.len()
+        closed
     }
 }
 

@@ -94,7 +94,7 @@ fn link(env: &Env, epoch: u64, host: &str, port: u16) {
                     }
                     // One stream down takes the others with it: the link starts over whole.
                     stop.store(true, Ordering::Release);
-                    env.replication.links.close_all();
+                    env.replication.links.close(Some(epoch));
                 });
             }
             while !stop.load(Ordering::Acquire) && current(env, epoch) {
@@ -111,7 +111,7 @@ fn link(env: &Env, epoch: u64, host: &str, port: u16) {
                 std::thread::sleep(Duration::from_millis(20));
             }
             stop.store(true, Ordering::Release);
-            replication.links.close_all();
+            replication.links.close(Some(epoch));
         });
         replication.set_link(
             epoch,
@@ -209,7 +209,7 @@ fn stream(
     let replication = &env.replication;
     let inbox = &replication.inboxes[shard];
     let conn = connect(host, hello.stream_port)?;
-    let _link = replication.links.add(&conn);
+    let _link = replication.links.add(&conn, epoch);
     if stop.load(Ordering::Acquire) || !current(env, epoch) {
         return Ok(());
     }
@@ -276,10 +276,8 @@ fn frames(
         }
         match tag {
             wire::PART => push(env, epoch, shard, Item::Part(Bytes::from(payload))),
-            wire::SNAPSHOT_END => {
-                push(env, epoch, shard, Item::FullEnd { position: full_at });
-                inbox.synced.store(true, Ordering::Release);
-            }
+            // `synced` is raised by the shard once it has applied it.
+            wire::SNAPSHOT_END => push(env, epoch, shard, Item::FullEnd { position: full_at }),
             wire::RECORD => {
                 let position = wire::u64_at(&payload, 0).map_err(|e| e.to_string())?;
                 let payload = Bytes::from(payload).slice(8..);

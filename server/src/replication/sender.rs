@@ -103,7 +103,8 @@ fn serve(replication: &Replication, store: &Store, conn: TcpStream) {
         store.shard_count,
     );
     peer.streams.fetch_add(1, Ordering::AcqRel);
-    let _link = replication.sender_links.add(&conn);
+    replication.served.store(true, Ordering::Release);
+    let _link = replication.sender_links.add(&conn, 0);
     let acks = spawn_ack_reader(reader, peer.clone(), opening.shard);
     let _ = conn.set_write_timeout(Some(WRITE_TIMEOUT));
     let _ = conn.set_nodelay(true);
@@ -303,7 +304,7 @@ fn follow(
                 .map(|f| (*gen + 1, f)),
         };
         if let Some((next_gen, next_file)) = next {
-            send_records(&file, *gen, offset, &mut buf, out)?;
+            while send_records(&file, *gen, offset, &mut buf, out)? > 0 {}
             (*gen, file, *offset) = (next_gen, next_file, 0);
             continue;
         }

@@ -46,6 +46,7 @@ impl ShardCore {
                 Item::Part(part) => shard.sync_part(part),
                 Item::FullEnd { position } => shard.end_full_sync().map(|()| {
                     inbox.applied.store(position, Ordering::Release);
+                    inbox.synced.store(true, Ordering::Release);
                 }),
                 Item::Record { payload, position } => shard
                     .apply_replicated(payload, &mut replay)
@@ -68,7 +69,7 @@ impl ShardCore {
             );
             inbox.broken.store(true, Ordering::Release);
             inbox.clear();
-            replication.links.close_all();
+            replication.links.close(Some(epoch));
         }
         replication.wake_acks(self.id);
     }
