@@ -6,8 +6,10 @@ and the refusals (shard counts that differ, a primary without a journal).
 Every wait polls for a signal (INFO, WAIT's count, a key) with a deadline; nothing sleeps
 and hopes. Key and queue names are random, so that on 2 shards they land on both."""
 
+import os
 import random
 import signal
+import socket
 import string
 import threading
 import time
@@ -393,3 +395,30 @@ def test_failover_loses_only_the_writes_in_flight(pair, record_property):
     record_property("acked_writes", len(acked))
     record_property("lost_on_failover", max(lost, 0))
     print(f"failover: {len(acked)} writes acknowledged, {max(lost, 0)} lost")
+
+
+def test_a_wait_whose_client_left_stops_waiting(server):
+    """A `WAIT 1 0` (no replica: it would wait for ever) whose client closes leaves no thread
+    polling behind it."""
+    tasks = f"/proc/{server.proc.pid}/task"
+
+    def waiting_threads():
+        count = 0
+        for task in os.listdir(tasks):
+            try:
+                with open(f"{tasks}/{task}/comm") as comm:
+                    count += comm.read().startswith("wetask-offload")
+            except FileNotFoundError:
+                pass
+        return count
+
+    clients = []
+    for _ in range(20):
+        c = socket.create_connection(("127.0.0.1", server.port))
+        c.sendall(b"*3\r\n$4\r\nWAIT\r\n$1\r\n1\r\n$1\r\n0\r\n")
+        clients.append(c)
+    # Each wait polls on a thread of its own.
+    wait_for(lambda: waiting_threads() >= 20, "the waits to start")
+    for c in clients:
+        c.close()
+    wait_for(lambda: waiting_threads() == 0, "the waiting threads to end")

@@ -72,6 +72,9 @@ pub struct ConnState {
     /// This node's own connection applying a Redis primary's stream: its writes pass a
     /// read-only replica (`replication::from_redis`).
     pub replication_applier: bool,
+    /// Raised when the connection closes, for a wait polled on another thread (WAIT,
+    /// WAITAOF: `ShardCtx::wait_on`) to give up; made by the first such wait.
+    pub closed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// ASKING was sent: the next command may use a slot this node imports (cluster mode).
     pub asking: bool,
     pub name: Option<Bytes>,
@@ -132,6 +135,11 @@ pub struct ConnState {
 }
 
 impl ConnState {
+    /// The flag raised when this connection closes (made on first use).
+    pub fn closed_flag(&mut self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        self.closed.get_or_insert_with(Default::default).clone()
+    }
+
     /// Whether the reply now due goes out (CLIENT REPLY, SHUTDOWN): takes its turn.
     pub fn reply_allowed(&mut self) -> bool {
         if self.skip_reply {
@@ -206,6 +214,7 @@ impl ConnState {
             laddr,
             shard_port: false,
             replication_applier: false,
+            closed: None,
             asking: false,
             name: None,
             lib_name: None,

@@ -137,7 +137,7 @@ pub async fn run(
         }
         // Blocks a client until enough replicas have its writes; EXEC and scripts run the
         // embedded form, which never blocks.
-        "wait" => replication::wait_replicas(ctx, args).await,
+        "wait" => replication::wait_replicas(ctx, conn, args).await,
         _ if spec.has(flag::EMBEDDED) => embedded::run_embedded_for(ctx, conn, spec, args).await,
         "hello" => connection::hello(ctx, &mut conn.borrow_mut(), args),
         "auth" => connection::auth(ctx, &mut conn.borrow_mut(), args),
@@ -160,7 +160,7 @@ pub async fn run(
         "bgsave" => persistence::bgsave(ctx, args),
         "bgrewriteaof" => persistence::bgrewriteaof(ctx),
         "lastsave" => persistence::lastsave(ctx),
-        "waitaof" => persistence::waitaof(ctx, args).await,
+        "waitaof" => persistence::waitaof(ctx, conn, args).await,
         "monitor" => {
             ctx.monitors.add(ctx, conn.borrow().id);
             Frame::ok()

@@ -143,7 +143,11 @@ pub fn lastsave(ctx: &ShardCtx) -> Frame {
 /// been journaled; then the fsync that follows them is waited for: none under `always`
 /// (each reply already waited for one), the everysec syncer's next round, and never under
 /// `appendfsync no`, as in Redis.
-pub async fn waitaof(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+pub async fn waitaof(
+    ctx: &ShardCtx,
+    conn: &std::cell::RefCell<crate::clients::ConnState>,
+    args: &[Bytes],
+) -> Frame {
     let numlocal = match wetask_shards::args::parse_i64(&args[1]) {
         Some(n @ 0..=1) => n,
         Some(_) => {
@@ -176,7 +180,13 @@ pub async fn waitaof(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
     let globals = ctx.globals.clone();
     let synced = move || globals.store.get().is_some_and(|s| s.synced_since(begun));
     let deadline_ms = (timeout_ms > 0).then(|| crate::globals::unix_ms() + timeout_ms);
-    let past = move || deadline_ms.is_some_and(|d| crate::globals::unix_ms() >= d);
+    // A client that leaves ends its wait (under `appendfsync no`, `WAITAOF 1 0 0` waits for
+    // ever).
+    let closed = conn.borrow_mut().closed_flag();
+    let past = move || {
+        closed.load(std::sync::atomic::Ordering::Acquire)
+            || deadline_ms.is_some_and(|d| crate::globals::unix_ms() >= d)
+    };
     if numlocal > 0 && !synced() && !past() {
         let check = synced.clone();
         ctx.wait_on(move || (check() || past()).then_some(())).await;

@@ -46,7 +46,11 @@ fn positions_now(globals: &Globals) -> Vec<u64> {
 /// journaled before it was called (every shard's, not only the client's own: a superset of
 /// what Redis waits for), or the time-out (0: never) passes; answers how many have. On a
 /// replica, Redis's error.
-pub(super) async fn wait_replicas(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
+pub(super) async fn wait_replicas(
+    ctx: &ShardCtx,
+    conn: &std::cell::RefCell<ConnState>,
+    args: &[Bytes],
+) -> Frame {
     let (replicas, timeout) = match parse_wait(args) {
         Ok(parsed) => parsed,
         Err(err) => return err,
@@ -62,11 +66,14 @@ pub(super) async fn wait_replicas(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
     }
     let deadline = (timeout > 0).then(|| unix_ms().saturating_add(timeout));
     let wanted = replicas as usize;
+    // A client that leaves ends its wait (a `WAIT 1 0` with no replica would poll for ever).
+    let closed = conn.borrow_mut().closed_flag();
     let count = ctx
         .wait_on(move || {
             let reached = globals.replication.replicas_at(&targets);
             let late = deadline.is_some_and(|d| unix_ms() >= d);
-            (reached >= wanted || late || globals.shutting_down()).then_some(reached)
+            let stop = late || globals.shutting_down() || closed.load(Ordering::Acquire);
+            (reached >= wanted || stop).then_some(reached)
         })
         .await;
     Frame::Integer(count as i64)

@@ -230,6 +230,9 @@ impl ShardCtx {
 
     /// A connection is closing: every service lets go of what it waits on.
     pub fn connection_closing(&self, state: &ConnState) {
+        if let Some(closed) = &state.closed {
+            closed.store(true, std::sync::atomic::Ordering::Release);
+        }
         for service in self.hooks() {
             service.connection_closing(&self.core, state);
         }

@@ -39,20 +39,28 @@ impl super::ShardCtx {
     /// wait for another thread's work (a snapshot, an fsync) that has no signal of its own.
     /// A glommio timer here would only fire at the loop's cron tick. Without a thread to be
     /// had, it polls from here at the turns' pace.
+    /// A waiter whose future is dropped stops the thread too.
     pub async fn wait_on<T, C>(&self, mut check: C) -> T
     where
         T: Send + 'static,
         C: FnMut() -> Option<T> + Send + Clone + 'static,
     {
+        let gone = Gone::default();
+        let abandoned = gone.0.clone();
         let mut polled = check.clone();
         let answer = self.off_shard(move || loop {
             if let Some(value) = polled() {
-                return value;
+                return Some(value);
+            }
+            if abandoned.load(Ordering::Acquire) {
+                return None;
             }
             std::thread::sleep(POLL_PERIOD);
         });
         if let Some(answer) = answer {
-            return answer.await;
+            if let Some(value) = answer.await {
+                return value;
+            }
         }
         loop {
             if let Some(value) = check() {
@@ -60,6 +68,17 @@ impl super::ShardCtx {
             }
             glommio::timer::sleep(POLL_PERIOD).await;
         }
+    }
+}
+
+/// Raised when dropped: the waiter it belongs to is gone, and its polling thread stops (a
+/// `WAIT 1 0` with no replica would otherwise poll for ever after its client left).
+#[derive(Default)]
+struct Gone(Arc<AtomicBool>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
