@@ -390,14 +390,7 @@ fn server_section(g: &Globals, out: &mut String) {
 /// follows), drawn once at start.
 fn run_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    ID.get_or_init(|| {
-        let mut rng = fastrand::Rng::with_seed(
-            crate::globals::unix_ms() ^ (u64::from(std::process::id()) << 32),
-        );
-        (0..40)
-            .map(|_| char::from_digit(rng.u32(0..16), 16).expect("a hex digit"))
-            .collect()
-    })
+    ID.get_or_init(|| crate::replication::random_hex(40))
 }
 
 /// CPU seconds used by `who` (RUSAGE_SELF, RUSAGE_CHILDREN, RUSAGE_THREAD): system, user.

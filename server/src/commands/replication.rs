@@ -10,7 +10,7 @@ use wetask_shards::args::{is, parse_i64};
 
 use crate::clients::ConnState;
 use crate::globals::{unix_ms, Globals};
-use crate::replication::{self, LinkState, Primary};
+use crate::replication::{self, constant_time_eq, LinkState, Primary};
 use crate::shard::ShardCtx;
 
 /// WAIT's arguments: (replicas, time-out in ms).
@@ -223,10 +223,6 @@ pub(super) fn replconf(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> 
         }
     }
     Frame::ok()
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn bulk(text: impl Into<String>) -> Frame {

@@ -24,8 +24,9 @@ use bytes::{Bytes, BytesMut};
 use wetask_protocol::{CommandDecoder, Limits};
 use wetask_shards::persist::rdb_file::{self, RdbItem};
 
-use super::link::{connect, request, Env};
+use super::link::{authenticate, connect, expect_ok, send, Env};
 use super::LinkState;
+use wetask_shards::args::is;
 
 /// The largest RDB a full sync accepts (held in memory while it loads).
 const RDB_BYTES_MAX: u64 = 32 << 30;
@@ -51,11 +52,7 @@ pub fn session(
     resume: &mut Option<Resume>,
 ) -> Result<(), String> {
     let mut primary = connect(host, port)?;
-    if !env.auth.is_empty() {
-        let mut args = vec!["AUTH".to_string()];
-        args.extend(env.auth.iter().cloned());
-        expect_ok(&mut primary, &args)?;
-    }
+    authenticate(&mut primary, &env.auth)?;
     expect_ok(
         &mut primary,
         &[
@@ -114,35 +111,6 @@ pub fn session(
     result
 }
 
-fn expect_ok(conn: &mut TcpStream, args: &[String]) -> Result<(), String> {
-    match request(conn, args)? {
-        wetask_protocol::Frame::Simple(_) => Ok(()),
-        wetask_protocol::Frame::Error(e) => Err(format!(
-            "the primary refused {}: {}",
-            args[0],
-            String::from_utf8_lossy(&e)
-        )),
-        other => Err(format!("an unexpected answer to {}: {other:?}", args[0])),
-    }
-}
-
-fn send(conn: &mut TcpStream, args: &[String]) -> Result<(), String> {
-    let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.clone())).collect();
-    conn.write_all(&encode(&args))
-        .map_err(|e| format!("cannot write to the primary: {e}"))
-}
-
-/// A command as RESP.
-fn encode(args: &[Bytes]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
 /// One `\r\n`-terminated line, skipping the bare newlines Redis sends as keep-alives while
 /// it prepares an RDB.
 fn read_line(conn: &mut TcpStream) -> Result<String, String> {
@@ -186,9 +154,28 @@ fn full_sync(primary: &mut TcpStream, applier: &Applier) -> Result<(), String> {
         .read_exact(&mut rdb)
         .map_err(|e| format!("the RDB transfer failed: {e}"))?;
     applier.command(&[Bytes::from_static(b"FLUSHALL")])?;
+    let keys = load_rdb(&rdb, applier)?;
+    // The stream selects its database before its first command; start from 0 as Redis does.
+    applier.command(&[Bytes::from_static(b"SELECT"), Bytes::from_static(b"0")])?;
+    applier.flush()?;
+    // The link is up once the keys are in, not merely sent.
+    while applier.answered.load(Ordering::Acquire) < applier.sent.load(Ordering::Acquire) {
+        if applier.reader.as_ref().is_none_or(|r| r.is_finished()) {
+            return Err("this node closed the applier's connection during the load".into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    tracing::info!(keys, bytes = len, "loaded the Redis primary's RDB");
+    Ok(())
+}
+
+/// Sends every item of the RDB `rdb` to the applier: each key as `RESTORE … REPLACE
+/// ABSTTL` (after a `SELECT` when its database changes), each library as `FUNCTION LOAD
+/// REPLACE`. Returns how many keys there were.
+fn load_rdb(rdb: &[u8], applier: &Applier) -> Result<u64, String> {
     let mut db = usize::MAX;
     let mut keys = 0u64;
-    rdb_file::read(&rdb, &mut |item| {
+    rdb_file::read(rdb, &mut |item| {
         match item {
             RdbItem::Key {
                 db: key_db,
@@ -223,18 +210,7 @@ fn full_sync(primary: &mut TcpStream, applier: &Applier) -> Result<(), String> {
         }
         Ok(())
     })?;
-    // The stream selects its database before its first command; start from 0 as Redis does.
-    applier.command(&[Bytes::from_static(b"SELECT"), Bytes::from_static(b"0")])?;
-    applier.flush()?;
-    // The link is up once the keys are in, not merely sent.
-    while applier.answered.load(Ordering::Acquire) < applier.sent.load(Ordering::Acquire) {
-        if applier.reader.as_ref().is_none_or(|r| r.is_finished()) {
-            return Err("this node closed the applier's connection during the load".into());
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    tracing::info!(keys, bytes = len, "loaded the Redis primary's RDB");
-    Ok(())
+    Ok(keys)
 }
 
 /// The command stream: each command to the applier, PING dropped, GETACK answered; the
@@ -308,10 +284,6 @@ fn stream(
     Ok(())
 }
 
-fn is(arg: &[u8], word: &str) -> bool {
-    arg.eq_ignore_ascii_case(word.as_bytes())
-}
-
 fn ack(primary: &mut TcpStream, offset: u64) -> Result<(), String> {
     send(
         primary,
@@ -371,10 +343,12 @@ impl Applier {
 
     /// Queues one command; returns how many have been sent, this one included.
     fn command(&self, args: &[Bytes]) -> Result<u64, String> {
+        let mut encoded = Vec::new();
+        wetask_protocol::encode_command(&mut encoded, args);
         self.out
             .lock()
             .expect("applier")
-            .write_all(&encode(args))
+            .write_all(&encoded)
             .map_err(|e| format!("cannot write to this node: {e}"))?;
         Ok(self.sent.fetch_add(1, Ordering::AcqRel) + 1)
     }

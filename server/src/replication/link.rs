@@ -46,12 +46,7 @@ pub(super) fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
 
 /// Sends one command and reads its reply.
 pub(super) fn request(conn: &mut TcpStream, args: &[String]) -> Result<Frame, String> {
-    let mut out = format!("*{}\r\n", args.len());
-    for arg in args {
-        out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    conn.write_all(out.as_bytes())
-        .map_err(|e| format!("cannot write to the primary: {e}"))?;
+    send(conn, args)?;
     let mut decoder = FrameDecoder::new(Limits::default());
     let mut buffer = BytesMut::new();
     let mut chunk = [0u8; 4096];
@@ -67,4 +62,35 @@ pub(super) fn request(conn: &mut TcpStream, args: &[String]) -> Result<Frame, St
             Err(e) => return Err(format!("cannot read from the primary: {e}")),
         }
     }
+}
+
+/// Sends one command, reading nothing.
+pub(super) fn send(conn: &mut TcpStream, args: &[String]) -> Result<(), String> {
+    let mut out = Vec::new();
+    wetask_protocol::encode_command(&mut out, args);
+    conn.write_all(&out)
+        .map_err(|e| format!("cannot write to the primary: {e}"))
+}
+
+/// Sends one command that must answer a simple string (`+OK`).
+pub(super) fn expect_ok(conn: &mut TcpStream, args: &[String]) -> Result<(), String> {
+    match request(conn, args)? {
+        Frame::Simple(_) => Ok(()),
+        Frame::Error(e) => Err(format!(
+            "the primary refused {}: {}",
+            args[0],
+            String::from_utf8_lossy(&e)
+        )),
+        other => Err(format!("an unexpected answer to {}: {other:?}", args[0])),
+    }
+}
+
+/// `AUTH` with `auth`'s arguments (`masteruser` and `masterauth`), if there are any.
+pub(super) fn authenticate(conn: &mut TcpStream, auth: &[String]) -> Result<(), String> {
+    if auth.is_empty() {
+        return Ok(());
+    }
+    let mut args = vec!["AUTH".to_string()];
+    args.extend(auth.iter().cloned());
+    expect_ok(conn, &args)
 }

@@ -346,6 +346,12 @@ impl Links {
     }
 }
 
+/// Whether `a` and `b` are equal, in a time that does not depend on where they differ (a
+/// replication token is compared so).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// `len` random lowercase hex digits.
 pub fn random_hex(len: usize) -> String {
     let mut rng = fastrand::Rng::with_seed(

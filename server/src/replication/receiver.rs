@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
-use super::link::{connect, request, Env};
+use super::link::{authenticate, connect, request, Env};
 use super::wire::{self, Opening};
 use super::{Inbox, Item, LinkState, Replication, INBOX_BYTES_MAX};
 
@@ -140,14 +140,7 @@ fn follow_redis(env: &Env, epoch: u64, host: &str, port: u16) {
 /// primary's hello, or `None` for a Redis primary.
 fn handshake(host: &str, port: u16, auth: &[String]) -> Result<Option<Hello>, String> {
     let mut conn = connect(host, port)?;
-    if !auth.is_empty() {
-        let mut args = vec!["AUTH".to_string()];
-        args.extend(auth.iter().cloned());
-        match request(&mut conn, &args)? {
-            Frame::Simple(_) => {}
-            other => return Err(format!("the primary refused AUTH: {}", describe(&other))),
-        }
-    }
+    authenticate(&mut conn, auth)?;
     // Option and value, as Redis's REPLCONF takes them: Redis then names the option it does
     // not know.
     let reply = request(&mut conn, &["REPLCONF".into(), "WETASK".into(), "1".into()])?;

@@ -18,7 +18,7 @@
 //! | `P` | a snapshot part | a full sync's snapshot, one part per frame |
 //! | `E` | — | the snapshot is whole |
 //! | `R` | position after it (u64 LE), record payload | one journal record |
-//! | `H` | position (u64 LE), unix ms (u64 LE) | nothing new past the position (sent when idle) |
+//! | `H` | position (u64 LE) | nothing new past the position (sent when idle) |
 //!
 //! The replica sends `A` and a position (u64 LE): everything up to it is applied.
 
