@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use wetask_shards::persist::journal::record;
 
 use super::wire::{self, Opening};
-use super::{Peer, Replication};
+use super::{constant_time_eq, Peer, Replication};
 use crate::persist::{files, load, Store};
 
 /// A replica that takes nothing for this long is dropped (Redis's `repl-timeout`).
@@ -134,10 +134,6 @@ fn admit(replication: &Replication, store: &Store, opening: &Opening) -> Result<
         return Err("this node is a replica itself".into());
     }
     Ok(())
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Reads the replica's acks into `peer` until the connection closes.
@@ -286,35 +282,41 @@ fn follow(
     let mut buf = Vec::new();
     let mut idle = Duration::from_micros(50);
     let mut last_sent = Instant::now();
+    let published = &store.shards[shard].position;
     loop {
-        let sent = send_records(&file, *gen, offset, &mut buf, out)?;
-        // Whatever was found goes now: under a steady trickle of records, waiting for the
-        // buffer to fill held them back for 100 ms and more.
-        out.flush().map_err(io)?;
-        if sent > 0 {
-            idle = Duration::from_micros(50);
-            last_sent = Instant::now();
-            continue;
-        }
-        // Nothing new here: a newer segment means this one is whole (read it once more).
-        let next = match queued.pop_front() {
-            Some(next) => Some(next),
-            None => File::open(files::journal(&store.path, shard, store.layout(), *gen + 1))
-                .ok()
-                .map(|f| (*gen + 1, f)),
-        };
-        if let Some((next_gen, next_file)) = next {
-            while send_records(&file, *gen, offset, &mut buf, out)? > 0 {}
-            (*gen, file, *offset) = (next_gen, next_file, 0);
-            continue;
+        // The journal publishes where it ends after each write and rotation: while that
+        // has not moved past this stream, there is nothing to read (no syscall a look).
+        let moved = published.load(Ordering::Acquire) > wire::pack(*gen, *offset);
+        if moved || !queued.is_empty() {
+            let sent = send_records(&file, *gen, offset, &mut buf, out)?;
+            // Whatever was found goes now: under a steady trickle of records, waiting for
+            // the buffer to fill held them back for 100 ms and more.
+            out.flush().map_err(io)?;
+            if sent > 0 {
+                idle = Duration::from_micros(50);
+                last_sent = Instant::now();
+                continue;
+            }
+            // Nothing new here: a newer segment means this one is whole (read it once
+            // more).
+            let next = match queued.pop_front() {
+                Some(next) => Some(next),
+                None => File::open(files::journal(&store.path, shard, store.layout(), *gen + 1))
+                    .ok()
+                    .map(|f| (*gen + 1, f)),
+            };
+            if let Some((next_gen, next_file)) = next {
+                while send_records(&file, *gen, offset, &mut buf, out)? > 0 {}
+                (*gen, file, *offset) = (next_gen, next_file, 0);
+                continue;
+            }
         }
         if last_sent.elapsed() >= HEARTBEAT_EVERY {
             if passed_by(store, shard, *gen)? {
                 return Err("a compaction removed the next segment before it was read: the replica syncs in full".into());
             }
             let position = wire::pack(*gen, *offset).to_le_bytes();
-            let clock = crate::clock::unix_ms().to_le_bytes();
-            wire::write_frame(out, wire::HEARTBEAT, &[&position, &clock]).map_err(io)?;
+            wire::write_frame(out, wire::HEARTBEAT, &[&position]).map_err(io)?;
             out.flush().map_err(io)?;
             last_sent = Instant::now();
         }
@@ -339,7 +341,7 @@ fn send_records(
     out: &mut BufWriter<&TcpStream>,
 ) -> Result<usize, String> {
     let io = |e: std::io::Error| e.to_string();
-    // A header first: an idle stream reads 12 bytes a look, not a chunk of zeros.
+    // The first record's header first, to size the read to it.
     buf.resize(record::HEADER_BYTES, 0);
     let got = read_at(file, buf, *offset).map_err(io)?;
     if got < record::HEADER_BYTES || buf.iter().all(|&b| b == 0) {
