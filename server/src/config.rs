@@ -184,6 +184,26 @@ pub struct Config {
     /// replication's `repl_port` and REPLCONF WETASK name it).
     #[arg(long, default_value_t = 0)]
     pub repl_port: u16,
+    /// Consensus mode: `raft` makes each shard a member of a Raft group with the same shard
+    /// of every node in `raft-peers`; a write is acknowledged once a quorum has it
+    /// (docs/REPLICATION.md, "Consensus mode"). Implies cluster mode.
+    #[arg(long, default_value = "", value_parser = consensus_mode)]
+    pub consensus: String,
+    /// Consensus mode: this node's id among `raft-peers`.
+    #[arg(long, default_value_t = 0)]
+    pub raft_id: u64,
+    /// Consensus mode: every member, `id=host:port[:raft-port]`, comma separated (`port` is
+    /// the member's client port; Raft's defaults to `port` + 20000).
+    #[arg(long, default_value = "")]
+    pub raft_peers: String,
+}
+
+fn consensus_mode(text: &str) -> Result<String, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "" | "no" | "off" => Ok(String::new()),
+        "raft" => Ok("raft".into()),
+        other => Err(format!("consensus mode '{other}' is not 'raft'")),
+    }
 }
 
 /// The Redis version WeTask announces by default (INFO, HELLO): the release whose

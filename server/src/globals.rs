@@ -13,6 +13,8 @@ pub struct Globals {
     pub config: Config,
     /// Cluster mode's description of this node (`cluster-enabled yes`), set at start.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// Consensus mode's groups and transport (`--consensus raft`), set at start.
+    pub consensus: Option<Arc<crate::consensus::Consensus>>,
     /// Parameters CONFIG SET changed since the start, in order (CONFIG REWRITE appends the
     /// ones the config file does not name).
     pub config_changed: Mutex<Vec<String>>,
@@ -95,6 +97,7 @@ impl Globals {
     ) -> Self {
         Globals {
             cluster: None,
+            consensus: None,
             store: std::sync::OnceLock::new(),
             dumps: std::sync::OnceLock::new(),
             exit_without_save: AtomicBool::new(false),

@@ -7,6 +7,7 @@ mod clock;
 mod cluster;
 mod commands;
 pub mod config;
+mod consensus;
 mod doorbell;
 mod failpoint;
 mod globals;

@@ -112,11 +112,13 @@ pub fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
     let mut config = config;
     config.io = io;
+    check_consensus(&mut config, shard_count)?;
     let doorbells = crate::doorbell::Doorbell::for_shards(shard_count)
         .map_err(|e| format!("cannot create the shards' doorbells: {e}"))?;
     let (shard_listeners, cluster) = cluster_listeners(&config, port, shard_count)?;
-    let mut globals = Globals::new(config.clone(), shard_count, doorbells);
+    let mut globals = Globals::new(config.clone(), shard_count, doorbells.clone());
     globals.cluster = start_cluster(cluster)?;
+    globals.consensus = start_consensus(&config, shard_count, doorbells)?;
     let globals = Arc::new(globals);
     open_data(&globals, shard_count)?;
     globals
@@ -161,6 +163,62 @@ pub fn run(config: Config) -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start the shard executors: {e}"))?;
     join_shards(handles)
+}
+
+/// Consensus mode's requirements, checked before anything starts: one shard (a group per
+/// shard of several is not built yet), the io_uring path (its ring holds the replies until
+/// they commit), and cluster mode, which it implies (clients follow the leaders through
+/// `-MOVED` and `CLUSTER SLOTS`). The Raft log is the node's persistence: the journal and
+/// snapshots are off.
+fn check_consensus(config: &mut Config, shard_count: usize) -> Result<(), String> {
+    if config.consensus.is_empty() {
+        return Ok(());
+    }
+    if shard_count != 1 {
+        return Err(
+            "consensus mode runs one shard per node for now: start it with --shards 1".into(),
+        );
+    }
+    if config.io != IoMode::Uring {
+        return Err(
+            "consensus mode needs --io uring (its ring holds replies until they commit)".into(),
+        );
+    }
+    if !config.replicaof.is_empty() {
+        return Err("consensus mode and --replicaof exclude each other".into());
+    }
+    config.cluster_enabled = true;
+    config.cluster_self_assign = true;
+    config.appendonly = false;
+    Ok(())
+}
+
+/// Consensus mode: the groups, and the transport's threads.
+fn start_consensus(
+    config: &Config,
+    shard_count: usize,
+    doorbells: Arc<[crate::doorbell::Doorbell]>,
+) -> Result<Option<Arc<crate::consensus::Consensus>>, String> {
+    if config.consensus.is_empty() {
+        return Ok(None);
+    }
+    let peers = crate::consensus::peers::parse(&config.raft_peers, config.raft_id)?;
+    let dir = crate::consensus::data_dir(config);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create the Raft directory {}: {e}", dir.display()))?;
+    let consensus = Arc::new(crate::consensus::Consensus::new(
+        config.raft_id,
+        peers,
+        shard_count,
+        doorbells,
+    ));
+    crate::consensus::transport::spawn(consensus.clone())?;
+    tracing::info!(
+        id = config.raft_id,
+        members = consensus.peers.len(),
+        "consensus mode (Raft)"
+    );
+    Ok(Some(consensus))
 }
 
 /// Serves replicas (with a journal to serve them from), and follows `replicaof` if set.
@@ -209,6 +267,10 @@ fn start_replication(globals: &Arc<Globals>) -> Result<(), String> {
 /// Opens the data directory (the journal, or the snapshots of `appendonly no`) and loads
 /// the saved function libraries.
 fn open_data(globals: &Arc<Globals>, shard_count: usize) -> Result<(), String> {
+    if globals.consensus.is_some() {
+        // The Raft log is the node's persistence (`check_consensus`).
+        return Ok(());
+    }
     let config = &globals.config;
     if let Some(store) = crate::persist::prepare(config, shard_count)? {
         let _ = globals.store.set(store);
@@ -492,6 +554,17 @@ async fn shard_main(
         (0, None, None)
     };
     let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
+    if let Some(consensus) = &globals.consensus {
+        let dir = crate::consensus::data_dir(&globals.config);
+        let raft = crate::shard::raft::ShardRaft::open(
+            consensus.clone(),
+            id,
+            &dir,
+            &crate::shard::raft::logger(),
+        )?;
+        ctx.shard.borrow_mut().set_replica(true);
+        *ctx.raft.borrow_mut() = Some(raft);
+    }
     if let Some(store) = globals.store.get() {
         recover_shard(&ctx, store)?;
     }

@@ -7,12 +7,28 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 BINARY = os.environ.get("WETASK_BIN", os.path.join(TARGET, "debug", "wetask"))
+
+
+# How long a test waits for a signal (a reply, an INFO field) before it fails.
+DEADLINE_S = 30
+
+
+def wait_for(check, what, deadline_s=DEADLINE_S):
+    """`check()`'s first truthy value, polled every 10 ms until the deadline."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Server:

@@ -17,24 +17,13 @@ import time
 import pytest
 import redis
 
-from conftest import BINARY, Server
+from conftest import BINARY, DEADLINE_S, Server, wait_for
 
-DEADLINE_S = 30
 
 
 def names(prefix, count):
     tag = "".join(random.choice(string.ascii_lowercase) for _ in range(6))
     return [f"{prefix}:{tag}:{i}" for i in range(count)]
-
-
-def wait_for(check, what, deadline_s=DEADLINE_S):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def info(client, section="replication"):

@@ -77,6 +77,9 @@ pub struct ConnState {
     pub closed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// ASKING was sent: the next command may use a slot this node imports (cluster mode).
     pub asking: bool,
+    /// READONLY was sent (until READWRITE): in consensus mode, a follower serves this
+    /// connection's reads from its own state, as a Redis Cluster replica does.
+    pub replica_reads: bool,
     pub name: Option<Bytes>,
     pub lib_name: Option<Bytes>,
     pub lib_ver: Option<Bytes>,
@@ -216,6 +219,7 @@ impl ConnState {
             replication_applier: false,
             closed: None,
             asking: false,
+            replica_reads: false,
             name: None,
             lib_name: None,
             lib_ver: None,

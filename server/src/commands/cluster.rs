@@ -28,6 +28,11 @@ pub async fn cluster(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>, args: &[
     let Some(cluster) = ctx.globals.cluster.as_ref() else {
         return Frame::static_error(DISABLED);
     };
+    if let Some(consensus) = ctx.globals.consensus.as_ref() {
+        if let Some(frame) = super::cluster_raft::answer(consensus, ctx.id, ctx.shard_count, args) {
+            return frame;
+        }
+    }
     let local = conn.borrow().laddr.clone();
     let host = cluster.host(&local).to_string();
     let me = ctx.id;
@@ -125,8 +130,11 @@ pub fn accept(ctx: &ShardCtx, conn: &Rc<RefCell<ConnState>>, name: &str) -> Fram
     if ctx.globals.cluster.is_none() {
         return Frame::static_error(DISABLED);
     }
-    if name == "asking" {
-        conn.borrow_mut().asking = true;
+    match name {
+        "asking" => conn.borrow_mut().asking = true,
+        "readonly" => conn.borrow_mut().replica_reads = true,
+        "readwrite" => conn.borrow_mut().replica_reads = false,
+        _ => {}
     }
     Frame::ok()
 }

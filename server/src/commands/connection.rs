@@ -137,6 +137,8 @@ pub(super) fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
     conn.name = None;
     conn.reply = crate::clients::ReplyMode::On;
     conn.no_evict = false;
+    conn.asking = false;
+    conn.replica_reads = false;
     if std::mem::take(&mut conn.no_touch) {
         drop(ctx.no_touch_everywhere(conn.id, false));
     }

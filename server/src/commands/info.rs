@@ -28,6 +28,7 @@ const SECTIONS: &[&str] = &[
     "cpu",
     "modules",
     "cluster",
+    "consensus",
     "tasks",
     "keyspace",
     "commandstats",
@@ -261,6 +262,10 @@ fn render(ctx: &ShardCtx, section: &str, report: &ShardReport, out: &mut String)
             let enabled = u8::from(g.cluster.is_some());
             let _ = write!(out, "# Cluster\r\ncluster_enabled:{enabled}\r\n");
         }
+        "consensus" => match &g.consensus {
+            Some(consensus) => consensus.info_section(out),
+            None => out.push_str("# Consensus\r\nconsensus_enabled:0\r\n"),
+        },
         "memory" => memory_section(g, report, out),
         "persistence" => persistence_section(g, report, out),
         "stats" => stats_section(g, report, out),

@@ -16,6 +16,7 @@ pub mod blocking;
 mod client;
 pub mod cluster;
 pub mod cluster_admin;
+pub mod cluster_raft;
 pub mod command;
 pub mod config;
 pub(crate) mod config_inert;

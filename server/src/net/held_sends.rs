@@ -42,6 +42,9 @@ pub struct HeldSends {
     /// The last completed fsync: when, and how many sends it released (see [`GATHER_MAX`]).
     pub released_at: Option<std::time::Instant>,
     pub last_group: usize,
+    /// Consensus mode: groups of sends waiting for their turn's Raft barrier, oldest first
+    /// (`Net::release_on_commit`).
+    pub raft: std::collections::VecDeque<(crate::shard::raft::Barrier, Vec<squeue::Entry>)>,
 }
 
 pub struct InFlight {
@@ -57,7 +60,10 @@ pub struct InFlight {
 impl HeldSends {
     /// Nothing held or waiting.
     pub fn is_idle(&self) -> bool {
-        self.held.is_empty() && self.next.is_empty() && self.in_flight.is_none()
+        self.held.is_empty()
+            && self.next.is_empty()
+            && self.in_flight.is_none()
+            && self.raft.is_empty()
     }
 
     /// How long the next fsync should still wait for its group to gather; `None`: submit it

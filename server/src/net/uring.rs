@@ -40,6 +40,7 @@ use crate::net::bufring::BufRing;
 use crate::net::held_sends::{HeldSends, InFlight};
 use crate::net::set_nodelay;
 use crate::session::{self, Pump, Session, OUTPUT_BUFFER_BYTES_MAX};
+use crate::shard::raft::{Hold, Passed};
 use crate::shard::{ShardCtx, CRON_PERIOD};
 
 /// Submission queue entries per shard ring.
@@ -456,6 +457,10 @@ impl Net {
         let mut timeout = Duration::from_millis(until_cron).min(CRON_PERIOD);
         if self.overflow_waiting.get() {
             timeout = timeout.min(OVERFLOW_RETRY);
+        }
+        if self.ctx.raft.borrow().is_some() {
+            // Raft's timer ticks in the loop (`shard::raft`).
+            timeout = timeout.min(crate::consensus::TICK);
         }
         // Nothing waits in memory while the shard sleeps (held sends wait for an fsync
         // submitted with this enter, whose completion wakes it, or gather for the next one

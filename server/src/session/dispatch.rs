@@ -96,6 +96,9 @@ fn precheck(
             true => conn.asking,
             false => std::mem::take(&mut conn.asking),
         } || spec.has(flag::ASKING);
+        if let Some(redirect) = super::redirect::consensus(ctx, conn, request) {
+            return Err(redirect);
+        }
         if let Some(redirect) = super::redirect::redirect(ctx, conn, request, asking) {
             return Err(redirect);
         }

@@ -74,6 +74,8 @@ pub struct ShardCore {
     pub save_point_due: Cell<bool>,
     /// On a replica: the replay state of the primary's stream (`replication::apply`).
     pub replica: super::replica::ShardReplica,
+    /// In consensus mode: this shard's member of its Raft group (`shard::raft`).
+    pub raft: RefCell<Option<super::raft::ShardRaft>>,
 }
 
 impl ShardCore {
@@ -123,6 +125,7 @@ impl ShardCore {
             dump_writes: Cell::new(0),
             save_point_due: Cell::new(false),
             replica: Default::default(),
+            raft: RefCell::new(None),
         }
     }
 
@@ -168,7 +171,23 @@ impl ShardCore {
     /// ring's submissions of replies, an envelope to a peer). Cheap when nothing was written.
     /// `when` (see `persist::Commit`): `Durable` before an envelope to a peer, which no ring
     /// holds back; `Now` everywhere else.
+    /// In consensus mode, whether this shard only follows its group's leader: it applies
+    /// entries and runs nothing of its own (no expiry, no task engine, no parked waiter).
+    pub fn raft_follows(&self) -> bool {
+        self.globals
+            .consensus
+            .as_ref()
+            .is_some_and(|c| !c.serving(self.id))
+    }
+
     pub fn commit_journal(&self, when: crate::persist::Commit) {
+        if let Some(raft) = self.raft.borrow_mut().as_mut() {
+            match self.shard.try_borrow_mut() {
+                Ok(mut shard) => raft.drive(&mut shard),
+                Err(_) => debug_assert!(false, "a Raft drive while the shard is borrowed"),
+            }
+            return;
+        }
         let mut journal = self.journal.borrow_mut();
         let Some(journal) = journal.as_mut() else {
             return;
@@ -192,6 +211,13 @@ impl ShardCore {
         Vec<wetask_shards::tasks::BatchNote>,
     ) {
         let now = unix_ms();
+        if self.raft_follows() {
+            // The leader's entries expire keys and advance the engine (`shard::raft`).
+            let mut shard = self.shard.borrow_mut();
+            shard.set_clock(now);
+            drop((shard.tasks.take_fallbacks(), shard.tasks.take_batch_notes()));
+            return (Vec::new(), Vec::new());
+        }
         if self.globals.replication.is_replica() {
             // The primary's records expire keys and advance the engine (`replication::apply`).
             self.apply_replication();

@@ -14,6 +14,7 @@ mod lock;
 pub mod monitor;
 pub mod offload;
 pub mod pubsub;
+pub mod raft;
 pub mod replica;
 mod reply;
 pub mod scripts;
@@ -150,9 +151,11 @@ impl ShardCtx {
         for note in batch_notes {
             self.task_waits.route_batch_note(&self.core, note);
         }
-        self.task_waits.expire_workers(&self.core);
-        self.task_waits.serve_parked(&self.core);
-        self.lists.serve(&self.core);
+        if !self.core.raft_follows() {
+            self.task_waits.expire_workers(&self.core);
+            self.task_waits.serve_parked(&self.core);
+            self.lists.serve(&self.core);
+        }
         self.tracking.drain(&self.core);
         self.publish_keyspace_events();
         self.wake_paused();

@@ -49,25 +49,34 @@ impl Shard {
     /// Appends the operations logged since the last call to `out`, as one framed record;
     /// false when there were none.
     pub fn take_journal(&mut self, out: &mut Vec<u8>) -> bool {
-        if self.journal.is_none() {
+        let Some(journal) = self.turn_ops() else {
             return false;
-        }
+        };
+        crate::persist::journal::record::append(out, journal);
+        journal.clear();
+        true
+    }
+
+    /// The operations logged since the last call, unframed (a record's payload: consensus
+    /// mode proposes them as one Raft entry, which [`Shard::apply_replicated`] replays);
+    /// `None` when there were none.
+    pub fn take_journal_ops(&mut self) -> Option<Vec<u8>> {
+        self.turn_ops().map(std::mem::take)
+    }
+
+    /// The turn's operations with the engine's clock advances logged, or `None` when
+    /// journaling is off or nothing was logged.
+    fn turn_ops(&mut self) -> Option<&mut Vec<u8>> {
+        self.journal.as_ref()?;
         let advances = self.tasks.take_advances();
         if !advances.is_empty() {
             self.mark_part();
         }
-        let Some(journal) = self.journal.as_mut() else {
-            return false;
-        };
+        let journal = self.journal.as_mut()?;
         for now_ms in advances {
             ops::put_tick(journal, now_ms);
         }
-        if journal.is_empty() {
-            return false;
-        }
-        crate::persist::journal::record::append(out, journal);
-        journal.clear();
-        true
+        (!journal.is_empty()).then_some(journal)
     }
 
     /// Logs a write command after it ran (see `Shard::run`).

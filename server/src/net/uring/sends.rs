@@ -62,17 +62,22 @@ impl Net {
 
     /// Under `appendfsync always`, whether sends wait for the ring's fsync.
     pub(super) fn ring_syncs(&self) -> bool {
-        self.ctx
-            .journal
-            .borrow()
-            .as_ref()
-            .is_some_and(|j| j.ring_syncs())
+        self.ctx.raft.borrow().is_some()
+            || self
+                .ctx
+                .journal
+                .borrow()
+                .as_ref()
+                .is_some_and(|j| j.ring_syncs())
     }
 
     /// Moves held sends on (see `held_sends`): `committed` at a commit point, when what was
     /// held has its records written. With no fsync in flight, the waiting sends get one, or
     /// go at once if everything written is already on disk.
     pub(super) fn release_held(&self, committed: bool) {
+        if self.ctx.raft.borrow().is_some() {
+            return self.release_on_commit(committed);
+        }
         let mut held = self.held.borrow_mut();
         if held.is_idle() {
             return;
@@ -119,6 +124,56 @@ impl Net {
         }
     }
 
+    /// Consensus mode (`shard::raft`): at a commit point the sends held since the last one
+    /// become a group behind the Raft barrier of their turn; a group goes once its barrier
+    /// passes, and its connections close if the leadership ended before it did.
+    fn release_on_commit(&self, committed: bool) {
+        let mut go = Vec::new();
+        let mut lost = Vec::new();
+        {
+            let mut held = self.held.borrow_mut();
+            let mut raft = self.ctx.raft.borrow_mut();
+            let raft = raft.as_mut().expect("consensus mode");
+            if committed && !held.held.is_empty() {
+                let sends = std::mem::take(&mut held.held);
+                match raft.hold(&mut self.ctx.shard.borrow_mut()) {
+                    Hold::Now => go.extend(sends),
+                    Hold::Lost => lost.extend(sends),
+                    Hold::Until(barrier) => held.raft.push_back((barrier, sends)),
+                }
+            }
+            while let Some((barrier, _)) = held.raft.front() {
+                match raft.passed(barrier) {
+                    Passed::No => break,
+                    Passed::Yes => go.extend(held.raft.pop_front().expect("a group").1),
+                    Passed::Lost => lost.extend(held.raft.pop_front().expect("a group").1),
+                }
+            }
+        }
+        for entry in go {
+            self.push(entry);
+        }
+        for entry in lost {
+            let (_, index, generation) = split_user_data(entry.get_user_data());
+            self.abandon_send(index, generation);
+        }
+    }
+
+    /// A held send that must not go (its writes may never commit): the connection closes,
+    /// as a failed send closes it.
+    fn abandon_send(&self, index: u32, generation: u32) {
+        let mut inner = self.inner.borrow_mut();
+        let inner = &mut *inner;
+        let Some(conn) = live_conn(&mut inner.conns, index, generation) else {
+            return;
+        };
+        conn.send_in_flight = false;
+        conn.sending.clear();
+        conn.out.clear();
+        self.begin_close(conn);
+        self.maybe_free(inner, index, generation);
+    }
+
     /// The journal's fsync completed: its sends go, and the next group gets its fsync.
     pub(super) fn on_fsync(&self, result: i32) {
         let Some(done) = self.held.borrow_mut().in_flight.take() else {
@@ -147,31 +202,28 @@ impl Net {
     }
 
     pub(super) fn on_send(self: &Rc<Self>, index: u32, generation: u32, result: i32) {
+        if result < 0 {
+            return self.abandon_send(index, generation);
+        }
         let mut inner = self.inner.borrow_mut();
         let inner = &mut *inner;
         let Some(conn) = live_conn(&mut inner.conns, index, generation) else {
             return;
         };
         conn.send_in_flight = false;
-        if result < 0 {
-            conn.sending.clear();
-            conn.out.clear();
-            self.begin_close(conn);
+        self.ctx.stats.sent(result as u64);
+        conn.sent += result as usize;
+        conn.session.state.borrow_mut().unsent =
+            conn.sending.len() - conn.sent.min(conn.sending.len());
+        if conn.sent < conn.sending.len() {
+            self.submit_send(index, conn, false);
         } else {
-            self.ctx.stats.sent(result as u64);
-            conn.sent += result as usize;
-            conn.session.state.borrow_mut().unsent =
-                conn.sending.len() - conn.sent.min(conn.sending.len());
-            if conn.sent < conn.sending.len() {
-                self.submit_send(index, conn, false);
-            } else {
-                conn.sending.clear();
-                if conn.sending.capacity() > KEEP_BUFFER_BYTES_MAX {
-                    conn.sending = Output::default();
-                }
-                self.flush(index, conn);
-                self.close_if_done(conn);
+            conn.sending.clear();
+            if conn.sending.capacity() > KEEP_BUFFER_BYTES_MAX {
+                conn.sending = Output::default();
             }
+            self.flush(index, conn);
+            self.close_if_done(conn);
         }
         self.maybe_free(inner, index, generation);
     }

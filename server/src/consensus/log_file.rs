@@ -1,0 +1,231 @@
+//! A group's Raft log on disk: its entries and hard state, appended as framed records
+//! (`[length u32][crc32c u32][kind u8][body]`, little-endian, the CRC over kind and body)
+//! and fdatasynced before the Ready that produced them is advanced, as Raft requires.
+//!
+//! An entry whose index is at or below the last one read replaces the log from there (a
+//! new leader overwrote an uncommitted tail). A record cut short or failing its CRC ends
+//! the log: the file is cut there (a crash mid-append), and Raft refetches what a quorum
+//! has from the leader.
+//!
+//! Not built yet: compaction. The log grows until the node's data directory is cleared;
+//! Raft snapshots from the fork-less snapshotter are the next step (docs/REPLICATION.md).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use protobuf::Message as _;
+use raft::eraftpb::{Entry, HardState};
+
+const KIND_ENTRY: u8 = 1;
+const KIND_HARD_STATE: u8 = 2;
+const HEADER: usize = 9;
+/// A record larger than this is taken for damage (a turn's records are far smaller).
+const RECORD_MAX: usize = 256 << 20;
+
+pub struct LogFile {
+    file: File,
+    path: PathBuf,
+    scratch: Vec<u8>,
+}
+
+/// What a log file held.
+#[derive(Default, Debug)]
+pub struct Loaded {
+    pub entries: Vec<Entry>,
+    pub hard_state: HardState,
+}
+
+impl LogFile {
+    pub fn path(dir: &Path, shard: usize) -> PathBuf {
+        dir.join(format!("raft-{shard}.log"))
+    }
+
+    /// Opens (creating) the log at `path` and reads it.
+    pub fn open(path: &Path) -> Result<(LogFile, Loaded), String> {
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("cannot open the Raft log {}: {e}", path.display()))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| format!("cannot read the Raft log {}: {e}", path.display()))?;
+        let (loaded, good) = read(&bytes);
+        if good < bytes.len() {
+            tracing::warn!(
+                path = %path.display(),
+                kept = good,
+                dropped = bytes.len() - good,
+                "the Raft log ends in a damaged record: cut there"
+            );
+            file.set_len(good as u64)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| format!("cannot cut the Raft log {}: {e}", path.display()))?;
+        }
+        let log = LogFile {
+            file,
+            path: path.to_path_buf(),
+            scratch: Vec::new(),
+        };
+        Ok((log, loaded))
+    }
+
+    /// Appends `entries` and the hard state, and syncs them.
+    pub fn append(
+        &mut self,
+        entries: &[Entry],
+        hard_state: Option<&HardState>,
+    ) -> Result<(), String> {
+        self.scratch.clear();
+        for entry in entries {
+            let body = entry.write_to_bytes().map_err(|e| e.to_string())?;
+            frame(&mut self.scratch, KIND_ENTRY, &body);
+        }
+        if let Some(hs) = hard_state {
+            let body = hs.write_to_bytes().map_err(|e| e.to_string())?;
+            frame(&mut self.scratch, KIND_HARD_STATE, &body);
+        }
+        if self.scratch.is_empty() {
+            return Ok(());
+        }
+        self.file
+            .write_all(&self.scratch)
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| format!("cannot write the Raft log {}: {e}", self.path.display()))
+    }
+}
+
+fn frame(out: &mut Vec<u8>, kind: u8, body: &[u8]) {
+    let mut crc = crc32c::crc32c(&[kind]);
+    crc = crc32c::crc32c_append(crc, body);
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(body);
+}
+
+/// The log `bytes` hold, and how many of them are whole, valid records.
+fn read(bytes: &[u8]) -> (Loaded, usize) {
+    let mut loaded = Loaded::default();
+    let mut at = 0;
+    while bytes.len() - at >= HEADER {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes"));
+        let kind = bytes[at + 8];
+        if len > RECORD_MAX || bytes.len() - at - HEADER < len {
+            break;
+        }
+        let body = &bytes[at + HEADER..at + HEADER + len];
+        if crc32c::crc32c_append(crc32c::crc32c(&[kind]), body) != crc {
+            break;
+        }
+        let ok = match kind {
+            KIND_ENTRY => Entry::parse_from_bytes(body)
+                .ok()
+                .is_some_and(|entry| place(&mut loaded.entries, entry)),
+            KIND_HARD_STATE => HardState::parse_from_bytes(body)
+                .map(|hs| loaded.hard_state = hs)
+                .is_ok(),
+            _ => false,
+        };
+        if !ok {
+            break;
+        }
+        at += HEADER + len;
+    }
+    (loaded, at)
+}
+
+/// Puts `entry` at its index, dropping what followed; false on a gap.
+fn place(entries: &mut Vec<Entry>, entry: Entry) -> bool {
+    let Some(first) = entries.first().map(|e| e.index) else {
+        entries.push(entry);
+        return true;
+    };
+    let last = entries.last().map_or(0, |e| e.index);
+    if entry.index > last + 1 || entry.index < first {
+        return false;
+    }
+    entries.truncate((entry.index - first) as usize);
+    entries.push(entry);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(index: u64, term: u64, data: &str) -> Entry {
+        Entry {
+            index,
+            term,
+            data: bytes::Bytes::copy_from_slice(data.as_bytes()),
+            ..Default::default()
+        }
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("wetask-raftlog-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        LogFile::path(&dir, 0)
+    }
+
+    #[test]
+    fn entries_and_hard_state_survive_a_reopen_and_a_later_entry_replaces_the_tail() {
+        let path = temp("reopen");
+        let (mut log, loaded) = LogFile::open(&path).unwrap();
+        assert!(loaded.entries.is_empty());
+        let hs = HardState {
+            term: 2,
+            vote: 3,
+            commit: 1,
+            ..Default::default()
+        };
+        log.append(
+            &[entry(1, 1, "a"), entry(2, 1, "b"), entry(3, 1, "c")],
+            Some(&hs),
+        )
+        .unwrap();
+        log.append(&[entry(2, 2, "B")], None).unwrap();
+        drop(log);
+        let (_, loaded) = LogFile::open(&path).unwrap();
+        let got: Vec<_> = loaded.entries.iter().map(|e| (e.index, e.term)).collect();
+        assert_eq!(got, vec![(1, 1), (2, 2)]);
+        assert_eq!(&loaded.entries[1].data[..], b"B");
+        assert_eq!((loaded.hard_state.term, loaded.hard_state.vote), (2, 3));
+    }
+
+    #[test]
+    fn a_torn_or_damaged_tail_is_cut_and_the_rest_kept() {
+        let path = temp("torn");
+        let (mut log, _) = LogFile::open(&path).unwrap();
+        log.append(&[entry(1, 1, "one"), entry(2, 1, "two")], None)
+            .unwrap();
+        drop(log);
+        let whole = std::fs::read(&path).unwrap();
+        for cut in [whole.len() - 1, whole.len() - 5, whole.len() - 12] {
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            let (_, loaded) = LogFile::open(&path).unwrap();
+            assert_eq!(loaded.entries.len(), 1, "cut at {cut}");
+            assert!(std::fs::metadata(&path).unwrap().len() < cut as u64 + 1);
+        }
+        let mut flipped = whole.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0xff;
+        std::fs::write(&path, &flipped).unwrap();
+        assert_eq!(LogFile::open(&path).unwrap().1.entries.len(), 1);
+    }
+
+    #[test]
+    fn a_gap_ends_the_log() {
+        let mut entries = vec![entry(1, 1, "a")];
+        assert!(!place(&mut entries, entry(3, 1, "c")));
+        assert!(place(&mut entries, entry(2, 1, "b")));
+        assert!(!place(&mut entries, entry(0, 1, "z")));
+    }
+}

@@ -1,0 +1,151 @@
+//! Consensus mode (`--consensus raft`): every shard of every node is a member of its shard's
+//! Raft group, run on TiKV's `raft` crate (raft-rs), so a write is acknowledged only once a
+//! quorum of nodes has it in their logs, and a node's death costs an election, not data.
+//!
+//! - `peers`: the group's members as the command line names them.
+//! - `log_file`: a group's Raft log and hard state on disk (the node's persistence in this
+//!   mode; the journal is off).
+//! - `transport`: threads that carry Raft messages between nodes over TCP, and put the ones
+//!   that arrive into the shard's [`Group::inbox`], ringing its doorbell.
+//! - `crate::shard::raft`: the shard thread's side: the Raft node itself, stepped, ticked and
+//!   drained each loop turn; a leader proposes each turn's journal records as one entry, and
+//!   its replies wait until the entry commits (`net::held_sends`).
+//!
+//! docs/REPLICATION.md ("Consensus mode") says what this promises and what is not built yet.
+
+pub mod log_file;
+pub mod peers;
+pub mod transport;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use raft::eraftpb::Message;
+
+pub use peers::Peer;
+
+/// The Raft timer's period. An election starts after 10 to 20 periods without a leader
+/// (raft-rs's randomised `election_tick` of 10), the leader beats every 2.
+pub const TICK: std::time::Duration = std::time::Duration::from_millis(50);
+pub const ELECTION_TICKS: usize = 10;
+pub const HEARTBEAT_TICKS: usize = 2;
+
+/// A follower's answer to a keyless write (keyed commands get `-MOVED` to the leader).
+pub const NOT_LEADER: &str =
+    "READONLY This node does not lead its shard's consensus group; write to the leader";
+
+/// The process's view of consensus mode, shared by its shard threads and the transport.
+pub struct Consensus {
+    /// This node's Raft id.
+    pub me: u64,
+    /// Every member, this node included, by id.
+    pub peers: Vec<Peer>,
+    /// Per shard: its group's state as other threads see it.
+    pub groups: Vec<Group>,
+    pub transport: transport::Outbound,
+    /// Rings a shard's loop when a message for it arrives.
+    pub doorbells: Arc<[crate::doorbell::Doorbell]>,
+}
+
+/// One shard's group, as the transport and the other shards see it.
+#[derive(Default)]
+pub struct Group {
+    /// Messages from other nodes, waiting for the shard's next turn.
+    pub inbox: Mutex<Vec<Message>>,
+    /// The leader this node knows of (0: none), its term, and whether this node leads and
+    /// serves: it has applied every entry of earlier terms.
+    pub leader: AtomicU64,
+    pub term: AtomicU64,
+    pub serving: AtomicBool,
+    pub commit: AtomicU64,
+    pub applied: AtomicU64,
+    /// Times this node became leader, and lost a leadership with writes not yet committed
+    /// (its state rebuilt from the log).
+    pub elected: AtomicU64,
+    pub rebuilds: AtomicU64,
+}
+
+/// Where the Raft logs live: `raft/` in the data directory.
+pub fn data_dir(config: &crate::config::Config) -> std::path::PathBuf {
+    std::path::Path::new(&config.dir).join("raft")
+}
+
+impl Consensus {
+    pub fn new(
+        me: u64,
+        peers: Vec<Peer>,
+        shard_count: usize,
+        doorbells: Arc<[crate::doorbell::Doorbell]>,
+    ) -> Consensus {
+        let transport = transport::Outbound::new(me, &peers);
+        Consensus {
+            me,
+            peers,
+            groups: (0..shard_count).map(|_| Group::default()).collect(),
+            transport,
+            doorbells,
+        }
+    }
+
+    pub fn peer(&self, id: u64) -> Option<&Peer> {
+        self.peers.iter().find(|p| p.id == id)
+    }
+
+    /// Whether this node leads shard `shard`'s group and serves its clients.
+    pub fn serving(&self, shard: usize) -> bool {
+        self.groups[shard].serving.load(Ordering::Acquire)
+    }
+
+    /// INFO's `consensus` section: per shard's group, this node's role and progress.
+    pub fn info_section(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = write!(
+            out,
+            "# Consensus\r\nconsensus_enabled:1\r\nraft_id:{}\r\nraft_members:{}\r\n",
+            self.me,
+            self.peers.len()
+        );
+        for (shard, group) in self.groups.iter().enumerate() {
+            let leader = group.leader.load(Ordering::Relaxed);
+            let role = match (leader == self.me, group.serving.load(Ordering::Acquire)) {
+                (true, true) => "leader",
+                (true, false) => "leader-catching-up",
+                _ if leader == 0 => "no-leader",
+                _ => "follower",
+            };
+            let _ = write!(
+                out,
+                "group{shard}:role={role},leader={leader},term={},commit={},applied={},elected={},rebuilds={}\r\n",
+                group.term.load(Ordering::Relaxed),
+                group.commit.load(Ordering::Relaxed),
+                group.applied.load(Ordering::Relaxed),
+                group.elected.load(Ordering::Relaxed),
+                group.rebuilds.load(Ordering::Relaxed),
+            );
+        }
+    }
+
+    /// A message from another node for `shard`'s group.
+    pub fn deliver(&self, shard: usize, message: Message) {
+        let Some(group) = self.groups.get(shard) else {
+            return;
+        };
+        group.inbox.lock().expect("raft inbox").push(message);
+        self.doorbells[shard].ring();
+    }
+
+    /// `host:port` of `shard`'s port on the node `id` (cluster mode's shard port,
+    /// `port` + 1 + shard).
+    pub fn shard_address(&self, id: u64, shard: usize) -> Option<(String, u16)> {
+        let peer = self.peer(id)?;
+        Some((peer.host.clone(), peer.port + 1 + shard as u16))
+    }
+
+    /// A node id for cluster clients: 40 hex digits, the same on every node for the same
+    /// member and shard.
+    pub fn node_name(id: u64, shard: usize) -> String {
+        sha1_smol::Sha1::from(format!("wetask-raft-{id}-{shard}"))
+            .digest()
+            .to_string()
+    }
+}

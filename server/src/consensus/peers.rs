@@ -1,0 +1,109 @@
+//! The members of the consensus groups as `--raft-peers` names them:
+//! `id=host:port[:raft-port]`, comma separated. `port` is the node's client port; its
+//! shards serve on `port` + 1 + i (cluster mode's shard ports) and Raft listens on
+//! `raft-port` (default `port` + 20000).
+
+/// One member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub id: u64,
+    pub host: String,
+    pub port: u16,
+    pub raft_port: u16,
+}
+
+/// The members, at least three and at most seven, with distinct ids (1 and up) and
+/// addresses, `me` among them.
+pub fn parse(text: &str, me: u64) -> Result<Vec<Peer>, String> {
+    let mut peers: Vec<Peer> = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, address) = item
+            .split_once('=')
+            .ok_or_else(|| format!("raft-peers: '{item}' is not id=host:port"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&id| id > 0)
+            .ok_or_else(|| format!("raft-peers: '{id}' is not an id (1 and up)"))?;
+        let mut parts = address.trim().rsplitn(3, ':').collect::<Vec<_>>();
+        parts.reverse();
+        let port_of = |text: &str| {
+            text.parse::<u16>()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| format!("raft-peers: '{text}' is not a port"))
+        };
+        let (host, port, raft_port) = match parts.as_slice() {
+            [host, port] => {
+                let port = port_of(port)?;
+                let raft = port
+                    .checked_add(20000)
+                    .ok_or_else(|| format!("raft-peers: {port} + 20000 is past 65535"))?;
+                (host.to_string(), port, raft)
+            }
+            [host, port, raft] => (host.to_string(), port_of(port)?, port_of(raft)?),
+            _ => return Err(format!("raft-peers: '{address}' is not host:port")),
+        };
+        if host.is_empty() {
+            return Err(format!("raft-peers: '{address}' has no host"));
+        }
+        if peers.iter().any(|p| p.id == id) {
+            return Err(format!("raft-peers: id {id} is named twice"));
+        }
+        if peers
+            .iter()
+            .any(|p| p.host == host && (p.port == port || p.raft_port == raft_port))
+        {
+            return Err(format!("raft-peers: {host}:{port} is named twice"));
+        }
+        peers.push(Peer {
+            id,
+            host,
+            port,
+            raft_port,
+        });
+    }
+    if !(3..=7).contains(&peers.len()) {
+        return Err(format!(
+            "raft-peers: a group has 3 to 7 members, not {}",
+            peers.len()
+        ));
+    }
+    if !peers.iter().any(|p| p.id == me) {
+        return Err(format!("raft-peers does not name this node's id {me}"));
+    }
+    Ok(peers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_members_with_default_and_explicit_raft_ports() {
+        let peers = parse("1=127.0.0.1:7000, 2=127.0.0.2:7000:9000,3=h:1", 2).unwrap();
+        assert_eq!(peers.len(), 3);
+        assert_eq!(peers[0].raft_port, 27000);
+        assert_eq!(peers[1].raft_port, 9000);
+        assert_eq!(peers[2].host, "h");
+    }
+
+    #[test]
+    fn refuses_bad_lists() {
+        for (text, me) in [
+            ("1=a:1,2=b:2", 1),
+            ("1=a:1,2=b:2,3=c:3", 4),
+            ("1=a:1,1=b:2,3=c:3", 1),
+            ("1=a:1,2=a:1,3=c:3", 1),
+            ("0=a:1,2=b:2,3=c:3", 2),
+            ("1=a:0,2=b:2,3=c:3", 1),
+            ("1=a:60000,2=b:2,3=c:3", 1),
+            ("1=a,2=b:2,3=c:3", 1),
+            ("1=:5,2=b:2,3=c:3", 1),
+            ("x=a:1,2=b:2,3=c:3", 2),
+        ] {
+            assert!(parse(text, me).is_err(), "{text}");
+        }
+    }
+}

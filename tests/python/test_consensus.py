@@ -1,0 +1,460 @@
+"""Consensus mode (`--consensus raft`, docs/REPLICATION.md "Consensus mode"): three nodes on
+127.0.0.1, .2 and .3 form a Raft group; a write is acknowledged once a quorum has it.
+
+The nemesis is the test's own: `kill -9` of the leader (then a restart on its data), and
+SIGSTOP/SIGCONT of the leader (a node that believes it leads while the others elect
+another). Checked: no acknowledged write or task is lost, a write the old leader ran but
+never committed disappears, writes resume within 2 s (median of 10 failovers), followers
+redirect to the leader, and a register history under the nemesis is linearizable
+(`linearizability.py`, the WGL search).
+
+Every wait polls a signal (INFO consensus, a reply) with a deadline; no sleep is trusted."""
+
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from conftest import BINARY, DEADLINE_S, wait_for
+from linearizability import History, check_register
+
+HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+
+
+def port_is_free(host, port):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def free_base_port():
+    """A client port whose shard, bus and Raft ports are free on every host."""
+    for _ in range(500):
+        port = random.randint(20000, 40000)
+        wanted = [port, port + 1, port + 10001, port + 20000]
+        if all(port_is_free(h, p) for h in HOSTS for p in wanted):
+            return port
+    raise AssertionError("no free ports")
+
+
+class Node:
+    def __init__(self, group, raft_id, host):
+        self.group = group
+        self.id = raft_id
+        self.host = host
+        self.dir = tempfile.mkdtemp(prefix=f"wetask-raft{raft_id}-")
+        self.proc = None
+        self.log = []
+
+    @property
+    def port(self):
+        return self.group.port + 1
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [BINARY, "--bind", self.host, "--port", str(self.group.port), "--shards", "1",
+             "--consensus", "raft", "--raft-id", str(self.id), "--raft-peers", self.group.peers,
+             "--dir", self.dir],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in self.proc.stdout:
+            self.log.append(line)
+            if "ready to accept connections" in line:
+                break
+        assert self.proc.poll() is None, "".join(self.log)
+        proc = self.proc
+        threading.Thread(target=lambda: [self.log.append(l) for l in proc.stdout], daemon=True).start()
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def client(self, timeout=5):
+        # No retries inside redis-py (its default backs off for seconds): the tests decide.
+        return redis.Redis(host=self.host, port=self.port, socket_timeout=timeout,
+                           socket_connect_timeout=timeout, decode_responses=True,
+                           retry=Retry(NoBackoff(), 0))
+
+    def consensus(self):
+        try:
+            return self.client(2).info("consensus")["group0"]
+        except (redis.ConnectionError, redis.TimeoutError):
+            return None
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self):
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Group:
+    def __init__(self):
+        self.port = free_base_port()
+        self.peers = ",".join(f"{i + 1}={h}:{self.port}" for i, h in enumerate(HOSTS))
+        self.nodes = [Node(self, i + 1, h) for i, h in enumerate(HOSTS)]
+        for node in self.nodes:
+            node.start()
+
+    def leader(self, exclude=None, deadline_s=DEADLINE_S):
+        """The node that leads and serves, once exactly one does."""
+        def find():
+            for node in self.nodes:
+                if node is exclude or not node.alive():
+                    continue
+                state = node.consensus()
+                if state and state["role"] == "leader":
+                    return node
+            return None
+        return wait_for(find, "a serving leader", deadline_s)
+
+    def node_at(self, host):
+        return next(n for n in self.nodes if n.host == host)
+
+    def caught_up(self, node):
+        """`node` has applied everything the leader has committed."""
+        target = int(wait_for(lambda: self.leader().consensus(), "the leader's state")["commit"])
+        def check():
+            mine = node.consensus()
+            return mine and int(mine["applied"]) >= target
+        wait_for(check, f"node {node.id} to catch up")
+
+    def stop(self):
+        for node in self.nodes:
+            node.stop()
+
+
+@pytest.fixture
+def group():
+    g = Group()
+    yield g
+    g.stop()
+
+
+class Follower:
+    """A client of the group that follows -MOVED, retries TRYAGAIN/CLUSTERDOWN and a dead
+    node, and tells an acknowledged reply from an unknown outcome (a connection lost after
+    the command was sent)."""
+
+    def __init__(self, group, timeout=2):
+        self.group = group
+        self.timeout = timeout
+        self.node = group.nodes[0]
+        self.conn = None
+
+    def _connect(self):
+        if self.conn is None:
+            self.conn = self.node.client(self.timeout)
+        return self.conn
+
+    def _next_node(self):
+        alive = [n for n in self.group.nodes if n.alive()] or self.group.nodes
+        self.node = random.choice(alive)
+        self.conn = None
+
+    def call(self, *args, deadline_s=DEADLINE_S):
+        """(True, reply) when answered, (None, error) when the outcome is unknown."""
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            try:
+                return True, self._connect().execute_command(*args)
+            except redis.ResponseError as e:
+                if isinstance(e, redis.exceptions.MovedError):
+                    self.node = self.group.node_at(e.host)
+                    self.conn = None
+                    continue
+                if isinstance(e, (redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError,
+                                  redis.exceptions.ReadOnlyError)):
+                    time.sleep(0.01)
+                    continue
+                raise
+            except redis.ConnectionError as e:
+                # Refused before sending is safe to retry; anything else may have run.
+                sent = not isinstance(e.__cause__ or e.__context__, ConnectionRefusedError) \
+                    and "refused" not in str(e).lower()
+                self._next_node()
+                if sent:
+                    return None, e
+                time.sleep(0.01)
+            except redis.TimeoutError as e:
+                self._next_node()
+                return None, e
+        raise AssertionError(f"{args[0]} found no leader within {deadline_s} s")
+
+
+def test_a_quorum_write_is_read_back_everywhere_and_followers_redirect(group):
+    leader = group.leader()
+    keys = [f"k:{random.randrange(10**9)}:{i}" for i in range(200)]
+    c = leader.client()
+    for i, key in enumerate(keys):
+        assert c.set(key, f"v{i}") is True
+    c.rpush("list", *range(10))
+    c.execute_command("TASK.SUBMIT", "jobs", "payload")
+    followers = [n for n in group.nodes if n is not leader]
+    for node in followers:
+        group.caught_up(node)
+        f = node.client()
+        # Keyed commands, reads included, go to the leader.
+        with pytest.raises(redis.exceptions.MovedError, match=rf"\d+ {leader.host}:{leader.port}"):
+            f.get(keys[0])
+        with pytest.raises(redis.exceptions.MovedError):
+            f.execute_command("TASK.FETCH", "jobs")
+        # A keyless write is refused; keyless reads answer from the follower's state.
+        with pytest.raises(redis.exceptions.ReadOnlyError, match="does not lead"):
+            f.flushall()
+        assert f.dbsize() == c.dbsize()
+        # After READONLY a follower serves reads from its own state (Redis Cluster's
+        # replica reads), still no writes; READWRITE ends it.
+        assert f.execute_command("READONLY") in (True, "OK")
+        assert f.get(keys[7]) == "v7" and f.lrange("list", 0, 2) == ["0", "1", "2"]
+        with pytest.raises(redis.exceptions.MovedError):
+            f.set(keys[7], "no")
+        assert f.execute_command("READWRITE") in (True, "OK")
+        with pytest.raises(redis.exceptions.MovedError):
+            f.get(keys[7])
+        slots = f.execute_command("CLUSTER", "SLOTS")
+        assert slots[0][:3] == [0, 16383, [leader.host, leader.port,
+                                           c.execute_command("CLUSTER", "MYID"), {}]] or \
+            slots[0][2][:2] == [leader.host, leader.port]
+        assert len(slots[0]) == 5, slots
+        assert "myself,slave" in f.execute_command("CLUSTER", "NODES")
+        with pytest.raises(redis.ResponseError, match="consensus mode"):
+            f.execute_command("CLUSTER", "ADDSLOTS", "1")
+    # A cluster client seeded with a follower finds the leader and reads everything.
+    rc = redis.RedisCluster(host=followers[0].host, port=followers[0].port, decode_responses=True)
+    assert rc.mget_nonatomic(keys[:50]) == [f"v{i}" for i in range(50)]
+    assert rc.lrange("list", 0, -1) == [str(i) for i in range(10)]
+    rc.close()
+
+
+def test_the_leader_killed_ten_times_writes_resume_within_2s_and_no_ack_is_lost(group):
+    acked = {}
+    stop = threading.Event()
+
+    def writer():
+        client = Follower(group, timeout=1)
+        for i in range(200000):
+            if stop.is_set():
+                return
+            ok, reply = client.call("SET", f"w:{i}", str(i))
+            if ok:
+                assert reply in (True, "OK"), reply
+                acked[f"w:{i}"] = str(i)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    wait_for(lambda: len(acked) > 50, "the writer's first acknowledgements")
+    failovers = []
+    for run in range(10):
+        leader = group.leader()
+        before = len(acked)
+        wait_for(lambda: len(acked) > before + 20, "writes on this leader")
+        leader.kill()
+        killed_at = time.monotonic()
+        probe = Follower(group, timeout=0.3)
+        while True:
+            ok, _ = probe.call("SET", f"probe:{run}", "1")
+            if ok:
+                break
+        failovers.append(time.monotonic() - killed_at)
+        leader.start()
+        group.caught_up(leader)
+    stop.set()
+    thread.join(DEADLINE_S)
+    leader = group.leader()
+    c = leader.client()
+    items = list(acked.items())
+    lost = []
+    for at in range(0, len(items), 500):
+        chunk = items[at:at + 500]
+        got = c.mget([k for k, _ in chunk])
+        lost += [k for (k, v), g in zip(chunk, got) if g != v]
+    print(f"failover times (s): {sorted(round(t, 3) for t in failovers)}; "
+          f"median {statistics.median(failovers):.3f}; {len(acked)} writes acknowledged, "
+          f"{len(lost)} lost")
+    assert lost == []
+    assert statistics.median(failovers) < 2.0, failovers
+    # Every node, restarted ten times between them, holds the same data.
+    for node in group.nodes:
+        group.caught_up(node)
+    contents = [sorted(node.client().keys("*")) for node in group.nodes]
+    assert contents[0] == contents[1] == contents[2]
+
+
+def test_a_paused_leader_is_replaced_and_its_uncommitted_write_vanishes(group):
+    old = group.leader()
+    c = old.client(timeout=20)
+    c.set("before", "1")
+    os.kill(old.proc.pid, signal.SIGSTOP)
+    outcome = {}
+
+    def ghost_write():
+        try:
+            outcome["reply"] = c.set("ghost", "1")
+        except (redis.ConnectionError, redis.ResponseError, redis.TimeoutError) as e:
+            outcome["error"] = str(e)
+
+    thread = threading.Thread(target=ghost_write)
+    thread.start()
+    new = group.leader(exclude=old)
+    assert new.client().set("after", "1") is True
+    os.kill(old.proc.pid, signal.SIGCONT)
+    thread.join(DEADLINE_S)
+    assert "reply" not in outcome, "the deposed leader acknowledged a write"
+    group.caught_up(old)
+    state = old.consensus()
+    assert state["role"] == "follower", state
+    n = new.client()
+    states = {node.id: node.consensus() for node in group.nodes}
+    assert n.get("ghost") is None, (outcome, states, "".join(old.log[-30:]))
+    assert n.get("before") == "1" and n.get("after") == "1"
+    # The old leader's state was rebuilt from the committed log: no ghost there either.
+    assert old.client().keys("ghost") == [], (outcome, old.consensus(), "".join(old.log[-8:]))
+    assert sorted(old.client().keys("*")) == sorted(n.keys("*"))
+
+
+def test_tasks_in_every_state_survive_their_leader(group):
+    leader = group.leader()
+    c = leader.client()
+    # A named worker's lease is its name's, the same on every node (a connection's would
+    # mean nothing to the next leader).
+    assert c.execute_command("TASK.WORKER", "w1") == "OK"
+    for i in range(5):
+        c.execute_command("TASK.SUBMIT", "work", f"job{i}")
+    c.execute_command("TASK.SUBMIT", "work", "later", "DELAY", 600000)
+    held = c.execute_command("TASK.FETCH", "work", "COUNT", 1, "LEASE", 600000)
+    doomed = c.execute_command("TASK.FETCH", "work", "COUNT", 1)
+    c.execute_command("TASK.FAIL", doomed[0][0], "ERROR", "boom", "NORETRY")
+
+    def stats(client):
+        flat = client.execute_command("TASK.STATS", "work")
+        s = flat if isinstance(flat, dict) else dict(zip(flat[0::2], flat[1::2]))
+        return {k: int(s[k]) for k in ("queued", "scheduled", "leased", "dead", "submitted")}
+
+    before = stats(c)
+    assert before == {"queued": 3, "scheduled": 1, "leased": 1, "dead": 1, "submitted": 6}
+    leader.kill()
+    new = group.leader(exclude=leader)
+    n = new.client()
+    assert stats(n) == before
+    # The lease carried over: the worker acks it on the new leader.
+    assert n.execute_command("TASK.WORKER", "w1") == "OK"
+    assert n.execute_command("TASK.ACK", held[0][0]) == "OK"
+    got = n.execute_command("TASK.FETCH", "work", "COUNT", 10)
+    assert sorted(t[2] for t in got) == ["job2", "job3", "job4"]
+    leader.start()
+    group.caught_up(leader)
+
+
+def test_a_register_under_kills_and_pauses_is_linearizable(group):
+    """Three clients write unique values to one register and read it while the nemesis
+    kills and pauses leaders; the WGL search must find a legal order of the history."""
+    history = History()
+    stop = threading.Event()
+    rng = random.Random(7)
+
+    def client(process):
+        f = Follower(group, timeout=1)
+        n = 0
+        while not stop.is_set() and n < 3000:
+            n += 1
+            if rng.random() < 0.5:
+                value = f"{process}-{n}"
+                op = history.invoke(process, "write", value)
+                ok, _ = f.call("SET", "register", value, deadline_s=10)
+            else:
+                op = history.invoke(process, "read", None)
+                ok, value = f.call("GET", "register", deadline_s=10)
+            history.complete(op, value if ok else None, ok=bool(ok))
+
+    def read_from(node, process):
+        op = history.invoke(process, "read", None)
+        try:
+            value = node.client(timeout=10).get("register")
+            history.complete(op, value, ok=True)
+        except (redis.ConnectionError, redis.ResponseError, redis.TimeoutError):
+            history.complete(op, None, ok=False)
+
+    threads = [threading.Thread(target=client, args=(p,), daemon=True) for p in range(3)]
+    for t in threads:
+        t.start()
+    for round_ in range(4):
+        time.sleep(0.3)
+        leader = group.leader()
+        if round_ % 2 == 0:
+            leader.kill()
+            group.leader(exclude=leader)
+            leader.start()
+        else:
+            os.kill(leader.proc.pid, signal.SIGSTOP)
+            group.leader(exclude=leader)
+            # A write the new leader acknowledges, then a read sent to the paused one: when
+            # it wakes, believing it still leads, it must not answer the old value.
+            op = history.invoke(99, "write", f"nemesis-{round_}")
+            ok, _ = Follower(group).call("SET", "register", f"nemesis-{round_}")
+            history.complete(op, None, ok=bool(ok))
+            stale = threading.Thread(target=read_from, args=(leader, 100 + round_), daemon=True)
+            stale.start()
+            time.sleep(0.05)
+            os.kill(leader.proc.pid, signal.SIGCONT)
+            stale.join(DEADLINE_S)
+    time.sleep(0.3)
+    stop.set()
+    for t in threads:
+        t.join(DEADLINE_S)
+    ops = history.ops()
+    completed = sum(1 for o in ops if o.ok)
+    assert completed > 50, "the clients got too few replies to judge"
+    # No node kept a write the others do not have.
+    for node in group.nodes:
+        group.caught_up(node)
+    values = set()
+    for node in group.nodes:
+        reader = node.client()
+        assert reader.execute_command("READONLY") in (True, "OK")
+        values.add(reader.get("register"))
+    assert len(values) == 1, values
+    ok, detail = check_register(ops)
+    print(f"{len(ops)} operations, {completed} answered: linearizable={ok}")
+    assert ok, detail
+
+
+def test_bad_consensus_options_are_refused_with_a_clear_error():
+    d = tempfile.mkdtemp(prefix="wetask-raftbad-")
+    try:
+        for args, error in [
+            (["--shards", "2", "--raft-id", "1", "--raft-peers", "1=a:1,2=b:2,3=c:3"], "one shard"),
+            (["--shards", "1", "--raft-id", "4", "--raft-peers", "1=a:1,2=b:2,3=c:3"], "does not name"),
+            (["--shards", "1", "--raft-id", "1", "--raft-peers", "1=a:1,2=b:2"], "3 to 7"),
+            (["--shards", "1", "--raft-id", "1", "--raft-peers", "1=a:1,2=b:x,3=c:3"], "not a port"),
+        ]:
+            out = subprocess.run([BINARY, "--port", "0", "--dir", d, "--consensus", "raft", *args],
+                                 capture_output=True, text=True, timeout=30)
+            assert out.returncode != 0 and error in out.stdout + out.stderr, (args, out)
+        out = subprocess.run([BINARY, "--port", "0", "--dir", d, "--consensus", "paxos"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode != 0 and "not 'raft'" in out.stderr
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
