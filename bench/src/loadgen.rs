@@ -23,6 +23,19 @@ pub enum Mix {
     SetGetDel,
     /// SET of keys 0, 1, 2 ... in order (loading a key space).
     LoadKeys,
+    /// SET then `WAIT 1 0` on random keys, one request (what a Redis primary with one
+    /// replica does to acknowledge a write only once a replica has it).
+    SetWait,
+}
+
+impl Mix {
+    /// Replies one request of this mix gets.
+    fn replies(self) -> usize {
+        match self {
+            Mix::SetWait => 2,
+            _ => 1,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -170,6 +183,7 @@ impl Generator<'_> {
             Mix::Get => 1,
             Mix::SetGetDel => self.turn % 3,
             Mix::LoadKeys => 3,
+            Mix::SetWait => 4,
         };
         self.turn += 1;
         let key = if kind == 3 {
@@ -181,7 +195,7 @@ impl Generator<'_> {
         let mut name = Vec::with_capacity(16);
         key_name(key, &mut name);
         let (verb, with_value): (&[u8], bool) = match kind {
-            0 | 3 => (b"SET", true),
+            0 | 3 | 4 => (b"SET", true),
             1 => (b"GET", false),
             _ => (b"DEL", false),
         };
@@ -191,6 +205,12 @@ impl Generator<'_> {
         write_bulk(out, &name);
         if with_value {
             write_bulk(out, &self.value);
+        }
+        if kind == 4 {
+            write_header(out, b'*', 3);
+            write_bulk(out, b"WAIT");
+            write_bulk(out, b"1");
+            write_bulk(out, b"0");
         }
     }
 }
@@ -278,8 +298,10 @@ pub fn run(spec: &LoadSpec) -> io::Result<LoadResult> {
                     errors += 1;
                 }
                 conn.awaiting -= 1;
-                ops += 1;
-                total_ops += 1;
+                if conn.awaiting % spec.mix.replies() == 0 {
+                    ops += 1;
+                    total_ops += 1;
+                }
             }
             if conn.awaiting == 0 {
                 let micros = conn.sent_at.elapsed().as_micros().max(1) as u64;
@@ -312,7 +334,7 @@ fn issue(
     for _ in 0..pipeline {
         generator.command(&mut conn.link.out);
     }
-    conn.awaiting = pipeline;
+    conn.awaiting = pipeline * generator.spec.mix.replies();
     conn.sent_at = Instant::now();
     conn.link.send(poll)
 }

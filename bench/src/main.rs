@@ -110,7 +110,7 @@ struct RunArgs {
     connections: usize,
     #[arg(long, default_value_t = 1)]
     pipeline: usize,
-    /// set, get or mixed (SET/GET/DEL); or a job flow: tasks (TASK.SUBMIT and TASK.FETCH …
+    /// set, get, mixed (SET/GET/DEL) or set-wait (SET then WAIT 1 0); or a job flow: tasks (TASK.SUBMIT and TASK.FETCH …
     /// ACK), brpop (LPUSH + BRPOP) or lmove (LPUSH + BLMOVE + LREM), 4 producers and 8
     /// workers (for profiling one side of the `tasks` workloads).
     #[arg(long, default_value = "get")]
@@ -224,7 +224,12 @@ fn run_once(args: &RunArgs) -> Result<(), String> {
         "set" => loadgen::Mix::Set,
         "get" => loadgen::Mix::Get,
         "mixed" => loadgen::Mix::SetGetDel,
-        other => return Err(format!("unknown mix '{other}': set, get or mixed")),
+        "set-wait" => loadgen::Mix::SetWait,
+        other => {
+            return Err(format!(
+                "unknown mix '{other}': set, get, mixed or set-wait"
+            ))
+        }
     };
     let spec = loadgen::LoadSpec {
         addr: args.addr,

@@ -378,7 +378,7 @@ def test_a_register_under_kills_and_pauses_is_linearizable(group):
     def client(process):
         f = Follower(group, timeout=1)
         n = 0
-        while not stop.is_set() and n < 3000:
+        while not stop.is_set() and n < 1500:
             n += 1
             if rng.random() < 0.5:
                 value = f"{process}-{n}"

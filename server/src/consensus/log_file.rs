@@ -11,7 +11,8 @@
 //! Raft snapshots from the fork-less snapshotter are the next step (docs/REPLICATION.md).
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use protobuf::Message as _;
@@ -26,8 +27,17 @@ const RECORD_MAX: usize = 256 << 20;
 pub struct LogFile {
     file: File,
     path: PathBuf,
-    scratch: Vec<u8>,
+    /// Where the next record goes, and the file's length: zeros are written and synced
+    /// ahead of `end` (see [`PREALLOCATE_BYTES`]).
+    end: u64,
+    allocated: u64,
 }
+
+/// The log is extended by this many zero bytes, synced, whenever a write would pass its
+/// end, so that a Ready's fdatasync flushes data blocks only (an append that grows the file
+/// must also write its inode), as the journal does under `appendfsync always`
+/// (docs/DURABILITY.md, "Group commit"). Zeros after the last record read as the log's end.
+pub const PREALLOCATE_BYTES: u64 = 1 << 20;
 
 /// What a log file held.
 #[derive(Default, Debug)]
@@ -47,14 +57,15 @@ impl LogFile {
             .create(true)
             .truncate(false)
             .read(true)
-            .append(true)
+            .write(true)
             .open(path)
             .map_err(|e| format!("cannot open the Raft log {}: {e}", path.display()))?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| format!("cannot read the Raft log {}: {e}", path.display()))?;
         let (loaded, good) = read(&bytes);
-        if good < bytes.len() {
+        let mut allocated = bytes.len() as u64;
+        if bytes[good..].iter().any(|&b| b != 0) {
             tracing::warn!(
                 path = %path.display(),
                 kept = good,
@@ -64,37 +75,53 @@ impl LogFile {
             file.set_len(good as u64)
                 .and_then(|()| file.sync_all())
                 .map_err(|e| format!("cannot cut the Raft log {}: {e}", path.display()))?;
+            allocated = good as u64;
         }
         let log = LogFile {
             file,
             path: path.to_path_buf(),
-            scratch: Vec::new(),
+            end: good as u64,
+            allocated,
         };
         Ok((log, loaded))
     }
 
-    /// Appends `entries` and the hard state, and syncs them.
-    pub fn append(
-        &mut self,
-        entries: &[Entry],
-        hard_state: Option<&HardState>,
-    ) -> Result<(), String> {
-        self.scratch.clear();
-        for entry in entries {
-            let body = entry.write_to_bytes().map_err(|e| e.to_string())?;
-            frame(&mut self.scratch, KIND_ENTRY, &body);
-        }
-        if let Some(hs) = hard_state {
-            let body = hs.write_to_bytes().map_err(|e| e.to_string())?;
-            frame(&mut self.scratch, KIND_HARD_STATE, &body);
-        }
-        if self.scratch.is_empty() {
+    /// Writes records `encode` made, and syncs them.
+    pub fn write_synced(&mut self, bytes: &[u8]) -> Result<(), String> {
+        if bytes.is_empty() {
             return Ok(());
         }
-        self.file
-            .write_all(&self.scratch)
+        let end = self.end + bytes.len() as u64;
+        self.preallocate(end)
+            .and_then(|()| self.file.write_all_at(bytes, self.end))
             .and_then(|()| self.file.sync_data())
-            .map_err(|e| format!("cannot write the Raft log {}: {e}", self.path.display()))
+            .map_err(|e| format!("cannot write the Raft log {}: {e}", self.path.display()))?;
+        self.end = end;
+        Ok(())
+    }
+
+    fn preallocate(&mut self, end: u64) -> std::io::Result<()> {
+        if end <= self.allocated {
+            return Ok(());
+        }
+        let target = end.next_multiple_of(PREALLOCATE_BYTES) + PREALLOCATE_BYTES;
+        let zeros = vec![0u8; (target - self.allocated) as usize];
+        self.file.write_all_at(&zeros, self.allocated)?;
+        self.file.sync_all()?;
+        self.allocated = target;
+        Ok(())
+    }
+}
+
+/// Appends the records of `entries` and the hard state to `out`.
+pub fn encode(entries: &[Entry], hard_state: Option<&HardState>, out: &mut Vec<u8>) {
+    for entry in entries {
+        let body = entry.write_to_bytes().expect("an entry encodes");
+        frame(out, KIND_ENTRY, &body);
+    }
+    if let Some(hs) = hard_state {
+        let body = hs.write_to_bytes().expect("a hard state encodes");
+        frame(out, KIND_HARD_STATE, &body);
     }
 }
 
@@ -167,6 +194,12 @@ mod tests {
         }
     }
 
+    fn append(log: &mut LogFile, entries: &[Entry], hs: Option<&HardState>) {
+        let mut bytes = Vec::new();
+        encode(entries, hs, &mut bytes);
+        log.write_synced(&bytes).unwrap();
+    }
+
     fn temp(name: &str) -> PathBuf {
         let dir =
             std::env::temp_dir().join(format!("wetask-raftlog-{}-{name}", std::process::id()));
@@ -186,13 +219,20 @@ mod tests {
             commit: 1,
             ..Default::default()
         };
-        log.append(
+        append(
+            &mut log,
             &[entry(1, 1, "a"), entry(2, 1, "b"), entry(3, 1, "c")],
             Some(&hs),
-        )
-        .unwrap();
-        log.append(&[entry(2, 2, "B")], None).unwrap();
+        );
         drop(log);
+        // Reopened: writing goes on after the last record, not after the zeros.
+        let (mut log, _) = LogFile::open(&path).unwrap();
+        append(&mut log, &[entry(2, 2, "B")], None);
+        drop(log);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            2 * PREALLOCATE_BYTES
+        );
         let (_, loaded) = LogFile::open(&path).unwrap();
         let got: Vec<_> = loaded.entries.iter().map(|e| (e.index, e.term)).collect();
         assert_eq!(got, vec![(1, 1), (2, 2)]);
@@ -203,18 +243,30 @@ mod tests {
     #[test]
     fn a_torn_or_damaged_tail_is_cut_and_the_rest_kept() {
         let path = temp("torn");
-        let (mut log, _) = LogFile::open(&path).unwrap();
-        log.append(&[entry(1, 1, "one"), entry(2, 1, "two")], None)
-            .unwrap();
-        drop(log);
-        let whole = std::fs::read(&path).unwrap();
-        for cut in [whole.len() - 1, whole.len() - 5, whole.len() - 12] {
-            std::fs::write(&path, &whole[..cut]).unwrap();
-            let (_, loaded) = LogFile::open(&path).unwrap();
-            assert_eq!(loaded.entries.len(), 1, "cut at {cut}");
-            assert!(std::fs::metadata(&path).unwrap().len() < cut as u64 + 1);
+        let mut records = Vec::new();
+        encode(
+            &[entry(1, 1, "one"), entry(2, 1, "two")],
+            None,
+            &mut records,
+        );
+        for cut in [records.len() - 1, records.len() - 5, records.len() - 12] {
+            // Cut short, at the file's end or followed by preallocated zeros.
+            for zeros in [0, 4096] {
+                let mut bytes = records[..cut].to_vec();
+                bytes.resize(cut + zeros, 0);
+                std::fs::write(&path, &bytes).unwrap();
+                let (mut log, loaded) = LogFile::open(&path).unwrap();
+                assert_eq!(loaded.entries.len(), 1, "cut at {cut}");
+                assert!(std::fs::metadata(&path).unwrap().len() < cut as u64);
+                // The next write lands where the whole records end.
+                append(&mut log, &[entry(2, 2, "again")], None);
+                drop(log);
+                let (_, loaded) = LogFile::open(&path).unwrap();
+                assert_eq!(loaded.entries.len(), 2);
+                assert_eq!(&loaded.entries[1].data[..], b"again");
+            }
         }
-        let mut flipped = whole.clone();
+        let mut flipped = records.clone();
         let last = flipped.len() - 1;
         flipped[last] ^= 0xff;
         std::fs::write(&path, &flipped).unwrap();

@@ -15,6 +15,7 @@
 
 pub mod log_file;
 pub mod peers;
+pub mod persister;
 pub mod transport;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,6 +64,10 @@ pub struct Group {
     /// (its state rebuilt from the log).
     pub elected: AtomicU64,
     pub rebuilds: AtomicU64,
+    /// Entries this node proposed, log syncs and the microseconds they took.
+    pub proposed: AtomicU64,
+    pub syncs: AtomicU64,
+    pub sync_us: AtomicU64,
 }
 
 /// Where the Raft logs live: `raft/` in the data directory.
@@ -115,12 +120,15 @@ impl Consensus {
             };
             let _ = write!(
                 out,
-                "group{shard}:role={role},leader={leader},term={},commit={},applied={},elected={},rebuilds={}\r\n",
+                "group{shard}:role={role},leader={leader},term={},commit={},applied={},elected={},rebuilds={},proposed={},syncs={},sync_us={}\r\n",
                 group.term.load(Ordering::Relaxed),
                 group.commit.load(Ordering::Relaxed),
                 group.applied.load(Ordering::Relaxed),
                 group.elected.load(Ordering::Relaxed),
                 group.rebuilds.load(Ordering::Relaxed),
+                group.proposed.load(Ordering::Relaxed),
+                group.syncs.load(Ordering::Relaxed),
+                group.sync_us.load(Ordering::Relaxed),
             );
         }
     }

@@ -458,9 +458,13 @@ impl Net {
         if self.overflow_waiting.get() {
             timeout = timeout.min(OVERFLOW_RETRY);
         }
-        if self.ctx.raft.borrow().is_some() {
-            // Raft's timer ticks in the loop (`shard::raft`).
+        if let Some(raft) = self.ctx.raft.borrow().as_ref() {
+            // Raft's timer ticks in the loop, which also proposes what gathered
+            // (`shard::raft`).
             timeout = timeout.min(crate::consensus::TICK);
+            if let Some(soon) = raft.wake_within() {
+                timeout = timeout.min(soon);
+            }
         }
         // Nothing waits in memory while the shard sleeps (held sends wait for an fsync
         // submitted with this enter, whose completion wakes it, or gather for the next one

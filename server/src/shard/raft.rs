@@ -37,7 +37,15 @@ use wetask_shards::shard::cross_commit::Replay;
 use wetask_shards::Shard;
 
 use crate::consensus::log_file::LogFile;
+use crate::consensus::persister::Persister;
 use crate::consensus::{Consensus, ELECTION_TICKS, HEARTBEAT_TICKS, TICK};
+
+/// The longest a leader's operations wait for the entry in flight before going anyway
+/// (`ShardRaft::may_propose`).
+const GATHER_MAX: std::time::Duration = std::time::Duration::from_millis(2);
+/// How long gathered operations wait, once nothing is in flight, for the rest of the
+/// clients the last commit answered (`ShardRaft::may_propose`).
+const GATHER_IDLE: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// What a turn's replies wait for.
 #[derive(Clone, Copy, Debug)]
@@ -67,7 +75,11 @@ pub enum Passed {
 
 pub struct ShardRaft {
     node: RawNode<MemStorage>,
-    log: LogFile,
+    persister: Persister,
+    /// The last Ready number the log writer has synced, as raft-rs was told.
+    persisted: u64,
+    /// The term and vote last handed to the log writer.
+    synced_vote: (u64, u64),
     consensus: Arc<Consensus>,
     shard: usize,
     replay: Replay,
@@ -87,6 +99,15 @@ pub struct ShardRaft {
     applied: u64,
     read_issued: u64,
     read_done: u64,
+    /// The last drive proposed an entry (see `hold`).
+    proposed_now: bool,
+    /// Operations have waited since then for the entry in flight to commit; their
+    /// replies, and the replies the last entry carried; since when nothing has been in
+    /// flight while they wait (`may_propose`).
+    gathering_since: Option<Instant>,
+    gathered: usize,
+    last_group: usize,
+    idle_since: Option<Instant>,
     last_tick: Instant,
 }
 
@@ -99,6 +120,7 @@ impl ShardRaft {
         logger: &slog::Logger,
     ) -> Result<ShardRaft, String> {
         let (log, loaded) = LogFile::open(&LogFile::path(dir, shard))?;
+        let hard_state = loaded.hard_state.clone();
         let voters: Vec<u64> = consensus.peers.iter().map(|p| p.id).collect();
         let storage = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
         {
@@ -106,7 +128,7 @@ impl ShardRaft {
             store
                 .append(&loaded.entries)
                 .map_err(|e| format!("the Raft log of shard {shard} does not load: {e}"))?;
-            store.set_hardstate(loaded.hard_state);
+            store.set_hardstate(loaded.hard_state.clone());
         }
         let config = Config {
             id: consensus.me,
@@ -121,9 +143,12 @@ impl ShardRaft {
         };
         config.validate().map_err(|e| e.to_string())?;
         let node = RawNode::new(&config, storage, logger).map_err(|e| e.to_string())?;
+        let persister = Persister::spawn(log, consensus.clone(), shard)?;
         Ok(ShardRaft {
             node,
-            log,
+            persister,
+            persisted: 0,
+            synced_vote: (hard_state.term, hard_state.vote),
             consensus,
             shard,
             replay: Replay::default(),
@@ -136,6 +161,11 @@ impl ShardRaft {
             applied: 0,
             read_issued: 0,
             read_done: 0,
+            proposed_now: false,
+            gathering_since: None,
+            gathered: 0,
+            last_group: 1,
+            idle_since: None,
             last_tick: Instant::now(),
         })
     }
@@ -143,6 +173,7 @@ impl ShardRaft {
     /// One drive (see the module's comment).
     pub fn drive(&mut self, shard: &mut Shard) {
         self.produced = (self.epoch, self.serving);
+        self.proposed_now = false;
         let inbox = std::mem::take(&mut *self.group().inbox.lock().expect("raft inbox"));
         for message in inbox {
             // A proposal comes only from this node's own shard while it leads: raft-rs
@@ -168,10 +199,17 @@ impl ShardRaft {
             // follower forwards proposals to its leader).
             self.step_down(shard);
         }
-        if self.serving {
+        if self.serving && self.may_propose() {
             if let Some(ops) = shard.take_journal_ops() {
                 match self.node.propose(Vec::new(), ops) {
-                    Ok(()) => self.executed = self.node.raft.raft_log.last_index(),
+                    Ok(()) => {
+                        self.gathering_since = None;
+                        self.idle_since = None;
+                        self.last_group = std::mem::take(&mut self.gathered).max(1);
+                        self.executed = self.node.raft.raft_log.last_index();
+                        self.proposed_now = true;
+                        self.group().proposed.fetch_add(1, Ordering::Relaxed);
+                    }
                     Err(e) => {
                         tracing::warn!(shard = self.shard, "a proposal was refused ({e})");
                         // Its commands ran here: the state must be rebuilt.
@@ -186,14 +224,69 @@ impl ShardRaft {
         self.publish();
     }
 
+    /// Group commit: while an entry is on its way to a quorum, the next turns' operations
+    /// gather and go as one entry when it commits (or after [`GATHER_MAX`]), so that each
+    /// round costs every node one log sync however the clients' requests spread over the
+    /// leader's turns. Measured on this project's 2-CPU machine (3 nodes sharing one disk,
+    /// SET 64 B, 16 connections): an entry per turn carried 5.5 writes and each node
+    /// synced 1,100 times a second.
+    ///
+    /// Once nothing is in flight, the gathered operations go when their replies are as
+    /// many as the last entry's were, or [`GATHER_IDLE`] after the commit: the clients the
+    /// last commit answered send again within microseconds of each other, and proposing
+    /// at the first of them split every round in two (8 writes an entry of 16 clients).
+    fn may_propose(&mut self) -> bool {
+        if self.node.raft.raft_log.committed < self.executed {
+            return self
+                .gathering_since
+                .is_some_and(|at| at.elapsed() >= GATHER_MAX);
+        }
+        if self.gathered >= self.last_group {
+            return true;
+        }
+        let idle = *self.idle_since.get_or_insert_with(Instant::now);
+        idle.elapsed() >= GATHER_IDLE
+    }
+
+    /// How soon the loop must drive again for gathered operations to go (it may sleep
+    /// longer otherwise).
+    pub fn wake_within(&self) -> Option<std::time::Duration> {
+        let since = self.gathering_since?;
+        let left = match self.idle_since {
+            Some(idle) => GATHER_IDLE.saturating_sub(idle.elapsed()),
+            None => GATHER_MAX.saturating_sub(since.elapsed()),
+        };
+        Some(left.max(std::time::Duration::from_micros(20)))
+    }
+
     /// At a commit point, after `drive`: what the replies since the last one wait for.
-    pub fn hold(&mut self, shard: &mut Shard) -> Hold {
+    pub fn hold(&mut self, shard: &mut Shard, sends: usize) -> Hold {
         let (epoch, serving) = self.produced;
         if !serving {
             return Hold::Now;
         }
         if epoch != self.epoch {
             return Hold::Lost;
+        }
+        if shard.journal_pending() {
+            // Their operations go with the next entry, proposed after them.
+            self.gathering_since.get_or_insert_with(Instant::now);
+            self.gathered += sends;
+            return Hold::Until(Barrier {
+                epoch: self.epoch,
+                index: self.node.raft.raft_log.last_index() + 1,
+                read: 0,
+            });
+        }
+        if self.proposed_now {
+            // An entry proposed after these replies were made: a quorum accepting it
+            // proves that no other leader had been elected when they were (any newer
+            // leader's voters would refuse it), which is what ReadIndex's round proves.
+            return Hold::Until(Barrier {
+                epoch: self.epoch,
+                index: self.executed,
+                read: 0,
+            });
         }
         self.read_issued += 1;
         self.node
@@ -221,9 +314,16 @@ impl ShardRaft {
         &self.consensus.groups[self.shard]
     }
 
-    // Long: raft-rs's Ready protocol is one ordered sequence (messages, apply, persist,
-    // persisted messages, advance, the light ready), clearer whole than split.
+    /// raft-rs's asynchronous Ready protocol: messages out (a leader's appends go before
+    /// its own log is synced), committed entries applied, the entries put in memory for
+    /// raft-rs to read and handed to the log writer (`consensus::persister`) with the
+    /// messages that must wait for the sync; the writer's progress is reported back here.
     fn handle_ready(&mut self, shard: &mut Shard) {
+        let persisted = self.persister.persisted();
+        if persisted > self.persisted {
+            self.persisted = persisted;
+            self.node.on_persist_ready(persisted);
+        }
         while self.node.has_ready() {
             let mut ready = self.node.ready();
             self.send(ready.take_messages());
@@ -235,12 +335,20 @@ impl ShardRaft {
                 );
             }
             self.apply(shard, ready.take_committed_entries());
-            if !ready.entries().is_empty() || ready.hs().is_some() {
-                if let Err(e) = self.log.append(ready.entries(), ready.hs()) {
-                    // A reply may wait on this append: it must not go out unlogged.
-                    tracing::error!("{e}: exiting");
-                    std::process::exit(1);
+            let mut bytes = Vec::new();
+            // The term and vote must be on disk before any message that depends on them;
+            // the commit index need not (a restart learns it again), so a Ready that only
+            // moves it costs no write and no fsync.
+            let vote_moved = ready
+                .hs()
+                .is_some_and(|hs| (hs.term, hs.vote) != self.synced_vote);
+            if !ready.entries().is_empty() || vote_moved {
+                crate::consensus::log_file::encode(ready.entries(), ready.hs(), &mut bytes);
+                if let Some(hs) = ready.hs() {
+                    self.synced_vote = (hs.term, hs.vote);
                 }
+            }
+            if !ready.entries().is_empty() || ready.hs().is_some() {
                 let mut store = self.node.mut_store().wl();
                 if let Err(e) = store.append(ready.entries()) {
                     tracing::error!(shard = self.shard, "Raft storage refused entries: {e}");
@@ -254,17 +362,9 @@ impl ShardRaft {
                     self.read_done = self.read_done.max(u64::from_le_bytes(bytes));
                 }
             }
-            self.send(ready.take_persisted_messages());
-            let mut light = self.node.advance(ready);
-            if let Some(commit) = light.commit_index() {
-                self.node
-                    .mut_store()
-                    .wl()
-                    .mut_hard_state()
-                    .set_commit(commit);
-            }
-            self.send(light.take_messages());
-            self.apply(shard, light.take_committed_entries());
+            let after_sync = ready.take_persisted_messages();
+            self.persister.submit(ready.number(), bytes, after_sync);
+            self.node.advance_append_async(ready);
             self.node.advance_apply();
         }
     }

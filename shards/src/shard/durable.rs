@@ -33,6 +33,11 @@ impl Shard {
         self.journal.is_some()
     }
 
+    /// Operations are logged and not yet taken.
+    pub fn journal_pending(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| !j.is_empty())
+    }
+
     /// The turn's buffer, after logging the engine's clock advances that came first.
     /// Called before each operation is logged, so a cross-shard part's marker comes first
     /// (`crate::shard::cross_commit`).

@@ -136,7 +136,7 @@ impl Net {
             let raft = raft.as_mut().expect("consensus mode");
             if committed && !held.held.is_empty() {
                 let sends = std::mem::take(&mut held.held);
-                match raft.hold(&mut self.ctx.shard.borrow_mut()) {
+                match raft.hold(&mut self.ctx.shard.borrow_mut(), sends.len()) {
                     Hold::Now => go.extend(sends),
                     Hold::Lost => lost.extend(sends),
                     Hold::Until(barrier) => held.raft.push_back((barrier, sends)),

@@ -1,0 +1,101 @@
+//! A group's Raft log written off the shard thread: each Ready's entries and hard state go
+//! to a thread of the shard's own, which writes what has gathered, syncs it once, then
+//! sends the messages that had to wait for it (a follower's acknowledgements, votes) and
+//! tells the shard how far it got (raft-rs's asynchronous Ready: `advance_append_async`,
+//! then `on_persist_ready`). So the shard keeps running commands while the disk flushes,
+//! and one fdatasync covers every Ready that arrived meanwhile, as the journal's group
+//! commit does under `appendfsync always` (docs/DURABILITY.md). A leader counts its own
+//! log as a quorum member only once it is synced, so nothing is acknowledged before a
+//! quorum has it on disk.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+
+use raft::eraftpb::Message;
+
+use super::log_file::LogFile;
+use super::Consensus;
+
+/// One Ready's share: its number, its encoded records, the messages sent once synced.
+struct Job {
+    number: u64,
+    bytes: Vec<u8>,
+    messages: Vec<Message>,
+}
+
+pub struct Persister {
+    jobs: Sender<Job>,
+    persisted: Arc<AtomicU64>,
+}
+
+impl Persister {
+    pub fn spawn(
+        log: LogFile,
+        consensus: Arc<Consensus>,
+        shard: usize,
+    ) -> Result<Persister, String> {
+        let (jobs, queue) = channel();
+        let persisted = Arc::new(AtomicU64::new(0));
+        let published = persisted.clone();
+        std::thread::Builder::new()
+            .name(format!("wetask-raftlog-{shard}"))
+            .spawn(move || run(log, queue, &published, &consensus, shard))
+            .map_err(|e| format!("cannot start the Raft log writer: {e}"))?;
+        Ok(Persister { jobs, persisted })
+    }
+
+    /// Queues Ready `number`'s records and its messages to send once they are synced.
+    pub fn submit(&self, number: u64, bytes: Vec<u8>, messages: Vec<Message>) {
+        let _ = self.jobs.send(Job {
+            number,
+            bytes,
+            messages,
+        });
+    }
+
+    /// The last Ready number synced.
+    pub fn persisted(&self) -> u64 {
+        self.persisted.load(Ordering::Acquire)
+    }
+}
+
+fn run(
+    mut log: LogFile,
+    queue: Receiver<Job>,
+    persisted: &AtomicU64,
+    consensus: &Consensus,
+    shard: usize,
+) {
+    let mut bytes = Vec::new();
+    while let Ok(first) = queue.recv() {
+        let mut jobs = vec![first];
+        jobs.extend(queue.try_iter());
+        bytes.clear();
+        for job in &mut jobs {
+            bytes.append(&mut job.bytes);
+        }
+        // An empty batch (Readies with nothing to sync) only passes its messages on.
+        let started = std::time::Instant::now();
+        if let Err(e) = log.write_synced(&bytes) {
+            // A reply may wait on this write: it must not go out unlogged.
+            tracing::error!("{e}: exiting");
+            std::process::exit(1);
+        }
+        if !bytes.is_empty() {
+            let group = &consensus.groups[shard];
+            group.syncs.fetch_add(1, Ordering::Relaxed);
+            group
+                .sync_us
+                .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        }
+        let last = jobs.last().map_or(0, |j| j.number);
+        for job in jobs {
+            for message in &job.messages {
+                consensus.transport.send(shard, message);
+            }
+        }
+        persisted.store(last, Ordering::Release);
+        consensus.doorbells[shard].ring();
+    }
+}
