@@ -1,5 +1,5 @@
 # One task runner for the usual chores. `make test` is the README's test command.
-.PHONY: check test bench gate fuzz run compat
+.PHONY: check test bench gate fuzz run compat chaos
 
 check:
 	cargo fmt --all -- --check
@@ -24,6 +24,13 @@ run:
 # Needs `cargo install cargo-fuzz`; see fuzz/README.md.
 fuzz:
 	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run command_decoder -- -max_total_time=60
+
+# The consensus nemesis tests at length: 50 leader kills, 20 nemesis rounds under the
+# register clients (the suite runs 10 and 4); results go to docs/bench/chaos.txt.
+chaos:
+	cargo build -p wetask-server
+	WETASK_CHAOS_FAILOVERS=50 WETASK_CHAOS_ROUNDS=20 .venv/bin/python -m pytest -q -s \
+		tests/python/test_consensus.py -k "ten_times or linearizable" | tee docs/bench/chaos.txt
 
 # Regenerates docs/COMPATIBILITY.md from the command table.
 compat:

@@ -68,6 +68,9 @@ pub struct Group {
     pub proposed: AtomicU64,
     pub syncs: AtomicU64,
     pub sync_us: AtomicU64,
+    /// A leader's rounds (an entry proposed, then seen committed) and their microseconds.
+    pub rounds: AtomicU64,
+    pub round_us: AtomicU64,
 }
 
 /// Where the Raft logs live: `raft/` in the data directory.
@@ -120,7 +123,7 @@ impl Consensus {
             };
             let _ = write!(
                 out,
-                "group{shard}:role={role},leader={leader},term={},commit={},applied={},elected={},rebuilds={},proposed={},syncs={},sync_us={}\r\n",
+                "group{shard}:role={role},leader={leader},term={},commit={},applied={},elected={},rebuilds={},proposed={},syncs={},sync_us={},rounds={},round_us={}\r\n",
                 group.term.load(Ordering::Relaxed),
                 group.commit.load(Ordering::Relaxed),
                 group.applied.load(Ordering::Relaxed),
@@ -129,6 +132,8 @@ impl Consensus {
                 group.proposed.load(Ordering::Relaxed),
                 group.syncs.load(Ordering::Relaxed),
                 group.sync_us.load(Ordering::Relaxed),
+                group.rounds.load(Ordering::Relaxed),
+                group.round_us.load(Ordering::Relaxed),
             );
         }
     }

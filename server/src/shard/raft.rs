@@ -105,6 +105,8 @@ pub struct ShardRaft {
     /// replies, and the replies the last entry carried; since when nothing has been in
     /// flight while they wait (`may_propose`).
     gathering_since: Option<Instant>,
+    /// When the entry in flight was proposed (INFO's `round_us`).
+    round_started: Option<Instant>,
     gathered: usize,
     last_group: usize,
     idle_since: Option<Instant>,
@@ -163,6 +165,7 @@ impl ShardRaft {
             read_done: 0,
             proposed_now: false,
             gathering_since: None,
+            round_started: None,
             gathered: 0,
             last_group: 1,
             idle_since: None,
@@ -208,6 +211,7 @@ impl ShardRaft {
                         self.last_group = std::mem::take(&mut self.gathered).max(1);
                         self.executed = self.node.raft.raft_log.last_index();
                         self.proposed_now = true;
+                        self.round_started.get_or_insert_with(Instant::now);
                         self.group().proposed.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => {
@@ -220,6 +224,15 @@ impl ShardRaft {
             }
         }
         self.handle_ready(shard);
+        if self.node.raft.raft_log.committed >= self.executed {
+            if let Some(started) = self.round_started.take() {
+                let group = self.group();
+                group.rounds.fetch_add(1, Ordering::Relaxed);
+                group
+                    .round_us
+                    .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            }
+        }
         self.update_role(shard);
         self.publish();
     }
