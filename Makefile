@@ -25,11 +25,11 @@ run:
 fuzz:
 	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run command_decoder -- -max_total_time=60
 
-# The consensus nemesis tests at length: 50 leader kills, 20 nemesis rounds under the
-# register clients (the suite runs 10 and 4); results go to docs/bench/chaos.txt.
+# The consensus nemesis tests at length: 50 leader kills, 21 nemesis rounds under the
+# register clients (the suite runs 10 and 6); results go to docs/bench/chaos.txt.
 chaos:
 	cargo build -p wetask-server
-	WETASK_CHAOS_FAILOVERS=50 WETASK_CHAOS_ROUNDS=20 .venv/bin/python -m pytest -q -s \
+	WETASK_CHAOS_FAILOVERS=50 WETASK_CHAOS_ROUNDS=21 .venv/bin/python -m pytest -q -s \
 		tests/python/test_consensus.py -k "ten_times or linearizable" | tee docs/bench/chaos.txt
 
 # Regenerates docs/COMPATIBILITY.md from the command table.

@@ -28,11 +28,12 @@ from redis.retry import Retry
 
 from conftest import BINARY, DEADLINE_S, wait_for
 from linearizability import History, check_register
+from nemesis_proxy import Proxy
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 # `make chaos` runs more of each (docs/REPLICATION.md).
 FAILOVERS = int(os.environ.get("WETASK_CHAOS_FAILOVERS", "10"))
-NEMESIS_ROUNDS = int(os.environ.get("WETASK_CHAOS_ROUNDS", "4"))
+NEMESIS_ROUNDS = int(os.environ.get("WETASK_CHAOS_ROUNDS", "6"))
 
 
 def port_is_free(host, port):
@@ -71,7 +72,7 @@ class Node:
     def start(self):
         self.proc = subprocess.Popen(
             [BINARY, "--bind", self.host, "--port", str(self.group.port), "--shards", "1",
-             "--consensus", "raft", "--raft-id", str(self.id), "--raft-peers", self.group.peers,
+             "--consensus", "raft", "--raft-id", str(self.id), "--raft-peers", self.group.peers_for(self),
              "--dir", self.dir],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in self.proc.stdout:
@@ -114,12 +115,36 @@ class Node:
 
 
 class Group:
-    def __init__(self):
+    """Three nodes. `partitionable`: every node reaches each other's Raft port through a
+    proxy of its own (`nemesis_proxy`), so that `isolate` can cut a node off."""
+
+    def __init__(self, partitionable=False):
         self.port = free_base_port()
-        self.peers = ",".join(f"{i + 1}={h}:{self.port}" for i, h in enumerate(HOSTS))
+        self.proxies = {}
+        if partitionable:
+            for i, to_host in enumerate(HOSTS):
+                for sender in range(1, len(HOSTS) + 1):
+                    if sender != i + 1:
+                        self.proxies[(sender, i + 1)] = Proxy(to_host, (to_host, self.port + 20000))
         self.nodes = [Node(self, i + 1, h) for i, h in enumerate(HOSTS)]
         for node in self.nodes:
             node.start()
+
+    def peers_for(self, node):
+        """`node`'s --raft-peers: the others' Raft ports are its proxies to them, if any."""
+        def member(i, host):
+            proxy = self.proxies.get((node.id, i + 1))
+            return f"{i + 1}={host}:{self.port}" + (f":{proxy.port}" if proxy else "")
+        return ",".join(member(i, h) for i, h in enumerate(HOSTS))
+
+    def isolate(self, node):
+        for (a, b), proxy in self.proxies.items():
+            if node.id in (a, b):
+                proxy.cut()
+
+    def heal(self):
+        for proxy in self.proxies.values():
+            proxy.heal()
 
     def leader(self, exclude=None, deadline_s=DEADLINE_S):
         """The node that leads and serves, once exactly one does."""
@@ -147,11 +172,20 @@ class Group:
     def stop(self):
         for node in self.nodes:
             node.stop()
+        for proxy in self.proxies.values():
+            proxy.close()
 
 
 @pytest.fixture
 def group():
     g = Group()
+    yield g
+    g.stop()
+
+
+@pytest.fixture
+def partitionable_group():
+    g = Group(partitionable=True)
     yield g
     g.stop()
 
@@ -190,6 +224,8 @@ class Follower:
                     continue
                 if isinstance(e, (redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError,
                                   redis.exceptions.ReadOnlyError)):
+                    # No leader here (yet): ask another node.
+                    self._next_node()
                     time.sleep(0.01)
                     continue
                 raise
@@ -371,9 +407,12 @@ def test_tasks_in_every_state_survive_their_leader(group):
     group.caught_up(leader)
 
 
-def test_a_register_under_kills_and_pauses_is_linearizable(group):
+def test_a_register_under_kills_pauses_and_partitions_is_linearizable(partitionable_group):
     """Three clients write unique values to one register and read it while the nemesis
-    kills and pauses leaders; the WGL search must find a legal order of the history."""
+    kills, pauses and cuts off leaders; the WGL search must find a legal order of the
+    history. After a pause or a cut, a write the new leader acknowledged is followed by a
+    read sent to the old leader, which must not answer the old value."""
+    group = partitionable_group
     history = History()
     stop = threading.Event()
     rng = random.Random(7)
@@ -381,7 +420,7 @@ def test_a_register_under_kills_and_pauses_is_linearizable(group):
     def client(process):
         f = Follower(group, timeout=1)
         n = 0
-        while not stop.is_set() and n < 1500 * max(1, NEMESIS_ROUNDS // 4):
+        while not stop.is_set() and n < 1500 * max(1, NEMESIS_ROUNDS // 6):
             n += 1
             if rng.random() < 0.5:
                 value = f"{process}-{n}"
@@ -400,29 +439,48 @@ def test_a_register_under_kills_and_pauses_is_linearizable(group):
         except (redis.ConnectionError, redis.ResponseError, redis.TimeoutError):
             history.complete(op, None, ok=False)
 
+    def acknowledged_write(round_, leader):
+        writer = Follower(group, timeout=1)
+        writer.node = leader
+        for attempt in range(20):
+            value = f"nemesis-{round_}-{attempt}"
+            op = history.invoke(99, "write", value)
+            ok, _ = writer.call("SET", "register", value)
+            history.complete(op, None, ok=bool(ok))
+            if ok:
+                return
+        states = {n.id: n.consensus() for n in group.nodes}
+        logs = {n.id: "".join(n.log[-6:]) for n in group.nodes}
+        raise AssertionError(f"round {round_}: no write acknowledged; {states}; {logs}")
+
     threads = [threading.Thread(target=client, args=(p,), daemon=True) for p in range(3)]
     for t in threads:
         t.start()
     for round_ in range(NEMESIS_ROUNDS):
         time.sleep(0.3)
         leader = group.leader()
-        if round_ % 2 == 0:
+        if round_ % 3 == 0:
             leader.kill()
             group.leader(exclude=leader)
             leader.start()
-        else:
+        elif round_ % 3 == 1:
             os.kill(leader.proc.pid, signal.SIGSTOP)
-            group.leader(exclude=leader)
-            # A write the new leader acknowledges, then a read sent to the paused one: when
-            # it wakes, believing it still leads, it must not answer the old value.
-            op = history.invoke(99, "write", f"nemesis-{round_}")
-            ok, _ = Follower(group).call("SET", "register", f"nemesis-{round_}")
-            history.complete(op, None, ok=bool(ok))
+            acknowledged_write(round_, group.leader(exclude=leader))
+            # Sent to the paused node, which wakes cut off, so believing it still leads
+            # (its clock stood still and no newer term can reach it): it must not answer.
+            group.isolate(leader)
             stale = threading.Thread(target=read_from, args=(leader, 100 + round_), daemon=True)
             stale.start()
             time.sleep(0.05)
             os.kill(leader.proc.pid, signal.SIGCONT)
             stale.join(DEADLINE_S)
+            group.heal()
+        else:
+            group.isolate(leader)
+            acknowledged_write(round_, group.leader(exclude=leader))
+            # Sent to the cut-off node, which may still believe it leads.
+            read_from(leader, 100 + round_)
+            group.heal()
     time.sleep(0.3)
     stop.set()
     for t in threads:
