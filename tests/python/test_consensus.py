@@ -102,6 +102,27 @@ class Node:
         self.proc.kill()
         self.proc.wait()
 
+    def pause(self):
+        """SIGSTOP, returning once every thread has stopped: the signal takes effect
+        asynchronously, and a command sent just after it may otherwise still run (a test
+        once saw its "paused" leader replicate a write 3 ms after the signal)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        tasks = f"/proc/{self.proc.pid}/task"
+
+        def stopped():
+            states = []
+            for task in os.listdir(tasks):
+                try:
+                    with open(f"{tasks}/{task}/stat") as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                except OSError:
+                    pass
+            return states and all(state in "tT" for state in states)
+        wait_for(stopped, f"node {self.id} to stop")
+
+    def resume(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
+
     def stop(self):
         if self.alive():
             os.kill(self.proc.pid, signal.SIGCONT)
@@ -346,7 +367,7 @@ def test_a_paused_leader_is_replaced_and_its_uncommitted_write_vanishes(group):
     old = group.leader()
     c = old.client(timeout=20)
     c.set("before", "1")
-    os.kill(old.proc.pid, signal.SIGSTOP)
+    old.pause()
     outcome = {}
 
     def ghost_write():
@@ -359,7 +380,7 @@ def test_a_paused_leader_is_replaced_and_its_uncommitted_write_vanishes(group):
     thread.start()
     new = group.leader(exclude=old)
     assert new.client().set("after", "1") is True
-    os.kill(old.proc.pid, signal.SIGCONT)
+    old.resume()
     thread.join(DEADLINE_S)
     assert "reply" not in outcome, "the deposed leader acknowledged a write"
     group.caught_up(old)
@@ -464,7 +485,7 @@ def test_a_register_under_kills_pauses_and_partitions_is_linearizable(partitiona
             group.leader(exclude=leader)
             leader.start()
         elif round_ % 3 == 1:
-            os.kill(leader.proc.pid, signal.SIGSTOP)
+            leader.pause()
             acknowledged_write(round_, group.leader(exclude=leader))
             # Sent to the paused node, which wakes cut off, so believing it still leads
             # (its clock stood still and no newer term can reach it): it must not answer.
@@ -472,7 +493,7 @@ def test_a_register_under_kills_pauses_and_partitions_is_linearizable(partitiona
             stale = threading.Thread(target=read_from, args=(leader, 100 + round_), daemon=True)
             stale.start()
             time.sleep(0.05)
-            os.kill(leader.proc.pid, signal.SIGCONT)
+            leader.resume()
             stale.join(DEADLINE_S)
             group.heal()
         else:

@@ -186,6 +186,8 @@ pub struct Net {
     spare_finished: Cell<Vec<(u32, u32, Output)>>,
     /// Under `appendfsync always`: sends waiting for the journal's fsync (`held_sends`).
     held: RefCell<HeldSends>,
+    /// Consensus mode (fixed at start): every reply waits for its turn's Raft barrier.
+    consensus: bool,
     /// Connections whose replies were made this turn, to be sent last made, first sent
     /// (`flush_unflushed`).
     unflushed: RefCell<Vec<(u32, u32)>>,
@@ -237,6 +239,7 @@ impl Net {
             }
         };
         ctx.globals.watchdog.register(ctx.id, ctx.beats.clone());
+        let consensus = ctx.globals.consensus.is_some();
         let peers = peers
             .into_iter()
             .map(|(id, receiver)| Peer {
@@ -266,6 +269,7 @@ impl Net {
             finished: RefCell::new(Vec::new()),
             spare_finished: Cell::new(Vec::new()),
             held: RefCell::new(HeldSends::default()),
+            consensus,
             unflushed: RefCell::new(Vec::new()),
             reaped: Cell::new(Vec::new()),
             answered: Cell::new(Vec::new()),
@@ -458,7 +462,7 @@ impl Net {
         if self.overflow_waiting.get() {
             timeout = timeout.min(OVERFLOW_RETRY);
         }
-        if let Some(raft) = self.ctx.raft.borrow().as_ref() {
+        if let Some(raft) = self.ctx.raft.borrow().as_ref().filter(|_| self.consensus) {
             // Raft's timer ticks in the loop, which also proposes what gathered
             // (`shard::raft`).
             timeout = timeout.min(crate::consensus::TICK);

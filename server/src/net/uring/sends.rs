@@ -62,7 +62,7 @@ impl Net {
 
     /// Under `appendfsync always`, whether sends wait for the ring's fsync.
     pub(super) fn ring_syncs(&self) -> bool {
-        self.ctx.raft.borrow().is_some()
+        self.consensus
             || self
                 .ctx
                 .journal
@@ -75,7 +75,7 @@ impl Net {
     /// held has its records written. With no fsync in flight, the waiting sends get one, or
     /// go at once if everything written is already on disk.
     pub(super) fn release_held(&self, committed: bool) {
-        if self.ctx.raft.borrow().is_some() {
+        if self.consensus {
             return self.release_on_commit(committed);
         }
         let mut held = self.held.borrow_mut();
