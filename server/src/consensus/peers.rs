@@ -3,6 +3,9 @@
 //! shards serve on `port` + 1 + i (cluster mode's shard ports) and Raft listens on
 //! `raft-port` (default `port` + 20000).
 
+/// Ports kept free above a member's client port for its shards' ports.
+pub const SHARD_PORTS: u16 = 1024;
+
 /// One member.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Peer {
@@ -34,15 +37,24 @@ pub fn parse(text: &str, me: u64) -> Result<Vec<Peer>, String> {
                 .filter(|&p| p > 0)
                 .ok_or_else(|| format!("raft-peers: '{text}' is not a port"))
         };
+        // Room above it for the shard ports (`port` + 1 + shard).
+        let port_of_node = |text: &str| {
+            port_of(text).and_then(|port| match port < u16::MAX - SHARD_PORTS {
+                true => Ok(port),
+                false => Err(format!(
+                    "raft-peers: {port} leaves no room for its shard ports"
+                )),
+            })
+        };
         let (host, port, raft_port) = match parts.as_slice() {
             [host, port] => {
-                let port = port_of(port)?;
+                let port = port_of_node(port)?;
                 let raft = port
                     .checked_add(20000)
                     .ok_or_else(|| format!("raft-peers: {port} + 20000 is past 65535"))?;
                 (host.to_string(), port, raft)
             }
-            [host, port, raft] => (host.to_string(), port_of(port)?, port_of(raft)?),
+            [host, port, raft] => (host.to_string(), port_of_node(port)?, port_of(raft)?),
             _ => return Err(format!("raft-peers: '{address}' is not host:port")),
         };
         if host.is_empty() {
@@ -99,6 +111,7 @@ mod tests {
             ("0=a:1,2=b:2,3=c:3", 2),
             ("1=a:0,2=b:2,3=c:3", 1),
             ("1=a:60000,2=b:2,3=c:3", 1),
+            ("1=a:65000:100,2=b:2,3=c:3", 1),
             ("1=a,2=b:2,3=c:3", 1),
             ("1=:5,2=b:2,3=c:3", 1),
             ("x=a:1,2=b:2,3=c:3", 2),
