@@ -81,6 +81,22 @@ func main() {
 			if err != nil && strings.Contains(err.Error(), "not leased to this client") {
 				continue
 			}
+			if err != nil && strings.Contains(err.Error(), "task already finished") {
+				// v5 sends a command again on a new connection when the first one dropped
+				// before its reply came: the first ACK landed. The task must say so.
+				get := redis.NewSliceCmd("TASK.GET", id)
+				check(client.Process(get) == nil, "TASK.GET %s: %v", id, get.Err())
+				fields := get.Val()
+				state := ""
+				for i := 0; i+1 < len(fields); i += 2 {
+					if fields[i] == "state" {
+						state, _ = fields[i+1].(string)
+					}
+				}
+				check(state == "done", "TASK.ACK %s said finished, TASK.GET says %v", id, fields)
+				acked = true
+				continue
+			}
 			check(err == nil && ack.Val() == "OK", "TASK.ACK %s: %v", id, err)
 			acked = true
 		}
