@@ -211,18 +211,15 @@ impl ShardCore {
         Vec<wetask_shards::tasks::BatchNote>,
     ) {
         let now = unix_ms();
-        if self.raft_follows() {
-            // The leader's entries expire keys and advance the engine (`shard::raft`).
+        let follows_raft = self.raft_follows();
+        if follows_raft || self.globals.replication.is_replica() {
+            // Another node runs expiry and the task engine: a Raft leader's entries
+            // (`shard::raft`) or a primary's records (`replication::apply`) carry their effects.
+            if !follows_raft {
+                self.apply_replication();
+            }
             let mut shard = self.shard.borrow_mut();
-            shard.set_clock(now);
-            drop((shard.tasks.take_fallbacks(), shard.tasks.take_batch_notes()));
-            return (Vec::new(), Vec::new());
-        }
-        if self.globals.replication.is_replica() {
-            // The primary's records expire keys and advance the engine (`replication::apply`).
-            self.apply_replication();
-            let mut shard = self.shard.borrow_mut();
-            if !shard.is_replica() {
+            if !follows_raft && !shard.is_replica() {
                 shard.set_replica(true);
             }
             shard.set_clock(now);
