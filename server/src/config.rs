@@ -196,6 +196,12 @@ pub struct Config {
     /// the member's client port; Raft's defaults to `port` + 20000).
     #[arg(long, default_value = "")]
     pub raft_peers: String,
+    /// Consensus mode: once a group's log since its last snapshot holds this many bytes of
+    /// entries, a snapshot of the shard is made (off the shard thread) and the log is
+    /// compacted to it. A follower that falls behind the compacted log is sent the
+    /// snapshot.
+    #[arg(long, default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub raft_snapshot_log_bytes: u64,
 }
 
 fn consensus_mode(text: &str) -> Result<String, String> {

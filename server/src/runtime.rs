@@ -211,6 +211,7 @@ fn start_consensus(
         peers,
         shard_count,
         doorbells,
+        config.raft_snapshot_log_bytes,
     ));
     crate::consensus::transport::spawn(consensus.clone())?;
     tracing::info!(
@@ -556,11 +557,26 @@ async fn shard_main(
     let ctx = Rc::new(ShardCtx::new(id, globals.clone(), mesh.clone()));
     if let Some(consensus) = &globals.consensus {
         let dir = crate::consensus::data_dir(&globals.config);
+        let config = &globals.config;
+        let (retention, dead, events) = (
+            config.task_retention_ms,
+            config.task_dead_retention_ms,
+            config.task_events_max,
+        );
+        let scratch: crate::consensus::snapshotter::ScratchShard = Arc::new(move || {
+            let mut shard = wetask_shards::Shard::new(id);
+            shard.tasks = wetask_shards::tasks::Engine::new(retention)
+                .with_dead_retention(dead)
+                .with_events_max(events);
+            shard
+        });
         let raft = crate::shard::raft::ShardRaft::open(
             consensus.clone(),
             id,
             &dir,
             &crate::shard::raft::logger(),
+            &mut ctx.shard.borrow_mut(),
+            scratch,
         )?;
         ctx.shard.borrow_mut().set_replica(true);
         *ctx.raft.borrow_mut() = Some(raft);

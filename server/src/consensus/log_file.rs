@@ -7,8 +7,9 @@
 //! the log: the file is cut there (a crash mid-append), and Raft refetches what a quorum
 //! has from the leader.
 //!
-//! Not built yet: compaction. The log grows until the node's data directory is cleared;
-//! Raft snapshots from the fork-less snapshotter are the next step (docs/REPLICATION.md).
+//! Compaction rewrites the file ([`LogFile::rewrite`]) with only the entries after the
+//! group's snapshot (`consensus::snapshot_file`); at open, entries the snapshot holds are
+//! skipped (a crash between the snapshot and the rewrite leaves them).
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
@@ -102,6 +103,38 @@ impl LogFile {
             .and_then(|()| self.file.sync_data())
             .map_err(|e| format!("cannot write the Raft log {}: {e}", self.path.display()))?;
         self.end = end;
+        Ok(())
+    }
+
+    /// Replaces the whole log with the records in `bytes` (a compaction, or a snapshot
+    /// installed): written to a new file, synced, and renamed over the old one.
+    pub fn rewrite(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let fresh = self.path.with_extension("log.new");
+        let shown = fresh.display().to_string();
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&fresh)
+            .map_err(|e| format!("cannot create {shown}: {e}"))?;
+        let mut log = LogFile {
+            file,
+            path: self.path.clone(),
+            end: 0,
+            allocated: 0,
+        };
+        log.preallocate(bytes.len() as u64 + 1)
+            .and_then(|()| log.file.write_all_at(bytes, 0))
+            .and_then(|()| log.file.sync_all())
+            .map_err(|e| format!("cannot write {shown}: {e}"))?;
+        log.end = bytes.len() as u64;
+        std::fs::rename(&fresh, &self.path).map_err(|e| format!("cannot rename {shown}: {e}"))?;
+        if let Some(dir) = self.path.parent() {
+            crate::persist::files::sync_dir(dir)
+                .map_err(|e| format!("cannot sync {}: {e}", dir.display()))?;
+        }
+        *self = log;
         Ok(())
     }
 
@@ -275,6 +308,32 @@ mod tests {
         flipped[last] ^= 0xff;
         std::fs::write(&path, &flipped).unwrap();
         assert_eq!(LogFile::open(&path).unwrap().1.entries.len(), 1);
+    }
+
+    #[test]
+    fn a_rewrite_keeps_only_its_records_and_appends_go_on_after_them() {
+        let path = temp("rewrite");
+        let (mut log, _) = LogFile::open(&path).unwrap();
+        append(
+            &mut log,
+            &[entry(1, 1, "a"), entry(2, 1, "b"), entry(3, 1, "c")],
+            None,
+        );
+        let hs = HardState {
+            term: 1,
+            commit: 3,
+            ..Default::default()
+        };
+        let mut kept = Vec::new();
+        encode(&[entry(3, 1, "c")], Some(&hs), &mut kept);
+        log.rewrite(&kept).unwrap();
+        append(&mut log, &[entry(4, 1, "d")], None);
+        drop(log);
+        let (_, loaded) = LogFile::open(&path).unwrap();
+        let got: Vec<_> = loaded.entries.iter().map(|e| e.index).collect();
+        assert_eq!(got, vec![3, 4]);
+        assert_eq!(loaded.hard_state.commit, 3);
+        assert!(!path.with_extension("log.new").exists());
     }
 
     #[test]

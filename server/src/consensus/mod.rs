@@ -4,7 +4,11 @@
 //!
 //! - `peers`: the group's members as the command line names them.
 //! - `log_file`: a group's Raft log and hard state on disk (the node's persistence in this
-//!   mode; the journal is off).
+//!   mode; the journal is off); `storage`: the same log in memory, as raft-rs reads it.
+//! - `snapshot_file`, `snapshotter`: the group's snapshot (the shard's state at a committed
+//!   index), made off the shard thread once the log since the last one passes
+//!   `raft-snapshot-log-bytes`; the log is then compacted to it, and a follower that fell
+//!   behind the compacted log is sent it.
 //! - `transport`: threads that carry Raft messages between nodes over TCP, and put the ones
 //!   that arrive into the shard's [`Group::inbox`], ringing its doorbell.
 //! - `crate::shard::raft`: the shard thread's side: the Raft node itself, stepped, ticked and
@@ -16,6 +20,9 @@
 pub mod log_file;
 pub mod peers;
 pub mod persister;
+pub mod snapshot_file;
+pub mod snapshotter;
+pub mod storage;
 pub mod transport;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +53,8 @@ pub struct Consensus {
     pub transport: transport::Outbound,
     /// Rings a shard's loop when a message for it arrives.
     pub doorbells: Arc<[crate::doorbell::Doorbell]>,
+    /// `raft-snapshot-log-bytes`: the log's size that calls for a snapshot.
+    pub snapshot_log_bytes: u64,
 }
 
 /// One shard's group, as the transport and the other shards see it.
@@ -71,6 +80,13 @@ pub struct Group {
     /// A leader's rounds (an entry proposed, then seen committed) and their microseconds.
     pub rounds: AtomicU64,
     pub round_us: AtomicU64,
+    /// The snapshot's index, snapshots made here and installed from a leader, the entry
+    /// bytes in the log since the snapshot, and snapshots sent to followers.
+    pub snapshot_index: AtomicU64,
+    pub snapshots_made: AtomicU64,
+    pub snapshots_installed: AtomicU64,
+    pub snapshots_sent: AtomicU64,
+    pub log_bytes: AtomicU64,
 }
 
 /// Where the Raft logs live: `raft/` in the data directory.
@@ -84,6 +100,7 @@ impl Consensus {
         peers: Vec<Peer>,
         shard_count: usize,
         doorbells: Arc<[crate::doorbell::Doorbell]>,
+        snapshot_log_bytes: u64,
     ) -> Consensus {
         let transport = transport::Outbound::new(me, &peers);
         Consensus {
@@ -92,6 +109,7 @@ impl Consensus {
             groups: (0..shard_count).map(|_| Group::default()).collect(),
             transport,
             doorbells,
+            snapshot_log_bytes,
         }
     }
 
@@ -123,7 +141,7 @@ impl Consensus {
             };
             let _ = write!(
                 out,
-                "group{shard}:role={role},leader={leader},term={},commit={},applied={},elected={},rebuilds={},proposed={},syncs={},sync_us={},rounds={},round_us={}\r\n",
+                "group{shard}:role={role},leader={leader},term={},commit={},applied={},elected={},rebuilds={},proposed={},syncs={},sync_us={},rounds={},round_us={},snapshot_index={},snapshots_made={},snapshots_installed={},snapshots_sent={},log_bytes={}\r\n",
                 group.term.load(Ordering::Relaxed),
                 group.commit.load(Ordering::Relaxed),
                 group.applied.load(Ordering::Relaxed),
@@ -134,6 +152,11 @@ impl Consensus {
                 group.sync_us.load(Ordering::Relaxed),
                 group.rounds.load(Ordering::Relaxed),
                 group.round_us.load(Ordering::Relaxed),
+                group.snapshot_index.load(Ordering::Relaxed),
+                group.snapshots_made.load(Ordering::Relaxed),
+                group.snapshots_installed.load(Ordering::Relaxed),
+                group.snapshots_sent.load(Ordering::Relaxed),
+                group.log_bytes.load(Ordering::Relaxed),
             );
         }
     }

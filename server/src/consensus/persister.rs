@@ -17,11 +17,13 @@ use raft::eraftpb::Message;
 use super::log_file::LogFile;
 use super::Consensus;
 
-/// One Ready's share: its number, its encoded records, the messages sent once synced.
+/// One Ready's share: its number, its encoded records, the messages sent once synced;
+/// with `rewrite`, the records replace the whole log (`LogFile::rewrite`).
 struct Job {
     number: u64,
     bytes: Vec<u8>,
     messages: Vec<Message>,
+    rewrite: bool,
 }
 
 pub struct Persister {
@@ -51,6 +53,18 @@ impl Persister {
             number,
             bytes,
             messages,
+            rewrite: false,
+        });
+    }
+
+    /// Queues a rewrite of the whole log as `bytes` (after what is queued before it), for
+    /// Ready `number` (0: none; the log was compacted).
+    pub fn rewrite(&self, number: u64, bytes: Vec<u8>, messages: Vec<Message>) {
+        let _ = self.jobs.send(Job {
+            number,
+            bytes,
+            messages,
+            rewrite: true,
         });
     }
 
@@ -72,16 +86,23 @@ fn run(
         let mut jobs = vec![first];
         jobs.extend(queue.try_iter());
         bytes.clear();
+        let started = std::time::Instant::now();
         for job in &mut jobs {
+            if job.rewrite {
+                // What came before it is written first: the rewrite holds it too, but a
+                // crash between the two must find it somewhere.
+                write(&mut log, &bytes);
+                bytes.clear();
+                if let Err(e) = log.rewrite(&job.bytes) {
+                    tracing::error!("{e}: exiting");
+                    std::process::exit(1);
+                }
+                continue;
+            }
             bytes.append(&mut job.bytes);
         }
         // An empty batch (Readies with nothing to sync) only passes its messages on.
-        let started = std::time::Instant::now();
-        if let Err(e) = log.write_synced(&bytes) {
-            // A reply may wait on this write: it must not go out unlogged.
-            tracing::error!("{e}: exiting");
-            std::process::exit(1);
-        }
+        write(&mut log, &bytes);
         if !bytes.is_empty() {
             let group = &consensus.groups[shard];
             group.syncs.fetch_add(1, Ordering::Relaxed);
@@ -89,13 +110,22 @@ fn run(
                 .sync_us
                 .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         }
-        let last = jobs.last().map_or(0, |j| j.number);
+        let last = jobs.iter().map(|j| j.number).max().unwrap_or(0);
         for job in jobs {
             for message in &job.messages {
                 consensus.transport.send(shard, message);
             }
         }
-        persisted.store(last, Ordering::Release);
+        persisted.fetch_max(last, Ordering::AcqRel);
         consensus.doorbells[shard].ring();
+    }
+}
+
+/// Writes and syncs `bytes`; a failure ends the process: a reply may wait on this write,
+/// and it must not go out unlogged.
+fn write(log: &mut LogFile, bytes: &[u8]) {
+    if let Err(e) = log.write_synced(bytes) {
+        tracing::error!("{e}: exiting");
+        std::process::exit(1);
     }
 }

@@ -13,19 +13,25 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use protobuf::Message as _;
-use raft::eraftpb::Message;
+use raft::eraftpb::{Message, MessageType};
 
 use super::{Consensus, Peer};
 
-/// A message larger than this is refused by the reader (an append carries at most
-/// raft-rs's `max_size_per_msg`, set far below it).
-pub const FRAME_MAX: usize = 64 << 20;
+/// A message larger than this is refused by the reader: an append carries at most
+/// raft-rs's `max_size_per_msg`, far below it, and a snapshot the whole shard's state
+/// (so a shard whose snapshot file passes this cannot catch a follower up yet: snapshots
+/// are not sent in chunks). The reader's buffer grows with what arrives, not with what a
+/// frame's header claims.
+pub const FRAME_MAX: usize = 1 << 30;
+/// How much of a frame the reader takes at a time.
+const READ_STEP: usize = 4 << 20;
 /// After a failed connect, messages to that node are dropped for this long.
 const RETRY_AFTER: Duration = Duration::from_millis(100);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// A message on its way: its shard's group, and its encoding.
-type Frame = (u16, Vec<u8>);
+/// A message on its way: its shard's group, its encoding, and, for a snapshot, who to
+/// tell the leader it went to (raft-rs's `report_snapshot`).
+type Frame = (u16, Vec<u8>, Option<u64>);
 
 /// The senders to the other members.
 pub struct Outbound {
@@ -53,12 +59,13 @@ impl Outbound {
         let Some(sender) = self.senders.get(&message.to) else {
             return;
         };
+        let snapshot = (message.get_msg_type() == MessageType::MsgSnapshot).then_some(message.to);
         match message.write_to_bytes() {
             Ok(bytes) => {
                 let _ = sender
                     .lock()
                     .expect("raft sender")
-                    .send((shard as u16, bytes));
+                    .send((shard as u16, bytes, snapshot));
             }
             Err(e) => tracing::error!("cannot encode a Raft message: {e}"),
         }
@@ -76,9 +83,10 @@ pub fn spawn(consensus: Arc<Consensus>) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {address} for Raft: {e}"))?;
     let receivers = std::mem::take(&mut *consensus.transport.receivers.lock().expect("receivers"));
     for (peer, queue) in receivers {
+        let consensus = consensus.clone();
         std::thread::Builder::new()
             .name(format!("wetask-raft-to-{}", peer.id))
-            .spawn(move || send_loop(peer, queue))
+            .spawn(move || send_loop(&consensus, peer, queue))
             .map_err(|e| format!("cannot start a Raft sender: {e}"))?;
     }
     std::thread::Builder::new()
@@ -96,25 +104,38 @@ pub fn spawn(consensus: Arc<Consensus>) -> Result<(), String> {
 }
 
 /// Writes the queue's messages to `peer`, connecting as needed; ends when the process does.
-fn send_loop(peer: Peer, queue: Receiver<Frame>) {
+fn send_loop(consensus: &Consensus, peer: Peer, queue: Receiver<Frame>) {
     let mut link: Option<BufWriter<TcpStream>> = None;
     let mut failed_at: Option<Instant> = None;
+    // Snapshots written since the last flush: (shard, to).
+    let mut snapshots = Vec::new();
     while let Ok(first) = queue.recv() {
         if link.is_none() && failed_at.is_none_or(|at| at.elapsed() >= RETRY_AFTER) {
             link = connect(&peer).map(BufWriter::new);
             failed_at = link.is_none().then(Instant::now);
         }
         let Some(writer) = link.as_mut() else {
+            report_snapshot(consensus, &first, false);
             continue;
         };
-        let mut ok = write_frame(writer, first);
-        while ok {
-            match queue.try_recv() {
-                Ok(next) => ok = write_frame(writer, next),
-                Err(_) => break,
+        let mut next = Some(first);
+        let mut ok = true;
+        while let Some(frame) = next.take() {
+            if ok {
+                if let (shard, _, Some(to)) = &frame {
+                    snapshots.push((*shard, *to));
+                }
+                ok = write_frame(writer, frame);
+            } else {
+                report_snapshot(consensus, &frame, false);
             }
+            next = queue.try_recv().ok();
         }
-        if !ok || writer.flush().is_err() {
+        ok = ok && writer.flush().is_ok();
+        for (shard, to) in snapshots.drain(..) {
+            report_snapshot(consensus, &(shard, Vec::new(), Some(to)), ok);
+        }
+        if !ok {
             if let Some(writer) = link.take() {
                 let _ = writer.get_ref().shutdown(Shutdown::Both);
             }
@@ -136,7 +157,23 @@ fn connect(peer: &Peer) -> Option<TcpStream> {
     Some(stream)
 }
 
-fn write_frame(writer: &mut BufWriter<TcpStream>, (shard, bytes): Frame) -> bool {
+/// Tells the leader's shard how sending a snapshot went (its drive calls raft-rs's
+/// `report_snapshot`): until then raft-rs sends that follower nothing more.
+fn report_snapshot(consensus: &Consensus, frame: &Frame, sent: bool) {
+    let (shard, _, Some(to)) = frame else {
+        return;
+    };
+    let status = Message {
+        msg_type: MessageType::MsgSnapStatus,
+        from: *to,
+        to: consensus.me,
+        reject: !sent,
+        ..Default::default()
+    };
+    consensus.deliver(*shard as usize, status);
+}
+
+fn write_frame(writer: &mut BufWriter<TcpStream>, (shard, bytes, _): Frame) -> bool {
     let header = [
         &(bytes.len() as u32).to_le_bytes()[..],
         &shard.to_le_bytes()[..],
@@ -165,11 +202,14 @@ fn receive_loop(consensus: &Consensus, stream: TcpStream) {
             );
             return;
         }
-        body.resize(len, 0);
-        if reader.read_exact(&mut body).is_err() {
+        if !read_body(&mut reader, len, &mut body) {
             return;
         }
         match Message::parse_from_bytes(&body) {
+            // A status is the sender thread's own note (`report_snapshot`), never a peer's.
+            Ok(message) if message.get_msg_type() == MessageType::MsgSnapStatus => {
+                tracing::warn!("a Raft peer sent a snapshot status: dropped")
+            }
             Ok(message) if consensus.peer(message.from).is_some() && message.to == consensus.me => {
                 consensus.deliver(shard, message)
             }
@@ -180,4 +220,23 @@ fn receive_loop(consensus: &Consensus, stream: TcpStream) {
             }
         }
     }
+}
+
+/// Reads a frame's `len` bytes into `body`, growing it as they arrive; false when the
+/// connection ends first.
+fn read_body(reader: &mut impl Read, len: usize, body: &mut Vec<u8>) -> bool {
+    body.clear();
+    if body.capacity() > READ_STEP * 4 {
+        // A snapshot's buffer is not kept for the appends that follow it.
+        *body = Vec::new();
+    }
+    while body.len() < len {
+        let step = (len - body.len()).min(READ_STEP);
+        let at = body.len();
+        body.resize(at + step, 0);
+        if reader.read_exact(&mut body[at..]).is_err() {
+            return false;
+        }
+    }
+    true
 }

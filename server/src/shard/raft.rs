@@ -19,9 +19,15 @@
 //! expiry or task engine, and sends keyed commands to the leader with `-MOVED`.
 //!
 //! **A leader that loses its leadership rebuilds.** Its state may hold writes that never
-//! commit. It drops everything and replays the committed log (no compaction yet, so the
-//! whole log), and the connections whose replies waited are closed: their commands' fate
-//! is unknown to them, as after a crash.
+//! commit. It drops everything, loads the group's snapshot and replays the committed
+//! entries after it, and the connections whose replies waited are closed: their commands'
+//! fate is unknown to them, as after a crash.
+//!
+//! **Snapshots bound the log.** Once the entries since the last snapshot pass
+//! `raft-snapshot-log-bytes`, a thread of its own makes the next one from the last one and
+//! those entries (`consensus::snapshotter`), and the log is compacted to it, in memory and
+//! on disk. A follower that has fallen behind the compacted log is sent the snapshot file
+//! and loads it, as a replica's full sync does.
 //!
 //! **A new leader serves once it has applied every earlier entry**: its term's first entry
 //! committed and applied. Until then keyed commands are answered `-TRYAGAIN`.
@@ -30,14 +36,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use raft::eraftpb::{ConfState, Entry, EntryType, Message, MessageType};
-use raft::storage::MemStorage;
-use raft::{Config, RawNode, ReadOnlyOption, StateRole, Storage};
+use raft::eraftpb::{ConfState, Entry, EntryType, Message, MessageType, Snapshot};
+use raft::{Config, RawNode, ReadOnlyOption, SnapshotStatus, StateRole, Storage};
 use wetask_shards::shard::cross_commit::Replay;
 use wetask_shards::Shard;
 
 use crate::consensus::log_file::LogFile;
 use crate::consensus::persister::Persister;
+use crate::consensus::snapshot_file::{self, Snapshots};
+use crate::consensus::snapshotter::{Made, Making, ScratchShard};
+use crate::consensus::storage::LogStore;
 use crate::consensus::{Consensus, ELECTION_TICKS, HEARTBEAT_TICKS, TICK};
 
 /// The longest a leader's operations wait for the entry in flight before going anyway
@@ -46,6 +54,8 @@ const GATHER_MAX: std::time::Duration = std::time::Duration::from_millis(2);
 /// How long gathered operations wait, once nothing is in flight, for the rest of the
 /// clients the last commit answered (`ShardRaft::may_propose`).
 const GATHER_IDLE: std::time::Duration = std::time::Duration::from_micros(200);
+/// After a snapshot fails, the next try waits this long.
+const SNAPSHOT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a turn's replies wait for.
 #[derive(Clone, Copy, Debug)]
@@ -74,7 +84,7 @@ pub enum Passed {
 }
 
 pub struct ShardRaft {
-    node: RawNode<MemStorage>,
+    node: RawNode<LogStore>,
     persister: Persister,
     /// The last Ready number the log writer has synced, as raft-rs was told.
     persisted: u64,
@@ -111,29 +121,34 @@ pub struct ShardRaft {
     last_group: usize,
     idle_since: Option<Instant>,
     last_tick: Instant,
+    snapshots: Arc<Snapshots>,
+    scratch: ScratchShard,
+    /// The snapshot being made, and when a failed one may be tried again.
+    making: Option<Making>,
+    snapshot_retry_at: Option<Instant>,
+    /// A snapshot installed counts as applied only once its Ready is persisted (raft-rs
+    /// refuses an applied index past the persisted one): the Ready's number.
+    apply_after: Option<u64>,
 }
 
 impl ShardRaft {
-    /// Opens the group's log in `dir` and starts its node as a follower.
+    /// Opens the group's snapshot and log in `dir`, loads the snapshot into `state`, and
+    /// starts its node as a follower. `scratch` makes the snapshot thread's shard.
     pub fn open(
         consensus: Arc<Consensus>,
         shard: usize,
         dir: &std::path::Path,
         logger: &slog::Logger,
+        state: &mut Shard,
+        scratch: ScratchShard,
     ) -> Result<ShardRaft, String> {
-        let (log, loaded) = LogFile::open(&LogFile::path(dir, shard))?;
-        let hard_state = loaded.hard_state.clone();
-        let voters: Vec<u64> = consensus.peers.iter().map(|p| p.id).collect();
-        let storage = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
-        {
-            let mut store = storage.wl();
-            store
-                .append(&loaded.entries)
-                .map_err(|e| format!("the Raft log of shard {shard} does not load: {e}"))?;
-            store.set_hardstate(loaded.hard_state.clone());
-        }
+        let snapshots = Arc::new(Snapshots::new(dir, shard));
+        let base = snapshots.load(state)?.unwrap_or((0, 0));
+        let (log, storage) = load_log(&consensus, shard, dir, &snapshots, base)?;
+        let hard_state = storage.hard_state().clone();
         let config = Config {
             id: consensus.me,
+            applied: base.0,
             election_tick: ELECTION_TICKS,
             heartbeat_tick: HEARTBEAT_TICKS,
             max_size_per_msg: 4 << 20,
@@ -160,7 +175,7 @@ impl ShardRaft {
             produced: (0, false),
             executed: 0,
             confirmed: 0,
-            applied: 0,
+            applied: base.0,
             read_issued: 0,
             read_done: 0,
             proposed_now: false,
@@ -170,6 +185,11 @@ impl ShardRaft {
             last_group: 1,
             idle_since: None,
             last_tick: Instant::now(),
+            snapshots,
+            scratch,
+            making: None,
+            snapshot_retry_at: None,
+            apply_after: None,
         })
     }
 
@@ -177,18 +197,7 @@ impl ShardRaft {
     pub fn drive(&mut self, shard: &mut Shard) {
         self.produced = (self.epoch, self.serving);
         self.proposed_now = false;
-        let inbox = std::mem::take(&mut *self.group().inbox.lock().expect("raft inbox"));
-        for message in inbox {
-            // A proposal comes only from this node's own shard while it leads: raft-rs
-            // would append a forwarded one as the leader's own, which the leader never ran.
-            if matches!(
-                message.get_msg_type(),
-                MessageType::MsgPropose | MessageType::MsgReadIndex
-            ) {
-                continue;
-            }
-            let _ = self.node.step(message);
-        }
+        self.step_inbox();
         if self.last_tick.elapsed() > TICK * 20 {
             // The process was stopped or starved: one tick, not a burst of them.
             self.last_tick = Instant::now() - TICK;
@@ -234,7 +243,38 @@ impl ShardRaft {
             }
         }
         self.update_role(shard);
+        self.snapshot_chores();
         self.publish();
+    }
+
+    /// Steps the messages other nodes sent (and the transport's snapshot notes).
+    fn step_inbox(&mut self) {
+        let inbox = std::mem::take(&mut *self.group().inbox.lock().expect("raft inbox"));
+        for message in inbox {
+            match message.get_msg_type() {
+                // A proposal comes only from this node's own shard while it leads: raft-rs
+                // would append a forwarded one as the leader's own, which the leader never
+                // ran.
+                MessageType::MsgPropose | MessageType::MsgReadIndex => continue,
+                // The transport's note that a snapshot went out (or did not).
+                MessageType::MsgSnapStatus => {
+                    let status = match message.reject {
+                        true => SnapshotStatus::Failure,
+                        false => SnapshotStatus::Finish,
+                    };
+                    self.node.report_snapshot(message.from, status);
+                    continue;
+                }
+                MessageType::MsgSnapshot => {
+                    if let Err(e) = usable(message.get_snapshot()) {
+                        tracing::warn!(shard = self.shard, "a snapshot was refused: {e}");
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+            let _ = self.node.step(message);
+        }
     }
 
     /// Group commit: while an entry is on its way to a quorum, the next turns' operations
@@ -337,15 +377,19 @@ impl ShardRaft {
             self.persisted = persisted;
             self.node.on_persist_ready(persisted);
         }
+        if self
+            .apply_after
+            .is_some_and(|number| self.persisted >= number)
+        {
+            self.apply_after = None;
+            self.node.advance_apply();
+        }
         while self.node.has_ready() {
             let mut ready = self.node.ready();
             self.send(ready.take_messages());
-            if !ready.snapshot().is_empty() {
-                // Never produced: no node compacts its log yet.
-                tracing::error!(
-                    shard = self.shard,
-                    "a Raft snapshot arrived; not supported yet"
-                );
+            let installing = !ready.snapshot().is_empty();
+            if installing {
+                self.install(shard, ready.snapshot());
             }
             self.apply(shard, ready.take_committed_entries());
             let mut bytes = Vec::new();
@@ -362,12 +406,12 @@ impl ShardRaft {
                 }
             }
             if !ready.entries().is_empty() || ready.hs().is_some() {
-                let mut store = self.node.mut_store().wl();
+                let store = self.node.mut_store();
                 if let Err(e) = store.append(ready.entries()) {
                     tracing::error!(shard = self.shard, "Raft storage refused entries: {e}");
                 }
                 if let Some(hs) = ready.hs() {
-                    store.set_hardstate(hs.clone());
+                    store.set_hard_state(hs.clone());
                 }
             }
             for state in ready.take_read_states() {
@@ -376,14 +420,35 @@ impl ShardRaft {
                 }
             }
             let after_sync = ready.take_persisted_messages();
-            self.persister.submit(ready.number(), bytes, after_sync);
+            if installing {
+                // The log is what follows the snapshot, and the hard state.
+                self.persister
+                    .rewrite(ready.number(), self.encode_kept(), after_sync);
+            } else {
+                self.persister.submit(ready.number(), bytes, after_sync);
+            }
+            if installing {
+                self.apply_after = Some(ready.number());
+            }
             self.node.advance_append_async(ready);
-            self.node.advance_apply();
+            if self.apply_after.is_none() {
+                self.node.advance_apply();
+            }
         }
     }
 
     fn send(&self, messages: Vec<Message>) {
         for message in messages {
+            if message.get_msg_type() == MessageType::MsgSnapshot {
+                self.group().snapshots_sent.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    shard = self.shard,
+                    to = message.to,
+                    index = message.get_snapshot().get_metadata().index,
+                    bytes = message.get_snapshot().data.len(),
+                    "sending the snapshot to a follower behind the compacted log"
+                );
+            }
             self.consensus.transport.send(self.shard, &message);
         }
     }
@@ -459,7 +524,12 @@ impl ShardRaft {
         }
         shard.begin_full_sync();
         self.replay = Replay::default();
-        let first = self.node.store().first_index().unwrap_or(1);
+        // The snapshot in place may be newer than the log's compaction: its own index
+        // says where the entries take over.
+        let first = match self.snapshots.load(shard) {
+            Ok(loaded) => loaded.map_or(0, |(index, _)| index) + 1,
+            Err(e) => fatal(self.shard, &format!("cannot load the Raft snapshot: {e}")),
+        };
         let entries = match self.node.store().entries(
             first,
             self.applied + 1,
@@ -467,18 +537,123 @@ impl ShardRaft {
             raft::GetEntriesContext::empty(false),
         ) {
             Ok(entries) => entries,
-            Err(e) => {
-                tracing::error!(
-                    shard = self.shard,
-                    "cannot read the Raft log back: {e}; exiting"
-                );
-                std::process::exit(1);
-            }
+            Err(e) => fatal(self.shard, &format!("cannot read the Raft log back: {e}")),
         };
         let applied = self.applied;
         self.apply(shard, entries);
         self.applied = applied;
         self.group().rebuilds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Loads a snapshot the leader sent (this node had fallen behind its compacted log):
+    /// in place on disk first, then into the shard, replacing everything.
+    fn install(&mut self, shard: &mut Shard, snapshot: &Snapshot) {
+        let (index, term) = match self.snapshots.install(&snapshot.data) {
+            Ok(found) => found,
+            Err(e) => fatal(
+                self.shard,
+                &format!("cannot install the leader's snapshot: {e}"),
+            ),
+        };
+        shard.begin_full_sync();
+        if let Err(e) = snapshot_file::import(&snapshot.data, shard) {
+            fatal(
+                self.shard,
+                &format!("cannot load the leader's snapshot: {e}"),
+            );
+        }
+        self.replay = Replay::default();
+        self.node.mut_store().install(index, term);
+        self.applied = index;
+        let group = self.group();
+        group.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+        group.snapshot_index.store(index, Ordering::Relaxed);
+        tracing::info!(
+            shard = self.shard,
+            index,
+            term,
+            bytes = snapshot.data.len(),
+            "loaded the leader's snapshot"
+        );
+    }
+
+    /// Collects a finished snapshot (the log is compacted to it), and starts the next
+    /// one once the log since the last has grown past `raft-snapshot-log-bytes`.
+    fn snapshot_chores(&mut self) {
+        if self.making.as_ref().is_some_and(Making::finished) {
+            match self.making.take().expect("checked").outcome() {
+                Made::Done { index, term, bytes } => {
+                    if bytes > 0 {
+                        self.group().snapshots_made.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(shard = self.shard, index, bytes, "Raft snapshot made");
+                    }
+                    self.compact(index, term);
+                }
+                Made::Failed(e) => {
+                    tracing::error!(shard = self.shard, "a Raft snapshot failed: {e}");
+                    self.snapshot_retry_at = Some(Instant::now() + SNAPSHOT_RETRY);
+                }
+            }
+        }
+        let store = self.node.store();
+        self.group()
+            .log_bytes
+            .store(store.kept_bytes() as u64, Ordering::Relaxed);
+        let due = store.kept_bytes() as u64 >= self.consensus.snapshot_log_bytes
+            && self.applied > store.base().0
+            && self.making.is_none()
+            && self.snapshot_retry_at.is_none_or(|at| Instant::now() >= at);
+        if !due {
+            return;
+        }
+        let (base, _) = store.base();
+        let folded = store
+            .term(self.applied)
+            .and_then(|term| {
+                let entries = store.entries(
+                    base + 1,
+                    self.applied + 1,
+                    None,
+                    raft::GetEntriesContext::empty(false),
+                )?;
+                Ok((term, entries))
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|(term, entries)| {
+                Making::start(
+                    self.snapshots.clone(),
+                    &self.scratch,
+                    entries,
+                    (self.applied, term),
+                )
+            });
+        match folded {
+            Ok(making) => self.making = Some(making),
+            Err(e) => {
+                tracing::error!(shard = self.shard, "cannot start a Raft snapshot: {e}");
+                self.snapshot_retry_at = Some(Instant::now() + SNAPSHOT_RETRY);
+            }
+        }
+    }
+
+    /// Drops the entries the snapshot of `(index, term)` holds, from memory and from
+    /// the log file (rewritten by the log writer, after what it has queued).
+    fn compact(&mut self, index: u64, term: u64) {
+        let store = self.node.mut_store();
+        if index <= store.base().0 {
+            return;
+        }
+        store.compact(index, term);
+        self.persister.rewrite(0, self.encode_kept(), Vec::new());
+        self.group().snapshot_index.store(index, Ordering::Relaxed);
+    }
+
+    /// The log's records as a rewrite holds them: the entries kept, and the hard state.
+    fn encode_kept(&self) -> Vec<u8> {
+        let store = self.node.store();
+        let mut bytes = Vec::new();
+        crate::consensus::log_file::encode(store.kept(), Some(store.hard_state()), &mut bytes);
+        bytes
     }
 
     fn publish(&self) {
@@ -492,6 +667,53 @@ impl ShardRaft {
         group.applied.store(self.applied, Ordering::Relaxed);
         group.serving.store(self.serving, Ordering::Release);
     }
+}
+
+/// Opens the group's log file and loads it over the snapshot of `base` (index, term).
+fn load_log(
+    consensus: &Consensus,
+    shard: usize,
+    dir: &std::path::Path,
+    snapshots: &Snapshots,
+    base: (u64, u64),
+) -> Result<(LogFile, LogStore), String> {
+    let (log, loaded) = LogFile::open(&LogFile::path(dir, shard))?;
+    let voters: Vec<u64> = consensus.peers.iter().map(|p| p.id).collect();
+    let mut storage = LogStore::new(ConfState::from((voters, vec![])), snapshots.path());
+    storage.set_hard_state(loaded.hard_state);
+    if base.0 > 0 {
+        storage.install(base.0, base.1);
+    }
+    // Entries the snapshot holds are skipped (a crash before the log's rewrite).
+    storage
+        .append(&loaded.entries)
+        .map_err(|e| format!("the Raft log of shard {shard} does not load: {e}"))?;
+    let group = &consensus.groups[shard];
+    group.snapshot_index.store(base.0, Ordering::Relaxed);
+    group
+        .log_bytes
+        .store(storage.kept_bytes() as u64, Ordering::Relaxed);
+    Ok((log, storage))
+}
+
+/// A snapshot a leader sent: whole, and naming the entry its metadata names.
+fn usable(snapshot: &Snapshot) -> Result<(), String> {
+    let meta = snapshot.get_metadata();
+    let found = snapshot_file::check(&snapshot.data)?;
+    match found == (meta.index, meta.term) {
+        true => Ok(()),
+        false => Err(format!(
+            "it holds entry {found:?}, its message says ({}, {})",
+            meta.index, meta.term
+        )),
+    }
+}
+
+/// The group's state on this node can no longer be trusted: the process ends, and a
+/// restart loads the snapshot and log from disk.
+fn fatal(shard: usize, what: &str) -> ! {
+    tracing::error!(shard, "{what}; exiting");
+    std::process::exit(1);
 }
 
 /// raft-rs's log lines, into `tracing` (warnings and errors; the rest is noise at a

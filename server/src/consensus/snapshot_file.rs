@@ -1,0 +1,252 @@
+//! A group's Raft snapshot on disk: `raft-<shard>.snapshot` in the Raft directory, the
+//! shard's state at a committed index, in the snapshot files' framing (`persist::load`:
+//! CRC-checked records, a header, the shard's parts, an end record with their count). Its
+//! header names the index and term of the last entry it holds.
+//!
+//! Two writers may race: the shard's snapshot thread (`consensus::snapshotter`) and the
+//! shard installing a snapshot its leader sent. Each writes a file of its own, synced, and
+//! [`Snapshots::promote`] renames it into place only if it is newer than the one there.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use wetask_shards::persist::journal::record;
+use wetask_shards::Shard;
+
+const MAGIC: &str = "wetask-raft-snapshot 1";
+
+/// The snapshot files of one shard's group.
+pub struct Snapshots {
+    dir: PathBuf,
+    shard: usize,
+    /// The index of the snapshot in place (0: none).
+    installed: Mutex<u64>,
+}
+
+impl Snapshots {
+    pub fn new(dir: &Path, shard: usize) -> Snapshots {
+        Snapshots {
+            dir: dir.to_path_buf(),
+            shard,
+            installed: Mutex::new(0),
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(format!("raft-{}.snapshot", self.shard))
+    }
+
+    fn pending(&self, index: u64) -> PathBuf {
+        self.dir
+            .join(format!("raft-{}.snapshot-{index}.new", self.shard))
+    }
+
+    /// Loads the snapshot in place, if any, into a fresh `shard`: its index and term.
+    pub fn load(&self, shard: &mut Shard) -> Result<Option<(u64, u64)>, String> {
+        let path = self.path();
+        let data = match std::fs::read(&path) {
+            Ok(data) => data,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        };
+        let found = import(&data, shard).map_err(|e| format!("{}: {e}", path.display()))?;
+        *self.installed.lock().expect("snapshots") = found.0;
+        Ok(Some(found))
+    }
+
+    /// Writes `shard`'s state as the snapshot of entry `(index, term)` and puts it in
+    /// place unless a newer one is there. Returns its size (0: it was not needed).
+    pub fn write(&self, index: u64, term: u64, shard: &mut Shard) -> Result<u64, String> {
+        let pending = self.pending(index);
+        let size = crate::persist::load::write_framed(
+            &self.dir,
+            &pending,
+            &header(self.shard, index, term),
+            &mut |part| shard.export_snapshot(part),
+        )?;
+        Ok(if self.promote(&pending, index)? {
+            size
+        } else {
+            0
+        })
+    }
+
+    /// Puts a snapshot the leader sent in place (written and synced first); its index
+    /// and term. The caller loads it into the shard (`import`).
+    pub fn install(&self, data: &[u8]) -> Result<(u64, u64), String> {
+        let (index, term) = check(data)?;
+        let pending = self.pending(index);
+        let shown = pending.display();
+        let mut file =
+            std::fs::File::create(&pending).map_err(|e| format!("cannot create {shown}: {e}"))?;
+        file.write_all(data)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| format!("cannot write {shown}: {e}"))?;
+        self.promote(&pending, index)?;
+        Ok((index, term))
+    }
+
+    /// Renames `pending` into place if its `index` is past the one there; false (and
+    /// `pending` removed) otherwise.
+    fn promote(&self, pending: &Path, index: u64) -> Result<bool, String> {
+        {
+            let mut installed = self.installed.lock().expect("snapshots");
+            if index <= *installed {
+                let _ = std::fs::remove_file(pending);
+                return Ok(false);
+            }
+            std::fs::rename(pending, self.path())
+                .map_err(|e| format!("cannot rename {}: {e}", pending.display()))?;
+            *installed = index;
+        }
+        crate::persist::files::sync_dir(&self.dir)
+            .map_err(|e| format!("cannot sync {}: {e}", self.dir.display()))?;
+        Ok(true)
+    }
+}
+
+fn header(shard: usize, index: u64, term: u64) -> String {
+    format!("{MAGIC} {shard} {index} {term}")
+}
+
+/// Checks every record of a snapshot file held in `data` (header, checksums, the end
+/// record's count); the index and term it holds.
+pub fn check(data: &[u8]) -> Result<(u64, u64), String> {
+    let mut found = None;
+    parts(data, &mut |_| Ok(()), &mut found)?;
+    found.ok_or_else(|| "a Raft snapshot without a header".to_string())
+}
+
+/// Loads the snapshot file held in `data` into a fresh `shard`, checked whole first (a
+/// damaged one must not leave the shard half loaded); the index and term it holds.
+pub fn import(data: &[u8], shard: &mut Shard) -> Result<(u64, u64), String> {
+    check(data)?;
+    let mut found = None;
+    parts(
+        data,
+        &mut |part| shard.import_snapshot_part(Bytes::copy_from_slice(part)),
+        &mut found,
+    )?;
+    shard.finish_snapshot()?;
+    found.ok_or_else(|| "a Raft snapshot without a header".to_string())
+}
+
+/// Hands each part to `each`, and the header's index and term to `found`.
+fn parts(
+    data: &[u8],
+    each: &mut dyn FnMut(&[u8]) -> Result<(), String>,
+    found: &mut Option<(u64, u64)>,
+) -> Result<(), String> {
+    let mut at = 0;
+    let mut count = 0u64;
+    loop {
+        let payload = match record::read(data, at) {
+            record::Next::Record { payload, end } => {
+                at = end;
+                payload
+            }
+            _ => return Err("a Raft snapshot is damaged or cut short".into()),
+        };
+        if found.is_none() {
+            *found = Some(parse_header(payload)?);
+            continue;
+        }
+        if let Some(end) = payload.strip_prefix(b"end ") {
+            let said = std::str::from_utf8(end).ok().and_then(|c| c.parse().ok());
+            if said != Some(count) || at != data.len() {
+                return Err("a Raft snapshot's end record does not match it".into());
+            }
+            return Ok(());
+        }
+        each(payload)?;
+        count += 1;
+    }
+}
+
+fn parse_header(payload: &[u8]) -> Result<(u64, u64), String> {
+    let text = std::str::from_utf8(payload).map_err(|_| "not a Raft snapshot")?;
+    let rest = text
+        .strip_prefix(MAGIC)
+        .ok_or("not a Raft snapshot (its header)")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    match fields[..] {
+        [_shard, index, term] => match (index.parse(), term.parse()) {
+            (Ok(index), Ok(term)) => Ok((index, term)),
+            _ => Err("a Raft snapshot's header is damaged".into()),
+        },
+        _ => Err("a Raft snapshot's header is damaged".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("wetask-raftsnap-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn shard_with(keys: usize) -> Shard {
+        let mut shard = Shard::new(0);
+        for i in 0..keys {
+            shard
+                .db(0)
+                .insert_new_str(format!("k{i}").as_bytes(), b"v", 0);
+        }
+        shard
+    }
+
+    #[test]
+    fn a_snapshot_round_trips_and_an_older_one_does_not_replace_a_newer() {
+        let dir = temp("round");
+        let snapshots = Snapshots::new(&dir, 0);
+        assert_eq!(snapshots.load(&mut Shard::new(0)).unwrap(), None);
+        assert!(snapshots.write(10, 2, &mut shard_with(3)).unwrap() > 0);
+        // A snapshot the leader sent, newer: in place.
+        let newer = std::fs::read(snapshots.path()).unwrap();
+        let mut other = Snapshots::new(&temp("other"), 0);
+        other.write(20, 3, &mut shard_with(5)).unwrap();
+        let sent = std::fs::read(other.path()).unwrap();
+        assert_eq!(snapshots.install(&sent).unwrap(), (20, 3));
+        // The snapshot thread finishing an older one afterwards changes nothing.
+        assert_eq!(snapshots.write(15, 2, &mut shard_with(4)).unwrap(), 0);
+        let mut loaded = Shard::new(0);
+        assert_eq!(snapshots.load(&mut loaded).unwrap(), Some((20, 3)));
+        assert_eq!(loaded.db(0).len(), 5);
+        assert_eq!(check(&newer).unwrap(), (10, 2));
+        other = Snapshots::new(&dir, 0);
+        drop(other);
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(leftovers, vec!["raft-0.snapshot".to_string()]);
+    }
+
+    #[test]
+    fn a_damaged_or_cut_snapshot_is_refused_before_it_loads() {
+        let dir = temp("damaged");
+        let snapshots = Snapshots::new(&dir, 0);
+        snapshots.write(7, 1, &mut shard_with(50)).unwrap();
+        let good = std::fs::read(snapshots.path()).unwrap();
+        let mut flipped = good.clone();
+        let middle = flipped.len() / 2;
+        flipped[middle] ^= 0x40;
+        for bad in [&good[..good.len() - 3], &flipped[..], &good[..0]] {
+            assert!(check(bad).is_err());
+            let mut shard = Shard::new(0);
+            assert!(import(bad, &mut shard).is_err());
+            assert_eq!(shard.db(0).len(), 0, "nothing half loaded");
+            assert!(snapshots.install(bad).is_err());
+        }
+        let mut extra = good.clone();
+        record::append(&mut extra, b"more");
+        assert!(check(&extra).is_err());
+    }
+}

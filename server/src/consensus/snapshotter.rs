@@ -1,0 +1,112 @@
+//! Raft snapshots made off the shard thread, as the compactor makes the journal's
+//! (`persist::compact`): a thread of its own loads the group's last snapshot into a scratch
+//! shard, replays the committed entries since, and writes the result as the snapshot of
+//! the last of them. The shard goes on serving; it hands over the entries (cheap: their
+//! data is shared) and, once the snapshot is in place, drops them from its log.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use raft::eraftpb::{Entry, EntryType};
+use wetask_shards::shard::cross_commit::Replay;
+use wetask_shards::Shard;
+
+use super::snapshot_file::Snapshots;
+
+/// Makes an empty shard with the server's settings (the task engine's retention times).
+pub type ScratchShard = Arc<dyn Fn() -> Shard + Send + Sync>;
+
+/// A snapshot being made: the index and term it will hold.
+pub struct Making {
+    pub index: u64,
+    pub term: u64,
+    thread: JoinHandle<Result<u64, String>>,
+}
+
+/// What a finished one came to.
+pub enum Made {
+    /// In place, `bytes` long (0: a newer snapshot was there already).
+    Done {
+        index: u64,
+        term: u64,
+        bytes: u64,
+    },
+    Failed(String),
+}
+
+impl Making {
+    /// Starts making the snapshot of `entries` (committed, in order, ending at
+    /// `(index, term)`) over the snapshot in place.
+    pub fn start(
+        snapshots: Arc<Snapshots>,
+        scratch: &ScratchShard,
+        entries: Vec<Entry>,
+        (index, term): (u64, u64),
+    ) -> Result<Making, String> {
+        let scratch = scratch.clone();
+        let thread = std::thread::Builder::new()
+            .name("wetask-raft-snap".into())
+            .spawn(move || make(&snapshots, scratch(), &entries, (index, term)))
+            .map_err(|e| format!("cannot start the Raft snapshot thread: {e}"))?;
+        Ok(Making {
+            index,
+            term,
+            thread,
+        })
+    }
+
+    /// The outcome, once the thread has finished.
+    pub fn finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    pub fn outcome(self) -> Made {
+        match self.thread.join() {
+            Ok(Ok(bytes)) => Made::Done {
+                index: self.index,
+                term: self.term,
+                bytes,
+            },
+            Ok(Err(e)) => Made::Failed(e),
+            Err(_) => Made::Failed("the snapshot thread panicked".into()),
+        }
+    }
+}
+
+fn make(
+    snapshots: &Snapshots,
+    mut shard: Shard,
+    entries: &[Entry],
+    (index, term): (u64, u64),
+) -> Result<u64, String> {
+    shard.set_replica(true);
+    let base = snapshots.load(&mut shard)?.map_or(0, |(index, _)| index);
+    if base >= index {
+        return Ok(0);
+    }
+    let mut replay = Replay::default();
+    let mut next = base + 1;
+    for entry in entries.iter().filter(|e| e.index > base) {
+        if entry.index != next {
+            return Err(format!(
+                "the entries to fold skip from {} to {} (snapshot at {base})",
+                next - 1,
+                entry.index
+            ));
+        }
+        next += 1;
+        if entry.get_entry_type() != EntryType::EntryNormal || entry.data.is_empty() {
+            continue;
+        }
+        shard
+            .apply_replicated(entry.data.clone(), &mut replay)
+            .map_err(|e| format!("entry {} does not apply: {e}", entry.index))?;
+    }
+    if next != index + 1 {
+        return Err(format!(
+            "the entries to fold end at {}, not {index}",
+            next - 1
+        ));
+    }
+    snapshots.write(index, term, &mut shard)
+}
