@@ -202,6 +202,11 @@ pub struct Config {
     /// snapshot.
     #[arg(long, default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(1..))]
     pub raft_snapshot_log_bytes: u64,
+    /// Consensus mode: start outside the groups, to be added to them by their leaders
+    /// (`RAFT ADD` on each group's leader); `raft-peers` names the members this node can
+    /// reach, itself included. The node serves nothing until a group adds it.
+    #[arg(long, default_value = "no", value_parser = yes_no, action = clap::ArgAction::Set)]
+    pub raft_join: bool,
 }
 
 fn consensus_mode(text: &str) -> Result<String, String> {

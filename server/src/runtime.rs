@@ -212,11 +212,13 @@ fn start_consensus(
         shard_count,
         doorbells,
         config.raft_snapshot_log_bytes,
+        config.raft_join,
     ));
     crate::consensus::transport::spawn(consensus.clone())?;
     tracing::info!(
         id = config.raft_id,
-        members = consensus.peers.len(),
+        known = consensus.peers().len(),
+        joining = consensus.joining,
         "consensus mode (Raft)"
     );
     Ok(Some(consensus))

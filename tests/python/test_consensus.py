@@ -57,10 +57,11 @@ def free_base_port():
 
 
 class Node:
-    def __init__(self, group, raft_id, host):
+    def __init__(self, group, raft_id, host, joining=False):
         self.group = group
         self.id = raft_id
         self.host = host
+        self.joining = joining
         self.dir = tempfile.mkdtemp(prefix=f"wetask-raft{raft_id}-")
         self.proc = None
         self.log = []
@@ -88,7 +89,8 @@ class Node:
         self.proc = subprocess.Popen(
             [BINARY, "--bind", self.host, "--port", str(self.group.port), "--shards", "1",
              "--consensus", "raft", "--raft-id", str(self.id), "--raft-peers", self.group.peers_for(self),
-             "--dir", self.dir, *self.group.extra_args],
+             "--dir", self.dir, *self.group.extra_args,
+             *(["--raft-join", "yes"] if self.joining else [])],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in self.proc.stdout:
             self.log.append(line)
@@ -169,12 +171,21 @@ class Group:
         for node in self.nodes:
             node.start()
 
+    def join(self, raft_id, host):
+        """Starts a node outside the group (`--raft-join`), to be added with RAFT ADD."""
+        node = Node(self, raft_id, host, joining=True)
+        self.nodes.append(node)
+        node.start()
+        return node
+
     def peers_for(self, node):
-        """`node`'s --raft-peers: the others' Raft ports are its proxies to them, if any."""
-        def member(i, host):
-            proxy = self.proxies.get((node.id, i + 1))
-            return f"{i + 1}={host}:{self.port}" + (f":{proxy.port}" if proxy else "")
-        return ",".join(member(i, h) for i, h in enumerate(HOSTS))
+        """`node`'s --raft-peers: every node the group has started (a founding member's
+        list only counts at its first start); the others' Raft ports are its proxies to
+        them, if any."""
+        def member(other):
+            proxy = self.proxies.get((node.id, other.id))
+            return f"{other.id}={other.host}:{self.port}" + (f":{proxy.port}" if proxy else "")
+        return ",".join(member(other) for other in self.nodes)
 
     def isolate(self, node):
         for (a, b), proxy in self.proxies.items():
@@ -448,6 +459,19 @@ def test_tasks_in_every_state_survive_their_leader(group):
     group.caught_up(leader)
 
 
+def value(i):
+    return f"{i}:" + "x" * 100
+
+
+def fill(client, keys):
+    """SETs key:0 … key:{keys-1} (about 110 bytes each), 100 to a pipeline."""
+    for start in range(0, keys, 100):
+        pipe = client.pipeline(transaction=False)
+        for i in range(start, min(start + 100, keys)):
+            pipe.set(f"key:{i}", value(i))
+        assert all(pipe.execute())
+
+
 def test_snapshots_compact_the_log_and_catch_up_a_follower_behind_it():
     """With a 32 KiB snapshot threshold, writes make several snapshots and compactions; a
     follower killed before them comes back behind the compacted log, is sent the leader's
@@ -459,11 +483,7 @@ def test_snapshots_compact_the_log_and_catch_up_a_follower_behind_it():
         late = next(n for n in group.nodes if n is not leader)
         late.kill()
         c = leader.client()
-        for batch in range(20):
-            pipe = c.pipeline(transaction=False)
-            for i in range(batch * 100, batch * 100 + 100):
-                pipe.set(f"key:{i}", f"{i}:" + "x" * 100)
-            assert all(pipe.execute())
+        fill(c, 2000)
         assert c.execute_command("TASK.WORKER", "w1") == "OK"
         for i in range(30):
             c.execute_command("TASK.SUBMIT", "jobs", f"job{i}")
@@ -491,8 +511,8 @@ def test_snapshots_compact_the_log_and_catch_up_a_follower_behind_it():
             return r.dbsize(), int(stats["queued"]), int(stats["leased"]), values
 
         expected = contents(leader)
-        assert expected[:3] == (2000 + 1, 25, 5) or expected[:3] == (2000, 25, 5), expected[:3]
-        assert expected[3] == [f"{i}:" + "x" * 100 for i in range(0, 2000, 7)]
+        assert expected[:3] == (2000, 25, 5), expected[:3]
+        assert expected[3] == [value(i) for i in range(0, 2000, 7)]
         assert contents(late) == expected
 
         # Every node restarts from its snapshot and the log after it.
@@ -509,6 +529,94 @@ def test_snapshots_compact_the_log_and_catch_up_a_follower_behind_it():
         assert n.execute_command("TASK.ACK", held[0][0]) == "OK"
     finally:
         group.stop()
+
+
+def members(node):
+    """RAFT MEMBERS as {id: role}."""
+    return {int(row[0]): row[3] for row in node.client().execute_command("RAFT", "MEMBERS")}
+
+
+def test_a_node_joins_and_a_member_leaves_while_the_group_serves():
+    """RAFT ADD brings a node started with --raft-join into the group: it catches up from
+    the leader's snapshot (the group's empty start, or a real one) and its log, and
+    counts in the quorum. RAFT TRANSFER moves the leadership; RAFT REMOVE takes a member
+    out, and the group goes on without it. Refusals answer clear errors."""
+    group = Group(snapshot_log_bytes=32768)
+    try:
+        leader = group.leader()
+        c = leader.client()
+        fill(c, 500)
+        c.execute_command("TASK.SUBMIT", "jobs", "before")
+        assert members(leader) == {1: "follower", 2: "follower", 3: "follower", leader.id: "leader"}
+
+        joiner = group.join(4, "127.0.0.4")
+        # Outside the group, it serves nothing and does not campaign.
+        assert members(joiner) == {}
+        follower = next(n for n in group.nodes[:3] if n is not leader)
+        with pytest.raises(redis.ResponseError, match="does not lead its group; its leader is"):
+            follower.client().execute_command("RAFT", "ADD", 4, f"127.0.0.4:{group.port}")
+        assert c.execute_command("RAFT", "ADD", 4, f"127.0.0.4:{group.port}") == "OK"
+        with pytest.raises(redis.ResponseError, match="a member already"):
+            c.execute_command("RAFT", "ADD", 4, f"127.0.0.4:{group.port}")
+        group.caught_up(joiner)
+        assert int(joiner.consensus()["snapshots_installed"]) >= 1, joiner.consensus()
+        assert set(members(joiner)) == {1, 2, 3, 4}
+        assert set(members(leader)) == {1, 2, 3, 4}
+        slots = c.execute_command("CLUSTER", "SLOTS")
+        assert len(slots[0]) == 2 + 4, slots
+        r = joiner.client()
+        r.execute_command("READONLY")
+        assert r.dbsize() == c.dbsize() == 500
+        assert r.get("key:123") == value(123)
+
+        # With four voters a quorum is three: the new member counts. Writes go on
+        # through a leader change and a transfer of the leadership to the new member.
+        writer = Follower(group)
+        ok, _ = writer.call("SET", "after-join", "1")
+        assert ok
+        leader.kill()
+        new = group.leader(exclude=leader)
+        ok, _ = writer.call("SET", "after-kill", "1")
+        assert ok
+        n = new.client()
+        if new is not joiner:
+            assert n.execute_command("RAFT", "TRANSFER", 4) == "OK"
+            wait_for(lambda: (joiner.consensus() or {}).get("role") == "leader",
+                     "the leadership to move to node 4")
+            new = joiner
+            n = new.client()
+        with pytest.raises(redis.ResponseError, match="move the leadership first"):
+            n.execute_command("RAFT", "REMOVE", new.id)
+        # The killed node leaves the group; the rest go on as three.
+        assert n.execute_command("RAFT", "REMOVE", leader.id) == "OK"
+        assert set(members(new)) == {1, 2, 3, 4} - {leader.id}
+        with pytest.raises(redis.ResponseError, match="at least 3 members"):
+            n.execute_command("RAFT", "REMOVE", next(x.id for x in group.nodes
+                                                       if x is not new and x is not leader))
+        ok, _ = writer.call("SET", "after-remove", "1")
+        assert ok
+        assert n.execute_command("TASK.SUBMIT", "jobs", "after") is not None
+        for node in group.nodes:
+            if node is not leader:
+                group.caught_up(node)
+                reader = node.client()
+                reader.execute_command("READONLY")
+                assert reader.mget("after-join", "after-kill", "after-remove") == ["1", "1", "1"]
+                assert set(members(node)) == {1, 2, 3, 4} - {leader.id}
+        stats = n.execute_command("TASK.STATS", "jobs")
+        stats = stats if isinstance(stats, dict) else dict(zip(stats[0::2], stats[1::2]))
+        assert int(stats["queued"]) == 2
+        with pytest.raises(redis.ResponseError, match="unknown RAFT subcommand"):
+            n.execute_command("RAFT", "FROB")
+    finally:
+        group.stop()
+
+
+def test_raft_is_refused_clearly_without_consensus_mode(server):
+    r = redis.Redis(port=server.port, decode_responses=True)
+    with pytest.raises(redis.ResponseError, match="consensus mode is off"):
+        r.execute_command("RAFT", "MEMBERS")
+    assert r.execute_command("RAFT", "HELP")[0].startswith("RAFT <subcommand>")
 
 
 def test_a_register_under_kills_pauses_and_partitions_is_linearizable(partitionable_group):

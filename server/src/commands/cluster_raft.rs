@@ -44,17 +44,17 @@ pub fn answer(
     Some(frame)
 }
 
-/// A group's members, its leader first (`None` while it has none).
+/// A group's voting members whose address is known, its leader first (`None` while it
+/// has none).
 fn members(consensus: &Consensus, shard: usize) -> Option<Vec<u64>> {
     let leader = consensus.groups[shard].leader.load(Relaxed);
     consensus.peer(leader)?;
     let mut ids = vec![leader];
     ids.extend(
         consensus
-            .peers
-            .iter()
-            .map(|p| p.id)
-            .filter(|&id| id != leader),
+            .voters(shard)
+            .into_iter()
+            .filter(|&id| id != leader && consensus.peer(id).is_some()),
     );
     Some(ids)
 }
@@ -138,7 +138,8 @@ fn nodes(consensus: &Consensus, me_shard: usize, shard_count: usize) -> String {
     for shard in 0..shard_count {
         let leader = consensus.groups[shard].leader.load(Relaxed);
         let term = consensus.groups[shard].term.load(Relaxed);
-        for peer in &consensus.peers {
+        let voters = consensus.voters(shard);
+        for peer in consensus.peers().iter().filter(|p| voters.contains(&p.id)) {
             let (host, port) = address(consensus, peer.id, shard);
             let myself = peer.id == consensus.me && shard == me_shard;
             let role = if peer.id == leader { "master" } else { "slave" };
@@ -193,7 +194,7 @@ fn info(consensus: &Consensus) -> Frame {
         .unwrap_or(0);
     let text = format!(
         "cluster_state:{ok}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{assigned}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:{}\r\ncluster_size:{all}\r\ncluster_current_epoch:{epoch}\r\ncluster_my_epoch:{epoch}\r\ncluster_stats_messages_sent:0\r\ncluster_stats_messages_received:0\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n",
-        consensus.peers.len() * all,
+        (0..all).map(|s| consensus.voters(s).len()).sum::<usize>(),
     );
     Frame::Verbatim(*b"txt", Bytes::from(text))
 }

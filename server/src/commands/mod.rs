@@ -30,6 +30,7 @@ pub mod info;
 mod migrate;
 pub mod persistence;
 pub mod pubsub;
+pub mod raft;
 pub mod replication;
 mod scan;
 pub mod scripting;
@@ -171,6 +172,7 @@ pub async fn run(
         "latency" => ctx.globals.latency.command(args),
         "role" => replication::role(ctx),
         "replicaof" | "slaveof" => replication::replicaof(ctx, args),
+        "raft" => raft::raft(ctx, args),
         "replconf" => replication::replconf(ctx, &mut conn.borrow_mut(), args),
         "scan" => {
             let (db, only_here) = (conn.borrow().db, conn.borrow().shard_port);

@@ -18,6 +18,7 @@
 //! docs/REPLICATION.md ("Consensus mode") says what this promises and what is not built yet.
 
 pub mod log_file;
+pub mod membership;
 pub mod peers;
 pub mod persister;
 pub mod snapshot_file;
@@ -26,7 +27,7 @@ pub mod storage;
 pub mod transport;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use raft::eraftpb::Message;
 
@@ -46,8 +47,14 @@ pub const NOT_LEADER: &str =
 pub struct Consensus {
     /// This node's Raft id.
     pub me: u64,
-    /// Every member, this node included, by id.
-    pub peers: Vec<Peer>,
+    /// Every node this one knows the address of, itself included: the members named at
+    /// start and those the groups added since (`learn`).
+    peers: RwLock<Vec<Peer>>,
+    /// The ids `--raft-peers` named: how this node reaches them is its own to say (a
+    /// proxy, another network), so what the groups say of their addresses is not taken.
+    pinned: Vec<u64>,
+    /// `--raft-join`: this node started outside the groups, to be added to them.
+    pub joining: bool,
     /// Per shard: its group's state as other threads see it.
     pub groups: Vec<Group>,
     pub transport: transport::Outbound,
@@ -62,6 +69,8 @@ pub struct Consensus {
 pub struct Group {
     /// Messages from other nodes, waiting for the shard's next turn.
     pub inbox: Mutex<Vec<Message>>,
+    /// The group's voting members as this node last applied them.
+    pub voters: Mutex<Vec<u64>>,
     /// The leader this node knows of (0: none), its term, and whether this node leads and
     /// serves: it has applied every entry of earlier terms.
     pub leader: AtomicU64,
@@ -101,11 +110,14 @@ impl Consensus {
         shard_count: usize,
         doorbells: Arc<[crate::doorbell::Doorbell]>,
         snapshot_log_bytes: u64,
+        joining: bool,
     ) -> Consensus {
-        let transport = transport::Outbound::new(me, &peers);
+        let transport = transport::Outbound::default();
         Consensus {
             me,
-            peers,
+            pinned: peers.iter().map(|p| p.id).collect(),
+            peers: RwLock::new(peers),
+            joining,
             groups: (0..shard_count).map(|_| Group::default()).collect(),
             transport,
             doorbells,
@@ -113,8 +125,43 @@ impl Consensus {
         }
     }
 
-    pub fn peer(&self, id: u64) -> Option<&Peer> {
-        self.peers.iter().find(|p| p.id == id)
+    pub fn peer(&self, id: u64) -> Option<Peer> {
+        self.peers
+            .read()
+            .expect("peers")
+            .iter()
+            .find(|p| p.id == id)
+            .cloned()
+    }
+
+    /// Every node this one knows the address of.
+    pub fn peers(&self) -> Vec<Peer> {
+        self.peers.read().expect("peers").clone()
+    }
+
+    /// Notes a member's address (one a group added, or a snapshot named), opening a link
+    /// to it; a known id's address is replaced, unless `--raft-peers` named it.
+    pub fn learn(self: &Arc<Self>, peer: Peer) {
+        if self.pinned.contains(&peer.id) {
+            return;
+        }
+        {
+            let mut peers = self.peers.write().expect("peers");
+            match peers.iter_mut().find(|p| p.id == peer.id) {
+                Some(known) if *known == peer => return,
+                Some(known) => *known = peer.clone(),
+                None => peers.push(peer.clone()),
+            }
+        }
+        if peer.id != self.me {
+            tracing::info!(member = %peer, "a member's address noted");
+            transport::open_link(self, peer);
+        }
+    }
+
+    /// Group `shard`'s voters as this node last applied them, by id.
+    pub fn voters(&self, shard: usize) -> Vec<u64> {
+        self.groups[shard].voters.lock().expect("voters").clone()
     }
 
     /// Whether this node leads shard `shard`'s group and serves its clients.
@@ -129,7 +176,9 @@ impl Consensus {
             out,
             "# Consensus\r\nconsensus_enabled:1\r\nraft_id:{}\r\nraft_members:{}\r\n",
             self.me,
-            self.peers.len()
+            self.groups
+                .first()
+                .map_or(0, |g| g.voters.lock().expect("voters").len())
         );
         for (shard, group) in self.groups.iter().enumerate() {
             let leader = group.leader.load(Ordering::Relaxed);

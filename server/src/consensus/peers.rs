@@ -15,68 +15,32 @@ pub struct Peer {
     pub raft_port: u16,
 }
 
+/// A group has this many members at least, and at most.
+pub const MEMBERS: std::ops::RangeInclusive<usize> = 3..=7;
+
+impl std::fmt::Display for Peer {
+    /// `id=host:port:raft-port`, as [`parse_one`] reads it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}={}:{}:{}",
+            self.id, self.host, self.port, self.raft_port
+        )
+    }
+}
+
 /// The members, at least three and at most seven, with distinct ids (1 and up) and
 /// addresses, `me` among them.
 pub fn parse(text: &str, me: u64) -> Result<Vec<Peer>, String> {
     let mut peers: Vec<Peer> = Vec::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (id, address) = item
-            .split_once('=')
-            .ok_or_else(|| format!("raft-peers: '{item}' is not id=host:port"))?;
-        let id: u64 = id
-            .trim()
-            .parse()
-            .ok()
-            .filter(|&id| id > 0)
-            .ok_or_else(|| format!("raft-peers: '{id}' is not an id (1 and up)"))?;
-        let mut parts = address.trim().rsplitn(3, ':').collect::<Vec<_>>();
-        parts.reverse();
-        let port_of = |text: &str| {
-            text.parse::<u16>()
-                .ok()
-                .filter(|&p| p > 0)
-                .ok_or_else(|| format!("raft-peers: '{text}' is not a port"))
-        };
-        // Room above it for the shard ports (`port` + 1 + shard).
-        let port_of_node = |text: &str| {
-            port_of(text).and_then(|port| match port < u16::MAX - SHARD_PORTS {
-                true => Ok(port),
-                false => Err(format!(
-                    "raft-peers: {port} leaves no room for its shard ports"
-                )),
-            })
-        };
-        let (host, port, raft_port) = match parts.as_slice() {
-            [host, port] => {
-                let port = port_of_node(port)?;
-                let raft = port
-                    .checked_add(20000)
-                    .ok_or_else(|| format!("raft-peers: {port} + 20000 is past 65535"))?;
-                (host.to_string(), port, raft)
-            }
-            [host, port, raft] => (host.to_string(), port_of_node(port)?, port_of(raft)?),
-            _ => return Err(format!("raft-peers: '{address}' is not host:port")),
-        };
-        if host.is_empty() {
-            return Err(format!("raft-peers: '{address}' has no host"));
+        let peer = parse_one(item).map_err(|e| format!("raft-peers: {e}"))?;
+        if let Some(clash) = clashes(&peers, &peer) {
+            return Err(format!("raft-peers: {clash}"));
         }
-        if peers.iter().any(|p| p.id == id) {
-            return Err(format!("raft-peers: id {id} is named twice"));
-        }
-        if peers
-            .iter()
-            .any(|p| p.host == host && (p.port == port || p.raft_port == raft_port))
-        {
-            return Err(format!("raft-peers: {host}:{port} is named twice"));
-        }
-        peers.push(Peer {
-            id,
-            host,
-            port,
-            raft_port,
-        });
+        peers.push(peer);
     }
-    if !(3..=7).contains(&peers.len()) {
+    if !MEMBERS.contains(&peers.len()) {
         return Err(format!(
             "raft-peers: a group has 3 to 7 members, not {}",
             peers.len()
@@ -86,6 +50,68 @@ pub fn parse(text: &str, me: u64) -> Result<Vec<Peer>, String> {
         return Err(format!("raft-peers does not name this node's id {me}"));
     }
     Ok(peers)
+}
+
+/// Why `peer` cannot join `peers` (its id or address is taken), if it cannot.
+pub fn clashes(peers: &[Peer], peer: &Peer) -> Option<String> {
+    if peers.iter().any(|p| p.id == peer.id) {
+        return Some(format!("id {} is named twice", peer.id));
+    }
+    if peers
+        .iter()
+        .any(|p| p.host == peer.host && (p.port == peer.port || p.raft_port == peer.raft_port))
+    {
+        return Some(format!("{}:{} is named twice", peer.host, peer.port));
+    }
+    None
+}
+
+/// One member, `id=host:port[:raft-port]`.
+pub fn parse_one(item: &str) -> Result<Peer, String> {
+    let (id, address) = item
+        .split_once('=')
+        .ok_or_else(|| format!("'{item}' is not id=host:port"))?;
+    let id: u64 = id
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&id| id > 0)
+        .ok_or_else(|| format!("'{id}' is not an id (1 and up)"))?;
+    let mut parts = address.trim().rsplitn(3, ':').collect::<Vec<_>>();
+    parts.reverse();
+    let port_of = |text: &str| {
+        text.parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("'{text}' is not a port"))
+    };
+    // Room above it for the shard ports (`port` + 1 + shard).
+    let port_of_node = |text: &str| {
+        port_of(text).and_then(|port| match port < u16::MAX - SHARD_PORTS {
+            true => Ok(port),
+            false => Err(format!("{port} leaves no room for its shard ports")),
+        })
+    };
+    let (host, port, raft_port) = match parts.as_slice() {
+        [host, port] => {
+            let port = port_of_node(port)?;
+            let raft = port
+                .checked_add(20000)
+                .ok_or_else(|| format!("{port} + 20000 is past 65535"))?;
+            (host.to_string(), port, raft)
+        }
+        [host, port, raft] => (host.to_string(), port_of_node(port)?, port_of(raft)?),
+        _ => return Err(format!("'{address}' is not host:port")),
+    };
+    if host.is_empty() {
+        return Err(format!("'{address}' has no host"));
+    }
+    Ok(Peer {
+        id,
+        host,
+        port,
+        raft_port,
+    })
 }
 
 #[cfg(test)]
@@ -99,6 +125,11 @@ mod tests {
         assert_eq!(peers[0].raft_port, 27000);
         assert_eq!(peers[1].raft_port, 9000);
         assert_eq!(peers[2].host, "h");
+        // Written as read back.
+        let text = peers[1].to_string();
+        assert_eq!(text, "2=127.0.0.2:7000:9000");
+        assert_eq!(parse_one(&text).unwrap(), peers[1]);
+        assert!(clashes(&peers, &peers[0]).is_some());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! A group's Raft snapshot on disk: `raft-<shard>.snapshot` in the Raft directory, the
 //! shard's state at a committed index, in the snapshot files' framing (`persist::load`:
 //! CRC-checked records, a header, the shard's parts, an end record with their count). Its
-//! header names the index and term of the last entry it holds.
+//! header names the index and term of the last entry it holds, and the group's members at
+//! that entry with their addresses ([`Meta`]).
 //!
 //! Two writers may race: the shard's snapshot thread (`consensus::snapshotter`) and the
 //! shard installing a snapshot its leader sent. Each writes a file of its own, synced, and
@@ -15,7 +16,27 @@ use bytes::Bytes;
 use wetask_shards::persist::journal::record;
 use wetask_shards::Shard;
 
+use super::peers::{parse_one, Peer};
+
 const MAGIC: &str = "wetask-raft-snapshot 1";
+
+/// What a snapshot's header says: the last entry it holds, and the group's voting members
+/// then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    pub index: u64,
+    pub term: u64,
+    pub members: Vec<Peer>,
+}
+
+impl Meta {
+    /// The members' ids, in order.
+    pub fn voters(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.members.iter().map(|p| p.id).collect();
+        ids.sort_unstable();
+        ids
+    }
+}
 
 /// The snapshot files of one shard's group.
 pub struct Snapshots {
@@ -43,8 +64,8 @@ impl Snapshots {
             .join(format!("raft-{}.snapshot-{index}.new", self.shard))
     }
 
-    /// Loads the snapshot in place, if any, into a fresh `shard`: its index and term.
-    pub fn load(&self, shard: &mut Shard) -> Result<Option<(u64, u64)>, String> {
+    /// Loads the snapshot in place, if any, into a fresh `shard`: what its header says.
+    pub fn load(&self, shard: &mut Shard) -> Result<Option<Meta>, String> {
         let path = self.path();
         let data = match std::fs::read(&path) {
             Ok(data) => data,
@@ -52,40 +73,40 @@ impl Snapshots {
             Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
         };
         let found = import(&data, shard).map_err(|e| format!("{}: {e}", path.display()))?;
-        *self.installed.lock().expect("snapshots") = found.0;
+        *self.installed.lock().expect("snapshots") = found.index;
         Ok(Some(found))
     }
 
-    /// Writes `shard`'s state as the snapshot of entry `(index, term)` and puts it in
-    /// place unless a newer one is there. Returns its size (0: it was not needed).
-    pub fn write(&self, index: u64, term: u64, shard: &mut Shard) -> Result<u64, String> {
-        let pending = self.pending(index);
+    /// Writes `shard`'s state as the snapshot `meta` describes and puts it in place
+    /// unless a newer one is there. Returns its size (0: it was not needed).
+    pub fn write(&self, meta: &Meta, shard: &mut Shard) -> Result<u64, String> {
+        let pending = self.pending(meta.index);
         let size = crate::persist::load::write_framed(
             &self.dir,
             &pending,
-            &header(self.shard, index, term),
+            &header(self.shard, meta),
             &mut |part| shard.export_snapshot(part),
         )?;
-        Ok(if self.promote(&pending, index)? {
+        Ok(if self.promote(&pending, meta.index)? {
             size
         } else {
             0
         })
     }
 
-    /// Puts a snapshot the leader sent in place (written and synced first); its index
-    /// and term. The caller loads it into the shard (`import`).
-    pub fn install(&self, data: &[u8]) -> Result<(u64, u64), String> {
-        let (index, term) = check(data)?;
-        let pending = self.pending(index);
+    /// Puts a snapshot the leader sent in place (written and synced first); what its
+    /// header says. The caller loads it into the shard (`import`).
+    pub fn install(&self, data: &[u8]) -> Result<Meta, String> {
+        let meta = check(data)?;
+        let pending = self.pending(meta.index);
         let shown = pending.display();
         let mut file =
             std::fs::File::create(&pending).map_err(|e| format!("cannot create {shown}: {e}"))?;
         file.write_all(data)
             .and_then(|()| file.sync_all())
             .map_err(|e| format!("cannot write {shown}: {e}"))?;
-        self.promote(&pending, index)?;
-        Ok((index, term))
+        self.promote(&pending, meta.index)?;
+        Ok(meta)
     }
 
     /// Renames `pending` into place if its `index` is past the one there; false (and
@@ -107,21 +128,37 @@ impl Snapshots {
     }
 }
 
-fn header(shard: usize, index: u64, term: u64) -> String {
-    format!("{MAGIC} {shard} {index} {term}")
+fn header(shard: usize, meta: &Meta) -> String {
+    let members: Vec<String> = meta.members.iter().map(Peer::to_string).collect();
+    format!(
+        "{MAGIC} {shard} {} {} {}",
+        meta.index,
+        meta.term,
+        members.join(",")
+    )
+}
+
+/// The snapshot of a shard that holds nothing: a founding member's first, at the group's
+/// start (`shard::raft::START`), where its log begins. A node that joins later is sent a
+/// snapshot, never the entries before it, so it learns the members from a header.
+pub fn empty(shard: usize, meta: &Meta) -> Vec<u8> {
+    let mut out = Vec::new();
+    record::append(&mut out, header(shard, meta).as_bytes());
+    record::append(&mut out, b"end 0");
+    out
 }
 
 /// Checks every record of a snapshot file held in `data` (header, checksums, the end
-/// record's count); the index and term it holds.
-pub fn check(data: &[u8]) -> Result<(u64, u64), String> {
+/// record's count); what its header says.
+pub fn check(data: &[u8]) -> Result<Meta, String> {
     let mut found = None;
     parts(data, &mut |_| Ok(()), &mut found)?;
     found.ok_or_else(|| "a Raft snapshot without a header".to_string())
 }
 
 /// Loads the snapshot file held in `data` into a fresh `shard`, checked whole first (a
-/// damaged one must not leave the shard half loaded); the index and term it holds.
-pub fn import(data: &[u8], shard: &mut Shard) -> Result<(u64, u64), String> {
+/// damaged one must not leave the shard half loaded); what its header says.
+pub fn import(data: &[u8], shard: &mut Shard) -> Result<Meta, String> {
     check(data)?;
     let mut found = None;
     parts(
@@ -133,11 +170,11 @@ pub fn import(data: &[u8], shard: &mut Shard) -> Result<(u64, u64), String> {
     found.ok_or_else(|| "a Raft snapshot without a header".to_string())
 }
 
-/// Hands each part to `each`, and the header's index and term to `found`.
+/// Hands each part to `each`, and what the header says to `found`.
 fn parts(
     data: &[u8],
     each: &mut dyn FnMut(&[u8]) -> Result<(), String>,
-    found: &mut Option<(u64, u64)>,
+    found: &mut Option<Meta>,
 ) -> Result<(), String> {
     let mut at = 0;
     let mut count = 0u64;
@@ -165,18 +202,28 @@ fn parts(
     }
 }
 
-fn parse_header(payload: &[u8]) -> Result<(u64, u64), String> {
+fn parse_header(payload: &[u8]) -> Result<Meta, String> {
+    let damaged = || "a Raft snapshot's header is damaged".to_string();
     let text = std::str::from_utf8(payload).map_err(|_| "not a Raft snapshot")?;
     let rest = text
         .strip_prefix(MAGIC)
         .ok_or("not a Raft snapshot (its header)")?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    match fields[..] {
-        [_shard, index, term] => match (index.parse(), term.parse()) {
-            (Ok(index), Ok(term)) => Ok((index, term)),
-            _ => Err("a Raft snapshot's header is damaged".into()),
-        },
-        _ => Err("a Raft snapshot's header is damaged".into()),
+    let [_shard, index, term, members] = fields[..] else {
+        return Err(damaged());
+    };
+    let members = members
+        .split(',')
+        .map(parse_one)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", damaged()))?;
+    match (index.parse(), term.parse()) {
+        (Ok(index), Ok(term)) => Ok(Meta {
+            index,
+            term,
+            members,
+        }),
+        _ => Err(damaged()),
     }
 }
 
@@ -190,6 +237,15 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    fn meta(index: u64, term: u64) -> Meta {
+        let members = super::super::peers::parse("1=a:1,2=b:2,3=c:3", 1).unwrap();
+        Meta {
+            index,
+            term,
+            members,
+        }
     }
 
     fn shard_with(keys: usize) -> Shard {
@@ -207,19 +263,28 @@ mod tests {
         let dir = temp("round");
         let snapshots = Snapshots::new(&dir, 0);
         assert_eq!(snapshots.load(&mut Shard::new(0)).unwrap(), None);
-        assert!(snapshots.write(10, 2, &mut shard_with(3)).unwrap() > 0);
+        assert!(snapshots.write(&meta(10, 2), &mut shard_with(3)).unwrap() > 0);
         // A snapshot the leader sent, newer: in place.
         let newer = std::fs::read(snapshots.path()).unwrap();
         let mut other = Snapshots::new(&temp("other"), 0);
-        other.write(20, 3, &mut shard_with(5)).unwrap();
+        other.write(&meta(20, 3), &mut shard_with(5)).unwrap();
         let sent = std::fs::read(other.path()).unwrap();
-        assert_eq!(snapshots.install(&sent).unwrap(), (20, 3));
+        assert_eq!(snapshots.install(&sent).unwrap(), meta(20, 3));
         // The snapshot thread finishing an older one afterwards changes nothing.
-        assert_eq!(snapshots.write(15, 2, &mut shard_with(4)).unwrap(), 0);
+        assert_eq!(
+            snapshots.write(&meta(15, 2), &mut shard_with(4)).unwrap(),
+            0
+        );
         let mut loaded = Shard::new(0);
-        assert_eq!(snapshots.load(&mut loaded).unwrap(), Some((20, 3)));
+        assert_eq!(snapshots.load(&mut loaded).unwrap(), Some(meta(20, 3)));
         assert_eq!(loaded.db(0).len(), 5);
-        assert_eq!(check(&newer).unwrap(), (10, 2));
+        assert_eq!(check(&newer).unwrap(), meta(10, 2));
+        // The empty snapshot of a group's start loads as a shard with nothing.
+        let start = empty(0, &meta(5, 5));
+        let mut nothing = shard_with(2);
+        nothing.begin_full_sync();
+        assert_eq!(import(&start, &mut nothing).unwrap(), meta(5, 5));
+        assert_eq!(nothing.db(0).len(), 0);
         other = Snapshots::new(&dir, 0);
         drop(other);
         let leftovers: Vec<_> = std::fs::read_dir(&dir)
@@ -233,7 +298,7 @@ mod tests {
     fn a_damaged_or_cut_snapshot_is_refused_before_it_loads() {
         let dir = temp("damaged");
         let snapshots = Snapshots::new(&dir, 0);
-        snapshots.write(7, 1, &mut shard_with(50)).unwrap();
+        snapshots.write(&meta(7, 1), &mut shard_with(50)).unwrap();
         let good = std::fs::read(snapshots.path()).unwrap();
         let mut flipped = good.clone();
         let middle = flipped.len() / 2;

@@ -11,7 +11,7 @@ use raft::eraftpb::{Entry, EntryType};
 use wetask_shards::shard::cross_commit::Replay;
 use wetask_shards::Shard;
 
-use super::snapshot_file::Snapshots;
+use super::snapshot_file::{Meta, Snapshots};
 
 /// Makes an empty shard with the server's settings (the task engine's retention times).
 pub type ScratchShard = Arc<dyn Fn() -> Shard + Send + Sync>;
@@ -80,7 +80,13 @@ fn make(
     (index, term): (u64, u64),
 ) -> Result<u64, String> {
     shard.set_replica(true);
-    let base = snapshots.load(&mut shard)?.map_or(0, |(index, _)| index);
+    let Meta {
+        index: base,
+        mut members,
+        ..
+    } = snapshots
+        .load(&mut shard)?
+        .ok_or("no snapshot to start from (the group's start is one)")?;
     if base >= index {
         return Ok(0);
     }
@@ -95,6 +101,11 @@ fn make(
             ));
         }
         next += 1;
+        if entry.get_entry_type() == EntryType::EntryConfChange {
+            let change = super::membership::read(&entry.data)?;
+            super::membership::apply(&mut members, &change)?;
+            continue;
+        }
         if entry.get_entry_type() != EntryType::EntryNormal || entry.data.is_empty() {
             continue;
         }
@@ -108,5 +119,10 @@ fn make(
             next - 1
         ));
     }
-    snapshots.write(index, term, &mut shard)
+    let meta = Meta {
+        index,
+        term,
+        members,
+    };
+    snapshots.write(&meta, &mut shard)
 }

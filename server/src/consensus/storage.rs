@@ -39,6 +39,10 @@ impl LogStore {
         }
     }
 
+    pub fn set_conf_state(&mut self, conf_state: ConfState) {
+        self.conf_state = conf_state;
+    }
+
     pub fn set_hard_state(&mut self, hard_state: HardState) {
         self.hard_state = hard_state;
     }
@@ -175,7 +179,10 @@ impl raft::Storage for LogStore {
     /// The snapshot file as it is now (it may be newer than `base`: the snapshot thread
     /// renames its file in before the shard compacts). Read from disk on the shard's
     /// thread: a follower needs one only after falling behind the compacted log.
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    /// One that does not name `to` among its members is not offered (raft-rs on `to`
+    /// would refuse it): a member just added waits for the snapshot its addition calls
+    /// for (`ShardRaft::change_members`).
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         let unavailable = raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable);
         let data = match std::fs::read(&self.snapshot_path) {
             Ok(data) => data,
@@ -187,14 +194,14 @@ impl raft::Storage for LogStore {
                 return Err(unavailable);
             }
         };
-        let (index, term) = match super::snapshot_file::check(&data) {
+        let found = match super::snapshot_file::check(&data) {
             Ok(found) => found,
             Err(e) => {
                 tracing::error!("a follower needs the snapshot, which is damaged: {e}");
                 return Err(unavailable);
             }
         };
-        if index < request_index {
+        if found.index < request_index || !found.voters().contains(&to) {
             return Err(unavailable);
         }
         let mut snapshot = Snapshot {
@@ -202,9 +209,9 @@ impl raft::Storage for LogStore {
             ..Default::default()
         };
         let meta = snapshot.mut_metadata();
-        meta.index = index;
-        meta.term = term;
-        meta.set_conf_state(self.conf_state.clone());
+        meta.index = found.index;
+        meta.term = found.term;
+        meta.set_conf_state(ConfState::from((found.voters(), vec![])));
         Ok(snapshot)
     }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use protobuf::Message as _;
@@ -33,32 +33,27 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// tell the leader it went to (raft-rs's `report_snapshot`).
 type Frame = (u16, Vec<u8>, Option<u64>);
 
-/// The senders to the other members.
+/// The links to the other members: a queue each, drained by its sender thread.
+#[derive(Default)]
 pub struct Outbound {
-    senders: HashMap<u64, Mutex<Sender<Frame>>>,
-    receivers: Mutex<Vec<(Peer, Receiver<Frame>)>>,
+    senders: RwLock<HashMap<u64, Link>>,
+}
+
+/// One member's queue, and where its thread connects (shared with the thread, so that a
+/// member's new address reaches it).
+struct Link {
+    queue: Mutex<Sender<Frame>>,
+    peer: Arc<Mutex<Peer>>,
 }
 
 impl Outbound {
-    pub fn new(me: u64, peers: &[Peer]) -> Outbound {
-        let mut senders = HashMap::new();
-        let mut receivers = Vec::new();
-        for peer in peers.iter().filter(|p| p.id != me) {
-            let (tx, rx) = channel();
-            senders.insert(peer.id, Mutex::new(tx));
-            receivers.push((peer.clone(), rx));
-        }
-        Outbound {
-            senders,
-            receivers: Mutex::new(receivers),
-        }
-    }
-
     /// Queues `message` of `shard`'s group for its recipient.
     pub fn send(&self, shard: usize, message: &Message) {
-        let Some(sender) = self.senders.get(&message.to) else {
+        let senders = self.senders.read().expect("raft senders");
+        let Some(link) = senders.get(&message.to) else {
             return;
         };
+        let sender = &link.queue;
         let snapshot = (message.get_msg_type() == MessageType::MsgSnapshot).then_some(message.to);
         match message.write_to_bytes() {
             Ok(bytes) => {
@@ -74,20 +69,14 @@ impl Outbound {
 
 /// Starts the listener on this node's raft port and a sender thread per other member.
 pub fn spawn(consensus: Arc<Consensus>) -> Result<(), String> {
-    let me = consensus
-        .peer(consensus.me)
-        .expect("this node is a member")
-        .clone();
+    let me = consensus.peer(consensus.me).expect("this node is a member");
     let address = format!("{}:{}", me.host, me.raft_port);
     let listener = TcpListener::bind(&address)
         .map_err(|e| format!("cannot listen on {address} for Raft: {e}"))?;
-    let receivers = std::mem::take(&mut *consensus.transport.receivers.lock().expect("receivers"));
-    for (peer, queue) in receivers {
-        let consensus = consensus.clone();
-        std::thread::Builder::new()
-            .name(format!("wetask-raft-to-{}", peer.id))
-            .spawn(move || send_loop(&consensus, peer, queue))
-            .map_err(|e| format!("cannot start a Raft sender: {e}"))?;
+    for peer in consensus.peers() {
+        if peer.id != consensus.me {
+            open_link(&consensus, peer);
+        }
     }
     std::thread::Builder::new()
         .name("wetask-raft-listen".into())
@@ -103,15 +92,44 @@ pub fn spawn(consensus: Arc<Consensus>) -> Result<(), String> {
     Ok(())
 }
 
+/// Starts the link to `peer` (a sender thread and its queue), or points the existing one
+/// at its new address.
+pub fn open_link(consensus: &Arc<Consensus>, peer: Peer) {
+    let mut senders = consensus.transport.senders.write().expect("raft senders");
+    if let Some(link) = senders.get(&peer.id) {
+        *link.peer.lock().expect("raft peer") = peer;
+        return;
+    }
+    let (tx, rx) = channel();
+    let shared = Arc::new(Mutex::new(peer.clone()));
+    let thread_peer = shared.clone();
+    let thread_consensus = consensus.clone();
+    let started = std::thread::Builder::new()
+        .name(format!("wetask-raft-to-{}", peer.id))
+        .spawn(move || send_loop(&thread_consensus, &thread_peer, rx));
+    if let Err(e) = started {
+        tracing::error!(member = %peer, "cannot start a Raft sender: {e}");
+        return;
+    }
+    senders.insert(
+        peer.id,
+        Link {
+            queue: Mutex::new(tx),
+            peer: shared,
+        },
+    );
+}
+
 /// Writes the queue's messages to `peer`, connecting as needed; ends when the process does.
-fn send_loop(consensus: &Consensus, peer: Peer, queue: Receiver<Frame>) {
+fn send_loop(consensus: &Consensus, peer: &Mutex<Peer>, queue: Receiver<Frame>) {
     let mut link: Option<BufWriter<TcpStream>> = None;
     let mut failed_at: Option<Instant> = None;
     // Snapshots written since the last flush: (shard, to).
     let mut snapshots = Vec::new();
     while let Ok(first) = queue.recv() {
         if link.is_none() && failed_at.is_none_or(|at| at.elapsed() >= RETRY_AFTER) {
-            link = connect(&peer).map(BufWriter::new);
+            let to = peer.lock().expect("raft peer").clone();
+            link = connect(&to).map(BufWriter::new);
             failed_at = link.is_none().then(Instant::now);
         }
         let Some(writer) = link.as_mut() else {

@@ -29,6 +29,12 @@
 //! on disk. A follower that has fallen behind the compacted log is sent the snapshot file
 //! and loads it, as a replica's full sync does.
 //!
+//! **Members change one at a time** (`consensus::membership`): the leader proposes the
+//! change as an entry of its own (`RAFT ADD`, `RAFT REMOVE`), and each member applies it
+//! when it commits. A founding member's log starts at [`START`], after an empty snapshot
+//! that names the founding members, so a node that joins later (`--raft-join`) always
+//! starts from a snapshot and learns the members from it.
+//!
 //! **A new leader serves once it has applied every earlier entry**: its term's first entry
 //! committed and applied. Until then keyed commands are answered `-TRYAGAIN`.
 
@@ -36,14 +42,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use raft::eraftpb::{ConfState, Entry, EntryType, Message, MessageType, Snapshot};
+use raft::eraftpb::{ConfChange, ConfState, Entry, EntryType, Message, MessageType, Snapshot};
 use raft::{Config, RawNode, ReadOnlyOption, SnapshotStatus, StateRole, Storage};
 use wetask_shards::shard::cross_commit::Replay;
 use wetask_shards::Shard;
 
 use crate::consensus::log_file::LogFile;
 use crate::consensus::persister::Persister;
-use crate::consensus::snapshot_file::{self, Snapshots};
+use crate::consensus::snapshot_file::{self, Meta, Snapshots};
 use crate::consensus::snapshotter::{Made, Making, ScratchShard};
 use crate::consensus::storage::LogStore;
 use crate::consensus::{Consensus, ELECTION_TICKS, HEARTBEAT_TICKS, TICK};
@@ -54,6 +60,9 @@ const GATHER_MAX: std::time::Duration = std::time::Duration::from_millis(2);
 /// How long gathered operations wait, once nothing is in flight, for the rest of the
 /// clients the last commit answered (`ShardRaft::may_propose`).
 const GATHER_IDLE: std::time::Duration = std::time::Duration::from_micros(200);
+/// The index and term of a founding member's first snapshot, empty: its log starts after.
+pub const START: (u64, u64) = (5, 5);
+
 /// After a snapshot fails, the next try waits this long.
 const SNAPSHOT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -126,6 +135,13 @@ pub struct ShardRaft {
     /// The snapshot being made, and when a failed one may be tried again.
     making: Option<Making>,
     snapshot_retry_at: Option<Instant>,
+    /// RAFT TRANSFER: the voter asked for, then the barrier of the turn that asked (its
+    /// reply goes first: the transfer deposes this node, which would close the
+    /// connections whose replies still wait).
+    transfer: Option<(u64, Option<Barrier>)>,
+    /// A member was added: the next snapshot is made now, whatever the log's size (the
+    /// new member can only start from one that names it).
+    snapshot_wanted: bool,
     /// A snapshot installed counts as applied only once its Ready is persisted (raft-rs
     /// refuses an applied index past the persisted one): the Ready's number.
     apply_after: Option<u64>,
@@ -143,8 +159,9 @@ impl ShardRaft {
         scratch: ScratchShard,
     ) -> Result<ShardRaft, String> {
         let snapshots = Arc::new(Snapshots::new(dir, shard));
-        let base = snapshots.load(state)?.unwrap_or((0, 0));
-        let (log, storage) = load_log(&consensus, shard, dir, &snapshots, base)?;
+        let base = open_snapshot(&consensus, shard, &snapshots, state)?;
+        let (log, storage) = load_log(&consensus, shard, dir, &snapshots, &base)?;
+        let base = (base.index, base.term);
         let hard_state = storage.hard_state().clone();
         let config = Config {
             id: consensus.me,
@@ -189,12 +206,24 @@ impl ShardRaft {
             scratch,
             making: None,
             snapshot_retry_at: None,
+            snapshot_wanted: false,
+            transfer: None,
             apply_after: None,
         })
     }
 
     /// One drive (see the module's comment).
     pub fn drive(&mut self, shard: &mut Shard) {
+        if let Some((to, Some(barrier))) = self.transfer {
+            match self.passed(&barrier) {
+                Passed::Yes => {
+                    self.transfer = None;
+                    self.node.transfer_leader(to);
+                }
+                Passed::Lost => self.transfer = None,
+                Passed::No => {}
+            }
+        }
         self.produced = (self.epoch, self.serving);
         self.proposed_now = false;
         self.step_inbox();
@@ -314,6 +343,17 @@ impl ShardRaft {
 
     /// At a commit point, after `drive`: what the replies since the last one wait for.
     pub fn hold(&mut self, shard: &mut Shard, sends: usize) -> Hold {
+        let hold = self.barrier(shard, sends);
+        if let Some((to, None)) = self.transfer {
+            self.transfer = match hold {
+                Hold::Until(barrier) => Some((to, Some(barrier))),
+                Hold::Now | Hold::Lost => None,
+            };
+        }
+        hold
+    }
+
+    fn barrier(&mut self, shard: &mut Shard, sends: usize) -> Hold {
         let (epoch, serving) = self.produced;
         if !serving {
             return Hold::Now;
@@ -391,7 +431,7 @@ impl ShardRaft {
             if installing {
                 self.install(shard, ready.snapshot());
             }
-            self.apply(shard, ready.take_committed_entries());
+            self.apply(shard, ready.take_committed_entries(), true);
             let mut bytes = Vec::new();
             // The term and vote must be on disk before any message that depends on them;
             // the commit index need not (a restart learns it again), so a Ready that only
@@ -453,13 +493,21 @@ impl ShardRaft {
         }
     }
 
-    /// Applies committed entries, skipping those this node ran as their leader.
-    fn apply(&mut self, shard: &mut Shard, entries: Vec<Entry>) {
+    /// Applies committed entries, skipping those this node ran as their leader, and the
+    /// membership changes among them unless `changes` is false (a rebuild: the group's
+    /// members are Raft's state, not the shard's).
+    fn apply(&mut self, shard: &mut Shard, entries: Vec<Entry>, changes: bool) {
         for entry in entries {
             self.applied = entry.index;
             let ran_here = self.lead_term != 0 && entry.term == self.lead_term;
             if ran_here {
                 self.confirmed = entry.index;
+            }
+            if entry.get_entry_type() == EntryType::EntryConfChange {
+                if changes {
+                    self.change_members(&entry);
+                }
+                continue;
             }
             if entry.get_entry_type() != EntryType::EntryNormal || entry.data.is_empty() || ran_here
             {
@@ -527,7 +575,7 @@ impl ShardRaft {
         // The snapshot in place may be newer than the log's compaction: its own index
         // says where the entries take over.
         let first = match self.snapshots.load(shard) {
-            Ok(loaded) => loaded.map_or(0, |(index, _)| index) + 1,
+            Ok(loaded) => loaded.map_or(0, |meta| meta.index) + 1,
             Err(e) => fatal(self.shard, &format!("cannot load the Raft snapshot: {e}")),
         };
         let entries = match self.node.store().entries(
@@ -540,7 +588,7 @@ impl ShardRaft {
             Err(e) => fatal(self.shard, &format!("cannot read the Raft log back: {e}")),
         };
         let applied = self.applied;
-        self.apply(shard, entries);
+        self.apply(shard, entries, false);
         self.applied = applied;
         self.group().rebuilds.fetch_add(1, Ordering::Relaxed);
     }
@@ -548,13 +596,15 @@ impl ShardRaft {
     /// Loads a snapshot the leader sent (this node had fallen behind its compacted log):
     /// in place on disk first, then into the shard, replacing everything.
     fn install(&mut self, shard: &mut Shard, snapshot: &Snapshot) {
-        let (index, term) = match self.snapshots.install(&snapshot.data) {
+        let meta = match self.snapshots.install(&snapshot.data) {
             Ok(found) => found,
             Err(e) => fatal(
                 self.shard,
                 &format!("cannot install the leader's snapshot: {e}"),
             ),
         };
+        let (index, term) = (meta.index, meta.term);
+        self.note_members(&meta);
         shard.begin_full_sync();
         if let Err(e) = snapshot_file::import(&snapshot.data, shard) {
             fatal(
@@ -563,7 +613,9 @@ impl ShardRaft {
             );
         }
         self.replay = Replay::default();
-        self.node.mut_store().install(index, term);
+        let store = self.node.mut_store();
+        store.install(index, term);
+        store.set_conf_state(ConfState::from((meta.voters(), vec![])));
         self.applied = index;
         let group = self.group();
         group.snapshots_installed.fetch_add(1, Ordering::Relaxed);
@@ -575,6 +627,73 @@ impl ShardRaft {
             bytes = snapshot.data.len(),
             "loaded the leader's snapshot"
         );
+    }
+
+    /// Applies a committed membership change: the new member's address noted, Raft's
+    /// voters changed.
+    fn change_members(&mut self, entry: &Entry) {
+        let change = match crate::consensus::membership::read(&entry.data) {
+            Ok(change) => change,
+            Err(e) => {
+                tracing::error!(shard = self.shard, index = entry.index, "{e}");
+                return;
+            }
+        };
+        match crate::consensus::membership::added(&change) {
+            Ok(Some(peer)) => {
+                self.consensus.learn(peer);
+                self.snapshot_wanted = true;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(shard = self.shard, index = entry.index, "{e}"),
+        }
+        match self.node.apply_conf_change(&change) {
+            Ok(conf) => {
+                let mut voters = conf.voters.clone();
+                voters.sort_unstable();
+                self.node.mut_store().set_conf_state(conf);
+                tracing::info!(
+                    shard = self.shard,
+                    index = entry.index,
+                    change = ?change.get_change_type(),
+                    member = change.node_id,
+                    ?voters,
+                    "the group's members changed"
+                );
+                *self.group().voters.lock().expect("voters") = voters;
+            }
+            Err(e) => tracing::error!(shard = self.shard, "a membership change failed: {e}"),
+        }
+    }
+
+    /// The members a snapshot names: their addresses noted, published as the voters.
+    fn note_members(&self, meta: &Meta) {
+        for peer in &meta.members {
+            self.consensus.learn(peer.clone());
+        }
+        *self.group().voters.lock().expect("voters") = meta.voters();
+    }
+
+    /// Proposes a membership change (this node must lead and serve); the reply of the
+    /// turn that proposed it waits for its commit, as a write's does.
+    pub fn propose_change(&mut self, change: ConfChange) -> Result<(), String> {
+        if !self.serving {
+            return Err("this node does not lead the group".into());
+        }
+        if self.node.raft.has_pending_conf() {
+            return Err("a membership change is still in progress; try again".into());
+        }
+        self.node
+            .propose_conf_change(Vec::new(), change)
+            .map_err(|e| format!("the change was refused ({e})"))?;
+        self.executed = self.node.raft.raft_log.last_index();
+        Ok(())
+    }
+
+    /// Asks voter `to` to take over the leadership (raft-rs's leader transfer: it is
+    /// caught up first, then told to campaign at once), once this turn's replies are out.
+    pub fn transfer_leadership(&mut self, to: u64) {
+        self.transfer = Some((to, None));
     }
 
     /// Collects a finished snapshot (the log is compacted to it), and starts the next
@@ -599,7 +718,8 @@ impl ShardRaft {
         self.group()
             .log_bytes
             .store(store.kept_bytes() as u64, Ordering::Relaxed);
-        let due = store.kept_bytes() as u64 >= self.consensus.snapshot_log_bytes
+        let due = (self.snapshot_wanted
+            || store.kept_bytes() as u64 >= self.consensus.snapshot_log_bytes)
             && self.applied > store.base().0
             && self.making.is_none()
             && self.snapshot_retry_at.is_none_or(|at| Instant::now() >= at);
@@ -628,7 +748,10 @@ impl ShardRaft {
                 )
             });
         match folded {
-            Ok(making) => self.making = Some(making),
+            Ok(making) => {
+                self.making = Some(making);
+                self.snapshot_wanted = false;
+            }
             Err(e) => {
                 tracing::error!(shard = self.shard, "cannot start a Raft snapshot: {e}");
                 self.snapshot_retry_at = Some(Instant::now() + SNAPSHOT_RETRY);
@@ -669,27 +792,59 @@ impl ShardRaft {
     }
 }
 
-/// Opens the group's log file and loads it over the snapshot of `base` (index, term).
+/// Loads the group's snapshot into `state`: what its header says. A founding member
+/// writes its first one, empty, at [`START`]; a node that joins starts with none, and no
+/// members, until a leader sends it one.
+fn open_snapshot(
+    consensus: &Arc<Consensus>,
+    shard: usize,
+    snapshots: &Snapshots,
+    state: &mut Shard,
+) -> Result<Meta, String> {
+    if let Some(meta) = snapshots.load(state)? {
+        for peer in &meta.members {
+            consensus.learn(peer.clone());
+        }
+        return Ok(meta);
+    }
+    if consensus.joining {
+        return Ok(Meta {
+            index: 0,
+            term: 0,
+            members: Vec::new(),
+        });
+    }
+    let start = Meta {
+        index: START.0,
+        term: START.1,
+        members: consensus.peers(),
+    };
+    snapshots.install(&snapshot_file::empty(shard, &start))?;
+    Ok(start)
+}
+
+/// Opens the group's log file and loads it over the snapshot `base` describes.
 fn load_log(
     consensus: &Consensus,
     shard: usize,
     dir: &std::path::Path,
     snapshots: &Snapshots,
-    base: (u64, u64),
+    base: &Meta,
 ) -> Result<(LogFile, LogStore), String> {
     let (log, loaded) = LogFile::open(&LogFile::path(dir, shard))?;
-    let voters: Vec<u64> = consensus.peers.iter().map(|p| p.id).collect();
+    let voters = base.voters();
+    *consensus.groups[shard].voters.lock().expect("voters") = voters.clone();
     let mut storage = LogStore::new(ConfState::from((voters, vec![])), snapshots.path());
     storage.set_hard_state(loaded.hard_state);
-    if base.0 > 0 {
-        storage.install(base.0, base.1);
+    if base.index > 0 {
+        storage.install(base.index, base.term);
     }
     // Entries the snapshot holds are skipped (a crash before the log's rewrite).
     storage
         .append(&loaded.entries)
         .map_err(|e| format!("the Raft log of shard {shard} does not load: {e}"))?;
     let group = &consensus.groups[shard];
-    group.snapshot_index.store(base.0, Ordering::Relaxed);
+    group.snapshot_index.store(base.index, Ordering::Relaxed);
     group
         .log_bytes
         .store(storage.kept_bytes() as u64, Ordering::Relaxed);
@@ -698,13 +853,22 @@ fn load_log(
 
 /// A snapshot a leader sent: whole, and naming the entry its metadata names.
 fn usable(snapshot: &Snapshot) -> Result<(), String> {
-    let meta = snapshot.get_metadata();
+    let said = snapshot.get_metadata();
     let found = snapshot_file::check(&snapshot.data)?;
-    match found == (meta.index, meta.term) {
+    let mut voters = found.voters();
+    let mut said_voters = said.get_conf_state().voters.clone();
+    voters.sort_unstable();
+    said_voters.sort_unstable();
+    match (found.index, found.term, voters) == (said.index, said.term, said_voters) {
         true => Ok(()),
         false => Err(format!(
-            "it holds entry {found:?}, its message says ({}, {})",
-            meta.index, meta.term
+            "its file holds entry ({}, {}) of {:?}, its message says ({}, {}) of {:?}",
+            found.index,
+            found.term,
+            found.voters(),
+            said.index,
+            said.term,
+            said.get_conf_state().voters
         )),
     }
 }

@@ -7,9 +7,12 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
-    ("consensus mode (`--consensus raft`)", "issue 36"),
     (
-        "cluster replicas and failover (CLUSTER REPLICATE, FAILOVER, READONLY reads on replicas)",
+        "consensus mode (`--consensus raft`, docs/REPLICATION.md) with several shards per node, and its metadata group",
+        "issue 36",
+    ),
+    (
+        "cluster mode's replicas and failover by hand (CLUSTER REPLICATE, FAILOVER; consensus mode elects and fails over by itself)",
         "issue 36",
     ),
 ];

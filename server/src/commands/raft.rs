@@ -1,0 +1,170 @@
+//! RAFT: the consensus groups' members (`--consensus raft`, docs/REPLICATION.md). MEMBERS
+//! lists them from any node; ADD, REMOVE and TRANSFER run on the group's leader, which
+//! proposes the change (`consensus::membership`) and answers once it has committed.
+//!
+//! - `RAFT MEMBERS`: each voter of the connection's group: id, `host:port`, Raft port,
+//!   and whether it leads.
+//! - `RAFT ADD id host:port[:raft-port]`: adds a voter, started with `--raft-join yes`.
+//!   It catches up from the leader's snapshot and log.
+//! - `RAFT REMOVE id`: removes a voter other than the leader (a group keeps 3).
+//! - `RAFT TRANSFER id`: hands the leadership to another voter.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use wetask_protocol::Frame;
+use wetask_shards::args::is;
+
+use crate::consensus::peers::{clashes, parse_one, MEMBERS};
+use crate::consensus::{membership, Consensus};
+use crate::shard::ShardCtx;
+
+const OFF: &str = "ERR consensus mode is off (start the server with --consensus raft)";
+const USAGE: &str = "ERR unknown RAFT subcommand or wrong number of arguments; try RAFT HELP";
+
+const HELP: &[&str] = &[
+    "RAFT <subcommand> [<arg> ...]. Subcommands are:",
+    "MEMBERS",
+    "    The voters of this node's group: id, host:port, Raft port, leader or follower.",
+    "ADD <id> <host:port[:raft-port]>",
+    "    Adds a voter (started with --raft-join yes); on the leader.",
+    "REMOVE <id>",
+    "    Removes a voter other than the leader; on the leader.",
+    "TRANSFER <id>",
+    "    Hands the leadership to another voter; on the leader.",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// RAFT `args[1]` …
+pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
+    let sub = &args[1];
+    if args.len() == 2 && is(sub, "help") {
+        return Frame::Array(HELP.iter().map(|line| Frame::simple(line)).collect());
+    }
+    let Some(consensus) = ctx.globals.consensus.as_ref() else {
+        return Frame::static_error(OFF);
+    };
+    let shard = ctx.id;
+    match args.len() {
+        2 if is(sub, "members") => members(consensus, shard),
+        3 | 4 if is(sub, "add") => {
+            let text = format!(
+                "{}={}",
+                String::from_utf8_lossy(&args[2]),
+                String::from_utf8_lossy(args.get(3).map_or(&b""[..], |a| &a[..]))
+            );
+            match parse_one(&text) {
+                Ok(peer) => on_leader(ctx, consensus, |raft, voters| {
+                    if voters.contains(&peer.id) {
+                        return Err(format!("{} is a member already", peer.id));
+                    }
+                    if voters.len() >= *MEMBERS.end() {
+                        return Err("a group has at most 7 members".into());
+                    }
+                    let others: Vec<_> = consensus
+                        .peers()
+                        .into_iter()
+                        .filter(|p| p.id != peer.id)
+                        .collect();
+                    if let Some(clash) = clashes(&others, &peer) {
+                        return Err(clash);
+                    }
+                    raft.propose_change(membership::add(&peer))
+                }),
+                Err(e) => Frame::error(format!("ERR RAFT ADD: {e}")),
+            }
+        }
+        3 if is(sub, "remove") => match member_id(&args[2]) {
+            Ok(id) => on_leader(ctx, consensus, |raft, voters| {
+                if !voters.contains(&id) {
+                    return Err(format!("{id} is not a member"));
+                }
+                if id == consensus.me {
+                    return Err(
+                        "this node leads the group: move the leadership first (RAFT TRANSFER)"
+                            .into(),
+                    );
+                }
+                if voters.len() <= *MEMBERS.start() {
+                    return Err("a group keeps at least 3 members".into());
+                }
+                raft.propose_change(membership::remove(id))
+            }),
+            Err(e) => e,
+        },
+        3 if is(sub, "transfer") => match member_id(&args[2]) {
+            Ok(id) => on_leader(ctx, consensus, |raft, voters| {
+                if !voters.contains(&id) || id == consensus.me {
+                    return Err(format!("{id} is not another member"));
+                }
+                raft.transfer_leadership(id);
+                Ok(())
+            }),
+            Err(e) => e,
+        },
+        _ => Frame::static_error(USAGE),
+    }
+}
+
+fn member_id(arg: &[u8]) -> Result<u64, Frame> {
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .filter(|&id| id > 0)
+        .ok_or_else(|| Frame::static_error("ERR a member id is a number, 1 and up"))
+}
+
+/// Runs `change` on this shard's Raft node if it leads its group; `+OK` or its error.
+fn on_leader(
+    ctx: &ShardCtx,
+    consensus: &Consensus,
+    change: impl FnOnce(&mut crate::shard::raft::ShardRaft, &[u64]) -> Result<(), String>,
+) -> Frame {
+    let shard = ctx.id;
+    if !consensus.serving(shard) {
+        let leader = consensus.groups[shard]
+            .leader
+            .load(std::sync::atomic::Ordering::Relaxed);
+        return match consensus.peer(leader) {
+            Some(peer) => Frame::error(format!(
+                "ERR this node does not lead its group; its leader is {}:{}",
+                peer.host, peer.port
+            )),
+            None => Frame::static_error("CLUSTERDOWN the group has no leader now"),
+        };
+    }
+    let mut raft = ctx.core.raft.borrow_mut();
+    let Some(raft) = raft.as_mut() else {
+        return Frame::static_error(OFF);
+    };
+    let voters = consensus.voters(shard);
+    match change(raft, &voters) {
+        Ok(()) => Frame::ok(),
+        Err(e) => Frame::error(format!("ERR {e}")),
+    }
+}
+
+/// The voters of `shard`'s group as this node knows them.
+fn members(consensus: &Consensus, shard: usize) -> Frame {
+    let leader = consensus.groups[shard]
+        .leader
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let rows = consensus
+        .voters(shard)
+        .into_iter()
+        .map(|id| {
+            let (address, raft_port) = match consensus.peer(id) {
+                Some(peer) => (format!("{}:{}", peer.host, peer.port), peer.raft_port),
+                None => ("?".to_string(), 0),
+            };
+            Frame::Array(vec![
+                Frame::Integer(id as i64),
+                Frame::bulk(address),
+                Frame::Integer(i64::from(raft_port)),
+                Frame::bulk(if id == leader { "leader" } else { "follower" }),
+            ])
+        })
+        .collect();
+    Frame::Array(rows)
+}
