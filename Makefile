@@ -29,8 +29,10 @@ fuzz:
 # register clients (the suite runs 10 and 6); results go to docs/bench/chaos.txt.
 chaos:
 	cargo build -p wetask-server
-	WETASK_CHAOS_FAILOVERS=50 WETASK_CHAOS_ROUNDS=21 .venv/bin/python -m pytest -q -s \
-		tests/python/test_consensus.py -k "ten_times or linearizable" | tee docs/bench/chaos.txt
+	{ echo "# make chaos at $$(git rev-parse --short HEAD), $$(date -u +%F): 50 leader kills under a writer," \
+	       "then 21 nemesis rounds (kill, pause + cut-off read, partition) on a register, snapshots every 4 KiB of log"; \
+	  WETASK_CHAOS_FAILOVERS=50 WETASK_CHAOS_ROUNDS=21 .venv/bin/python -m pytest -q -s \
+		tests/python/test_consensus.py -k "ten_times or linearizable"; } | tee docs/bench/chaos.txt
 
 # Regenerates docs/COMPATIBILITY.md from the command table.
 compat:
