@@ -207,6 +207,11 @@ pub struct Config {
     /// reach, itself included. The node serves nothing until a group adds it.
     #[arg(long, default_value = "no", value_parser = yes_no, action = clap::ArgAction::Set)]
     pub raft_join: bool,
+    /// Consensus mode: a secret every member's Raft links open with; a link without it
+    /// is dropped. Sent in the clear (as AUTH is): keep the Raft ports on a private
+    /// network.
+    #[arg(long)]
+    pub raft_auth: Option<String>,
 }
 
 fn consensus_mode(text: &str) -> Result<String, String> {

@@ -213,6 +213,7 @@ fn start_consensus(
         doorbells,
         config.raft_snapshot_log_bytes,
         config.raft_join,
+        config.raft_auth.clone(),
     ));
     crate::consensus::transport::spawn(consensus.clone())?;
     tracing::info!(

@@ -62,6 +62,8 @@ class Node:
         self.id = raft_id
         self.host = host
         self.joining = joining
+        # Overrides this node's --raft-auth (None: the group's).
+        self.auth = None
         self.dir = tempfile.mkdtemp(prefix=f"wetask-raft{raft_id}-")
         self.proc = None
         self.log = []
@@ -90,13 +92,19 @@ class Node:
             [BINARY, "--bind", self.host, "--port", str(self.group.port), "--shards", "1",
              "--consensus", "raft", "--raft-id", str(self.id), "--raft-peers", self.group.peers_for(self),
              "--dir", self.dir, *self.group.extra_args,
+             "--raft-auth", self.auth or self.group.auth,
              *(["--raft-join", "yes"] if self.joining else [])],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ready = False
         for line in self.proc.stdout:
             self.log.append(line)
             if "ready to accept connections" in line:
+                ready = True
                 break
-        assert self.proc.poll() is None, "".join(self.log)
+        if not ready:
+            # Its output ended: it is exiting, whether or not it has been reaped yet.
+            self.proc.wait()
+        assert ready and self.proc.poll() is None, "".join(self.log)
         proc = self.proc
         threading.Thread(target=lambda: [self.log.append(l) for l in proc.stdout], daemon=True).start()
 
@@ -158,6 +166,7 @@ class Group:
 
     def __init__(self, partitionable=False, snapshot_log_bytes=None):
         self.port = free_base_port()
+        self.auth = f"group-secret-{random.randrange(10**9)}"
         self.extra_args = []
         if snapshot_log_bytes:
             self.extra_args = ["--raft-snapshot-log-bytes", str(snapshot_log_bytes)]
@@ -627,6 +636,39 @@ def test_a_node_joins_and_a_member_leaves_while_the_group_serves():
         assert int(stats["queued"]) == 2
         with pytest.raises(redis.ResponseError, match="unknown RAFT subcommand"):
             n.execute_command("RAFT", "FROB")
+    finally:
+        group.stop()
+
+
+def test_a_node_without_the_groups_secret_is_not_heard_and_hears_nothing():
+    """Every Raft link opens with the group's secret (--raft-auth); a node started with
+    another one is cut off both ways, and catches up once restarted with the right one."""
+    group = Group()
+    try:
+        leader = group.leader()
+        outsider = next(n for n in group.nodes if n is not leader)
+        outsider.kill()
+        outsider.auth = "not-the-secret"
+        outsider.start()
+        wait_for(lambda: any("without this group's hello or secret" in line for line in outsider.log),
+                 "the outsider to drop a member's link")
+        wait_for(lambda: any("without this group's hello or secret" in line
+                             for n in group.nodes if n is not outsider for line in n.log),
+                 "a member to drop the outsider's link")
+        c = group.leader().client()
+        assert c.set("secret-write", "1")
+        r = outsider.client()
+        r.execute_command("READONLY")
+        for _ in range(50):
+            assert r.get("secret-write") is None
+            time.sleep(0.01)
+        outsider.kill()
+        outsider.auth = None
+        outsider.start()
+        group.caught_up(outsider)
+        r = outsider.client()
+        r.execute_command("READONLY")
+        assert r.get("secret-write") == "1"
     finally:
         group.stop()
 

@@ -62,6 +62,8 @@ pub struct Consensus {
     pub doorbells: Arc<[crate::doorbell::Doorbell]>,
     /// `raft-snapshot-log-bytes`: the log's size that calls for a snapshot.
     pub snapshot_log_bytes: u64,
+    /// `raft-auth`: the secret every link opens with (`transport`).
+    pub auth: Option<String>,
 }
 
 /// One shard's group, as the transport and the other shards see it.
@@ -111,6 +113,7 @@ impl Consensus {
         doorbells: Arc<[crate::doorbell::Doorbell]>,
         snapshot_log_bytes: u64,
         joining: bool,
+        auth: Option<String>,
     ) -> Consensus {
         let transport = transport::Outbound::default();
         Consensus {
@@ -122,6 +125,7 @@ impl Consensus {
             transport,
             doorbells,
             snapshot_log_bytes,
+            auth,
         }
     }
 

@@ -4,6 +4,12 @@
 //! (little-endian, the message in raft-rs's protobuf encoding). A message that cannot be
 //! sent is dropped: Raft resends what matters (heartbeats, appends after a rejection).
 //! Arriving messages go to the shard's inbox ([`super::Consensus::deliver`]).
+//!
+//! A link opens with a hello frame (shard [`HELLO`]): `wetask-raft 1 ` and the group's
+//! secret (`--raft-auth`, compared in constant time). A reader drops a link whose first
+//! frame is not a hello with its own secret, so a node that does not know it cannot step
+//! a message into a group. The secret goes in the clear, as Redis's AUTH does: the Raft
+//! ports belong on a private network (docs/SECURITY.md).
 
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -23,6 +29,11 @@ use super::{Consensus, Peer};
 /// are not sent in chunks). The reader's buffer grows with what arrives, not with what a
 /// frame's header claims.
 pub const FRAME_MAX: usize = 1 << 30;
+/// The shard number of a link's first frame, the hello.
+const HELLO: u16 = u16::MAX;
+const HELLO_PREFIX: &[u8] = b"wetask-raft 1 ";
+/// A hello longer than this is refused (a secret is a few dozen bytes).
+const HELLO_MAX: usize = 4096;
 /// How much of a frame the reader takes at a time.
 const READ_STEP: usize = 4 << 20;
 /// After a failed connect, messages to that node are dropped for this long.
@@ -130,6 +141,16 @@ fn send_loop(consensus: &Consensus, peer: &Mutex<Peer>, queue: Receiver<Frame>) 
         if link.is_none() && failed_at.is_none_or(|at| at.elapsed() >= RETRY_AFTER) {
             let to = peer.lock().expect("raft peer").clone();
             link = connect(&to).map(BufWriter::new);
+            if let Some(writer) = link.as_mut() {
+                let hello = [
+                    HELLO_PREFIX,
+                    consensus.auth.as_deref().unwrap_or("").as_bytes(),
+                ]
+                .concat();
+                if !write_frame(writer, (HELLO, hello, None)) {
+                    link = None;
+                }
+            }
             failed_at = link.is_none().then(Instant::now);
         }
         let Some(writer) = link.as_mut() else {
@@ -209,6 +230,9 @@ fn receive_loop(consensus: &Consensus, stream: TcpStream) {
     let mut reader = BufReader::new(stream);
     let mut header = [0u8; 6];
     let mut body = Vec::new();
+    if !hello(consensus, &mut reader, &mut body) {
+        return;
+    }
     while reader.read_exact(&mut header).is_ok() {
         let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
         let shard = u16::from_le_bytes(header[4..].try_into().expect("2 bytes")) as usize;
@@ -238,6 +262,25 @@ fn receive_loop(consensus: &Consensus, stream: TcpStream) {
             }
         }
     }
+}
+
+/// Reads a link's first frame: a hello with this node's secret, or the link is dropped.
+fn hello(consensus: &Consensus, reader: &mut impl Read, body: &mut Vec<u8>) -> bool {
+    let mut header = [0u8; 6];
+    if reader.read_exact(&mut header).is_err() {
+        return false;
+    }
+    let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+    let shard = u16::from_le_bytes(header[4..].try_into().expect("2 bytes"));
+    let said = shard == HELLO && len <= HELLO_MAX && read_body(reader, len, body);
+    let secret = consensus.auth.as_deref().unwrap_or("").as_bytes();
+    let ok = said
+        && body.starts_with(HELLO_PREFIX)
+        && crate::replication::constant_time_eq(&body[HELLO_PREFIX.len()..], secret);
+    if !ok {
+        tracing::warn!("a Raft link opened without this group's hello or secret: dropped");
+    }
+    ok
 }
 
 /// Reads a frame's `len` bytes into `body`, growing it as they arrive; false when the
