@@ -680,6 +680,40 @@ def test_raft_is_refused_clearly_without_consensus_mode(server):
     assert r.execute_command("RAFT", "HELP")[0].startswith("RAFT <subcommand>")
 
 
+def test_a_deposed_leader_leaves_the_leases_of_its_closing_connections_to_the_group(group):
+    """A plain connection's lease, taken on a leader that is then deposed: when that
+    connection closes on the old leader, now a follower, the lease stays (the group's
+    leader settles it, by its deadline); releasing it there made that copy differ from
+    the others for good (a bug this test found)."""
+    leader = group.leader()
+    worker = leader.client()
+    worker.execute_command("TASK.SUBMIT", "q", "job")
+    assert len(worker.execute_command("TASK.FETCH", "q", "LEASE", 600000)) == 1
+    leader.pause()
+    group.leader(exclude=leader)
+    leader.resume()
+    wait_for(lambda: (leader.consensus() or {}).get("role") == "follower",
+             "the old leader to follow")
+    watcher = leader.client()
+    before = int(watcher.info("clients")["connected_clients"])
+    worker.close()
+    wait_for(lambda: int(watcher.info("clients")["connected_clients"]) == before - 1,
+             "the worker's connection to close on the old leader")
+
+    def stats(node):
+        r = node.client()
+        r.execute_command("READONLY")
+        flat = r.execute_command("TASK.STATS", "q")
+        s = flat if isinstance(flat, dict) else dict(zip(flat[0::2], flat[1::2]))
+        return int(s["queued"]), int(s["leased"])
+
+    new = group.leader()
+    assert new.client().set("after", "1")
+    for node in group.nodes:
+        group.caught_up(node)
+        assert stats(node) == (0, 1), f"node {node.id}"
+
+
 def test_a_register_under_kills_pauses_and_partitions_is_linearizable(partitionable_group):
     """Three clients write unique values to one register and read it while the nemesis
     kills, pauses and cuts off leaders; the WGL search must find a legal order of the

@@ -243,6 +243,13 @@ impl Shard {
 
     /// `client`'s connection closed: its leases go back.
     pub fn task_release_owner(&mut self, client: u64) -> usize {
+        if self.is_replica() {
+            // A replica's tasks change only by its primary's records (a Raft follower's by
+            // its leader's entries): a connection closing here, leases and all, is the
+            // primary's to settle (the leases run out there). Releasing them here would
+            // make this copy differ from the primary's for good.
+            return 0;
+        }
         let now = self.now_ms();
         let count = self.tasks.release_owner(client, now);
         if count > 0 {
