@@ -714,6 +714,48 @@ def test_a_deposed_leader_leaves_the_leases_of_its_closing_connections_to_the_gr
         assert stats(node) == (0, 1), f"node {node.id}"
 
 
+def test_commands_blocked_on_a_leader_that_is_deposed_end_with_unblocked(group):
+    """BLPOP … 0, TASK.FETCH … BLOCK 0 and TASK.WAIT on a leader that loses its leadership
+    end with Redis's UNBLOCKED error instead of waiting forever on a node that no longer
+    serves them; the client goes on at the new leader."""
+    leader = group.leader()
+    c = leader.client()
+    task = c.execute_command("TASK.SUBMIT", "other", "job")
+    blocked = {}
+
+    def block(name, *command):
+        try:
+            blocked[name] = leader.client(timeout=60).execute_command(*command)
+        except redis.ResponseError as e:
+            blocked[name] = e
+
+    threads = [threading.Thread(target=block, args=args, daemon=True) for args in [
+        ("blpop", "BLPOP", "list", 0),
+        ("fetch", "TASK.FETCH", "q", "BLOCK", 0),
+        ("wait", "TASK.WAIT", task),
+    ]]
+    for t in threads:
+        t.start()
+    wait_for(lambda: int(c.info("clients")["blocked_clients"]) >= 1
+             and sum(1 for line in c.execute_command("CLIENT", "LIST").splitlines()
+                     if "cmd=task.fetch" in line or "cmd=task.wait" in line) == 2,
+             "the three commands to block")
+    leader.pause()
+    new = group.leader(exclude=leader)
+    leader.resume()
+    for t in threads:
+        t.join(DEADLINE_S)
+    for name in ("blpop", "fetch", "wait"):
+        assert isinstance(blocked.get(name), redis.ResponseError), (name, blocked.get(name))
+        assert "instance state changed" in str(blocked[name]), blocked[name]
+    n = new.client()
+    n.execute_command("TASK.SUBMIT", "q", "at-the-new-leader")
+    assert len(n.execute_command("TASK.FETCH", "q", "BLOCK", 1000)) == 1
+    # The next blocking command on the old node starts clean (it redirects now).
+    with pytest.raises(redis.exceptions.MovedError):
+        leader.client().execute_command("BLPOP", "list", 0.1)
+
+
 def test_a_register_under_kills_pauses_and_partitions_is_linearizable(partitionable_group):
     """Three clients write unique values to one register and read it while the nemesis
     kills, pauses and cuts off leaders; the WGL search must find a legal order of the

@@ -126,8 +126,9 @@ pub struct ConnState {
     pub slot: (u32, u32),
     /// TASK.WORKER's identity: leases go to the worker, not to this connection.
     pub worker: Option<WorkerBinding>,
-    /// CLIENT UNBLOCK … ERROR ended this connection's blocking command: it answers UNBLOCKED.
-    pub unblock_error: bool,
+    /// Its blocking command was ended with this error: CLIENT UNBLOCK … ERROR, or the
+    /// node stopped leading its group (`ShardCtx::unblock_if_deposed`).
+    pub unblock_error: Option<&'static str>,
     /// CLIENT NO-EVICT (shown as `e`; WeTask evicts keys, never clients).
     pub no_evict: bool,
     /// CLIENT NO-TOUCH (shown as `T`): its commands leave keys' LRU/LFU stamps alone.
@@ -247,7 +248,7 @@ impl ConnState {
             slot: (0, 0),
             worker: None,
             tracking: None,
-            unblock_error: false,
+            unblock_error: None,
             no_evict: false,
             no_touch: false,
         }

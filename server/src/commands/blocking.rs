@@ -34,6 +34,13 @@ use wetask_shards::table::CommandSpec;
 use wetask_shards::{lookup, BlockOp};
 
 use crate::clients::ConnState;
+
+/// CLIENT UNBLOCK … ERROR's answer to the command it ends (Redis's text).
+pub const UNBLOCKED_BY_CLIENT: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
+/// The answer to a blocking command whose node stopped leading its consensus group
+/// (Redis's text for a primary turned replica).
+pub const UNBLOCKED_BY_ROLE: &str =
+    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
 use crate::mesh::{ListRequest, Request};
 use crate::routing::park::{self, Parking};
 use crate::routing::Target;
@@ -93,10 +100,10 @@ async fn run_blocked(
     let frame = block(ctx, client, db, blocking).await;
     let mut state = conn.borrow_mut();
     state.blocked_on.clear();
-    if std::mem::take(&mut state.unblock_error) {
-        return Frame::static_error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+    match state.unblock_error.take() {
+        Some(error) => Frame::static_error(error),
+        None => frame,
     }
-    frame
 }
 
 /// Parks the blocking pop on its keys' owners and waits for the first answer; `nothing` is

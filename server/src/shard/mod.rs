@@ -151,6 +151,7 @@ impl ShardCtx {
         for note in batch_notes {
             self.task_waits.route_batch_note(&self.core, note);
         }
+        self.unblock_if_deposed();
         if !self.core.raft_follows() {
             self.task_waits.expire_workers(&self.core);
             self.task_waits.serve_parked(&self.core);
@@ -226,9 +227,46 @@ impl ShardCtx {
         if state.blocked_on.is_empty() {
             return false;
         }
-        state.unblock_error = error;
+        state.unblock_error = error.then_some(crate::commands::blocking::UNBLOCKED_BY_CLIENT);
         self.lists.connection_closing(&self.core, &state);
         true
+    }
+
+    /// Consensus mode: once this node stops leading its group, the commands blocked here
+    /// (BLPOP and the rest, TASK.FETCH … BLOCK, TASK.WAIT) end with UNBLOCKED, as Redis
+    /// ends them when a primary turns replica: nothing would serve them here any more (a
+    /// follower runs no waiter), and the client goes on at the new leader.
+    fn unblock_if_deposed(&self) {
+        let deposed = self
+            .core
+            .raft
+            .borrow_mut()
+            .as_mut()
+            .is_some_and(crate::shard::raft::ShardRaft::take_deposed);
+        if !deposed {
+            return;
+        }
+        let error = Frame::static_error(crate::commands::blocking::UNBLOCKED_BY_ROLE);
+        let mut ended = self.task_waits.end_all(&self.core, &error);
+        let clients: Vec<_> = self.clients.borrow().iter().cloned().collect();
+        for conn in clients {
+            let Ok(mut state) = conn.try_borrow_mut() else {
+                continue;
+            };
+            if state.blocked_on.is_empty() {
+                continue;
+            }
+            ended += 1;
+            state.unblock_error = Some(crate::commands::blocking::UNBLOCKED_BY_ROLE);
+            self.lists.connection_closing(&self.core, &state);
+        }
+        if ended > 0 {
+            tracing::info!(
+                shard = self.id,
+                ended,
+                "blocked commands ended: no longer leading"
+            );
+        }
     }
 
     /// A connection is closing: every service lets go of what it waits on.

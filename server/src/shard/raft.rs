@@ -135,6 +135,8 @@ pub struct ShardRaft {
     /// The snapshot being made, and when a failed one may be tried again.
     making: Option<Making>,
     snapshot_retry_at: Option<Instant>,
+    /// The node stopped leading since `take_deposed` last looked.
+    deposed: bool,
     /// RAFT TRANSFER: the voter asked for, then the barrier of the turn that asked (its
     /// reply goes first: the transfer deposes this node, which would close the
     /// connections whose replies still wait).
@@ -208,6 +210,7 @@ impl ShardRaft {
             snapshot_retry_at: None,
             snapshot_wanted: false,
             transfer: None,
+            deposed: false,
             apply_after: None,
         })
     }
@@ -552,9 +555,16 @@ impl ShardRaft {
 
     /// Stops serving; if this node ran commands that have not committed, its state is
     /// rebuilt from the committed log.
+    /// Whether the node stopped leading since the last call (`ShardCtx` then ends the
+    /// commands blocked on it).
+    pub fn take_deposed(&mut self) -> bool {
+        std::mem::take(&mut self.deposed)
+    }
+
     fn step_down(&mut self, shard: &mut Shard) {
         let speculative = self.confirmed < self.executed || shard.take_journal_ops().is_some();
         self.serving = false;
+        self.deposed = true;
         self.epoch += 1;
         self.lead_term = 0;
         shard.set_journaling(false);

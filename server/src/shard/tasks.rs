@@ -360,6 +360,17 @@ impl TaskWaits {
     }
 
     /// Lets go of `client`'s parked fetches, answering each with nothing.
+    /// Ends every command parked here (whatever shard its client is on) with `error`;
+    /// how many there were.
+    pub fn end_all(&self, core: &ShardCore, error: &Frame) -> usize {
+        let gone = std::mem::take(&mut *self.parked.borrow_mut());
+        let count = gone.len();
+        for p in gone {
+            p.reply.send(core, vec![error.clone()]);
+        }
+        count
+    }
+
     pub fn unpark_client(&self, core: &ShardCore, client: u64) {
         let gone: Vec<Parked> = {
             let mut parked = self.parked.borrow_mut();
