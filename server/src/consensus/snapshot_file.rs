@@ -148,6 +148,22 @@ pub fn empty(shard: usize, meta: &Meta) -> Vec<u8> {
     out
 }
 
+/// What the header of the snapshot file at `path` says, reading that record only (the
+/// leader asks before it reads a whole snapshot to send).
+pub fn read_meta(path: &Path) -> Result<Meta, String> {
+    use std::io::Read;
+    let shown = path.display();
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {shown}: {e}"))?;
+    let mut head = Vec::new();
+    file.take(record::HEADER_BYTES as u64 + 64 * 1024)
+        .read_to_end(&mut head)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    match record::read(&head, 0) {
+        record::Next::Record { payload, .. } => parse_header(payload),
+        _ => Err(format!("{shown}: a damaged header")),
+    }
+}
+
 /// Checks every record of a snapshot file held in `data` (header, checksums, the end
 /// record's count); what its header says.
 pub fn check(data: &[u8]) -> Result<Meta, String> {
@@ -277,6 +293,7 @@ mod tests {
         );
         let mut loaded = Shard::new(0);
         assert_eq!(snapshots.load(&mut loaded).unwrap(), Some(meta(20, 3)));
+        assert_eq!(read_meta(&snapshots.path()).unwrap(), meta(20, 3));
         assert_eq!(loaded.db(0).len(), 5);
         assert_eq!(check(&newer).unwrap(), meta(10, 2));
         // The empty snapshot of a group's start loads as a shard with nothing.

@@ -184,6 +184,13 @@ impl raft::Storage for LogStore {
     /// for (`ShardRaft::change_members`).
     fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         let unavailable = raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable);
+        // The header first: while the snapshot does not suit `to` (a member just added
+        // waits for one that names it), raft-rs asks at every heartbeat, and the whole
+        // file is read only once it does.
+        match super::snapshot_file::read_meta(&self.snapshot_path) {
+            Ok(meta) if meta.index >= request_index && meta.voters().contains(&to) => {}
+            _ => return Err(unavailable),
+        }
         let data = match std::fs::read(&self.snapshot_path) {
             Ok(data) => data,
             Err(e) => {

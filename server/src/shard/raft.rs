@@ -553,14 +553,14 @@ impl ShardRaft {
         }
     }
 
-    /// Stops serving; if this node ran commands that have not committed, its state is
-    /// rebuilt from the committed log.
     /// Whether the node stopped leading since the last call (`ShardCtx` then ends the
     /// commands blocked on it).
     pub fn take_deposed(&mut self) -> bool {
         std::mem::take(&mut self.deposed)
     }
 
+    /// Stops serving; if this node ran commands that have not committed, its state is
+    /// rebuilt from the snapshot and the committed log.
     fn step_down(&mut self, shard: &mut Shard) {
         let speculative = self.confirmed < self.executed || shard.take_journal_ops().is_some();
         self.serving = false;
