@@ -61,6 +61,13 @@ pub enum ReplyMode {
     Skip(u8),
 }
 
+/// CLIENT UNBLOCK … ERROR's answer to the command it ends (Redis's text).
+pub const UNBLOCKED_BY_CLIENT: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
+/// The answer to a blocking command whose node stopped leading its consensus group
+/// (Redis's text for a primary turned replica).
+pub const UNBLOCKED_BY_ROLE: &str =
+    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
+
 pub struct ConnState {
     pub id: u64,
     pub fd: RawFd,
@@ -126,7 +133,8 @@ pub struct ConnState {
     pub slot: (u32, u32),
     /// TASK.WORKER's identity: leases go to the worker, not to this connection.
     pub worker: Option<WorkerBinding>,
-    /// Its blocking command was ended with this error: CLIENT UNBLOCK … ERROR, or the
+    /// Its blocking command was ended with this error ([`UNBLOCKED_BY_CLIENT`],
+    /// [`UNBLOCKED_BY_ROLE`]): CLIENT UNBLOCK … ERROR, or the
     /// node stopped leading its group (`ShardCtx::unblock_if_deposed`).
     pub unblock_error: Option<&'static str>,
     /// CLIENT NO-EVICT (shown as `e`; WeTask evicts keys, never clients).

@@ -34,13 +34,6 @@ use wetask_shards::table::CommandSpec;
 use wetask_shards::{lookup, BlockOp};
 
 use crate::clients::ConnState;
-
-/// CLIENT UNBLOCK … ERROR's answer to the command it ends (Redis's text).
-pub const UNBLOCKED_BY_CLIENT: &str = "UNBLOCKED client unblocked via CLIENT UNBLOCK";
-/// The answer to a blocking command whose node stopped leading its consensus group
-/// (Redis's text for a primary turned replica).
-pub const UNBLOCKED_BY_ROLE: &str =
-    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
 use crate::mesh::{ListRequest, Request};
 use crate::routing::park::{self, Parking};
 use crate::routing::Target;

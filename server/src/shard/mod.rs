@@ -227,7 +227,7 @@ impl ShardCtx {
         if state.blocked_on.is_empty() {
             return false;
         }
-        state.unblock_error = error.then_some(crate::commands::blocking::UNBLOCKED_BY_CLIENT);
+        state.unblock_error = error.then_some(crate::clients::UNBLOCKED_BY_CLIENT);
         self.lists.connection_closing(&self.core, &state);
         true
     }
@@ -246,7 +246,7 @@ impl ShardCtx {
         if !deposed {
             return;
         }
-        let error = Frame::static_error(crate::commands::blocking::UNBLOCKED_BY_ROLE);
+        let error = Frame::static_error(crate::clients::UNBLOCKED_BY_ROLE);
         let mut ended = self.task_waits.end_all(&self.core, &error);
         let clients: Vec<_> = self.clients.borrow().iter().cloned().collect();
         for conn in clients {
@@ -257,7 +257,7 @@ impl ShardCtx {
                 continue;
             }
             ended += 1;
-            state.unblock_error = Some(crate::commands::blocking::UNBLOCKED_BY_ROLE);
+            state.unblock_error = Some(crate::clients::UNBLOCKED_BY_ROLE);
             self.lists.connection_closing(&self.core, &state);
         }
         if ended > 0 {
