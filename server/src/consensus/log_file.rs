@@ -32,6 +32,9 @@ pub struct LogFile {
     /// ahead of `end` (see [`PREALLOCATE_BYTES`]).
     end: u64,
     allocated: u64,
+    /// How far ahead it is extended at a time ([`PREALLOCATE_BYTES`]; a simulation's
+    /// logs, on tmpfs, take less).
+    chunk: u64,
 }
 
 /// The log is extended by this many zero bytes, synced, when it is opened and whenever a
@@ -56,7 +59,13 @@ impl LogFile {
     }
 
     /// Opens (creating) the log at `path` and reads it.
+    #[cfg(test)]
     pub fn open(path: &Path) -> Result<(LogFile, Loaded), String> {
+        Self::open_extending(path, PREALLOCATE_BYTES)
+    }
+
+    /// [`LogFile::open`], extending the file `chunk` bytes at a time.
+    pub fn open_extending(path: &Path, chunk: u64) -> Result<(LogFile, Loaded), String> {
         let mut file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -86,6 +95,7 @@ impl LogFile {
             path: path.to_path_buf(),
             end: good as u64,
             allocated,
+            chunk,
         };
         log.preallocate(log.end + 1)
             .map_err(|e| format!("cannot extend the Raft log {}: {e}", path.display()))?;
@@ -123,6 +133,7 @@ impl LogFile {
             path: self.path.clone(),
             end: 0,
             allocated: 0,
+            chunk: self.chunk,
         };
         log.preallocate(bytes.len() as u64 + 1)
             .and_then(|()| log.file.write_all_at(bytes, 0))
@@ -142,7 +153,7 @@ impl LogFile {
         if end <= self.allocated {
             return Ok(());
         }
-        let target = end.next_multiple_of(PREALLOCATE_BYTES);
+        let target = end.next_multiple_of(self.chunk);
         let zeros = vec![0u8; (target - self.allocated) as usize];
         self.file.write_all_at(&zeros, self.allocated)?;
         self.file.sync_all()?;

@@ -21,6 +21,8 @@ pub mod log_file;
 pub mod membership;
 pub mod peers;
 pub mod persister;
+#[cfg(test)]
+mod sim;
 pub mod snapshot_file;
 pub mod snapshotter;
 pub mod storage;
@@ -32,6 +34,46 @@ use std::sync::{Arc, Mutex, RwLock};
 use raft::eraftpb::Message;
 
 pub use peers::Peer;
+
+/// The time a group's node runs on: the machine's, or a simulation's (`consensus::sim`),
+/// which moves only when the simulation moves it. A simulated clock also puts the node's
+/// other threads in the simulation's hands: messages are captured instead of sent
+/// (`transport::Outbound::capturing`), the log writer waits to be told to write
+/// (`persister`), and snapshots are made in place of a thread (`snapshotter`).
+#[derive(Default)]
+pub struct Clock {
+    simulated: Option<(std::time::Instant, AtomicU64)>,
+}
+
+impl Clock {
+    #[cfg(test)]
+    pub fn simulated() -> Clock {
+        Clock {
+            simulated: Some((std::time::Instant::now(), AtomicU64::new(0))),
+        }
+    }
+
+    pub fn is_simulated(&self) -> bool {
+        self.simulated.is_some()
+    }
+
+    pub fn now(&self) -> std::time::Instant {
+        match &self.simulated {
+            Some((base, micros)) => {
+                *base + std::time::Duration::from_micros(micros.load(Ordering::Relaxed))
+            }
+            None => std::time::Instant::now(),
+        }
+    }
+
+    /// Moves a simulated clock on (a real one is not moved).
+    #[cfg(test)]
+    pub fn advance(&self, by: std::time::Duration) {
+        if let Some((_, micros)) = &self.simulated {
+            micros.fetch_add(by.as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+}
 
 /// The Raft timer's period. An election starts after 10 to 20 periods without a leader
 /// (raft-rs's randomised `election_tick` of 10), the leader beats every 2.
@@ -64,6 +106,8 @@ pub struct Consensus {
     pub snapshot_log_bytes: u64,
     /// `raft-auth`: the secret every link opens with (`transport`).
     pub auth: Option<String>,
+    /// The machine's clock, or a simulation's (see [`Clock`]).
+    pub clock: Clock,
 }
 
 /// One shard's group, as the transport and the other shards see it.
@@ -126,6 +170,7 @@ impl Consensus {
             doorbells,
             snapshot_log_bytes,
             auth,
+            clock: Clock::default(),
         }
     }
 

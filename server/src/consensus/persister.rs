@@ -19,16 +19,30 @@ use super::Consensus;
 
 /// One Ready's share: its number, its encoded records, the messages sent once synced;
 /// with `rewrite`, the records replace the whole log (`LogFile::rewrite`).
-struct Job {
+pub struct Job {
     number: u64,
     bytes: Vec<u8>,
     messages: Vec<Message>,
     rewrite: bool,
 }
 
-pub struct Persister {
-    jobs: Sender<Job>,
-    persisted: Arc<AtomicU64>,
+pub enum Persister {
+    /// The log writer thread.
+    Thread {
+        jobs: Sender<Job>,
+        persisted: Arc<AtomicU64>,
+    },
+    /// Built only with a simulated clock, which only the tests have.
+    #[cfg_attr(not(test), allow(dead_code))]
+    /// A simulation's (`consensus::sim`): jobs wait until it writes them ([`Persister::write_next`]);
+    /// a crash loses the ones still waiting, as it loses what a real writer had not synced.
+    Held {
+        log: LogFile,
+        waiting: std::collections::VecDeque<Job>,
+        persisted: u64,
+        consensus: Arc<Consensus>,
+        shard: usize,
+    },
 }
 
 impl Persister {
@@ -37,6 +51,15 @@ impl Persister {
         consensus: Arc<Consensus>,
         shard: usize,
     ) -> Result<Persister, String> {
+        if consensus.clock.is_simulated() {
+            return Ok(Persister::Held {
+                log,
+                waiting: Default::default(),
+                persisted: 0,
+                consensus,
+                shard,
+            });
+        }
         let (jobs, queue) = channel();
         let persisted = Arc::new(AtomicU64::new(0));
         let published = persisted.clone();
@@ -44,12 +67,12 @@ impl Persister {
             .name(format!("wetask-raftlog-{shard}"))
             .spawn(move || run(log, queue, &published, &consensus, shard))
             .map_err(|e| format!("cannot start the Raft log writer: {e}"))?;
-        Ok(Persister { jobs, persisted })
+        Ok(Persister::Thread { jobs, persisted })
     }
 
     /// Queues Ready `number`'s records and its messages to send once they are synced.
-    pub fn submit(&self, number: u64, bytes: Vec<u8>, messages: Vec<Message>) {
-        let _ = self.jobs.send(Job {
+    pub fn submit(&mut self, number: u64, bytes: Vec<u8>, messages: Vec<Message>) {
+        self.queue(Job {
             number,
             bytes,
             messages,
@@ -59,8 +82,8 @@ impl Persister {
 
     /// Queues a rewrite of the whole log as `bytes` (after what is queued before it), for
     /// Ready `number` (0: none; the log was compacted).
-    pub fn rewrite(&self, number: u64, bytes: Vec<u8>, messages: Vec<Message>) {
-        let _ = self.jobs.send(Job {
+    pub fn rewrite(&mut self, number: u64, bytes: Vec<u8>, messages: Vec<Message>) {
+        self.queue(Job {
             number,
             bytes,
             messages,
@@ -68,9 +91,55 @@ impl Persister {
         });
     }
 
+    fn queue(&mut self, job: Job) {
+        match self {
+            Persister::Thread { jobs, .. } => drop(jobs.send(job)),
+            Persister::Held { waiting, .. } => waiting.push_back(job),
+        }
+    }
+
     /// The last Ready number synced.
     pub fn persisted(&self) -> u64 {
-        self.persisted.load(Ordering::Acquire)
+        match self {
+            Persister::Thread { persisted, .. } => persisted.load(Ordering::Acquire),
+            Persister::Held { persisted, .. } => *persisted,
+        }
+    }
+
+    #[cfg(test)]
+    /// A simulation's: writes every waiting job, then sends their messages, as the thread
+    /// does with what has gathered; false when none waited.
+    pub fn write_waiting(&mut self) -> bool {
+        let Persister::Held {
+            log,
+            waiting,
+            persisted,
+            consensus,
+            shard,
+        } = self
+        else {
+            return false;
+        };
+        if waiting.is_empty() {
+            return false;
+        }
+        let jobs: Vec<Job> = waiting.drain(..).collect();
+        for job in &jobs {
+            let written = match job.rewrite {
+                true => log.rewrite(&job.bytes),
+                false => log.write_synced(&job.bytes),
+            };
+            if let Err(e) = written {
+                panic!("a simulated Raft log write failed: {e}");
+            }
+        }
+        for job in jobs {
+            for message in &job.messages {
+                consensus.transport.send(*shard, message);
+            }
+            *persisted = (*persisted).max(job.number);
+        }
+        true
     }
 }
 

@@ -20,7 +20,14 @@ pub type ScratchShard = Arc<dyn Fn() -> Shard + Send + Sync>;
 pub struct Making {
     pub index: u64,
     pub term: u64,
-    thread: JoinHandle<Result<u64, String>>,
+    work: Work,
+}
+
+/// Where the snapshot is being made: a thread of its own, or already made in place (a
+/// simulation's, which must not depend on a thread's timing).
+enum Work {
+    Thread(JoinHandle<Result<u64, String>>),
+    Done(Result<u64, String>),
 }
 
 /// What a finished one came to.
@@ -36,39 +43,49 @@ pub enum Made {
 
 impl Making {
     /// Starts making the snapshot of `entries` (committed, in order, ending at
-    /// `(index, term)`) over the snapshot in place.
+    /// `(index, term)`) over the snapshot in place; `in_place`: on this thread, now.
     pub fn start(
         snapshots: Arc<Snapshots>,
         scratch: &ScratchShard,
         entries: Vec<Entry>,
         (index, term): (u64, u64),
+        in_place: bool,
     ) -> Result<Making, String> {
-        let scratch = scratch.clone();
-        let thread = std::thread::Builder::new()
-            .name("wetask-raft-snap".into())
-            .spawn(move || make(&snapshots, scratch(), &entries, (index, term)))
-            .map_err(|e| format!("cannot start the Raft snapshot thread: {e}"))?;
-        Ok(Making {
-            index,
-            term,
-            thread,
-        })
+        let work = if in_place {
+            Work::Done(make(&snapshots, scratch(), &entries, (index, term)))
+        } else {
+            let scratch = scratch.clone();
+            let thread = std::thread::Builder::new()
+                .name("wetask-raft-snap".into())
+                .spawn(move || make(&snapshots, scratch(), &entries, (index, term)))
+                .map_err(|e| format!("cannot start the Raft snapshot thread: {e}"))?;
+            Work::Thread(thread)
+        };
+        Ok(Making { index, term, work })
     }
 
     /// The outcome, once the thread has finished.
     pub fn finished(&self) -> bool {
-        self.thread.is_finished()
+        match &self.work {
+            Work::Thread(thread) => thread.is_finished(),
+            Work::Done(_) => true,
+        }
     }
 
     pub fn outcome(self) -> Made {
-        match self.thread.join() {
-            Ok(Ok(bytes)) => Made::Done {
+        let made = match self.work {
+            Work::Thread(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err("the snapshot thread panicked".into())),
+            Work::Done(made) => made,
+        };
+        match made {
+            Ok(bytes) => Made::Done {
                 index: self.index,
                 term: self.term,
                 bytes,
             },
-            Ok(Err(e)) => Made::Failed(e),
-            Err(_) => Made::Failed("the snapshot thread panicked".into()),
+            Err(e) => Made::Failed(e),
         }
     }
 }

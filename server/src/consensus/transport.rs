@@ -48,6 +48,8 @@ type Frame = (u16, Vec<u8>, Option<u64>);
 #[derive(Default)]
 pub struct Outbound {
     senders: RwLock<HashMap<u64, Link>>,
+    /// A simulation's: messages kept for it to deliver, no links opened.
+    captured: Option<Mutex<Vec<(usize, Message)>>>,
 }
 
 /// One member's queue, and where its thread connects (shared with the thread, so that a
@@ -58,8 +60,33 @@ struct Link {
 }
 
 impl Outbound {
+    /// An outbound side that keeps what is sent for a simulation (`consensus::sim`).
+    #[cfg(test)]
+    pub fn capturing() -> Outbound {
+        Outbound {
+            senders: RwLock::default(),
+            captured: Some(Mutex::default()),
+        }
+    }
+
+    /// What was sent since the last call (a capturing side's).
+    #[cfg(test)]
+    pub fn take_captured(&self) -> Vec<(usize, Message)> {
+        self.captured
+            .as_ref()
+            .map(|c| std::mem::take(&mut *c.lock().expect("captured")))
+            .unwrap_or_default()
+    }
+
     /// Queues `message` of `shard`'s group for its recipient.
     pub fn send(&self, shard: usize, message: &Message) {
+        if let Some(captured) = &self.captured {
+            captured
+                .lock()
+                .expect("captured")
+                .push((shard, message.clone()));
+            return;
+        }
         let senders = self.senders.read().expect("raft senders");
         let Some(link) = senders.get(&message.to) else {
             return;
@@ -106,6 +133,9 @@ pub fn spawn(consensus: Arc<Consensus>) -> Result<(), String> {
 /// Starts the link to `peer` (a sender thread and its queue), or points the existing one
 /// at its new address.
 pub fn open_link(consensus: &Arc<Consensus>, peer: Peer) {
+    if consensus.transport.captured.is_some() {
+        return;
+    }
     let mut senders = consensus.transport.senders.write().expect("raft senders");
     if let Some(link) = senders.get(&peer.id) {
         *link.peer.lock().expect("raft peer") = peer;

@@ -165,7 +165,7 @@ impl ShardRaft {
         let (log, storage) = load_log(&consensus, shard, dir, &snapshots, &base)?;
         let base = (base.index, base.term);
         let hard_state = storage.hard_state().clone();
-        let config = Config {
+        let mut config = Config {
             id: consensus.me,
             applied: base.0,
             election_tick: ELECTION_TICKS,
@@ -177,9 +177,16 @@ impl ShardRaft {
             read_only_option: ReadOnlyOption::Safe,
             ..Config::default()
         };
+        if consensus.clock.is_simulated() {
+            // raft-rs draws the election timeout from the thread's generator: a seed could
+            // not replay. The simulation's clocks drift apart instead.
+            config.min_election_tick = ELECTION_TICKS;
+            config.max_election_tick = ELECTION_TICKS + 1;
+        }
         config.validate().map_err(|e| e.to_string())?;
         let node = RawNode::new(&config, storage, logger).map_err(|e| e.to_string())?;
         let persister = Persister::spawn(log, consensus.clone(), shard)?;
+        let started = consensus.clock.now();
         Ok(ShardRaft {
             node,
             persister,
@@ -203,7 +210,7 @@ impl ShardRaft {
             gathered: 0,
             last_group: 1,
             idle_since: None,
-            last_tick: Instant::now(),
+            last_tick: started,
             snapshots,
             scratch,
             making: None,
@@ -230,11 +237,12 @@ impl ShardRaft {
         self.produced = (self.epoch, self.serving);
         self.proposed_now = false;
         self.step_inbox();
-        if self.last_tick.elapsed() > TICK * 20 {
+        let now = self.now();
+        if now - self.last_tick > TICK * 20 {
             // The process was stopped or starved: one tick, not a burst of them.
-            self.last_tick = Instant::now() - TICK;
+            self.last_tick = now - TICK;
         }
-        while self.last_tick.elapsed() >= TICK {
+        while now - self.last_tick >= TICK {
             self.node.tick();
             self.last_tick += TICK;
         }
@@ -324,13 +332,14 @@ impl ShardRaft {
         if self.node.raft.raft_log.committed < self.executed {
             return self
                 .gathering_since
-                .is_some_and(|at| at.elapsed() >= GATHER_MAX);
+                .is_some_and(|at| self.now() - at >= GATHER_MAX);
         }
         if self.gathered >= self.last_group {
             return true;
         }
-        let idle = *self.idle_since.get_or_insert_with(Instant::now);
-        idle.elapsed() >= GATHER_IDLE
+        let now = self.now();
+        let idle = *self.idle_since.get_or_insert(now);
+        now - idle >= GATHER_IDLE
     }
 
     /// How soon the loop must drive again for gathered operations to go (it may sleep
@@ -338,8 +347,8 @@ impl ShardRaft {
     pub fn wake_within(&self) -> Option<std::time::Duration> {
         let since = self.gathering_since?;
         let left = match self.idle_since {
-            Some(idle) => GATHER_IDLE.saturating_sub(idle.elapsed()),
-            None => GATHER_MAX.saturating_sub(since.elapsed()),
+            Some(idle) => GATHER_IDLE.saturating_sub(self.now() - idle),
+            None => GATHER_MAX.saturating_sub(self.now() - since),
         };
         Some(left.max(std::time::Duration::from_micros(20)))
     }
@@ -404,6 +413,57 @@ impl ShardRaft {
             true => Passed::Yes,
             false => Passed::No,
         }
+    }
+
+    /// The node's clock (a simulation's moves only when it says).
+    fn now(&self) -> Instant {
+        self.consensus.clock.now()
+    }
+
+    /// Raft's view of its log, for a simulation's failure report.
+    #[cfg(test)]
+    pub fn describe(&self) -> String {
+        let log = &self.node.raft.raft_log;
+        format!(
+            "raft: committed {} persisted {} applied {} last {} first {} unstable {} {:?} store base {:?} kept {} aligned {} terms {:?}; shard: applied {} executed {} confirmed {} read {}/{} apply_after {:?} persister {}",
+            log.committed,
+            log.persisted,
+            log.applied,
+            log.last_index(),
+            log.first_index(),
+            log.unstable.offset,
+            log.unstable.snapshot.as_ref().map(|s| s.get_metadata().index),
+            self.node.store().base(),
+            self.node.store().kept().len(),
+            self.node
+                .store()
+                .kept()
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.index == self.node.store().base().0 + 1 + i as u64),
+            self.node
+                .store()
+                .kept()
+                .iter()
+                .rev()
+                .take(3)
+                .map(|e| (e.index, e.term))
+                .collect::<Vec<_>>(),
+            self.applied,
+            self.executed,
+            self.confirmed,
+            self.read_done,
+            self.read_issued,
+            self.apply_after,
+            self.persister.persisted()
+        )
+    }
+
+    /// A simulation's (`consensus::sim`): the log writer writes what has gathered, as its
+    /// thread does; false when nothing waited.
+    #[cfg(test)]
+    pub fn write_log(&mut self) -> bool {
+        self.persister.write_waiting()
     }
 
     fn group(&self) -> &crate::consensus::Group {
@@ -720,7 +780,7 @@ impl ShardRaft {
                 }
                 Made::Failed(e) => {
                     tracing::error!(shard = self.shard, "a Raft snapshot failed: {e}");
-                    self.snapshot_retry_at = Some(Instant::now() + SNAPSHOT_RETRY);
+                    self.snapshot_retry_at = Some(self.now() + SNAPSHOT_RETRY);
                 }
             }
         }
@@ -732,7 +792,7 @@ impl ShardRaft {
             || store.kept_bytes() as u64 >= self.consensus.snapshot_log_bytes)
             && self.applied > store.base().0
             && self.making.is_none()
-            && self.snapshot_retry_at.is_none_or(|at| Instant::now() >= at);
+            && self.snapshot_retry_at.is_none_or(|at| self.now() >= at);
         if !due {
             return;
         }
@@ -755,6 +815,7 @@ impl ShardRaft {
                     &self.scratch,
                     entries,
                     (self.applied, term),
+                    self.consensus.clock.is_simulated(),
                 )
             });
         match folded {
@@ -764,7 +825,7 @@ impl ShardRaft {
             }
             Err(e) => {
                 tracing::error!(shard = self.shard, "cannot start a Raft snapshot: {e}");
-                self.snapshot_retry_at = Some(Instant::now() + SNAPSHOT_RETRY);
+                self.snapshot_retry_at = Some(self.now() + SNAPSHOT_RETRY);
             }
         }
     }
@@ -841,7 +902,11 @@ fn load_log(
     snapshots: &Snapshots,
     base: &Meta,
 ) -> Result<(LogFile, LogStore), String> {
-    let (log, loaded) = LogFile::open(&LogFile::path(dir, shard))?;
+    let chunk = match consensus.clock.is_simulated() {
+        true => 64 << 10,
+        false => crate::consensus::log_file::PREALLOCATE_BYTES,
+    };
+    let (mut log, loaded) = LogFile::open_extending(&LogFile::path(dir, shard), chunk)?;
     let voters = base.voters();
     *consensus.groups[shard].voters.lock().expect("voters") = voters.clone();
     let mut storage = LogStore::new(ConfState::from((voters, vec![])), snapshots.path());
@@ -853,6 +918,18 @@ fn load_log(
     storage
         .append(&loaded.entries)
         .map_err(|e| format!("the Raft log of shard {shard} does not load: {e}"))?;
+    if loaded
+        .entries
+        .first()
+        .is_some_and(|e| e.index <= base.index)
+    {
+        // The file must start after the snapshot before anything is appended to it: after
+        // an installed snapshot, new entries would follow a gap, and the next load would
+        // end the log there (the simulation found acknowledged entries lost that way).
+        let mut bytes = Vec::new();
+        crate::consensus::log_file::encode(storage.kept(), Some(storage.hard_state()), &mut bytes);
+        log.rewrite(&bytes)?;
+    }
     let group = &consensus.groups[shard];
     group.snapshot_index.store(base.index, Ordering::Relaxed);
     group
