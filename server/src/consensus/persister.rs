@@ -106,6 +106,26 @@ impl Persister {
         }
     }
 
+    /// A simulation's crash mid-write: some bytes of the oldest waiting job reach the
+    /// log, not all (`cut` picks how many), and nothing is acknowledged.
+    #[cfg(test)]
+    pub fn write_torn(&mut self, cut: u64) {
+        let Persister::Held { log, waiting, .. } = self else {
+            return;
+        };
+        let Some(job) = waiting.front() else {
+            return;
+        };
+        if job.rewrite || job.bytes.len() < 2 {
+            // A rewrite goes to a new file renamed into place: torn, it is not there.
+            return;
+        }
+        let piece = 1 + (cut % (job.bytes.len() as u64 - 1)) as usize;
+        if let Err(e) = log.write_synced(&job.bytes[..piece]) {
+            panic!("a simulated torn write failed: {e}");
+        }
+    }
+
     #[cfg(test)]
     /// A simulation's: writes every waiting job, then sends their messages, as the thread
     /// does with what has gathered; false when none waited.

@@ -1,17 +1,21 @@
 //! A deterministic simulation of a consensus group, as FoundationDB and TigerBeetle test
 //! theirs: three nodes' real `ShardRaft`s and real shards in one thread, over a network,
 //! clocks and log writers that a seeded generator drives. Messages are delayed, reordered,
-//! dropped and cut off by partitions; clocks drift apart; log writes wait, and a crash loses
-//! the ones not yet written (the node restarts from its files). Clients write unique keys on
-//! whichever node serves.
+//! dropped and cut off by partitions; clocks drift apart; a node is paused (no turn, no
+//! clock), mostly its leader, until another leads; log writes wait, and a crash loses the
+//! ones not yet written but for a torn piece of the next (the node restarts from its files).
+//! Clients write unique keys on whichever node serves, and read keys whose writes were
+//! acknowledged, on any node that believes it serves (a resumed old leader is asked at once).
 //!
-//! Checked at the end of every seed, once the faults stop and the group settles: every
-//! write a leader acknowledged (its reply's barrier passed) is on every node with its value,
-//! and every node holds the same value for every key ever written (the state machines
-//! agree). A seed runs the same way every time: a failure names its seed, and
-//! `WETASK_SIM_SEED=n` replays that one (`WETASK_SIM_TRACE=1` prints what happens).
-//! `WETASK_SIM_SEEDS` sets how many run (the suite runs 1,000, from `WETASK_SIM_FIRST`). What it leaves out: the transport's and log writer's threads themselves (the
-//! simulation stands in for them), torn writes inside a log record, and membership changes.
+//! Checked: a read whose reply goes (its barrier passed) shows the write acknowledged before
+//! it began; and at the end of every seed, once the faults stop and the group settles, every
+//! write a leader acknowledged is on every node with its value, and every node holds the
+//! same value for every key ever written (the state machines agree). A seed runs the same
+//! way every time: a failure names its seed, `WETASK_SIM_SEED=n` replays that one and
+//! `WETASK_SIM_TRACE=1` prints what happens. `WETASK_SIM_SEEDS` sets how many run (the
+//! suite runs 2,000, from `WETASK_SIM_FIRST`). What it leaves out: the transport's and log
+//! writer's threads themselves (the simulation stands in for them), disk errors, membership
+//! changes and several shards.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -37,8 +41,21 @@ struct Node {
     consensus: Arc<Consensus>,
     raft: ShardRaft,
     shard: Shard,
-    /// Client writes waiting for their barrier: the barrier and the (key, value) written.
-    pending: Vec<(Barrier, String, String)>,
+    /// Client commands waiting for their barrier.
+    pending: Vec<(Barrier, Op)>,
+}
+
+/// A client's command whose reply waits.
+enum Op {
+    /// SET key value.
+    Write(String, String),
+    /// GET of a key whose write had been acknowledged when the GET ran: its reply must
+    /// show that value (a read never misses a write acknowledged before it began).
+    Read {
+        key: String,
+        expected: String,
+        got: Option<String>,
+    },
 }
 
 impl Node {
@@ -72,16 +89,14 @@ impl Node {
     }
 
     /// One commit point: the Raft node driven, and the replies since the last one held.
-    fn drive(&mut self, acked: &mut BTreeMap<String, String>) {
+    fn drive(&mut self, out: &mut Outcomes) {
         self.raft.drive(&mut self.shard);
         let id = self.id;
+        let raft = &self.raft;
         self.pending
-            .retain(|(barrier, key, value)| match self.raft.passed(barrier) {
+            .retain(|(barrier, op)| match raft.passed(barrier) {
                 Passed::Yes => {
-                    if std::env::var_os("WETASK_SIM_TRACE").is_some() {
-                        eprintln!("node {id}: acked {key} ({barrier:?})");
-                    }
-                    acked.insert(key.clone(), value.clone());
+                    settle(id, barrier, op, out);
                     false
                 }
                 Passed::Lost => false,
@@ -106,6 +121,36 @@ impl Node {
     }
 }
 
+/// What the clients were told.
+#[derive(Default)]
+struct Outcomes {
+    /// The writes acknowledged, and the last of them.
+    acked: BTreeMap<String, String>,
+    last: Option<(String, String)>,
+    /// Reads whose reply went, each checked.
+    reads: usize,
+}
+
+/// A client command's reply went: a write is acknowledged, a read checked.
+fn settle(id: u64, barrier: &Barrier, op: &Op, out: &mut Outcomes) {
+    match op {
+        Op::Write(key, value) => {
+            if std::env::var_os("WETASK_SIM_TRACE").is_some() {
+                eprintln!("node {id}: acked {key} ({barrier:?})");
+            }
+            out.acked.insert(key.clone(), value.clone());
+            out.last = Some((key.clone(), value.clone()));
+        }
+        Op::Read { key, expected, got } => {
+            assert!(
+                got.as_ref() == Some(expected),
+                "node {id} answered GET {key} with {got:?} after {expected:?} was acknowledged"
+            );
+            out.reads += 1;
+        }
+    }
+}
+
 /// One seed's world.
 struct World {
     rng: fastrand::Rng,
@@ -115,7 +160,11 @@ struct World {
     flight: Vec<(u64, Message)>,
     /// Nodes cut off from the others.
     cut: BTreeSet<u64>,
-    acked: BTreeMap<String, String>,
+    /// A node stopped (SIGSTOP): no turn, no clock, nothing delivered, until resumed.
+    paused: Option<usize>,
+    /// How many writes were acknowledged when it was paused.
+    paused_acks: usize,
+    out: Outcomes,
     written: BTreeSet<String>,
     next_key: u64,
     /// What happened, for the determinism check.
@@ -145,7 +194,9 @@ impl World {
             dirs,
             flight: Vec::new(),
             cut: BTreeSet::new(),
-            acked: BTreeMap::new(),
+            paused: None,
+            paused_acks: 0,
+            out: Outcomes::default(),
             written: BTreeSet::new(),
             next_key: 0,
             trace: seed,
@@ -183,7 +234,9 @@ impl World {
     }
 
     fn live(&mut self) -> Option<usize> {
-        let live: Vec<usize> = (0..3).filter(|&i| self.nodes[i].is_some()).collect();
+        let live: Vec<usize> = (0..3)
+            .filter(|&i| self.nodes[i].is_some() && self.paused != Some(i))
+            .collect();
         (!live.is_empty()).then(|| live[self.rng.usize(..live.len())])
     }
 
@@ -194,6 +247,11 @@ impl World {
         let at = self.rng.usize(..self.flight.len());
         let (from, message) = self.flight.swap_remove(at);
         let to = message.to;
+        if self.paused == Some(to as usize - 1) {
+            // It waits in the socket until the node runs again.
+            self.flight.push((from, message));
+            return;
+        }
         let cut = self.cut.contains(&from) != self.cut.contains(&to);
         let dropped = faults && self.rng.u32(..100) < 3;
         if message.get_msg_type() == MessageType::MsgAppendResponse && !message.reject {
@@ -225,16 +283,16 @@ impl World {
     }
 
     fn step(&mut self, faults: bool) {
-        let roll = self.rng.u32(..100);
+        let roll = self.rng.u32(..1000);
         match roll {
-            0..=34 => self.deliver(faults),
-            35..=54 => {
+            0..=349 => self.deliver(faults),
+            350..=549 => {
                 if let Some(i) = self.live() {
                     let wrote = self.nodes[i].as_mut().expect("live").raft.write_log();
                     self.note(u64::from(wrote));
                 }
             }
-            55..=74 => {
+            550..=749 => {
                 if let Some(i) = self.live() {
                     let node = self.nodes[i].as_mut().expect("live");
                     let before = (
@@ -243,7 +301,7 @@ impl World {
                             .term
                             .load(std::sync::atomic::Ordering::Relaxed),
                     );
-                    node.drive(&mut self.acked);
+                    node.drive(&mut self.out);
                     let after = (
                         node.serving(),
                         node.consensus.groups[0]
@@ -258,16 +316,22 @@ impl World {
                     }
                 }
             }
-            75..=86 => {
+            750..=869 => {
                 // The clocks move, each at its own pace.
-                for node in self.nodes.iter().flatten() {
+                for (i, node) in self.nodes.iter().enumerate() {
+                    let Some(node) = node.as_ref().filter(|_| self.paused != Some(i)) else {
+                        continue;
+                    };
                     let ms = 5 + self.rng.u64(..25);
                     node.consensus.clock.advance(Duration::from_millis(ms));
                 }
             }
-            87..=95 if faults => self.client_write(),
-            96..=97 if faults => self.crash_or_restart(),
-            _ if faults => self.partition(),
+            870..=929 if faults => self.client_write(),
+            930..=984 if faults => self.client_read(),
+            // Faults, each about once in 200 steps: an election takes a few hundred.
+            985..=989 if faults => self.crash_or_restart(),
+            990..=994 if faults => self.partition(),
+            _ if faults => self.pause_or_resume(),
             _ => {}
         }
         self.collect();
@@ -278,7 +342,9 @@ impl World {
     fn client_write(&mut self) {
         // Clients find the node that serves (a partitioned old leader may think it does).
         let serving: Vec<usize> = (0..3)
-            .filter(|&i| self.nodes[i].as_ref().is_some_and(Node::serving))
+            .filter(|&i| {
+                self.paused != Some(i) && self.nodes[i].as_ref().is_some_and(Node::serving)
+            })
             .collect();
         if serving.is_empty() {
             return;
@@ -298,13 +364,53 @@ impl World {
         assert!(matches!(reply, Frame::Simple(_)), "SET answered {reply:?}");
         node.raft.drive(&mut node.shard);
         if let crate::shard::raft::Hold::Until(barrier) = node.raft.hold(&mut node.shard, 1) {
-            node.pending.push((barrier, key.clone(), value));
+            node.pending.push((barrier, Op::Write(key.clone(), value)));
         }
         let id = node.id;
         let state = node.raft.describe();
         self.say(|| format!("node {id}: SET {key} [{state}]"));
         self.written.insert(key);
         self.note(self.next_key);
+    }
+
+    /// A client reads a key whose write was acknowledged, on a node that believes it
+    /// serves (a cut-off old leader may): its reply goes only if its barrier passes, and
+    /// must then show the write.
+    fn client_read(&mut self) {
+        let serving: Vec<usize> = (0..3)
+            .filter(|&i| {
+                self.paused != Some(i) && self.nodes[i].as_ref().is_some_and(Node::serving)
+            })
+            .collect();
+        if serving.is_empty() {
+            return;
+        }
+        let i = serving[self.rng.usize(..serving.len())];
+        self.read_on(i);
+    }
+
+    /// GET of an acknowledged key on node `i`, as it believes it serves.
+    fn read_on(&mut self, i: usize) {
+        if self.out.acked.is_empty() || !self.nodes[i].as_ref().is_some_and(Node::serving) {
+            return;
+        }
+        // Half the time the write acknowledged last (a stale node is likeliest to miss it).
+        let (key, expected) = match (self.rng.bool(), &self.out.last) {
+            (true, Some(last)) => last.clone(),
+            _ => {
+                let at = self.rng.usize(..self.out.acked.len());
+                let (key, value) = self.out.acked.iter().nth(at).expect("in range");
+                (key.clone(), value.clone())
+            }
+        };
+        let node = self.nodes[i].as_mut().expect("live");
+        let got = node.get(&key);
+        node.raft.drive(&mut node.shard);
+        if let crate::shard::raft::Hold::Until(barrier) = node.raft.hold(&mut node.shard, 1) {
+            node.pending
+                .push((barrier, Op::Read { key, expected, got }));
+        }
+        self.note(7);
     }
 
     fn crash_or_restart(&mut self) {
@@ -316,11 +422,53 @@ impl World {
             return;
         }
         let i = self.rng.usize(..3);
-        // What its log writer had not written is lost with it; its clients' replies
-        // (pending barriers) never come.
+        if self.paused == Some(i) {
+            self.paused = None;
+        }
+        // What its log writer had not written is lost with it, but for a torn piece of
+        // the next record (the start cuts it); its clients' replies never come.
+        let cut = self.rng.u64(..u64::MAX);
+        if let Some(node) = self.nodes[i].as_mut() {
+            node.raft.crash_mid_write(cut);
+        }
         self.nodes[i] = None;
         self.say(|| format!("node {}: crashed", i + 1));
         self.note(200 + i as u64);
+    }
+
+    /// Stops a node, or resumes the stopped one. A resumed leader believes it still leads
+    /// (its clock stood still): a read sent to it at once is the stale read the barrier
+    /// must hold back.
+    fn pause_or_resume(&mut self) {
+        match self.paused.take() {
+            // Mostly until another node leads and has taken writes (or, now and then,
+            // sooner), as the nemesis pauses a leader.
+            Some(i) if !self.others_moved_on(i) && self.rng.u32(..20) != 0 => self.paused = Some(i),
+            Some(i) => {
+                self.say(|| format!("node {}: resumed", i + 1));
+                self.read_on(i);
+            }
+            None => {
+                let serving = (0..3).find(|&i| self.nodes[i].as_ref().is_some_and(Node::serving));
+                let i = match (serving, self.rng.u32(..5)) {
+                    (Some(leader), 0..=3) => leader,
+                    _ => self.rng.usize(..3),
+                };
+                if self.nodes[i].is_some() {
+                    self.paused = Some(i);
+                    self.paused_acks = self.out.acked.len();
+                    self.say(|| format!("node {}: paused", i + 1));
+                }
+            }
+        }
+        self.note(400 + self.paused.map_or(9, |i| i as u64));
+    }
+
+    /// Whether, since node `i` was paused, another node serves and has acknowledged a
+    /// write.
+    fn others_moved_on(&self, i: usize) -> bool {
+        self.out.acked.len() > self.paused_acks
+            && (0..3).any(|o| o != i && self.nodes[o].as_ref().is_some_and(Node::serving))
     }
 
     fn partition(&mut self) {
@@ -336,6 +484,7 @@ impl World {
     /// Faults stop: every node runs, the network heals, the group settles.
     fn settle(&mut self) {
         self.cut.clear();
+        self.paused = None;
         for i in 0..3 {
             if self.nodes[i].is_none() {
                 self.nodes[i] = Some(Node::open(i as u64 + 1, self.dirs[i].clone()));
@@ -374,20 +523,22 @@ impl World {
         );
     }
 
+    /// One node serves, and every node has applied all it has committed, which is all
+    /// the serving node's log; no reply waits.
     fn settled(&self) -> bool {
         let nodes: Vec<&Node> = self.nodes.iter().flatten().collect();
-        let Some(leader) = nodes.iter().find(|n| n.serving()) else {
+        let serving: Vec<&&Node> = nodes.iter().filter(|n| n.serving()).collect();
+        let [leader] = serving[..] else {
             return false;
         };
-        let commit = leader.consensus.groups[0]
-            .commit
-            .load(std::sync::atomic::Ordering::Relaxed);
-        nodes.iter().all(|n| {
-            n.consensus.groups[0]
-                .applied
-                .load(std::sync::atomic::Ordering::Relaxed)
-                >= commit
-        }) && leader.pending.is_empty()
+        let load = |n: &Node, field: fn(&super::Group) -> &std::sync::atomic::AtomicU64| {
+            field(&n.consensus.groups[0]).load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let commit = load(leader, |g| &g.commit);
+        commit >= leader.raft.last_index()
+            && nodes
+                .iter()
+                .all(|n| load(n, |g| &g.applied) == commit && n.pending.is_empty())
     }
 
     fn check(&mut self) {
@@ -396,6 +547,7 @@ impl World {
         for node in self.nodes.iter_mut().flatten() {
             let values: Vec<Option<String>> = keys.iter().map(|k| node.get(k)).collect();
             let lost: Vec<&String> = self
+                .out
                 .acked
                 .iter()
                 .filter(|(key, value)| {
@@ -412,11 +564,20 @@ impl World {
             );
             match &first {
                 None => first = Some(values),
-                Some(other) => assert!(
-                    *other == values,
-                    "node {} holds other values than node 1",
-                    node.id
-                ),
+                Some(other) => {
+                    let differ: Vec<_> = keys
+                        .iter()
+                        .zip(other.iter().zip(&values))
+                        .filter(|(_, (a, b))| a != b)
+                        .map(|(key, (a, b))| format!("{key}: {a:?} / {b:?}"))
+                        .collect();
+                    assert!(
+                        differ.is_empty(),
+                        "node {} holds other values than the first node: {differ:?} [{}]",
+                        node.id,
+                        node.raft.describe()
+                    );
+                }
             }
         }
     }
@@ -431,16 +592,16 @@ impl Drop for World {
     }
 }
 
-/// Runs seed `seed`: faults, then calm, then the checks. Its trace, and how many writes
-/// were acknowledged.
-fn run(seed: u64) -> (u64, usize) {
+/// Runs seed `seed`: faults, then calm, then the checks. Its trace, how many writes were
+/// acknowledged and how many reads checked.
+fn run(seed: u64) -> (u64, usize, usize) {
     let mut world = World::new(seed);
     for _ in 0..STEPS {
         world.step(true);
     }
     world.settle();
     world.check();
-    (world.trace, world.acked.len())
+    (world.trace, world.out.acked.len(), world.out.reads)
 }
 
 #[test]
@@ -455,24 +616,33 @@ fn seeded_groups_lose_no_acknowledged_write_and_agree() {
                     .unwrap_or(default)
             };
             let first = number("WETASK_SIM_FIRST", 0);
-            (first..first + number("WETASK_SIM_SEEDS", 1000)).collect()
+            (first..first + number("WETASK_SIM_SEEDS", 2000)).collect()
         }
     };
-    let mut acked = 0;
+    let (mut acked, mut reads) = (0, 0);
     for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run(seed));
         match outcome {
-            Ok((_, count)) => acked += count,
+            Ok((_, writes, read)) => {
+                acked += writes;
+                reads += read;
+            }
             Err(_) => panic!("seed {seed} failed; replay it with WETASK_SIM_SEED={seed}"),
         }
     }
-    // Not every seed's leaders get writes through its faults, but the runs must.
-    assert!(
-        acked > seeds.len(),
-        "{acked} writes acknowledged over {} seeds",
+    // Not every seed's leaders get writes and reads through its faults, but the runs must.
+    let runs = seeds.len();
+    if runs >= 100 {
+        assert!(
+            acked > runs,
+            "{acked} writes acknowledged over {runs} seeds"
+        );
+        assert!(reads > runs / 2, "{reads} reads checked over {runs} seeds");
+    }
+    println!(
+        "{} seeds, {acked} acknowledged writes and {reads} reads checked",
         seeds.len()
     );
-    println!("{} seeds, {acked} acknowledged writes checked", seeds.len());
 }
 
 #[test]

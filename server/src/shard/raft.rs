@@ -461,6 +461,19 @@ impl ShardRaft {
 
     /// A simulation's (`consensus::sim`): the log writer writes what has gathered, as its
     /// thread does; false when nothing waited.
+    /// The last entry of the node's log.
+    #[cfg(test)]
+    pub fn last_index(&self) -> u64 {
+        self.node.raft.raft_log.last_index()
+    }
+
+    /// A simulation's crash: a piece of the next waiting write (`cut` picks its length)
+    /// reaches the log, torn.
+    #[cfg(test)]
+    pub fn crash_mid_write(&mut self, cut: u64) {
+        self.persister.write_torn(cut);
+    }
+
     #[cfg(test)]
     pub fn write_log(&mut self) -> bool {
         self.persister.write_waiting()
