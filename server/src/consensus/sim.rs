@@ -340,16 +340,9 @@ impl World {
     /// A client writes a unique key on a node that serves (as a leader runs it: first,
     /// then the commit point holds the reply).
     fn client_write(&mut self) {
-        // Clients find the node that serves (a partitioned old leader may think it does).
-        let serving: Vec<usize> = (0..3)
-            .filter(|&i| {
-                self.paused != Some(i) && self.nodes[i].as_ref().is_some_and(Node::serving)
-            })
-            .collect();
-        if serving.is_empty() {
+        let Some(i) = self.a_serving_node() else {
             return;
-        }
-        let i = serving[self.rng.usize(..serving.len())];
+        };
         let node = self.nodes[i].as_mut().expect("live");
         self.next_key += 1;
         let key = format!("k{}", self.next_key);
@@ -377,16 +370,20 @@ impl World {
     /// serves (a cut-off old leader may): its reply goes only if its barrier passes, and
     /// must then show the write.
     fn client_read(&mut self) {
+        if let Some(i) = self.a_serving_node() {
+            self.read_on(i);
+        }
+    }
+
+    /// A running node that believes it serves, as a client finds one (a cut-off old
+    /// leader may still believe it).
+    fn a_serving_node(&mut self) -> Option<usize> {
         let serving: Vec<usize> = (0..3)
             .filter(|&i| {
                 self.paused != Some(i) && self.nodes[i].as_ref().is_some_and(Node::serving)
             })
             .collect();
-        if serving.is_empty() {
-            return;
-        }
-        let i = serving[self.rng.usize(..serving.len())];
-        self.read_on(i);
+        (!serving.is_empty()).then(|| serving[self.rng.usize(..serving.len())])
     }
 
     /// GET of an acknowledged key on node `i`, as it believes it serves.
