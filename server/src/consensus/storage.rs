@@ -57,6 +57,7 @@ impl LogStore {
     }
 
     /// The entries kept, after the snapshot.
+    #[cfg(test)]
     pub fn kept(&self) -> &[Entry] {
         &self.entries
     }
@@ -107,6 +108,14 @@ impl LogStore {
         self.base = (index, term);
         self.hard_state.commit = self.hard_state.commit.max(index);
         self.hard_state.term = self.hard_state.term.max(term);
+    }
+
+    /// The log's records as a rewrite of its file holds them: the entries kept and the
+    /// hard state (`LogFile::rewrite`).
+    pub fn encode_whole(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        super::log_file::encode(&self.entries, Some(&self.hard_state), &mut bytes);
+        bytes
     }
 
     fn last(&self) -> u64 {

@@ -538,8 +538,11 @@ impl ShardRaft {
             let after_sync = ready.take_persisted_messages();
             if installing {
                 // The log is what follows the snapshot, and the hard state.
-                self.persister
-                    .rewrite(ready.number(), self.encode_kept(), after_sync);
+                self.persister.rewrite(
+                    ready.number(),
+                    self.node.store().encode_whole(),
+                    after_sync,
+                );
             } else {
                 self.persister.submit(ready.number(), bytes, after_sync);
             }
@@ -851,16 +854,9 @@ impl ShardRaft {
             return;
         }
         store.compact(index, term);
-        self.persister.rewrite(0, self.encode_kept(), Vec::new());
+        self.persister
+            .rewrite(0, self.node.store().encode_whole(), Vec::new());
         self.group().snapshot_index.store(index, Ordering::Relaxed);
-    }
-
-    /// The log's records as a rewrite holds them: the entries kept, and the hard state.
-    fn encode_kept(&self) -> Vec<u8> {
-        let store = self.node.store();
-        let mut bytes = Vec::new();
-        crate::consensus::log_file::encode(store.kept(), Some(store.hard_state()), &mut bytes);
-        bytes
     }
 
     fn publish(&self) {
@@ -939,9 +935,7 @@ fn load_log(
         // The file must start after the snapshot before anything is appended to it: after
         // an installed snapshot, new entries would follow a gap, and the next load would
         // end the log there (the simulation found acknowledged entries lost that way).
-        let mut bytes = Vec::new();
-        crate::consensus::log_file::encode(storage.kept(), Some(storage.hard_state()), &mut bytes);
-        log.rewrite(&bytes)?;
+        log.rewrite(&storage.encode_whole())?;
     }
     let group = &consensus.groups[shard];
     group.snapshot_index.store(base.index, Ordering::Relaxed);
