@@ -349,9 +349,10 @@ def test_a_quorum_write_is_read_back_everywhere_and_followers_redirect(group):
     rc.close()
 
 
-def test_the_leader_killed_ten_times_writes_resume_within_2s_and_no_ack_is_lost(group):
-    acked = {}
-    stop = threading.Event()
+def start_writer(group):
+    """A thread that SETs w:0, w:1 … through a Follower until `stop` is set (bounded to
+    200,000): (the writes acknowledged, `stop`, the thread)."""
+    acked, stop = {}, threading.Event()
 
     def writer():
         client = Follower(group, timeout=1)
@@ -365,6 +366,11 @@ def test_the_leader_killed_ten_times_writes_resume_within_2s_and_no_ack_is_lost(
 
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
+    return acked, stop, thread
+
+
+def test_the_leader_killed_ten_times_writes_resume_within_2s_and_no_ack_is_lost(group):
+    acked, stop, thread = start_writer(group)
     wait_for(lambda: len(acked) > 50, "the writer's first acknowledgements")
     failovers = []
     for run in range(FAILOVERS):
@@ -559,19 +565,7 @@ def test_a_node_joins_and_a_member_leaves_while_the_group_serves():
         assert members(leader) == {1: "follower", 2: "follower", 3: "follower", leader.id: "leader"}
         # A writer runs through every change; what it was told is written must be on
         # every member at the end.
-        acked, stop = {}, threading.Event()
-
-        def keep_writing():
-            client = Follower(group, timeout=1)
-            for i in range(200000):
-                if stop.is_set():
-                    return
-                ok, _ = client.call("SET", f"w:{i}", str(i))
-                if ok:
-                    acked[f"w:{i}"] = str(i)
-
-        thread = threading.Thread(target=keep_writing, daemon=True)
-        thread.start()
+        acked, stop, thread = start_writer(group)
 
         joiner = group.join(4, "127.0.0.4")
         # Outside the group, it serves nothing and does not campaign.
