@@ -112,7 +112,7 @@ pub fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
     let mut config = config;
     config.io = io;
-    check_consensus(&mut config, shard_count)?;
+    check_consensus(&mut config)?;
     let doorbells = crate::doorbell::Doorbell::for_shards(shard_count)
         .map_err(|e| format!("cannot create the shards' doorbells: {e}"))?;
     let (shard_listeners, cluster) = cluster_listeners(&config, port, shard_count)?;
@@ -165,19 +165,14 @@ pub fn run(config: Config) -> Result<(), String> {
     join_shards(handles)
 }
 
-/// Consensus mode's requirements, checked before anything starts: one shard (a group per
-/// shard of several is not built yet), the io_uring path (its ring holds the replies until
-/// they commit), and cluster mode, which it implies (clients follow the leaders through
-/// `-MOVED` and `CLUSTER SLOTS`). The Raft log is the node's persistence: the journal and
+/// Consensus mode's requirements, checked before anything starts: the io_uring path (its
+/// ring holds the replies until they commit), and cluster mode, which it implies (clients
+/// follow the leaders through `-MOVED` and `CLUSTER SLOTS`; each shard's group is a slot
+/// range with its own leader). The Raft log is the node's persistence: the journal and
 /// snapshots are off.
-fn check_consensus(config: &mut Config, shard_count: usize) -> Result<(), String> {
+fn check_consensus(config: &mut Config) -> Result<(), String> {
     if config.consensus.is_empty() {
         return Ok(());
-    }
-    if shard_count != 1 {
-        return Err(
-            "consensus mode runs one shard per node for now: start it with --shards 1".into(),
-        );
     }
     if config.io != IoMode::Uring {
         return Err(

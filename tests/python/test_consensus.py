@@ -24,6 +24,7 @@ import time
 import pytest
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from conftest import BINARY, DEADLINE_S, wait_for
@@ -72,6 +73,9 @@ class Node:
     def port(self):
         return self.group.port + 1
 
+    def shard_port(self, shard):
+        return self.group.port + 1 + shard
+
     def start(self):
         """Starts the node. After a SIGKILL, its listening socket outlives the process for
         a moment (the io_uring ring is torn down after the exit): a start that finds its
@@ -89,7 +93,7 @@ class Node:
     def _start_once(self):
         self.log = []
         self.proc = subprocess.Popen(
-            [BINARY, "--bind", self.host, "--port", str(self.group.port), "--shards", "1",
+            [BINARY, "--bind", self.host, "--port", str(self.group.port), "--shards", str(self.group.shards),
              "--consensus", "raft", "--raft-id", str(self.id), "--raft-peers", self.group.peers_for(self),
              "--dir", self.dir, *self.group.extra_args,
              "--raft-auth", self.auth or self.group.auth,
@@ -111,15 +115,16 @@ class Node:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
-    def client(self, timeout=5):
+    def client(self, timeout=5, port=None):
         # No retries inside redis-py (its default backs off for seconds): the tests decide.
-        return redis.Redis(host=self.host, port=self.port, socket_timeout=timeout,
+        return redis.Redis(host=self.host, port=port or self.port, socket_timeout=timeout,
                            socket_connect_timeout=timeout, decode_responses=True,
                            retry=Retry(NoBackoff(), 0))
 
-    def consensus(self):
+    def consensus(self, shard=0):
+        """This node's state in `shard`'s group (INFO consensus), None when unreachable."""
         try:
-            return self.client(2).info("consensus")["group0"]
+            return self.client(2).info("consensus")[f"group{shard}"]
         except (redis.ConnectionError, redis.TimeoutError):
             return None
 
@@ -164,8 +169,9 @@ class Group:
     """Three nodes. `partitionable`: every node reaches each other's Raft port through a
     proxy of its own (`nemesis_proxy`), so that `isolate` can cut a node off."""
 
-    def __init__(self, partitionable=False, snapshot_log_bytes=None):
+    def __init__(self, partitionable=False, snapshot_log_bytes=None, shards=1):
         self.port = free_base_port()
+        self.shards = shards
         self.auth = f"group-secret-{random.randrange(10**9)}"
         self.extra_args = []
         if snapshot_log_bytes:
@@ -205,28 +211,29 @@ class Group:
         for proxy in self.proxies.values():
             proxy.heal()
 
-    def leader(self, exclude=None, deadline_s=DEADLINE_S):
-        """The node that leads and serves, once exactly one does."""
+    def leader(self, exclude=None, deadline_s=DEADLINE_S, shard=0):
+        """The node that leads and serves `shard`'s group."""
         def find():
             for node in self.nodes:
                 if node is exclude or not node.alive():
                     continue
-                state = node.consensus()
+                state = node.consensus(shard)
                 if state and state["role"] == "leader":
                     return node
             return None
-        return wait_for(find, "a serving leader", deadline_s)
+        return wait_for(find, f"a serving leader of group {shard}", deadline_s)
 
     def node_at(self, host):
         return next(n for n in self.nodes if n.host == host)
 
-    def caught_up(self, node):
-        """`node` has applied everything the leader has committed."""
-        target = int(wait_for(lambda: self.leader().consensus(), "the leader's state")["commit"])
+    def caught_up(self, node, shard=0):
+        """`node` has applied everything the leader of `shard`'s group has committed."""
+        target = int(wait_for(lambda: self.leader(shard=shard).consensus(shard),
+                              "the leader's state")["commit"])
         def check():
-            mine = node.consensus()
+            mine = node.consensus(shard)
             return mine and int(mine["applied"]) >= target
-        wait_for(check, f"node {node.id} to catch up")
+        wait_for(check, f"node {node.id} to catch up in group {shard}")
 
     def stop(self):
         for node in self.nodes:
@@ -260,16 +267,18 @@ class Follower:
         self.group = group
         self.timeout = timeout
         self.node = group.nodes[0]
+        self.port = self.node.port
         self.conn = None
 
     def _connect(self):
         if self.conn is None:
-            self.conn = self.node.client(self.timeout)
+            self.conn = self.node.client(self.timeout, self.port)
         return self.conn
 
     def _next_node(self):
         alive = [n for n in self.group.nodes if n.alive()] or self.group.nodes
         self.node = random.choice(alive)
+        self.port = self.node.port
         self.conn = None
 
     def call(self, *args, deadline_s=DEADLINE_S):
@@ -281,6 +290,7 @@ class Follower:
             except redis.ResponseError as e:
                 if isinstance(e, redis.exceptions.MovedError):
                     self.node = self.group.node_at(e.host)
+                    self.port = int(e.port)
                     self.conn = None
                     continue
                 if isinstance(e, (redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError,
@@ -472,6 +482,112 @@ def test_tasks_in_every_state_survive_their_leader(group):
     assert sorted(t[2] for t in got) == ["job2", "job3", "job4"]
     leader.start()
     group.caught_up(leader)
+
+
+def shard_of_name(client, name, shards):
+    """Which shard's group `name` lives in (ranges of 16384 / shards slots, in order)."""
+    return int(client.execute_command("CLUSTER", "KEYSLOT", name)) * shards // 16384
+
+
+def test_each_shard_is_a_group_of_its_own_led_from_any_node():
+    """--shards 2: each shard's slot range is a Raft group with a leader of its own. Cluster
+    clients follow both; a command for another shard's group is redirected, never run with
+    a hop; a write that would touch two groups is refused; a leader killed in one group
+    leaves the other serving, and no acknowledged write or task is lost in either."""
+    g = Group(shards=2)
+    try:
+        first = g.leader(shard=0)
+        if g.leader(shard=1) is first:
+            # Lead the two groups from two nodes.
+            other = next(n for n in g.nodes if n is not first)
+            first.client(port=first.shard_port(1)).execute_command("RAFT", "TRANSFER", str(other.id))
+            wait_for(lambda: g.leader(shard=1) is other, "group 1 led by another node")
+        second = g.leader(shard=1)
+        assert second is not first
+        c = first.client()
+        # The slot map names each range's own leader, on that shard's port.
+        for node in g.nodes:
+            slots = sorted(node.client().execute_command("CLUSTER", "SLOTS"))
+            assert [(s[0], s[1], s[2][0], s[2][1]) for s in slots] == [
+                (0, 8191, first.host, first.shard_port(0)),
+                (8192, 16383, second.host, second.shard_port(1))], slots
+        names = [f"r:{random.randrange(10**12)}:{i}" for i in range(400)]
+        by_shard = {0: [], 1: []}
+        for name in names:
+            by_shard[shard_of_name(c, name, 2)].append(name)
+        assert by_shard[0] and by_shard[1]
+        a, b = by_shard[0][0], by_shard[1][0]
+
+        rc = RedisCluster(host=first.host, port=first.shard_port(0), decode_responses=True)
+        for i, name in enumerate(names):
+            assert rc.set(name, value(i)) is True
+        assert [rc.get(name) for name in names] == [value(i) for i in range(len(names))]
+
+        # No hop: another group's key is redirected to its leader, several groups' refused.
+        with pytest.raises(redis.exceptions.MovedError, match=rf"{second.host}:{second.shard_port(1)}"):
+            c.get(b)
+        with pytest.raises(redis.ResponseError, match="same slot"):
+            c.mset({a: "1", b: "2"})
+        shared = redis.Redis(host=first.host, port=g.port, decode_responses=True)
+        with pytest.raises(redis.ResponseError, match="every shard's group"):
+            shared.flushall()
+        with pytest.raises(redis.ResponseError, match="FALLBACK queue must live"):
+            c.execute_command("TASK.SUBMIT", a, "p", "FALLBACK", b)
+        # A follower of group 0 runs none of a pipeline's writes, wherever their keys live.
+        follower = next(n for n in g.nodes if n is not first)
+        pipe = follower.client().pipeline(transaction=False)
+        for name in by_shard[0][:3] + by_shard[1][:3]:
+            pipe.set(name, "follower")
+        replies = pipe.execute(raise_on_error=False)
+        assert all(isinstance(r, redis.exceptions.MovedError) for r in replies), replies
+
+        # Tasks on queues of both groups, submitted through the cluster client.
+        queues = [f"q:{random.randrange(10**12)}" for _ in range(8)]
+        submitted = {rc.execute_command("TASK.SUBMIT", q, f"job-{i}"): q
+                     for i in range(40) for q in [queues[i % len(queues)]]}
+        assert {shard_of_name(c, q, 2) for q in queues} == {0, 1}
+
+        # Kill each group's leader in turn under a writer: the other group goes on serving.
+        acked, stop, thread = start_writer(g)
+        wait_for(lambda: len(acked) > 50, "the writer's first acknowledgements")
+        for shard, leader in [(0, first), (1, second)]:
+            before = len(acked)
+            leader.kill()
+            survivor = g.leader(shard=1 - shard)
+            if survivor is not leader:
+                name = by_shard[1 - shard][1]
+                assert survivor.client(port=survivor.shard_port(1 - shard)).set(name, "x") is True
+            g.leader(shard=shard, exclude=leader)
+            wait_for(lambda: len(acked) > before + 50, f"writes after group {shard}'s leader died")
+            leader.start()
+            for s in range(2):
+                g.caught_up(leader, s)
+        stop.set()
+        thread.join(DEADLINE_S)
+
+        rc = RedisCluster(host=first.host, port=first.shard_port(0), decode_responses=True)
+        keys = list(acked)
+        got = rc.mget_nonatomic(keys)
+        lost = [k for k, v in zip(keys, got) if v != acked[k]]
+        assert lost == [], f"{len(lost)} of {len(acked)} acknowledged writes lost"
+        delivered = {}
+        for q in queues:
+            for task_id, queue, payload, _ in rc.execute_command("TASK.FETCH", q, "COUNT", 100):
+                delivered[task_id] = queue
+                assert rc.execute_command("TASK.ACK", task_id) == "OK"
+        assert delivered == submitted
+
+        # Every node holds the same copy of each group.
+        for shard in range(2):
+            copies = []
+            for node in g.nodes:
+                g.caught_up(node, shard)
+                copies.append(sorted(node.client(port=node.shard_port(shard)).keys("*")))
+            assert copies[0] == copies[1] == copies[2] and copies[0], shard
+        print(f"two groups led by nodes {first.id} and {second.id}; {len(acked)} writes "
+              f"acknowledged through two leader kills, 0 lost; {len(submitted)} tasks delivered")
+    finally:
+        g.stop()
 
 
 def value(i):
@@ -855,7 +971,6 @@ def test_bad_consensus_options_are_refused_with_a_clear_error():
     d = tempfile.mkdtemp(prefix="wetask-raftbad-")
     try:
         for args, error in [
-            (["--shards", "2", "--raft-id", "1", "--raft-peers", "1=a:1,2=b:2,3=c:3"], "one shard"),
             (["--shards", "1", "--raft-id", "4", "--raft-peers", "1=a:1,2=b:2,3=c:3"], "does not name"),
             (["--shards", "1", "--raft-id", "1", "--raft-peers", "1=a:1,2=b:2"], "3 to 7"),
             (["--shards", "1", "--raft-id", "1", "--raft-peers", "1=a:1,2=b:x,3=c:3"], "not a port"),

@@ -1,7 +1,8 @@
 //! TASK.CRON across shards. A schedule lives on its queue's shard (so a tick's task is made
 //! where the schedule moves on, in one journaled step): SET first removes the name from every
 //! other shard (a schedule moved to a queue elsewhere is not left behind), then sets it on
-//! the queue's shard; DEL and LIST ask every shard. The per-shard side is
+//! the queue's shard; DEL and LIST ask every shard. In consensus mode SET, DEL and LIST
+//! cover the connection's shard only (each shard is its own Raft group). The per-shard side is
 //! `wetask_shards::families::tasks::cron`.
 
 use std::rc::Rc;
@@ -21,6 +22,13 @@ pub async fn cron(
     args: &[Bytes],
 ) -> Frame {
     let sub = &args[1];
+    if ctx.globals.consensus.is_some() {
+        // Consensus mode: a schedule belongs to its queue's group, and SET came to its
+        // shard (`session::consensus_route`); a write to another group's shard would skip
+        // that group's log. So SET does not look for the name on other shards, and DEL and
+        // LIST cover this shard's group, as a cluster node's cover its own slots.
+        return routing::local(ctx, at, spec, args);
+    }
     if is(sub, "set") && args.len() >= 6 {
         let home = ctx.owner_of(&args[4]);
         let del = vec![

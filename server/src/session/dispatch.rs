@@ -96,7 +96,7 @@ fn precheck(
             true => conn.asking,
             false => std::mem::take(&mut conn.asking),
         } || spec.has(flag::ASKING);
-        if let Some(redirect) = super::redirect::consensus(ctx, conn, request) {
+        if let Some(redirect) = super::consensus_route::consensus(ctx, conn, request) {
             return Err(redirect);
         }
         if let Some(redirect) = super::redirect::redirect(ctx, conn, request, asking) {
@@ -524,6 +524,17 @@ fn simple_target(
         // On a shard port a key of another shard is answered MOVED, by admission; ASKING
         // lasts one command, which admission counts.
         Owners::One(shard) if conn.shard_port && shard != ctx.id || conn.asking => None,
+        // Consensus mode: a command runs through admission unless this shard leads its
+        // group and holds its keys (`consensus_route`).
+        Owners::One(shard)
+            if ctx
+                .globals
+                .consensus
+                .as_ref()
+                .is_some_and(|c| shard != ctx.id || !c.serving(ctx.id)) =>
+        {
+            None
+        }
         Owners::One(shard) => Some((shard, spec)),
         Owners::None | Owners::Several => None,
     }

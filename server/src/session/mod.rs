@@ -9,6 +9,7 @@
 //!    back as a batch, which the transport runs in a task with [`dispatch::run_batch`],
 //!    then pumps again.
 
+mod consensus_route;
 pub mod dispatch;
 #[cfg(test)]
 mod parsed_once;

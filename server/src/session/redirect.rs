@@ -77,55 +77,6 @@ pub fn redirect(
     missing_here(ctx, conn, request, migrating?)
 }
 
-/// Consensus mode (`shard::raft`): a shard this node does not lead serves no keys. A keyed
-/// command goes to the group's leader with `-MOVED` (cluster clients then re-read
-/// `CLUSTER SLOTS`, which names the leaders); `-TRYAGAIN` while this node leads but has not
-/// applied its predecessors' entries; `-CLUSTERDOWN` while no leader is known. A keyless
-/// write is refused; keyless reads (INFO, DBSIZE …) are served from this node's state, and
-/// so are keyed reads on a connection that sent READONLY (Redis Cluster's replica reads).
-pub fn consensus(ctx: &ShardCtx, conn: &ConnState, request: &Request) -> Option<Frame> {
-    let consensus = ctx.globals.consensus.as_ref()?;
-    if consensus.serving(ctx.id) {
-        return None;
-    }
-    // After READONLY, reads that cannot block are served here, perhaps stale.
-    let replica_read = request.spec().is_some_and(|spec| {
-        spec.has(wetask_shards::spec::flag::READONLY)
-            && !spec.has(wetask_shards::spec::flag::BLOCKING)
-    });
-    if conn.replica_reads && replica_read {
-        return None;
-    }
-    if matches!(request.owners(), Owners::None) {
-        // EXEC runs what MULTI queued, checked when it was queued, perhaps under a leader.
-        let writes = request
-            .spec()
-            .is_some_and(|spec| spec.has(wetask_shards::spec::flag::WRITE) || spec.name == "exec");
-        return writes.then(|| Frame::static_error(crate::consensus::NOT_LEADER));
-    }
-    let slot = match request.placed_keys().first() {
-        Some(key) => key.slot,
-        None => {
-            let position = *request.key_positions().first()?;
-            wetask_shards::slot::key_slot(&request.args[position])
-        }
-    };
-    let leader = consensus.groups[ctx.id]
-        .leader
-        .load(std::sync::atomic::Ordering::Relaxed);
-    if leader == consensus.me {
-        return Some(Frame::static_error(
-            "TRYAGAIN This node was just elected and is catching up; retry",
-        ));
-    }
-    match consensus.shard_address(leader, ctx.id) {
-        Some((host, port)) => Some(Frame::error(format!("MOVED {slot} {host}:{port}"))),
-        None => Some(Frame::static_error(
-            "CLUSTERDOWN No leader is elected for this slot's group yet",
-        )),
-    }
-}
-
 /// At EXEC, in cluster mode: the redirect (MOVED, ASK, TRYAGAIN …) for the first queued
 /// command whose slot left this node since it was queued. The transaction is then discarded
 /// and EXEC answers the redirect, as Redis's does (its `getNodeByQuery` checks every queued

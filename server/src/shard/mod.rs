@@ -45,6 +45,11 @@ use crate::stats::ShardReport;
 /// Most peer requests a locked shard queues for after the unlock.
 pub const DEFERRED_REQUESTS_MAX: usize = 65_536;
 
+/// A peer shard's write refused in consensus mode with several groups
+/// (`ShardCore::consensus_refuses`).
+const CROSS_GROUP_WRITE: &str =
+    "CROSSSLOT in consensus mode a write runs on its own shard's port (its group's leader)";
+
 /// What a service does when one of this shard's connections goes away.
 pub trait ConnectionHooks {
     /// The connection is closing: let go of whatever it waits on, so its command returns.
@@ -393,11 +398,43 @@ impl ShardCtx {
             }
             _ => {}
         }
+        if let Some(count) = self.consensus_refuses(from, &request) {
+            tracing::warn!(
+                shard = self.id,
+                from,
+                "consensus mode: a peer shard's write was refused (a command for this group runs on its shard's port)"
+            );
+            let error = Frame::static_error(CROSS_GROUP_WRITE);
+            self.respond(from, id, Response::Frames(vec![error; count]));
+            return;
+        }
         if !self.lock.open_to(token) {
             self.defer(from, id, token, request);
             return;
         }
         self.admit(from, id, token, request);
+    }
+
+    /// Consensus mode with several groups: a peer's commands that write are refused (the
+    /// count of error replies to answer), whether this node leads this shard's group or
+    /// not: a write here must go through this group's log, and its reply wait for its
+    /// commit, which only this shard's own connections do (`session::consensus_route`
+    /// sends clients there, so only a path it does not know gets here).
+    fn consensus_refuses(&self, from: usize, request: &Request) -> Option<usize> {
+        if from == self.id || self.shard_count == 1 || self.globals.consensus.is_none() {
+            return None;
+        }
+        let writes =
+            |spec: usize| wetask_shards::COMMANDS[spec].has(wetask_shards::spec::flag::WRITE);
+        match request {
+            Request::Keys(KeyRequest::Exec { commands, .. })
+            | Request::Lock(LockRequest::Exec { commands, .. }) => commands
+                .iter()
+                .any(|(spec, _)| writes(spec))
+                .then(|| commands.count()),
+            Request::Keys(KeyRequest::ExecParsed { spec, .. }) => writes(*spec).then_some(1),
+            _ => None,
+        }
     }
 
     /// Serves a peer's request whose turn has come (the lock is its operation's, or free).

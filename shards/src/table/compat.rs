@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "consensus mode (`--consensus raft`, docs/REPLICATION.md) with several shards per node, and its metadata group",
+        "consensus mode's metadata group (a cluster-wide configuration; resharding between Raft groups), and operations across groups (keys of several groups are `-CROSSSLOT` in consensus mode)",
         "issue 36",
     ),
     (
