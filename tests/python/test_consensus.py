@@ -47,12 +47,21 @@ def port_is_free(host, port):
             return False
 
 
+# A node's Raft port is its client port + RAFT_OFFSET (named in --raft-peers). Every port a
+# node listens on stays below Linux's ephemeral range (32768 and up): a connection's local
+# port there could take a listener's port between the check and the start.
+RAFT_OFFSET = 5000
+SHARDS_MAX = 4
+
+
 def free_base_port():
     """A client port whose shard, bus and Raft ports are free on every host."""
     for _ in range(500):
-        port = random.randint(20000, 40000)
-        wanted = [port, port + 1, port + 10001, port + 20000]
-        if all(port_is_free(h, p) for h in HOSTS for p in wanted):
+        port = random.randint(20000, 32767 - 10000 - SHARDS_MAX)
+        wanted = [port, port + RAFT_OFFSET]
+        wanted += [port + 1 + s for s in range(SHARDS_MAX)]
+        wanted += [port + 10001 + s for s in range(SHARDS_MAX)]
+        if all(port_is_free(h, p) for h in HOSTS + ["127.0.0.4"] for p in wanted):
             return port
     raise AssertionError("no free ports")
 
@@ -181,10 +190,14 @@ class Group:
             for i, to_host in enumerate(HOSTS):
                 for sender in range(1, len(HOSTS) + 1):
                     if sender != i + 1:
-                        self.proxies[(sender, i + 1)] = Proxy(to_host, (to_host, self.port + 20000))
+                        self.proxies[(sender, i + 1)] = Proxy(to_host, (to_host, self.port + RAFT_OFFSET))
         self.nodes = [Node(self, i + 1, h) for i, h in enumerate(HOSTS)]
         for node in self.nodes:
             node.start()
+
+    def address(self, host):
+        """A node's `host:port:raft-port` (RAFT ADD's argument)."""
+        return f"{host}:{self.port}:{self.port + RAFT_OFFSET}"
 
     def join(self, raft_id, host):
         """Starts a node outside the group (`--raft-join`), to be added with RAFT ADD."""
@@ -199,7 +212,8 @@ class Group:
         them, if any."""
         def member(other):
             proxy = self.proxies.get((node.id, other.id))
-            return f"{other.id}={other.host}:{self.port}" + (f":{proxy.port}" if proxy else "")
+            raft_port = proxy.port if proxy else self.port + RAFT_OFFSET
+            return f"{other.id}={other.host}:{self.port}:{raft_port}"
         return ",".join(member(other) for other in self.nodes)
 
     def isolate(self, node):
@@ -688,10 +702,10 @@ def test_a_node_joins_and_a_member_leaves_while_the_group_serves():
         assert members(joiner) == {}
         follower = next(n for n in group.nodes[:3] if n is not leader)
         with pytest.raises(redis.ResponseError, match="does not lead its group; its leader is"):
-            follower.client().execute_command("RAFT", "ADD", 4, f"127.0.0.4:{group.port}")
-        assert c.execute_command("RAFT", "ADD", 4, f"127.0.0.4:{group.port}") == "OK"
+            follower.client().execute_command("RAFT", "ADD", 4, group.address("127.0.0.4"))
+        assert c.execute_command("RAFT", "ADD", 4, group.address("127.0.0.4")) == "OK"
         with pytest.raises(redis.ResponseError, match="a member already"):
-            c.execute_command("RAFT", "ADD", 4, f"127.0.0.4:{group.port}")
+            c.execute_command("RAFT", "ADD", 4, group.address("127.0.0.4"))
         group.caught_up(joiner)
         assert int(joiner.consensus()["snapshots_installed"]) >= 1, joiner.consensus()
         assert set(members(joiner)) == {1, 2, 3, 4}
@@ -746,6 +760,39 @@ def test_a_node_joins_and_a_member_leaves_while_the_group_serves():
         assert int(stats["queued"]) == 2
         with pytest.raises(redis.ResponseError, match="unknown RAFT subcommand"):
             n.execute_command("RAFT", "FROB")
+    finally:
+        group.stop()
+
+
+def test_a_node_joins_each_group_of_several_shards_by_its_own_leader():
+    """With --shards 2 a joining node is added to each group by RAFT ADD on that group's
+    leader, at its shard's port; RAFT on the shared port is refused (its connection lands on
+    any shard, so the group would be chance's). The new member catches up in each group."""
+    group = Group(shards=2)
+    try:
+        first = group.nodes[0]
+        for shard in range(2):
+            group.leader(shard=shard)
+        rc = RedisCluster(host=first.host, port=first.port, decode_responses=True)
+        names = [f"j:{random.randrange(10**12)}:{i}" for i in range(200)]
+        for i, name in enumerate(names):
+            assert rc.set(name, value(i)) is True
+        joiner = group.join(4, "127.0.0.4")
+        shared = redis.Redis(host=first.host, port=group.port, decode_responses=True)
+        with pytest.raises(redis.ResponseError, match="send RAFT to the shard's port"):
+            shared.execute_command("RAFT", "MEMBERS")
+        for shard in range(2):
+            leader = group.leader(shard=shard)
+            c = leader.client(port=leader.shard_port(shard))
+            assert c.execute_command("RAFT", "ADD", 4, group.address("127.0.0.4")) == "OK"
+            group.caught_up(joiner, shard)
+            rows = joiner.client(port=joiner.shard_port(shard)).execute_command("RAFT", "MEMBERS")
+            assert {int(row[0]) for row in rows} == {1, 2, 3, 4}
+        for shard in range(2):
+            r = joiner.client(port=joiner.shard_port(shard))
+            r.execute_command("READONLY")
+            mine = [i for i, name in enumerate(names) if shard_of_name(r, name, 2) == shard]
+            assert mine and r.mget([names[i] for i in mine]) == [value(i) for i in mine]
     finally:
         group.stop()
 

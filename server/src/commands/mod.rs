@@ -172,7 +172,7 @@ pub async fn run(
         "latency" => ctx.globals.latency.command(args),
         "role" => replication::role(ctx),
         "replicaof" | "slaveof" => replication::replicaof(ctx, args),
-        "raft" => raft::raft(ctx, args),
+        "raft" => raft::raft(ctx, args, conn.borrow().shard_port),
         "replconf" => replication::replconf(ctx, &mut conn.borrow_mut(), args),
         "scan" => {
             let (db, only_here) = (conn.borrow().db, conn.borrow().shard_port);

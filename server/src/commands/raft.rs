@@ -2,6 +2,9 @@
 //! lists them from any node; ADD, REMOVE and TRANSFER run on the group's leader, which
 //! proposes the change (`consensus::membership`) and answers once it has committed.
 //!
+//! With several shards each is a group of its own, and RAFT acts on the group of the shard
+//! port it is sent to (the shared port's connections land on any shard: refused there).
+//!
 //! - `RAFT MEMBERS`: each voter of the connection's group: id, `host:port`, Raft port,
 //!   and whether it leads.
 //! - `RAFT ADD id host:port[:raft-port]`: adds a voter, started with `--raft-join yes`.
@@ -20,6 +23,7 @@ use crate::consensus::{membership, Consensus};
 use crate::shard::ShardCtx;
 
 const OFF: &str = "ERR consensus mode is off (start the server with --consensus raft)";
+const ONE_GROUP: &str = "ERR with several shards each is a group of its own: send RAFT to the shard's port (port + 1 + shard)";
 const USAGE: &str = "ERR unknown RAFT subcommand or wrong number of arguments; try RAFT HELP";
 
 const HELP: &[&str] = &[
@@ -36,8 +40,8 @@ const HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
-/// RAFT `args[1]` …
-pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
+/// RAFT `args[1]` …, on a connection to a shard's port (`shard_port`) or the shared one.
+pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes], shard_port: bool) -> Frame {
     let sub = &args[1];
     if args.len() == 2 && is(sub, "help") {
         return Frame::Array(HELP.iter().map(|line| Frame::simple(line)).collect());
@@ -45,6 +49,10 @@ pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
     let Some(consensus) = ctx.globals.consensus.as_ref() else {
         return Frame::static_error(OFF);
     };
+    if ctx.shard_count > 1 && !shard_port {
+        // The shared port's connections land on any shard: the group would be chance's.
+        return Frame::static_error(ONE_GROUP);
+    }
     let shard = ctx.id;
     match args.len() {
         2 if is(sub, "members") => members(consensus, shard),
