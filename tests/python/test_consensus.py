@@ -764,10 +764,19 @@ def test_a_node_joins_and_a_member_leaves_while_the_group_serves():
         group.stop()
 
 
-def test_a_node_joins_each_group_of_several_shards_by_its_own_leader():
-    """With --shards 2 a joining node is added to each group by RAFT ADD on that group's
-    leader, at its shard's port; RAFT on the shared port is refused (its connection lands on
-    any shard, so the group would be chance's). The new member catches up in each group."""
+def raft_members(node, shard):
+    """RAFT MEMBERS of `shard`'s group on `node`, as a set of ids."""
+    rows = node.client(port=node.shard_port(shard)).execute_command("RAFT", "MEMBERS")
+    return {int(row[0]) for row in rows}
+
+
+def test_group_0_holds_the_members_and_every_other_group_follows_them():
+    """With --shards 2, group 0 is the metadata group: RAFT ADD and REMOVE go to its leader
+    (at shard 0's port; elsewhere they are refused, and RAFT on the shared port too, whose
+    connection lands on any shard), and group 1's leader follows its members by itself: the
+    joining node is added there and catches up, and a removed member that leads group 1
+    hands that leadership over and leaves. A writer runs throughout; nothing it was told is
+    written is lost."""
     group = Group(shards=2)
     try:
         first = group.nodes[0]
@@ -777,22 +786,47 @@ def test_a_node_joins_each_group_of_several_shards_by_its_own_leader():
         names = [f"j:{random.randrange(10**12)}:{i}" for i in range(200)]
         for i, name in enumerate(names):
             assert rc.set(name, value(i)) is True
+        acked, stop, thread = start_writer(group)
         joiner = group.join(4, "127.0.0.4")
         shared = redis.Redis(host=first.host, port=group.port, decode_responses=True)
         with pytest.raises(redis.ResponseError, match="send RAFT to the shard's port"):
             shared.execute_command("RAFT", "MEMBERS")
+        lead1 = group.leader(shard=1)
+        with pytest.raises(redis.ResponseError, match="group 0 holds the cluster's members"):
+            lead1.client(port=lead1.shard_port(1)).execute_command("RAFT", "ADD", 4, group.address("127.0.0.4"))
+        lead0 = group.leader(shard=0)
+        assert lead0.client().execute_command("RAFT", "ADD", 4, group.address("127.0.0.4")) == "OK"
         for shard in range(2):
-            leader = group.leader(shard=shard)
-            c = leader.client(port=leader.shard_port(shard))
-            assert c.execute_command("RAFT", "ADD", 4, group.address("127.0.0.4")) == "OK"
+            wait_for(lambda: raft_members(group.leader(shard=shard), shard) == {1, 2, 3, 4},
+                     f"node 4 in group {shard}")
             group.caught_up(joiner, shard)
-            rows = joiner.client(port=joiner.shard_port(shard)).execute_command("RAFT", "MEMBERS")
-            assert {int(row[0]) for row in rows} == {1, 2, 3, 4}
+            assert raft_members(joiner, shard) == {1, 2, 3, 4}
         for shard in range(2):
             r = joiner.client(port=joiner.shard_port(shard))
             r.execute_command("READONLY")
             mine = [i for i, name in enumerate(names) if shard_of_name(r, name, 2) == shard]
             assert mine and r.mget([names[i] for i in mine]) == [value(i) for i in mine]
+
+        # Group 0 removes a founding member that leads group 1 (not group 0's leader).
+        lead0 = group.leader(shard=0)
+        leaving = next(n for n in group.nodes[:3] if n is not lead0)
+        lead1 = group.leader(shard=1)
+        if lead1 is not leaving:
+            lead1.client(port=lead1.shard_port(1)).execute_command("RAFT", "TRANSFER", leaving.id)
+            wait_for(lambda: group.leader(shard=1) is leaving, "group 1 led by the leaving node")
+        assert lead0.client().execute_command("RAFT", "REMOVE", leaving.id) == "OK"
+        staying = {1, 2, 3, 4} - {leaving.id}
+        wait_for(lambda: raft_members(group.leader(shard=1, exclude=leaving), 1) == staying,
+                 "group 1 to follow the removal")
+        wait_for(lambda: (leaving.consensus(1) or {}).get("role") != "leader",
+                 "the removed node to hand group 1's leadership over")
+        wait_for(lambda: len(acked) > 100, "the writer's acknowledgements")
+        stop.set()
+        thread.join(DEADLINE_S)
+        rc = RedisCluster(host=lead0.host, port=lead0.port, decode_responses=True)
+        keys = list(acked)
+        got = rc.mget_nonatomic(keys)
+        assert [k for k, v in zip(keys, got) if v != acked[k]] == []
     finally:
         group.stop()
 

@@ -4,6 +4,8 @@
 //!
 //! With several shards each is a group of its own, and RAFT acts on the group of the shard
 //! port it is sent to (the shared port's connections land on any shard: refused there).
+//! Group 0 is the metadata group: ADD and REMOVE go to its port, and every other group's
+//! leader follows its members (`shard::raft`, `follow_membership`).
 //!
 //! - `RAFT MEMBERS`: each voter of the connection's group: id, `host:port`, Raft port,
 //!   and whether it leads.
@@ -24,6 +26,7 @@ use crate::shard::ShardCtx;
 
 const OFF: &str = "ERR consensus mode is off (start the server with --consensus raft)";
 const ONE_GROUP: &str = "ERR with several shards each is a group of its own: send RAFT to the shard's port (port + 1 + shard)";
+const MEMBERS_OF_GROUP_0: &str = "ERR with several shards group 0 holds the cluster's members: send RAFT ADD and REMOVE to shard 0's port; the other groups follow it";
 const USAGE: &str = "ERR unknown RAFT subcommand or wrong number of arguments; try RAFT HELP";
 
 const HELP: &[&str] = &[
@@ -54,35 +57,12 @@ pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes], shard_port: bool) -> Frame {
         return Frame::static_error(ONE_GROUP);
     }
     let shard = ctx.id;
+    if shard != 0 && (is(sub, "add") || is(sub, "remove")) {
+        return Frame::static_error(MEMBERS_OF_GROUP_0);
+    }
     match args.len() {
         2 if is(sub, "members") => members(consensus, shard),
-        3 | 4 if is(sub, "add") => {
-            let text = format!(
-                "{}={}",
-                String::from_utf8_lossy(&args[2]),
-                String::from_utf8_lossy(args.get(3).map_or(&b""[..], |a| &a[..]))
-            );
-            match parse_one(&text) {
-                Ok(peer) => on_leader(ctx, consensus, |raft, voters| {
-                    if voters.contains(&peer.id) {
-                        return Err(format!("{} is a member already", peer.id));
-                    }
-                    if voters.len() >= *MEMBERS.end() {
-                        return Err("a group has at most 7 members".into());
-                    }
-                    let others: Vec<_> = consensus
-                        .peers()
-                        .into_iter()
-                        .filter(|p| p.id != peer.id)
-                        .collect();
-                    if let Some(clash) = clashes(&others, &peer) {
-                        return Err(clash);
-                    }
-                    raft.propose_change(membership::add(&peer))
-                }),
-                Err(e) => Frame::error(format!("ERR RAFT ADD: {e}")),
-            }
-        }
+        3 | 4 if is(sub, "add") => add(ctx, consensus, args),
         3 if is(sub, "remove") => match member_id(&args[2]) {
             Ok(id) => on_leader(ctx, consensus, |raft, voters| {
                 if !voters.contains(&id) {
@@ -112,6 +92,35 @@ pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes], shard_port: bool) -> Frame {
             Err(e) => e,
         },
         _ => Frame::static_error(USAGE),
+    }
+}
+
+/// RAFT ADD id host:port[:raft-port], on the group's leader.
+fn add(ctx: &Rc<ShardCtx>, consensus: &Consensus, args: &[Bytes]) -> Frame {
+    let text = format!(
+        "{}={}",
+        String::from_utf8_lossy(&args[2]),
+        String::from_utf8_lossy(args.get(3).map_or(&b""[..], |a| &a[..]))
+    );
+    match parse_one(&text) {
+        Ok(peer) => on_leader(ctx, consensus, |raft, voters| {
+            if voters.contains(&peer.id) {
+                return Err(format!("{} is a member already", peer.id));
+            }
+            if voters.len() >= *MEMBERS.end() {
+                return Err("a group has at most 7 members".into());
+            }
+            let others: Vec<_> = consensus
+                .peers()
+                .into_iter()
+                .filter(|p| p.id != peer.id)
+                .collect();
+            if let Some(clash) = clashes(&others, &peer) {
+                return Err(clash);
+            }
+            raft.propose_change(membership::add(&peer))
+        }),
+        Err(e) => Frame::error(format!("ERR RAFT ADD: {e}")),
     }
 }
 

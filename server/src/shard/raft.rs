@@ -63,6 +63,10 @@ const GATHER_IDLE: std::time::Duration = std::time::Duration::from_micros(200);
 /// The index and term of a founding member's first snapshot, empty: its log starts after.
 pub const START: (u64, u64) = (5, 5);
 
+/// How often the leader of a group other than 0 compares its members with group 0's
+/// (`ShardRaft::follow_membership`).
+const MEMBERSHIP_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// After a snapshot fails, the next try waits this long.
 const SNAPSHOT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -147,6 +151,8 @@ pub struct ShardRaft {
     /// A snapshot installed counts as applied only once its Ready is persisted (raft-rs
     /// refuses an applied index past the persisted one): the Ready's number.
     apply_after: Option<u64>,
+    /// When `follow_membership` last looked.
+    membership_checked: Instant,
 }
 
 impl ShardRaft {
@@ -219,6 +225,7 @@ impl ShardRaft {
             transfer: None,
             deposed: false,
             apply_after: None,
+            membership_checked: Instant::now(),
         })
     }
 
@@ -283,8 +290,76 @@ impl ShardRaft {
             }
         }
         self.update_role(shard);
+        self.follow_membership();
         self.snapshot_chores();
         self.publish();
+    }
+
+    /// With several shards, group 0 is the metadata group: its members are the cluster's
+    /// (`RAFT ADD` and `REMOVE` go to it), and the leader of every other group follows
+    /// them, one change at a time, an addition before a removal (so a group never has
+    /// fewer members than group 0). A leader that group 0 no longer names hands its
+    /// leadership to a member that stays, whose turn it then is to remove it. A view of
+    /// group 0 that lags only delays a change, or undoes one the next look redoes.
+    fn follow_membership(&mut self) {
+        let raft = &self.node.raft;
+        if self.shard == 0
+            || !self.serving
+            || raft.has_pending_conf()
+            || raft.lead_transferee.is_some()
+        {
+            return;
+        }
+        let now = self.now();
+        if now - self.membership_checked < MEMBERSHIP_CHECK {
+            return;
+        }
+        self.membership_checked = now;
+        let mut target = self.consensus.voters(0);
+        let mut mine = self.consensus.voters(self.shard);
+        target.sort_unstable();
+        mine.sort_unstable();
+        if target.is_empty() || target == mine {
+            return;
+        }
+        let change = if let Some(&id) = target.iter().find(|id| !mine.contains(id)) {
+            match self.consensus.peer(id) {
+                Some(peer) => crate::consensus::membership::add(&peer),
+                None => return,
+            }
+        } else if let Some(&id) = mine.iter().find(|id| !target.contains(id)) {
+            if id == self.consensus.me {
+                if let Some(&to) = mine
+                    .iter()
+                    .find(|&&other| other != id && target.contains(&other))
+                {
+                    tracing::info!(
+                        shard = self.shard,
+                        to,
+                        "group 0 removed this node: handing the leadership over"
+                    );
+                    self.node.transfer_leader(to);
+                }
+                return;
+            }
+            crate::consensus::membership::remove(id)
+        } else {
+            return;
+        };
+        let (kind, member) = (change.get_change_type(), change.node_id);
+        match self.propose_change(change) {
+            Ok(()) => tracing::info!(
+                shard = self.shard,
+                ?kind,
+                member,
+                "following group 0's members"
+            ),
+            Err(e) => tracing::warn!(
+                shard = self.shard,
+                member,
+                "following group 0's members: {e}"
+            ),
+        }
     }
 
     /// Steps the messages other nodes sent (and the transport's snapshot notes).

@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "consensus mode's metadata group (a cluster-wide configuration; resharding between Raft groups), and operations across groups (keys of several groups are `-CROSSSLOT` in consensus mode)",
+        "consensus mode's slot map in its metadata group (resharding between Raft groups; group 0 holds only the members), and operations across groups (keys of several groups are `-CROSSSLOT` in consensus mode)",
         "issue 36",
     ),
     (
