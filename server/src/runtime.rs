@@ -201,7 +201,7 @@ fn start_consensus(
     let dir = crate::consensus::data_dir(config);
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("cannot create the Raft directory {}: {e}", dir.display()))?;
-    let consensus = Arc::new(crate::consensus::Consensus::new(
+    let mut consensus = crate::consensus::Consensus::new(
         config.raft_id,
         peers,
         shard_count,
@@ -209,7 +209,9 @@ fn start_consensus(
         config.raft_snapshot_log_bytes,
         config.raft_join,
         config.raft_auth.clone(),
-    ));
+    );
+    consensus.dir = dir;
+    let consensus = Arc::new(consensus);
     crate::consensus::transport::spawn(consensus.clone())?;
     tracing::info!(
         id = config.raft_id,

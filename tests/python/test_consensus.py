@@ -646,6 +646,9 @@ def test_snapshots_compact_the_log_and_catch_up_a_follower_behind_it():
         group.caught_up(late)
         assert int(late.consensus()["snapshots_installed"]) >= 1, late.consensus()
         assert int(leader.consensus()["snapshots_sent"]) >= 1, leader.consensus()
+        # It was streamed to a file of its own, then renamed into place: none is left over.
+        raft_dir = os.path.join(late.dir, "raft")
+        assert [f for f in os.listdir(raft_dir) if f.endswith(".incoming")] == []
 
         def contents(node):
             r = node.client()

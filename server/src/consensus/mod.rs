@@ -108,6 +108,18 @@ pub struct Consensus {
     pub auth: Option<String>,
     /// The machine's clock, or a simulation's (see [`Clock`]).
     pub clock: Clock,
+    /// The Raft directory (`data_dir`): where the transport writes the snapshots that
+    /// arrive.
+    pub dir: std::path::PathBuf,
+}
+
+/// A snapshot a leader streamed here (`transport`), on disk and synced, waiting for its
+/// shard to step its message (`shard::raft`).
+pub struct Incoming {
+    pub from: u64,
+    pub index: u64,
+    pub term: u64,
+    pub path: std::path::PathBuf,
 }
 
 /// One shard's group, as the transport and the other shards see it.
@@ -115,6 +127,9 @@ pub struct Consensus {
 pub struct Group {
     /// Messages from other nodes, waiting for the shard's next turn.
     pub inbox: Mutex<Vec<Message>>,
+    /// Snapshots streamed here, their files named by their messages' sender, index and
+    /// term: a snapshot message without data counts only if it matches one.
+    pub incoming: Mutex<Vec<Incoming>>,
     /// The group's voting members as this node last applied them.
     pub voters: Mutex<Vec<u64>>,
     /// The leader this node knows of (0: none), its term, and whether this node leads and
@@ -171,6 +186,7 @@ impl Consensus {
             snapshot_log_bytes,
             auth,
             clock: Clock::default(),
+            dir: std::path::PathBuf::new(),
         }
     }
 
@@ -260,6 +276,34 @@ impl Consensus {
     }
 
     /// A message from another node for `shard`'s group.
+    /// Notes the snapshot streamed to `path` for `message` (its data left out), replacing
+    /// (and deleting) an older one from the same leader, then delivers the message.
+    pub fn deliver_snapshot(&self, shard: usize, message: Message, path: std::path::PathBuf) {
+        let Some(group) = self.groups.get(shard) else {
+            let _ = std::fs::remove_file(&path);
+            return;
+        };
+        let meta = message.get_snapshot().get_metadata();
+        let arrived = Incoming {
+            from: message.from,
+            index: meta.index,
+            term: meta.term,
+            path,
+        };
+        {
+            let mut incoming = group.incoming.lock().expect("incoming snapshots");
+            incoming.retain(|old| {
+                let keep = old.from != arrived.from;
+                if !keep {
+                    let _ = std::fs::remove_file(&old.path);
+                }
+                keep
+            });
+            incoming.push(arrived);
+        }
+        self.deliver(shard, message);
+    }
+
     pub fn deliver(&self, shard: usize, message: Message) {
         let Some(group) = self.groups.get(shard) else {
             return;

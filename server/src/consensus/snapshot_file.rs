@@ -109,6 +109,31 @@ impl Snapshots {
         Ok(meta)
     }
 
+    /// Puts a snapshot the leader streamed in place: its file at `path` (synced by the
+    /// transport), held in `data`, checked whole and renamed into place; what its header
+    /// says. The caller loads `data` into the shard (`import`).
+    pub fn install_file(&self, path: &Path, data: &[u8]) -> Result<Meta, String> {
+        let meta = check(data)?;
+        self.promote(path, meta.index)?;
+        Ok(meta)
+    }
+
+    /// Deletes the streamed snapshots a run left behind unstepped
+    /// (`raft-<shard>.snapshot-from-….incoming`, `consensus::transport`).
+    pub fn remove_incoming(&self) {
+        let prefix = format!("raft-{}.snapshot-from-", self.shard);
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&prefix) && name.ends_with(".incoming") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
     /// Renames `pending` into place if its `index` is past the one there; false (and
     /// `pending` removed) otherwise.
     fn promote(&self, pending: &Path, index: u64) -> Result<bool, String> {
@@ -149,19 +174,47 @@ pub fn empty(shard: usize, meta: &Meta) -> Vec<u8> {
 }
 
 /// What the header of the snapshot file at `path` says, reading that record only (the
-/// leader asks before it reads a whole snapshot to send).
+/// leader asks before it streams a snapshot).
 pub fn read_meta(path: &Path) -> Result<Meta, String> {
-    use std::io::Read;
     let shown = path.display();
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open {shown}: {e}"))?;
+    header_of(&file).map_err(|e| format!("{shown}: {e}"))
+}
+
+/// The header record of the snapshot file `file`, read from where it stands.
+fn header_of(file: &std::fs::File) -> Result<Meta, String> {
+    use std::io::Read;
     let mut head = Vec::new();
     file.take(record::HEADER_BYTES as u64 + 64 * 1024)
         .read_to_end(&mut head)
-        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+        .map_err(|e| format!("cannot read: {e}"))?;
     match record::read(&head, 0) {
         record::Next::Record { payload, .. } => parse_header(payload),
-        _ => Err(format!("{shown}: a damaged header")),
+        _ => Err("a damaged header".into()),
     }
+}
+
+/// Opens the snapshot file at `path` to stream it (`consensus::transport`), if it holds
+/// entry (`index`, `term`): the file, at its start, and its length. A newer snapshot may
+/// have been renamed into place since raft-rs asked for this one.
+pub fn open_to_send(path: &Path, index: u64, term: u64) -> Result<(std::fs::File, u64), String> {
+    use std::io::Seek;
+    let shown = path.display();
+    let mut file = std::fs::File::open(path).map_err(|e| format!("cannot open {shown}: {e}"))?;
+    let meta = header_of(&file).map_err(|e| format!("{shown}: {e}"))?;
+    if (meta.index, meta.term) != (index, term) {
+        return Err(format!(
+            "{shown} now holds entry ({}, {}), not ({index}, {term})",
+            meta.index, meta.term
+        ));
+    }
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot read {shown}: {e}"))?
+        .len();
+    file.rewind()
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    Ok((file, len))
 }
 
 /// Checks every record of a snapshot file held in `data` (header, checksums, the end

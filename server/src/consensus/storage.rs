@@ -186,44 +186,22 @@ impl raft::Storage for LogStore {
     }
 
     /// The snapshot file as it is now (it may be newer than `base`: the snapshot thread
-    /// renames its file in before the shard compacts). Read from disk on the shard's
+    /// renames its file in before the shard compacts), its header read on the shard's
     /// thread: a follower needs one only after falling behind the compacted log.
     /// One that does not name `to` among its members is not offered (raft-rs on `to`
     /// would refuse it): a member just added waits for the snapshot its addition calls
     /// for (`ShardRaft::change_members`).
     fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         let unavailable = raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable);
-        // The header first: while the snapshot does not suit `to` (a member just added
-        // waits for one that names it), raft-rs asks at every heartbeat, and the whole
-        // file is read only once it does.
-        match super::snapshot_file::read_meta(&self.snapshot_path) {
-            Ok(meta) if meta.index >= request_index && meta.voters().contains(&to) => {}
+        // The header only: the file itself is streamed to `to` by the transport, which the
+        // shard hands it opened (`ShardRaft::send`), so the message carries no data. While
+        // the snapshot does not suit `to` (a member just added waits for one that names
+        // it), raft-rs asks again at every heartbeat.
+        let found = match super::snapshot_file::read_meta(&self.snapshot_path) {
+            Ok(meta) if meta.index >= request_index && meta.voters().contains(&to) => meta,
             _ => return Err(unavailable),
-        }
-        let data = match std::fs::read(&self.snapshot_path) {
-            Ok(data) => data,
-            Err(e) => {
-                tracing::warn!(
-                    path = %self.snapshot_path.display(),
-                    "a follower needs the snapshot, which cannot be read: {e}"
-                );
-                return Err(unavailable);
-            }
         };
-        let found = match super::snapshot_file::check(&data) {
-            Ok(found) => found,
-            Err(e) => {
-                tracing::error!("a follower needs the snapshot, which is damaged: {e}");
-                return Err(unavailable);
-            }
-        };
-        if found.index < request_index || !found.voters().contains(&to) {
-            return Err(unavailable);
-        }
-        let mut snapshot = Snapshot {
-            data: data.into(),
-            ..Default::default()
-        };
+        let mut snapshot = Snapshot::default();
         let meta = snapshot.mut_metadata();
         meta.index = found.index;
         meta.term = found.term;

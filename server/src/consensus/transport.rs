@@ -5,6 +5,15 @@
 //! sent is dropped: Raft resends what matters (heartbeats, appends after a rejection).
 //! Arriving messages go to the shard's inbox ([`super::Consensus::deliver`]).
 //!
+//! A snapshot is streamed, not framed whole: the leader's shard hands the transport the
+//! snapshot file it opened (`send_snapshot`), and its sender thread writes a frame of shard
+//! [`STREAM`] — `[length u32][STREAM u16][shard u16][the message, without its data]` —
+//! then the file's length (u64) and the file itself, read from disk a piece at a time. The
+//! reader writes the file to the Raft directory as it arrives, syncs it, and delivers the
+//! message with the file's path (`Consensus::deliver_snapshot`). So no snapshot is held in
+//! memory by either transport, none is read on a leader's shard thread, and its size has
+//! no limit but [`SNAPSHOT_MAX`] (and the disk).
+//!
 //! A link opens with a hello frame (shard [`HELLO`]): `wetask-raft 1 ` and the group's
 //! secret (`--raft-auth`, compared in constant time). A reader drops a link whose first
 //! frame is not a hello with its own secret, so a node that does not know it cannot step
@@ -24,13 +33,15 @@ use raft::eraftpb::{Message, MessageType};
 use super::{Consensus, Peer};
 
 /// A message larger than this is refused by the reader: an append carries at most
-/// raft-rs's `max_size_per_msg`, far below it, and a snapshot the whole shard's state
-/// (so a shard whose snapshot file passes this cannot catch a follower up yet: snapshots
-/// are not sent in chunks). The reader's buffer grows with what arrives, not with what a
-/// frame's header claims.
+/// raft-rs's `max_size_per_msg`, far below it (a snapshot is streamed instead, [`STREAM`]).
+/// The reader's buffer grows with what arrives, not with what a frame's header claims.
 pub const FRAME_MAX: usize = 1 << 30;
 /// The shard number of a link's first frame, the hello.
 const HELLO: u16 = u16::MAX;
+/// The shard number of a streamed snapshot's frame (its own shard follows).
+const STREAM: u16 = u16::MAX - 1;
+/// A streamed snapshot larger than this is refused (the disk is the real limit).
+pub const SNAPSHOT_MAX: u64 = 1 << 40;
 const HELLO_PREFIX: &[u8] = b"wetask-raft 1 ";
 /// A hello longer than this is refused (a secret is a few dozen bytes).
 const HELLO_MAX: usize = 4096;
@@ -41,8 +52,14 @@ const RETRY_AFTER: Duration = Duration::from_millis(100);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A message on its way: its shard's group, its encoding, and, for a snapshot, who to
-/// tell the leader it went to (raft-rs's `report_snapshot`).
-type Frame = (u16, Vec<u8>, Option<u64>);
+/// tell the leader it went to (raft-rs's `report_snapshot`) and the file to stream after
+/// the message, with its length.
+struct Frame {
+    shard: u16,
+    bytes: Vec<u8>,
+    snapshot_to: Option<u64>,
+    file: Option<(std::fs::File, u64)>,
+}
 
 /// The links to the other members: a queue each, drained by its sender thread.
 #[derive(Default)]
@@ -95,13 +112,46 @@ impl Outbound {
         let snapshot = (message.get_msg_type() == MessageType::MsgSnapshot).then_some(message.to);
         match message.write_to_bytes() {
             Ok(bytes) => {
-                let _ = sender
-                    .lock()
-                    .expect("raft sender")
-                    .send((shard as u16, bytes, snapshot));
+                let _ = sender.lock().expect("raft sender").send(Frame {
+                    shard: shard as u16,
+                    bytes,
+                    snapshot_to: snapshot,
+                    file: None,
+                });
             }
             Err(e) => tracing::error!("cannot encode a Raft message: {e}"),
         }
+    }
+
+    /// Queues snapshot `message` (its data left out) with the snapshot `file` of `len`
+    /// bytes, streamed after it; false when there is no link to its recipient.
+    pub fn send_snapshot(
+        &self,
+        shard: usize,
+        message: &Message,
+        file: std::fs::File,
+        len: u64,
+    ) -> bool {
+        let senders = self.senders.read().expect("raft senders");
+        let Some(link) = senders.get(&message.to) else {
+            return false;
+        };
+        let Ok(bytes) = message.write_to_bytes() else {
+            return false;
+        };
+        let frame = Frame {
+            shard: shard as u16,
+            bytes,
+            snapshot_to: Some(message.to),
+            file: Some((file, len)),
+        };
+        let queued = link.queue.lock().expect("raft sender").send(frame).is_ok();
+        queued
+    }
+
+    /// Whether this side keeps messages for a simulation instead of sending them.
+    pub fn is_capturing(&self) -> bool {
+        self.captured.is_some()
     }
 }
 
@@ -177,7 +227,13 @@ fn send_loop(consensus: &Consensus, peer: &Mutex<Peer>, queue: Receiver<Frame>) 
                     consensus.auth.as_deref().unwrap_or("").as_bytes(),
                 ]
                 .concat();
-                if !write_frame(writer, (HELLO, hello, None)) {
+                let frame = Frame {
+                    shard: HELLO,
+                    bytes: hello,
+                    snapshot_to: None,
+                    file: None,
+                };
+                if !write_frame(writer, frame) {
                     link = None;
                 }
             }
@@ -191,8 +247,8 @@ fn send_loop(consensus: &Consensus, peer: &Mutex<Peer>, queue: Receiver<Frame>) 
         let mut ok = true;
         while let Some(frame) = next.take() {
             if ok {
-                if let (shard, _, Some(to)) = &frame {
-                    snapshots.push((*shard, *to));
+                if let Some(to) = frame.snapshot_to {
+                    snapshots.push((frame.shard, to));
                 }
                 ok = write_frame(writer, frame);
             } else {
@@ -202,7 +258,7 @@ fn send_loop(consensus: &Consensus, peer: &Mutex<Peer>, queue: Receiver<Frame>) 
         }
         ok = ok && writer.flush().is_ok();
         for (shard, to) in snapshots.drain(..) {
-            report_snapshot(consensus, &(shard, Vec::new(), Some(to)), ok);
+            report_snapshot_to(consensus, shard, to, ok);
         }
         if !ok {
             if let Some(writer) = link.take() {
@@ -229,29 +285,55 @@ fn connect(peer: &Peer) -> Option<TcpStream> {
 /// Tells the leader's shard how sending a snapshot went (its drive calls raft-rs's
 /// `report_snapshot`): until then raft-rs sends that follower nothing more.
 fn report_snapshot(consensus: &Consensus, frame: &Frame, sent: bool) {
-    let (shard, _, Some(to)) = frame else {
-        return;
-    };
+    if let Some(to) = frame.snapshot_to {
+        report_snapshot_to(consensus, frame.shard, to, sent);
+    }
+}
+
+/// The same, for `shard`'s snapshot to `to`; also what a leader's shard tells itself when
+/// a snapshot could not be queued (`shard::raft`).
+pub fn report_snapshot_to(consensus: &Consensus, shard: u16, to: u64, sent: bool) {
     let status = Message {
         msg_type: MessageType::MsgSnapStatus,
-        from: *to,
+        from: to,
         to: consensus.me,
         reject: !sent,
         ..Default::default()
     };
-    consensus.deliver(*shard as usize, status);
+    consensus.deliver(shard as usize, status);
 }
 
-fn write_frame(writer: &mut BufWriter<TcpStream>, (shard, bytes, _): Frame) -> bool {
+fn write_frame(writer: &mut impl Write, frame: Frame) -> bool {
+    let Some((file, len)) = frame.file else {
+        let header = [
+            &(frame.bytes.len() as u32).to_le_bytes()[..],
+            &frame.shard.to_le_bytes()[..],
+        ]
+        .concat();
+        return writer
+            .write_all(&header)
+            .and_then(|()| writer.write_all(&frame.bytes))
+            .is_ok();
+    };
     let header = [
-        &(bytes.len() as u32).to_le_bytes()[..],
-        &shard.to_le_bytes()[..],
+        &((frame.bytes.len() + 2) as u32).to_le_bytes()[..],
+        &STREAM.to_le_bytes()[..],
+        &frame.shard.to_le_bytes()[..],
     ]
     .concat();
-    writer
+    let streamed = writer
         .write_all(&header)
-        .and_then(|()| writer.write_all(&bytes))
-        .is_ok()
+        .and_then(|()| writer.write_all(&frame.bytes))
+        .and_then(|()| writer.write_all(&len.to_le_bytes()))
+        .and_then(|()| std::io::copy(&mut file.take(len), writer));
+    match streamed {
+        Ok(copied) if copied == len => true,
+        Ok(copied) => {
+            tracing::warn!(copied, len, "a snapshot file ended early while it was sent");
+            false
+        }
+        Err(_) => false,
+    }
 }
 
 /// Reads one peer's messages until the connection ends or sends something malformed.
@@ -266,6 +348,12 @@ fn receive_loop(consensus: &Consensus, stream: TcpStream) {
     while reader.read_exact(&mut header).is_ok() {
         let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
         let shard = u16::from_le_bytes(header[4..].try_into().expect("2 bytes")) as usize;
+        if shard == STREAM as usize {
+            if !receive_snapshot(consensus, &mut reader, len, &mut body) {
+                return;
+            }
+            continue;
+        }
         if len > FRAME_MAX || shard >= consensus.groups.len() {
             tracing::warn!(
                 len,
@@ -292,6 +380,81 @@ fn receive_loop(consensus: &Consensus, stream: TcpStream) {
             }
         }
     }
+}
+
+/// Reads a streamed snapshot (after its frame's header, `len` bytes of shard and message),
+/// writing the file to the Raft directory; false when the link must be dropped.
+fn receive_snapshot(
+    consensus: &Consensus,
+    reader: &mut impl Read,
+    len: usize,
+    body: &mut Vec<u8>,
+) -> bool {
+    if !(2..=HELLO_MAX * 16).contains(&len) || !read_body(reader, len, body) {
+        tracing::warn!(
+            len,
+            "a Raft peer sent a bad snapshot frame: dropping the link"
+        );
+        return false;
+    }
+    let shard = u16::from_le_bytes([body[0], body[1]]) as usize;
+    let message = match Message::parse_from_bytes(&body[2..]) {
+        Ok(message) => message,
+        Err(e) => {
+            tracing::warn!(
+                "a Raft peer sent an undecodable snapshot message ({e}): dropping the link"
+            );
+            return false;
+        }
+    };
+    let mut size = [0u8; 8];
+    if reader.read_exact(&mut size).is_err() {
+        return false;
+    }
+    let size = u64::from_le_bytes(size);
+    let meta = message.get_snapshot().get_metadata();
+    let fits = shard < consensus.groups.len()
+        && message.get_msg_type() == MessageType::MsgSnapshot
+        && message.get_snapshot().data.is_empty()
+        && consensus.peer(message.from).is_some()
+        && message.to == consensus.me
+        && size <= SNAPSHOT_MAX;
+    if !fits {
+        tracing::warn!(
+            shard,
+            size,
+            "a Raft peer streamed a snapshot that does not fit: dropping the link"
+        );
+        return false;
+    }
+    let path = consensus.dir.join(format!(
+        "raft-{shard}.snapshot-from-{}-{}-{}.incoming",
+        message.from, meta.index, meta.term
+    ));
+    match write_stream(reader, &path, size) {
+        Ok(()) => {
+            consensus.deliver_snapshot(shard, message, path);
+            true
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            tracing::warn!(
+                shard,
+                "a snapshot did not arrive whole ({e}): dropping the link"
+            );
+            false
+        }
+    }
+}
+
+/// Copies `size` bytes of `reader` to a new file at `path`, synced.
+fn write_stream(reader: &mut impl Read, path: &std::path::Path, size: u64) -> std::io::Result<()> {
+    let mut file = std::fs::File::create(path)?;
+    let copied = std::io::copy(&mut reader.take(size), &mut file)?;
+    if copied != size {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    file.sync_all()
 }
 
 /// Reads a link's first frame: a hello with this node's secret, or the link is dropped.
@@ -330,4 +493,128 @@ fn read_body(reader: &mut impl Read, len: usize, body: &mut Vec<u8>) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use super::*;
+
+    /// A fresh directory of this test's own.
+    fn temp(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("wetask-raftstream-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn consensus(dir: &std::path::Path) -> Consensus {
+        let peers =
+            super::super::peers::parse("1=127.0.0.1:7000,2=127.0.0.2:7000,3=127.0.0.3:7000", 1)
+                .expect("peers");
+        let doorbells = crate::doorbell::Doorbell::for_shards(1).expect("doorbells");
+        let mut consensus = Consensus::new(1, peers, 1, doorbells, 1 << 20, false, None);
+        consensus.dir = dir.to_path_buf();
+        consensus
+    }
+
+    fn snapshot_message(from: u64, index: u64) -> Message {
+        let mut message = Message {
+            msg_type: MessageType::MsgSnapshot,
+            from,
+            to: 1,
+            ..Default::default()
+        };
+        message.mut_snapshot().mut_metadata().index = index;
+        message.mut_snapshot().mut_metadata().term = 3;
+        message
+    }
+
+    /// The bytes `write_frame` puts on the wire for `message` and a file holding `content`.
+    fn streamed(message: &Message, content: &[u8]) -> Vec<u8> {
+        let dir = temp(&format!("send-{}-{}", message.from, content.len()));
+        let path = dir.join("snapshot");
+        std::fs::write(&path, content).expect("file");
+        let frame = Frame {
+            shard: 0,
+            bytes: message.write_to_bytes().expect("encode"),
+            snapshot_to: Some(message.to),
+            file: Some((
+                std::fs::File::open(&path).expect("open"),
+                content.len() as u64,
+            )),
+        };
+        let mut wire = Vec::new();
+        assert!(write_frame(&mut wire, frame));
+        let _ = std::fs::remove_dir_all(&dir);
+        wire
+    }
+
+    /// Reads one frame of `wire` as `receive_loop` does; whether the link lives on.
+    fn receive(consensus: &Consensus, wire: &[u8]) -> bool {
+        let len = u32::from_le_bytes(wire[..4].try_into().unwrap()) as usize;
+        assert_eq!(u16::from_le_bytes(wire[4..6].try_into().unwrap()), STREAM);
+        let mut reader = Cursor::new(&wire[6..]);
+        receive_snapshot(consensus, &mut reader, len, &mut Vec::new())
+    }
+
+    fn files(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir).unwrap().count()
+    }
+
+    #[test]
+    fn a_streamed_snapshot_lands_on_disk_and_its_message_is_delivered_without_data() {
+        let dir = temp("lands");
+        let consensus = consensus(&dir);
+        let content: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        assert!(receive(
+            &consensus,
+            &streamed(&snapshot_message(2, 40), &content)
+        ));
+        let group = &consensus.groups[0];
+        let inbox = group.inbox.lock().unwrap();
+        assert_eq!(inbox.len(), 1);
+        assert!(inbox[0].get_snapshot().data.is_empty());
+        let incoming = group.incoming.lock().unwrap();
+        assert_eq!(
+            (incoming[0].from, incoming[0].index, incoming[0].term),
+            (2, 40, 3)
+        );
+        assert_eq!(std::fs::read(&incoming[0].path).unwrap(), content);
+        drop((inbox, incoming));
+        // A newer one from the same leader replaces it, file and all.
+        assert!(receive(
+            &consensus,
+            &streamed(&snapshot_message(2, 41), b"newer")
+        ));
+        assert_eq!(group.incoming.lock().unwrap().len(), 1);
+        assert_eq!(files(&dir), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_cut_short_or_foreign_stream_drops_the_link_and_leaves_no_file() {
+        let dir = temp("refused");
+        let consensus = consensus(&dir);
+        // Cut short: the link ended before the file did.
+        let wire = streamed(&snapshot_message(2, 40), &[7u8; 10_000]);
+        assert!(!receive(&consensus, &wire[..wire.len() - 100]));
+        // From a node that is not a member; carrying data of its own; claiming too much.
+        assert!(!receive(
+            &consensus,
+            &streamed(&snapshot_message(9, 40), b"x")
+        ));
+        let mut with_data = snapshot_message(2, 40);
+        with_data.mut_snapshot().data = b"inline".to_vec().into();
+        assert!(!receive(&consensus, &streamed(&with_data, b"x")));
+        let mut wire = streamed(&snapshot_message(2, 40), b"x");
+        let at = 6 + 2 + snapshot_message(2, 40).write_to_bytes().unwrap().len();
+        wire[at..at + 8].copy_from_slice(&(SNAPSHOT_MAX + 1).to_le_bytes());
+        assert!(!receive(&consensus, &wire));
+        assert_eq!(files(&dir), 0);
+        assert!(consensus.groups[0].inbox.lock().unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -167,29 +167,12 @@ impl ShardRaft {
         scratch: ScratchShard,
     ) -> Result<ShardRaft, String> {
         let snapshots = Arc::new(Snapshots::new(dir, shard));
+        snapshots.remove_incoming();
         let base = open_snapshot(&consensus, shard, &snapshots, state)?;
         let (log, storage) = load_log(&consensus, shard, dir, &snapshots, &base)?;
         let base = (base.index, base.term);
         let hard_state = storage.hard_state().clone();
-        let mut config = Config {
-            id: consensus.me,
-            applied: base.0,
-            election_tick: ELECTION_TICKS,
-            heartbeat_tick: HEARTBEAT_TICKS,
-            max_size_per_msg: 4 << 20,
-            max_inflight_msgs: 256,
-            check_quorum: true,
-            pre_vote: true,
-            read_only_option: ReadOnlyOption::Safe,
-            ..Config::default()
-        };
-        if consensus.clock.is_simulated() {
-            // raft-rs draws the election timeout from the thread's generator: a seed could
-            // not replay. The simulation's clocks drift apart instead.
-            config.min_election_tick = ELECTION_TICKS;
-            config.max_election_tick = ELECTION_TICKS + 1;
-        }
-        config.validate().map_err(|e| e.to_string())?;
+        let config = raft_config(&consensus, base.0)?;
         let node = RawNode::new(&config, storage, logger).map_err(|e| e.to_string())?;
         let persister = Persister::spawn(log, consensus.clone(), shard)?;
         let started = consensus.clock.now();
@@ -381,7 +364,11 @@ impl ShardRaft {
                     continue;
                 }
                 MessageType::MsgSnapshot => {
-                    if let Err(e) = usable(message.get_snapshot()) {
+                    let checked = match message.get_snapshot().data.is_empty() {
+                        true => self.streamed(&message).map(|_| ()),
+                        false => usable(message.get_snapshot()),
+                    };
+                    if let Err(e) = checked {
                         tracing::warn!(shard = self.shard, "a snapshot was refused: {e}");
                         continue;
                     }
@@ -633,17 +620,54 @@ impl ShardRaft {
 
     fn send(&self, messages: Vec<Message>) {
         for message in messages {
-            if message.get_msg_type() == MessageType::MsgSnapshot {
-                self.group().snapshots_sent.fetch_add(1, Ordering::Relaxed);
+            match message.get_msg_type() {
+                MessageType::MsgSnapshot => self.send_snapshot(message),
+                _ => self.consensus.transport.send(self.shard, &message),
+            }
+        }
+    }
+
+    /// Sends raft-rs's snapshot message (its data left out by `LogStore::snapshot`) with
+    /// the snapshot file, opened here and streamed by the transport; a simulation's gets
+    /// the file as its data. A snapshot that cannot go is reported failed at once, so that
+    /// raft-rs asks for it again.
+    fn send_snapshot(&self, mut message: Message) {
+        let to = message.to;
+        let said = message.get_snapshot().get_metadata();
+        let (index, term) = (said.index, said.term);
+        let sent = match snapshot_file::open_to_send(&self.snapshots.path(), index, term) {
+            Ok((file, len)) => {
                 tracing::info!(
                     shard = self.shard,
-                    to = message.to,
-                    index = message.get_snapshot().get_metadata().index,
-                    bytes = message.get_snapshot().data.len(),
+                    to,
+                    index,
+                    bytes = len,
                     "sending the snapshot to a follower behind the compacted log"
                 );
+                self.group().snapshots_sent.fetch_add(1, Ordering::Relaxed);
+                let transport = &self.consensus.transport;
+                if transport.is_capturing() {
+                    let mut data = Vec::new();
+                    let read = std::io::Read::read_to_end(&mut &file, &mut data);
+                    message.mut_snapshot().data = data.into();
+                    transport.send(self.shard, &message);
+                    read.is_ok()
+                } else {
+                    transport.send_snapshot(self.shard, &message, file, len)
+                }
             }
-            self.consensus.transport.send(self.shard, &message);
+            Err(e) => {
+                tracing::warn!(shard = self.shard, to, "a snapshot was not sent: {e}");
+                false
+            }
+        };
+        if !sent {
+            crate::consensus::transport::report_snapshot_to(
+                &self.consensus,
+                self.shard as u16,
+                to,
+                false,
+            );
         }
     }
 
@@ -757,7 +781,21 @@ impl ShardRaft {
     /// Loads a snapshot the leader sent (this node had fallen behind its compacted log):
     /// in place on disk first, then into the shard, replacing everything.
     fn install(&mut self, shard: &mut Shard, snapshot: &Snapshot) {
-        let meta = match self.snapshots.install(&snapshot.data) {
+        let streamed;
+        let (installed, data) = match snapshot.data.is_empty() {
+            true => {
+                let said = snapshot.get_metadata();
+                let path = self.take_streamed(said.index, said.term);
+                streamed = std::fs::read(&path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()));
+                match &streamed {
+                    Ok(data) => (self.snapshots.install_file(&path, data), &data[..]),
+                    Err(e) => (Err(e.clone()), &[][..]),
+                }
+            }
+            false => (self.snapshots.install(&snapshot.data), &snapshot.data[..]),
+        };
+        let meta = match installed {
             Ok(found) => found,
             Err(e) => fatal(
                 self.shard,
@@ -767,7 +805,7 @@ impl ShardRaft {
         let (index, term) = (meta.index, meta.term);
         self.note_members(&meta);
         shard.begin_full_sync();
-        if let Err(e) = snapshot_file::import(&snapshot.data, shard) {
+        if let Err(e) = snapshot_file::import(data, shard) {
             fatal(
                 self.shard,
                 &format!("cannot load the leader's snapshot: {e}"),
@@ -785,9 +823,46 @@ impl ShardRaft {
             shard = self.shard,
             index,
             term,
-            bytes = snapshot.data.len(),
+            bytes = data.len(),
             "loaded the leader's snapshot"
         );
+    }
+
+    /// The file of streamed snapshot `message` (`consensus::transport`): it must have
+    /// arrived whole from its sender, and its header must say what the message says (every
+    /// record's checksum is checked when it is installed).
+    fn streamed(&self, message: &Message) -> Result<std::path::PathBuf, String> {
+        let said = message.get_snapshot().get_metadata();
+        let incoming = self.group().incoming.lock().expect("incoming snapshots");
+        let Some(arrived) = incoming
+            .iter()
+            .find(|i| (i.from, i.index, i.term) == (message.from, said.index, said.term))
+        else {
+            return Err("a snapshot message without its file".into());
+        };
+        agrees(&snapshot_file::read_meta(&arrived.path)?, said)?;
+        Ok(arrived.path.clone())
+    }
+
+    /// The file of the streamed snapshot (`index`, `term`) raft-rs took; the others
+    /// that arrived up to it are deleted.
+    fn take_streamed(&self, index: u64, term: u64) -> std::path::PathBuf {
+        let mut incoming = self.group().incoming.lock().expect("incoming snapshots");
+        let Some(at) = incoming
+            .iter()
+            .position(|i| (i.index, i.term) == (index, term))
+        else {
+            fatal(self.shard, "raft-rs took a snapshot whose file is gone");
+        };
+        let taken = incoming.remove(at).path;
+        incoming.retain(|i| {
+            let stale = i.index <= index;
+            if stale {
+                let _ = std::fs::remove_file(&i.path);
+            }
+            !stale
+        });
+        taken
     }
 
     /// Applies a committed membership change: the new member's address noted, Raft's
@@ -947,6 +1022,30 @@ impl ShardRaft {
     }
 }
 
+/// raft-rs's settings for a node that has applied up to `applied`.
+fn raft_config(consensus: &Consensus, applied: u64) -> Result<Config, String> {
+    let mut config = Config {
+        id: consensus.me,
+        applied,
+        election_tick: ELECTION_TICKS,
+        heartbeat_tick: HEARTBEAT_TICKS,
+        max_size_per_msg: 4 << 20,
+        max_inflight_msgs: 256,
+        check_quorum: true,
+        pre_vote: true,
+        read_only_option: ReadOnlyOption::Safe,
+        ..Config::default()
+    };
+    if consensus.clock.is_simulated() {
+        // raft-rs draws the election timeout from the thread's generator: a seed could
+        // not replay. The simulation's clocks drift apart instead.
+        config.min_election_tick = ELECTION_TICKS;
+        config.max_election_tick = ELECTION_TICKS + 1;
+    }
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
 /// Loads the group's snapshot into `state`: what its header says. A founding member
 /// writes its first one, empty, at [`START`]; a node that joins starts with none, and no
 /// members, until a leader sends it one.
@@ -1022,8 +1121,14 @@ fn load_log(
 
 /// A snapshot a leader sent: whole, and naming the entry its metadata names.
 fn usable(snapshot: &Snapshot) -> Result<(), String> {
-    let said = snapshot.get_metadata();
-    let found = snapshot_file::check(&snapshot.data)?;
+    agrees(
+        &snapshot_file::check(&snapshot.data)?,
+        snapshot.get_metadata(),
+    )
+}
+
+/// Whether a snapshot file's header (`found`) says what its message says.
+fn agrees(found: &Meta, said: &raft::eraftpb::SnapshotMetadata) -> Result<(), String> {
     let mut voters = found.voters();
     let mut said_voters = said.get_conf_state().voters.clone();
     voters.sort_unstable();
