@@ -11,6 +11,7 @@ import random
 import signal
 import socket
 import string
+import subprocess
 import threading
 import time
 
@@ -18,6 +19,7 @@ import pytest
 import redis
 
 from conftest import BINARY, DEADLINE_S, Server, wait_for
+from test_differential import free_port
 
 
 
@@ -416,3 +418,73 @@ def test_a_wait_whose_client_left_stops_waiting(server):
     for c in clients:
         c.close()
     wait_for(lambda: waiting_threads() == 0, "the waiting threads to end")
+
+
+def redis_server():
+    """A redis-server of its own on a free port: (its process, its port)."""
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL)
+    wait_for(lambda: _pings(port), "redis-server")
+    return proc, port
+
+
+def _pings(port):
+    try:
+        return redis.Redis(port=port).ping()
+    except redis.ConnectionError:
+        return False
+
+
+def blocked_until_replicaof(port, other_port, commands):
+    """Blocks each of `commands` (timeout 0) on its own connection to `port`, turns that
+    server into a replica of `other_port`, and returns how each blocked command ended."""
+    ended = [None] * len(commands)
+
+    def block(i, command):
+        c = redis.Redis(port=port, socket_timeout=DEADLINE_S, decode_responses=True)
+        try:
+            ended[i] = ("reply", c.execute_command(*command))
+        except redis.ResponseError as e:
+            ended[i] = ("error", str(e))
+
+    threads = [threading.Thread(target=block, args=(i, c), daemon=True) for i, c in enumerate(commands)]
+    for t in threads:
+        t.start()
+    admin = redis.Redis(port=port, decode_responses=True)
+    wait_for(lambda: int(admin.info("clients")["blocked_clients"]) == len(commands),
+             "the commands to block")
+    assert admin.replicaof("127.0.0.1", other_port)
+    for t in threads:
+        t.join(DEADLINE_S)
+    admin.replicaof("NO", "ONE")
+    return ended
+
+
+def test_blocked_commands_end_with_unblocked_when_a_primary_turns_replica():
+    """REPLICAOF host port on a primary ends its blocked commands with Redis's UNBLOCKED
+    error: compared with a redis-server pair, on WeTask with 2 shards (random keys, so
+    several shards hold blocked commands), TASK.FETCH … BLOCK included."""
+    keys = names("blocked", 6)
+    pops = [("BLPOP", key, 0) for key in keys]
+    procs = []
+    try:
+        first, first_port = redis_server()
+        second, second_port = redis_server()
+        procs = [first, second]
+        expected = blocked_until_replicaof(first_port, second_port, pops)
+        assert all(kind == "error" and text.startswith("UNBLOCKED") for kind, text in expected), expected
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+    primary = Server("--shards", "2")
+    other = Server("--shards", "2")
+    try:
+        got = blocked_until_replicaof(primary.port, other.port,
+                                      pops + [("TASK.FETCH", f"q:{keys[0]}", "BLOCK", 0)])
+        assert got[:len(pops)] == expected
+        assert got[-1] == expected[0], got[-1]
+    finally:
+        for srv in (other, primary):
+            srv.stop()

@@ -135,7 +135,7 @@ pub struct ConnState {
     pub worker: Option<WorkerBinding>,
     /// Its blocking command was ended with this error ([`UNBLOCKED_BY_CLIENT`],
     /// [`UNBLOCKED_BY_ROLE`]): CLIENT UNBLOCK … ERROR, or the
-    /// node stopped leading its group (`ShardCtx::unblock_if_deposed`).
+    /// node stopped leading its group or turned replica (`ShardCtx::unblock_on_role_change`).
     pub unblock_error: Option<&'static str>,
     /// CLIENT NO-EVICT (shown as `e`; WeTask evicts keys, never clients).
     pub no_evict: bool,

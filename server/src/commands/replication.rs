@@ -126,6 +126,11 @@ pub fn follow(globals: &std::sync::Arc<Globals>, host: String, port: u16) {
     if !replication.is_replica.swap(true, Ordering::AcqRel) {
         // The primary's client ids come with its records: ours start far past them.
         globals.skip_client_ids();
+        replication.demotions.fetch_add(1, Ordering::AcqRel);
+        globals
+            .doorbells
+            .iter()
+            .for_each(crate::doorbell::Doorbell::ring);
         tracing::info!(primary = %format!("{host}:{port}"), "becoming a replica");
     }
     // Replicas of this node follow its new primary through it no longer.

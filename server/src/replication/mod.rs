@@ -195,6 +195,9 @@ pub struct Replication {
     /// The primary is a redis-server (`from_redis`), and the offset applied of its stream.
     pub follows_redis: AtomicBool,
     pub primary_offset: AtomicU64,
+    /// Times this node turned from primary into replica: each shard then ends its blocked
+    /// commands with UNBLOCKED, as Redis does (`ShardCtx::unblock_on_role_change`).
+    pub demotions: AtomicU64,
 }
 
 impl Replication {
@@ -218,6 +221,7 @@ impl Replication {
             served: AtomicBool::new(false),
             follows_redis: AtomicBool::new(false),
             primary_offset: AtomicU64::new(0),
+            demotions: AtomicU64::new(0),
         }
     }
 

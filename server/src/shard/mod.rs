@@ -89,6 +89,8 @@ pub struct ShardCtx {
     pub slots_in_flight: RefCell<std::collections::HashMap<u16, usize>>,
     /// Blocking work on threads of its own (MIGRATE's socket), answered through the doorbell.
     pub offload: offload::Offload,
+    /// The node's demotions to replica this shard has ended its blocked commands for.
+    demotions_seen: std::cell::Cell<u64>,
 }
 
 /// The core's fields and methods read as the context's own (`ctx.shard`, `ctx.request`).
@@ -118,6 +120,7 @@ impl ShardCtx {
             keys_in_flight: Default::default(),
             offload: Default::default(),
             slots_in_flight: Default::default(),
+            demotions_seen: Default::default(),
         }
     }
 
@@ -156,7 +159,7 @@ impl ShardCtx {
         for note in batch_notes {
             self.task_waits.route_batch_note(&self.core, note);
         }
-        self.unblock_if_deposed();
+        self.unblock_on_role_change();
         if !self.core.raft_follows() {
             self.task_waits.expire_workers(&self.core);
             self.task_waits.serve_parked(&self.core);
@@ -237,18 +240,25 @@ impl ShardCtx {
         true
     }
 
-    /// Consensus mode: once this node stops leading its group, the commands blocked here
-    /// (BLPOP and the rest, TASK.FETCH … BLOCK, TASK.WAIT) end with UNBLOCKED, as Redis
-    /// ends them when a primary turns replica: nothing would serve them here any more (a
-    /// follower runs no waiter), and the client goes on at the new leader.
-    fn unblock_if_deposed(&self) {
+    /// Once this node stops leading its consensus group, or turns from primary into
+    /// replica (REPLICAOF), the commands blocked here (BLPOP and the rest, TASK.FETCH …
+    /// BLOCK, TASK.WAIT) end with UNBLOCKED, as Redis ends them when a primary turns
+    /// replica: nothing would serve them here any more (a follower or replica runs no
+    /// waiter), and the client goes on at the new leader or primary.
+    fn unblock_on_role_change(&self) {
         let deposed = self
             .core
             .raft
             .borrow_mut()
             .as_mut()
             .is_some_and(crate::shard::raft::ShardRaft::take_deposed);
-        if !deposed {
+        let demotions = self
+            .globals
+            .replication
+            .demotions
+            .load(std::sync::atomic::Ordering::Acquire);
+        let demoted = self.demotions_seen.replace(demotions) != demotions;
+        if !deposed && !demoted {
             return;
         }
         let error = Frame::static_error(crate::clients::UNBLOCKED_BY_ROLE);
@@ -269,7 +279,7 @@ impl ShardCtx {
             tracing::info!(
                 shard = self.id,
                 ended,
-                "blocked commands ended: no longer leading"
+                "blocked commands ended: no longer leading, or now a replica"
             );
         }
     }
