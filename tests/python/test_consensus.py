@@ -263,15 +263,6 @@ def group():
     g.stop()
 
 
-@pytest.fixture
-def partitionable_group():
-    # Small snapshots: the nemesis also meets compactions, snapshots sent to a node that
-    # was cut off, and rebuilds from a snapshot.
-    g = Group(partitionable=True, snapshot_log_bytes=4096)
-    yield g
-    g.stop()
-
-
 class Follower:
     """A client of the group that follows -MOVED, retries TRYAGAIN/CLUSTERDOWN and a dead
     node, and tells an acknowledged reply from an unknown outcome (a connection lost after
@@ -950,49 +941,79 @@ def test_commands_blocked_on_a_leader_that_is_deposed_end_with_unblocked(group):
         leader.client().execute_command("BLPOP", "list", 0.1)
 
 
-def test_a_register_under_kills_pauses_and_partitions_is_linearizable(partitionable_group):
-    """Three clients write unique values to one register and read it while the nemesis
-    kills, pauses and cuts off leaders; the WGL search must find a legal order of the
-    history. After a pause or a cut, a write the new leader acknowledged is followed by a
-    read sent to the old leader, which must not answer the old value."""
-    group = partitionable_group
-    history = History()
+@pytest.mark.parametrize("shards", [1, 2], ids=["one-group", "two-groups"])
+def test_a_register_under_kills_pauses_and_partitions_is_linearizable(shards):
+    """Three clients write unique values to a register per group and read them while the
+    nemesis kills, pauses and cuts off leaders; the WGL search must find a legal order of
+    each register's history. After a pause or a cut, a write the new leader acknowledged is
+    followed by a read sent to the old leader, which must not answer the old value. With
+    two shards, each group has its register, and the rounds take each group's leader in
+    turn (a node cut off or paused stops every group it is in)."""
+    # Small snapshots: the nemesis also meets compactions, snapshots sent to a node that
+    # was cut off, and rebuilds from a snapshot.
+    group = Group(partitionable=True, snapshot_log_bytes=4096, shards=shards)
+    try:
+        run_register_nemesis(group, shards)
+    finally:
+        group.stop()
+
+
+def register_names(group, shards):
+    """A register name in each group, in shard order."""
+    c = group.leader().client()
+    names = {}
+    for i in range(1000):
+        name = f"register-{i}"
+        names.setdefault(shard_of_name(c, name, shards), name)
+        if len(names) == shards:
+            return [names[s] for s in range(shards)]
+    raise AssertionError("no register name for every group")
+
+
+def run_register_nemesis(group, shards):
+    """The nemesis's rounds (a kill, a pause, a cut, each group's leader in turn) under the
+    register clients, then the checks."""
+    registers = register_names(group, shards)
+    histories = [History() for _ in registers]
     stop = threading.Event()
     rng = random.Random(7)
 
     def client(process):
-        f = Follower(group, timeout=1)
+        # A connection per group: each stays with its group's leader.
+        followers = [Follower(group, timeout=1) for _ in registers]
         n = 0
         while not stop.is_set() and n < 1500 * max(1, NEMESIS_ROUNDS // 6):
             n += 1
+            which = rng.randrange(shards)
+            f, history, register = followers[which], histories[which], registers[which]
             if rng.random() < 0.5:
                 value = f"{process}-{n}"
                 op = history.invoke(process, "write", value)
-                ok, _ = f.call("SET", "register", value, deadline_s=10)
+                ok, _ = f.call("SET", register, value, deadline_s=10)
             else:
                 op = history.invoke(process, "read", None)
-                ok, value = f.call("GET", "register", deadline_s=10)
+                ok, value = f.call("GET", register, deadline_s=10)
             history.complete(op, value if ok else None, ok=bool(ok))
 
-    def read_from(node, process):
-        op = history.invoke(process, "read", None)
+    def read_from(node, process, shard):
+        op = histories[shard].invoke(process, "read", None)
         try:
-            value = node.client(timeout=10).get("register")
-            history.complete(op, value, ok=True)
+            value = node.client(timeout=10, port=node.shard_port(shard)).get(registers[shard])
+            histories[shard].complete(op, value, ok=True)
         except (redis.ConnectionError, redis.ResponseError, redis.TimeoutError):
-            history.complete(op, None, ok=False)
+            histories[shard].complete(op, None, ok=False)
 
-    def acknowledged_write(round_, leader):
+    def acknowledged_write(round_, leader, shard):
         writer = Follower(group, timeout=1)
-        writer.node = leader
+        writer.node, writer.port = leader, leader.shard_port(shard)
         for attempt in range(20):
             value = f"nemesis-{round_}-{attempt}"
-            op = history.invoke(99, "write", value)
-            ok, _ = writer.call("SET", "register", value)
-            history.complete(op, None, ok=bool(ok))
+            op = histories[shard].invoke(99, "write", value)
+            ok, _ = writer.call("SET", registers[shard], value)
+            histories[shard].complete(op, None, ok=bool(ok))
             if ok:
                 return
-        states = {n.id: n.consensus() for n in group.nodes}
+        states = {n.id: n.consensus(shard) for n in group.nodes}
         logs = {n.id: "".join(n.log[-6:]) for n in group.nodes}
         raise AssertionError(f"round {round_}: no write acknowledged; {states}; {logs}")
 
@@ -1001,18 +1022,21 @@ def test_a_register_under_kills_pauses_and_partitions_is_linearizable(partitiona
         t.start()
     for round_ in range(NEMESIS_ROUNDS):
         time.sleep(0.3)
-        leader = group.leader()
-        if round_ % 3 == 0:
+        shard = round_ % shards
+        leader = group.leader(shard=shard)
+        kind = (round_ // shards) % 3
+        if kind == 0:
             leader.kill()
-            group.leader(exclude=leader)
+            group.leader(exclude=leader, shard=shard)
             leader.start()
-        elif round_ % 3 == 1:
+        elif kind == 1:
             leader.pause()
-            acknowledged_write(round_, group.leader(exclude=leader))
+            acknowledged_write(round_, group.leader(exclude=leader, shard=shard), shard)
             # Sent to the paused node, which wakes cut off, so believing it still leads
             # (its clock stood still and no newer term can reach it): it must not answer.
             group.isolate(leader)
-            stale = threading.Thread(target=read_from, args=(leader, 100 + round_), daemon=True)
+            stale = threading.Thread(target=read_from, args=(leader, 100 + round_, shard),
+                                     daemon=True)
             stale.start()
             time.sleep(0.05)
             leader.resume()
@@ -1020,35 +1044,38 @@ def test_a_register_under_kills_pauses_and_partitions_is_linearizable(partitiona
             group.heal()
         else:
             group.isolate(leader)
-            acknowledged_write(round_, group.leader(exclude=leader))
+            acknowledged_write(round_, group.leader(exclude=leader, shard=shard), shard)
             # Sent to the cut-off node, which may still believe it leads.
-            read_from(leader, 100 + round_)
+            read_from(leader, 100 + round_, shard)
             group.heal()
     time.sleep(0.3)
     stop.set()
     for t in threads:
         t.join(DEADLINE_S)
-    ops = history.ops()
-    completed = sum(1 for o in ops if o.ok)
-    assert completed > 50, "the clients got too few replies to judge"
-    # No node kept a write the others do not have.
-    for node in group.nodes:
-        group.caught_up(node)
-    values = set()
-    for node in group.nodes:
-        reader = node.client()
-        assert reader.execute_command("READONLY") in (True, "OK")
-        values.add(reader.get("register"))
-    assert len(values) == 1, values
-    states = [node.consensus() for node in group.nodes]
+    summary = []
+    for shard, (register, history) in enumerate(zip(registers, histories)):
+        ops = history.ops()
+        completed = sum(1 for o in ops if o.ok)
+        assert completed > 50 // shards, "the clients got too few replies to judge"
+        # No node kept a write the others do not have.
+        values = set()
+        for node in group.nodes:
+            group.caught_up(node, shard)
+            reader = node.client(port=node.shard_port(shard))
+            assert reader.execute_command("READONLY") in (True, "OK")
+            values.add(reader.get(register))
+        assert len(values) == 1, values
+        ok, detail = check_register(ops)
+        summary.append(f"group {shard}: {len(ops)} operations, {completed} answered, "
+                       f"linearizable={ok}")
+        assert ok, detail
+    states = [node.consensus(s) for node in group.nodes for s in range(shards)]
     made = sum(int(state["snapshots_made"]) for state in states)
     installed = sum(int(state["snapshots_installed"]) for state in states)
     rebuilds = sum(int(state["rebuilds"]) for state in states)
     assert made > 0, states
-    ok, detail = check_register(ops)
-    print(f"{len(ops)} operations, {completed} answered: linearizable={ok}; "
-          f"snapshots made {made}, installed {installed}; rebuilds {rebuilds}")
-    assert ok, detail
+    print(f"{'; '.join(summary)}; snapshots made {made}, installed {installed}; "
+          f"rebuilds {rebuilds}")
 
 
 def test_bad_consensus_options_are_refused_with_a_clear_error():
