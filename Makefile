@@ -30,7 +30,7 @@ fuzz:
 chaos:
 	cargo build -p wetask-server
 	{ echo "# make chaos at $$(git rev-parse --short HEAD), $$(date -u +%F): 50 leader kills under a writer," \
-	       "then 21 nemesis rounds (kill, pause + cut-off read, partition) on a register, snapshots every 4 KiB of log"; \
+	       "then 21 nemesis rounds (kill, pause + cut-off read, partition) on a register (one group, then two), snapshots every 4 KiB of log"; \
 	  WETASK_CHAOS_FAILOVERS=50 WETASK_CHAOS_ROUNDS=21 .venv/bin/python -m pytest -q -s \
 		tests/python/test_consensus.py -k "ten_times or linearizable"; } | tee docs/bench/chaos.txt
 
