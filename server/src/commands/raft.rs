@@ -64,7 +64,7 @@ pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes], shard_port: bool) -> Frame {
         2 if is(sub, "members") => members(consensus, shard),
         3 | 4 if is(sub, "add") => add(ctx, consensus, args),
         3 if is(sub, "remove") => match member_id(&args[2]) {
-            Ok(id) => on_leader(ctx, consensus, |raft, voters| {
+            Ok(id) => on_leader(ctx, consensus, |raft, state, voters| {
                 if !voters.contains(&id) {
                     return Err(format!("{id} is not a member"));
                 }
@@ -77,12 +77,12 @@ pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes], shard_port: bool) -> Frame {
                 if voters.len() <= *MEMBERS.start() {
                     return Err("a group keeps at least 3 members".into());
                 }
-                raft.propose_change(membership::remove(id))
+                raft.propose_change(state, membership::remove(id))
             }),
             Err(e) => e,
         },
         3 if is(sub, "transfer") => match member_id(&args[2]) {
-            Ok(id) => on_leader(ctx, consensus, |raft, voters| {
+            Ok(id) => on_leader(ctx, consensus, |raft, _, voters| {
                 if !voters.contains(&id) || id == consensus.me {
                     return Err(format!("{id} is not another member"));
                 }
@@ -103,7 +103,7 @@ fn add(ctx: &Rc<ShardCtx>, consensus: &Consensus, args: &[Bytes]) -> Frame {
         String::from_utf8_lossy(args.get(3).map_or(&b""[..], |a| &a[..]))
     );
     match parse_one(&text) {
-        Ok(peer) => on_leader(ctx, consensus, |raft, voters| {
+        Ok(peer) => on_leader(ctx, consensus, |raft, state, voters| {
             if voters.contains(&peer.id) {
                 return Err(format!("{} is a member already", peer.id));
             }
@@ -118,7 +118,7 @@ fn add(ctx: &Rc<ShardCtx>, consensus: &Consensus, args: &[Bytes]) -> Frame {
             if let Some(clash) = clashes(&others, &peer) {
                 return Err(clash);
             }
-            raft.propose_change(membership::add(&peer))
+            raft.propose_change(state, membership::add(&peer))
         }),
         Err(e) => Frame::error(format!("ERR RAFT ADD: {e}")),
     }
@@ -136,7 +136,11 @@ fn member_id(arg: &[u8]) -> Result<u64, Frame> {
 fn on_leader(
     ctx: &ShardCtx,
     consensus: &Consensus,
-    change: impl FnOnce(&mut crate::shard::raft::ShardRaft, &[u64]) -> Result<(), String>,
+    change: impl FnOnce(
+        &mut crate::shard::raft::ShardRaft,
+        &mut wetask_shards::Shard,
+        &[u64],
+    ) -> Result<(), String>,
 ) -> Frame {
     let shard = ctx.id;
     if !consensus.serving(shard) {
@@ -156,7 +160,8 @@ fn on_leader(
         return Frame::static_error(OFF);
     };
     let voters = consensus.voters(shard);
-    match change(raft, &voters) {
+    let mut state = ctx.shard.borrow_mut();
+    match change(raft, &mut state, &voters) {
         Ok(()) => Frame::ok(),
         Err(e) => Frame::error(format!("ERR {e}")),
     }

@@ -13,9 +13,15 @@
 //! same value for every key ever written (the state machines agree). A seed runs the same
 //! way every time: a failure names its seed, `WETASK_SIM_SEED=n` replays that one and
 //! `WETASK_SIM_TRACE=1` prints what happens. `WETASK_SIM_SEEDS` sets how many run (the
-//! suite runs 2,000, from `WETASK_SIM_FIRST`). What it leaves out: the transport's and log
-//! writer's threads themselves (the simulation stands in for them), disk errors, membership
-//! changes and several shards.
+//! suite runs 2,000, from `WETASK_SIM_FIRST`).
+//!
+//! Membership changes too, now and then: a fourth node starts with `--raft-join` and the
+//! leader adds it (it can only start from a snapshot that names it), and once the group
+//! has four members the leader removes one of the others, the new node or a founding one.
+//! The checks then cover the members only (a removed node hears no more entries).
+//!
+//! What it leaves out: the transport's and log writer's threads themselves (the
+//! simulation stands in for them), disk errors, and several shards.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -32,6 +38,8 @@ use super::{peers, Clock, Consensus};
 use crate::shard::raft::{Barrier, Passed, ShardRaft};
 
 const MEMBERS: &str = "1=127.0.0.1:7000,2=127.0.0.2:7000,3=127.0.0.3:7000";
+/// The fourth node's `--raft-peers` (it joins: `--raft-join yes`).
+const JOINER: &str = "1=127.0.0.1:7000,2=127.0.0.2:7000,3=127.0.0.3:7000,4=127.0.0.4:7000";
 /// Steps of faults, then of calm for the group to settle.
 const STEPS: usize = 3000;
 const SETTLE_STEPS: usize = 6000;
@@ -60,10 +68,11 @@ enum Op {
 
 impl Node {
     fn open(id: u64, dir: PathBuf) -> Node {
-        let peers = peers::parse(MEMBERS, id).expect("members");
+        let joining = id == 4;
+        let peers = peers::parse(if joining { JOINER } else { MEMBERS }, id).expect("members");
         let doorbells: Arc<[crate::doorbell::Doorbell]> =
             Arc::from(vec![crate::doorbell::Doorbell::new(1).expect("a doorbell")]);
-        let mut consensus = Consensus::new(id, peers, 1, doorbells, 2048, false, None);
+        let mut consensus = Consensus::new(id, peers, 1, doorbells, 2048, joining, None);
         consensus.transport = Outbound::capturing();
         consensus.clock = Clock::simulated();
         let consensus = Arc::new(consensus);
@@ -169,6 +178,9 @@ struct World {
     next_key: u64,
     /// What happened, for the determinism check.
     trace: u64,
+    /// The fourth node was started (to join), and a member was removed since.
+    joined: bool,
+    removed: Option<u64>,
 }
 
 impl World {
@@ -181,13 +193,14 @@ impl World {
         };
         let root = base.join(format!("wetask-sim-{}-{seed}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        let dirs: Vec<PathBuf> = (1..=3).map(|i| root.join(format!("n{i}"))).collect();
+        let dirs: Vec<PathBuf> = (1..=4).map(|i| root.join(format!("n{i}"))).collect();
         for dir in &dirs {
             std::fs::create_dir_all(dir).expect("a node's directory");
         }
-        let nodes = (1..=3)
+        let mut nodes: Vec<Option<Node>> = (1..=3)
             .map(|id| Some(Node::open(id, dirs[id as usize - 1].clone())))
             .collect();
+        nodes.push(None);
         World {
             rng: fastrand::Rng::with_seed(seed),
             nodes,
@@ -200,6 +213,8 @@ impl World {
             written: BTreeSet::new(),
             next_key: 0,
             trace: seed,
+            joined: false,
+            removed: None,
         }
     }
 
@@ -233,8 +248,13 @@ impl World {
         }
     }
 
+    /// The nodes started so far: the three founders, and the fourth once it joined.
+    fn slots(&self) -> usize {
+        3 + usize::from(self.joined)
+    }
+
     fn live(&mut self) -> Option<usize> {
-        let live: Vec<usize> = (0..3)
+        let live: Vec<usize> = (0..self.slots())
             .filter(|&i| self.nodes[i].is_some() && self.paused != Some(i))
             .collect();
         (!live.is_empty()).then(|| live[self.rng.usize(..live.len())])
@@ -329,7 +349,8 @@ impl World {
             870..=929 if faults => self.client_write(),
             930..=984 if faults => self.client_read(),
             // Faults, each about once in 200 steps: an election takes a few hundred.
-            985..=989 if faults => self.crash_or_restart(),
+            985..=987 if faults => self.crash_or_restart(),
+            988..=989 if faults => self.change_members(),
             990..=994 if faults => self.partition(),
             _ if faults => self.pause_or_resume(),
             _ => {}
@@ -378,7 +399,7 @@ impl World {
     /// A running node that believes it serves, as a client finds one (a cut-off old
     /// leader may still believe it).
     fn a_serving_node(&mut self) -> Option<usize> {
-        let serving: Vec<usize> = (0..3)
+        let serving: Vec<usize> = (0..self.slots())
             .filter(|&i| {
                 self.paused != Some(i) && self.nodes[i].as_ref().is_some_and(Node::serving)
             })
@@ -411,14 +432,16 @@ impl World {
     }
 
     fn crash_or_restart(&mut self) {
-        let down: Vec<usize> = (0..3).filter(|&i| self.nodes[i].is_none()).collect();
+        let down: Vec<usize> = (0..self.slots())
+            .filter(|&i| self.nodes[i].is_none())
+            .collect();
         if let Some(&i) = down.first() {
             self.nodes[i] = Some(Node::open(i as u64 + 1, self.dirs[i].clone()));
             self.say(|| format!("node {}: restarted", i + 1));
             self.note(100 + i as u64);
             return;
         }
-        let i = self.rng.usize(..3);
+        let i = self.rng.usize(..self.slots());
         if self.paused == Some(i) {
             self.paused = None;
         }
@@ -446,10 +469,11 @@ impl World {
                 self.read_on(i);
             }
             None => {
-                let serving = (0..3).find(|&i| self.nodes[i].as_ref().is_some_and(Node::serving));
+                let serving =
+                    (0..self.slots()).find(|&i| self.nodes[i].as_ref().is_some_and(Node::serving));
                 let i = match (serving, self.rng.u32(..5)) {
                     (Some(leader), 0..=3) => leader,
-                    _ => self.rng.usize(..3),
+                    _ => self.rng.usize(..self.slots()),
                 };
                 if self.nodes[i].is_some() {
                     self.paused = Some(i);
@@ -465,12 +489,56 @@ impl World {
     /// write.
     fn others_moved_on(&self, i: usize) -> bool {
         self.out.acked.len() > self.paused_acks
-            && (0..3).any(|o| o != i && self.nodes[o].as_ref().is_some_and(Node::serving))
+            && (0..self.slots())
+                .any(|o| o != i && self.nodes[o].as_ref().is_some_and(Node::serving))
+    }
+
+    /// A membership change on a node that serves, as RAFT ADD and REMOVE make one: the
+    /// fourth node started (with `--raft-join`) and added, or, once the group has four
+    /// members, one of the others removed (never the leader: RAFT REMOVE refuses it). At
+    /// most one removal a seed.
+    fn change_members(&mut self) {
+        let Some(i) = self.a_serving_node() else {
+            return;
+        };
+        let leader = i as u64 + 1;
+        let voters = self.nodes[i].as_ref().expect("live").consensus.voters(0);
+        let change = if !voters.contains(&4) && self.removed.is_none() {
+            if !self.joined {
+                self.joined = true;
+                self.nodes[3] = Some(Node::open(4, self.dirs[3].clone()));
+                self.say(|| "node 4: started, to join".to_string());
+            }
+            let peer = peers::parse_one("4=127.0.0.4:7000").expect("a peer");
+            super::membership::add(&peer)
+        } else if self.removed.is_none() && voters.len() == 4 {
+            let others: Vec<u64> = voters.into_iter().filter(|&id| id != leader).collect();
+            super::membership::remove(others[self.rng.usize(..others.len())])
+        } else {
+            return;
+        };
+        let (kind, member) = (change.get_change_type(), change.node_id);
+        let node = self.nodes[i].as_mut().expect("live");
+        let proposed = node.raft.propose_change(&mut node.shard, change).is_ok();
+        node.raft.drive(&mut node.shard);
+        if proposed && kind == raft::eraftpb::ConfChangeType::RemoveNode {
+            self.removed = Some(member);
+        }
+        self.say(|| format!("node {leader}: proposed {kind:?} {member}: {proposed}"));
+        self.note(500 + member * 2 + u64::from(proposed));
+    }
+
+    /// The members as the node that serves knows them (every node once none serves).
+    fn members(&self) -> Vec<u64> {
+        match self.nodes.iter().flatten().find(|n| n.serving()) {
+            Some(leader) => leader.consensus.voters(0),
+            None => self.nodes.iter().flatten().map(|n| n.id).collect(),
+        }
     }
 
     fn partition(&mut self) {
         if self.cut.is_empty() {
-            self.cut.insert(self.rng.u64(1..=3));
+            self.cut.insert(self.rng.u64(1..=self.slots() as u64));
         } else {
             self.cut.clear();
         }
@@ -482,7 +550,7 @@ impl World {
     fn settle(&mut self) {
         self.cut.clear();
         self.paused = None;
-        for i in 0..3 {
+        for i in 0..self.slots() {
             if self.nodes[i].is_none() {
                 self.nodes[i] = Some(Node::open(i as u64 + 1, self.dirs[i].clone()));
             }
@@ -532,16 +600,23 @@ impl World {
             field(&n.consensus.groups[0]).load(std::sync::atomic::Ordering::Relaxed)
         };
         let commit = load(leader, |g| &g.commit);
+        let members = leader.consensus.voters(0);
         commit >= leader.raft.last_index()
             && nodes
                 .iter()
+                .filter(|n| members.contains(&n.id))
                 .all(|n| load(n, |g| &g.applied) == commit && n.pending.is_empty())
     }
 
     fn check(&mut self) {
         let keys: Vec<String> = self.written.iter().cloned().collect();
         let mut first: Option<Vec<Option<String>>> = None;
+        let members = self.members();
+        assert!(members.len() >= 3, "the group has members {members:?}");
         for node in self.nodes.iter_mut().flatten() {
+            if !members.contains(&node.id) {
+                continue;
+            }
             let values: Vec<Option<String>> = keys.iter().map(|k| node.get(k)).collect();
             let lost: Vec<&String> = self
                 .out
@@ -590,15 +665,19 @@ impl Drop for World {
 }
 
 /// Runs seed `seed`: faults, then calm, then the checks. Its trace, how many writes were
-/// acknowledged and how many reads checked.
-fn run(seed: u64) -> (u64, usize, usize) {
+/// acknowledged and how many reads checked, and whether the members ended other than the
+/// founding three.
+fn run(seed: u64) -> (u64, usize, usize, bool) {
     let mut world = World::new(seed);
     for _ in 0..STEPS {
         world.step(true);
     }
     world.settle();
     world.check();
-    (world.trace, world.out.acked.len(), world.out.reads)
+    let mut members = world.members();
+    members.sort_unstable();
+    let changed = members != [1, 2, 3];
+    (world.trace, world.out.acked.len(), world.out.reads, changed)
 }
 
 #[test]
@@ -616,13 +695,14 @@ fn seeded_groups_lose_no_acknowledged_write_and_agree() {
             (first..first + number("WETASK_SIM_SEEDS", 2000)).collect()
         }
     };
-    let (mut acked, mut reads) = (0, 0);
+    let (mut acked, mut reads, mut changed) = (0, 0, 0);
     for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run(seed));
         match outcome {
-            Ok((_, writes, read)) => {
+            Ok((_, writes, read, members)) => {
                 acked += writes;
                 reads += read;
+                changed += usize::from(members);
             }
             Err(_) => panic!("seed {seed} failed; replay it with WETASK_SIM_SEED={seed}"),
         }
@@ -635,9 +715,13 @@ fn seeded_groups_lose_no_acknowledged_write_and_agree() {
             "{acked} writes acknowledged over {runs} seeds"
         );
         assert!(reads > runs / 2, "{reads} reads checked over {runs} seeds");
+        assert!(
+            changed > runs / 10,
+            "the members changed in {changed} of {runs} seeds"
+        );
     }
     println!(
-        "{} seeds, {acked} acknowledged writes and {reads} reads checked",
+        "{} seeds, {acked} acknowledged writes and {reads} reads checked; the members changed in {changed}",
         seeds.len()
     );
 }

@@ -233,7 +233,13 @@ impl ShardRaft {
             self.last_tick = now - TICK;
         }
         while now - self.last_tick >= TICK {
-            self.node.tick();
+            // Not while a snapshot waits to be persisted: raft-rs has moved its commit to the
+            // snapshot but not `applied` (it may not, until then), and an election would
+            // read the entries between, which the snapshot replaced (a panic the
+            // simulation found). The ticks resume once it is on disk.
+            if self.apply_after.is_none() {
+                self.node.tick();
+            }
             self.last_tick += TICK;
         }
         if self.serving && self.node.raft.state != StateRole::Leader {
@@ -242,25 +248,7 @@ impl ShardRaft {
             self.step_down(shard);
         }
         if self.serving && self.may_propose() {
-            if let Some(ops) = shard.take_journal_ops() {
-                match self.node.propose(Vec::new(), ops) {
-                    Ok(()) => {
-                        self.gathering_since = None;
-                        self.idle_since = None;
-                        self.last_group = std::mem::take(&mut self.gathered).max(1);
-                        self.executed = self.node.raft.raft_log.last_index();
-                        self.proposed_now = true;
-                        self.round_started.get_or_insert_with(Instant::now);
-                        self.group().proposed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        tracing::warn!(shard = self.shard, "a proposal was refused ({e})");
-                        // Its commands ran here: the state must be rebuilt.
-                        self.executed = self.node.raft.raft_log.last_index() + 1;
-                        self.step_down(shard);
-                    }
-                }
-            }
+            self.propose_gathered(shard);
         }
         self.handle_ready(shard);
         if self.node.raft.raft_log.committed >= self.executed {
@@ -273,7 +261,7 @@ impl ShardRaft {
             }
         }
         self.update_role(shard);
-        self.follow_membership();
+        self.follow_membership(shard);
         self.snapshot_chores();
         self.publish();
     }
@@ -284,7 +272,7 @@ impl ShardRaft {
     /// fewer members than group 0). A leader that group 0 no longer names hands its
     /// leadership to a member that stays, whose turn it then is to remove it. A view of
     /// group 0 that lags only delays a change, or undoes one the next look redoes.
-    fn follow_membership(&mut self) {
+    fn follow_membership(&mut self, shard: &mut Shard) {
         let raft = &self.node.raft;
         if self.shard == 0
             || !self.serving
@@ -330,7 +318,7 @@ impl ShardRaft {
             return;
         };
         let (kind, member) = (change.get_change_type(), change.node_id);
-        match self.propose_change(change) {
+        match self.propose_change(shard, change) {
             Ok(()) => tracing::info!(
                 shard = self.shard,
                 ?kind,
@@ -345,6 +333,31 @@ impl ShardRaft {
         }
     }
 
+    /// Proposes the operations gathered since the last entry as the next one: the index
+    /// the replies held for them wait for (`barrier`), so nothing may take it first.
+    fn propose_gathered(&mut self, shard: &mut Shard) {
+        let Some(ops) = shard.take_journal_ops() else {
+            return;
+        };
+        match self.node.propose(Vec::new(), ops) {
+            Ok(()) => {
+                self.gathering_since = None;
+                self.idle_since = None;
+                self.last_group = std::mem::take(&mut self.gathered).max(1);
+                self.executed = self.node.raft.raft_log.last_index();
+                self.proposed_now = true;
+                self.round_started.get_or_insert_with(Instant::now);
+                self.group().proposed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!(shard = self.shard, "a proposal was refused ({e})");
+                // Its commands ran here: the state must be rebuilt.
+                self.executed = self.node.raft.raft_log.last_index() + 1;
+                self.step_down(shard);
+            }
+        }
+    }
+
     /// Steps the messages other nodes sent (and the transport's snapshot notes).
     fn step_inbox(&mut self) {
         let inbox = std::mem::take(&mut *self.group().inbox.lock().expect("raft inbox"));
@@ -354,6 +367,9 @@ impl ShardRaft {
                 // would append a forwarded one as the leader's own, which the leader never
                 // ran.
                 MessageType::MsgPropose | MessageType::MsgReadIndex => continue,
+                // A leader's transfer starts an election at once: not while a snapshot
+                // waits to be persisted (see `drive`'s ticks); the leader gives it up.
+                MessageType::MsgTimeoutNow if self.apply_after.is_some() => continue,
                 // The transport's note that a snapshot went out (or did not).
                 MessageType::MsgSnapStatus => {
                     let status = match message.reject {
@@ -911,13 +927,20 @@ impl ShardRaft {
     }
 
     /// Proposes a membership change (this node must lead and serve); the reply of the
-    /// turn that proposed it waits for its commit, as a write's does.
-    pub fn propose_change(&mut self, change: ConfChange) -> Result<(), String> {
+    /// turn that proposed it waits for its commit, as a write's does. The operations
+    /// gathered so far go first, as their own entry: replies held for them wait for the
+    /// next index, which the change must not take (the simulation caught a write
+    /// acknowledged when the change at its index committed, its own entry after it lost).
+    pub fn propose_change(&mut self, shard: &mut Shard, change: ConfChange) -> Result<(), String> {
         if !self.serving {
             return Err("this node does not lead the group".into());
         }
         if self.node.raft.has_pending_conf() {
             return Err("a membership change is still in progress; try again".into());
+        }
+        self.propose_gathered(shard);
+        if !self.serving {
+            return Err("this node does not lead the group".into());
         }
         self.node
             .propose_conf_change(Vec::new(), change)
