@@ -538,6 +538,14 @@ def test_each_shard_is_a_group_of_its_own_led_from_any_node():
             shared.flushall()
         with pytest.raises(redis.ResponseError, match="FALLBACK queue must live"):
             c.execute_command("TASK.SUBMIT", a, "p", "FALLBACK", b)
+        # A script declares its keys: those of two groups are refused; one that writes a
+        # key of another group it did not declare gets an error, and the key stays as it was.
+        with pytest.raises(redis.ResponseError, match="same slot"):
+            c.eval("return redis.call('SET', KEYS[1], '1')", 2, a, b)
+        assert c.eval("return redis.call('SET', KEYS[1], 'script')", 1, a) == "OK"
+        with pytest.raises(redis.ResponseError, match="lives in another shard's group"):
+            c.eval("return redis.call('SET', ARGV[1], 'undeclared')", 0, b)
+        assert rc.get(b) != "undeclared"
         # A follower of group 0 runs none of a pipeline's writes, wherever their keys live.
         follower = next(n for n in g.nodes if n is not first)
         pipe = follower.client().pipeline(transaction=False)

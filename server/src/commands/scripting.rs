@@ -203,8 +203,12 @@ pub fn sha_of(spec: &CommandSpec, args: &[Bytes]) -> String {
 
 /// The shards a script locks: those of its declared keys, or every shard when it declares
 /// none, was seen reaching for undeclared keys elsewhere, or the server runs with
-/// `--lua-whole-server`.
+/// `--lua-whole-server`. In consensus mode with several shards, only its own: a script
+/// stays in its shard's group (`session::consensus_route` sent it there with its keys).
 pub fn script_shards(ctx: &ShardCtx, sha: &str, keys: &[Bytes]) -> Vec<usize> {
+    if ctx.globals.consensus.is_some() && ctx.shard_count > 1 {
+        return vec![ctx.id];
+    }
     let learned = ctx
         .globals
         .whole_server_scripts

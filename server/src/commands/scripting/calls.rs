@@ -367,7 +367,17 @@ pub(super) fn undeclared_keys_to_borrow(
         let key = &argv[i];
         let declared = run.declared.iter().any(|k| k == key);
         let all_open = (0..ctx.shard_count).all(|s| run.open_shards.contains(&s));
-        if (!declared && !run.open_shards.contains(&shard)) || (everywhere && !all_open) {
+        let elsewhere =
+            (!declared && !run.open_shards.contains(&shard)) || (everywhere && !all_open);
+        if elsewhere && ctx.globals.consensus.is_some() {
+            // Consensus mode: another shard is another group, whose writes this script's
+            // group cannot carry (`script_shards`).
+            return Err(format!(
+                "ERR Script attempted to access key '{}', which lives in another shard's group: in consensus mode a script stays in its own group (give its keys one hash tag)",
+                String::from_utf8_lossy(key)
+            ));
+        }
+        if elsewhere {
             ctx.globals
                 .whole_server_scripts
                 .lock()
