@@ -73,13 +73,7 @@ pub fn consensus(ctx: &ShardCtx, conn: &ConnState, request: &Request) -> Option<
             .is_some_and(|spec| spec.has(flag::WRITE) || spec.name == "exec");
         return writes.then(|| Frame::static_error(crate::consensus::NOT_LEADER));
     }
-    let slot = match request.placed_keys().first() {
-        Some(key) => key.slot,
-        None => {
-            let position = *request.key_positions().first()?;
-            wetask_shards::slot::key_slot(&request.args[position])
-        }
-    };
+    let slot = first_slot(request)?;
     let leader = consensus.groups[ctx.id]
         .leader
         .load(std::sync::atomic::Ordering::Relaxed);
@@ -89,6 +83,18 @@ pub fn consensus(ctx: &ShardCtx, conn: &ConnState, request: &Request) -> Option<
         ));
     }
     Some(moved(consensus, ctx.id, slot))
+}
+
+/// The slot of `request`'s first key: as the parse placed it, or from its first key
+/// position (a fixed-key row on one shard keeps no placed keys).
+fn first_slot(request: &Request) -> Option<u16> {
+    match request.placed_keys().first() {
+        Some(key) => Some(key.slot),
+        None => {
+            let position = *request.key_positions().first()?;
+            Some(wetask_shards::slot::key_slot(&request.args[position]))
+        }
+    }
 }
 
 /// `-MOVED slot host:port` to the leader of `shard`'s group, or CLUSTERDOWN while it has
@@ -118,12 +124,8 @@ fn group_of(
     match request.owners() {
         Owners::Several => return Err(Frame::static_error(CROSSSLOT)),
         Owners::One(shard) => {
-            let slot = match request.placed_keys().first() {
-                Some(key) => key.slot,
-                None => match request.key_positions().first() {
-                    Some(&position) => wetask_shards::slot::key_slot(&args[position]),
-                    None => return Ok(None),
-                },
+            let Some(slot) = first_slot(request) else {
+                return Ok(None);
             };
             if spec.name == "task.submit" {
                 return task_submit(ctx, args, shard, slot).map(Some);
