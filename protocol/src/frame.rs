@@ -64,6 +64,16 @@ impl Frame {
         Frame::Error(Bytes::from(text.into()))
     }
 
+    /// A HELP reply: one simple string per line.
+    pub fn lines(lines: &[&'static str]) -> Frame {
+        Frame::Array(
+            lines
+                .iter()
+                .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
+                .collect(),
+        )
+    }
+
     pub fn static_error(text: &'static str) -> Frame {
         Frame::Error(Bytes::from_static(text.as_bytes()))
     }

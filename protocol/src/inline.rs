@@ -5,7 +5,8 @@ use bytes::Bytes;
 
 use crate::ProtocolError;
 
-pub(crate) fn split_inline(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
+/// Splits a line into words as Redis's `sdssplitargs` does (inline commands, the ACL file).
+pub fn split_inline(line: &[u8]) -> Result<Vec<Bytes>, ProtocolError> {
     let mut args = Vec::new();
     let mut i = 0;
     while i < line.len() {

@@ -30,6 +30,7 @@ pub use encode::{
 pub use error::ProtocolError;
 pub use frame::{Frame, Protocol};
 pub use frame_decoder::FrameDecoder;
+pub use inline::split_inline as split_args;
 pub use limits::{
     Limits, ARRAY_LEN_MAX, BULK_BYTES_MAX_DEFAULT, INLINE_BYTES_MAX, LINE_BYTES_MAX,
     NESTING_DEPTH_MAX,

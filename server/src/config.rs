@@ -35,6 +35,16 @@ pub struct Config {
     /// Require clients to AUTH with this password.
     #[arg(long)]
     pub requirepass: Option<String>,
+    /// The ACL file: the users are read from it at start and by ACL LOAD, and ACL SAVE
+    /// writes them there (docs/SECURITY.md).
+    #[arg(long)]
+    pub aclfile: Option<PathBuf>,
+    /// The channels a new ACL user may use: `resetchannels` (none) or `allchannels`.
+    #[arg(long, default_value = "resetchannels", value_parser = ["allchannels", "resetchannels"])]
+    pub acl_pubsub_default: String,
+    /// Most entries ACL LOG keeps.
+    #[arg(long, default_value_t = 128)]
+    pub acllog_max_len: usize,
     /// Most simultaneous client connections, over all shards.
     #[arg(long, default_value_t = 10_000)]
     pub maxclients: usize,

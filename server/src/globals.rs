@@ -28,6 +28,8 @@ pub struct Globals {
     /// Replicas of this node, and the primary it follows (`replication`).
     pub replication: Arc<crate::replication::Replication>,
     pub requirepass: Mutex<Option<String>>,
+    /// The ACL users (`acl`); the default user's password is `requirepass`.
+    pub acl: crate::acl::Acl,
     pub maxclients: AtomicUsize,
     pub connected_clients: AtomicUsize,
     pub total_connections: AtomicU64,
@@ -105,6 +107,12 @@ impl Globals {
             doorbells,
             replication: Arc::new(crate::replication::Replication::new(shard_count)),
             requirepass: Mutex::new(config.requirepass.clone()),
+            acl: crate::acl::Acl::new(
+                config.requirepass.as_deref(),
+                config.aclfile.clone(),
+                config.acl_pubsub_default == "allchannels",
+                config.acllog_max_len,
+            ),
             maxclients: AtomicUsize::new(config.maxclients),
             loading: AtomicUsize::new(shard_count),
             shard_count,
@@ -168,6 +176,20 @@ impl Globals {
     /// clients as lease owners; a promoted replica's own clients must not be taken for them).
     pub fn skip_client_ids(&self) {
         self.next_client_id.fetch_add(1 << 32, Ordering::Relaxed);
+    }
+
+    /// The ACL file's users, at start (`aclfile`).
+    pub fn load_acl_file(&self) -> Result<(), String> {
+        self.acl.load_at_start(self.config.requirepass.as_deref())?;
+        self.sync_password_set();
+        Ok(())
+    }
+
+    /// Protected mode's test (`password_set`) follows the default user: it is open while
+    /// that user needs no password. Called after every change to the users.
+    pub fn sync_password_set(&self) {
+        let default = self.acl.default_user();
+        self.password_set.store(!default.nopass, Ordering::Relaxed);
     }
 
     pub fn next_client_id(&self) -> u64 {

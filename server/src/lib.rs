@@ -2,6 +2,8 @@
 //! rings, cross-shard routing, and the connection and server commands. The only crate that
 //! knows glommio and io_uring; the state machines live in `wetask-shards`.
 
+mod access;
+mod acl;
 mod clients;
 mod clock;
 mod cluster;

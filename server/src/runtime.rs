@@ -117,6 +117,7 @@ pub fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot create the shards' doorbells: {e}"))?;
     let (shard_listeners, cluster) = cluster_listeners(&config, port, shard_count)?;
     let mut globals = Globals::new(config.clone(), shard_count, doorbells.clone());
+    globals.load_acl_file()?;
     globals.cluster = start_cluster(cluster)?;
     globals.consensus = start_consensus(&config, shard_count, doorbells)?;
     let globals = Arc::new(globals);

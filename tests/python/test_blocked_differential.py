@@ -405,7 +405,9 @@ def run_case(seed, redis_port, wetask_port, protocol, shards):
 
 @pytest.mark.parametrize("protocol", [2, 3])
 def test_blocked_clients_match_redis(wetask, real_redis, protocol):  # noqa: F811
-    seeds = [int(SEED)] if SEED else range(protocol * 100_000, protocol * 100_000 + CASES)
+    # One shard has no hops to get wrong: half the cases there keep CI's time for the others.
+    cases = CASES if wetask.shards > 1 else CASES // 2
+    seeds = [int(SEED)] if SEED else range(protocol * 100_000, protocol * 100_000 + cases)
     outcomes = [run_case(seed, real_redis, wetask.port, protocol, wetask.shards) for seed in seeds]
     # Most cases must run to the end: the cross-shard choice is an exception.
     assert outcomes.count("same") >= 0.9 * len(outcomes), outcomes

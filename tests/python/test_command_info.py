@@ -31,6 +31,9 @@ REDIS_72 = {
     ("config|resetstat", "tips"): ["request_policy:all_nodes", "response_policy:all_succeeded"],
     ("config|rewrite", "tips"): ["request_policy:all_nodes", "response_policy:all_succeeded"],
     ("latency|reset", "tips"): ["request_policy:all_nodes", "response_policy:agg_sum"],
+    ("acl|deluser", "tips"): ["request_policy:all_nodes", "response_policy:all_succeeded"],
+    ("acl|save", "tips"): ["request_policy:all_nodes", "response_policy:all_succeeded"],
+    ("acl|setuser", "tips"): ["request_policy:all_nodes", "response_policy:all_succeeded"],
     ("msetnx", "tips"): [],
     ("randomkey", "tips"): ["nondeterministic_output", "request_policy:all_shards",
                             "response_policy:special"],
@@ -122,7 +125,7 @@ def test_command_subcommands_match_redis(server, real_redis, line):  # noqa: F81
 # Commands whose COMMAND DOCS Redis 7.2 changed beyond the summaries (which 7.2 rewrote) and
 # the `display_text` it added to every argument: arguments renamed as unique ids (#11051),
 # SETNX, SETEX, PSETEX and QUIT deprecated, complexity texts, ZRANK's WITHSCORE history, and
-# the containers holding those (CLUSTER holds 7.2's MYSHARDID).
+# the containers holding those (CLUSTER holds 7.2's MYSHARDID, ACL LOG's 7.2 history).
 DOCS_72 = {
     "bitcount", "bitfield", "bitfield_ro", "bitop", "bitpos", "flushall", "flushdb", "geoadd",
     "geohash", "geopos", "georadius", "georadius_ro", "georadiusbymember",
@@ -133,6 +136,8 @@ DOCS_72 = {
     "command", "config", "function", "script", "xgroup", "xinfo", "geodist", "hscan",
     "punsubscribe", "sscan", "sunsubscribe", "unsubscribe", "xread", "zrandmember", "zscan",
     "psetex", "quit", "setex", "setnx", "cluster", "migrate",
+    # ACL LOG's entry id and timestamps (#11477), and the tips above.
+    "acl",
 }
 
 

@@ -121,11 +121,12 @@ def test_no_touch_leaves_the_access_time_alone(server):
             assert r.object("idletime", key) >= 2, key
         r.execute_command("TOUCH", *keys)  # TOUCH still touches
         assert all(r.object("idletime", key) == 0 for key in keys)
-        time.sleep(1.1)
+        time.sleep(2.1)
         r.execute_command("CLIENT", "NO-TOUCH", "off")
         for key in keys:
             r.get(key)
-            assert r.object("idletime", key) == 0, key
+            # Whole seconds: a GET at x.999 s reads 1 at (x+1).001 s; an untouched key reads 2.
+            assert r.object("idletime", key) <= 1, key
     finally:
         admin.config_set("maxmemory-policy", before)
 

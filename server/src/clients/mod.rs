@@ -93,6 +93,11 @@ pub struct ConnState {
     pub db: usize,
     pub protocol: Protocol,
     pub authenticated: bool,
+    /// The ACL user the connection runs as (the default user until AUTH).
+    pub user: std::sync::Arc<crate::acl::User>,
+    /// The users' epoch (`Acl::epoch`) when `user` was read: the user is read again when
+    /// the users change.
+    pub acl_epoch: u64,
     pub created_ms: u64,
     pub last_active_ms: u64,
     /// The peer is on a loopback address (protected mode serves it without a password).
@@ -217,6 +222,7 @@ impl ConnState {
         laddr: String,
         now_ms: u64,
         authenticated: bool,
+        user: (std::sync::Arc<crate::acl::User>, u64),
     ) -> Self {
         let loopback = is_loopback(&addr);
         ConnState {
@@ -235,6 +241,8 @@ impl ConnState {
             db: 0,
             protocol: Protocol::Resp2,
             authenticated,
+            user: user.0,
+            acl_epoch: user.1,
             created_ms: now_ms,
             last_active_ms: now_ms,
             loopback,
@@ -310,7 +318,7 @@ impl ConnState {
                 .unwrap_or_default()
         };
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} cmd={} user=default resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} cmd={} user={} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -325,6 +333,7 @@ impl ConnState {
             self.subscriptions.shard_channels.len(),
             self.multi.as_ref().map_or(-1, |queued| queued.len() as i64),
             self.last_command,
+            String::from_utf8_lossy(&self.user.name),
             if self.protocol == Protocol::Resp3 { 3 } else { 2 },
             text(&self.lib_name),
             text(&self.lib_ver),
@@ -350,6 +359,11 @@ pub struct KillFilter {
     /// The id of the client issuing the kill, and whether it may kill itself (SKIPME).
     pub caller: u64,
     pub skip_me: bool,
+    /// USER: connections logged in as this ACL user.
+    pub user: Option<Bytes>,
+    /// ACL SETUSER took channels away from this user: its connections subscribed to a
+    /// channel or pattern its rules now refuse (as Redis closes them).
+    pub lost_channels: Option<std::sync::Arc<crate::acl::User>>,
 }
 
 impl KillFilter {
@@ -360,6 +374,17 @@ impl KillFilter {
         self.id.is_none_or(|id| id == conn.id)
             && self.addr.as_ref().is_none_or(|a| *a == conn.addr)
             && self.laddr.as_ref().is_none_or(|a| *a == conn.laddr)
+            && self.user.as_ref().is_none_or(|u| *u == conn.user.name)
+            && self.lost_channels.as_ref().is_none_or(|user| {
+                let subs = &conn.subscriptions;
+                user.name == conn.user.name
+                    && !(subs.channels.iter().all(|c| user.allows_channel(c, false))
+                        && subs
+                            .shard_channels
+                            .iter()
+                            .all(|c| user.allows_channel(c, false))
+                        && subs.patterns.iter().all(|p| user.allows_channel(p, true)))
+            })
     }
 }
 

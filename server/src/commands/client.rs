@@ -168,12 +168,7 @@ pub(super) async fn client(
             "GETREDIR",
             "TRACKINGINFO",
         ];
-        return Frame::Array(
-            lines
-                .iter()
-                .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
-                .collect(),
-        );
+        return Frame::lines(&lines);
     }
     unknown_subcommand("client", sub)
 }
@@ -326,6 +321,18 @@ pub(super) async fn client_kill(
         }
     } else {
         match kill_filter(caller, &args[2..]) {
+            Ok(Some(filter))
+                if filter
+                    .user
+                    .as_ref()
+                    .is_some_and(|u| ctx.globals.acl.user(u).is_none()) =>
+            {
+                let name = filter.user.as_ref().expect("checked");
+                return Frame::error(format!(
+                    "ERR No such user '{}'",
+                    String::from_utf8_lossy(name)
+                ));
+            }
             Ok(Some(filter)) => filter,
             // A USER or TYPE no connection here can match.
             Ok(None) => return Frame::Integer(0),
@@ -354,7 +361,7 @@ pub(super) async fn client_kill(
 }
 
 /// CLIENT KILL's `<filter> <value> …` pairs; `None` when a filter can match nobody here
-/// (a USER other than default, a TYPE other than normal).
+/// (a TYPE other than normal).
 pub(super) fn kill_filter(caller: u64, pairs: &[Bytes]) -> Result<Option<KillFilter>, Frame> {
     let mut filter = KillFilter {
         caller,
@@ -385,9 +392,9 @@ pub(super) fn kill_filter(caller: u64, pairs: &[Bytes]) -> Result<Option<KillFil
                     _ => return Err(Frame::static_error(SYNTAX)),
                 }
             }
-            a if is(a, "user") && text != "default" => return Ok(None),
+            a if is(a, "user") => filter.user = Some(value.clone()),
             a if is(a, "type") && !is(value, "normal") => return Ok(None),
-            a if is(a, "user") || is(a, "type") => {}
+            a if is(a, "type") => {}
             _ => return Err(Frame::static_error(SYNTAX)),
         }
     }

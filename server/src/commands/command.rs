@@ -509,10 +509,5 @@ fn help() -> Frame {
         "HELP",
         "    Prints this help.",
     ];
-    Frame::Array(
-        lines
-            .iter()
-            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
-            .collect(),
-    )
+    Frame::lines(&lines)
 }

@@ -36,6 +36,26 @@ pub(super) fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
                 .unwrap_or_default(),
         ),
         (
+            "aclfile",
+            g.acl
+                .file
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string()),
+        ),
+        (
+            "acllog-max-len",
+            g.acl.log_max_len.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "acl-pubsub-default",
+            if g.acl.pubsub_all_channels.load(Ordering::Relaxed) {
+                "allchannels"
+            } else {
+                "resetchannels"
+            }
+            .into(),
+        ),
+        (
             "proto-max-bulk-len",
             g.config.proto_max_bulk_len.to_string(),
         ),
@@ -241,12 +261,7 @@ pub(super) fn config_values(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
 
 /// A HELP reply: one simple string a line.
 pub(super) fn help_lines(lines: &[&'static str]) -> Frame {
-    Frame::Array(
-        lines
-            .iter()
-            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
-            .collect(),
-    )
+    Frame::lines(lines)
 }
 
 pub(super) fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
@@ -304,9 +319,20 @@ pub(super) fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bo
     let integer = |value: &str| value.parse::<u64>().map_err(|_| NOT_AN_INTEGER.to_string());
     match name {
         "requirepass" => {
-            g.password_set.store(!value.is_empty(), Ordering::Relaxed);
+            g.acl
+                .set_default_password((!value.is_empty()).then_some(value.as_str()));
+            g.sync_password_set();
             *g.requirepass.lock().expect("requirepass") = (!value.is_empty()).then_some(value);
         }
+        "acllog-max-len" => {
+            let max = integer(&value)?;
+            g.acl.log_max_len.store(max as usize, Ordering::Relaxed);
+        }
+        "acl-pubsub-default" => match value.to_ascii_lowercase().as_str() {
+            "allchannels" => g.acl.pubsub_all_channels.store(true, Ordering::Relaxed),
+            "resetchannels" => g.acl.pubsub_all_channels.store(false, Ordering::Relaxed),
+            _ => return Err("argument(s) must be one of the following: allchannels, resetchannels".into()),
+        },
         "busy-reply-threshold" | "lua-time-limit" => {
             g.busy_reply_threshold_ms.store(integer(&value)?, Ordering::Relaxed)
         }

@@ -2,40 +2,45 @@
 //! password check they share.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use wetask_protocol::{Frame, Protocol};
 use wetask_shards::args::{is, parse_i64};
 use wetask_shards::errors::SYNTAX;
 
+use crate::acl::User;
 use crate::clients::ConnState;
 use crate::shard::ShardCtx;
 
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
-/// Whether `password` opens `user` (None: AUTH's one-argument form, the default user),
-/// counting refusals (INFO's `acl_access_denied_auth`). With
-/// no `requirepass` the default user takes any password when named (Redis's `nopass`), and
-/// the one-argument form is refused, as Redis refuses it.
-pub(super) fn password_ok(
+/// The user that `password` opens (`user` None: AUTH's one-argument form, the default
+/// user), counting and logging refusals (INFO's `acl_access_denied_auth`, ACL LOG). The
+/// one-argument form is refused while the default user needs no password, as Redis
+/// refuses it.
+pub(super) fn log_in(
     ctx: &ShardCtx,
+    conn: &ConnState,
+    command: &Bytes,
     user: Option<&[u8]>,
     password: &[u8],
-) -> Result<bool, Frame> {
-    let required = ctx.globals.requirepass.lock().expect("requirepass").clone();
-    let opened = match (required, user) {
-        (None, None) => Err(Frame::static_error(
+) -> Result<Arc<User>, Frame> {
+    let acl = &ctx.globals.acl;
+    if user.is_none() && acl.default_user().nopass {
+        return Err(Frame::static_error(
             "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-        )),
-        (None, Some(user)) => Ok(user == b"default"),
-        (Some(expected), user) => {
-            Ok(user.unwrap_or(b"default") == b"default" && password == expected.as_bytes())
-        }
-    };
-    if let Ok(false) = opened {
-        ctx.globals.auth_failures.fetch_add(1, Ordering::Relaxed);
+        ));
     }
-    opened
+    let name = user.unwrap_or(b"default");
+    match acl.authenticate(name, password) {
+        Some(user) => Ok(user),
+        None => {
+            ctx.globals.auth_failures.fetch_add(1, Ordering::Relaxed);
+            crate::access::note_failed_login(ctx, conn, command, name);
+            Err(Frame::static_error(WRONGPASS))
+        }
+    }
 }
 
 pub(super) fn auth(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Frame {
@@ -44,12 +49,11 @@ pub(super) fn auth(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Fram
         3 => (Some(&args[1][..]), &args[2]),
         _ => return Frame::static_error(SYNTAX),
     };
-    match password_ok(ctx, user, password) {
-        Ok(true) => {
-            conn.authenticated = true;
+    match log_in(ctx, conn, &args[0], user, password) {
+        Ok(user) => {
+            crate::access::log_in(ctx, conn, user);
             Frame::ok()
         }
-        Ok(false) => Frame::static_error(WRONGPASS),
         Err(err) => err,
     }
 }
@@ -91,20 +95,21 @@ pub(super) fn hello(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes]) -> Fra
             ));
         }
     }
-    let mut authenticated = conn.authenticated;
+    let mut logged_in = None;
     if let Some((user, password)) = credentials {
-        match password_ok(ctx, Some(user), password) {
-            Ok(true) => authenticated = true,
-            Ok(false) => return Frame::static_error(WRONGPASS),
+        match log_in(ctx, conn, &args[0], Some(user), password) {
+            Ok(user) => logged_in = Some(user),
             Err(err) => return err,
         }
     }
-    if !authenticated {
+    if !conn.authenticated && logged_in.is_none() {
         return Frame::static_error(
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
         );
     }
-    conn.authenticated = true;
+    if let Some(user) = logged_in {
+        crate::access::log_in(ctx, conn, user);
+    }
     conn.protocol = protocol;
     if name.is_some() {
         conn.name = name;
@@ -142,11 +147,9 @@ pub(super) fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
     if std::mem::take(&mut conn.no_touch) {
         drop(ctx.no_touch_everywhere(conn.id, false));
     }
-    conn.authenticated = ctx
-        .globals
-        .requirepass
-        .lock()
-        .expect("requirepass")
-        .is_none();
+    let acl = &ctx.globals.acl;
+    conn.acl_epoch = acl.epoch();
+    conn.user = acl.default_user();
+    conn.authenticated = conn.user.enabled && conn.user.nopass;
     Frame::simple("RESET")
 }

@@ -469,12 +469,7 @@ fn help() -> Frame {
         "HELP",
         "    Print this help.",
     ];
-    Frame::Array(
-        lines
-            .iter()
-            .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
-            .collect(),
-    )
+    Frame::lines(&lines)
 }
 
 // ---- persistence ----

@@ -501,7 +501,7 @@ fn memory_section(g: &Globals, report: &ShardReport, out: &mut String) {
 /// durations), as Redis reports them without it: the part before the tracking totals, and
 /// the part after. (`eventloop_cycles` counts the rings' waits in the kernel.)
 const NOT_DONE_STATS: &str = "expired_stale_perc:0.00\r\nexpired_time_cap_reached_count:0\r\nexpire_cycle_cpu_milliseconds:0\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:0\r\ncurrent_eviction_exceeded_time:0\r\npubsubshard_channels:0\r\nlatest_fork_usec:0\r\ntotal_forks:0\r\nmigrate_cached_sockets:0\r\nslave_expires_tracked_keys:0\r\nactive_defrag_hits:0\r\nactive_defrag_misses:0\r\nactive_defrag_key_hits:0\r\nactive_defrag_key_misses:0\r\ntotal_active_defrag_time:0\r\ncurrent_active_defrag_time:0\r\n";
-const NOT_DONE_STATS_AFTER_TRACKING: &str = "unexpected_error_replies:0\r\ndump_payload_sanitizations:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\neventloop_duration_sum:0\r\neventloop_duration_cmd_sum:0\r\ninstantaneous_eventloop_cycles_per_sec:0\r\ninstantaneous_eventloop_duration_usec:0\r\nacl_access_denied_cmd:0\r\nacl_access_denied_key:0\r\nacl_access_denied_channel:0\r\n";
+const NOT_DONE_STATS_AFTER_TRACKING: &str = "unexpected_error_replies:0\r\ndump_payload_sanitizations:0\r\nio_threaded_reads_processed:0\r\nio_threaded_writes_processed:0\r\nreply_buffer_shrinks:0\r\nreply_buffer_expands:0\r\neventloop_duration_sum:0\r\neventloop_duration_cmd_sum:0\r\ninstantaneous_eventloop_cycles_per_sec:0\r\ninstantaneous_eventloop_duration_usec:0\r\n";
 /// ... and after the replication counters.
 const NOT_DONE_STATS_AFTER_SYNCS: &str = "total_net_repl_input_bytes:0\r\ntotal_net_repl_output_bytes:0\r\ninstantaneous_input_repl_kbps:0.00\r\ninstantaneous_output_repl_kbps:0.00\r\n";
 
@@ -516,7 +516,7 @@ fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
         .sum();
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ninstantaneous_input_kbps:{:.2}\r\ninstantaneous_output_kbps:{:.2}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{errors}\r\ntotal_reads_processed:{}\r\ntotal_writes_processed:{}\r\n{NOT_DONE_STATS}tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n{NOT_DONE_STATS_AFTER_TRACKING}sync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\n{NOT_DONE_STATS_AFTER_SYNCS}eventloop_cycles:{}\r\nacl_access_denied_auth:{}\r\nnet_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ninstantaneous_input_kbps:{:.2}\r\ninstantaneous_output_kbps:{:.2}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{errors}\r\ntotal_reads_processed:{}\r\ntotal_writes_processed:{}\r\n{NOT_DONE_STATS}tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n{NOT_DONE_STATS_AFTER_TRACKING}sync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\n{NOT_DONE_STATS_AFTER_SYNCS}eventloop_cycles:{}\r\nacl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_key:{}\r\nacl_access_denied_channel:{}\r\nnet_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
         g.total_connections.load(Ordering::Relaxed),
         report.commands,
         rates.ops_per_sec.round() as u64,
@@ -539,6 +539,9 @@ fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
         g.replication.sync_partial_err.load(Ordering::Relaxed),
         report.ring_enters,
         g.auth_failures.load(Ordering::Relaxed),
+        g.acl.denied_commands.load(Ordering::Relaxed),
+        g.acl.denied_keys.load(Ordering::Relaxed),
+        g.acl.denied_channels.load(Ordering::Relaxed),
         report.ring_enters,
         report.ring_sleeps,
         report.ring_fsyncs,

@@ -11,6 +11,7 @@
 //! (TASK.FETCH/WAIT/EVENTS, TASK.WORKER …), `cron` and `batch`, and `embedded` (what EXEC
 //! and scripts run too: SELECT, PING, ECHO, TIME, PUBLISH).
 
+mod acl;
 mod batch;
 pub mod blocking;
 mod client;
@@ -73,6 +74,14 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, request: &Command) -> bool
                     .any(|sub| is(&args[1], sub))
         }
         "config" => several && (is(&args[1], "resetstat") || is(&args[1], "set")),
+        // Closing a removed user's connections, or those subscribed to channels taken
+        // away, asks every shard.
+        "acl" => {
+            several
+                && ["deluser", "load", "setuser"]
+                    .iter()
+                    .any(|sub| is(&args[1], sub))
+        }
         // SETSLOT NODE, RESET and the key counts read a shard's keys.
         "cluster" => true,
         "latency" => several && is(&args[1], "histogram"),
@@ -149,6 +158,7 @@ pub async fn run(
         }
         "reset" => connection::reset(ctx, &mut conn.borrow_mut()),
         "client" => client::client(ctx, conn, args).await,
+        "acl" => acl::acl(ctx, conn, args).await,
         "command" => command::command(args),
         "config" => config::config(ctx, args).await,
         "cluster" => cluster::cluster(ctx, conn, args).await,

@@ -48,7 +48,7 @@ use crate::lua::sha1_hex;
 use crate::mesh::{KeyRequest, Request};
 use crate::routing::cross::{borrow, give_back, Held};
 use crate::routing::Target;
-use crate::shard::{ScriptRun, ShardCtx, UndoLog};
+use crate::shard::{ScriptAcl, ScriptRun, ShardCtx, UndoLog};
 
 /// Most scripts kept for EVALSHA.
 pub const SCRIPTS_MAX: usize = 100_000;
@@ -177,14 +177,15 @@ pub async fn eval(
     args: &[Bytes],
     numkeys: Result<usize, Frame>,
 ) -> Frame {
-    let (db, client) = {
+    let (db, client, acl) = {
         let state = conn.borrow();
-        (state.db, state.task_owner())
+        (state.db, state.task_owner(), script_acl(&state))
     };
     let script = ScriptCall {
         spec,
         args,
         numkeys,
+        acl,
     };
     eval_in(ctx, script, db, client, None).await
 }
@@ -233,6 +234,7 @@ pub async fn eval_in(
     client: u64,
     under: Option<(&Held<'_>, &mut Vec<(usize, Bytes)>)>,
 ) -> Frame {
+    let acl = call.acl.clone();
     let runnable = match runnable(ctx, call) {
         Ok(runnable) => runnable,
         Err(err) => return err,
@@ -262,6 +264,7 @@ pub async fn eval_in(
         written: Vec::new(),
         retry_whole: false,
         undo: None,
+        acl: acl.clone(),
     };
     let script = Script {
         lua: &lua,
@@ -311,6 +314,16 @@ pub struct ScriptCall<'a> {
     pub spec: &'a CommandSpec,
     pub args: &'a [Bytes],
     pub numkeys: Result<usize, Frame>,
+    /// The caller, when its ACL rules restrict it ([`script_acl`]).
+    pub acl: Option<ScriptAcl>,
+}
+
+/// The caller as a script's calls are checked: `None` for a user allowed everything.
+pub fn script_acl(conn: &ConnState) -> Option<ScriptAcl> {
+    (!conn.user.unrestricted).then(|| ScriptAcl {
+        user: conn.user.clone(),
+        client_info: conn.describe(crate::globals::unix_ms()),
+    })
 }
 
 fn runnable(ctx: &Rc<ShardCtx>, call: ScriptCall<'_>) -> Result<Runnable, Frame> {
@@ -318,6 +331,7 @@ fn runnable(ctx: &Rc<ShardCtx>, call: ScriptCall<'_>) -> Result<Runnable, Frame>
         spec,
         args,
         numkeys,
+        acl: _,
     } = call;
     let owned = |items: &[Bytes]| items.iter().map(|k| Bytes::copy_from_slice(k)).collect();
     if spec.name.starts_with("fcall") {

@@ -260,12 +260,16 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
             &command.args[..],
         );
         let db = conn.borrow().db;
-        let frame = if let Form::Script(numkeys) = command.form() {
+        let allowed = crate::access::recheck_queued(ctx, &conn.borrow(), spec, command);
+        let frame = if let Err(refused) = allowed {
+            refused
+        } else if let Form::Script(numkeys) = command.form() {
             let under = Some((&held, &mut borrowed));
             let call = crate::commands::scripting::ScriptCall {
                 spec,
                 args,
                 numkeys: numkeys.clone(),
+                acl: crate::commands::scripting::script_acl(&conn.borrow()),
             };
             crate::commands::scripting::eval_in(ctx, call, db, client, under).await
         } else if let Form::Malformed(error) = command.form() {

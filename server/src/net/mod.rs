@@ -128,12 +128,10 @@ pub fn set_nodelay(fd: RawFd) {
 /// Creates and registers the state of a newly accepted connection.
 pub fn new_connection(ctx: &ShardCtx, fd: RawFd) -> Rc<RefCell<ConnState>> {
     set_keepalive(fd, ctx.globals.tcp_keepalive_s.load(Ordering::Relaxed));
-    let authenticated = ctx
-        .globals
-        .requirepass
-        .lock()
-        .expect("requirepass")
-        .is_none();
+    let acl = &ctx.globals.acl;
+    let epoch = acl.epoch();
+    let user = acl.default_user();
+    let authenticated = user.enabled && user.nopass;
     let state = Rc::new(RefCell::new(ConnState::new(
         ctx.globals.next_client_id(),
         fd,
@@ -141,6 +139,7 @@ pub fn new_connection(ctx: &ShardCtx, fd: RawFd) -> Rc<RefCell<ConnState>> {
         socket_addr(fd, false),
         crate::globals::unix_ms(),
         authenticated,
+        (user, epoch),
     )));
     ctx.clients.borrow_mut().add(state.clone());
     state

@@ -37,7 +37,7 @@ pub fn reached_output_limit(ctx: &ShardCtx, state: &RefCell<ConnState>, out: &mu
     crate::output_limits::reached(&ctx.globals.output_limits, now, state, out)
 }
 
-pub const NOAUTH: &str = "NOAUTH Authentication required.";
+pub use crate::access::NOAUTH;
 
 /// Polls a future once; `None` if it would wait.
 pub fn poll_once<F: Future>(future: F) -> Option<F::Output> {
@@ -77,6 +77,10 @@ fn precheck(
     let Some(spec) = spec else {
         return Err(unknown_command(args));
     };
+    let acl_free = crate::access::unrestricted(ctx, conn);
+    if !acl_free {
+        crate::access::refresh(ctx, conn)?;
+    }
     if !conn.authenticated && !spec.has(flag::NO_AUTH) {
         ctx.stats.record_rejected(spec);
         return Err(Frame::static_error(NOAUTH));
@@ -84,6 +88,18 @@ fn precheck(
     if !spec.arity_ok(args.len()) {
         ctx.stats.record_rejected(spec);
         return Err(wrong_arity(spec.name));
+    }
+    if !acl_free {
+        // Redis's order: a bad subcommand is reported before a refusal, and the refusal's
+        // log names the refused command as the client's current one.
+        conn.last_command = spec.name;
+        let context = crate::access::context_of(conn);
+        if let Err(err) = wetask_shards::table::info::check_subcommand(spec, args)
+            .and_then(|()| crate::access::check(ctx, conn, spec, request, context))
+        {
+            ctx.stats.record_rejected(spec);
+            return Err(err);
+        }
     }
     if let Err(err) = refusal(ctx, conn, spec, args) {
         ctx.stats.record_rejected(spec);
@@ -243,6 +259,10 @@ pub fn try_inline(
     if !queueing && needs_remote(ctx, db, request) {
         return Inline::NeedsTask;
     }
+    if !queueing && spec.is_some_and(|s| crate::access::looks_up_queue(ctx, &conn.borrow(), s)) {
+        // A restricted user's task command by id looks its task's queue up first.
+        return Inline::NeedsTask;
+    }
     // A reply that may be dropped (CLIENT REPLY) must come back as a frame, not written.
     let direct = (conn.borrow().reply == crate::clients::ReplyMode::On).then_some(out);
     let (spec, at) = match admit(ctx, conn, request) {
@@ -326,6 +346,12 @@ async fn execute(
         Ok(admitted) => admitted,
         Err(frame) => return frame,
     };
+    if crate::access::looks_up_queue(ctx, &conn.borrow(), spec) {
+        if let Some(refused) = crate::access::check_task_queue(ctx, conn, spec, request, at).await {
+            ctx.stats.record_rejected(spec);
+            return refused;
+        }
+    }
     let frame = run_admitted(ctx, conn, spec, request, at, direct).await;
     finish(ctx, spec, frame)
 }
@@ -511,7 +537,11 @@ fn simple_target(
     if !keyed || spec.has(flag::BLOCKING) || !spec.arity_ok(request.args.len()) {
         return None;
     }
-    if !conn.authenticated && !spec.has(flag::NO_AUTH) || protected_mode_denies(ctx, conn) {
+    if !conn.authenticated && !spec.has(flag::NO_AUTH)
+        || protected_mode_denies(ctx, conn)
+        || !crate::access::unrestricted(ctx, conn)
+    {
+        // Admission answers these (and checks the user's ACL rules).
         return None;
     }
     if ctx.globals.pause.active() || refusal(ctx, conn, spec, &request.args).is_err() {

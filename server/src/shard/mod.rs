@@ -32,7 +32,7 @@ pub use self::core::ShardCore;
 pub use lists::{ListWaiter, ListWaiters};
 pub use pubsub::PubSub;
 pub use reply::{LocalSlot, LocalWait, Reply};
-pub use scripts::{ScriptRun, Scripts, UndoLog};
+pub use scripts::{ScriptAcl, ScriptRun, Scripts, UndoLog};
 pub use tasks::{Parked, TaskWaits, Want};
 
 use crate::clients::ConnState;

@@ -37,6 +37,16 @@ pub struct ScriptRun {
     /// The keys' entries before the script first wrote them, while it holds fewer than every
     /// shard (a run that holds them all can never need to start again, and keeps none).
     pub undo: Option<UndoLog>,
+    /// The caller's ACL user and CLIENT LIST line, when its rules restrict it: each
+    /// `redis.call` is checked (None: allowed everything).
+    pub acl: Option<ScriptAcl>,
+}
+
+/// Who runs a script, for checking its calls against the ACL.
+#[derive(Clone)]
+pub struct ScriptAcl {
+    pub user: std::sync::Arc<crate::acl::User>,
+    pub client_info: String,
 }
 
 /// What a script's writes replaced, so that a run which must start again holding every shard

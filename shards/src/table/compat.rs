@@ -289,6 +289,10 @@ const FAMILIES: &[(&str, &[&str])] = &[
 /// What a served command of those families lacks, where it lacks something.
 const PARTIAL: &[(&str, &str)] = &[
     (
+        "acl",
+        "Redis 7.2's users, selectors, key (`~`, `%R~`, `%W~`) and channel (`&`) patterns, categories, ACL LOG, the ACL file (`--aclfile`; SAVE writes it atomically) and DRYRUN, compared with a redis-server by tests/python/test_acl.py. WeTask adds the categories `@task` (TASK.* for workers and producers) and `@task-admin` (PURGE, DELQUEUE, CRON, QUIET, EXPORT, IMPORT, which are in it and not in `@task`). A queue is a key for `~`; a task named by id (GET, WAIT, LOGS, RESULTS, CANCEL, RELEASE, REQUEUE) is checked by its queue at the top level, and by the id itself inside MULTI and scripts; ACK, FAIL, EXTEND, PROGRESS and LOG are not checked against key patterns (the engine takes them only from the lease's holder, whose FETCH was checked); TASK.BATCHINFO's batch id is checked as a key. Users are not read from `user` lines of the config file (use `--aclfile`); ACL LOAD closes the connections of users it removed (Redis 7.2 closes those of every user but default)",
+    ),
+    (
         "object",
         "ENCODING reports what Redis 7.2 would pick for the value as it is now, at Redis's default thresholds (int/embstr/raw, listpack/quicklist, listpack/hashtable, intset/listpack/hashtable, listpack/skiplist, stream): Redis also keeps a converted encoding after a value shrinks, and makes an APPENDed string raw; IDLETIME is kept only under an LRU `maxmemory-policy` (0 otherwise: Redis tracks it always); FREQ and REFCOUNT as Redis",
     ),
@@ -460,7 +464,7 @@ const RELEASE_72: &[(&str, &str)] = &[
     ("CLIENT SETINFO lib-name/lib-ver (#11758)", "built; CLIENT LIST and CLIENT INFO show them"),
     ("CLIENT NO-TOUCH (#11483), CLIENT LIST flag `T`", "built"),
     ("CLUSTER MYSHARDID, shard ids (#10536)", "built in cluster mode: each shard is its own cluster shard, so its shard id is its node id"),
-    ("ACL LOG entry-id and timestamps (#11477); unified ACL errors (#11160); ACL rule storage (#11224); sanitize-payload (#11279)", "not applicable: WeTask has no ACL users yet (a later issue); `acl_access_denied_auth` counts refused AUTH"),
+    ("ACL LOG entry-id and timestamps (#11477); unified ACL errors (#11160); ACL rule storage (#11224); sanitize-payload (#11279)", "built (tests/python/test_acl.py compares with a 7.0 redis-server, these texts mapped to 7.2's)"),
     ("COMMAND DOCS argument names as unique ids (#11051), and 7.2's summaries, history, deprecations", "built from Redis 7.2's own src/commands/*.json; COMMAND INFO carries tips and key specifications"),
     ("Client-side tracking follows the keys a script reads, not those declared (#11770)", "built, on any shard layout"),
     ("Time frozen during a command and a script (#10300)", "built: a script sees one time for expiry and TTLs (TIME still moves)"),

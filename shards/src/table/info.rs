@@ -92,8 +92,20 @@ fn check_container(spec: &CommandSpec, args: &[Bytes]) -> Result<(), Frame> {
     }
 }
 
+/// The task commands in `@task-admin` rather than `@task`.
+pub const TASK_ADMIN: &[&str] = &[
+    "task.purge",
+    "task.delqueue",
+    "task.cron",
+    "task.quiet",
+    "task.export",
+    "task.import",
+];
+
 /// A command's ACL categories, as Redis lists them (`@read`, `@string`, `@fast` …). Task
-/// commands, which Redis has not, get Redis's rules: the flags' categories and `@tasks`.
+/// commands, which Redis has not, get Redis's rules (the flags' categories) and `@task`, or
+/// `@task-admin` for those that drop or move a queue's tasks or steer workers and schedules:
+/// a worker given `+@task` cannot purge a queue.
 pub fn categories(spec: &CommandSpec) -> Vec<&'static str> {
     if let Some((_, listed)) = CATEGORIES.iter().find(|(name, _)| *name == spec.name) {
         return listed.to_vec();
@@ -106,7 +118,11 @@ pub fn categories(spec: &CommandSpec) -> Vec<&'static str> {
         out.push("@read");
     }
     if spec.group == "tasks" {
-        out.push("@tasks");
+        out.push(if TASK_ADMIN.contains(&spec.name) {
+            "@task-admin"
+        } else {
+            "@task"
+        });
     }
     if spec.has(ADMIN) {
         out.extend(["@admin", "@dangerous"]);

@@ -388,6 +388,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("reset", 1, FAST | NO_AUTH | NOSCRIPT | LOADING | STALE | TRANSACTION_CONTROL | WHILE_SUBSCRIBED | ALLOW_BUSY, NONE, Server, None, C, "Resets the connection."),
     row("select", 2, FAST | LOADING | STALE | EMBEDDED, NONE, Server, None, C, "Changes the selected database."),
     row("client", -2, NOSCRIPT | LOADING | STALE | PASSES_LOCKS | CONTAINER, NONE, Server, None, C, "A container for client connection commands."),
+    row("acl", -2, CONTAINER, NONE, Server, None, SV, "A container for Access List Control commands."),
     row("command", -1, LOADING | STALE | CONTAINER, NONE, Server, None, SV, "Returns detailed information about all commands."),
     row("cluster", -2, CONTAINER, NONE, Server, None, CL, "A container for Redis Cluster commands."),
     row("asking", 1, FAST, NONE, Server, None, CL, "Signals that a cluster client is following an -ASK redirect."),

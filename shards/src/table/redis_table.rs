@@ -27,6 +27,7 @@ pub(super) static CATEGORIES: &[(&str, &[&str])] = &[
     ("client", &["@slow"]),
     ("cluster", &["@slow"]),
     ("command", &["@slow", "@connection"]),
+    ("acl", &["@slow"]),
     ("config", &["@slow"]),
     ("copy", &["@keyspace", "@write", "@slow"]),
     ("dbsize", &["@keyspace", "@read", "@fast"]),
@@ -437,6 +438,19 @@ pub(super) static KEY_FLAGS: &[(&str, &[&[&str]])] = &[
 ];
 
 pub static SUBCOMMANDS: &[Subcommand] = &[
+    sub("acl|cat", -2, NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@slow"]),
+    sub("acl|deluser", -3, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@admin", "@slow", "@dangerous"]),
+    sub("acl|dryrun", -4, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@admin", "@slow", "@dangerous"]),
+    sub("acl|genpass", -2, NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@slow"]),
+    sub("acl|getuser", 3, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@admin", "@slow", "@dangerous"]),
+    sub("acl|help", 2, LOADING | STALE, (0, 0, 0), &["@slow"]),
+    sub("acl|list", 2, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@admin", "@slow", "@dangerous"]),
+    sub("acl|load", 2, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@admin", "@slow", "@dangerous"]),
+    sub("acl|log", -2, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@admin", "@slow", "@dangerous"]),
+    sub("acl|save", 2, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@admin", "@slow", "@dangerous"]),
+    sub("acl|setuser", -3, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@admin", "@slow", "@dangerous"]),
+    sub("acl|users", 2, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@admin", "@slow", "@dangerous"]),
+    sub("acl|whoami", 2, NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@slow"]),
     sub("client|caching", 3, NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@slow", "@connection"]),
     sub("client|getname", 2, NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@slow", "@connection"]),
     sub("client|getredir", 2, NOSCRIPT | LOADING | STALE, (0, 0, 0), &["@slow", "@connection"]),

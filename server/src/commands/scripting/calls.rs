@@ -46,14 +46,23 @@ pub(super) async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result
     // The call parsed once, as a client's command is (its SORT patterns, its keys).
     let command = wetask_shards::request::Request::with_spec(argv, spec, ctx.shard_count);
     let argv = &command.args;
-    let (db, client, token, read_only) = {
+    let (db, client, token, read_only, acl) = {
         let run = ctx.scripts.run.borrow();
         let run = run.as_ref().ok_or("ERR no script is running")?;
         if run.retry_whole {
             return Err(RETRY_WHOLE.into());
         }
-        (run.db, run.client, run.token, run.read_only)
+        (
+            run.db,
+            run.client,
+            run.token,
+            run.read_only,
+            run.acl.clone(),
+        )
     };
+    if let Some(acl) = acl {
+        crate::access::check_script_call(ctx, &acl, spec, &command)?;
+    }
     if read_only && spec.has(flag::WRITE) {
         return Err("ERR Write commands are not allowed from read-only scripts.".into());
     }
