@@ -20,7 +20,7 @@ pub const NOAUTH: &str = "NOAUTH Authentication required.";
 /// True when the connection's user may run anything and is current: no check is needed.
 #[inline]
 pub fn unrestricted(ctx: &ShardCtx, conn: &ConnState) -> bool {
-    conn.acl_epoch == ctx.globals.acl.epoch() && conn.user.unrestricted
+    conn.acl_free && conn.acl_epoch == ctx.globals.acl.epoch()
 }
 
 /// Reads the connection's user again after a change to the users. A connection whose user
@@ -34,7 +34,7 @@ pub fn refresh(ctx: &ShardCtx, conn: &mut ConnState) -> Result<(), Frame> {
     }
     conn.acl_epoch = epoch;
     match acl.user(&conn.user.name) {
-        Some(user) => conn.user = user,
+        Some(user) => set_user(conn, user),
         None => {
             crate::clients::shut_down(conn);
             return Err(Frame::static_error(NOAUTH));
@@ -42,16 +42,22 @@ pub fn refresh(ctx: &ShardCtx, conn: &mut ConnState) -> Result<(), Frame> {
     }
     if !conn.authenticated && acl.open_by_default() {
         conn.authenticated = true;
-        conn.user = acl.default_user();
+        set_user(conn, acl.default_user());
     }
     Ok(())
+}
+
+/// The connection's user, and the shortcut that goes with it.
+pub fn set_user(conn: &mut ConnState, user: Arc<User>) {
+    conn.acl_free = user.unrestricted;
+    conn.user = user;
 }
 
 /// Logs in as `user` (AUTH, HELLO … AUTH).
 pub fn log_in(ctx: &ShardCtx, conn: &mut ConnState, user: Arc<User>) {
     conn.authenticated = true;
-    conn.user = user;
     conn.acl_epoch = ctx.globals.acl.epoch();
+    set_user(conn, user);
 }
 
 /// Whether the connection's user may run `request`; `Err` is the NOPERM reply (and the

@@ -28,8 +28,9 @@ pub struct Globals {
     /// Replicas of this node, and the primary it follows (`replication`).
     pub replication: Arc<crate::replication::Replication>,
     pub requirepass: Mutex<Option<String>>,
-    /// The ACL users (`acl`); the default user's password is `requirepass`.
-    pub acl: crate::acl::Acl,
+    /// The ACL users (`acl`); the default user's password is `requirepass`. Boxed: the
+    /// hot fields around it keep their places.
+    pub acl: Box<crate::acl::Acl>,
     pub maxclients: AtomicUsize,
     pub connected_clients: AtomicUsize,
     pub total_connections: AtomicU64,
@@ -107,12 +108,12 @@ impl Globals {
             doorbells,
             replication: Arc::new(crate::replication::Replication::new(shard_count)),
             requirepass: Mutex::new(config.requirepass.clone()),
-            acl: crate::acl::Acl::new(
+            acl: Box::new(crate::acl::Acl::new(
                 config.requirepass.as_deref(),
                 config.aclfile.clone(),
                 config.acl_pubsub_default == "allchannels",
                 config.acllog_max_len,
-            ),
+            )),
             maxclients: AtomicUsize::new(config.maxclients),
             loading: AtomicUsize::new(shard_count),
             shard_count,

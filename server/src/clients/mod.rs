@@ -98,6 +98,8 @@ pub struct ConnState {
     /// The users' epoch (`Acl::epoch`) when `user` was read: the user is read again when
     /// the users change.
     pub acl_epoch: u64,
+    /// `user.unrestricted`, kept beside the epoch: the per-command test reads no further.
+    pub acl_free: bool,
     pub created_ms: u64,
     pub last_active_ms: u64,
     /// The peer is on a loopback address (protected mode serves it without a password).
@@ -241,6 +243,7 @@ impl ConnState {
             db: 0,
             protocol: Protocol::Resp2,
             authenticated,
+            acl_free: user.0.unrestricted,
             user: user.0,
             acl_epoch: user.1,
             created_ms: now_ms,

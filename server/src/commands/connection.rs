@@ -149,7 +149,7 @@ pub(super) fn reset(ctx: &ShardCtx, conn: &mut ConnState) -> Frame {
     }
     let acl = &ctx.globals.acl;
     conn.acl_epoch = acl.epoch();
-    conn.user = acl.default_user();
+    crate::access::set_user(conn, acl.default_user());
     conn.authenticated = conn.user.enabled && conn.user.nopass;
     Frame::simple("RESET")
 }

@@ -259,7 +259,11 @@ pub fn try_inline(
     if !queueing && needs_remote(ctx, db, request) {
         return Inline::NeedsTask;
     }
-    if !queueing && spec.is_some_and(|s| crate::access::looks_up_queue(ctx, &conn.borrow(), s)) {
+    if !queueing
+        && spec.is_some_and(|s| {
+            s.has(flag::TASK) && crate::access::looks_up_queue(ctx, &conn.borrow(), s)
+        })
+    {
         // A restricted user's task command by id looks its task's queue up first.
         return Inline::NeedsTask;
     }
@@ -346,7 +350,7 @@ async fn execute(
         Ok(admitted) => admitted,
         Err(frame) => return frame,
     };
-    if crate::access::looks_up_queue(ctx, &conn.borrow(), spec) {
+    if spec.has(flag::TASK) && crate::access::looks_up_queue(ctx, &conn.borrow(), spec) {
         if let Some(refused) = crate::access::check_task_queue(ctx, conn, spec, request, at).await {
             ctx.stats.record_rejected(spec);
             return refused;
