@@ -45,6 +45,10 @@ pub struct Config {
     /// Most entries ACL LOG keeps.
     #[arg(long, default_value_t = 128)]
     pub acllog_max_len: usize,
+    /// Serve Prometheus metrics at http://<bind>:<port>/metrics (off unless given; 0 picks
+    /// a free port and logs it).
+    #[arg(long)]
+    pub metrics_port: Option<u16>,
     /// Most simultaneous client connections, over all shards.
     #[arg(long, default_value_t = 10_000)]
     pub maxclients: usize,

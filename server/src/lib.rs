@@ -17,6 +17,7 @@ mod latency;
 mod lua;
 pub mod memory;
 mod mesh;
+mod metrics;
 mod net;
 mod output_limits;
 mod pause;

@@ -126,7 +126,7 @@ pub fn run(config: Config) -> Result<(), String> {
         .port
         .store(port, std::sync::atomic::Ordering::Relaxed);
     start_replication(&globals)?;
-    spawn_signal_thread(globals.clone())?;
+    spawn_service_threads(&globals)?;
     let watched = globals.clone();
     crate::watchdog::spawn(globals.watchdog.clone(), move || watched.shutting_down())
         .map_err(|e| format!("cannot start the watchdog thread: {e}"))?;
@@ -224,6 +224,15 @@ fn start_consensus(
 }
 
 /// Serves replicas (with a journal to serve them from), and follows `replicaof` if set.
+/// The signal thread, and the metrics thread when `--metrics-port` is given.
+fn spawn_service_threads(globals: &Arc<Globals>) -> Result<(), String> {
+    spawn_signal_thread(globals.clone())?;
+    match globals.config.metrics_port {
+        Some(port) => crate::metrics::spawn(globals.clone(), &globals.config.bind, port),
+        None => Ok(()),
+    }
+}
+
 fn start_replication(globals: &Arc<Globals>) -> Result<(), String> {
     let config = &globals.config;
     let replication = &globals.replication;

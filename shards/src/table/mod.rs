@@ -334,7 +334,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.pause", 2, WRITE | FAST | TASK, ONE, Keyed, Some(tasks::pause), T, "Stops leasing from a queue."),
     row("task.resume", 2, WRITE | FAST | TASK, ONE, Keyed, Some(tasks::resume), T, "Resumes leasing from a queue."),
     row("task.limit", -2, WRITE | TASK, ONE, Keyed, Some(tasks::limit), T, "Sets or shows a queue's concurrency and rate limits."),
-    row("task.stats", 2, READONLY | TASK, ONE, Keyed, Some(tasks::stats), T, "Returns a queue's counts and the age of its oldest waiting task."),
+    row("task.stats", -2, READONLY | TASK, ONE, Keyed, Some(tasks::stats), T, "Returns a queue's counts, the age of its oldest waiting task and, with LATENCY, its wait and run time histograms."),
     row("task.queues", 1, READONLY | TASK, NONE, AllShards(Concat), Some(tasks::queues), T, "Lists the queues."),
     row("task.worker", -2, NOSCRIPT | FAST | TASK, NONE, Server, None, T, "Binds the connection to a worker identity that owns its leases.").parsed(FormKind::Worker),
     row("task.workers", 1, READONLY | TASK, NONE, Server, None, T, "Lists the workers, their connections and leases."),

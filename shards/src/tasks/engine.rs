@@ -26,6 +26,7 @@ mod crons;
 mod events;
 mod extras;
 mod groups;
+mod latency;
 mod leases;
 mod outcomes;
 mod owners;
@@ -42,6 +43,7 @@ pub use batches::{Batch, BatchNote, OnFail, Order, BATCH_CHILDREN_MAX};
 pub use crons::{CronEntry, CRONS_MAX, CRON_CATCHUP_MAX};
 pub use events::{Event, EventKind, EventsGone, EVENTS_PER_QUEUE_MAX};
 pub use extras::{Extras, LOG_BYTES_MAX, LOG_LINES_MAX};
+pub use latency::{Histogram, LATENCY_BOUNDS_MS};
 pub use outcomes::{FailOutcome, Fallback, Leased, QueueStats, Retry, TaskError, Totals};
 use queue::Queue;
 
@@ -65,6 +67,8 @@ pub struct Engine {
     queues: HashMap<Bytes, Queue, Hasher>,
     scheduled: BTreeSet<(u64, Bytes)>,
     leases: BTreeSet<(u64, Bytes)>,
+    /// When each lease in flight started, for the queues' running-time histograms.
+    lease_starts: latency::LeaseStarts,
     by_owner: HashMap<u64, owners::OwnerLeases, Hasher>,
     deadlines: BTreeSet<(u64, Bytes)>,
     /// Done and cancelled tasks by the time they are forgotten.

@@ -17,7 +17,8 @@ mod tests;
 pub mod workers;
 
 pub use engine::{
-    Batch, BatchNote, Cursor, Engine, EventKind, FailOutcome, Fallback, Leased, Listed, OnFail,
-    Order, QueueStats, Retry, TaskError, Totals, BATCH_CHILDREN_MAX, EVENTS_PER_QUEUE_MAX,
+    Batch, BatchNote, Cursor, Engine, EventKind, FailOutcome, Fallback, Histogram, Leased, Listed,
+    OnFail, Order, QueueStats, Retry, TaskError, Totals, BATCH_CHILDREN_MAX, EVENTS_PER_QUEUE_MAX,
+    LATENCY_BOUNDS_MS,
 };
 pub use model::{Origin, State, SubmitOptions, Task};

@@ -557,15 +557,22 @@ pub fn limit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     ])
 }
 
-/// TASK.STATS queue: its counts as a map.
+/// TASK.STATS queue [LATENCY]: its counts as a map; LATENCY adds the histograms of the
+/// time from submit to first start and from a lease's start to its ACK (since the shard
+/// started): counts per bucket of `bucket_bounds_ms` (and one past the last), sum, count.
 pub fn stats(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let latency = match args.get(2) {
+        None => false,
+        Some(word) if is(word, "latency") && args.len() == 3 => true,
+        Some(_) => return Frame::static_error(SYNTAX),
+    };
     ctx.tasks.advance(ctx.now_ms);
     let s = ctx
         .tasks
         .queue_stats(&args[1], ctx.now_ms)
         .unwrap_or_default();
     let int = |n: u64| Frame::Integer(n as i64);
-    Frame::Map(vec![
+    let mut fields = vec![
         (text("queued"), int(s.queued as u64)),
         (text("scheduled"), int(s.scheduled as u64)),
         (text("leased"), int(s.leased as u64)),
@@ -574,9 +581,23 @@ pub fn stats(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         (text("submitted"), int(s.submitted)),
         (text("acked"), int(s.acked)),
         (text("failed"), int(s.failed)),
+        (text("retried"), int(s.retried)),
         (text("paused"), int(u64::from(s.paused))),
         (text("groups"), int(s.groups as u64)),
-    ])
+    ];
+    if latency {
+        let ints = |values: &[u64]| Frame::Array(values.iter().map(|&v| int(v)).collect());
+        fields.push((
+            text("bucket_bounds_ms"),
+            ints(&crate::tasks::LATENCY_BOUNDS_MS),
+        ));
+        for (name, h) in [("waiting", &s.waiting_ms), ("running", &s.running_ms)] {
+            fields.push((text(&format!("{name}_buckets")), ints(&h.buckets)));
+            fields.push((text(&format!("{name}_sum_ms")), int(h.sum_ms)));
+            fields.push((text(&format!("{name}_count")), int(h.count)));
+        }
+    }
+    Frame::Map(fields)
 }
 
 /// TASK.QUEUES (one shard's part): the names of the queues it holds.

@@ -75,6 +75,7 @@ impl Engine {
                     attempt: task.attempts,
                     origin: task.origin().cloned(),
                 });
+                self.note_lease_started(slot, now_ms);
             }
         }
         leased
@@ -161,6 +162,8 @@ impl Engine {
             return Err(TaskError::TooLarge("result"));
         }
         let slot = self.take_lease(id, owner, now_ms)?;
+        let queue = self.tasks.at(slot).queue.clone();
+        self.note_lease_ended(id, &queue, true, now_ms);
         self.tasks.at_mut(slot).set_result(result);
         self.totals.acked += 1;
         // (Its queue's `acked` is counted by `finish_at`, with the event.)
@@ -185,7 +188,9 @@ impl Engine {
         if error.as_ref().is_some_and(|e| e.len() > PAYLOAD_BYTES_MAX) {
             return Err(TaskError::TooLarge("error"));
         }
-        self.take_lease(id, owner, now_ms)?;
+        let slot = self.take_lease(id, owner, now_ms)?;
+        let queue = self.tasks.at(slot).queue.clone();
+        self.note_lease_ended(id, &queue, false, now_ms);
         let task = self.tasks.get_mut(id).expect("checked");
         if let Retry::Snooze(ms) = retry {
             // Not a failure: the attempt is given back and the error left as it was.
@@ -215,6 +220,9 @@ impl Engine {
             Some(ms) => {
                 let due = now_ms.saturating_add(ms);
                 self.totals.retried += 1;
+                if let Some(q) = self.queues.get_mut(&queue) {
+                    q.retried += 1;
+                }
                 self.schedule(id, due);
                 Ok(FailOutcome::RetryAt(due))
             }

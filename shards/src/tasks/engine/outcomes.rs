@@ -120,6 +120,10 @@ pub struct QueueStats {
     pub submitted: u64,
     pub acked: u64,
     pub failed: u64,
+    pub retried: u64,
+    /// Submit to first start, and a lease's start to its ACK, since the shard started.
+    pub waiting_ms: super::Histogram,
+    pub running_ms: super::Histogram,
     pub paused: bool,
     pub concurrency: Option<u32>,
     pub rate: Option<(u32, u64)>,

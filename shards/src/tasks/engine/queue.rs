@@ -25,6 +25,11 @@ pub(super) struct Queue {
     pub(super) submitted: u64,
     pub(super) acked: u64,
     pub(super) failed: u64,
+    /// Failures given another attempt.
+    pub(super) retried: u64,
+    /// Submit to first start, and a lease's start to its ACK (metrics; since start).
+    pub(super) waiting_ms: latency::Histogram,
+    pub(super) running_ms: latency::Histogram,
 }
 
 impl Queue {

@@ -120,6 +120,8 @@ fn put_queue(out: &mut Vec<u8>, name: &[u8], q: &Queue) {
             put_u64(out, *at);
         }
     }
+    // Appended last: a part written before it ends here, and reads as no retries.
+    put_u64(out, q.retried);
 }
 
 impl Engine {
@@ -381,6 +383,9 @@ fn read_queue(kind: u8, r: &mut Reader) -> Decoded<(Bytes, Queue)> {
     q.failed = r.u64()?;
     if kind == QUEUE {
         read_groups(&mut q.groups, r)?;
+        if !r.is_done() {
+            q.retried = r.u64()?;
+        }
     }
     Ok((name, q))
 }
