@@ -16,7 +16,11 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/asan"
 # under ASan (about 5x slower) 300 of them keep its threads' memory checked.
 export WETASK_SIM_SEEDS="${WETASK_SIM_SEEDS:-300}"
 if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run -p wetask-shards -p wetask-server --target "$host" --no-fail-fast
+    # The three longest kill -9 loops (about 30 s each under ASan) run in the plain suite
+    # only: they prove durability, and the journal and ring code they use is exercised here
+    # by the other durability tests.
+    cargo nextest run -p wetask-shards -p wetask-server --target "$host" --no-fail-fast \
+        -E 'not test(/^(every_acknowledged_write_survives_sigkill_under_always(_on_two_shards)?|tasks_survive_sigkill_whole)$/)'
 else
     cargo test -p wetask-shards -p wetask-server --target "$host"
 fi

@@ -14,6 +14,8 @@ import tempfile
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from conftest import Server
 from test_differential import real_redis  # noqa: F401  (the fixture)
@@ -29,7 +31,8 @@ def server(request):
 
 
 def raw(port, **kw):
-    client = redis.Redis(port=port, **kw)
+    # No retries: a refused login is an answer here, not a reason to try again with backoff.
+    client = redis.Redis(port=port, retry=Retry(NoBackoff(), 0), **kw)
     client.response_callbacks.clear()
     return client
 
@@ -296,7 +299,7 @@ def test_requirepass_is_the_default_users_password():
     srv = Server("--requirepass", "s3cret", "--appendonly", "no")
     try:
         with pytest.raises(redis.AuthenticationError):
-            redis.Redis(port=srv.port).ping()
+            raw(srv.port).ping()
         admin = redis.Redis(port=srv.port, password="s3cret")
         user = as_dict(raw(srv.port, password="s3cret").execute_command("ACL", "GETUSER", "default"))
         assert b"nopass" not in user[b"flags"] and len(user[b"passwords"]) == 1
