@@ -60,8 +60,36 @@ pub fn log_in(ctx: &ShardCtx, conn: &mut ConnState, user: Arc<User>) {
     set_user(conn, user);
 }
 
-/// Whether the connection's user may run `request`; `Err` is the NOPERM reply (and the
-/// refusal is logged and counted). Callers skip this when [`unrestricted`].
+/// What a user's rules say of a command.
+enum Verdict {
+    Allowed,
+    /// Allowed, but SORT's BY or GET needs every key readable: Redis's `ERR` text.
+    SortOptionRefused(String),
+    Denied(Denied),
+}
+
+/// `user`'s verdict on `request`. `queues_looked_up`: a task named by id is checked by its
+/// queue afterwards ([`check_task_queue`]), so the id is no key here.
+fn verdict(
+    user: &User,
+    spec: &'static CommandSpec,
+    request: &Request,
+    queues_looked_up: bool,
+) -> Verdict {
+    if user.unrestricted {
+        return Verdict::Allowed;
+    }
+    match user.check(&acl::touches(spec, request, queues_looked_up)) {
+        Err(denied) => Verdict::Denied(denied),
+        Ok(()) => match acl::sort_option_refused(user, spec, request) {
+            Some(text) => Verdict::SortOptionRefused(text),
+            None => Verdict::Allowed,
+        },
+    }
+}
+
+/// Whether the connection's user may run `request`; `Err` is the reply (a refusal is
+/// logged and counted). Callers skip this when [`unrestricted`].
 pub fn check(
     ctx: &ShardCtx,
     conn: &ConnState,
@@ -69,36 +97,19 @@ pub fn check(
     request: &Request,
     context: Context,
 ) -> Result<(), Frame> {
-    check_args(ctx, conn, &conn.user, spec, request, context).map_err(|text| {
-        match text.strip_prefix("ERR ") {
-            Some(_) => Frame::error(text),
-            None => Frame::error(format!("NOPERM {text}")),
-        }
-    })
-}
-
-/// [`check`] for `user`, answering the refusal's text (without `NOPERM`).
-pub fn check_args(
-    ctx: &ShardCtx,
-    conn: &ConnState,
-    user: &User,
-    spec: &'static CommandSpec,
-    request: &Request,
-    context: Context,
-) -> Result<(), String> {
-    if user.unrestricted {
-        return Ok(());
-    }
+    let user = &conn.user;
     // At the top level a task named by id has its queue checked once the command may wait
     // (`check_task_queue`); queued in MULTI, EXEC checks the id itself.
-    let looked_up = context == Context::Toplevel;
-    let touches = acl::touches(spec, request, looked_up);
-    let Err(denied) = user.check(&touches) else {
-        return acl::sort_option_refused(user, spec, request).map_or(Ok(()), Err);
-    };
-    let args = &request.args[..];
-    note_refusal(ctx, conn, user, denied, spec, args, context);
-    Err(acl::refusal_text(denied, user, spec, args, false))
+    match verdict(user, spec, request, context == Context::Toplevel) {
+        Verdict::Allowed => Ok(()),
+        Verdict::SortOptionRefused(text) => Err(Frame::error(text)),
+        Verdict::Denied(denied) => {
+            let args = &request.args[..];
+            note_refusal(ctx, conn, user, denied, spec, args, context);
+            let text = acl::refusal_text(denied, user, spec, args, false);
+            Err(Frame::error(format!("NOPERM {text}")))
+        }
+    }
 }
 
 /// Counts and logs a refused command.
@@ -124,8 +135,10 @@ pub fn check_script_call(
     request: &Request,
 ) -> Result<(), String> {
     let user = &caller.user;
-    let Err(denied) = user.check(&acl::touches(spec, request, false)) else {
-        return acl::sort_option_refused(user, spec, request).map_or(Ok(()), Err);
+    let denied = match verdict(user, spec, request, false) {
+        Verdict::Allowed => return Ok(()),
+        Verdict::SortOptionRefused(text) => return Err(text),
+        Verdict::Denied(denied) => denied,
     };
     let args = &request.args[..];
     let info = caller.client_info.clone();
@@ -187,12 +200,10 @@ pub fn recheck_queued(
     request: &Request,
 ) -> Result<(), Frame> {
     let user = &conn.user;
-    if user.unrestricted {
-        return Ok(());
-    }
-    let Err(denied) = user.check(&acl::touches(spec, request, false)) else {
-        let refused = acl::sort_option_refused(user, spec, request);
-        return refused.map_or(Ok(()), |text| Err(Frame::error(text)));
+    let denied = match verdict(user, spec, request, false) {
+        Verdict::Allowed => return Ok(()),
+        Verdict::SortOptionRefused(text) => return Err(Frame::error(text)),
+        Verdict::Denied(denied) => denied,
     };
     note_refusal(ctx, conn, user, denied, spec, &request.args, Context::Multi);
     let reason = match denied {
@@ -205,10 +216,12 @@ pub fn recheck_queued(
     )))
 }
 
-/// Whether a restricted user's task command that names a task by id must first look up the
-/// task's queue ([`check_task_queue`]): it then runs in a task, never inline.
+/// Whether a task command that names a task by id must first look up the task's queue
+/// ([`check_task_queue`]): it then runs in a task, never inline. Asked before admission too,
+/// when the connection may not have read its user again yet: a user the users' change has
+/// restricted must not slip through inline, so only a current unrestricted user is let off.
 pub fn looks_up_queue(ctx: &ShardCtx, conn: &ConnState, spec: &CommandSpec) -> bool {
-    !unrestricted(ctx, conn) && !conn.user.unrestricted && acl::by_id(spec).is_some()
+    !unrestricted(ctx, conn) && acl::by_id(spec).is_some()
 }
 
 /// For a task command that names a task by id (`acl::BY_ID_COMMANDS`), run by a user whose

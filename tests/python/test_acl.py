@@ -295,6 +295,22 @@ def test_changed_rules_reach_open_connections_and_a_deleted_user_is_closed(serve
         held.read_response()
 
 
+def test_a_task_by_id_is_checked_on_the_first_command_after_the_rules_narrow(server):
+    # The connection still holds its unrestricted user when the rules change: its next
+    # TASK.GET must not run inline unchecked, but look the task's queue up as any other.
+    admin = raw(server.port)
+    reset_users(admin)
+    admin.execute_command("ACL", "SETUSER", "late", "on", ">pw", "~*", "+@all")
+    user = raw(server.port, username="late", password="pw")
+    foreign = admin.execute_command("TASK.SUBMIT", "other:q", "{}")
+    assert user.execute_command("TASK.GET", foreign)
+    admin.execute_command("ACL", "SETUSER", "late", "resetkeys", "~jobs:*")
+    with pytest.raises(redis.exceptions.NoPermissionError, match="No permissions to access a key"):
+        user.execute_command("TASK.GET", foreign)
+    mine = admin.execute_command("TASK.SUBMIT", "jobs:q", "{}")
+    assert user.execute_command("TASK.GET", mine)
+
+
 def test_requirepass_is_the_default_users_password():
     srv = Server("--requirepass", "s3cret", "--appendonly", "no")
     try:

@@ -23,7 +23,7 @@ pub struct User {
 }
 
 /// Why a command was refused, and the argument that decided it (0 for the command).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Denied {
     Command,
     Key(usize),
