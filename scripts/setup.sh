@@ -3,7 +3,8 @@
 # redis-benchmark) and redis-server (for the bench comparisons), and a local Python venv
 # (.venv) with redis-py, pytest and the job frameworks the client tests drive (RQ, Celery,
 # dramatiq), Debian's ruby-sidekiq, Go with Debian's go-redis, and BullMQ from npm
-# (tests/node). Nothing is installed by hand.
+# (tests/node), and Debian's chromium with chromium-driver for the dashboard's browser test.
+# Nothing is installed by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,9 @@ command -v sidekiq >/dev/null || need_apt+=(ruby-sidekiq ruby-redis)
 # Go module proxy that serves v9 is not reachable from these machines (docs/COMPATIBILITY.md).
 command -v go >/dev/null || need_apt+=(golang-go)
 [ -d /usr/share/gocode/src/gopkg.in/redis.v5 ] || need_apt+=(golang-gopkg-redis.v5-dev)
+# Chromium and its WebDriver for the dashboard's browser test (tests/python/test_dashboard.py).
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} from the OS packages"
     export DEBIAN_FRONTEND=noninteractive

@@ -49,6 +49,10 @@ pub struct Config {
     /// a free port and logs it).
     #[arg(long)]
     pub metrics_port: Option<u16>,
+    /// Serve the task dashboard at http://<bind>:<port>/ (off unless given; 0 picks a free
+    /// port and logs it). It signs in with an ACL user (docs/DASHBOARD.md).
+    #[arg(long)]
+    pub http_port: Option<u16>,
     /// Most simultaneous client connections, over all shards.
     #[arg(long, default_value_t = 10_000)]
     pub maxclients: usize,

@@ -224,13 +224,17 @@ fn start_consensus(
 }
 
 /// Serves replicas (with a journal to serve them from), and follows `replicaof` if set.
-/// The signal thread, and the metrics thread when `--metrics-port` is given.
+/// The signal thread, the metrics thread when `--metrics-port` is given, and the dashboard's
+/// when `--http-port` is.
 fn spawn_service_threads(globals: &Arc<Globals>) -> Result<(), String> {
     spawn_signal_thread(globals.clone())?;
-    match globals.config.metrics_port {
-        Some(port) => crate::metrics::spawn(globals.clone(), &globals.config.bind, port),
-        None => Ok(()),
+    if let Some(port) = globals.config.metrics_port {
+        crate::metrics::spawn(globals.clone(), &globals.config.bind, port)?;
     }
+    if let Some(port) = globals.config.http_port {
+        crate::dashboard::spawn(globals.clone(), &globals.config.bind, port)?;
+    }
+    Ok(())
 }
 
 fn start_replication(globals: &Arc<Globals>) -> Result<(), String> {

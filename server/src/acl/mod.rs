@@ -280,6 +280,7 @@ pub const BY_ID_COMMANDS: &[(&str, bool)] = &[
     ("task.cancel", true),
     ("task.release", true),
     ("task.requeue", true),
+    ("task.delete", true),
 ];
 
 /// Whether `spec` names a task by id ([`BY_ID_COMMANDS`]): Some(whether it writes).

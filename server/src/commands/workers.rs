@@ -100,7 +100,7 @@ pub async fn quiet(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
 
 /// TASK.WORKERS: every worker, by name within each home shard, as maps: name, status
 /// (present, gone: waiting out GRACE, released), connections, leases, quiet, grace,
-/// heartbeat, registered and last_seen (unix ms).
+/// heartbeat, registered, last_seen (unix ms) and owner (what TASK.GET's `leased_by` says).
 pub async fn workers(ctx: &Rc<ShardCtx>) -> Frame {
     let mut rows: Vec<(u64, Vec<(Frame, Frame)>)> = Vec::new();
     for response in ask_all(ctx, &|| WorkerRequest::List).await {
@@ -136,9 +136,14 @@ pub async fn workers(ctx: &Rc<ShardCtx>) -> Frame {
     Frame::Array(
         rows.into_iter()
             .zip(leases)
-            .map(|((_, mut row), leases)| {
+            .map(|((owner, mut row), leases)| {
                 // After `connections`.
                 row.insert(3, (text("leases"), Frame::Integer(leases)));
+                // What TASK.GET's `leased_by` calls this worker's leases.
+                row.push((
+                    text("owner"),
+                    text(&wetask_shards::tasks::workers::owner_label(owner)),
+                ));
                 Frame::Map(row)
             })
             .collect(),

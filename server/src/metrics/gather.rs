@@ -5,12 +5,11 @@
 //! thread; a deadline bounds the whole exchange.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::BytesMut;
-use wetask_protocol::{Frame, FrameDecoder, Limits};
+use wetask_protocol::Frame;
+
+use crate::loopback::{pairs, text, Link};
 
 /// The whole scrape's exchange must finish within this.
 pub const DEADLINE: Duration = Duration::from_secs(5);
@@ -35,63 +34,6 @@ pub struct Scrape {
     pub workers: usize,
 }
 
-struct Link {
-    conn: TcpStream,
-    decoder: FrameDecoder,
-    buffer: BytesMut,
-    deadline: Instant,
-}
-
-impl Link {
-    fn send(&mut self, commands: &[Vec<String>]) -> Result<(), String> {
-        let mut out = Vec::new();
-        for args in commands {
-            wetask_protocol::encode_command(&mut out, args);
-        }
-        self.conn
-            .write_all(&out)
-            .map_err(|e| format!("cannot write to the server: {e}"))
-    }
-
-    fn reply(&mut self) -> Result<Frame, String> {
-        let mut chunk = [0u8; 16 * 1024];
-        loop {
-            match self.decoder.decode(&mut self.buffer) {
-                Ok(Some(frame)) => return Ok(frame),
-                Ok(None) => {}
-                Err(e) => return Err(format!("malformed reply: {e:?}")),
-            }
-            let left = self.deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err("the scrape ran past its deadline".into());
-            }
-            let _ = self.conn.set_read_timeout(Some(left));
-            match self.conn.read(&mut chunk) {
-                Ok(0) => return Err("the server closed the connection".into()),
-                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
-                Err(e) => return Err(format!("cannot read from the server: {e}")),
-            }
-        }
-    }
-
-    fn request(&mut self, args: &[&str]) -> Result<Frame, String> {
-        self.send(&[args.iter().map(|s| s.to_string()).collect()])?;
-        match self.reply()? {
-            Frame::Error(e) => Err(String::from_utf8_lossy(&e).into_owned()),
-            frame => Ok(frame),
-        }
-    }
-}
-
-fn text(frame: &Frame) -> String {
-    match frame {
-        Frame::Bulk(b) | Frame::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-        Frame::Verbatim(_, b) => String::from_utf8_lossy(b).into_owned(),
-        Frame::Integer(n) => n.to_string(),
-        _ => String::new(),
-    }
-}
-
 /// INFO's text as fields by section.
 pub fn parse_info(info: &str) -> BTreeMap<String, Vec<(String, String)>> {
     let mut sections: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
@@ -107,22 +49,6 @@ pub fn parse_info(info: &str) -> BTreeMap<String, Vec<(String, String)>> {
         }
     }
     sections
-}
-
-/// A map reply (RESP2 pairs or RESP3 map) as (field, value) pairs.
-fn pairs(frame: Frame) -> Vec<(String, Frame)> {
-    match frame {
-        Frame::Map(pairs) => pairs.into_iter().map(|(k, v)| (text(&k), v)).collect(),
-        Frame::Array(items) => {
-            let mut out = Vec::new();
-            let mut items = items.into_iter();
-            while let (Some(k), Some(v)) = (items.next(), items.next()) {
-                out.push((text(&k), v));
-            }
-            out
-        }
-        _ => Vec::new(),
-    }
 }
 
 fn integers(frame: &Frame) -> Vec<i64> {
@@ -157,17 +83,7 @@ fn queue_report(frame: Frame) -> QueueReport {
 /// Reads one scrape from the server at `addr`, logging in with `password` when the default
 /// user needs one.
 pub fn scrape(addr: std::net::SocketAddr, password: Option<&str>) -> Result<Scrape, String> {
-    let deadline = Instant::now() + DEADLINE;
-    let conn = TcpStream::connect_timeout(&addr, DEADLINE)
-        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
-    let _ = conn.set_nodelay(true);
-    let _ = conn.set_write_timeout(Some(DEADLINE));
-    let mut link = Link {
-        conn,
-        decoder: FrameDecoder::new(Limits::default()),
-        buffer: BytesMut::new(),
-        deadline,
-    };
+    let mut link = Link::connect(addr, DEADLINE)?;
     if let Some(password) = password {
         link.request(&["AUTH", password])?;
     }
@@ -177,9 +93,9 @@ pub fn scrape(addr: std::net::SocketAddr, password: Option<&str>) -> Result<Scra
         Frame::Array(items) => items.iter().map(text).take(QUEUES_MAX).collect(),
         _ => Vec::new(),
     };
-    let stats: Vec<Vec<String>> = names
+    let stats: Vec<Vec<&str>> = names
         .iter()
-        .map(|q| vec!["TASK.STATS".into(), q.clone(), "LATENCY".into()])
+        .map(|q| vec!["TASK.STATS", q.as_str(), "LATENCY"])
         .collect();
     link.send(&stats)?;
     let mut queues = Vec::with_capacity(names.len());

@@ -58,13 +58,8 @@ fn serve(globals: &Globals, server: &tiny_http::Server) {
 
 /// One scrape, written in the text format.
 fn render(globals: &Globals) -> Result<String, String> {
-    let port = globals.port.load(std::sync::atomic::Ordering::Relaxed);
-    let host: std::net::IpAddr = match globals.config.bind.parse() {
-        Ok(ip) if !std::net::IpAddr::is_unspecified(&ip) => ip,
-        _ => std::net::Ipv4Addr::LOCALHOST.into(),
-    };
     let password = globals.requirepass.lock().expect("requirepass").clone();
-    let scrape = gather::scrape((host, port).into(), password.as_deref())?;
+    let scrape = gather::scrape(crate::loopback::own_address(globals), password.as_deref())?;
     let mut registry = Registry::default();
     registry.register_collector(Box::new(families::Families(scrape)));
     let mut body = String::new();

@@ -95,6 +95,7 @@ fn check_container(spec: &CommandSpec, args: &[Bytes]) -> Result<(), Frame> {
 /// The task commands in `@task-admin` rather than `@task`.
 pub const TASK_ADMIN: &[&str] = &[
     "task.purge",
+    "task.delete",
     "task.delqueue",
     "task.cron",
     "task.quiet",

@@ -353,6 +353,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("task.export", 2, WRITE | TASK, ONE, Keyed, Some(task_admin::export), T, "Takes a queue out with its tasks, as a payload for TASK.IMPORT (MIGRATE sends it)."),
     row("task.import", 3, WRITE | DENYOOM | TASK | ASKING, ONE, Keyed, Some(task_admin::import), T, "Takes in a queue that TASK.EXPORT gave out."),
     row("task.purge", 3, WRITE | TASK, ONE, Keyed, Some(task_admin::purge), T, "Drops every task of a queue in one state."),
+    row("task.delete", 2, WRITE | TASK, ONE, Keyed, Some(task_admin::delete), T, "Drops one task that is not leased, for good."),
+    row("task.batches", -1, READONLY | TASK, NONE, AllShards(Concat), Some(task_batch::list), T, "Lists the newest batches and flows with their counts."),
     row("task.delqueue", -2, WRITE | TASK, ONE, Keyed, Some(task_admin::delqueue), T, "Deletes a queue and every task in it."),
     // pub/sub
     row("subscribe", -2, NOSCRIPT | LOADING | STALE | WHILE_SUBSCRIBED | PUBSUB, NONE, Server, None, "pubsub", "Listens for messages published to channels."),

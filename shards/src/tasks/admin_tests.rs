@@ -591,3 +591,35 @@ fn a_batch_and_its_held_callback_survive_a_snapshot() {
     );
     assert_eq!(loaded.get(&cb).unwrap().state, State::Queued);
 }
+
+#[test]
+fn delete_drops_one_dead_or_waiting_task_and_refuses_a_leased_one() {
+    let mut e = Engine::new(600_000);
+    let dead = submit(&mut e, "q", 0);
+    let other_dead = submit(&mut e, "q", 0);
+    e.fetch(&[b("q")], 2, None, W1, 0);
+    e.fail(&dead, W1, None, Retry::Never, 1).unwrap();
+    e.fail(&other_dead, W1, None, Retry::Never, 1).unwrap();
+    let waiting = submit(&mut e, "q", 2);
+    let leased = submit(&mut e, "r", 2);
+    e.fetch(&[b("r")], 1, None, W2, 3);
+
+    assert_eq!(e.delete_task(&dead, 4), Ok(true));
+    assert!(e.get(&dead).is_none());
+    assert_eq!(
+        e.dead(b"q"),
+        vec![other_dead.clone()],
+        "only the one named goes"
+    );
+    assert_eq!(
+        e.delete_task(&dead, 4),
+        Ok(false),
+        "a second delete finds nothing"
+    );
+    assert_eq!(e.delete_task(&waiting, 4), Ok(true));
+    let (_, queued) = e.list(b"q", Listed::Queued, None, 10, 4);
+    assert!(queued.is_empty());
+    assert_eq!(e.delete_task(&leased, 4), Err(TaskError::Leased));
+    assert!(e.get(&leased).is_some());
+    e.check_invariants();
+}

@@ -154,7 +154,7 @@ impl Schedule {
 
 /// (year, month 1..=12, day 1..=31) of a day number since 1970-01-01 (Howard Hinnant's
 /// civil-from-days).
-fn civil(days: i64) -> (i64, u32, u32) {
+pub fn civil(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

@@ -29,6 +29,16 @@ pub fn worker_owner(name: &[u8]) -> u64 {
     WORKER_OWNER_BIT | (high << 32 | low)
 }
 
+/// How TASK.GET's `leased_by` and TASK.WORKERS' `owner` name a lease's holder:
+/// `worker:<owner id in hex>` for a worker identity, `client:<id>` for a plain connection.
+pub fn owner_label(owner: u64) -> String {
+    if owner & WORKER_OWNER_BIT != 0 {
+        format!("worker:{owner:016x}")
+    } else {
+        format!("client:{owner}")
+    }
+}
+
 /// What TASK.WORKER sets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WorkerOptions {

@@ -1,5 +1,5 @@
 //! The `TASK.*` commands for operating queues rather than working them: TASK.LIST pages
-//! through a queue's tasks by state, TASK.PURGE drops a state's tasks, TASK.DELQUEUE deletes a
+//! through a queue's tasks by state, TASK.PURGE drops a state's tasks, TASK.DELETE one task, TASK.DELQUEUE deletes a
 //! queue with everything in it. The engine side is `tasks/engine/admin.rs`.
 
 use bytes::Bytes;
@@ -70,6 +70,15 @@ pub fn purge(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         ),
         Ok(state) => Frame::Integer(ctx.tasks.purge(&args[1], state, ctx.now_ms) as i64),
         Err(err) => err,
+    }
+}
+
+/// TASK.DELETE id: drops one task for good, in any state but leased; replies 1, or 0 for an
+/// unknown id.
+pub fn delete(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    match ctx.tasks.delete_task(&args[1], ctx.now_ms) {
+        Ok(found) => Frame::Integer(i64::from(found)),
+        Err(err) => Frame::error(err.text()),
     }
 }
 

@@ -171,6 +171,52 @@ pub fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
     ])
 }
 
+/// TASK.BATCHES' page size when COUNT names none, and its most.
+pub const BATCHES_COUNT_DEFAULT: usize = 100;
+pub const BATCHES_COUNT_MAX: usize = 1_000;
+
+/// TASK.BATCHES [COUNT n]: this shard's newest batches and flows (every shard's, gathered),
+/// one map each: id, kind (batch or flow), total, ended, succeeded, failed, created, fired.
+pub fn list(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
+    let count = match &args[1..] {
+        [] => BATCHES_COUNT_DEFAULT,
+        [word, n] if is(word, "count") => match crate::args::int_arg(n) {
+            Ok(n) if (1..=BATCHES_COUNT_MAX as i64).contains(&n) => n as usize,
+            Ok(_) => return Frame::error(format!("ERR COUNT must be 1..{BATCHES_COUNT_MAX}")),
+            Err(err) => return err,
+        },
+        _ => return Frame::static_error(SYNTAX),
+    };
+    ctx.tasks.advance(ctx.now_ms);
+    let mut batches: Vec<_> = ctx.tasks.batches().collect();
+    batches.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
+    let int = |n: usize| Frame::Integer(n as i64);
+    Frame::Array(
+        batches
+            .into_iter()
+            .take(count)
+            .map(|b| {
+                let ok = b.succeeded();
+                let kind = if b.flow.is_some() { "flow" } else { "batch" };
+                Frame::Map(vec![
+                    (text("id"), Frame::Bulk(b.id.clone())),
+                    (text("kind"), text(kind)),
+                    (text("total"), int(b.children.len())),
+                    (text("ended"), int(b.ends.len())),
+                    (text("succeeded"), int(ok)),
+                    (text("failed"), int(b.ends.len() - ok)),
+                    (text("created"), Frame::Integer(b.created_ms as i64)),
+                    (
+                        text("fired"),
+                        b.fired_ms
+                            .map_or(Frame::Null, |ms| Frame::Integer(ms as i64)),
+                    ),
+                ])
+            })
+            .collect(),
+    )
+}
+
 /// TASK.RESULTS id: a flow's children as `[id, state (done or failed, nil while running),
 /// result or error]`, in the order given; nil for an unknown flow.
 pub fn results(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {

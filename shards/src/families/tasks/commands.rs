@@ -446,6 +446,13 @@ pub fn task_frame(tasks: &Engine, task: &Task) -> Frame {
         (text("due"), opt_ms(due)),
         (text("lease_until"), opt_ms(lease)),
         (text("finished"), opt_ms(task.finished_ms())),
+        (
+            text("leased_by"),
+            match task.state {
+                State::Leased { owner, .. } => text(&crate::tasks::workers::owner_label(owner)),
+                _ => Frame::Null,
+            },
+        ),
     ])
 }
 

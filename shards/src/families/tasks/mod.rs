@@ -1,5 +1,5 @@
 //! The TASK.* commands' handlers: `commands` (SUBMIT, FETCH's parse, ACK, FAIL, …), `admin`
-//! (LIST, PURGE, DELQUEUE), `batch` (BATCH, FLOW and their reports), `cron` (CRON), `reports`
+//! (LIST, PURGE, DELETE, DELQUEUE), `batch` (BATCH, FLOW and their reports), `cron` (CRON), `reports`
 //! (PROGRESS, LOG, EVENTS). The engine they drive is `crate::tasks`.
 
 pub mod admin;

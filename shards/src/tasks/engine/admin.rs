@@ -187,6 +187,24 @@ impl Engine {
         ids.len()
     }
 
+    /// Drops one task for good, in any state but leased (no terminal state, no fallback, no
+    /// counts), as PURGE drops a state's: the dashboard's "delete" of one dead task. Returns
+    /// whether there was such a task.
+    pub fn delete_task(&mut self, id: &[u8], now_ms: u64) -> Result<bool, TaskError> {
+        self.advance(now_ms);
+        let Some(task) = self.tasks.get(id) else {
+            return Ok(false);
+        };
+        if matches!(task.state, State::Leased { .. }) {
+            return Err(TaskError::Leased);
+        }
+        let id = task.id.clone();
+        self.note_event(&id, super::events::EventKind::Purged);
+        self.drop_task(&id);
+        self.epoch += 1;
+        Ok(true)
+    }
+
     /// Deletes `queue`: every task of it in any state, its limits, pause, counters and
     /// UNIQUE windows. With tasks leased, refused unless `force` (their workers' ACKs then
     /// find no task). Returns how many tasks went; `None` for a queue never seen.

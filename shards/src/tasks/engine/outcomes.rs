@@ -19,6 +19,8 @@ pub enum TaskError {
     TooLarge(&'static str),
     /// DELQUEUE of a queue with tasks leased, without FORCE.
     QueueHasLeases(usize),
+    /// TASK.DELETE of a leased task.
+    Leased,
 }
 
 impl TaskError {
@@ -35,6 +37,9 @@ impl TaskError {
                 format!("ERR queue is full ({QUEUE_TASKS_MAX} tasks waiting)")
             }
             TaskError::TooLarge(what) => format!("ERR {what} too large"),
+            TaskError::Leased => {
+                "ERR a leased task cannot be deleted (CANCEL it, or wait for its end)".into()
+            }
             TaskError::QueueHasLeases(n) => {
                 format!("ERR queue has {n} leased tasks; wait for them or use FORCE")
             }

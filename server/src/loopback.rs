@@ -1,0 +1,131 @@
+//! A blocking RESP connection from one of the server's own helper threads (the metrics
+//! scrape, the dashboard) to its own port. The helpers talk to the shards as any client
+//! does, so their work is gathered through the mesh and never runs on a shard thread, and
+//! ACL applies to them as to anyone. Every exchange has a deadline.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use wetask_protocol::{Frame, FrameDecoder, Limits};
+
+use crate::globals::Globals;
+
+/// The server's own address, as a helper thread reaches it: the bind address, or loopback
+/// when it binds every address.
+pub fn own_address(globals: &Globals) -> SocketAddr {
+    let port = globals.port.load(std::sync::atomic::Ordering::Relaxed);
+    let host: std::net::IpAddr = match globals.config.bind.parse() {
+        Ok(ip) if !std::net::IpAddr::is_unspecified(&ip) => ip,
+        _ => std::net::Ipv4Addr::LOCALHOST.into(),
+    };
+    (host, port).into()
+}
+
+pub struct Link {
+    conn: TcpStream,
+    decoder: FrameDecoder,
+    buffer: BytesMut,
+    deadline: Instant,
+}
+
+impl Link {
+    /// Connects with `within` as the deadline of the connect and of what follows until
+    /// [`Link::set_deadline`] moves it.
+    pub fn connect(addr: SocketAddr, within: Duration) -> Result<Link, String> {
+        let conn = TcpStream::connect_timeout(&addr, within)
+            .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+        let _ = conn.set_nodelay(true);
+        let _ = conn.set_write_timeout(Some(within));
+        Ok(Link {
+            conn,
+            decoder: FrameDecoder::new(Limits::default()),
+            buffer: BytesMut::new(),
+            deadline: Instant::now() + within,
+        })
+    }
+
+    /// Every exchange from now on must end within `within`.
+    pub fn set_deadline(&mut self, within: Duration) {
+        self.deadline = Instant::now() + within;
+        let _ = self.conn.set_write_timeout(Some(within));
+    }
+
+    /// Sends commands without waiting for their replies (a pipeline).
+    pub fn send<A: AsRef<[u8]>>(&mut self, commands: &[Vec<A>]) -> Result<(), String> {
+        let mut out = Vec::new();
+        for args in commands {
+            wetask_protocol::encode_command(&mut out, args);
+        }
+        self.conn
+            .write_all(&out)
+            .map_err(|e| format!("cannot write to the server: {e}"))
+    }
+
+    /// The next reply, error replies included.
+    pub fn reply(&mut self) -> Result<Frame, String> {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match self.decoder.decode(&mut self.buffer) {
+                Ok(Some(frame)) => return Ok(frame),
+                Ok(None) => {}
+                Err(e) => return Err(format!("malformed reply: {e:?}")),
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err("the server did not answer in time".into());
+            }
+            let _ = self.conn.set_read_timeout(Some(left));
+            match self.conn.read(&mut chunk) {
+                Ok(0) => return Err("the server closed the connection".into()),
+                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(format!("cannot read from the server: {e}")),
+            }
+        }
+    }
+
+    /// One command and its reply; an error reply is `Err` with its text.
+    pub fn request<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Frame, String> {
+        self.send(&[args.iter().map(|a| a.as_ref()).collect::<Vec<&[u8]>>()])?;
+        match self.reply()? {
+            Frame::Error(e) => Err(String::from_utf8_lossy(&e).into_owned()),
+            frame => Ok(frame),
+        }
+    }
+}
+
+/// A scalar reply as text (lossy for bytes that are not UTF-8); empty for the others.
+pub fn text(frame: &Frame) -> String {
+    match frame {
+        Frame::Bulk(b) | Frame::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+        Frame::Verbatim(_, b) => String::from_utf8_lossy(b).into_owned(),
+        Frame::Integer(n) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// A scalar reply's bytes (an integer's digits); `None` for nil and the others.
+pub fn bytes(frame: &Frame) -> Option<Bytes> {
+    match frame {
+        Frame::Bulk(b) | Frame::Simple(b) | Frame::Verbatim(_, b) => Some(b.clone()),
+        Frame::Integer(n) => Some(Bytes::from(n.to_string())),
+        _ => None,
+    }
+}
+
+/// A map reply (RESP2 pairs or RESP3 map) as (field, value) pairs.
+pub fn pairs(frame: Frame) -> Vec<(String, Frame)> {
+    match frame {
+        Frame::Map(pairs) => pairs.into_iter().map(|(k, v)| (text(&k), v)).collect(),
+        Frame::Array(items) => {
+            let mut out = Vec::new();
+            let mut items = items.into_iter();
+            while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                out.push((text(&k), v));
+            }
+            out
+        }
+        _ => Vec::new(),
+    }
+}
