@@ -27,6 +27,7 @@ FAMILIES = {
     "wetask_queue_tasks", "wetask_queue_submitted", "wetask_queue_acked", "wetask_queue_failed",
     "wetask_queue_retried", "wetask_queue_oldest_queued_age_seconds", "wetask_queue_paused",
     "wetask_queue_wait_seconds", "wetask_queue_run_seconds", "wetask_workers_connected",
+    "wetask_queue_workers",
 }
 
 
@@ -108,6 +109,9 @@ def test_a_scrape_holds_every_family_and_agrees_with_info_and_task_stats(shards)
             for key in ("submitted", "acked", "failed", "retried"):
                 assert value(values, f"wetask_queue_{key}_total", queue=queue) == s[key]
             assert (s["submitted"], s["acked"], s["failed"], s["retried"]) == (5, 3, 1, 1)
+            # One worker identity (w1) fetched from each queue; the scrape's own commands
+            # fetch nothing.
+            assert value(values, "wetask_queue_workers", queue=queue) == s["workers"] == 1
             assert value(values, "wetask_queue_paused", queue=queue) == (queue == queues[0])
             # Four first starts waited; three leases ran to an ACK.
             assert value(values, "wetask_queue_wait_seconds_count", queue=queue) == 4

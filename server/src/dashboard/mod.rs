@@ -241,10 +241,18 @@ fn read_form(request: &mut Request) -> Result<BTreeMap<String, String>, u16> {
     Ok(parse_form(&body))
 }
 
-/// Where an action sends the browser back to: a path on this site, never elsewhere.
+/// Where an action sends the browser back to: a path on this site, never elsewhere, in
+/// printable ASCII (the pages' own links are percent-encoded), so it is a valid header.
 fn safe_back(back: Option<&String>) -> String {
     match back {
-        Some(b) if b.starts_with('/') && !b.starts_with("//") && !b.contains('\\') => b.clone(),
+        Some(b)
+            if b.starts_with('/')
+                && !b.starts_with("//")
+                && !b.contains('\\')
+                && b.bytes().all(|c| c.is_ascii_graphic()) =>
+        {
+            b.clone()
+        }
         _ => "/".into(),
     }
 }
@@ -302,6 +310,12 @@ mod tests {
         assert_eq!(back("//evil.example/"), "/");
         assert_eq!(back("https://evil.example/"), "/");
         assert_eq!(back("/\\evil.example"), "/");
+        assert_eq!(
+            back("/x\r\nSet-Cookie: a=b"),
+            "/",
+            "no header can be smuggled in"
+        );
+        assert_eq!(back("/queue?name=\u{65e5}"), "/");
         assert_eq!(safe_back(None), "/");
     }
 

@@ -323,6 +323,12 @@ impl Families {
                 "paused",
                 1.0,
             ),
+            (
+                "wetask_queue_workers",
+                "Clients or worker identities that fetched from the queue in the last minute.",
+                "workers",
+                1.0,
+            ),
         ] {
             let mut descriptor =
                 encoder.encode_descriptor(family, help, None, MetricType::Gauge)?;

@@ -104,12 +104,14 @@ fn state(shard: &mut Shard) -> Vec<String> {
         out.push(format!("{:?}", shard.tasks.get(&id)));
     }
     for q in shard.tasks.queue_names() {
-        // The latency histograms are metrics since the start, never journaled.
+        // The latency histograms and the recent fetchers are metrics since the start,
+        // never journaled.
         let stats = shard.tasks.queue_stats(&q, shard.now_ms()).map(|s| {
             let unjournaled = Default::default();
             crate::tasks::QueueStats {
                 waiting_ms: unjournaled,
                 running_ms: Default::default(),
+                workers: 0,
                 ..s
             }
         });

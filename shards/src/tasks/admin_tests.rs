@@ -623,3 +623,25 @@ fn delete_drops_one_dead_or_waiting_task_and_refuses_a_leased_one() {
     assert!(e.get(&leased).is_some());
     e.check_invariants();
 }
+
+#[test]
+fn a_queues_workers_are_those_that_fetched_from_it_in_the_last_minute() {
+    let mut e = Engine::new(600_000);
+    submit(&mut e, "q", 0);
+    submit(&mut e, "r", 0);
+    let workers = |e: &Engine, queue: &[u8], now| e.queue_stats(queue, now).unwrap().workers;
+    e.fetch(&[b("q")], 1, None, W1, 0);
+    // An empty-handed fetch counts too: the worker is there, waiting.
+    e.fetch(&[b("q"), b("r")], 1, None, W2, 1_000);
+    assert_eq!(workers(&e, b"q", 1_000), 2);
+    assert_eq!(workers(&e, b"r", 1_000), 1);
+    assert_eq!(workers(&e, b"q", 60_000), 2);
+    assert_eq!(
+        workers(&e, b"q", 60_500),
+        1,
+        "W1 last fetched more than a minute ago"
+    );
+    assert_eq!(workers(&e, b"q", 62_000), 0);
+    e.fetch(&[b("q")], 1, None, W1, 62_000);
+    assert_eq!(workers(&e, b"q", 62_000), 1);
+}

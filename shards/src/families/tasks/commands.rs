@@ -591,6 +591,7 @@ pub fn stats(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Frame {
         (text("retried"), int(s.retried)),
         (text("paused"), int(u64::from(s.paused))),
         (text("groups"), int(s.groups as u64)),
+        (text("workers"), int(s.workers as u64)),
     ];
     if latency {
         let ints = |values: &[u64]| Frame::Array(values.iter().map(|&v| int(v)).collect());

@@ -34,6 +34,11 @@ impl Engine {
     ) -> usize {
         self.advance(now_ms);
         let mut leased = 0;
+        for name in queues {
+            if let Some(q) = self.queues.get_mut(name) {
+                q.note_fetcher(owner, now_ms);
+            }
+        }
         if self.quiet.contains(&owner) {
             return leased;
         }

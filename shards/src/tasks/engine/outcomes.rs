@@ -134,6 +134,8 @@ pub struct QueueStats {
     pub rate: Option<(u32, u64)>,
     /// Groups with ready or leased tasks.
     pub groups: usize,
+    /// Clients or worker identities that fetched from it in the last minute.
+    pub workers: usize,
     pub group_concurrency: Option<u32>,
     pub group_rate: Option<(u32, u64)>,
 }

@@ -30,9 +30,38 @@ pub(super) struct Queue {
     /// Submit to first start, and a lease's start to its ACK (metrics; since start).
     pub(super) waiting_ms: latency::Histogram,
     pub(super) running_ms: latency::Histogram,
+    /// Who fetched from it lately: owner (a client, or a worker identity) -> when it last
+    /// did (metrics: TASK.STATS' `workers`; not journaled).
+    pub(super) fetchers: HashMap<u64, u64>,
 }
 
+/// A fetcher counts as one of a queue's workers for this long after its last fetch.
+pub const FETCHER_WINDOW_MS: u64 = 60_000;
+/// Most fetchers a queue remembers (past it, those gone quiet are forgotten first, and a
+/// new one is not noted while every one is recent).
+pub const FETCHERS_MAX: usize = 10_000;
+
 impl Queue {
+    /// Notes that `owner` fetched from the queue at `now_ms`.
+    pub(super) fn note_fetcher(&mut self, owner: u64, now_ms: u64) {
+        if self.fetchers.len() >= FETCHERS_MAX && !self.fetchers.contains_key(&owner) {
+            self.fetchers
+                .retain(|_, at| now_ms.saturating_sub(*at) <= FETCHER_WINDOW_MS);
+            if self.fetchers.len() >= FETCHERS_MAX {
+                return;
+            }
+        }
+        self.fetchers.insert(owner, now_ms);
+    }
+
+    /// How many fetched within the last [`FETCHER_WINDOW_MS`].
+    pub(super) fn workers(&self, now_ms: u64) -> usize {
+        self.fetchers
+            .values()
+            .filter(|at| now_ms.saturating_sub(**at) <= FETCHER_WINDOW_MS)
+            .count()
+    }
+
     pub(super) fn waiting(&self) -> usize {
         self.ready.len() + self.scheduled
     }

@@ -26,6 +26,7 @@ impl Engine {
             concurrency: q.concurrency,
             rate: q.rate,
             groups: q.groups.count(),
+            workers: q.workers(now_ms),
             group_concurrency: q.groups.concurrency,
             group_rate: q.groups.rate,
         })
