@@ -32,7 +32,7 @@ pub(super) struct Queue {
     pub(super) running_ms: latency::Histogram,
     /// Who fetched from it lately: owner (a client, or a worker identity) -> when it last
     /// did (metrics: TASK.STATS' `workers`; not journaled).
-    pub(super) fetchers: HashMap<u64, u64>,
+    pub(super) fetchers: HashMap<u64, u64, Hasher>,
 }
 
 /// A fetcher counts as one of a queue's workers for this long after its last fetch.
