@@ -53,6 +53,15 @@ pub struct Config {
     /// port and logs it). It signs in with an ACL user (docs/DASHBOARD.md).
     #[arg(long)]
     pub http_port: Option<u16>,
+    /// The ACL user the server's own helpers log in as: the metrics scrape and the
+    /// dashboard's history sampler (unset: the default user, with `requirepass`). It needs
+    /// `~* +info +task.queues +task.stats +task.workers`; with it, a deployment can disable
+    /// the default user (docs/METRICS.md).
+    #[arg(long)]
+    pub monitor_user: Option<String>,
+    /// The password of `--monitor-user`.
+    #[arg(long)]
+    pub monitor_password: Option<String>,
     /// Most simultaneous client connections, over all shards.
     #[arg(long, default_value_t = 10_000)]
     pub maxclients: usize,

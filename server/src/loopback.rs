@@ -23,6 +23,24 @@ pub fn own_address(globals: &Globals) -> SocketAddr {
     (host, port).into()
 }
 
+/// Logs a helper's connection in: as `--monitor-user` when it is set, else as the default
+/// user with `requirepass` (when there is one).
+pub fn log_in(link: &mut Link, globals: &Globals) -> Result<(), String> {
+    match &globals.config.monitor_user {
+        Some(user) => {
+            let password = globals.config.monitor_password.as_deref().unwrap_or("");
+            link.request(&["AUTH", user.as_str(), password])?;
+        }
+        None => {
+            let password = globals.requirepass.lock().expect("requirepass").clone();
+            if let Some(password) = password {
+                link.request(&["AUTH", password.as_str()])?;
+            }
+        }
+    }
+    Ok(())
+}
+
 pub struct Link {
     conn: TcpStream,
     decoder: FrameDecoder,

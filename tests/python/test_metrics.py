@@ -157,3 +157,29 @@ def test_metrics_are_off_by_default_and_only_metrics_is_served():
         assert refused.value.code == 404
     finally:
         srv.stop()
+
+
+def test_scrapes_log_in_as_the_monitor_user_so_the_default_user_can_be_disabled():
+    metrics_port = free_port()
+    srv = Server("--appendonly", "no", "--metrics-port", str(metrics_port),
+                 "--monitor-user", "monitor", "--monitor-password", "monitor-pw")
+    try:
+        r = redis.Redis(port=srv.port, decode_responses=True)
+        r.execute_command("TASK.SUBMIT", "jobs", "{}")
+        # No such user yet: the scrape cannot log in, and says so.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            scrape(metrics_port)
+        assert refused.value.code == 503
+        r.execute_command("ACL", "SETUSER", "monitor", "on", ">monitor-pw", "~*", "+info",
+                          "+task.queues", "+task.stats", "+task.workers")
+        r.execute_command("ACL", "SETUSER", "default", "off")
+        names, values = samples(scrape(metrics_port))
+        assert FAMILIES <= names, FAMILIES - names
+        assert value(values, "wetask_queue_tasks", queue="jobs", state="queued") == 1
+        # It is the monitor user's rules that apply: without TASK.STATS, no scrape.
+        r.execute_command("ACL", "SETUSER", "monitor", "-task.stats")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            scrape(metrics_port)
+        assert refused.value.code == 503
+    finally:
+        srv.stop()

@@ -1,6 +1,6 @@
 //! The last hour of every queue, for the dashboard's charts. A thread of its own samples
 //! `TASK.QUEUES` and each queue's `TASK.STATS` over a loopback connection (as the metrics
-//! scrape reads them, logged in as the default user) every [`SAMPLE_MS`], and keeps one
+//! scrape reads them, logged in as `--monitor-user` or the default user) every [`SAMPLE_MS`], and keeps one
 //! hour of samples per queue in memory. Depth charts the waiting tasks; throughput is the
 //! change of the acknowledged total between samples, per minute.
 
@@ -157,10 +157,7 @@ fn sample_once(
 ) -> Result<Vec<(String, Sample)>, String> {
     if link.is_none() {
         let mut fresh = Link::connect(crate::loopback::own_address(globals), DEADLINE)?;
-        let password = globals.requirepass.lock().expect("requirepass").clone();
-        if let Some(password) = password {
-            fresh.request(&["AUTH", password.as_str()])?;
-        }
+        crate::loopback::log_in(&mut fresh, globals)?;
         let _ = fresh.request(&["CLIENT", "SETNAME", "wetask-dashboard-history"]);
         *link = Some(fresh);
     }

@@ -80,14 +80,13 @@ fn queue_report(frame: Frame) -> QueueReport {
     report
 }
 
-/// Reads one scrape from the server at `addr`, logging in with `password` when the default
-/// user needs one.
-pub fn scrape(addr: std::net::SocketAddr, password: Option<&str>) -> Result<Scrape, String> {
-    let mut link = Link::connect(addr, DEADLINE)?;
-    if let Some(password) = password {
-        link.request(&["AUTH", password])?;
-    }
-    link.request(&["CLIENT", "SETNAME", "wetask-metrics"])?;
+/// Reads one scrape from the server itself, logged in as `--monitor-user` or the default
+/// user.
+pub fn scrape(globals: &crate::globals::Globals) -> Result<Scrape, String> {
+    let mut link = Link::connect(crate::loopback::own_address(globals), DEADLINE)?;
+    crate::loopback::log_in(&mut link, globals)?;
+    // A name in CLIENT LIST, where the user may set one.
+    let _ = link.request(&["CLIENT", "SETNAME", "wetask-metrics"]);
     let info = text(&link.request(&["INFO", "all"])?);
     let names: Vec<String> = match link.request(&["TASK.QUEUES"])? {
         Frame::Array(items) => items.iter().map(text).take(QUEUES_MAX).collect(),

@@ -58,8 +58,7 @@ fn serve(globals: &Globals, server: &tiny_http::Server) {
 
 /// One scrape, written in the text format.
 fn render(globals: &Globals) -> Result<String, String> {
-    let password = globals.requirepass.lock().expect("requirepass").clone();
-    let scrape = gather::scrape(crate::loopback::own_address(globals), password.as_deref())?;
+    let scrape = gather::scrape(globals)?;
     let mut registry = Registry::default();
     registry.register_collector(Box::new(families::Families(scrape)));
     let mut body = String::new();
