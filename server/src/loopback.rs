@@ -3,6 +3,7 @@
 //! does, so their work is gathered through the mesh and never runs on a shard thread, and
 //! ACL applies to them as to anyone. Every exchange has a deadline.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -39,6 +40,15 @@ pub fn log_in(link: &mut Link, globals: &Globals) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A helper's connection to the server itself: connected, logged in ([`log_in`]) and named
+/// `name` in CLIENT LIST (where its user may set a name), every exchange within `within`.
+pub fn helper(globals: &Globals, name: &str, within: Duration) -> Result<Link, String> {
+    let mut link = Link::connect(own_address(globals), within)?;
+    log_in(&mut link, globals)?;
+    let _ = link.request(&["CLIENT", "SETNAME", name]);
+    Ok(link)
 }
 
 pub struct Link {
@@ -111,6 +121,37 @@ impl Link {
             frame => Ok(frame),
         }
     }
+}
+
+/// TASK.QUEUES: the first `max` queues' names.
+pub fn queue_names(link: &mut Link, max: usize) -> Result<Vec<String>, String> {
+    Ok(match link.request(&["TASK.QUEUES"])? {
+        Frame::Array(items) => items.iter().map(text).take(max).collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// A queue's `TASK.STATS` integer fields, or the refusal.
+pub type Stats = Result<BTreeMap<String, i64>, String>;
+
+/// `TASK.STATS` of each queue, pipelined.
+pub fn queue_stats(link: &mut Link, queues: &[String]) -> Result<Vec<Stats>, String> {
+    let commands: Vec<Vec<&str>> = queues.iter().map(|q| vec!["TASK.STATS", q]).collect();
+    link.send(&commands)?;
+    let mut out = Vec::with_capacity(queues.len());
+    for _ in queues {
+        out.push(match link.reply()? {
+            Frame::Error(e) => Err(String::from_utf8_lossy(&e).into_owned()),
+            frame => Ok(pairs(frame)
+                .into_iter()
+                .filter_map(|(name, value)| match value {
+                    Frame::Integer(n) => Some((name, n)),
+                    _ => None,
+                })
+                .collect()),
+        });
+    }
+    Ok(out)
 }
 
 /// A scalar reply as text (lossy for bytes that are not UTF-8); empty for the others.

@@ -223,7 +223,6 @@ fn start_consensus(
     Ok(Some(consensus))
 }
 
-/// Serves replicas (with a journal to serve them from), and follows `replicaof` if set.
 /// The signal thread, the metrics thread when `--metrics-port` is given, and the dashboard's
 /// when `--http-port` is.
 fn spawn_service_threads(globals: &Arc<Globals>) -> Result<(), String> {
@@ -237,6 +236,7 @@ fn spawn_service_threads(globals: &Arc<Globals>) -> Result<(), String> {
     Ok(())
 }
 
+/// Serves replicas (with a journal to serve them from), and follows `replicaof` if set.
 fn start_replication(globals: &Arc<Globals>) -> Result<(), String> {
     let config = &globals.config;
     let replication = &globals.replication;

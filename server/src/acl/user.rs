@@ -81,8 +81,9 @@ fn hash_of(op: &[u8], clear: u8) -> Result<String, RuleError> {
     }
 }
 
-/// Compares two hashes in time that does not depend on where they differ.
-fn same_hash(a: &str, b: &str) -> bool {
+/// Compares two secrets (password hashes, the dashboard's tokens) in time that does not
+/// depend on where they differ.
+pub fn same_hash(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
@@ -298,6 +299,13 @@ pub fn valid_name(name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_hash("abcd", "abcd"));
+        assert!(!same_hash("abcd", "abce"));
+        assert!(!same_hash("abc", "abcd"));
+    }
 
     fn user(ops: &[&str]) -> User {
         let mut u = User::new(Bytes::from_static(b"u"), false);

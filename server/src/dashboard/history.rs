@@ -8,12 +8,10 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use wetask_protocol::Frame;
-
 use super::html::Series;
 use crate::clock::unix_ms;
 use crate::globals::Globals;
-use crate::loopback::{pairs, text, Link};
+use crate::loopback::{self, Link};
 
 /// How often the sampler reads the queues, unless `WETASK_DASHBOARD_SAMPLE_MS` (for tests)
 /// says otherwise.
@@ -135,9 +133,9 @@ fn sample_forever(globals: &Globals, history: &Mutex<History>) {
     let mut failing = false;
     while !globals.shutting_down() {
         match sample_once(globals, &mut link) {
-            Ok(round) => {
+            Ok((at_ms, round)) => {
                 failing = false;
-                history.lock().expect("history").record(unix_ms(), round);
+                history.lock().expect("history").record(at_ms, round);
             }
             Err(err) => {
                 link = None;
@@ -151,40 +149,30 @@ fn sample_forever(globals: &Globals, history: &Mutex<History>) {
     }
 }
 
+/// One round: when it was read, and each queue's sample.
 fn sample_once(
     globals: &Globals,
     link: &mut Option<Link>,
-) -> Result<Vec<(String, Sample)>, String> {
+) -> Result<(u64, Vec<(String, Sample)>), String> {
     if link.is_none() {
-        let mut fresh = Link::connect(crate::loopback::own_address(globals), DEADLINE)?;
-        crate::loopback::log_in(&mut fresh, globals)?;
-        let _ = fresh.request(&["CLIENT", "SETNAME", "wetask-dashboard-history"]);
-        *link = Some(fresh);
+        *link = Some(loopback::helper(
+            globals,
+            "wetask-dashboard-history",
+            DEADLINE,
+        )?);
     }
     let link = link.as_mut().expect("connected");
     link.set_deadline(DEADLINE);
-    let names: Vec<String> = match link.request(&["TASK.QUEUES"])? {
-        Frame::Array(items) => items.iter().map(text).take(QUEUES_MAX).collect(),
-        _ => Vec::new(),
-    };
-    let stats: Vec<Vec<&str>> = names
-        .iter()
-        .map(|q| vec!["TASK.STATS", q.as_str()])
-        .collect();
-    link.send(&stats)?;
+    let names = loopback::queue_names(link, QUEUES_MAX)?;
+    let stats = loopback::queue_stats(link, &names)?;
     let at_ms = unix_ms();
     let mut round = Vec::with_capacity(names.len());
-    for name in names {
-        let reply = link.reply()?;
-        if let Frame::Error(e) = reply {
-            return Err(String::from_utf8_lossy(&e).into_owned());
-        }
+    for (name, stats) in names.into_iter().zip(stats) {
         let mut sample = Sample {
             at_ms,
             ..Sample::default()
         };
-        for (field, value) in pairs(reply) {
-            let Frame::Integer(n) = value else { continue };
+        for (field, n) in stats? {
             let n = n.max(0) as u64;
             match field.as_str() {
                 "queued" | "scheduled" => sample.waiting += n,
@@ -196,7 +184,7 @@ fn sample_once(
         }
         round.push((name, sample));
     }
-    Ok(round)
+    Ok((at_ms, round))
 }
 
 #[cfg(test)]

@@ -20,9 +20,10 @@ use std::sync::{Arc, Mutex};
 use tiny_http::{Header, Method, Request, Response};
 use wetask_protocol::Frame;
 
+use crate::acl::user::same_hash;
 use crate::globals::Globals;
 use history::History;
-use sessions::{same_token, token_in, Sessions, COOKIE};
+use sessions::{token_in, Sessions, COOKIE};
 use views::{Page, View};
 
 /// A page's renderer.
@@ -181,7 +182,7 @@ impl State {
             Err(status) => return Reply::Html(status, "request too large".into()),
         };
         let csrf = form.get("csrf").map_or("", String::as_str);
-        if !same_token(csrf, &session.csrf) {
+        if !same_hash(csrf, &session.csrf) {
             return Reply::Html(403, "the form's token is stale: reload the page".into());
         }
         match path {

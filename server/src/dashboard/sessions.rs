@@ -104,15 +104,6 @@ pub fn token_in(cookie_header: &str) -> Option<&str> {
         .map(|(_, value)| value)
 }
 
-/// Compares two tokens in time that does not depend on where they differ.
-pub fn same_token(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
-            == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,12 +113,5 @@ mod tests {
         assert_eq!(token_in("a=1; wetask_session=abc; b=2"), Some("abc"));
         assert_eq!(token_in("wetask_sessionx=abc"), None);
         assert_eq!(token_in(""), None);
-    }
-
-    #[test]
-    fn tokens_compare_whole() {
-        assert!(same_token("abcd", "abcd"));
-        assert!(!same_token("abcd", "abce"));
-        assert!(!same_token("abc", "abcd"));
     }
 }

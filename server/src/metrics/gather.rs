@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use wetask_protocol::Frame;
 
-use crate::loopback::{pairs, text, Link};
+use crate::loopback::{pairs, text};
 
 /// The whole scrape's exchange must finish within this.
 pub const DEADLINE: Duration = Duration::from_secs(5);
@@ -83,15 +83,9 @@ fn queue_report(frame: Frame) -> QueueReport {
 /// Reads one scrape from the server itself, logged in as `--monitor-user` or the default
 /// user.
 pub fn scrape(globals: &crate::globals::Globals) -> Result<Scrape, String> {
-    let mut link = Link::connect(crate::loopback::own_address(globals), DEADLINE)?;
-    crate::loopback::log_in(&mut link, globals)?;
-    // A name in CLIENT LIST, where the user may set one.
-    let _ = link.request(&["CLIENT", "SETNAME", "wetask-metrics"]);
+    let mut link = crate::loopback::helper(globals, "wetask-metrics", DEADLINE)?;
     let info = text(&link.request(&["INFO", "all"])?);
-    let names: Vec<String> = match link.request(&["TASK.QUEUES"])? {
-        Frame::Array(items) => items.iter().map(text).take(QUEUES_MAX).collect(),
-        _ => Vec::new(),
-    };
+    let names = crate::loopback::queue_names(&mut link, QUEUES_MAX)?;
     let stats: Vec<Vec<&str>> = names
         .iter()
         .map(|q| vec!["TASK.STATS", q.as_str(), "LATENCY"])

@@ -77,27 +77,14 @@ pub fn field_int(fields: &Fields, name: &str) -> Option<i64> {
         .and_then(|s| s.parse().ok())
 }
 
-/// A queue's `TASK.STATS` integer fields, or the refusal.
-pub type Stats = Result<BTreeMap<String, i64>, String>;
-
-/// `TASK.STATS` of each queue, pipelined.
-pub fn stats_many(link: &mut Link, queues: &[String]) -> Result<Vec<Stats>, String> {
-    let commands: Vec<Vec<&str>> = queues.iter().map(|q| vec!["TASK.STATS", q]).collect();
-    link.send(&commands)?;
-    let mut out = Vec::with_capacity(queues.len());
-    for _ in queues {
-        out.push(match link.reply()? {
-            Frame::Error(e) => Err(String::from_utf8_lossy(&e).into_owned()),
-            frame => Ok(pairs(frame)
-                .into_iter()
-                .filter_map(|(name, value)| match value {
-                    Frame::Integer(n) => Some((name, n)),
-                    _ => None,
-                })
-                .collect()),
-        });
+/// The fields a lookup (TASK.GET, TASK.BATCHINFO) answered, or the page that says there is
+/// no such thing (`missing`: its title and text, 404) or that the user may not look (403).
+pub fn found(reply: Result<Frame, String>, missing: (&str, &str)) -> Result<Fields, Page> {
+    match reply {
+        Ok(Frame::Null) => Err(Page::error(404, missing.0, missing.1)),
+        Ok(frame) => Ok(fields_of(frame)),
+        Err(refused) => Err(Page::error(403, "Not permitted", &refused)),
     }
-    Ok(out)
 }
 
 /// `TASK.GET` of each id, pipelined: its fields, or `None` for a task gone or refused.

@@ -8,9 +8,9 @@ use std::fmt::Write;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
-use super::{field_int, fields_of, get_many, task_link, Fields, Page, View};
+use super::{field_int, fields_of, found, get_many, task_link, Fields, Page, View};
 use crate::dashboard::html::{action, age, esc, esc_bytes, fields, href, table, time};
-use crate::loopback::{bytes, text};
+use crate::loopback::{bytes, queue_names};
 
 /// Most queues whose leased tasks `/workers` lists, and leased tasks per queue.
 const HELD_QUEUES_MAX: usize = 100;
@@ -87,10 +87,7 @@ pub fn workers(view: &mut View<'_>) -> Result<Page, String> {
         "<p class=\"hint\">Quiet stops a worker's fetches (to drain it before a deploy); \
          the tasks it holds run on to their end.</p>",
     );
-    let queues: Vec<String> = match view.link.request(&["TASK.QUEUES"])? {
-        Frame::Array(items) => items.iter().map(text).take(HELD_QUEUES_MAX).collect(),
-        _ => Vec::new(),
-    };
+    let queues = queue_names(view.link, HELD_QUEUES_MAX)?;
     let count = HELD_PER_QUEUE.to_string();
     let lists: Vec<Vec<&str>> = queues
         .iter()
@@ -233,16 +230,11 @@ fn batch_state(b: &Fields) -> String {
 /// `/batch?id=…`: one batch's counts and callbacks; a flow's children with their ends.
 pub fn batch(view: &mut View<'_>) -> Result<Page, String> {
     let id = view.param("id").unwrap_or_default();
-    let info = match view.link.request(&["TASK.BATCHINFO", id.as_str()]) {
-        Ok(Frame::Null) => {
-            return Ok(Page::error(
-                404,
-                "No such batch",
-                &format!("There is no batch or flow with id {id}."),
-            ))
-        }
-        Ok(frame) => fields_of(frame),
-        Err(refused) => return Ok(Page::error(403, "Not permitted", &refused)),
+    let reply = view.link.request(&["TASK.BATCHINFO", id.as_str()]);
+    let missing = format!("There is no batch or flow with id {id}.");
+    let info = match found(reply, ("No such batch", &missing)) {
+        Ok(info) => info,
+        Err(page) => return Ok(page),
     };
     let callback = |name: &str| {
         info.get(name)

@@ -8,11 +8,11 @@ use std::fmt::Write;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 
-use super::{field_int, get_many, stats_many, task_actions, task_link, Fields, Page, View};
+use super::{field_int, get_many, task_actions, task_link, Fields, Page, View};
 use crate::clock::unix_ms;
 use crate::dashboard::history::WINDOW_MS;
 use crate::dashboard::html::{action, age, chart, esc, esc_bytes, href, table, time};
-use crate::loopback::{bytes, text};
+use crate::loopback::{bytes, queue_names, queue_stats, text};
 
 /// Most queues the overview lists.
 pub const QUEUES_SHOWN: usize = 1_000;
@@ -37,14 +37,11 @@ fn queue_link(name: &str) -> String {
 
 /// `/`: the queues and the charts.
 pub fn overview(view: &mut View<'_>) -> Result<Page, String> {
-    let mut names: Vec<String> = match view.link.request(&["TASK.QUEUES"])? {
-        Frame::Array(items) => items.iter().map(text).collect(),
-        _ => Vec::new(),
-    };
+    let mut names = queue_names(view.link, usize::MAX)?;
     // Each shard lists its own in order; the page lists them all in order.
     names.sort();
     names.truncate(QUEUES_SHOWN);
-    let stats = stats_many(view.link, &names)?;
+    let stats = queue_stats(view.link, &names)?;
     let mut rows = Vec::new();
     let mut readable = HashSet::new();
     for (name, stats) in names.iter().zip(stats) {
@@ -160,7 +157,7 @@ pub fn queue(view: &mut View<'_>) -> Result<Page, String> {
         .filter(|s| STATES.contains(&s.as_str()))
         .unwrap_or_else(|| "queued".into());
     let cursor = view.param("cursor").unwrap_or_else(|| "0".into());
-    let stats = match stats_many(view.link, std::slice::from_ref(&name))?.remove(0) {
+    let stats = match queue_stats(view.link, std::slice::from_ref(&name))?.remove(0) {
         Ok(stats) => stats,
         Err(refused) => return Ok(Page::error(403, "Not permitted", &refused)),
     };

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use wetask_protocol::Frame;
 
-use super::{field_int, fields_of, task_actions, Page, View};
+use super::{field_int, found, task_actions, Page, View};
 use crate::dashboard::html::{esc, esc_bytes, fields, href, time};
 use crate::loopback::bytes;
 
@@ -26,16 +26,11 @@ pub fn task(view: &mut View<'_>) -> Result<Page, String> {
             "Give a task id to look up.",
         ));
     }
-    let task = match view.link.request(&["TASK.GET", id.as_str()]) {
-        Ok(Frame::Null) => {
-            return Ok(Page::error(
-                404,
-                "No such task",
-                &format!("There is no task with id {id} (or it was forgotten)."),
-            ))
-        }
-        Ok(frame) => fields_of(frame),
-        Err(refused) => return Ok(Page::error(403, "Not permitted", &refused)),
+    let reply = view.link.request(&["TASK.GET", id.as_str()]);
+    let missing = format!("There is no task with id {id} (or it was forgotten).");
+    let task = match found(reply, ("No such task", &missing)) {
+        Ok(task) => task,
+        Err(page) => return Ok(page),
     };
     let text = |name: &str| {
         task.get(name)
