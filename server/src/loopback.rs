@@ -51,6 +51,29 @@ pub fn helper(globals: &Globals, name: &str, within: Duration) -> Result<Link, S
     Ok(link)
 }
 
+/// Why an exchange with the server failed.
+#[derive(Debug)]
+pub enum LinkError {
+    /// The server answered with an error reply (a refusal, a bad argument): the link goes on.
+    Reply(String),
+    /// The link broke, or ran past its deadline mid-reply: its state is unknown.
+    Broken(String),
+}
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinkError::Reply(text) | LinkError::Broken(text) => f.write_str(text),
+        }
+    }
+}
+
+impl From<LinkError> for String {
+    fn from(err: LinkError) -> String {
+        err.to_string()
+    }
+}
+
 pub struct Link {
     conn: TcpStream,
     decoder: FrameDecoder,
@@ -81,50 +104,51 @@ impl Link {
     }
 
     /// Sends commands without waiting for their replies (a pipeline).
-    pub fn send<A: AsRef<[u8]>>(&mut self, commands: &[Vec<A>]) -> Result<(), String> {
+    pub fn send<A: AsRef<[u8]>>(&mut self, commands: &[Vec<A>]) -> Result<(), LinkError> {
         let mut out = Vec::new();
         for args in commands {
             wetask_protocol::encode_command(&mut out, args);
         }
         self.conn
             .write_all(&out)
-            .map_err(|e| format!("cannot write to the server: {e}"))
+            .map_err(|e| LinkError::Broken(format!("cannot write to the server: {e}")))
     }
 
     /// The next reply, error replies included.
-    pub fn reply(&mut self) -> Result<Frame, String> {
+    pub fn reply(&mut self) -> Result<Frame, LinkError> {
+        let broken = |text: String| Err(LinkError::Broken(text));
         let mut chunk = [0u8; 16 * 1024];
         loop {
             match self.decoder.decode(&mut self.buffer) {
                 Ok(Some(frame)) => return Ok(frame),
                 Ok(None) => {}
-                Err(e) => return Err(format!("malformed reply: {e:?}")),
+                Err(e) => return broken(format!("malformed reply: {e:?}")),
             }
             let left = self.deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err("the server did not answer in time".into());
+                return broken("the server did not answer in time".into());
             }
             let _ = self.conn.set_read_timeout(Some(left));
             match self.conn.read(&mut chunk) {
-                Ok(0) => return Err("the server closed the connection".into()),
+                Ok(0) => return broken("the server closed the connection".into()),
                 Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
-                Err(e) => return Err(format!("cannot read from the server: {e}")),
+                Err(e) => return broken(format!("cannot read from the server: {e}")),
             }
         }
     }
 
-    /// One command and its reply; an error reply is `Err` with its text.
-    pub fn request<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Frame, String> {
+    /// One command and its reply; an error reply is [`LinkError::Reply`] with its text.
+    pub fn request<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Frame, LinkError> {
         self.send(&[args.iter().map(|a| a.as_ref()).collect::<Vec<&[u8]>>()])?;
         match self.reply()? {
-            Frame::Error(e) => Err(String::from_utf8_lossy(&e).into_owned()),
+            Frame::Error(e) => Err(LinkError::Reply(String::from_utf8_lossy(&e).into_owned())),
             frame => Ok(frame),
         }
     }
 }
 
 /// TASK.QUEUES: the first `max` queues' names.
-pub fn queue_names(link: &mut Link, max: usize) -> Result<Vec<String>, String> {
+pub fn queue_names(link: &mut Link, max: usize) -> Result<Vec<String>, LinkError> {
     Ok(match link.request(&["TASK.QUEUES"])? {
         Frame::Array(items) => items.iter().map(text).take(max).collect(),
         _ => Vec::new(),
@@ -135,7 +159,7 @@ pub fn queue_names(link: &mut Link, max: usize) -> Result<Vec<String>, String> {
 pub type Stats = Result<BTreeMap<String, i64>, String>;
 
 /// `TASK.STATS` of each queue, pipelined.
-pub fn queue_stats(link: &mut Link, queues: &[String]) -> Result<Vec<Stats>, String> {
+pub fn queue_stats(link: &mut Link, queues: &[String]) -> Result<Vec<Stats>, LinkError> {
     let commands: Vec<Vec<&str>> = queues.iter().map(|q| vec!["TASK.STATS", q]).collect();
     link.send(&commands)?;
     let mut out = Vec::with_capacity(queues.len());

@@ -312,6 +312,13 @@ def test_forms_need_their_token_and_the_acl_decides_what_a_user_may_do(world):
                                           "back": "//example.com/"})
     assert urllib.parse.urlparse(where).netloc == urllib.parse.urlparse(world["url"]).netloc
 
+    # A bad argument in a link gets the server's error on the page, and the session goes on.
+    bad = "/queue?" + urllib.parse.urlencode({"name": world["email"], "cursor": "garbage"})
+    status, _, page = s.get(bad)
+    assert status == 400 and "ERR invalid cursor" in page, page
+    status, where, page = s.get("/")
+    assert status == 200 and where.endswith("/") and "Signed in as <strong>viewer</strong>" in page
+
     # ACL DELUSER closes the user's connections: its dashboard session ends with them.
     r.execute_command("ACL", "DELUSER", "viewer")
     status, _, page = s.get("/")

@@ -22,12 +22,13 @@ use wetask_protocol::Frame;
 
 use crate::acl::user::same_hash;
 use crate::globals::Globals;
+use crate::loopback::LinkError;
 use history::History;
 use sessions::{token_in, Sessions, COOKIE};
 use views::{Page, View};
 
 /// A page's renderer.
-type PageFn = fn(&mut View<'_>) -> Result<Page, String>;
+type PageFn = fn(&mut View<'_>) -> Result<Page, LinkError>;
 
 /// Largest form body accepted.
 const BODY_MAX: u64 = 64 * 1024;
@@ -148,15 +149,19 @@ impl State {
             history: &self.history,
             here: &url,
         };
-        // A refusal is the page's answer; another error leaves the connection in an unknown
-        // state (a deadline passed mid-reply, the server closed it), so the session ends and
-        // the next request signs in again.
+        // An error reply (a refusal, a bad argument in the link) is the page's answer, and
+        // the session goes on. A broken link is in an unknown state (a deadline passed
+        // mid-reply, the server closed it): the session ends, and the next request signs in
+        // again.
         let (page, ended) = match page(&mut view) {
             Ok(page) => (page, false),
-            Err(err) if err.starts_with("NOPERM") => {
-                (Page::error(403, "Not permitted", &err), false)
+            Err(LinkError::Reply(text)) if text.starts_with("NOPERM") => {
+                (Page::error(403, "Not permitted", &text), false)
             }
-            Err(err) => (Page::error(503, "The server did not answer", &err), true),
+            Err(LinkError::Reply(text)) => (Page::error(400, "The server refused", &text), false),
+            Err(LinkError::Broken(text)) => {
+                (Page::error(503, "The server did not answer", &text), true)
+            }
         };
         let frame = html::Frame {
             title: &page.title,

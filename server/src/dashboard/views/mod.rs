@@ -14,7 +14,7 @@ use bytes::Bytes;
 use wetask_protocol::Frame;
 
 use super::history::History;
-use crate::loopback::{bytes, pairs, Link};
+use crate::loopback::{bytes, pairs, Link, LinkError};
 
 /// What a page is given.
 pub struct View<'a> {
@@ -79,16 +79,20 @@ pub fn field_int(fields: &Fields, name: &str) -> Option<i64> {
 
 /// The fields a lookup (TASK.GET, TASK.BATCHINFO) answered, or the page that says there is
 /// no such thing (`missing`: its title and text, 404) or that the user may not look (403).
-pub fn found(reply: Result<Frame, String>, missing: (&str, &str)) -> Result<Fields, Page> {
-    match reply {
+pub fn found(
+    reply: Result<Frame, LinkError>,
+    missing: (&str, &str),
+) -> Result<Result<Fields, Page>, LinkError> {
+    Ok(match reply {
         Ok(Frame::Null) => Err(Page::error(404, missing.0, missing.1)),
         Ok(frame) => Ok(fields_of(frame)),
-        Err(refused) => Err(Page::error(403, "Not permitted", &refused)),
-    }
+        Err(LinkError::Reply(refused)) => Err(Page::error(403, "Not permitted", &refused)),
+        Err(broken) => return Err(broken),
+    })
 }
 
 /// `TASK.GET` of each id, pipelined: its fields, or `None` for a task gone or refused.
-pub fn get_many(link: &mut Link, ids: &[Bytes]) -> Result<Vec<Option<Fields>>, String> {
+pub fn get_many(link: &mut Link, ids: &[Bytes]) -> Result<Vec<Option<Fields>>, LinkError> {
     let commands: Vec<Vec<&[u8]>> = ids.iter().map(|id| vec![&b"TASK.GET"[..], id]).collect();
     link.send(&commands)?;
     let mut out = Vec::with_capacity(ids.len());

@@ -10,7 +10,7 @@ use wetask_protocol::Frame;
 
 use super::{field_int, fields_of, found, get_many, task_link, Fields, Page, View};
 use crate::dashboard::html::{action, age, esc, esc_bytes, fields, href, table, time};
-use crate::loopback::{bytes, queue_names};
+use crate::loopback::{bytes, queue_names, LinkError};
 
 /// Most queues whose leased tasks `/workers` lists, and leased tasks per queue.
 const HELD_QUEUES_MAX: usize = 100;
@@ -33,7 +33,7 @@ fn s(fields: &Fields, name: &str) -> String {
 
 /// `/workers`: TASK.WORKERS, and the leased tasks by holder.
 // Long: two tables, the second gathered queue by queue.
-pub fn workers(view: &mut View<'_>) -> Result<Page, String> {
+pub fn workers(view: &mut View<'_>) -> Result<Page, LinkError> {
     let workers = maps(view.link.request(&["TASK.WORKERS"])?);
     let now = crate::clock::unix_ms() as i64;
     let mut names: BTreeMap<Bytes, String> = BTreeMap::new();
@@ -132,7 +132,7 @@ pub fn workers(view: &mut View<'_>) -> Result<Page, String> {
 }
 
 /// `/cron`: TASK.CRON LIST.
-pub fn cron(view: &mut View<'_>) -> Result<Page, String> {
+pub fn cron(view: &mut View<'_>) -> Result<Page, LinkError> {
     let schedules = maps(view.link.request(&["TASK.CRON", "LIST"])?);
     let rows: Vec<Vec<String>> = schedules
         .iter()
@@ -174,7 +174,7 @@ pub fn cron(view: &mut View<'_>) -> Result<Page, String> {
 }
 
 /// `/batches`: the newest batches and flows.
-pub fn batches(view: &mut View<'_>) -> Result<Page, String> {
+pub fn batches(view: &mut View<'_>) -> Result<Page, LinkError> {
     let count = BATCHES_SHOWN.to_string();
     let mut batches = maps(view.link.request(&["TASK.BATCHES", "COUNT", &count])?);
     batches.sort_by_key(|b| std::cmp::Reverse(field_int(b, "created").unwrap_or(0)));
@@ -228,11 +228,11 @@ fn batch_state(b: &Fields) -> String {
 }
 
 /// `/batch?id=…`: one batch's counts and callbacks; a flow's children with their ends.
-pub fn batch(view: &mut View<'_>) -> Result<Page, String> {
+pub fn batch(view: &mut View<'_>) -> Result<Page, LinkError> {
     let id = view.param("id").unwrap_or_default();
     let reply = view.link.request(&["TASK.BATCHINFO", id.as_str()]);
     let missing = format!("There is no batch or flow with id {id}.");
-    let info = match found(reply, ("No such batch", &missing)) {
+    let info = match found(reply, ("No such batch", &missing))? {
         Ok(info) => info,
         Err(page) => return Ok(page),
     };

@@ -12,7 +12,7 @@ use super::{field_int, get_many, task_actions, task_link, Fields, Page, View};
 use crate::clock::unix_ms;
 use crate::dashboard::history::WINDOW_MS;
 use crate::dashboard::html::{action, age, chart, esc, esc_bytes, href, table, time};
-use crate::loopback::{bytes, queue_names, queue_stats, text};
+use crate::loopback::{bytes, queue_names, queue_stats, text, LinkError};
 
 /// Most queues the overview lists.
 pub const QUEUES_SHOWN: usize = 1_000;
@@ -36,7 +36,7 @@ fn queue_link(name: &str) -> String {
 }
 
 /// `/`: the queues and the charts.
-pub fn overview(view: &mut View<'_>) -> Result<Page, String> {
+pub fn overview(view: &mut View<'_>) -> Result<Page, LinkError> {
     let mut names = queue_names(view.link, usize::MAX)?;
     // Each shard lists its own in order; the page lists them all in order.
     names.sort();
@@ -143,7 +143,7 @@ fn pause_form(view: &View<'_>, queue: &str, paused: bool, back: &str) -> String 
 }
 
 /// `/queue?name=…&state=…&cursor=…`: one queue's tasks in one state, a page at a time.
-pub fn queue(view: &mut View<'_>) -> Result<Page, String> {
+pub fn queue(view: &mut View<'_>) -> Result<Page, LinkError> {
     let name = view.param("name").unwrap_or_default();
     if name.is_empty() {
         return Ok(Page::error(

@@ -8,7 +8,7 @@ use wetask_protocol::Frame;
 
 use super::{field_int, found, task_actions, Page, View};
 use crate::dashboard::html::{esc, esc_bytes, fields, href, time};
-use crate::loopback::bytes;
+use crate::loopback::{bytes, LinkError};
 
 /// Most bytes of a payload, result or error a page shows.
 pub const SHOWN_BYTES: usize = 64 * 1024;
@@ -17,7 +17,7 @@ pub const LOG_LINES_SHOWN: usize = 500;
 
 /// `/task?id=…`
 // Long: one list of fields, then a section for each part of the task that is there.
-pub fn task(view: &mut View<'_>) -> Result<Page, String> {
+pub fn task(view: &mut View<'_>) -> Result<Page, LinkError> {
     let id = view.param("id").unwrap_or_default();
     if id.is_empty() {
         return Ok(Page::error(
@@ -28,7 +28,7 @@ pub fn task(view: &mut View<'_>) -> Result<Page, String> {
     }
     let reply = view.link.request(&["TASK.GET", id.as_str()]);
     let missing = format!("There is no task with id {id} (or it was forgotten).");
-    let task = match found(reply, ("No such task", &missing)) {
+    let task = match found(reply, ("No such task", &missing))? {
         Ok(task) => task,
         Err(page) => return Ok(page),
     };
