@@ -46,32 +46,23 @@ pub(super) struct LeaseStarts {
     started: HashMap<Bytes, u64, Hasher>,
 }
 
-impl Engine {
-    /// A lease of `slot`'s task started now: its first start counts its waiting time.
-    pub(super) fn note_lease_started(&mut self, slot: Slot, now_ms: u64) {
-        let task = self.tasks.at(slot);
-        let (id, queue, submitted, first) = (
-            task.id.clone(),
-            task.queue.clone(),
-            task.submitted_ms,
-            task.attempts == 1,
-        );
-        if let Some(q) = self.queues.get_mut(&queue) {
-            if first {
-                q.waiting_ms.observe(now_ms.saturating_sub(submitted));
-            }
-        }
-        self.lease_starts.started.insert(id, now_ms);
-        if self.lease_starts.started.len() > 2 * self.leases.len() + 1024 {
-            let tasks = &self.tasks;
-            self.lease_starts.started.retain(|id, _| {
+impl LeaseStarts {
+    /// A lease of `id` started now (its first start's waiting time is counted where it is
+    /// leased). Those ended otherwise than by ACK or FAIL are dropped once the map outgrows
+    /// the `leased` leases in flight.
+    pub(super) fn started(&mut self, id: Bytes, now_ms: u64, tasks: &TaskTable, leased: usize) {
+        self.started.insert(id, now_ms);
+        if self.started.len() > 2 * leased + 1024 {
+            self.started.retain(|id, _| {
                 tasks
                     .get(id)
                     .is_some_and(|t| matches!(t.state, State::Leased { .. }))
             });
         }
     }
+}
 
+impl Engine {
     /// A lease of `id` (in `queue`) ended by ACK (`acked`) or FAIL.
     pub(super) fn note_lease_ended(&mut self, id: &[u8], queue: &[u8], acked: bool, now_ms: u64) {
         let Some(started) = self.lease_starts.started.remove(id) else {

@@ -34,20 +34,20 @@ impl Engine {
     ) -> usize {
         self.advance(now_ms);
         let mut leased = 0;
+        let quiet = self.quiet.contains(&owner);
+        let in_flight_max = self.in_flight_max;
         for name in queues {
-            if let Some(q) = self.queues.get_mut(name) {
-                q.note_fetcher(owner, now_ms);
+            // One lookup per queue: the loop below borrows only the queue and the engine's
+            // other fields.
+            let Some(q) = self.queues.get_mut(name) else {
+                continue;
+            };
+            q.note_fetcher(owner, now_ms);
+            if quiet {
+                continue;
             }
-        }
-        if self.quiet.contains(&owner) {
-            return leased;
-        }
-        for name in queues {
             while leased < count {
-                let Some(q) = self.queues.get_mut(name) else {
-                    break;
-                };
-                if !q.may_lease(now_ms, self.in_flight_max) {
+                if !q.may_lease(now_ms, in_flight_max) {
                     break;
                 }
                 let Some((_, slot)) = q.take_next(now_ms) else {
@@ -64,6 +64,10 @@ impl Engine {
                 let until_ms = now_ms.saturating_add(lease);
                 task.state = State::Leased { owner, until_ms };
                 task.attempts += 1;
+                if task.attempts == 1 {
+                    q.waiting_ms
+                        .observe(now_ms.saturating_sub(task.submitted_ms));
+                }
                 q.note(
                     &mut self.events,
                     &id,
@@ -74,13 +78,14 @@ impl Engine {
                 owners::index(&mut self.by_owner, owner, id.clone());
                 leased += 1;
                 take(Leased {
-                    id,
+                    id: id.clone(),
                     queue: task.queue.clone(),
                     payload: task.payload.to_bytes(),
                     attempt: task.attempts,
                     origin: task.origin().cloned(),
                 });
-                self.note_lease_started(slot, now_ms);
+                self.lease_starts
+                    .started(id, now_ms, &self.tasks, self.leases.len());
             }
         }
         leased
