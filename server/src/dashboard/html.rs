@@ -97,11 +97,8 @@ pub fn page(frame: &Frame<'_>, body: &str) -> String {
     let mut out = String::with_capacity(body.len() + 2048);
     let _ = write!(
         out,
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} · WeTask</title><link rel=\"stylesheet\" href=\"/style.css\"></head><body>\
-         <header><nav aria-label=\"Main\"><a class=\"brand\" href=\"/\">WeTask</a><ul>",
-        esc(frame.title)
+        "{}<body><header><nav aria-label=\"Main\"><a class=\"brand\" href=\"/\">WeTask</a><ul>",
+        head(frame.title)
     );
     for (path, name) in NAV {
         let _ = write!(out, "<li><a href=\"{path}\">{name}</a></li>");
@@ -137,16 +134,23 @@ pub fn page(frame: &Frame<'_>, body: &str) -> String {
     out
 }
 
+/// The document's start, to `<body>`: the page's title and the stylesheet.
+fn head(title: &str) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{} · WeTask</title><link rel=\"stylesheet\" href=\"/style.css\"></head>",
+        esc(title)
+    )
+}
+
 /// The login page (no frame: nobody is signed in).
 pub fn login_page(error: Option<&str>) -> String {
     let error = error.map_or(String::new(), |e| {
         format!("<p class=\"flash err\" role=\"alert\">{}</p>", esc(e))
     });
     format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>Sign in · WeTask</title><link rel=\"stylesheet\" href=\"/style.css\"></head>\
-         <body class=\"login\"><main><h1>WeTask</h1>{error}\
+        "{}<body class=\"login\"><main><h1>WeTask</h1>{error}\
          <form method=\"post\" action=\"/login\">\
          <label for=\"username\">User</label>\
          <input id=\"username\" name=\"username\" autocomplete=\"username\" value=\"default\" required>\
@@ -154,7 +158,8 @@ pub fn login_page(error: Option<&str>) -> String {
          <input id=\"password\" name=\"password\" type=\"password\" autocomplete=\"current-password\">\
          <button type=\"submit\">Sign in</button></form>\
          <p class=\"hint\">Any ACL user (ACL SETUSER) signs in; what it may see and do is what \
-         its rules allow over RESP.</p></main></body></html>"
+         its rules allow over RESP.</p></main></body></html>",
+        head("Sign in")
     )
 }
 
