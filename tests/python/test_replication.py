@@ -391,6 +391,32 @@ def test_failover_loses_only_the_writes_in_flight(pair, record_property):
     print(f"failover: {len(acked)} writes acknowledged, {max(lost, 0)} lost")
 
 
+def test_waitaof_counts_the_replicas_whose_journals_fsynced(pair):
+    """WAITAOF numreplicas (unit/wait.tcl "WAITAOF replica copy ..."): a replica reports the
+    position its own journal's fsync covers, under its own `appendfsync`: everysec (the
+    default) within its syncer's round, never under `no`, at once under `always`."""
+    p, r = linked(pair)
+    fill(p, names("aof", 40))
+    started = time.monotonic()
+    assert p.execute_command("WAITAOF", 1, 1, 10000) == [1, 1]
+    assert time.monotonic() - started < 5
+    with pytest.raises(redis.ResponseError, match="WAITAOF cannot be used with replica instances"):
+        r.execute_command("WAITAOF", 0, 0, 0)
+    # Asking for more replicas than there are waits out the time-out and counts the one.
+    assert p.execute_command("WAITAOF", 0, 2, 100)[1] == 1
+
+    r.config_set("appendfsync", "no")
+    fill(p, names("unsynced", 40))
+    assert p.execute_command("WAIT", 1, 5000) == 1, "applied on the replica"
+    started = time.monotonic()
+    assert p.execute_command("WAITAOF", 0, 1, 300)[1] == 0
+    assert time.monotonic() - started >= 0.25
+
+    r.config_set("appendfsync", "always")
+    fill(p, names("synced", 40))
+    assert p.execute_command("WAITAOF", 0, 1, 5000)[1] == 1
+
+
 def test_a_wait_whose_client_left_stops_waiting(server):
     """A `WAIT 1 0` (no replica: it would wait for ever) whose client closes leaves no thread
     polling behind it."""

@@ -137,12 +137,13 @@ pub fn lastsave(ctx: &ShardCtx) -> Frame {
 }
 
 /// WAITAOF numlocal numreplicas timeout (Redis 7.2): waits until this connection's writes
-/// so far are fsynced in the journal (`numlocal` 1) and on `numreplicas` replicas (there
-/// are none: that part only waits out the time-out), then replies `[local, replicas]`
-/// synced. Every shard is asked first, so writes another shard made for this client have
-/// been journaled; then the fsync that follows them is waited for: none under `always`
-/// (each reply already waited for one), the everysec syncer's next round, and never under
-/// `appendfsync no`, as in Redis.
+/// so far are fsynced in the journal (`numlocal` 1) and in the journals of `numreplicas`
+/// replicas, then replies `[local, replicas]` synced. Every shard is asked first, so writes
+/// another shard made for this client have been journaled; then the fsync that follows
+/// them is waited for: none under `always` (each reply already waited for one), the
+/// everysec syncer's next round, and never under `appendfsync no`, as in Redis. A replica
+/// reports the position its own journal's fsync covers (`replication::receiver`), under
+/// its own `appendfsync`.
 pub async fn waitaof(
     ctx: &ShardCtx,
     conn: &std::cell::RefCell<crate::clients::ConnState>,
@@ -156,7 +157,7 @@ pub async fn waitaof(
         None => return Frame::static_error("ERR value is not an integer or out of range"),
     };
     let numreplicas = match wetask_shards::args::parse_i64(&args[2]) {
-        Some(n) if n >= 0 => n,
+        Some(n) if n >= 0 => n as usize,
         Some(_) => return Frame::static_error("ERR value is out of range, must be positive"),
         None => return Frame::static_error("ERR value is not an integer or out of range"),
     };
@@ -165,6 +166,9 @@ pub async fn waitaof(
         Some(ms) => ms as u64,
         None => return Frame::static_error("ERR timeout is not an integer or out of range"),
     };
+    if ctx.globals.replication.is_replica() {
+        return Frame::static_error("ERR WAITAOF cannot be used with replica instances. Please also note that writes to replicas are just local and are not propagated.");
+    }
     let store = ctx.globals.store.get();
     if numlocal > 0 && store.is_none() {
         return Frame::static_error(
@@ -177,8 +181,11 @@ pub async fn waitaof(
         answered.await;
     }
     let begun = store.map_or(0, |s| s.sync_round_begun());
+    let targets = super::replication::positions_now(&ctx.globals);
     let globals = ctx.globals.clone();
     let synced = move || globals.store.get().is_some_and(|s| s.synced_since(begun));
+    let globals = ctx.globals.clone();
+    let replicas = move || globals.replication.replicas_fsynced_at(&targets);
     let deadline_ms = (timeout_ms > 0).then(|| crate::globals::unix_ms() + timeout_ms);
     // A client that leaves ends its wait (under `appendfsync no`, `WAITAOF 1 0 0` waits for
     // ever).
@@ -187,15 +194,17 @@ pub async fn waitaof(
         closed.load(std::sync::atomic::Ordering::Acquire)
             || deadline_ms.is_some_and(|d| crate::globals::unix_ms() >= d)
     };
-    if numlocal > 0 && !synced() && !past() {
-        let check = synced.clone();
-        ctx.wait_on(move || (check() || past()).then_some(())).await;
+    let done = {
+        let (synced, replicas) = (synced.clone(), replicas.clone());
+        move || (numlocal == 0 || synced()) && replicas() >= numreplicas
+    };
+    if !done() && !past() {
+        ctx.wait_on(move || (done() || past()).then_some(())).await;
     }
-    if numreplicas > 0 {
-        // There are no replicas: their part waits out the time-out (for ever without one).
-        ctx.sleep_until(deadline_ms).await;
-    }
-    Frame::Array(vec![Frame::Integer(i64::from(synced())), Frame::Integer(0)])
+    Frame::Array(vec![
+        Frame::Integer(i64::from(synced())),
+        Frame::Integer(replicas() as i64),
+    ])
 }
 
 /// BGSAVE with `appendonly no`: the snapshot, in a task of its own.

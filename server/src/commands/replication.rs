@@ -31,7 +31,7 @@ pub fn parse_wait(args: &[Bytes]) -> Result<(i64, u64), Frame> {
 
 /// Every shard's journal position now: what a replica must reach to have every write
 /// acknowledged so far.
-fn positions_now(globals: &Globals) -> Vec<u64> {
+pub(super) fn positions_now(globals: &Globals) -> Vec<u64> {
     match globals.store.get() {
         Some(store) => store
             .shards
@@ -152,6 +152,7 @@ pub fn follow(globals: &std::sync::Arc<Globals>, host: String, port: u16) {
             bind => bind.to_string(),
         },
         local_password: globals.requirepass.lock().expect("requirepass").clone(),
+        store: globals.store.get().cloned(),
     };
     replication.follows_redis.store(false, Ordering::Release);
     replication::receiver::start(env, epoch, host, port);

@@ -30,6 +30,9 @@ pub struct Env {
     /// through it: `from_redis`), and its password.
     pub local_host: String,
     pub local_password: Option<String>,
+    /// This node's journal (none under `appendonly no`): the ack thread tells the primary
+    /// what its fsyncs cover.
+    pub store: Option<Arc<crate::persist::Store>>,
 }
 
 pub(super) fn connect(host: &str, port: u16) -> Result<TcpStream, String> {

@@ -75,6 +75,10 @@ pub struct Inbox {
     ready: AtomicBool,
     /// The primary position applied (for acks) and received (for a partial resync).
     pub applied: AtomicU64,
+    /// The primary position whose records are written to this node's own journal (set by
+    /// the shard after its commit; the ack thread tells the primary once the journal's
+    /// fsync covers it: WAITAOF's replica count).
+    pub journaled: AtomicU64,
     pub received: AtomicU64,
     /// A full sync was applied whole since this link began (the link is up, and a resync
     /// may continue).
@@ -132,8 +136,10 @@ pub struct Peer {
     pub id: String,
     pub ip: String,
     pub listening_port: u16,
-    /// Per shard: the position it acknowledged applying (0: nothing yet).
+    /// Per shard: the position it acknowledged applying (0: nothing yet), and the one it
+    /// acknowledged having fsynced in its own journal (WAITAOF).
     pub acked: Vec<AtomicU64>,
+    pub fsynced: Vec<AtomicU64>,
     /// Shard streams connected, and streams done with their full sync.
     pub streams: AtomicUsize,
     pub online: AtomicUsize,
@@ -258,15 +264,25 @@ impl Replication {
 
     /// Replicas whose acknowledged positions reached `targets` (one per shard).
     pub fn replicas_at(&self, targets: &[u64]) -> usize {
+        self.count_peers(|peer| &peer.acked, targets)
+    }
+
+    /// Replicas whose own journals have fsynced every record up to `targets` (WAITAOF).
+    pub fn replicas_fsynced_at(&self, targets: &[u64]) -> usize {
+        self.count_peers(|peer| &peer.fsynced, targets)
+    }
+
+    /// Peers whose positions (`which` of them) reached `targets` on every shard.
+    fn count_peers(&self, which: impl Fn(&Peer) -> &[AtomicU64], targets: &[u64]) -> usize {
         self.peers
             .lock()
             .expect("peers")
             .iter()
             .filter(|peer| {
-                peer.acked
+                which(peer)
                     .iter()
                     .zip(targets)
-                    .all(|(acked, &target)| acked.load(Ordering::Acquire) >= target)
+                    .all(|(at, &target)| at.load(Ordering::Acquire) >= target)
             })
             .count()
     }
@@ -282,6 +298,7 @@ impl Replication {
             ip: ip.to_string(),
             listening_port,
             acked: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            fsynced: (0..shards).map(|_| AtomicU64::new(0)).collect(),
             streams: AtomicUsize::new(0),
             online: AtomicUsize::new(0),
             last_ack_ms: AtomicU64::new(crate::clock::unix_ms()),

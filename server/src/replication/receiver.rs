@@ -19,6 +19,7 @@ use wetask_protocol::Frame;
 use super::link::{authenticate, connect, request, Env};
 use super::wire::{self, Opening};
 use super::{Inbox, Item, LinkState, Replication, INBOX_BYTES_MAX};
+use crate::persist::Store;
 
 /// A stream that hears nothing (not even a heartbeat) for this long is dropped.
 const SILENCE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -239,7 +240,7 @@ fn stream(
         _ => return Err(format!("the primary refused the stream: {answer}")),
     }
     std::thread::scope(|scope| {
-        let acker = scope.spawn(|| ack_loop(&conn, inbox, stop));
+        let acker = scope.spawn(|| ack_loop(&conn, inbox, env.store.as_deref(), stop));
         *inbox.acker.lock().expect("acker") = Some(acker.thread().clone());
         let result = frames(env, epoch, shard, &mut reader, stop, position);
         stop.store(true, Ordering::Release);
@@ -302,22 +303,85 @@ fn push(env: &Env, epoch: u64, shard: usize, item: Item) {
 }
 
 /// Sends the shard's applied position whenever it moves (the shard unparks this thread
-/// after applying: [`Replication::wake_acks`]), and once a second.
-fn ack_loop(mut conn: &TcpStream, inbox: &Inbox, stop: &AtomicBool) {
+/// after applying: [`Replication::wake_acks`]), and once a second; and the position its
+/// journal's fsync covers, when that moves.
+fn ack_loop(mut conn: &TcpStream, inbox: &Inbox, store: Option<&Store>, stop: &AtomicBool) {
     let mut last = u64::MAX;
     let mut sent_at = std::time::Instant::now();
+    let mut fsync = FsyncWatch::default();
     while !stop.load(Ordering::Acquire) {
         let applied = inbox.applied.load(Ordering::Acquire);
         if applied != last || sent_at.elapsed() >= Duration::from_secs(1) {
-            let mut ack = [0u8; 9];
-            ack[0] = wire::ACK;
-            ack[1..].copy_from_slice(&applied.to_le_bytes());
-            if conn.write_all(&ack).is_err() {
+            if conn.write_all(&ack(wire::ACK, applied)).is_err() {
                 return;
             }
             (last, sent_at) = (applied, std::time::Instant::now());
         }
-        std::thread::park_timeout(Duration::from_secs(1));
+        if let Some(store) = store {
+            if let Some(fsynced) = fsync.moved(inbox.journaled.load(Ordering::Acquire), store) {
+                if conn.write_all(&ack(wire::FSYNCED, fsynced)).is_err() {
+                    return;
+                }
+            }
+        }
+        // A position written but not yet fsynced is looked at again soon (the everysec
+        // syncer's round ends on its own, without waking this thread).
+        let pause = match fsync.waiting.is_empty() {
+            true => Duration::from_secs(1),
+            false => Duration::from_millis(50),
+        };
+        std::thread::park_timeout(pause);
+    }
+}
+
+/// An ack frame: its tag and a position.
+fn ack(tag: u8, position: u64) -> [u8; 9] {
+    let mut ack = [0u8; 9];
+    ack[0] = tag;
+    ack[1..].copy_from_slice(&position.to_le_bytes());
+    ack
+}
+
+/// The positions a replica shard's journal has written, each with the fsync round that was
+/// under way when it was seen (`Store::sync_round_begun`): once a round begun after it
+/// ends (`Store::synced_since`), the position is on disk. Under `always` a position is on
+/// disk once written (the shard's commit synced it); under `no`, never, as Redis's
+/// WAITAOF sees it. (Right after the replica's `appendfsync` turns from `no` to `always`,
+/// positions written under `no` count as synced up to a second before the next commit,
+/// which the primary's heartbeat brings, syncs them.)
+#[derive(Default)]
+struct FsyncWatch {
+    waiting: std::collections::VecDeque<(u64, u64)>,
+    seen: u64,
+    told: u64,
+}
+
+/// Positions waiting for their fsync, at most: more are folded into the newest (a later
+/// round then covers both, which is only later, never wrong).
+const FSYNC_WAITING_MAX: usize = 64;
+
+impl FsyncWatch {
+    /// Notes `journaled`; returns the position now known fsynced, when it moved.
+    fn moved(&mut self, journaled: u64, store: &Store) -> Option<u64> {
+        if journaled > self.seen {
+            self.seen = journaled;
+            let round = (journaled, store.sync_round_begun());
+            if self.waiting.len() >= FSYNC_WAITING_MAX {
+                self.waiting.pop_back();
+            }
+            self.waiting.push_back(round);
+        }
+        let mut fsynced = None;
+        while let Some(&(position, begun)) = self.waiting.front() {
+            if !store.synced_since(begun) {
+                break;
+            }
+            fsynced = Some(position);
+            self.waiting.pop_front();
+        }
+        let fsynced = fsynced.filter(|&p| p > self.told)?;
+        self.told = fsynced;
+        Some(fsynced)
     }
 }
 

@@ -136,7 +136,7 @@ fn admit(replication: &Replication, store: &Store, opening: &Opening) -> Result<
     Ok(())
 }
 
-/// Reads the replica's acks into `peer` until the connection closes.
+/// Reads the replica's acks (applied, and fsynced) into `peer` until the connection closes.
 fn spawn_ack_reader(
     mut reader: TcpStream,
     peer: Arc<Peer>,
@@ -147,9 +147,14 @@ fn spawn_ack_reader(
         .name("repl-acks".into())
         .spawn(move || {
             let mut ack = [0u8; 9];
-            while reader.read_exact(&mut ack).is_ok() && ack[0] == wire::ACK {
+            while reader.read_exact(&mut ack).is_ok() {
                 let position = u64::from_le_bytes(ack[1..].try_into().expect("8 bytes"));
-                peer.acked[shard].fetch_max(position, Ordering::AcqRel);
+                let at = match ack[0] {
+                    wire::ACK => &peer.acked[shard],
+                    wire::FSYNCED => &peer.fsynced[shard],
+                    _ => break,
+                };
+                at.fetch_max(position, Ordering::AcqRel);
                 peer.last_ack_ms
                     .store(crate::clock::unix_ms(), Ordering::Release);
             }

@@ -20,7 +20,8 @@
 //! | `R` | position after it (u64 LE), record payload | one journal record |
 //! | `H` | position (u64 LE) | nothing new past the position (sent when idle) |
 //!
-//! The replica sends `A` and a position (u64 LE): everything up to it is applied.
+//! The replica sends `A` and a position (u64 LE): everything up to it is applied; and `F`
+//! and a position: everything up to it is fsynced in the replica's own journal (WAITAOF).
 
 use std::io::{self, Read, Write};
 
@@ -34,6 +35,7 @@ pub const SNAPSHOT_END: u8 = b'E';
 pub const RECORD: u8 = b'R';
 pub const HEARTBEAT: u8 = b'H';
 pub const ACK: u8 = b'A';
+pub const FSYNCED: u8 = b'F';
 
 pub use crate::persist::{position as pack, segment_and_offset as unpack};
 

@@ -166,11 +166,6 @@ impl ShardCore {
         }
     }
 
-    /// Writes what the shard journaled since the last call (one record), and under
-    /// `appendfsync always` syncs it: called before anything the shard did can leave it (the
-    /// ring's submissions of replies, an envelope to a peer). Cheap when nothing was written.
-    /// `when` (see `persist::Commit`): `Durable` before an envelope to a peer, which no ring
-    /// holds back; `Now` everywhere else.
     /// In consensus mode, whether this shard only follows its group's leader: it applies
     /// entries and runs nothing of its own (no expiry, no task engine, no parked waiter).
     pub fn raft_follows(&self) -> bool {
@@ -180,6 +175,14 @@ impl ShardCore {
             .is_some_and(|c| !c.serving(self.id))
     }
 
+    /// Writes what the shard journaled since the last call (one record), and under
+    /// `appendfsync always` syncs it: called before anything the shard did can leave it (the
+    /// ring's submissions of replies, an envelope to a peer). Cheap when nothing was written.
+    /// `when` (see `persist::Commit`): `Durable` before an envelope to a peer, which no ring
+    /// holds back; `Now` everywhere else.
+    /// On a replica, a commit after the primary's records were applied is `Durable` (no
+    /// reply waits on them, so no ring fsync would follow), and it tells the stream's ack
+    /// thread what is now written (WAITAOF counts replicas' fsyncs).
     pub fn commit_journal(&self, when: crate::persist::Commit) {
         if let Some(raft) = self.raft.borrow_mut().as_mut() {
             match self.shard.try_borrow_mut() {
@@ -192,11 +195,19 @@ impl ShardCore {
         let Some(journal) = journal.as_mut() else {
             return;
         };
+        let replicated = self.replica.unjournaled.replace(false);
+        let when = match replicated {
+            true => crate::persist::Commit::Durable,
+            false => when,
+        };
         match self.shard.try_borrow_mut() {
             Ok(mut shard) => journal.commit(&mut shard, when),
             // Never expected: every caller runs between commands. Should it happen, the
             // record goes with the next commit, and only `always` loses its ordering.
             Err(_) => debug_assert!(false, "journal commit while the shard is borrowed"),
+        }
+        if replicated {
+            self.replica_journaled();
         }
     }
 

@@ -73,8 +73,6 @@ pub struct ShardCtx {
     /// they were last woken for.
     pub paused: RefCell<Vec<(u64, std::task::Waker)>>,
     paused_generation: std::cell::Cell<u64>,
-    /// Commands sleeping until a deadline (WAIT): (unix ms, waker), woken by `tick`.
-    sleepers: RefCell<Vec<(u64, std::task::Waker)>>,
     /// True while the lock's queue is being served (a served request's tick must not
     /// serve it again from inside).
     serving_queue: std::cell::Cell<bool>,
@@ -114,7 +112,6 @@ impl ShardCtx {
             monitors: Default::default(),
             paused: RefCell::new(Vec::new()),
             paused_generation: std::cell::Cell::new(0),
-            sleepers: RefCell::new(Vec::new()),
             serving_queue: std::cell::Cell::new(false),
             spares: Default::default(),
             keys_in_flight: Default::default(),
@@ -168,40 +165,7 @@ impl ShardCtx {
         self.tracking.drain(&self.core);
         self.publish_keyspace_events();
         self.wake_paused();
-        self.wake_sleepers();
         self.offload.wake_ready();
-    }
-
-    /// Sleeps until `deadline_ms` (`None`: for ever, until the connection goes), at the
-    /// granularity of the shard's turns (the cron's period at worst).
-    pub async fn sleep_until(&self, deadline_ms: Option<u64>) {
-        std::future::poll_fn(|cx| match deadline_ms {
-            Some(deadline) if unix_ms() >= deadline => std::task::Poll::Ready(()),
-            Some(deadline) => {
-                self.sleepers
-                    .borrow_mut()
-                    .push((deadline, cx.waker().clone()));
-                std::task::Poll::Pending
-            }
-            None => std::task::Poll::Pending,
-        })
-        .await
-    }
-
-    fn wake_sleepers(&self) {
-        if self.sleepers.borrow().is_empty() {
-            return;
-        }
-        let now = unix_ms();
-        let due: Vec<std::task::Waker> = {
-            let mut sleepers = self.sleepers.borrow_mut();
-            let (due, rest) = std::mem::take(&mut *sleepers)
-                .into_iter()
-                .partition(|(deadline, _)| *deadline <= now);
-            *sleepers = rest;
-            due.into_iter().map(|(_, waker)| waker).collect()
-        };
-        due.into_iter().for_each(std::task::Waker::wake);
     }
 
     /// Wakes the commands CLIENT PAUSE holds when the pause ended or changed (they look

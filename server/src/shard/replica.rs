@@ -5,7 +5,7 @@
 //! (`Shard::set_replica`), and it never runs its own expiry or task engine: the primary's
 //! records carry both, at the primary's clock.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
 
 use wetask_shards::shard::cross_commit::Replay;
@@ -21,6 +21,8 @@ const TURN_BYTES_MAX: usize = 1 << 20;
 pub struct ShardReplica {
     /// Holds a cross-shard operation's part until its outcome arrives (as a restart does).
     replay: RefCell<Replay>,
+    /// Items were applied since the last journal commit (`ShardCore::commit_journal`).
+    pub unjournaled: Cell<bool>,
 }
 
 impl ShardCore {
@@ -33,6 +35,7 @@ impl ShardCore {
         if items.is_empty() {
             return;
         }
+        self.replica.unjournaled.set(true);
         let mut shard = self.shard.borrow_mut();
         let mut replay = self.replica.replay.borrow_mut();
         let mut failed = None;
@@ -72,5 +75,24 @@ impl ShardCore {
             replication.links.close(Some(epoch));
         }
         replication.wake_acks(self.id);
+    }
+
+    /// After the journal's commit: what was applied is written (and under `always`
+    /// synced); the ack thread tells the primary once it is on disk. A journal that cannot
+    /// be written (MISCONF) tells nothing.
+    pub fn replica_journaled(&self) {
+        let store_failed = self
+            .globals
+            .store
+            .get()
+            .is_none_or(|s| s.misconf().is_some());
+        if store_failed {
+            return;
+        }
+        let inbox = &self.globals.replication.inboxes[self.id];
+        let applied = inbox.applied.load(Ordering::Acquire);
+        if inbox.journaled.swap(applied, Ordering::AcqRel) != applied {
+            self.globals.replication.wake_acks(self.id);
+        }
     }
 }
