@@ -13,6 +13,7 @@ mod consensus;
 mod dashboard;
 mod doorbell;
 mod failpoint;
+mod function_store;
 mod globals;
 mod latency;
 mod loopback;

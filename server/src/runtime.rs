@@ -293,7 +293,7 @@ fn open_data(globals: &Arc<Globals>, shard_count: usize) -> Result<(), String> {
     if let Some(dumps) = crate::persist::dump::open(config, shard_count)? {
         let _ = globals.dumps.set(dumps);
     }
-    let libraries = crate::commands::functions::load_saved(globals)?;
+    let libraries = crate::function_store::load_saved(globals)?;
     if libraries > 0 {
         tracing::info!(libraries, "function libraries loaded");
     }

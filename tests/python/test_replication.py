@@ -417,6 +417,58 @@ def test_waitaof_counts_the_replicas_whose_journals_fsynced(pair):
     assert p.execute_command("WAITAOF", 0, 1, 5000)[1] == 1
 
 
+def library(name, function, flags=""):
+    flags = f", flags={{{flags}}}" if flags else ""
+    return (f"#!lua name={name}\n"
+            f"redis.register_function{{function_name='{function}', callback=function(keys, args) "
+            f"return redis.call('SET', keys[1], args[1]) end{flags}}}\n"
+            f"redis.register_function{{function_name='{function}_ro', callback=function(keys, args) "
+            f"return redis.call('GET', keys[1]) end, flags={{'no-writes'}}}}")
+
+
+def libraries(client):
+    """The library names FUNCTION LIST shows (a flat RESP2 list of fields per library)."""
+    listed = client.function_list()
+    return sorted(dict(zip(entry[0::2], entry[1::2]))["library_name"] for entry in listed)
+
+
+def test_function_libraries_follow_the_primary(pair):
+    """FUNCTION LOAD, DELETE and RESTORE on the primary reach the replica (its own libraries
+    are replaced at the sync, as a Redis replica's are), and a promoted replica runs them."""
+    primary, replica = pair
+    p = redis.Redis(port=primary.port, decode_responses=True)
+    r = redis.Redis(port=replica.port, decode_responses=True)
+    p.function_load(library("before", "f_before"))
+    r.function_load(library("stale", "f_stale"))
+    assert r.replicaof("127.0.0.1", primary.port)
+    wait_for(lambda: link_up(r), "the replica's link")
+    wait_for(lambda: libraries(r) == ["before"], "the primary's libraries on the replica")
+
+    p.function_load(library("after", "f_after"))
+    wait_for(lambda: libraries(r) == ["after", "before"], "a library loaded after the sync")
+    key = names("fk", 1)[0]
+    assert p.fcall("f_after", 1, key, "v1") == "OK"
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert r.fcall_ro("f_after_ro", 1, key) == "v1"
+
+    p.function_delete("before")
+    wait_for(lambda: libraries(r) == ["after"], "a deleted library gone from the replica")
+    dump = p.function_dump()
+    p.function_flush()
+    wait_for(lambda: libraries(r) == [], "FUNCTION FLUSH on the replica")
+    p.function_restore(dump)
+    wait_for(lambda: libraries(r) == ["after"], "FUNCTION RESTORE on the replica")
+
+    # A dropped link continues (a partial resync) and the libraries come again with it.
+    p.execute_command("CLIENT", "KILL", "TYPE", "replica")
+    p.function_load(library("during", "f_during"))
+    wait_for(lambda: libraries(r) == ["after", "during"], "a library loaded while the link was down")
+
+    assert r.replicaof("no", "one")
+    assert r.fcall("f_during", 1, key, "v2") == "OK"
+    assert r.get(key) == "v2"
+
+
 def test_a_wait_whose_client_left_stops_waiting(server):
     """A `WAIT 1 0` (no replica: it would wait for ever) whose client closes leaves no thread
     polling behind it."""

@@ -5,8 +5,7 @@
 //! `redis.register_function` collecting the callbacks. FCALL then runs like EVAL
 //! (`scripting::eval_in`): on the shards of its keys, atomically, rerun holding every shard
 //! when it reaches an undeclared key elsewhere. The registry survives restarts in
-//! `functions.rdb` beside the journals, in FUNCTION DUMP's format, rewritten whole on every
-//! change.
+//! `functions.rdb` and goes to replicas (`crate::function_store`).
 
 use std::rc::Rc;
 
@@ -17,14 +16,10 @@ use wetask_shards::args::is;
 use wetask_shards::errors::{unknown_subcommand, wrong_arity};
 use wetask_shards::glob::glob_match;
 
+use crate::function_store::{changed, dump, parse_dump};
 use crate::globals::Globals;
-use crate::lua::library::{self, Library};
+use crate::lua::library;
 use crate::shard::ShardCtx;
-
-/// The RDB opcode of one library in a FUNCTION DUMP payload (Redis's `RDB_OPCODE_FUNCTION2`).
-const RDB_OPCODE_FUNCTION2: u8 = 245;
-/// The file the registry is kept in, in the data directory.
-const FILE: &str = "functions.rdb";
 
 /// FCALL's function as checked: its name, the registry epoch it was found at, whether it
 /// may not write, and its number of keys.
@@ -191,12 +186,6 @@ pub fn function(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
     result.unwrap_or_else(|err| err)
 }
 
-fn changed(g: &Globals) {
-    if let Err(e) = save(g) {
-        tracing::error!("cannot save the function libraries: {e}");
-    }
-}
-
 /// FUNCTION LOAD [REPLACE] code.
 fn load(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
     if args.len() < 3 {
@@ -324,37 +313,6 @@ fn list(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
     Ok(Frame::Array(libraries))
 }
 
-/// Every library in Redis's FUNCTION DUMP format: an RDB_OPCODE_FUNCTION2 and the code per
-/// library, then the RDB version and CRC64 (`wetask_shards::persist::rdb::frame`).
-pub fn dump(g: &Globals) -> Vec<u8> {
-    let mut body = Vec::new();
-    for l in g.functions.lock().expect("functions").libraries() {
-        body.push(RDB_OPCODE_FUNCTION2);
-        wetask_shards::persist::rdb::put_string(&mut body, &l.code);
-    }
-    wetask_shards::persist::rdb::frame(body)
-}
-
-/// The libraries a FUNCTION DUMP payload holds, loaded and checked.
-fn parse_dump(g: &Globals, payload: &[u8], limited: bool) -> Result<Vec<Library>, Frame> {
-    let body = wetask_shards::persist::rdb::verified_body(payload).ok_or(Frame::static_error(
-        "ERR DUMP payload version or checksum are wrong",
-    ))?;
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < body.len() {
-        if body[at] != RDB_OPCODE_FUNCTION2 {
-            return Err(Frame::static_error("ERR given type is not a function"));
-        }
-        let (code, used) = wetask_shards::persist::rdb::read_string(&body[at + 1..]).ok_or(
-            Frame::static_error("ERR failed loading the given functions payload"),
-        )?;
-        at += 1 + used;
-        out.push(library::load(&code, &g.config.announce_version, limited).map_err(Frame::error)?);
-    }
-    Ok(out)
-}
-
 /// FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE].
 fn restore(g: &Globals, args: &[Bytes]) -> Result<Frame, Frame> {
     if args.len() < 3 || args.len() > 4 {
@@ -470,49 +428,4 @@ fn help() -> Frame {
         "    Print this help.",
     ];
     Frame::lines(&lines)
-}
-
-// ---- persistence ----
-
-/// Writes the registry to `functions.rdb` (a temporary file, synced, renamed over it).
-fn save(g: &Globals) -> std::io::Result<()> {
-    let Some(store) = g.store.get() else {
-        return Ok(());
-    };
-    let path = store.path.join(FILE);
-    let tmp = store.path.join(format!("{FILE}.tmp"));
-    {
-        use std::io::Write;
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&dump(g))?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&tmp, &path)?;
-    std::fs::File::open(&store.path)?.sync_all()
-}
-
-/// Loads `functions.rdb` at start, when there is one. A damaged file stops the start, as a
-/// damaged journal does.
-pub fn load_saved(g: &Globals) -> Result<usize, String> {
-    let Some(store) = g.store.get() else {
-        return Ok(0);
-    };
-    let path = store.path.join(FILE);
-    let payload = match std::fs::read(&path) {
-        Ok(payload) => payload,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
-    };
-    let libraries = parse_dump(g, &payload, false).map_err(|err| match err {
-        Frame::Error(text) => format!("{}: {}", path.display(), String::from_utf8_lossy(&text)),
-        other => format!("{}: {other:?}", path.display()),
-    })?;
-    let mut registry = g.functions.lock().expect("functions");
-    let count = libraries.len();
-    for l in libraries {
-        registry
-            .add(l, true)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(count)
 }

@@ -121,6 +121,14 @@ impl Registry {
         self.owners.clear();
         self.epoch += 1;
     }
+
+    /// Takes `other`'s libraries in place of these (a replica's copy of its primary's); the
+    /// epoch moves on, so shards rebuild their tables.
+    pub fn replace_with(&mut self, other: Registry) {
+        let epoch = self.epoch + 1;
+        *self = other;
+        self.epoch = epoch;
+    }
 }
 
 /// Redis's name rule for libraries and functions.

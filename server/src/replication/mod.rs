@@ -47,6 +47,8 @@ pub enum Item {
     FullEnd { position: u64 },
     /// A journal record, and the primary's position after it.
     Record { payload: Bytes, position: u64 },
+    /// The primary's function libraries, in FUNCTION DUMP's format (shard 0's stream).
+    Functions(Bytes),
     /// The primary had nothing new past `position`.
     Idle { position: u64 },
 }
@@ -55,7 +57,7 @@ impl Item {
     /// The bytes it holds (the inbox's bound counts them).
     fn size(&self) -> usize {
         match self {
-            Item::Part(b) | Item::Record { payload: b, .. } => b.len(),
+            Item::Part(b) | Item::Record { payload: b, .. } | Item::Functions(b) => b.len(),
             _ => 0,
         }
     }
@@ -204,6 +206,10 @@ pub struct Replication {
     /// Times this node turned from primary into replica: each shard then ends its blocked
     /// commands with UNBLOCKED, as Redis does (`ShardCtx::unblock_on_role_change`).
     pub demotions: AtomicU64,
+    /// The function libraries' dump (`function_store`), and a count bumped with each
+    /// change: shard 0's streams send it when it moves.
+    functions: Mutex<Bytes>,
+    functions_epoch: AtomicU64,
 }
 
 impl Replication {
@@ -228,7 +234,26 @@ impl Replication {
             follows_redis: AtomicBool::new(false),
             primary_offset: AtomicU64::new(0),
             demotions: AtomicU64::new(0),
+            functions: Mutex::new(Bytes::new()),
+            functions_epoch: AtomicU64::new(0),
         }
+    }
+
+    /// The function libraries changed: `dump` is all of them (FUNCTION DUMP's format).
+    pub fn set_functions(&self, dump: Bytes) {
+        *self.functions.lock().expect("functions") = dump;
+        self.functions_epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The libraries' change count (0: not published yet).
+    pub fn functions_epoch(&self) -> u64 {
+        self.functions_epoch.load(Ordering::Acquire)
+    }
+
+    /// The libraries' dump and its change count.
+    pub fn functions(&self) -> (u64, Bytes) {
+        let dump = self.functions.lock().expect("functions");
+        (self.functions_epoch(), dump.clone())
     }
 
     pub fn run_id(&self) -> String {

@@ -278,6 +278,7 @@ fn frames(
                 push(env, epoch, shard, Item::Record { payload, position });
                 inbox.received.store(position, Ordering::Release);
             }
+            wire::FUNCTIONS => push(env, epoch, shard, Item::Functions(Bytes::from(payload))),
             wire::HEARTBEAT => {
                 let position = wire::u64_at(&payload, 0).map_err(|e| e.to_string())?;
                 replication.note_io();

@@ -261,6 +261,7 @@ fn stream(
     }
     peer.online.fetch_add(1, Ordering::AcqRel);
     let result = follow(
+        replication,
         store,
         opening.shard,
         &mut out,
@@ -272,8 +273,10 @@ fn stream(
     result
 }
 
-/// Streams records from `segments` on, then from each newer segment as it appears.
+/// Streams records from `segments` on, then from each newer segment as it appears; on
+/// shard 0's stream, the function libraries too, at once and after each change.
 fn follow(
+    replication: &Replication,
     store: &Store,
     shard: usize,
     out: &mut BufWriter<&TcpStream>,
@@ -288,7 +291,14 @@ fn follow(
     let mut idle = Duration::from_micros(50);
     let mut last_sent = Instant::now();
     let published = &store.shards[shard].position;
+    let mut functions_sent = 0;
     loop {
+        if shard == 0 && replication.functions_epoch() != functions_sent {
+            let (epoch, dump) = replication.functions();
+            wire::write_frame(out, wire::FUNCTIONS, &[&dump]).map_err(io)?;
+            out.flush().map_err(io)?;
+            functions_sent = epoch;
+        }
         // The journal publishes where it ends after each write and rotation: while that
         // has not moved past this stream, there is nothing to read (no syscall a look).
         let moved = published.load(Ordering::Acquire) > wire::pack(*gen, *offset);

@@ -19,6 +19,7 @@
 //! | `E` | — | the snapshot is whole |
 //! | `R` | position after it (u64 LE), record payload | one journal record |
 //! | `H` | position (u64 LE) | nothing new past the position (sent when idle) |
+//! | `L` | FUNCTION DUMP's payload | the function libraries (shard 0's stream: at its start and after each change) |
 //!
 //! The replica sends `A` and a position (u64 LE): everything up to it is applied; and `F`
 //! and a position: everything up to it is fsynced in the replica's own journal (WAITAOF).
@@ -34,6 +35,7 @@ pub const PART: u8 = b'P';
 pub const SNAPSHOT_END: u8 = b'E';
 pub const RECORD: u8 = b'R';
 pub const HEARTBEAT: u8 = b'H';
+pub const FUNCTIONS: u8 = b'L';
 pub const ACK: u8 = b'A';
 pub const FSYNCED: u8 = b'F';
 

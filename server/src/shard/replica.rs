@@ -54,6 +54,16 @@ impl ShardCore {
                 Item::Record { payload, position } => shard
                     .apply_replicated(payload, &mut replay)
                     .map(|()| inbox.applied.store(position, Ordering::Release)),
+                Item::Functions(dump) => {
+                    // A library this node cannot load is logged, not fatal: the primary's
+                    // records carry the functions' writes as their effects.
+                    if let Err(e) =
+                        crate::function_store::replace_from_primary(&self.globals, &dump)
+                    {
+                        tracing::error!("cannot take the primary's function libraries: {e}");
+                    }
+                    Ok(())
+                }
                 Item::Idle { position } => {
                     inbox.applied.fetch_max(position, Ordering::AcqRel);
                     Ok(())
