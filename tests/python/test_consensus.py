@@ -706,10 +706,14 @@ def test_a_node_joins_and_a_member_leaves_while_the_group_serves():
         with pytest.raises(redis.ResponseError, match="does not lead its group; its leader is"):
             follower.client().execute_command("RAFT", "ADD", 4, group.address("127.0.0.4"))
         assert c.execute_command("RAFT", "ADD", 4, group.address("127.0.0.4")) == "OK"
+        # It joins as a learner; the leader makes it a voter once it has caught up.
+        assert members(leader)[4] in ("learner", "follower")
         with pytest.raises(redis.ResponseError, match="a member already"):
             c.execute_command("RAFT", "ADD", 4, group.address("127.0.0.4"))
+        wait_for(lambda: members(leader)[4] == "follower", "node 4 promoted to a voter")
         group.caught_up(joiner)
         assert int(joiner.consensus()["snapshots_installed"]) >= 1, joiner.consensus()
+        assert members(joiner)[4] == "follower"
         assert set(members(joiner)) == {1, 2, 3, 4}
         assert set(members(leader)) == {1, 2, 3, 4}
         slots = c.execute_command("CLUSTER", "SLOTS")
@@ -739,7 +743,7 @@ def test_a_node_joins_and_a_member_leaves_while_the_group_serves():
         # The killed node leaves the group; the rest go on as three.
         assert n.execute_command("RAFT", "REMOVE", leader.id) == "OK"
         assert set(members(new)) == {1, 2, 3, 4} - {leader.id}
-        with pytest.raises(redis.ResponseError, match="at least 3 members"):
+        with pytest.raises(redis.ResponseError, match="at least 3 voters"):
             n.execute_command("RAFT", "REMOVE", next(x.id for x in group.nodes
                                                        if x is not new and x is not leader))
         ok, _ = writer.call("SET", "after-remove", "1")
@@ -766,10 +770,41 @@ def test_a_node_joins_and_a_member_leaves_while_the_group_serves():
         group.stop()
 
 
-def raft_members(node, shard):
-    """RAFT MEMBERS of `shard`'s group on `node`, as a set of ids."""
+def test_a_learner_does_not_count_in_the_quorum():
+    """RAFT ADD of a node that never comes: it stays a learner (it never catches up), so
+    the quorum is still 2 of the 3 voters, and the group writes on with one voter killed;
+    as a voter at once it would have made the quorum 3 of 4, two of them down. RAFT
+    REMOVE takes the learner out."""
+    group = Group()
+    try:
+        leader = group.leader()
+        c = leader.client()
+        # Nothing listens at 127.0.0.9 (the group's port plan, on an address of its own).
+        assert c.execute_command("RAFT", "ADD", 9, group.address("127.0.0.9")) == "OK"
+        assert members(leader) == {1: "follower", 2: "follower", 3: "follower", 9: "learner",
+                                   leader.id: "leader"}
+        assert c.info("consensus")["raft_learners"] == 1
+        down = next(n for n in group.nodes if n is not leader)
+        down.kill()
+        writer = Follower(group)
+        ok, reply = writer.call("SET", "with-a-learner", "1")
+        assert ok, reply
+        assert members(leader)[9] == "learner"
+        with pytest.raises(redis.ResponseError, match="not another member"):
+            c.execute_command("RAFT", "TRANSFER", 9)
+        assert c.execute_command("RAFT", "REMOVE", 9) == "OK"
+        assert 9 not in members(leader)
+        ok, reply = writer.call("SET", "without-it", "1")
+        assert ok, reply
+    finally:
+        group.stop()
+
+
+def raft_members(node, shard, voters=False):
+    """RAFT MEMBERS of `shard`'s group on `node`, as a set of ids (`voters`: learners left
+    out)."""
     rows = node.client(port=node.shard_port(shard)).execute_command("RAFT", "MEMBERS")
-    return {int(row[0]) for row in rows}
+    return {int(row[0]) for row in rows if not voters or row[3] != "learner"}
 
 
 def test_group_0_holds_the_members_and_every_other_group_follows_them():
@@ -799,8 +834,8 @@ def test_group_0_holds_the_members_and_every_other_group_follows_them():
         lead0 = group.leader(shard=0)
         assert lead0.client().execute_command("RAFT", "ADD", 4, group.address("127.0.0.4")) == "OK"
         for shard in range(2):
-            wait_for(lambda: raft_members(group.leader(shard=shard), shard) == {1, 2, 3, 4},
-                     f"node 4 in group {shard}")
+            wait_for(lambda: raft_members(group.leader(shard=shard), shard, voters=True)
+                     == {1, 2, 3, 4}, f"node 4 a voter in group {shard}")
             group.caught_up(joiner, shard)
             assert raft_members(joiner, shard) == {1, 2, 3, 4}
         for shard in range(2):

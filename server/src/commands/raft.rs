@@ -7,11 +7,13 @@
 //! Group 0 is the metadata group: ADD and REMOVE go to its port, and every other group's
 //! leader follows its members (`shard::raft`, `follow_membership`).
 //!
-//! - `RAFT MEMBERS`: each voter of the connection's group: id, `host:port`, Raft port,
-//!   and whether it leads.
-//! - `RAFT ADD id host:port[:raft-port]`: adds a voter, started with `--raft-join yes`.
-//!   It catches up from the leader's snapshot and log.
-//! - `RAFT REMOVE id`: removes a voter other than the leader (a group keeps 3).
+//! - `RAFT MEMBERS`: each member of the connection's group: id, `host:port`, Raft port,
+//!   and its role: leader, follower or learner.
+//! - `RAFT ADD id host:port[:raft-port]`: adds a node started with `--raft-join yes`, as a
+//!   learner: it catches up from the leader's snapshot and log without a vote, and the
+//!   leader makes it a voter once it has every committed entry.
+//! - `RAFT REMOVE id`: removes a learner, or a voter other than the leader (a group keeps
+//!   3 voters).
 //! - `RAFT TRANSFER id`: hands the leadership to another voter.
 
 use std::rc::Rc;
@@ -32,11 +34,12 @@ const USAGE: &str = "ERR unknown RAFT subcommand or wrong number of arguments; t
 const HELP: &[&str] = &[
     "RAFT <subcommand> [<arg> ...]. Subcommands are:",
     "MEMBERS",
-    "    The voters of this node's group: id, host:port, Raft port, leader or follower.",
+    "    The members of this node's group: id, host:port, Raft port, leader, follower or learner.",
     "ADD <id> <host:port[:raft-port]>",
-    "    Adds a voter (started with --raft-join yes); on the leader.",
+    "    Adds a node (started with --raft-join yes) as a learner, made a voter once it has",
+    "    caught up; on the leader.",
     "REMOVE <id>",
-    "    Removes a voter other than the leader; on the leader.",
+    "    Removes a learner, or a voter other than the leader; on the leader.",
     "TRANSFER <id>",
     "    Hands the leadership to another voter; on the leader.",
     "HELP",
@@ -65,7 +68,8 @@ pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes], shard_port: bool) -> Frame {
         3 | 4 if is(sub, "add") => add(ctx, consensus, args),
         3 if is(sub, "remove") => match member_id(&args[2]) {
             Ok(id) => on_leader(ctx, consensus, |raft, state, voters| {
-                if !voters.contains(&id) {
+                let learner = consensus.learners(shard).contains(&id);
+                if !voters.contains(&id) && !learner {
                     return Err(format!("{id} is not a member"));
                 }
                 if id == consensus.me {
@@ -74,8 +78,8 @@ pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes], shard_port: bool) -> Frame {
                             .into(),
                     );
                 }
-                if voters.len() <= *MEMBERS.start() {
-                    return Err("a group keeps at least 3 members".into());
+                if !learner && voters.len() <= *MEMBERS.start() {
+                    return Err("a group keeps at least 3 voters".into());
                 }
                 raft.propose_change(state, membership::remove(id))
             }),
@@ -103,11 +107,12 @@ fn add(ctx: &Rc<ShardCtx>, consensus: &Consensus, args: &[Bytes]) -> Frame {
         String::from_utf8_lossy(args.get(3).map_or(&b""[..], |a| &a[..]))
     );
     match parse_one(&text) {
-        Ok(peer) => on_leader(ctx, consensus, |raft, state, voters| {
-            if voters.contains(&peer.id) {
+        Ok(peer) => on_leader(ctx, consensus, |raft, state, _| {
+            let members = consensus.members(ctx.id);
+            if members.contains(&peer.id) {
                 return Err(format!("{} is a member already", peer.id));
             }
-            if voters.len() >= *MEMBERS.end() {
+            if members.len() >= *MEMBERS.end() {
                 return Err("a group has at most 7 members".into());
             }
             let others: Vec<_> = consensus
@@ -118,7 +123,7 @@ fn add(ctx: &Rc<ShardCtx>, consensus: &Consensus, args: &[Bytes]) -> Frame {
             if let Some(clash) = clashes(&others, &peer) {
                 return Err(clash);
             }
-            raft.propose_change(state, membership::add(&peer))
+            raft.propose_change(state, membership::add_learner(&peer))
         }),
         Err(e) => Frame::error(format!("ERR RAFT ADD: {e}")),
     }
@@ -167,13 +172,14 @@ fn on_leader(
     }
 }
 
-/// The voters of `shard`'s group as this node knows them.
+/// The members of `shard`'s group as this node knows them.
 fn members(consensus: &Consensus, shard: usize) -> Frame {
     let leader = consensus.groups[shard]
         .leader
         .load(std::sync::atomic::Ordering::Relaxed);
+    let learners = consensus.learners(shard);
     let rows = consensus
-        .voters(shard)
+        .members(shard)
         .into_iter()
         .map(|id| {
             let (address, raft_port) = match consensus.peer(id) {
@@ -184,7 +190,11 @@ fn members(consensus: &Consensus, shard: usize) -> Frame {
                 Frame::Integer(id as i64),
                 Frame::bulk(address),
                 Frame::Integer(i64::from(raft_port)),
-                Frame::bulk(if id == leader { "leader" } else { "follower" }),
+                Frame::bulk(match id {
+                    _ if id == leader => "leader",
+                    _ if learners.contains(&id) => "learner",
+                    _ => "follower",
+                }),
             ])
         })
         .collect();

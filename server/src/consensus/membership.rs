@@ -1,14 +1,18 @@
-//! Membership changes: a group's voters change one at a time through a Raft entry of its
-//! own (raft-rs's `ConfChange`, a single-step change), proposed by the leader on `RAFT ADD`
-//! or `RAFT REMOVE` and applied by every member when it commits. An addition's context
-//! carries the new member's address (`id=host:port:raft-port`), so every node can reach it.
+//! Membership changes: a group's members change one at a time through a Raft entry of its
+//! own (raft-rs's `ConfChange`, a single-step change), proposed by the leader and applied
+//! by every member when it commits. `RAFT ADD` brings a node in as a **learner**: it gets
+//! the log and votes on nothing, so the quorum stays the old voters' while it catches up;
+//! the leader promotes it to a voter once it has every committed entry
+//! (`ShardRaft::promote_caught_up`). `RAFT REMOVE` removes a voter or a learner. An
+//! addition's context carries the member's address (`id=host:port:raft-port`), so every
+//! node can reach it.
 
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType};
 
 use super::peers::{parse_one, Peer};
 
-/// The change that adds `peer` as a voter.
+/// The change that makes `peer` a voter (a learner promoted).
 pub fn add(peer: &Peer) -> ConfChange {
     ConfChange {
         change_type: ConfChangeType::AddNode,
@@ -18,7 +22,15 @@ pub fn add(peer: &Peer) -> ConfChange {
     }
 }
 
-/// The change that removes voter `id`.
+/// The change that adds `peer` as a learner.
+pub fn add_learner(peer: &Peer) -> ConfChange {
+    ConfChange {
+        change_type: ConfChangeType::AddLearnerNode,
+        ..add(peer)
+    }
+}
+
+/// The change that removes member `id` (a voter or a learner).
 pub fn remove(id: u64) -> ConfChange {
     ConfChange {
         change_type: ConfChangeType::RemoveNode,
@@ -33,9 +45,9 @@ pub fn read(data: &[u8]) -> Result<ConfChange, String> {
         .map_err(|e| format!("a membership change does not read: {e}"))
 }
 
-/// The member an addition brings, with its address.
+/// The member an addition (as a voter or a learner) brings, with its address.
 pub fn added(change: &ConfChange) -> Result<Option<Peer>, String> {
-    if change.get_change_type() != ConfChangeType::AddNode {
+    if change.get_change_type() == ConfChangeType::RemoveNode {
         return Ok(None);
     }
     let text = std::str::from_utf8(&change.context)
@@ -50,17 +62,27 @@ pub fn added(change: &ConfChange) -> Result<Option<Peer>, String> {
     }
 }
 
-/// `members` after `change`.
-pub fn apply(members: &mut Vec<Peer>, change: &ConfChange) -> Result<(), String> {
+/// `members` and `learners` (the members that do not vote, by id) after `change`.
+pub fn apply(
+    members: &mut Vec<Peer>,
+    learners: &mut Vec<u64>,
+    change: &ConfChange,
+) -> Result<(), String> {
+    let id = change.node_id;
     match change.get_change_type() {
-        ConfChangeType::AddNode => {
+        kind @ (ConfChangeType::AddNode | ConfChangeType::AddLearnerNode) => {
             let peer = added(change)?.expect("an addition");
-            members.retain(|p| p.id != peer.id);
+            members.retain(|p| p.id != id);
             members.push(peer);
+            learners.retain(|&l| l != id);
+            if kind == ConfChangeType::AddLearnerNode {
+                learners.push(id);
+                learners.sort_unstable();
+            }
         }
-        ConfChangeType::RemoveNode => members.retain(|p| p.id != change.node_id),
-        ConfChangeType::AddLearnerNode => {
-            return Err("learners are not used in this group".into());
+        ConfChangeType::RemoveNode => {
+            members.retain(|p| p.id != id);
+            learners.retain(|&l| l != id);
         }
     }
     Ok(())
@@ -73,20 +95,34 @@ mod tests {
     #[test]
     fn additions_and_removals_round_trip_through_an_entrys_bytes() {
         let mut members = super::super::peers::parse("1=a:1,2=b:2,3=c:3", 1).unwrap();
+        let mut learners = Vec::new();
         let four = parse_one("4=d:4000").unwrap();
-        let bytes = add(&four).write_to_bytes().unwrap();
+        let bytes = add_learner(&four).write_to_bytes().unwrap();
         let change = read(&bytes).unwrap();
+        assert_eq!(change.get_change_type(), ConfChangeType::AddLearnerNode);
         assert_eq!(added(&change).unwrap(), Some(four.clone()));
-        apply(&mut members, &change).unwrap();
+        apply(&mut members, &mut learners, &change).unwrap();
         assert_eq!(members.last(), Some(&four));
+        assert_eq!(learners, vec![4]);
+        // Its promotion keeps its address and makes it a voter.
+        let bytes = add(&four).write_to_bytes().unwrap();
+        apply(&mut members, &mut learners, &read(&bytes).unwrap()).unwrap();
+        assert_eq!(members.len(), 4);
+        assert!(learners.is_empty());
         let bytes = remove(2).write_to_bytes().unwrap();
-        apply(&mut members, &read(&bytes).unwrap()).unwrap();
+        apply(&mut members, &mut learners, &read(&bytes).unwrap()).unwrap();
         let ids: Vec<u64> = members.iter().map(|p| p.id).collect();
         assert_eq!(ids, vec![1, 3, 4]);
+        // A learner removed is gone from both.
+        let five = parse_one("5=e:5000").unwrap();
+        apply(&mut members, &mut learners, &add_learner(&five)).unwrap();
+        apply(&mut members, &mut learners, &remove(5)).unwrap();
+        assert_eq!(members.len(), 3);
+        assert!(learners.is_empty());
         // An address that names another id is refused.
         let mut forged = add(&four);
         forged.node_id = 5;
-        assert!(apply(&mut members, &forged).is_err());
+        assert!(apply(&mut members, &mut learners, &forged).is_err());
         assert!(read(b"\xff\xff\xff").is_err());
     }
 }

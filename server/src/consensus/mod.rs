@@ -130,8 +130,10 @@ pub struct Group {
     /// Snapshots streamed here, their files named by their messages' sender, index and
     /// term: a snapshot message without data counts only if it matches one.
     pub incoming: Mutex<Vec<Incoming>>,
-    /// The group's voting members as this node last applied them.
+    /// The group's voting members, and its learners (members that get the log and do not
+    /// vote yet), as this node last applied them.
     pub voters: Mutex<Vec<u64>>,
+    pub learners: Mutex<Vec<u64>>,
     /// The leader this node knows of (0: none), its term, and whether this node leads and
     /// serves: it has applied every entry of earlier terms.
     pub leader: AtomicU64,
@@ -229,6 +231,32 @@ impl Consensus {
         self.groups[shard].voters.lock().expect("voters").clone()
     }
 
+    /// Group `shard`'s learners as this node last applied them, by id.
+    pub fn learners(&self, shard: usize) -> Vec<u64> {
+        self.groups[shard]
+            .learners
+            .lock()
+            .expect("learners")
+            .clone()
+    }
+
+    /// Group `shard`'s members, voters and learners, by id, in order.
+    pub fn members(&self, shard: usize) -> Vec<u64> {
+        let mut ids = self.voters(shard);
+        ids.extend(self.learners(shard));
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Publishes group `shard`'s configuration as this node applied it.
+    pub fn set_members(&self, shard: usize, voters: &[u64], learners: &[u64]) {
+        let (mut voters, mut learners) = (voters.to_vec(), learners.to_vec());
+        voters.sort_unstable();
+        learners.sort_unstable();
+        *self.groups[shard].voters.lock().expect("voters") = voters;
+        *self.groups[shard].learners.lock().expect("learners") = learners;
+    }
+
     /// Whether this node leads shard `shard`'s group and serves its clients.
     pub fn serving(&self, shard: usize) -> bool {
         self.groups[shard].serving.load(Ordering::Acquire)
@@ -239,11 +267,14 @@ impl Consensus {
         use std::fmt::Write;
         let _ = write!(
             out,
-            "# Consensus\r\nconsensus_enabled:1\r\nraft_id:{}\r\nraft_members:{}\r\n",
+            "# Consensus\r\nconsensus_enabled:1\r\nraft_id:{}\r\nraft_members:{}\r\nraft_learners:{}\r\n",
             self.me,
             self.groups
                 .first()
-                .map_or(0, |g| g.voters.lock().expect("voters").len())
+                .map_or(0, |g| g.voters.lock().expect("voters").len()),
+            self.groups
+                .first()
+                .map_or(0, |g| g.learners.lock().expect("learners").len())
         );
         for (shard, group) in self.groups.iter().enumerate() {
             let leader = group.leader.load(Ordering::Relaxed);

@@ -494,23 +494,25 @@ impl World {
     }
 
     /// A membership change on a node that serves, as RAFT ADD and REMOVE make one: the
-    /// fourth node started (with `--raft-join`) and added, or, once the group has four
-    /// members, one of the others removed (never the leader: RAFT REMOVE refuses it). At
-    /// most one removal a seed.
+    /// fourth node started (with `--raft-join`) and added as a learner (the leader makes
+    /// it a voter once it has caught up), or, once the group has four voters, one of the
+    /// others removed (never the leader: RAFT REMOVE refuses it). At most one removal a
+    /// seed.
     fn change_members(&mut self) {
         let Some(i) = self.a_serving_node() else {
             return;
         };
         let leader = i as u64 + 1;
-        let voters = self.nodes[i].as_ref().expect("live").consensus.voters(0);
-        let change = if !voters.contains(&4) && self.removed.is_none() {
+        let consensus = &self.nodes[i].as_ref().expect("live").consensus;
+        let (voters, members) = (consensus.voters(0), consensus.members(0));
+        let change = if !members.contains(&4) && self.removed.is_none() {
             if !self.joined {
                 self.joined = true;
                 self.nodes[3] = Some(Node::open(4, self.dirs[3].clone()));
                 self.say(|| "node 4: started, to join".to_string());
             }
             let peer = peers::parse_one("4=127.0.0.4:7000").expect("a peer");
-            super::membership::add(&peer)
+            super::membership::add_learner(&peer)
         } else if self.removed.is_none() && voters.len() == 4 {
             let others: Vec<u64> = voters.into_iter().filter(|&id| id != leader).collect();
             super::membership::remove(others[self.rng.usize(..others.len())])
@@ -528,10 +530,11 @@ impl World {
         self.note(500 + member * 2 + u64::from(proposed));
     }
 
-    /// The members as the node that serves knows them (every node once none serves).
+    /// The members, voters and learners, as the node that serves knows them (every node
+    /// once none serves).
     fn members(&self) -> Vec<u64> {
         match self.nodes.iter().flatten().find(|n| n.serving()) {
-            Some(leader) => leader.consensus.voters(0),
+            Some(leader) => leader.consensus.members(0),
             None => self.nodes.iter().flatten().map(|n| n.id).collect(),
         }
     }
@@ -589,7 +592,8 @@ impl World {
     }
 
     /// One node serves, and every node has applied all it has committed, which is all
-    /// the serving node's log; no reply waits.
+    /// the serving node's log; no reply waits; no member is still a learner (a learner
+    /// that has caught up is promoted).
     fn settled(&self) -> bool {
         let nodes: Vec<&Node> = self.nodes.iter().flatten().collect();
         let serving: Vec<&&Node> = nodes.iter().filter(|n| n.serving()).collect();
@@ -600,8 +604,9 @@ impl World {
             field(&n.consensus.groups[0]).load(std::sync::atomic::Ordering::Relaxed)
         };
         let commit = load(leader, |g| &g.commit);
-        let members = leader.consensus.voters(0);
+        let members = leader.consensus.members(0);
         commit >= leader.raft.last_index()
+            && leader.consensus.learners(0).is_empty()
             && nodes
                 .iter()
                 .filter(|n| members.contains(&n.id))
@@ -665,9 +670,9 @@ impl Drop for World {
 }
 
 /// Runs seed `seed`: faults, then calm, then the checks. Its trace, how many writes were
-/// acknowledged and how many reads checked, and whether the members ended other than the
-/// founding three.
-fn run(seed: u64) -> (u64, usize, usize, bool) {
+/// acknowledged and how many reads checked, whether the members ended other than the
+/// founding three, and whether the fourth node ended a voter (it joined as a learner).
+fn run(seed: u64) -> (u64, usize, usize, bool, bool) {
     let mut world = World::new(seed);
     for _ in 0..STEPS {
         world.step(true);
@@ -677,7 +682,9 @@ fn run(seed: u64) -> (u64, usize, usize, bool) {
     let mut members = world.members();
     members.sort_unstable();
     let changed = members != [1, 2, 3];
-    (world.trace, world.out.acked.len(), world.out.reads, changed)
+    let promoted = members.contains(&4);
+    let reads = world.out.reads;
+    (world.trace, world.out.acked.len(), reads, changed, promoted)
 }
 
 #[test]
@@ -695,14 +702,15 @@ fn seeded_groups_lose_no_acknowledged_write_and_agree() {
             (first..first + number("WETASK_SIM_SEEDS", 2000)).collect()
         }
     };
-    let (mut acked, mut reads, mut changed) = (0, 0, 0);
+    let (mut acked, mut reads, mut changed, mut promoted) = (0, 0, 0, 0);
     for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run(seed));
         match outcome {
-            Ok((_, writes, read, members)) => {
+            Ok((_, writes, read, members, voter)) => {
                 acked += writes;
                 reads += read;
                 changed += usize::from(members);
+                promoted += usize::from(voter);
             }
             Err(_) => panic!("seed {seed} failed; replay it with WETASK_SIM_SEED={seed}"),
         }
@@ -719,9 +727,13 @@ fn seeded_groups_lose_no_acknowledged_write_and_agree() {
             changed > runs / 10,
             "the members changed in {changed} of {runs} seeds"
         );
+        assert!(
+            promoted > runs / 20,
+            "the learner became a voter in {promoted} of {runs} seeds"
+        );
     }
     println!(
-        "{} seeds, {acked} acknowledged writes and {reads} reads checked; the members changed in {changed}",
+        "{} seeds, {acked} acknowledged writes and {reads} reads checked; the members changed in {changed}, the joining learner ended a voter in {promoted}",
         seeds.len()
     );
 }

@@ -20,21 +20,34 @@ use super::peers::{parse_one, Peer};
 
 const MAGIC: &str = "wetask-raft-snapshot 1";
 
-/// What a snapshot's header says: the last entry it holds, and the group's voting members
-/// then.
+/// What a snapshot's header says: the last entry it holds, and the group's members then
+/// (with their addresses), and which of them are learners (they do not vote yet).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Meta {
     pub index: u64,
     pub term: u64,
     pub members: Vec<Peer>,
+    pub learners: Vec<u64>,
 }
 
 impl Meta {
-    /// The members' ids, in order.
-    pub fn voters(&self) -> Vec<u64> {
+    /// Every member's id, in order.
+    pub fn member_ids(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.members.iter().map(|p| p.id).collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// The voting members' ids, in order.
+    pub fn voters(&self) -> Vec<u64> {
+        let mut ids = self.member_ids();
+        ids.retain(|id| !self.learners.contains(id));
+        ids
+    }
+
+    /// Raft's configuration: the voters and the learners.
+    pub fn conf_state(&self) -> raft::eraftpb::ConfState {
+        raft::eraftpb::ConfState::from((self.voters(), self.learners.clone()))
     }
 }
 
@@ -153,15 +166,25 @@ impl Snapshots {
     }
 }
 
+/// `MAGIC shard index term members [learners=id,id]` (the learners' field only when
+/// there are some, so a header without learners reads as it always did).
 fn header(shard: usize, meta: &Meta) -> String {
     let members: Vec<String> = meta.members.iter().map(Peer::to_string).collect();
-    format!(
+    let mut header = format!(
         "{MAGIC} {shard} {} {} {}",
         meta.index,
         meta.term,
         members.join(",")
-    )
+    );
+    if !meta.learners.is_empty() {
+        let learners: Vec<String> = meta.learners.iter().map(u64::to_string).collect();
+        header.push_str(&format!(" {LEARNERS}{}", learners.join(",")));
+    }
+    header
 }
+
+/// The header's learners field's prefix.
+const LEARNERS: &str = "learners=";
 
 /// The snapshot of a shard that holds nothing: a founding member's first, at the group's
 /// start (`shard::raft::START`), where its log begins. A node that joins later is sent a
@@ -278,19 +301,38 @@ fn parse_header(payload: &[u8]) -> Result<Meta, String> {
         .strip_prefix(MAGIC)
         .ok_or("not a Raft snapshot (its header)")?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let [_shard, index, term, members] = fields[..] else {
-        return Err(damaged());
+    let (index, term, members, learners) = match fields[..] {
+        [_shard, index, term, members] => (index, term, members, ""),
+        [_shard, index, term, members, learners] => (
+            index,
+            term,
+            members,
+            learners.strip_prefix(LEARNERS).ok_or_else(damaged)?,
+        ),
+        _ => return Err(damaged()),
     };
     let members = members
         .split(',')
         .map(parse_one)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{}: {e}", damaged()))?;
+    let learners = learners
+        .split(',')
+        .filter(|id| !id.is_empty())
+        .map(|id| id.parse::<u64>().map_err(|_| damaged()))
+        .collect::<Result<Vec<_>, _>>()?;
+    if learners
+        .iter()
+        .any(|id| !members.iter().any(|m| m.id == *id))
+    {
+        return Err(format!("{}: a learner that is not a member", damaged()));
+    }
     match (index.parse(), term.parse()) {
         (Ok(index), Ok(term)) => Ok(Meta {
             index,
             term,
             members,
+            learners,
         }),
         _ => Err(damaged()),
     }
@@ -314,6 +356,7 @@ mod tests {
             index,
             term,
             members,
+            learners: Vec::new(),
         }
     }
 
@@ -362,6 +405,28 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(leftovers, vec!["raft-0.snapshot".to_string()]);
+    }
+
+    #[test]
+    fn a_header_names_its_learners_and_one_without_them_reads_as_before() {
+        let with = Meta {
+            learners: vec![3],
+            ..meta(7, 2)
+        };
+        let text = header(0, &with);
+        assert!(text.ends_with(" learners=3"), "{text}");
+        assert_eq!(parse_header(text.as_bytes()).unwrap(), with);
+        assert_eq!(with.voters(), vec![1, 2]);
+        assert_eq!(with.member_ids(), vec![1, 2, 3]);
+        assert_eq!(with.conf_state().learners, vec![3]);
+        let without = header(0, &meta(7, 2));
+        assert_eq!(without.split_whitespace().count(), 6, "{without}");
+        assert_eq!(parse_header(without.as_bytes()).unwrap(), meta(7, 2));
+        // A learner that is not a member, or a field that is not the learners', is damage.
+        let stray = format!("{without} learners=9");
+        assert!(parse_header(stray.as_bytes()).is_err());
+        let other = format!("{without} voters=1");
+        assert!(parse_header(other.as_bytes()).is_err());
     }
 
     #[test]

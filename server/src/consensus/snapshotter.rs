@@ -100,6 +100,7 @@ fn make(
     let Meta {
         index: base,
         mut members,
+        mut learners,
         ..
     } = snapshots
         .load(&mut shard)?
@@ -120,7 +121,7 @@ fn make(
         next += 1;
         if entry.get_entry_type() == EntryType::EntryConfChange {
             let change = super::membership::read(&entry.data)?;
-            super::membership::apply(&mut members, &change)?;
+            super::membership::apply(&mut members, &mut learners, &change)?;
             continue;
         }
         if entry.get_entry_type() != EntryType::EntryNormal || entry.data.is_empty() {
@@ -140,6 +141,7 @@ fn make(
         index,
         term,
         members,
+        learners,
     };
     snapshots.write(&meta, &mut shard)
 }

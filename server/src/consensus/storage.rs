@@ -198,14 +198,14 @@ impl raft::Storage for LogStore {
         // the snapshot does not suit `to` (a member just added waits for one that names
         // it), raft-rs asks again at every heartbeat.
         let found = match super::snapshot_file::read_meta(&self.snapshot_path) {
-            Ok(meta) if meta.index >= request_index && meta.voters().contains(&to) => meta,
+            Ok(meta) if meta.index >= request_index && meta.member_ids().contains(&to) => meta,
             _ => return Err(unavailable),
         };
         let mut snapshot = Snapshot::default();
         let meta = snapshot.mut_metadata();
         meta.index = found.index;
         meta.term = found.term;
-        meta.set_conf_state(ConfState::from((found.voters(), vec![])));
+        meta.set_conf_state(found.conf_state());
         Ok(snapshot)
     }
 }

@@ -42,7 +42,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use raft::eraftpb::{ConfChange, ConfState, Entry, EntryType, Message, MessageType, Snapshot};
+use raft::eraftpb::{ConfChange, Entry, EntryType, Message, MessageType, Snapshot};
 use raft::{Config, RawNode, ReadOnlyOption, SnapshotStatus, StateRole, Storage};
 use wetask_shards::shard::cross_commit::Replay;
 use wetask_shards::Shard;
@@ -262,14 +262,16 @@ impl ShardRaft {
         }
         self.update_role(shard);
         self.follow_membership(shard);
+        self.promote_caught_up(shard);
         self.snapshot_chores();
         self.publish();
     }
 
     /// With several shards, group 0 is the metadata group: its members are the cluster's
     /// (`RAFT ADD` and `REMOVE` go to it), and the leader of every other group follows
-    /// them, one change at a time, an addition before a removal (so a group never has
-    /// fewer members than group 0). A leader that group 0 no longer names hands its
+    /// them, one change at a time, an addition (as a learner, promoted by this group's
+    /// leader once caught up in this group) before a removal (so a group never has fewer
+    /// members than group 0). A leader that group 0 no longer names hands its
     /// leadership to a member that stays, whose turn it then is to remove it. A view of
     /// group 0 that lags only delays a change, or undoes one the next look redoes.
     fn follow_membership(&mut self, shard: &mut Shard) {
@@ -286,21 +288,21 @@ impl ShardRaft {
             return;
         }
         self.membership_checked = now;
-        let mut target = self.consensus.voters(0);
-        let mut mine = self.consensus.voters(self.shard);
-        target.sort_unstable();
-        mine.sort_unstable();
+        let target = self.consensus.members(0);
+        let mine = self.consensus.members(self.shard);
         if target.is_empty() || target == mine {
             return;
         }
         let change = if let Some(&id) = target.iter().find(|id| !mine.contains(id)) {
             match self.consensus.peer(id) {
-                Some(peer) => crate::consensus::membership::add(&peer),
+                Some(peer) => crate::consensus::membership::add_learner(&peer),
                 None => return,
             }
         } else if let Some(&id) = mine.iter().find(|id| !target.contains(id)) {
             if id == self.consensus.me {
-                if let Some(&to) = mine
+                // To a voter that stays (raft-rs ignores a transfer to a learner).
+                let voters = self.consensus.voters(self.shard);
+                if let Some(&to) = voters
                     .iter()
                     .find(|&&other| other != id && target.contains(&other))
                 {
@@ -330,6 +332,36 @@ impl ShardRaft {
                 member,
                 "following group 0's members: {e}"
             ),
+        }
+    }
+
+    /// On the leader: a learner that has every committed entry becomes a voter (one change
+    /// at a time). Until then the quorum is the voters', so a member that joins and takes
+    /// minutes to catch up costs the group no availability (as a voter at once, a group
+    /// of 3 growing to 4 would need 3 of 4 at once, the new one not yet among them).
+    fn promote_caught_up(&mut self, shard: &mut Shard) {
+        let raft = &self.node.raft;
+        if !self.serving || raft.has_pending_conf() || raft.lead_transferee.is_some() {
+            return;
+        }
+        let committed = raft.raft_log.committed;
+        let caught_up = raft.prs().conf().learners().iter().copied().find(|id| {
+            raft.prs()
+                .get(*id)
+                .is_some_and(|p| p.matched >= committed && p.recent_active)
+        });
+        let Some(peer) = caught_up.and_then(|id| self.consensus.peer(id)) else {
+            return;
+        };
+        let id = peer.id;
+        match self.propose_change(shard, crate::consensus::membership::add(&peer)) {
+            Ok(()) => tracing::info!(
+                shard = self.shard,
+                member = id,
+                committed,
+                "a learner caught up: promoting it to a voter"
+            ),
+            Err(e) => tracing::warn!(shard = self.shard, member = id, "promoting a learner: {e}"),
         }
     }
 
@@ -830,7 +862,7 @@ impl ShardRaft {
         self.replay = Replay::default();
         let store = self.node.mut_store();
         store.install(index, term);
-        store.set_conf_state(ConfState::from((meta.voters(), vec![])));
+        store.set_conf_state(meta.conf_state());
         self.applied = index;
         let group = self.group();
         group.snapshots_installed.fetch_add(1, Ordering::Relaxed);
@@ -893,37 +925,43 @@ impl ShardRaft {
         };
         match crate::consensus::membership::added(&change) {
             Ok(Some(peer)) => {
+                // A new member can start only from a snapshot that names it (a learner
+                // promoted has one already).
+                if !self.consensus.members(self.shard).contains(&peer.id) {
+                    self.snapshot_wanted = true;
+                }
                 self.consensus.learn(peer);
-                self.snapshot_wanted = true;
             }
             Ok(None) => {}
             Err(e) => tracing::error!(shard = self.shard, index = entry.index, "{e}"),
         }
         match self.node.apply_conf_change(&change) {
             Ok(conf) => {
-                let mut voters = conf.voters.clone();
-                voters.sort_unstable();
-                self.node.mut_store().set_conf_state(conf);
+                self.consensus
+                    .set_members(self.shard, &conf.voters, &conf.learners);
                 tracing::info!(
                     shard = self.shard,
                     index = entry.index,
                     change = ?change.get_change_type(),
                     member = change.node_id,
-                    ?voters,
+                    voters = ?self.consensus.voters(self.shard),
+                    learners = ?conf.learners,
                     "the group's members changed"
                 );
-                *self.group().voters.lock().expect("voters") = voters;
+                self.node.mut_store().set_conf_state(conf);
             }
             Err(e) => tracing::error!(shard = self.shard, "a membership change failed: {e}"),
         }
     }
 
-    /// The members a snapshot names: their addresses noted, published as the voters.
+    /// The members a snapshot names: their addresses noted, its voters and learners
+    /// published.
     fn note_members(&self, meta: &Meta) {
         for peer in &meta.members {
             self.consensus.learn(peer.clone());
         }
-        *self.group().voters.lock().expect("voters") = meta.voters();
+        self.consensus
+            .set_members(self.shard, &meta.voters(), &meta.learners);
     }
 
     /// Proposes a membership change (this node must lead and serve); the reply of the
@@ -1089,12 +1127,14 @@ fn open_snapshot(
             index: 0,
             term: 0,
             members: Vec::new(),
+            learners: Vec::new(),
         });
     }
     let start = Meta {
         index: START.0,
         term: START.1,
         members: consensus.peers(),
+        learners: Vec::new(),
     };
     snapshots.install(&snapshot_file::empty(shard, &start))?;
     Ok(start)
@@ -1113,9 +1153,8 @@ fn load_log(
         false => crate::consensus::log_file::PREALLOCATE_BYTES,
     };
     let (mut log, loaded) = LogFile::open_extending(&LogFile::path(dir, shard), chunk)?;
-    let voters = base.voters();
-    *consensus.groups[shard].voters.lock().expect("voters") = voters.clone();
-    let mut storage = LogStore::new(ConfState::from((voters, vec![])), snapshots.path());
+    consensus.set_members(shard, &base.voters(), &base.learners);
+    let mut storage = LogStore::new(base.conf_state(), snapshots.path());
     storage.set_hard_state(loaded.hard_state);
     if base.index > 0 {
         storage.install(base.index, base.term);
@@ -1152,20 +1191,29 @@ fn usable(snapshot: &Snapshot) -> Result<(), String> {
 
 /// Whether a snapshot file's header (`found`) says what its message says.
 fn agrees(found: &Meta, said: &raft::eraftpb::SnapshotMetadata) -> Result<(), String> {
-    let mut voters = found.voters();
-    let mut said_voters = said.get_conf_state().voters.clone();
-    voters.sort_unstable();
-    said_voters.sort_unstable();
-    match (found.index, found.term, voters) == (said.index, said.term, said_voters) {
+    let sorted = |ids: &[u64]| {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids
+    };
+    let conf = said.get_conf_state();
+    let file = (
+        found.index,
+        found.term,
+        found.voters(),
+        sorted(&found.learners),
+    );
+    let message = (
+        said.index,
+        said.term,
+        sorted(&conf.voters),
+        sorted(&conf.learners),
+    );
+    match file == message {
         true => Ok(()),
         false => Err(format!(
-            "its file holds entry ({}, {}) of {:?}, its message says ({}, {}) of {:?}",
-            found.index,
-            found.term,
-            found.voters(),
-            said.index,
-            said.term,
-            said.get_conf_state().voters
+            "its file holds entry ({}, {}) of voters {:?} and learners {:?}, its message says ({}, {}) of {:?} and {:?}",
+            file.0, file.1, file.2, file.3, message.0, message.1, message.2, message.3
         )),
     }
 }
