@@ -134,6 +134,10 @@ pub struct Group {
     /// vote yet), as this node last applied them.
     pub voters: Mutex<Vec<u64>>,
     pub learners: Mutex<Vec<u64>>,
+    /// When this node last heard from the group's leader (an append, a heartbeat or a
+    /// snapshot; the node's start until then): a leader of another group that hears
+    /// nothing from group 0's cannot trust its view of the members (`shard::raft`).
+    pub heard: Mutex<Option<std::time::Instant>>,
     /// The leader this node knows of (0: none), its term, and whether this node leads and
     /// serves: it has applied every entry of earlier terms.
     pub leader: AtomicU64,

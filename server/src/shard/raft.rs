@@ -67,6 +67,12 @@ pub const START: (u64, u64) = (5, 5);
 /// (`ShardRaft::follow_membership`).
 const MEMBERSHIP_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How long a leader of a group other than 0 goes on without word from group 0's leader
+/// before it hands its leadership over (`ShardRaft::follow_membership`): four election
+/// timeouts, past any election of group 0's.
+const METADATA_SILENCE: std::time::Duration =
+    std::time::Duration::from_millis(TICK.as_millis() as u64 * ELECTION_TICKS as u64 * 4);
+
 /// After a snapshot fails, the next try waits this long.
 const SNAPSHOT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -176,6 +182,7 @@ impl ShardRaft {
         let node = RawNode::new(&config, storage, logger).map_err(|e| e.to_string())?;
         let persister = Persister::spawn(log, consensus.clone(), shard)?;
         let started = consensus.clock.now();
+        *consensus.groups[shard].heard.lock().expect("heard") = Some(started);
         Ok(ShardRaft {
             node,
             persister,
@@ -242,9 +249,11 @@ impl ShardRaft {
             }
             self.last_tick += TICK;
         }
-        if self.serving && self.node.raft.state != StateRole::Leader {
-            // A message deposed it: what ran since the last drive must not be proposed (a
-            // follower forwards proposals to its leader).
+        let raft = &self.node.raft;
+        if self.serving && (raft.state != StateRole::Leader || raft.lead_transferee.is_some()) {
+            // A message deposed it, or it is handing the leadership over: what ran since
+            // the last drive must not be proposed (a follower forwards proposals to its
+            // leader; a leader in a transfer drops them).
             self.step_down(shard);
         }
         if self.serving && self.may_propose() {
@@ -273,7 +282,11 @@ impl ShardRaft {
     /// leader once caught up in this group) before a removal (so a group never has fewer
     /// members than group 0). A leader that group 0 no longer names hands its
     /// leadership to a member that stays, whose turn it then is to remove it. A view of
-    /// group 0 that lags only delays a change, or undoes one the next look redoes.
+    /// group 0 that lags only delays a change, or undoes one the next look redoes; but a
+    /// node removed from group 0 while it was down never hears of it (group 0's leader
+    /// sends it nothing more), so a leader that has heard nothing from group 0's leader for
+    /// [`METADATA_SILENCE`] hands its leadership over too (the simulation found a removed
+    /// node that led group 1 keeping it, and its place in it, for good).
     fn follow_membership(&mut self, shard: &mut Shard) {
         let raft = &self.node.raft;
         if self.shard == 0
@@ -288,6 +301,10 @@ impl ShardRaft {
             return;
         }
         self.membership_checked = now;
+        if self.metadata_silent(now) {
+            self.hand_over_unsure_of_members();
+            return;
+        }
         let target = self.consensus.members(0);
         let mine = self.consensus.members(self.shard);
         if target.is_empty() || target == mine {
@@ -333,6 +350,41 @@ impl ShardRaft {
                 "following group 0's members: {e}"
             ),
         }
+    }
+
+    /// Whether this node, not leading group 0, has heard nothing from its leader for
+    /// [`METADATA_SILENCE`].
+    fn metadata_silent(&self, now: Instant) -> bool {
+        if self.consensus.serving(0) {
+            return false;
+        }
+        let heard = *self.consensus.groups[0].heard.lock().expect("heard");
+        heard.is_none_or(|at| now - at >= METADATA_SILENCE)
+    }
+
+    /// Hands the leadership to the voter with the most of the log: this node's view of
+    /// the members may be stale ([`ShardRaft::metadata_silent`]).
+    fn hand_over_unsure_of_members(&mut self) {
+        if let Some(to) = self.most_caught_up_voter() {
+            tracing::info!(
+                shard = self.shard,
+                to,
+                "no word from group 0's leader: handing the leadership over (this node's view of the members may be stale)"
+            );
+            self.node.transfer_leader(to);
+        }
+    }
+
+    /// Another voter of this group, the one with the most of the log.
+    fn most_caught_up_voter(&self) -> Option<u64> {
+        let raft = &self.node.raft;
+        raft.prs()
+            .iter()
+            .filter(|(id, _)| {
+                **id != self.consensus.me && raft.prs().conf().voters().contains(**id)
+            })
+            .max_by_key(|(id, p)| (p.matched, std::cmp::Reverse(**id)))
+            .map(|(id, _)| *id)
     }
 
     /// On the leader: a learner that has every committed entry becomes a voter (one change
@@ -393,6 +445,16 @@ impl ShardRaft {
     /// Steps the messages other nodes sent (and the transport's snapshot notes).
     fn step_inbox(&mut self) {
         let inbox = std::mem::take(&mut *self.group().inbox.lock().expect("raft inbox"));
+        let from_leader = inbox.iter().any(|m| {
+            m.from == self.node.raft.leader_id
+                && matches!(
+                    m.get_msg_type(),
+                    MessageType::MsgAppend | MessageType::MsgHeartbeat | MessageType::MsgSnapshot
+                )
+        });
+        if from_leader {
+            *self.group().heard.lock().expect("heard") = Some(self.now());
+        }
         for message in inbox {
             match message.get_msg_type() {
                 // A proposal comes only from this node's own shard while it leads: raft-rs
@@ -535,7 +597,7 @@ impl ShardRaft {
     pub fn describe(&self) -> String {
         let log = &self.node.raft.raft_log;
         format!(
-            "raft: committed {} persisted {} applied {} last {} first {} unstable {} {:?} store base {:?} kept {} aligned {} terms {:?}; shard: applied {} executed {} confirmed {} read {}/{} apply_after {:?} persister {}",
+            "raft: committed {} persisted {} applied {} last {} first {} unstable {} {:?} store base {:?} kept {} aligned {} terms {:?}; shard: applied {} executed {} confirmed {} read {}/{} apply_after {:?} persister {}; progress {:?} transferee {:?} pending conf {}",
             log.committed,
             log.persisted,
             log.applied,
@@ -565,7 +627,15 @@ impl ShardRaft {
             self.read_done,
             self.read_issued,
             self.apply_after,
-            self.persister.persisted()
+            self.persister.persisted(),
+            self.node
+                .raft
+                .prs()
+                .iter()
+                .map(|(id, p)| (*id, p.matched, p.next_idx, p.state, p.paused))
+                .collect::<Vec<_>>(),
+            self.node.raft.lead_transferee,
+            self.node.raft.pending_conf_index,
         )
     }
 
@@ -752,14 +822,20 @@ impl ShardRaft {
     /// Starts or stops serving as the node's role and progress allow.
     fn update_role(&mut self, shard: &mut Shard) {
         let raft = &self.node.raft;
-        let leads = raft.state == StateRole::Leader;
+        // A leader handing its leadership over (RAFT TRANSFER, `follow_membership`) serves
+        // no more: raft-rs drops its proposals until the transfer ends.
+        let leads = raft.state == StateRole::Leader && raft.lead_transferee.is_none();
         if self.serving && !leads {
             self.step_down(shard);
         } else if !self.serving
             && leads
             && raft.commit_to_current_term()
-            && self.applied >= raft.raft_log.committed
+            && self.applied >= raft.raft_log.last_index()
         {
+            // Every entry in the log applied, not only the committed ones: after a rebuild
+            // in the same term (a proposal refused), the entries it had proposed are in
+            // the log but not in its state, and serving again in that term would skip them
+            // as its own when they commit (the simulation found a write lost so).
             self.serving = true;
             self.epoch += 1;
             self.lead_term = raft.term;
