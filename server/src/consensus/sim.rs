@@ -1,6 +1,8 @@
-//! A deterministic simulation of a consensus group, as FoundationDB and TigerBeetle test
+//! A deterministic simulation of consensus groups, as FoundationDB and TigerBeetle test
 //! theirs: three nodes' real `ShardRaft`s and real shards in one thread, over a network,
-//! clocks and log writers that a seeded generator drives. Messages are delayed, reordered,
+//! clocks and log writers that a seeded generator drives. Odd seeds run two shards, so two
+//! groups: group 0, whose members are the cluster's, and group 1, whose leader follows
+//! them (`ShardRaft::follow_membership`); even seeds run one. Messages are delayed, reordered,
 //! dropped and cut off by partitions; clocks drift apart; a node is paused (no turn, no
 //! clock), mostly its leader, until another leads; log writes wait, and a crash loses the
 //! ones not yet written but for a torn piece of the next (the node restarts from its files).
@@ -15,13 +17,18 @@
 //! `WETASK_SIM_TRACE=1` prints what happens. `WETASK_SIM_SEEDS` sets how many run (the
 //! suite runs 2,000, from `WETASK_SIM_FIRST`).
 //!
-//! Membership changes too, now and then: a fourth node starts with `--raft-join` and the
-//! leader adds it (it can only start from a snapshot that names it), and once the group
-//! has four members the leader removes one of the others, the new node or a founding one.
-//! The checks then cover the members only (a removed node hears no more entries).
+//! Membership changes too, now and then: a fourth node starts with `--raft-join` and group
+//! 0's leader adds it as a learner (it can only start from a snapshot that names it; each
+//! group's leader promotes it once it has caught up there), and once the group has four
+//! voters the leader removes one of the others, the new node or a founding one. The
+//! checks then cover the members only (a removed node hears no more entries), and the
+//! calm must end with every group's members group 0's, and no learner left. Leaderships
+//! move as `RAFT TRANSFER` moves them, now and then.
 //!
 //! What it leaves out: the transport's and log writer's threads themselves (the
-//! simulation stands in for them), disk errors, and several shards.
+//! simulation stands in for them), and disk errors (a log write or sync that fails ends
+//! the process, `consensus::persister`: the crash this simulation makes, torn record and
+//! all).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -44,13 +51,19 @@ const JOINER: &str = "1=127.0.0.1:7000,2=127.0.0.2:7000,3=127.0.0.3:7000,4=127.0
 const STEPS: usize = 3000;
 const SETTLE_STEPS: usize = 6000;
 
+/// A node's member of one group: its Raft node, its shard, and the client commands waiting
+/// for their barrier.
+struct Member {
+    raft: ShardRaft,
+    shard: Shard,
+    pending: Vec<(Barrier, Op)>,
+}
+
 struct Node {
     id: u64,
     consensus: Arc<Consensus>,
-    raft: ShardRaft,
-    shard: Shard,
-    /// Client commands waiting for their barrier.
-    pending: Vec<(Barrier, Op)>,
+    /// One per shard (group).
+    groups: Vec<Member>,
 }
 
 /// A client's command whose reply waits.
@@ -67,42 +80,55 @@ enum Op {
 }
 
 impl Node {
-    fn open(id: u64, dir: PathBuf) -> Node {
+    fn open(id: u64, dir: PathBuf, groups: usize) -> Node {
         let joining = id == 4;
         let peers = peers::parse(if joining { JOINER } else { MEMBERS }, id).expect("members");
-        let doorbells: Arc<[crate::doorbell::Doorbell]> =
-            Arc::from(vec![crate::doorbell::Doorbell::new(1).expect("a doorbell")]);
-        let mut consensus = Consensus::new(id, peers, 1, doorbells, 2048, joining, None);
+        let doorbells: Arc<[crate::doorbell::Doorbell]> = Arc::from(
+            (0..groups)
+                .map(|_| crate::doorbell::Doorbell::new(1).expect("a doorbell"))
+                .collect::<Vec<_>>(),
+        );
+        let mut consensus = Consensus::new(id, peers, groups, doorbells, 2048, joining, None);
         consensus.transport = Outbound::capturing();
         consensus.clock = Clock::simulated();
         let consensus = Arc::new(consensus);
-        let mut shard = Shard::new(0);
-        let scratch: super::snapshotter::ScratchShard = Arc::new(|| Shard::new(0));
-        let raft = ShardRaft::open(
-            consensus.clone(),
-            0,
-            &dir,
-            &crate::shard::raft::logger(),
-            &mut shard,
-            scratch,
-        )
-        .expect("a node opens");
-        shard.set_replica(true);
+        let groups = (0..groups)
+            .map(|g| {
+                let mut shard = Shard::new(g);
+                let scratch: super::snapshotter::ScratchShard = Arc::new(move || Shard::new(g));
+                let raft = ShardRaft::open(
+                    consensus.clone(),
+                    g,
+                    &dir,
+                    &crate::shard::raft::logger(),
+                    &mut shard,
+                    scratch,
+                )
+                .expect("a node opens");
+                shard.set_replica(true);
+                Member {
+                    raft,
+                    shard,
+                    pending: Vec::new(),
+                }
+            })
+            .collect();
         Node {
             id,
             consensus,
-            raft,
-            shard,
-            pending: Vec::new(),
+            groups,
         }
     }
 
-    /// One commit point: the Raft node driven, and the replies since the last one held.
-    fn drive(&mut self, out: &mut Outcomes) {
-        self.raft.drive(&mut self.shard);
+    /// One commit point of group `g`'s shard: its Raft node driven, and the replies since
+    /// the last one held.
+    fn drive(&mut self, g: usize, out: &mut Outcomes) {
         let id = self.id;
-        let raft = &self.raft;
-        self.pending
+        let member = &mut self.groups[g];
+        member.raft.drive(&mut member.shard);
+        let raft = &member.raft;
+        member
+            .pending
             .retain(|(barrier, op)| match raft.passed(barrier) {
                 Passed::Yes => {
                     settle(id, barrier, op, out);
@@ -113,17 +139,23 @@ impl Node {
             });
     }
 
-    fn serving(&self) -> bool {
-        self.consensus.serving(0)
+    fn serving(&self, g: usize) -> bool {
+        self.consensus.serving(g)
     }
 
-    fn get(&mut self, key: &str) -> Option<String> {
+    /// What the node's Raft members say of themselves, for a failure's message.
+    fn describe(&self) -> String {
+        let states: Vec<String> = self.groups.iter().map(|m| m.raft.describe()).collect();
+        states.join(" | ")
+    }
+
+    fn get(&mut self, g: usize, key: &str) -> Option<String> {
         let spec = wetask_shards::lookup(b"get").expect("get");
         let args = [
             Bytes::from_static(b"get"),
             Bytes::copy_from_slice(key.as_bytes()),
         ];
-        match self.shard.execute(0, 0, spec, &args) {
+        match self.groups[g].shard.execute(0, 0, spec, &args) {
             Frame::Bulk(value) => Some(String::from_utf8_lossy(&value).into_owned()),
             _ => None,
         }
@@ -165,8 +197,10 @@ struct World {
     rng: fastrand::Rng,
     nodes: Vec<Option<Node>>,
     dirs: Vec<PathBuf>,
-    /// Messages on their way: (from, message).
-    flight: Vec<(u64, Message)>,
+    /// Shards (groups) per node.
+    groups: usize,
+    /// Messages on their way: (from, group, message).
+    flight: Vec<(u64, usize, Message)>,
     /// Nodes cut off from the others.
     cut: BTreeSet<u64>,
     /// A node stopped (SIGSTOP): no turn, no clock, nothing delivered, until resumed.
@@ -197,14 +231,16 @@ impl World {
         for dir in &dirs {
             std::fs::create_dir_all(dir).expect("a node's directory");
         }
+        let groups = 1 + (seed % 2) as usize;
         let mut nodes: Vec<Option<Node>> = (1..=3)
-            .map(|id| Some(Node::open(id, dirs[id as usize - 1].clone())))
+            .map(|id| Some(Node::open(id, dirs[id as usize - 1].clone(), groups)))
             .collect();
         nodes.push(None);
         World {
             rng: fastrand::Rng::with_seed(seed),
             nodes,
             dirs,
+            groups,
             flight: Vec::new(),
             cut: BTreeSet::new(),
             paused: None,
@@ -231,19 +267,19 @@ impl World {
     /// Collects what every live node sent.
     fn collect(&mut self) {
         for node in self.nodes.iter().flatten() {
-            for (_, message) in node.consensus.transport.take_captured() {
+            for (g, message) in node.consensus.transport.take_captured() {
                 if message.get_msg_type() == MessageType::MsgAppendResponse
                     && std::env::var_os("WETASK_SIM_TRACE").is_some()
                 {
                     eprintln!(
-                        "sent: {} -> {} append response {} [{}]",
+                        "sent: {} -> {} group {g} append response {} [{}]",
                         node.id,
                         message.to,
                         message.index,
-                        node.raft.describe()
+                        node.groups[g].raft.describe()
                     );
                 }
-                self.flight.push((node.id, message));
+                self.flight.push((node.id, g, message));
             }
         }
     }
@@ -265,11 +301,11 @@ impl World {
             return;
         }
         let at = self.rng.usize(..self.flight.len());
-        let (from, message) = self.flight.swap_remove(at);
+        let (from, g, message) = self.flight.swap_remove(at);
         let to = message.to;
         if self.paused == Some(to as usize - 1) {
             // It waits in the socket until the node runs again.
-            self.flight.push((from, message));
+            self.flight.push((from, g, message));
             return;
         }
         let cut = self.cut.contains(&from) != self.cut.contains(&to);
@@ -277,10 +313,12 @@ impl World {
         if message.get_msg_type() == MessageType::MsgAppendResponse && !message.reject {
             let (index, cutoff) = (message.index, cut || dropped);
             self.say(|| {
-                format!("deliver: {from} -> {to} append response {index} (lost: {cutoff})")
+                format!(
+                    "deliver: {from} -> {to} group {g} append response {index} (lost: {cutoff})"
+                )
             });
         }
-        self.note(from << 8 | to);
+        self.note((g as u64) << 16 | from << 8 | to);
         let target = self.nodes.get(to as usize - 1).and_then(Option::as_ref);
         let arrives = !cut && !dropped && target.is_some();
         if message.get_msg_type() == MessageType::MsgSnapshot {
@@ -294,44 +332,46 @@ impl World {
                     reject: !arrives,
                     ..Default::default()
                 };
-                sender.consensus.deliver(0, status);
+                sender.consensus.deliver(g, status);
             }
         }
         if let (true, Some(node)) = (arrives, target) {
-            node.consensus.deliver(0, message);
+            node.consensus.deliver(g, message);
         }
     }
 
     fn step(&mut self, faults: bool) {
         let roll = self.rng.u32(..1000);
         match roll {
-            0..=349 => self.deliver(faults),
+            // As many messages a step as there are groups sending them.
+            0..=349 => (0..self.groups).for_each(|_| self.deliver(faults)),
             350..=549 => {
                 if let Some(i) = self.live() {
-                    let wrote = self.nodes[i].as_mut().expect("live").raft.write_log();
+                    let g = self.a_group();
+                    let wrote = self.nodes[i].as_mut().expect("live").groups[g]
+                        .raft
+                        .write_log();
                     self.note(u64::from(wrote));
                 }
             }
             550..=749 => {
                 if let Some(i) = self.live() {
+                    let g = self.a_group();
                     let node = self.nodes[i].as_mut().expect("live");
-                    let before = (
-                        node.serving(),
-                        node.consensus.groups[0]
+                    let term = |node: &Node| {
+                        node.consensus.groups[g]
                             .term
-                            .load(std::sync::atomic::Ordering::Relaxed),
-                    );
-                    node.drive(&mut self.out);
-                    let after = (
-                        node.serving(),
-                        node.consensus.groups[0]
-                            .term
-                            .load(std::sync::atomic::Ordering::Relaxed),
-                    );
+                            .load(std::sync::atomic::Ordering::Relaxed)
+                    };
+                    let before = (node.serving(g), term(node));
+                    node.drive(g, &mut self.out);
+                    let after = (node.serving(g), term(node));
                     if before != after {
-                        let (id, state) = (node.id, node.raft.describe());
+                        let (id, state) = (node.id, node.groups[g].raft.describe());
                         self.say(|| {
-                            format!("node {id}: serving/term {before:?} -> {after:?} [{state}]")
+                            format!(
+                                "node {id} group {g}: serving/term {before:?} -> {after:?} [{state}]"
+                            )
                         });
                     }
                 }
@@ -350,7 +390,8 @@ impl World {
             930..=984 if faults => self.client_read(),
             // Faults, each about once in 200 steps: an election takes a few hundred.
             985..=987 if faults => self.crash_or_restart(),
-            988..=989 if faults => self.change_members(),
+            988 if faults => self.change_members(),
+            989 if faults => self.transfer_leadership(),
             990..=994 if faults => self.partition(),
             _ if faults => self.pause_or_resume(),
             _ => {}
@@ -358,15 +399,21 @@ impl World {
         self.collect();
     }
 
-    /// A client writes a unique key on a node that serves (as a leader runs it: first,
-    /// then the commit point holds the reply).
+    /// One of the groups, at random (a shard thread's turn, a client's key).
+    fn a_group(&mut self) -> usize {
+        self.rng.usize(..self.groups)
+    }
+
+    /// A client writes a unique key of a group on a node that serves it (as a leader runs
+    /// it: first, then the commit point holds the reply).
     fn client_write(&mut self) {
-        let Some(i) = self.a_serving_node() else {
+        let g = self.a_group();
+        let Some(i) = self.a_serving_node(g) else {
             return;
         };
         let node = self.nodes[i].as_mut().expect("live");
         self.next_key += 1;
-        let key = format!("k{}", self.next_key);
+        let key = format!("{g}:k{}", self.next_key);
         let value = format!("v{}-{}", self.next_key, node.id);
         let spec = wetask_shards::lookup(b"set").expect("set");
         let args = [
@@ -374,14 +421,17 @@ impl World {
             Bytes::copy_from_slice(key.as_bytes()),
             Bytes::copy_from_slice(value.as_bytes()),
         ];
-        let reply = node.shard.execute(0, 1, spec, &args);
+        let member = &mut node.groups[g];
+        let reply = member.shard.execute(0, 1, spec, &args);
         assert!(matches!(reply, Frame::Simple(_)), "SET answered {reply:?}");
-        node.raft.drive(&mut node.shard);
-        if let crate::shard::raft::Hold::Until(barrier) = node.raft.hold(&mut node.shard, 1) {
-            node.pending.push((barrier, Op::Write(key.clone(), value)));
+        member.raft.drive(&mut member.shard);
+        if let crate::shard::raft::Hold::Until(barrier) = member.raft.hold(&mut member.shard, 1) {
+            member
+                .pending
+                .push((barrier, Op::Write(key.clone(), value)));
         }
         let id = node.id;
-        let state = node.raft.describe();
+        let state = node.groups[g].raft.describe();
         self.say(|| format!("node {id}: SET {key} [{state}]"));
         self.written.insert(key);
         self.note(self.next_key);
@@ -391,41 +441,54 @@ impl World {
     /// serves (a cut-off old leader may): its reply goes only if its barrier passes, and
     /// must then show the write.
     fn client_read(&mut self) {
-        if let Some(i) = self.a_serving_node() {
-            self.read_on(i);
+        let Some((key, expected)) = self.an_acknowledged_write() else {
+            return;
+        };
+        if let Some(i) = self.a_serving_node(group_of(&key)) {
+            self.read_on(i, key, expected);
         }
     }
 
-    /// A running node that believes it serves, as a client finds one (a cut-off old
-    /// leader may still believe it).
-    fn a_serving_node(&mut self) -> Option<usize> {
+    /// A running node that believes it serves group `g`, as a client finds one (a cut-off
+    /// old leader may still believe it).
+    fn a_serving_node(&mut self, g: usize) -> Option<usize> {
         let serving: Vec<usize> = (0..self.slots())
             .filter(|&i| {
-                self.paused != Some(i) && self.nodes[i].as_ref().is_some_and(Node::serving)
+                self.paused != Some(i) && self.nodes[i].as_ref().is_some_and(|n| n.serving(g))
             })
             .collect();
         (!serving.is_empty()).then(|| serving[self.rng.usize(..serving.len())])
     }
 
-    /// GET of an acknowledged key on node `i`, as it believes it serves.
-    fn read_on(&mut self, i: usize) {
-        if self.out.acked.is_empty() || !self.nodes[i].as_ref().is_some_and(Node::serving) {
-            return;
+    /// A write acknowledged: half the time the last one (a stale node is likeliest to miss
+    /// it), else any.
+    fn an_acknowledged_write(&mut self) -> Option<(String, String)> {
+        if self.out.acked.is_empty() {
+            return None;
         }
-        // Half the time the write acknowledged last (a stale node is likeliest to miss it).
-        let (key, expected) = match (self.rng.bool(), &self.out.last) {
+        Some(match (self.rng.bool(), &self.out.last) {
             (true, Some(last)) => last.clone(),
             _ => {
                 let at = self.rng.usize(..self.out.acked.len());
                 let (key, value) = self.out.acked.iter().nth(at).expect("in range");
                 (key.clone(), value.clone())
             }
-        };
+        })
+    }
+
+    /// GET of acknowledged `key` on node `i`, as it believes it serves the key's group.
+    fn read_on(&mut self, i: usize, key: String, expected: String) {
+        let g = group_of(&key);
+        if !self.nodes[i].as_ref().is_some_and(|n| n.serving(g)) {
+            return;
+        }
         let node = self.nodes[i].as_mut().expect("live");
-        let got = node.get(&key);
-        node.raft.drive(&mut node.shard);
-        if let crate::shard::raft::Hold::Until(barrier) = node.raft.hold(&mut node.shard, 1) {
-            node.pending
+        let got = node.get(g, &key);
+        let member = &mut node.groups[g];
+        member.raft.drive(&mut member.shard);
+        if let crate::shard::raft::Hold::Until(barrier) = member.raft.hold(&mut member.shard, 1) {
+            member
+                .pending
                 .push((barrier, Op::Read { key, expected, got }));
         }
         self.note(7);
@@ -436,7 +499,7 @@ impl World {
             .filter(|&i| self.nodes[i].is_none())
             .collect();
         if let Some(&i) = down.first() {
-            self.nodes[i] = Some(Node::open(i as u64 + 1, self.dirs[i].clone()));
+            self.nodes[i] = Some(Node::open(i as u64 + 1, self.dirs[i].clone(), self.groups));
             self.say(|| format!("node {}: restarted", i + 1));
             self.note(100 + i as u64);
             return;
@@ -447,9 +510,10 @@ impl World {
         }
         // What its log writer had not written is lost with it, but for a torn piece of
         // the next record (the start cuts it); its clients' replies never come.
-        let cut = self.rng.u64(..u64::MAX);
         if let Some(node) = self.nodes[i].as_mut() {
-            node.raft.crash_mid_write(cut);
+            for member in &mut node.groups {
+                member.raft.crash_mid_write(self.rng.u64(..u64::MAX));
+            }
         }
         self.nodes[i] = None;
         self.say(|| format!("node {}: crashed", i + 1));
@@ -466,11 +530,14 @@ impl World {
             Some(i) if !self.others_moved_on(i) && self.rng.u32(..20) != 0 => self.paused = Some(i),
             Some(i) => {
                 self.say(|| format!("node {}: resumed", i + 1));
-                self.read_on(i);
+                if let Some((key, expected)) = self.an_acknowledged_write() {
+                    self.read_on(i, key, expected);
+                }
             }
             None => {
-                let serving =
-                    (0..self.slots()).find(|&i| self.nodes[i].as_ref().is_some_and(Node::serving));
+                let g = self.a_group();
+                let serving = (0..self.slots())
+                    .find(|&i| self.nodes[i].as_ref().is_some_and(|n| n.serving(g)));
                 let i = match (serving, self.rng.u32(..5)) {
                     (Some(leader), 0..=3) => leader,
                     _ => self.rng.usize(..self.slots()),
@@ -489,8 +556,12 @@ impl World {
     /// write.
     fn others_moved_on(&self, i: usize) -> bool {
         self.out.acked.len() > self.paused_acks
-            && (0..self.slots())
-                .any(|o| o != i && self.nodes[o].as_ref().is_some_and(Node::serving))
+            && (0..self.slots()).any(|o| {
+                o != i
+                    && self.nodes[o]
+                        .as_ref()
+                        .is_some_and(|n| (0..self.groups).any(|g| n.serving(g)))
+            })
     }
 
     /// A membership change on a node that serves, as RAFT ADD and REMOVE make one: the
@@ -499,7 +570,7 @@ impl World {
     /// others removed (never the leader: RAFT REMOVE refuses it). At most one removal a
     /// seed.
     fn change_members(&mut self) {
-        let Some(i) = self.a_serving_node() else {
+        let Some(i) = self.a_serving_node(0) else {
             return;
         };
         let leader = i as u64 + 1;
@@ -508,7 +579,7 @@ impl World {
         let change = if !members.contains(&4) && self.removed.is_none() {
             if !self.joined {
                 self.joined = true;
-                self.nodes[3] = Some(Node::open(4, self.dirs[3].clone()));
+                self.nodes[3] = Some(Node::open(4, self.dirs[3].clone(), self.groups));
                 self.say(|| "node 4: started, to join".to_string());
             }
             let peer = peers::parse_one("4=127.0.0.4:7000").expect("a peer");
@@ -520,9 +591,12 @@ impl World {
             return;
         };
         let (kind, member) = (change.get_change_type(), change.node_id);
-        let node = self.nodes[i].as_mut().expect("live");
-        let proposed = node.raft.propose_change(&mut node.shard, change).is_ok();
-        node.raft.drive(&mut node.shard);
+        let group_0 = &mut self.nodes[i].as_mut().expect("live").groups[0];
+        let proposed = group_0
+            .raft
+            .propose_change(&mut group_0.shard, change)
+            .is_ok();
+        group_0.raft.drive(&mut group_0.shard);
         if proposed && kind == raft::eraftpb::ConfChangeType::RemoveNode {
             self.removed = Some(member);
         }
@@ -530,10 +604,39 @@ impl World {
         self.note(500 + member * 2 + u64::from(proposed));
     }
 
-    /// The members, voters and learners, as the node that serves knows them (every node
-    /// once none serves).
+    /// RAFT TRANSFER on a node that serves a group: its leadership handed to another of
+    /// the group's voters once the turn's replies are out (the commit point's barrier:
+    /// `ShardRaft::transfer_leadership`); raft-rs catches the voter up first and drops
+    /// proposals meanwhile.
+    fn transfer_leadership(&mut self) {
+        let g = self.a_group();
+        let Some(i) = self.a_serving_node(g) else {
+            return;
+        };
+        let node = self.nodes[i].as_mut().expect("live");
+        let others: Vec<u64> = node
+            .consensus
+            .voters(g)
+            .into_iter()
+            .filter(|&id| id != node.id)
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        let to = others[self.rng.usize(..others.len())];
+        let member = &mut node.groups[g];
+        member.raft.transfer_leadership(to);
+        member.raft.drive(&mut member.shard);
+        let _ = member.raft.hold(&mut member.shard, 1);
+        let id = node.id;
+        self.say(|| format!("node {id} group {g}: transfer to {to}"));
+        self.note(600 + to);
+    }
+
+    /// Group 0's members, voters and learners, as the node that serves it knows them
+    /// (every node once none serves).
     fn members(&self) -> Vec<u64> {
-        match self.nodes.iter().flatten().find(|n| n.serving()) {
+        match self.nodes.iter().flatten().find(|n| n.serving(0)) {
             Some(leader) => leader.consensus.members(0),
             None => self.nodes.iter().flatten().map(|n| n.id).collect(),
         }
@@ -555,7 +658,7 @@ impl World {
         self.paused = None;
         for i in 0..self.slots() {
             if self.nodes[i].is_none() {
-                self.nodes[i] = Some(Node::open(i as u64 + 1, self.dirs[i].clone()));
+                self.nodes[i] = Some(Node::open(i as u64 + 1, self.dirs[i].clone(), self.groups));
             }
         }
         for _ in 0..SETTLE_STEPS {
@@ -568,21 +671,26 @@ impl World {
             .nodes
             .iter()
             .flatten()
-            .map(|n| {
-                let g = &n.consensus.groups[0];
-                let load =
-                    |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-                format!(
-                    "node {}: serving {} leader {} term {} commit {} applied {} pending {} [{}]",
-                    n.id,
-                    n.serving(),
-                    load(&g.leader),
-                    load(&g.term),
-                    load(&g.commit),
-                    load(&g.applied),
-                    n.pending.len(),
-                    n.raft.describe()
-                )
+            .flat_map(|n| {
+                (0..self.groups).map(move |g| {
+                    let group = &n.consensus.groups[g];
+                    let load = |a: &std::sync::atomic::AtomicU64| {
+                        a.load(std::sync::atomic::Ordering::Relaxed)
+                    };
+                    format!(
+                        "node {} group {g}: serving {} leader {} term {} commit {} applied {} pending {} members {:?} learners {:?} [{}]",
+                        n.id,
+                        n.serving(g),
+                        load(&group.leader),
+                        load(&group.term),
+                        load(&group.commit),
+                        load(&group.applied),
+                        n.groups[g].pending.len(),
+                        n.consensus.members(g),
+                        n.consensus.learners(g),
+                        n.groups[g].raft.describe()
+                    )
+                })
             })
             .collect();
         panic!(
@@ -591,26 +699,32 @@ impl World {
         );
     }
 
-    /// One node serves, and every node has applied all it has committed, which is all
-    /// the serving node's log; no reply waits; no member is still a learner (a learner
-    /// that has caught up is promoted).
+    /// In every group one node serves, and every member has applied all it has
+    /// committed, which is all the serving node's log; no reply waits; no member is still
+    /// a learner (a learner that has caught up is promoted), and every group has group 0's
+    /// members.
     fn settled(&self) -> bool {
+        let members = self.members();
+        (0..self.groups).all(|g| self.group_settled(g, &members))
+    }
+
+    fn group_settled(&self, g: usize, group_0: &[u64]) -> bool {
         let nodes: Vec<&Node> = self.nodes.iter().flatten().collect();
-        let serving: Vec<&&Node> = nodes.iter().filter(|n| n.serving()).collect();
+        let serving: Vec<&&Node> = nodes.iter().filter(|n| n.serving(g)).collect();
         let [leader] = serving[..] else {
             return false;
         };
         let load = |n: &Node, field: fn(&super::Group) -> &std::sync::atomic::AtomicU64| {
-            field(&n.consensus.groups[0]).load(std::sync::atomic::Ordering::Relaxed)
+            field(&n.consensus.groups[g]).load(std::sync::atomic::Ordering::Relaxed)
         };
-        let commit = load(leader, |g| &g.commit);
-        let members = leader.consensus.members(0);
-        commit >= leader.raft.last_index()
-            && leader.consensus.learners(0).is_empty()
-            && nodes
-                .iter()
-                .filter(|n| members.contains(&n.id))
-                .all(|n| load(n, |g| &g.applied) == commit && n.pending.is_empty())
+        let commit = load(leader, |group| &group.commit);
+        let members = leader.consensus.members(g);
+        commit >= leader.groups[g].raft.last_index()
+            && leader.consensus.learners(g).is_empty()
+            && members == group_0
+            && nodes.iter().filter(|n| members.contains(&n.id)).all(|n| {
+                load(n, |group| &group.applied) == commit && n.groups[g].pending.is_empty()
+            })
     }
 
     fn check(&mut self) {
@@ -622,7 +736,8 @@ impl World {
             if !members.contains(&node.id) {
                 continue;
             }
-            let values: Vec<Option<String>> = keys.iter().map(|k| node.get(k)).collect();
+            let values: Vec<Option<String>> =
+                keys.iter().map(|k| node.get(group_of(k), k)).collect();
             let lost: Vec<&String> = self
                 .out
                 .acked
@@ -637,7 +752,7 @@ impl World {
                 lost.is_empty(),
                 "node {} lost acknowledged writes {lost:?} [{}]",
                 node.id,
-                node.raft.describe()
+                node.describe()
             );
             match &first {
                 None => first = Some(values),
@@ -652,12 +767,20 @@ impl World {
                         differ.is_empty(),
                         "node {} holds other values than the first node: {differ:?} [{}]",
                         node.id,
-                        node.raft.describe()
+                        node.describe()
                     );
                 }
             }
         }
     }
+}
+
+/// The group a key was written in (its name begins with it: `1:k42`).
+fn group_of(key: &str) -> usize {
+    key.split(':')
+        .next()
+        .and_then(|g| g.parse().ok())
+        .expect("a key names its group")
 }
 
 impl Drop for World {
