@@ -121,11 +121,11 @@ pub fn run(config: Config) -> Result<(), String> {
     globals.cluster = start_cluster(cluster)?;
     globals.consensus = start_consensus(&config, shard_count, doorbells)?;
     let globals = Arc::new(globals);
-    open_data(&globals, shard_count)?;
+    let resume = open_data(&globals, shard_count)?;
     globals
         .port
         .store(port, std::sync::atomic::Ordering::Relaxed);
-    start_replication(&globals)?;
+    start_replication(&globals, resume)?;
     spawn_service_threads(&globals)?;
     let watched = globals.clone();
     crate::watchdog::spawn(globals.watchdog.clone(), move || watched.shutting_down())
@@ -135,11 +135,9 @@ pub fn run(config: Config) -> Result<(), String> {
         Arc::new(Mutex::new(listeners.into_iter().map(Some).collect()));
     let shard_listeners: Arc<Mutex<Vec<Option<OwnedFd>>>> =
         Arc::new(Mutex::new(shard_listeners.into_iter().map(Some).collect()));
-    let placement: Vec<CpuSet> = (0..shard_count)
-        .map(|i| CpuSet::online().map(|set| set.filter(|l| l.cpu == cpus[i % cpus.len()])))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("cannot read the CPU topology: {e}"))?;
+    let placement = placement(&cpus, shard_count)?;
     let builders = Arc::new(Mutex::new(mesh_builders(shard_count)));
+    let exiting = globals.clone();
     tracing::info!(
         shards = shard_count,
         io = ?io,
@@ -163,7 +161,27 @@ pub fn run(config: Config) -> Result<(), String> {
             async move { shard_main(globals, listeners, shard_listeners, mesh).await }
         })
         .map_err(|e| format!("cannot start the shard executors: {e}"))?;
-    join_shards(handles)
+    join_shards(handles)?;
+    save_replication_resume(&exiting);
+    Ok(())
+}
+
+/// After a clean exit, every journal closed: what a restart continues the replication
+/// streams from (`replication::resume`).
+fn save_replication_resume(globals: &Globals) {
+    if let Some(store) = globals.store.get() {
+        if let Err(e) = crate::replication::resume::save(&store.path, &globals.replication) {
+            tracing::warn!("cannot save the replication positions: {e}");
+        }
+    }
+}
+
+/// Each shard's CPU: shard `i` on `cpus[i % cpus.len()]`.
+fn placement(cpus: &[usize], shard_count: usize) -> Result<Vec<CpuSet>, String> {
+    (0..shard_count)
+        .map(|i| CpuSet::online().map(|set| set.filter(|l| l.cpu == cpus[i % cpus.len()])))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("cannot read the CPU topology: {e}"))
 }
 
 /// Consensus mode's requirements, checked before anything starts: the io_uring path (its
@@ -236,8 +254,12 @@ fn spawn_service_threads(globals: &Arc<Globals>) -> Result<(), String> {
     Ok(())
 }
 
-/// Serves replicas (with a journal to serve them from), and follows `replicaof` if set.
-fn start_replication(globals: &Arc<Globals>) -> Result<(), String> {
+/// Serves replicas (with a journal to serve them from), and follows `replicaof` if set,
+/// from `resume` when the last clean exit left the stream there.
+fn start_replication(
+    globals: &Arc<Globals>,
+    resume: Option<(String, Vec<u64>)>,
+) -> Result<(), String> {
     let config = &globals.config;
     let replication = &globals.replication;
     replication.read_only.store(
@@ -274,20 +296,30 @@ fn start_replication(globals: &Arc<Globals>) -> Result<(), String> {
                     config.replicaof
                 )
             })?;
-        crate::commands::replication::follow(globals, host, port);
+        crate::commands::replication::follow_from(globals, host, port, resume);
     }
     Ok(())
 }
 
 /// Opens the data directory (the journal, or the snapshots of `appendonly no`) and loads
-/// the saved function libraries.
-fn open_data(globals: &Arc<Globals>, shard_count: usize) -> Result<(), String> {
+/// the saved function libraries; returns where the last clean exit left the stream this
+/// node followed as a replica, if anywhere (its own run id is restored here).
+fn open_data(
+    globals: &Arc<Globals>,
+    shard_count: usize,
+) -> Result<Option<(String, Vec<u64>)>, String> {
     if globals.consensus.is_some() {
         // The Raft log is the node's persistence (`check_consensus`).
-        return Ok(());
+        return Ok(None);
     }
     let config = &globals.config;
+    let mut follows = None;
     if let Some(store) = crate::persist::prepare(config, shard_count)? {
+        let saved = crate::replication::resume::take(&store.path, shard_count);
+        if let Some(run) = saved.run_id {
+            *globals.replication.run_id.lock().expect("run id") = run;
+        }
+        follows = saved.follows;
         let _ = globals.store.set(store);
     }
     if let Some(dumps) = crate::persist::dump::open(config, shard_count)? {
@@ -297,7 +329,7 @@ fn open_data(globals: &Arc<Globals>, shard_count: usize) -> Result<(), String> {
     if libraries > 0 {
         tracing::info!(libraries, "function libraries loaded");
     }
-    Ok(())
+    Ok(follows)
 }
 
 /// Publishes the cluster's routing table (before the data: loading places keys by it) and

@@ -261,6 +261,90 @@ def test_a_replica_started_with_replicaof_survives_its_own_restart(tmp_path):
         primary.stop()
 
 
+def port_free(port):
+    """Whether a listener could bind 127.0.0.1:`port` now (as the server's does)."""
+    probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        probe.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def exit_cleanly(srv):
+    """SIGTERM, and a clean exit (its data directory kept, unlike `Server.stop`)."""
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(timeout=DEADLINE_S) == 0
+
+
+def test_clean_restarts_continue_the_stream_and_a_crash_syncs_in_full():
+    """As Redis keeps its replication id and offset across a restart: after a clean exit a
+    replica continues from where its shards were, and the replicas of a primary that exited
+    cleanly continue from its journal (partial resyncs, no full one); a primary killed with
+    -9 vouches for nothing (its journal may have lost what it streamed), so its replica
+    syncs in full. The data match after each."""
+    primary = Server("--shards", "2")
+    replica = None
+    try:
+        port = primary.port
+        p = redis.Redis(port=port, decode_responses=True)
+        keys = names("resume", 200)
+        fill(p, keys)
+        replica = Server("--shards", "2", "--replicaof", f"127.0.0.1 {port}")
+        wait_for(lambda: link_up(redis.Redis(port=replica.port, decode_responses=True)),
+                 "the replica's link")
+        assert p.execute_command("WAIT", 1, 5000) == 1
+        full = info(p, "stats")["sync_full"]
+        assert full == 2, "one full sync per shard"
+
+        # The replica exits cleanly; the primary takes writes; the replica comes back.
+        exit_cleanly(replica)
+        more = names("down", 50)
+        fill(p, more)
+        replica = Server("--shards", "2", "--replicaof", f"127.0.0.1 {port}",
+                         data_dir=replica.dir)
+        r = redis.Redis(port=replica.port, decode_responses=True)
+        wait_for(lambda: link_up(r) and p.execute_command("WAIT", 1, 100) == 1,
+                 "the restarted replica's link")
+        stats = info(p, "stats")
+        assert stats["sync_full"] == full, "the replica synced in full again"
+        assert stats["sync_partial_ok"] >= 2
+        assert state_of(r, keys + more) == state_of(p, keys + more)
+
+        # The primary exits cleanly and starts again on its data and its port.
+        exit_cleanly(primary)
+        primary = Server("--shards", "2", "--port", str(port), data_dir=primary.dir)
+        p = redis.Redis(port=port, decode_responses=True)
+        after = names("after", 50)
+        fill(p, after)
+        wait_for(lambda: p.execute_command("WAIT", 1, 100) == 1, "the replica back")
+        stats = info(p, "stats")
+        assert (stats["sync_full"], stats["sync_partial_ok"]) == (0, 2), stats
+        assert state_of(r, keys + more + after) == state_of(p, keys + more + after)
+
+        # Killed, it starts with a new run id: a full sync. (Its listener can outlive the
+        # kill for a moment, while io_uring's requests are torn down: the port is waited
+        # for.)
+        primary.proc.kill()
+        primary.proc.wait()
+        wait_for(lambda: port_free(port), "the killed primary's port")
+        primary = Server("--shards", "2", "--port", str(port), data_dir=primary.dir)
+        p = redis.Redis(port=port, decode_responses=True)
+        last = names("killed", 50)
+        fill(p, last)
+        wait_for(lambda: p.execute_command("WAIT", 1, 100) == 1, "the replica back")
+        assert info(p, "stats")["sync_full"] == 2
+        everything = keys + more + after + last
+        assert state_of(r, everything) == state_of(p, everything)
+    finally:
+        if replica:
+            replica.stop()
+        primary.stop()
+
+
 def test_refusals_are_clear():
     two = Server("--shards", "2")
     one = Server("--shards", "1")

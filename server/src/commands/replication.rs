@@ -108,14 +108,29 @@ pub(super) fn replicaof(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
     Frame::ok()
 }
 
-/// Starts following `host:port` (from REPLICAOF, or `replicaof` at start).
+/// Starts following `host:port` (from REPLICAOF).
 pub fn follow(globals: &std::sync::Arc<Globals>, host: String, port: u16) {
+    follow_from(globals, host, port, None);
+}
+
+/// Starts following `host:port`; at start (`replicaof`), `resume` is where the last clean
+/// exit left each shard of the primary it followed (`replication::resume`).
+pub fn follow_from(
+    globals: &std::sync::Arc<Globals>,
+    host: String,
+    port: u16,
+    resume: Option<(String, Vec<u64>)>,
+) {
     let replication = &globals.replication;
     let epoch = replication.link_epoch.fetch_add(1, Ordering::AcqRel) + 1;
     replication.links.close(None);
     for inbox in &replication.inboxes {
         inbox.clear();
         inbox.synced.store(false, Ordering::Release);
+    }
+    if let Some((run, positions)) = resume {
+        tracing::info!(primary_run = %run, "continuing from where the last clean exit left the stream");
+        replication::resume::restore(replication, &run, &positions);
     }
     *replication.primary.lock().expect("primary") = Some(Primary {
         host: host.clone(),

@@ -24,6 +24,7 @@
 pub mod from_redis;
 pub mod link;
 pub mod receiver;
+pub mod resume;
 pub mod sender;
 pub mod wire;
 
@@ -87,6 +88,9 @@ pub struct Inbox {
     pub synced: AtomicBool,
     /// Set by the shard when applying failed: the next link syncs in full.
     pub broken: AtomicBool,
+    /// The shard holds a cross-shard operation's part, its outcome not yet arrived (a
+    /// restart could not continue from its position: `resume`).
+    pub holds_part: AtomicBool,
     /// The primary run the inbox's data comes from.
     pub run: Mutex<String>,
     /// The stream's ack thread, woken after the shard applies.

@@ -74,6 +74,9 @@ impl ShardCore {
                 break;
             }
         }
+        inbox
+            .holds_part
+            .store(replay.holds_part(), std::sync::atomic::Ordering::Release);
         drop((shard, replay));
         if let Some(e) = failed {
             tracing::error!(

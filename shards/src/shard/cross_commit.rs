@@ -174,6 +174,11 @@ impl Replay {
         Ok(())
     }
 
+    /// Whether a cross-shard operation's part is held, its outcome not yet read.
+    pub fn holds_part(&self) -> bool {
+        self.open.is_some() && !self.committed
+    }
+
     /// The part held back is known to have committed: replays it.
     fn release(&mut self, shard: &mut Shard) -> Result<(), String> {
         for op in self.held.drain(..) {
