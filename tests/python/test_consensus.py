@@ -384,6 +384,31 @@ def start_writer(group):
     return acked, stop, thread
 
 
+def test_wait_and_waitaof_count_the_members_whose_logs_hold_the_writes(group):
+    """In consensus mode WAIT and WAITAOF count the other members whose Raft logs hold, on
+    disk, every entry committed so far (each write's reply waited for a quorum, so one
+    other member of three has it at once); WAITAOF's local part is the leader's own log.
+    With a member down the count stops at what is left. On a follower both are refused
+    as on a Redis replica."""
+    leader = group.leader()
+    c = leader.client()
+    assert c.set("w", "1") is True
+    assert c.execute_command("WAIT", 1, 0) >= 1
+    assert c.execute_command("WAIT", 2, 10000) == 2
+    assert c.execute_command("WAITAOF", 1, 2, 10000) == [1, 2]
+    follower = next(n for n in group.nodes if n is not leader)
+    with pytest.raises(redis.ResponseError, match="WAIT cannot be used with replica"):
+        follower.client().execute_command("WAIT", 1, 100)
+    with pytest.raises(redis.ResponseError, match="WAITAOF cannot be used with replica"):
+        follower.client().execute_command("WAITAOF", 0, 1, 100)
+    follower.kill()
+    assert c.set("w", "2") is True
+    started = time.monotonic()
+    assert c.execute_command("WAIT", 2, 300) == 1
+    assert time.monotonic() - started >= 0.25
+    assert c.execute_command("WAITAOF", 1, 1, 10000) == [1, 1]
+
+
 def test_the_leader_killed_ten_times_writes_resume_within_2s_and_no_ack_is_lost(group):
     acked, stop, thread = start_writer(group)
     wait_for(lambda: len(acked) > 50, "the writer's first acknowledgements")

@@ -136,6 +136,9 @@ pub fn lastsave(ctx: &ShardCtx) -> Frame {
     Frame::Integer(seconds as i64)
 }
 
+/// Redis's refusal of WAITAOF on a replica (and, in consensus mode, on a follower).
+const WAITAOF_ON_A_REPLICA: &str = "ERR WAITAOF cannot be used with replica instances. Please also note that writes to replicas are just local and are not propagated.";
+
 /// WAITAOF numlocal numreplicas timeout (Redis 7.2): waits until this connection's writes
 /// so far are fsynced in the journal (`numlocal` 1) and in the journals of `numreplicas`
 /// replicas, then replies `[local, replicas]` synced. Every shard is asked first, so writes
@@ -149,25 +152,23 @@ pub async fn waitaof(
     conn: &std::cell::RefCell<crate::clients::ConnState>,
     args: &[Bytes],
 ) -> Frame {
-    let numlocal = match wetask_shards::args::parse_i64(&args[1]) {
-        Some(n @ 0..=1) => n,
-        Some(_) => {
-            return Frame::static_error("ERR value is out of range, value must between 0 and 1")
-        }
-        None => return Frame::static_error("ERR value is not an integer or out of range"),
+    let (numlocal, numreplicas, timeout_ms) = match parse_waitaof(args) {
+        Ok(parsed) => parsed,
+        Err(err) => return err,
     };
-    let numreplicas = match wetask_shards::args::parse_i64(&args[2]) {
-        Some(n) if n >= 0 => n as usize,
-        Some(_) => return Frame::static_error("ERR value is out of range, must be positive"),
-        None => return Frame::static_error("ERR value is not an integer or out of range"),
-    };
-    let timeout_ms = match wetask_shards::args::parse_i64(&args[3]) {
-        Some(ms) if ms < 0 => return Frame::static_error("ERR timeout is negative"),
-        Some(ms) => ms as u64,
-        None => return Frame::static_error("ERR timeout is not an integer or out of range"),
-    };
+    if ctx.globals.consensus.is_some() {
+        // The Raft log is the journal: its syncs are what WAITAOF counts.
+        let enough = move |local: bool, n: usize| (numlocal == 0 || local) && n >= numreplicas;
+        return match super::replication::wait_in_group(ctx, conn, timeout_ms, enough).await {
+            Some((local, n)) => Frame::Array(vec![
+                Frame::Integer(i64::from(local)),
+                Frame::Integer(n as i64),
+            ]),
+            None => Frame::static_error(WAITAOF_ON_A_REPLICA),
+        };
+    }
     if ctx.globals.replication.is_replica() {
-        return Frame::static_error("ERR WAITAOF cannot be used with replica instances. Please also note that writes to replicas are just local and are not propagated.");
+        return Frame::static_error(WAITAOF_ON_A_REPLICA);
     }
     let store = ctx.globals.store.get();
     if numlocal > 0 && store.is_none() {
@@ -206,6 +207,37 @@ pub async fn waitaof(
         Frame::Integer(replicas() as i64),
     ])
 }
+
+/// WAITAOF's arguments, with Redis's errors in its order: (numlocal, numreplicas, ms).
+fn parse_waitaof(args: &[Bytes]) -> Result<(i64, usize, u64), Frame> {
+    let numlocal = match wetask_shards::args::parse_i64(&args[1]) {
+        Some(n @ 0..=1) => n,
+        Some(_) => {
+            return Err(Frame::static_error(
+                "ERR value is out of range, value must between 0 and 1",
+            ))
+        }
+        None => return Err(Frame::static_error(NOT_AN_INTEGER)),
+    };
+    let numreplicas = match wetask_shards::args::parse_i64(&args[2]) {
+        Some(n) if n >= 0 => n as usize,
+        Some(_) => {
+            return Err(Frame::static_error(
+                "ERR value is out of range, must be positive",
+            ))
+        }
+        None => return Err(Frame::static_error(NOT_AN_INTEGER)),
+    };
+    match wetask_shards::args::parse_i64(&args[3]) {
+        Some(ms) if ms < 0 => Err(Frame::static_error("ERR timeout is negative")),
+        Some(ms) => Ok((numlocal, numreplicas, ms as u64)),
+        None => Err(Frame::static_error(
+            "ERR timeout is not an integer or out of range",
+        )),
+    }
+}
+
+const NOT_AN_INTEGER: &str = "ERR value is not an integer or out of range";
 
 /// BGSAVE with `appendonly no`: the snapshot, in a task of its own.
 async fn background_save(ctx: std::rc::Rc<ShardCtx>) {

@@ -56,8 +56,15 @@ pub(super) async fn wait_replicas(
         Err(err) => return err,
     };
     let globals = ctx.globals.clone();
+    if globals.consensus.is_some() {
+        let wanted = replicas.max(0) as usize;
+        return match wait_in_group(ctx, conn, timeout, move |_, n| n >= wanted).await {
+            Some((_, reached)) => Frame::Integer(reached as i64),
+            None => Frame::static_error(WAIT_ON_A_REPLICA),
+        };
+    }
     if globals.replication.is_replica() {
-        return Frame::static_error("ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.");
+        return Frame::static_error(WAIT_ON_A_REPLICA);
     }
     let targets = positions_now(&globals);
     let reached = globals.replication.replicas_at(&targets);
@@ -77,6 +84,58 @@ pub(super) async fn wait_replicas(
         })
         .await;
     Frame::Integer(count as i64)
+}
+
+/// Redis's refusal of WAIT on a replica (and, in consensus mode, on a group's follower).
+const WAIT_ON_A_REPLICA: &str = "ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.";
+
+/// In consensus mode, on the leader of the connection's shard's group (`None` elsewhere):
+/// waits until `enough(local, replicas)` holds, or `timeout_ms` (0: never) passes, for
+/// every entry committed when it was called (each reply waited for its entry's commit, so
+/// that covers the client's writes): `local`, this node's log holds them on disk, and
+/// `replicas`, how many other members' logs do (raft-rs's followers acknowledge an append
+/// once it is on their disk). A quorum has each committed entry already, so one other
+/// member in a group of 3 holds it at once. Answers `(local, replicas)` at the end.
+pub(super) async fn wait_in_group(
+    ctx: &ShardCtx,
+    conn: &std::cell::RefCell<ConnState>,
+    timeout_ms: u64,
+    enough: impl Fn(bool, usize) -> bool + Clone + Send + 'static,
+) -> Option<(bool, usize)> {
+    let consensus = ctx.globals.consensus.clone()?;
+    let shard = ctx.id;
+    if !consensus.serving(shard) {
+        return None;
+    }
+    let target = consensus.groups[shard].commit.load(Ordering::Acquire);
+    let now = {
+        let consensus = consensus.clone();
+        move || {
+            (
+                consensus.persisted_at(shard, target),
+                consensus.members_at(shard, target),
+            )
+        }
+    };
+    let (local, replicas) = now();
+    if enough(local, replicas) {
+        return Some((local, replicas));
+    }
+    let deadline = (timeout_ms > 0).then(|| unix_ms().saturating_add(timeout_ms));
+    let globals = ctx.globals.clone();
+    let closed = conn.borrow_mut().closed_flag();
+    let reached = ctx
+        .wait_on(move || {
+            let (local, replicas) = now();
+            let late = deadline.is_some_and(|d| unix_ms() >= d);
+            let stop = late
+                || globals.shutting_down()
+                || closed.load(Ordering::Acquire)
+                || !consensus.serving(shard);
+            (enough(local, replicas) || stop).then_some((local, replicas))
+        })
+        .await;
+    Some(reached)
 }
 
 /// REPLICAOF host port | REPLICAOF NO ONE (and SLAVEOF, its old name).

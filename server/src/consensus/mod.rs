@@ -145,6 +145,11 @@ pub struct Group {
     pub serving: AtomicBool,
     pub commit: AtomicU64,
     pub applied: AtomicU64,
+    /// The last log index this node has synced, and, while it leads, how far each other
+    /// member's log matches its own (raft-rs's followers acknowledge an append once it is
+    /// on their disk): WAIT and WAITAOF count them.
+    pub persisted: AtomicU64,
+    pub matched: Mutex<Vec<u64>>,
     /// Times this node became leader, and lost a leadership with writes not yet committed
     /// (its state rebuilt from the log).
     pub elected: AtomicU64,
@@ -259,6 +264,18 @@ impl Consensus {
         learners.sort_unstable();
         *self.groups[shard].voters.lock().expect("voters") = voters;
         *self.groups[shard].learners.lock().expect("learners") = learners;
+    }
+
+    /// Members of `shard`'s group other than this node (its leader) whose logs hold entry
+    /// `index`, on disk.
+    pub fn members_at(&self, shard: usize, index: u64) -> usize {
+        let matched = self.groups[shard].matched.lock().expect("matched");
+        matched.iter().filter(|&&m| m >= index).count()
+    }
+
+    /// Whether this node's own log holds entry `index` of `shard`'s group on disk.
+    pub fn persisted_at(&self, shard: usize, index: u64) -> bool {
+        self.groups[shard].persisted.load(Ordering::Acquire) >= index
     }
 
     /// Whether this node leads shard `shard`'s group and serves its clients.

@@ -1155,6 +1155,20 @@ impl ShardRaft {
             .commit
             .store(raft.raft_log.committed, Ordering::Relaxed);
         group.applied.store(self.applied, Ordering::Relaxed);
+        group
+            .persisted
+            .store(raft.raft_log.persisted, Ordering::Release);
+        if self.serving {
+            let mut matched = group.matched.lock().expect("matched");
+            matched.clear();
+            let me = self.consensus.me;
+            matched.extend(
+                raft.prs()
+                    .iter()
+                    .filter(|(id, _)| **id != me)
+                    .map(|(_, p)| p.matched),
+            );
+        }
         group.serving.store(self.serving, Ordering::Release);
     }
 }
