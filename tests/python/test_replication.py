@@ -380,9 +380,11 @@ def test_cross_shard_operations_time_and_expiry_replicate(pair):
     tx.set(a, "again")
     tx.sadd(d + ":s", "m")
     tx.execute()
-    # A cross-shard operation's part shows on a replica's shard with that shard's next
-    # write (its end marker rides on it; docs/REPLICATION.md "Gaps"): write on every shard.
-    p.mset({k: "1" for k in names("after", 64)})
+    # A cross-shard operation's part shows on the replica as soon as WAIT counts it (its
+    # end marker is journaled when the lock goes, not with the shard's next write).
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    every = [a, b, c, d, b + ":l", d + ":s"]
+    assert state_of(r, every) == state_of(p, every)
     p.set(c + ":ttl", "soon", px=300)
     p.set(c + ":kept", "later", ex=600)
     queue = names("timed", 1)[0]
@@ -394,6 +396,25 @@ def test_cross_shard_operations_time_and_expiry_replicate(pair):
     assert state_of(r, every) == state_of(p, every)
     assert task_stats(r, queue) == task_stats(p, queue)
     assert 590 <= r.ttl(c + ":kept") <= 600
+
+
+def test_a_cross_shard_operation_shows_on_the_replica_once_wait_counts_it(pair):
+    """WAIT's count covers every shard's part of the operations before it: with nothing
+    written after them, MULTI/EXEC, RENAME and LMOVE over random keys (so, on 2 shards,
+    over both shards) read back on the replica right after WAIT."""
+    p, r = linked(pair)
+    for round_ in range(20):
+        a, b, c, d = names(f"cs{round_}", 4)
+        tx = p.pipeline(transaction=True)
+        tx.set(a, round_)
+        tx.set(b, round_)
+        tx.rpush(c, round_)
+        tx.execute()
+        p.rename(a, d)
+        p.lmove(c, b + ":l", "LEFT", "RIGHT")
+        assert p.execute_command("WAIT", 1, 5000) == 1
+        keys = [a, b, c, d, b + ":l"]
+        assert state_of(r, keys) == state_of(p, keys), f"round {round_}"
 
 
 def test_a_full_sync_while_a_writer_runs(pair):

@@ -3,8 +3,8 @@
 //!
 //! While a cross-shard operation holds a shard's lock (the server names it with
 //! [`Shard::set_cross_tag`]), everything that shard journals belongs to the operation: the
-//! first operation logged under the lock is preceded by `Part { token }`, the first one after
-//! it by `PartEnd`. The coordinator, once every part is journaled and before it releases any
+//! first operation logged under the lock is preceded by `Part { token }`, and the lock's
+//! release logs `PartEnd`. The coordinator, once every part is journaled and before it releases any
 //! lock, logs `Commit { token, parts }` (the shards that journaled a part) and makes it
 //! durable. Replay ([`Replay`]) then holds a part back until its operation is known to have
 //! committed:
@@ -50,8 +50,15 @@ pub fn count_of(token: u64) -> u64 {
 
 impl Shard {
     /// Names the cross-shard operation holding this shard's lock (`None` once released).
+    /// A part journaled under the lock ends at its release, which comes after the
+    /// coordinator's commit is durable: `PartEnd` is logged then, not with the shard's next
+    /// operation, so that a replica (which replays the part only once it ends) shows the
+    /// operation as soon as its records arrive.
     pub fn set_cross_tag(&mut self, token: Option<u64>) {
         self.cross_tag = token;
+        if token.is_none() && self.emitted_tag.is_some() {
+            self.mark_part();
+        }
     }
 
     /// Whether this shard journaled a part of the operation `token` (so its commit must
