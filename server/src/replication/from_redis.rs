@@ -232,6 +232,7 @@ fn stream(
     let mut pending: VecDeque<(u64, u64)> = VecDeque::new();
     let mut last_ack = Instant::now();
     let mut last_heard = Instant::now();
+    let mut fsynced = Fsynced::new(env);
     while env.replication.link_epoch.load(Ordering::Acquire) == epoch && !(env.stopping)() {
         loop {
             let before = buffer.len();
@@ -245,10 +246,8 @@ fn stream(
             }
             if is(&args[0], "replconf") && args.get(1).is_some_and(|a| is(a, "getack")) {
                 applier.flush()?;
-                ack(
-                    &mut primary,
-                    applier.applied_offset(&mut pending, consumed, &mut applied),
-                )?;
+                let offset = applier.applied_offset(&mut pending, consumed, &mut applied);
+                ack(&mut primary, offset, fsynced.at(offset))?;
                 continue;
             }
             let sent = applier.command(&args)?;
@@ -263,7 +262,7 @@ fn stream(
             r.offset = applied;
         }
         if last_ack.elapsed() >= ACK_EVERY {
-            ack(&mut primary, applied)?;
+            ack(&mut primary, applied, fsynced.at(applied))?;
             last_ack = Instant::now();
         }
         match primary.read(&mut chunk) {
@@ -284,11 +283,42 @@ fn stream(
     Ok(())
 }
 
-fn ack(primary: &mut TcpStream, offset: u64) -> Result<(), String> {
-    send(
-        primary,
-        &["REPLCONF".into(), "ACK".into(), offset.to_string()],
-    )
+/// `REPLCONF ACK offset [FACK fsynced]`: Redis 7.2's primary counts the FACK offset for
+/// WAITAOF; a node without a journal sends none, as Redis's replicas without an AOF.
+fn ack(primary: &mut TcpStream, offset: u64, fsynced: Option<u64>) -> Result<(), String> {
+    let mut args = vec!["REPLCONF".into(), "ACK".into(), offset.to_string()];
+    if let Some(fsynced) = fsynced {
+        args.extend(["FACK".into(), fsynced.to_string()]);
+    }
+    send(primary, &args)
+}
+
+/// The primary's offset this node's journal has fsynced: the commands answered up to an
+/// offset are written (a reply goes after its commit), and on disk once the journal's
+/// fsync covers them (`receiver::FsyncWatch`, under this node's `appendfsync`).
+struct Fsynced {
+    store: Option<Arc<crate::persist::Store>>,
+    watch: super::receiver::FsyncWatch,
+    at: u64,
+}
+
+impl Fsynced {
+    fn new(env: &Env) -> Fsynced {
+        Fsynced {
+            store: env.store.clone(),
+            watch: Default::default(),
+            at: 0,
+        }
+    }
+
+    /// The fsynced offset, with `applied` answered (none without a journal).
+    fn at(&mut self, applied: u64) -> Option<u64> {
+        let store = self.store.as_ref()?;
+        if let Some(moved) = self.watch.moved(applied, store) {
+            self.at = moved;
+        }
+        Some(self.at)
+    }
 }
 
 /// The connection to this node that applies what the primary sends, and a thread that

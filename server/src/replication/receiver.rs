@@ -351,7 +351,7 @@ fn ack(tag: u8, position: u64) -> [u8; 9] {
 /// positions written under `no` count as synced up to a second before the next commit,
 /// which the primary's heartbeat brings, syncs them.)
 #[derive(Default)]
-struct FsyncWatch {
+pub(super) struct FsyncWatch {
     waiting: std::collections::VecDeque<(u64, u64)>,
     seen: u64,
     told: u64,
@@ -363,7 +363,7 @@ const FSYNC_WAITING_MAX: usize = 64;
 
 impl FsyncWatch {
     /// Notes `journaled`; returns the position now known fsynced, when it moved.
-    fn moved(&mut self, journaled: u64, store: &Store) -> Option<u64> {
+    pub(super) fn moved(&mut self, journaled: u64, store: &Store) -> Option<u64> {
         if journaled > self.seen {
             self.seen = journaled;
             let round = (journaled, store.sync_round_begun());
