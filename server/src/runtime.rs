@@ -315,7 +315,8 @@ fn open_data(
     let config = &globals.config;
     let mut follows = None;
     if let Some(store) = crate::persist::prepare(config, shard_count)? {
-        let saved = crate::replication::resume::take(&store.path, shard_count);
+        let saved =
+            crate::replication::resume::take(&store.path, shard_count, &globals.replication);
         if let Some(run) = saved.run_id {
             *globals.replication.run_id.lock().expect("run id") = run;
         }

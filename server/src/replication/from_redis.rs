@@ -298,7 +298,7 @@ fn ack(primary: &mut TcpStream, offset: u64, fsynced: Option<u64>) -> Result<(),
 /// fsync covers them (`receiver::FsyncWatch`, under this node's `appendfsync`).
 struct Fsynced {
     store: Option<Arc<crate::persist::Store>>,
-    watch: super::receiver::FsyncWatch,
+    watch: super::fsync_watch::FsyncWatch,
     at: u64,
 }
 

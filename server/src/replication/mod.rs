@@ -22,6 +22,7 @@
 //! journal position when WAIT was called. `docs/REPLICATION.md` says what this promises.
 
 pub mod from_redis;
+pub mod fsync_watch;
 pub mod link;
 pub mod receiver;
 pub mod resume;
@@ -214,6 +215,10 @@ pub struct Replication {
     /// change: shard 0's streams send it when it moves.
     functions: Mutex<Bytes>,
     functions_epoch: AtomicU64,
+    /// False while the file a clean exit left (`resume`) is being deleted: until that is
+    /// on disk, no stream is served or followed (a crash meanwhile must find the file
+    /// still true).
+    pub resume_cleared: AtomicBool,
 }
 
 impl Replication {
@@ -240,6 +245,7 @@ impl Replication {
             demotions: AtomicU64::new(0),
             functions: Mutex::new(Bytes::new()),
             functions_epoch: AtomicU64::new(0),
+            resume_cleared: AtomicBool::new(true),
         }
     }
 

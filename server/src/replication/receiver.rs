@@ -59,6 +59,10 @@ fn pause(env: &Env, epoch: u64, pause: Duration) {
 fn link(env: &Env, epoch: u64, host: &str, port: u16) {
     let replication = &env.replication;
     let replica_id = super::random_hex(16);
+    // Nothing is applied (so journaled) before the last clean exit's file is gone for good.
+    while !replication.resume_cleared.load(Ordering::Acquire) && current(env, epoch) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     while current(env, epoch) {
         replication.set_link(epoch, LinkState::Connecting);
         let hello = match handshake(host, port, &env.auth) {
@@ -309,7 +313,7 @@ fn push(env: &Env, epoch: u64, shard: usize, item: Item) {
 fn ack_loop(mut conn: &TcpStream, inbox: &Inbox, store: Option<&Store>, stop: &AtomicBool) {
     let mut last = u64::MAX;
     let mut sent_at = std::time::Instant::now();
-    let mut fsync = FsyncWatch::default();
+    let mut fsync = super::fsync_watch::FsyncWatch::default();
     while !stop.load(Ordering::Acquire) {
         let applied = inbox.applied.load(Ordering::Acquire);
         if applied != last || sent_at.elapsed() >= Duration::from_secs(1) {
@@ -327,9 +331,9 @@ fn ack_loop(mut conn: &TcpStream, inbox: &Inbox, store: Option<&Store>, stop: &A
         }
         // A position written but not yet fsynced is looked at again soon (the everysec
         // syncer's round ends on its own, without waking this thread).
-        let pause = match fsync.waiting.is_empty() {
-            true => Duration::from_secs(1),
-            false => Duration::from_millis(50),
+        let pause = match fsync.waits() {
+            false => Duration::from_secs(1),
+            true => Duration::from_millis(50),
         };
         std::thread::park_timeout(pause);
     }
@@ -341,49 +345,6 @@ fn ack(tag: u8, position: u64) -> [u8; 9] {
     ack[0] = tag;
     ack[1..].copy_from_slice(&position.to_le_bytes());
     ack
-}
-
-/// The positions a replica shard's journal has written, each with the fsync round that was
-/// under way when it was seen (`Store::sync_round_begun`): once a round begun after it
-/// ends (`Store::synced_since`), the position is on disk. Under `always` a position is on
-/// disk once written (the shard's commit synced it); under `no`, never, as Redis's
-/// WAITAOF sees it. (Right after the replica's `appendfsync` turns from `no` to `always`,
-/// positions written under `no` count as synced up to a second before the next commit,
-/// which the primary's heartbeat brings, syncs them.)
-#[derive(Default)]
-pub(super) struct FsyncWatch {
-    waiting: std::collections::VecDeque<(u64, u64)>,
-    seen: u64,
-    told: u64,
-}
-
-/// Positions waiting for their fsync, at most: more are folded into the newest (a later
-/// round then covers both, which is only later, never wrong).
-const FSYNC_WAITING_MAX: usize = 64;
-
-impl FsyncWatch {
-    /// Notes `journaled`; returns the position now known fsynced, when it moved.
-    pub(super) fn moved(&mut self, journaled: u64, store: &Store) -> Option<u64> {
-        if journaled > self.seen {
-            self.seen = journaled;
-            let round = (journaled, store.sync_round_begun());
-            if self.waiting.len() >= FSYNC_WAITING_MAX {
-                self.waiting.pop_back();
-            }
-            self.waiting.push_back(round);
-        }
-        let mut fsynced = None;
-        while let Some(&(position, begun)) = self.waiting.front() {
-            if !store.synced_since(begun) {
-                break;
-            }
-            fsynced = Some(position);
-            self.waiting.pop_front();
-        }
-        let fsynced = fsynced.filter(|&p| p > self.told)?;
-        self.told = fsynced;
-        Some(fsynced)
-    }
 }
 
 impl Replication {

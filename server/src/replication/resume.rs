@@ -11,6 +11,7 @@
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::Replication;
 
@@ -27,25 +28,29 @@ pub struct Saved {
     pub follows: Option<(String, Vec<u64>)>,
 }
 
-/// Reads what the last clean exit saved in `dir`, and deletes it (synced) before anything
-/// else is written there. A file that does not read, or names another shard count, is
-/// ignored (a full sync then, never a wrong continuation).
-pub fn take(dir: &Path, shards: usize) -> Saved {
+/// Reads what the last clean exit saved in `dir`, and deletes it on a thread of its own
+/// (off the start's path: a directory sync costs tens of ms on some disks); until the
+/// deletion is on disk no replication stream is served or followed
+/// ([`Replication::resume_cleared`]), so a crash meanwhile finds the file still true.
+/// A file that does not read, or names another shard count, is ignored (a full sync then,
+/// never a wrong continuation).
+pub fn take(dir: &Path, shards: usize, replication: &Arc<Replication>) -> Saved {
     let path = dir.join(FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(_) => return Saved::default(),
     };
-    let removed = std::fs::remove_file(&path)
-        .and_then(|()| crate::persist::files::sync_dir(dir))
-        .map_err(|e| e.to_string());
-    if let Err(e) = removed {
-        // Kept, it could vouch for a journal a crash later cut short: not used.
+    replication.resume_cleared.store(false, Ordering::Release);
+    let (owned, clearing) = (dir.to_path_buf(), replication.clone());
+    let spawned = std::thread::Builder::new()
+        .name("repl-resume".into())
+        .spawn(move || clear(&owned, &clearing));
+    if let Err(e) = spawned {
         tracing::warn!(
-            "cannot remove {}: {e}: the replicas sync in full",
+            "cannot start the thread that clears {}: {e}",
             path.display()
         );
-        return Saved::default();
+        clear(dir, replication);
     }
     parse(&text, shards).unwrap_or_else(|| {
         tracing::warn!(
@@ -54,6 +59,20 @@ pub fn take(dir: &Path, shards: usize) -> Saved {
         );
         Saved::default()
     })
+}
+
+/// Deletes the file for good, then lets the streams go. A file that cannot be deleted
+/// keeps them stopped: it stays true only while nothing streams.
+fn clear(dir: &Path, replication: &Replication) {
+    let path = dir.join(FILE);
+    let removed = std::fs::remove_file(&path).and_then(|()| crate::persist::files::sync_dir(dir));
+    match removed {
+        Ok(()) => replication.resume_cleared.store(true, Ordering::Release),
+        Err(e) => tracing::error!(
+            "cannot remove {}: {e}: no replication stream is served or followed until it is gone and the node restarts",
+            path.display()
+        ),
+    }
 }
 
 fn parse(text: &str, shards: usize) -> Option<Saved> {
@@ -171,40 +190,66 @@ mod tests {
         }
     }
 
+    /// Takes the file and waits for its deletion.
+    fn take_now(dir: &Path, replication: &Arc<Replication>) -> Saved {
+        let saved = take(dir, 2, replication);
+        wait_cleared(replication);
+        saved
+    }
+
+    fn wait_cleared(replication: &Replication) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !replication.resume_cleared.load(Ordering::Acquire) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the file was not cleared"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn take_deletes_the_file_so_a_crash_after_a_start_vouches_for_nothing() {
         let dir = std::env::temp_dir().join(format!("wetask-resume-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let replication = Replication::new(2);
+        let replication = Arc::new(Replication::new(2));
         save(&dir, &replication).unwrap();
-        let saved = take(&dir, 2);
+        let saved = take(&dir, 2, &replication);
+        wait_cleared(&replication);
+        assert!(!dir.join(FILE).exists());
         assert_eq!(saved.run_id, Some(replication.run_id()));
         assert_eq!(saved.follows, None, "a primary follows nobody");
-        assert_eq!(take(&dir, 2), Saved::default(), "read once");
+        assert_eq!(take_now(&dir, &replication), Saved::default(), "read once");
 
         // A replica whose shards follow their primary with everything written.
         replication.is_replica.store(true, Ordering::Release);
         restore(&replication, &run('d'), &[5, 7]);
         save(&dir, &replication).unwrap();
-        assert_eq!(take(&dir, 2).follows, Some((run('d'), vec![5, 7])));
+        assert_eq!(
+            take_now(&dir, &replication).follows,
+            Some((run('d'), vec![5, 7]))
+        );
         // Not while a shard holds a cross-shard part, or has applied more than it wrote,
         // or is not synced: a restart would not hold what the positions say.
         let inbox = &replication.inboxes[1];
         inbox.holds_part.store(true, Ordering::Release);
         save(&dir, &replication).unwrap();
-        assert_eq!(take(&dir, 2).follows, None);
+        assert_eq!(take_now(&dir, &replication).follows, None);
         inbox.holds_part.store(false, Ordering::Release);
         inbox.applied.store(9, Ordering::Release);
         save(&dir, &replication).unwrap();
-        assert_eq!(take(&dir, 2).follows, None);
+        assert_eq!(take_now(&dir, &replication).follows, None);
         inbox.journaled.store(9, Ordering::Release);
         inbox.synced.store(false, Ordering::Release);
         save(&dir, &replication).unwrap();
-        assert_eq!(take(&dir, 2).follows, None);
+        assert_eq!(take_now(&dir, &replication).follows, None);
         inbox.synced.store(true, Ordering::Release);
         save(&dir, &replication).unwrap();
-        assert_eq!(take(&dir, 2).follows, Some((run('d'), vec![5, 9])));
+        assert_eq!(
+            take_now(&dir, &replication).follows,
+            Some((run('d'), vec![5, 9]))
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

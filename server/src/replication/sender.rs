@@ -133,6 +133,9 @@ fn admit(replication: &Replication, store: &Store, opening: &Opening) -> Result<
     if replication.is_replica() {
         return Err("this node is a replica itself".into());
     }
+    if !replication.resume_cleared.load(Ordering::Acquire) {
+        return Err("this node is starting; try again".into());
+    }
     Ok(())
 }
 
