@@ -79,7 +79,7 @@ pub fn consensus(ctx: &ShardCtx, conn: &ConnState, request: &Request) -> Option<
         .load(std::sync::atomic::Ordering::Relaxed);
     if leader == consensus.me {
         return Some(Frame::static_error(
-            "TRYAGAIN This node was just elected and is catching up; retry",
+            "TRYAGAIN This node leads its group but does not serve yet (just elected and catching up, or handing the leadership over); retry",
         ));
     }
     Some(moved(consensus, ctx.id, slot))
