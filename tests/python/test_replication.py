@@ -274,6 +274,45 @@ def port_free(port):
         probe.close()
 
 
+@pytest.mark.parametrize("shards", ["1", "2"])
+def test_a_replica_of_a_replica_follows_the_chain_and_its_promotion(shards):
+    """Chained replication, as Redis has it: C follows B, which follows A. C gets A's keys,
+    tasks and function libraries through B's journal (B logs what it applies, its full
+    sync included); when B is promoted, C goes on with B's own writes."""
+    nodes = [Server("--shards", shards) for _ in range(3)]
+    try:
+        a, b, c = (redis.Redis(port=n.port, decode_responses=True) for n in nodes)
+        keys = names("chain", 300)
+        fill(a, keys)
+        queue = names("chainq", 1)[0]
+        for i in range(5):
+            a.execute_command("TASK.SUBMIT", queue, f"job{i}")
+        a.function_load(library("chained", "f_chained"))
+        assert b.replicaof("127.0.0.1", nodes[0].port)
+        wait_for(lambda: link_up(b), "B's link to A")
+        assert c.replicaof("127.0.0.1", nodes[1].port)
+        wait_for(lambda: link_up(c), "C's link to B")
+        more = names("later", 100)
+        fill(a, more)
+        assert a.execute_command("WAIT", 1, 5000) == 1
+        everything = keys + more
+        wait_for(lambda: state_of(c, everything) == state_of(a, everything),
+                 "A's writes through B on C")
+        assert task_stats(c, queue) == task_stats(a, queue)
+        wait_for(lambda: libraries(c) == ["chained"], "A's libraries on C")
+        assert c.execute_command("ROLE")[:2] == ["slave", "127.0.0.1"]
+        assert info(b)["connected_slaves"] == 1
+
+        assert b.replicaof("NO", "ONE")
+        b.set("from-b", "1")
+        assert b.execute_command("WAIT", 1, 5000) == 1
+        assert c.get("from-b") == "1"
+        assert state_of(c, everything) == state_of(b, everything)
+    finally:
+        for n in nodes:
+            n.stop()
+
+
 def exit_cleanly(srv):
     """SIGTERM, and a clean exit (its data directory kept, unlike `Server.stop`)."""
     srv.proc.send_signal(signal.SIGTERM)

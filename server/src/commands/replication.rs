@@ -215,7 +215,9 @@ pub fn follow_from(
             .for_each(crate::doorbell::Doorbell::ring);
         tracing::info!(primary = %format!("{host}:{port}"), "becoming a replica");
     }
-    // Replicas of this node follow its new primary through it no longer.
+    // This node's own replicas (a chain) reconnect and continue from its journal, which
+    // goes on through the new primary's full sync (its reset and snapshot are records).
+    replication.sender_links.close(None);
     replication.peers.lock().expect("peers").clear();
     let inert = &super::config_inert::INERT;
     let password = inert.get("masterauth").filter(|p| !p.is_empty());

@@ -7,7 +7,9 @@
 //! DURABILITY.md), so the replica replays them as a restart does, and logs them to its own
 //! journal. The primary's journal on disk is the backlog: a replica that comes back after
 //! a disconnect continues from its position while the primary still has that segment
-//! (every segment since its newest snapshot), and syncs in full otherwise.
+//! (every segment since its newest snapshot), and syncs in full otherwise. A replica
+//! serves replicas of its own the same way (a chain): its journal holds what it applied,
+//! its full syncs included.
 //!
 //! - `sender`: the primary's threads: a listener on `repl-port`, and per replica and shard
 //!   one thread that reads the journal files and streams them (no shard thread is

@@ -130,9 +130,6 @@ fn admit(replication: &Replication, store: &Store, opening: &Opening) -> Result<
             opening.shard, store.shard_count
         ));
     }
-    if replication.is_replica() {
-        return Err("this node is a replica itself".into());
-    }
     if !replication.resume_cleared.load(Ordering::Acquire) {
         return Err("this node is starting; try again".into());
     }
