@@ -215,9 +215,7 @@ pub(super) async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
         let mut names = args[2..].iter().step_by(2);
         if !reply.is_error() && names.any(|n| shard_copies.iter().any(|c| is(n, c))) {
             ctx.core.sync_settings();
-            for (_, future) in ctx.request_peers(|| Request::Admin(AdminRequest::SyncSettings)) {
-                future.await;
-            }
+            ctx.sync_every_shard().await;
         }
         return reply;
     }

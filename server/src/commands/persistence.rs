@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::args::is;
-use wetask_shards::errors::SYNTAX;
+use wetask_shards::errors::{NOT_INTEGER, SYNTAX};
 
 use crate::persist::Store;
 use crate::shard::ShardCtx;
@@ -176,11 +176,7 @@ pub async fn waitaof(
             "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.",
         );
     }
-    for (_, answered) in
-        ctx.request_peers(|| crate::mesh::Request::Admin(crate::mesh::AdminRequest::SyncSettings))
-    {
-        answered.await;
-    }
+    ctx.sync_every_shard().await;
     let begun = store.map_or(0, |s| s.sync_round_begun());
     let targets = super::replication::positions_now(&ctx.globals);
     let globals = ctx.globals.clone();
@@ -217,7 +213,7 @@ fn parse_waitaof(args: &[Bytes]) -> Result<(i64, usize, u64), Frame> {
                 "ERR value is out of range, value must between 0 and 1",
             ))
         }
-        None => return Err(Frame::static_error(NOT_AN_INTEGER)),
+        None => return Err(Frame::static_error(NOT_INTEGER)),
     };
     let numreplicas = match wetask_shards::args::parse_i64(&args[2]) {
         Some(n) if n >= 0 => n as usize,
@@ -226,7 +222,7 @@ fn parse_waitaof(args: &[Bytes]) -> Result<(i64, usize, u64), Frame> {
                 "ERR value is out of range, must be positive",
             ))
         }
-        None => return Err(Frame::static_error(NOT_AN_INTEGER)),
+        None => return Err(Frame::static_error(NOT_INTEGER)),
     };
     match wetask_shards::args::parse_i64(&args[3]) {
         Some(ms) if ms < 0 => Err(Frame::static_error("ERR timeout is negative")),
@@ -236,8 +232,6 @@ fn parse_waitaof(args: &[Bytes]) -> Result<(i64, usize, u64), Frame> {
         )),
     }
 }
-
-const NOT_AN_INTEGER: &str = "ERR value is not an integer or out of range";
 
 /// BGSAVE with `appendonly no`: the snapshot, in a task of its own.
 async fn background_save(ctx: std::rc::Rc<ShardCtx>) {

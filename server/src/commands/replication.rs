@@ -69,11 +69,7 @@ pub(super) async fn wait_replicas(
     // Every shard is asked first: what it journaled for this client before (a cross-shard
     // operation's part and its end, which the lock's release logs) is then in its
     // position.
-    for (_, answered) in
-        ctx.request_peers(|| crate::mesh::Request::Admin(crate::mesh::AdminRequest::SyncSettings))
-    {
-        answered.await;
-    }
+    ctx.sync_every_shard().await;
     let targets = positions_now(&globals);
     let reached = globals.replication.replicas_at(&targets);
     if replicas <= 0 || reached as i64 >= replicas {

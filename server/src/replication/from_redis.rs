@@ -295,7 +295,7 @@ fn ack(primary: &mut TcpStream, offset: u64, fsynced: Option<u64>) -> Result<(),
 
 /// The primary's offset this node's journal has fsynced: the commands answered up to an
 /// offset are written (a reply goes after its commit), and on disk once the journal's
-/// fsync covers them (`receiver::FsyncWatch`, under this node's `appendfsync`).
+/// fsync covers them (`fsync_watch::FsyncWatch`, under this node's `appendfsync`).
 struct Fsynced {
     store: Option<Arc<crate::persist::Store>>,
     watch: super::fsync_watch::FsyncWatch,

@@ -368,6 +368,17 @@ impl ShardCore {
             .collect()
     }
 
+    /// Asks every other shard to take up the settings again, and waits for every answer:
+    /// whatever a shard did before it answers is in place (a setting copied; its journal
+    /// written, which WAIT and WAITAOF read the positions of).
+    pub async fn sync_every_shard(&self) {
+        for (_, answered) in
+            self.request_peers(|| Request::Admin(crate::mesh::AdminRequest::SyncSettings))
+        {
+            answered.await;
+        }
+    }
+
     /// A request on behalf of the cross-shard operation holding lock `token`.
     pub fn request_as(&self, to: usize, token: Option<u64>, request: Request) -> ResponseFuture {
         debug_assert_ne!(to, self.id, "local work never goes through the mesh");
