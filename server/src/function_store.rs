@@ -4,8 +4,9 @@
 //! publishes the registry's dump to the replication state (`Replication::set_functions`);
 //! the primary's stream of shard 0 sends it at its start and after each change, and a
 //! replica's shard 0 replaces its own registry with it ([`replace_from_primary`]), as
-//! Redis's replicas take FUNCTION LOAD from their primary. The commands themselves are
-//! `commands::functions`.
+//! Redis's replicas take FUNCTION LOAD from their primary. In consensus mode the set goes
+//! through the metadata group's log instead ([`replace_from_log`]). The commands
+//! themselves are `commands::functions`.
 
 use bytes::Bytes;
 use wetask_protocol::Frame;
@@ -73,6 +74,23 @@ pub fn replace_from_primary(g: &Globals, payload: &[u8]) -> Result<(), String> {
     g.functions.lock().expect("functions").replace_with(fresh);
     changed(g);
     Ok(())
+}
+
+/// Consensus mode: the set the metadata group's log or snapshot carries (`None`: none)
+/// replaces this node's (`wetask_shards::shard::functions`). A set that does not load here
+/// (another build's Lua, say) is logged and this node's registry is left as it was.
+pub fn replace_from_log(g: &Globals, set: Option<Bytes>) {
+    let result = match set {
+        Some(dump) => replace_from_primary(g, &dump),
+        None => {
+            g.functions.lock().expect("functions").clear();
+            changed(g);
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        tracing::error!("the consensus group's function libraries do not load here: {e}");
+    }
 }
 
 /// Writes the registry to `functions.rdb` (a temporary file, synced, renamed over it).

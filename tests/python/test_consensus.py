@@ -703,6 +703,75 @@ def test_snapshots_compact_the_log_and_catch_up_a_follower_behind_it():
         group.stop()
 
 
+def fn_library(name):
+    return (f"#!lua name={name}\n"
+            f"redis.register_function('{name}_set', function(keys, args) "
+            f"return redis.call('SET', keys[1], args[1]) end)")
+
+
+def library_names(client):
+    return sorted(dict(zip(entry[0::2], entry[1::2]))["library_name"]
+                  for entry in client.function_list())
+
+
+def test_function_libraries_go_through_the_metadata_groups_log():
+    """FUNCTION LOAD, DELETE, FLUSH and RESTORE run on group 0's leader and its log carries
+    the libraries: followers refuse them and get them, a follower behind the compacted log
+    gets them in the leader's snapshot, a new leader runs FCALL, and every node restarts
+    with them. With two shards they go to shard 0's port only."""
+    group = Group(snapshot_log_bytes=32768, shards=2)
+    try:
+        leader = group.leader(shard=0)
+        late = next(n for n in group.nodes if n is not leader)
+        follower = next(n for n in group.nodes if n not in (leader, late))
+        c = leader.client(port=leader.shard_port(0))
+        with pytest.raises(redis.ResponseError, match="metadata group"):
+            leader.client(port=leader.shard_port(1)).function_load(fn_library("nope"))
+        with pytest.raises(redis.exceptions.ReadOnlyError):
+            follower.client(port=follower.shard_port(0)).function_load(fn_library("nope"))
+
+        assert c.function_load(fn_library("first")) == "first"
+        assert c.function_load(fn_library("second")) == "second"
+        # Acknowledged means committed: the follower applies it within its next turns.
+        wait_for(lambda: library_names(follower.client()) == ["first", "second"],
+                 "the follower's libraries")
+        late.kill()
+        assert c.function_delete("first")
+        dump = c.function_dump()
+        assert c.function_flush()
+        assert c.function_restore(dump)
+        assert c.function_load(fn_library("third")) == "third"
+        tag = next(f"t{i}" for i in range(1000) if shard_of_name(c, f"t{i}", 2) == 0)
+        for start in range(0, 2000, 100):
+            pipe = c.pipeline(transaction=False)
+            for i in range(start, start + 100):
+                pipe.set(f"{{{tag}}}:{i}", value(i))
+            assert all(pipe.execute())
+        assert int(leader.consensus(0)["snapshots_made"]) >= 1, leader.consensus(0)
+
+        late.start()
+        group.caught_up(late, shard=0)
+        assert int(late.consensus(0)["snapshots_installed"]) >= 1, late.consensus(0)
+        expected = ["second", "third"]
+        assert library_names(late.client()) == expected
+        assert library_names(follower.client()) == expected
+
+        leader.kill()
+        new = group.leader(exclude=leader, shard=0)
+        assert new.client(port=new.shard_port(0)).fcall("third_set", 1, f"{{{tag}}}:fn", "v")
+        leader.start()
+        for node in group.nodes:
+            node.kill()
+        for node in group.nodes:
+            node.start()
+        group.leader(shard=0)
+        for node in group.nodes:
+            group.caught_up(node, shard=0)
+            assert library_names(node.client()) == expected
+    finally:
+        group.stop()
+
+
 def members(node):
     """RAFT MEMBERS as {id: role}."""
     return {int(row[0]): row[3] for row in node.client().execute_command("RAFT", "MEMBERS")}

@@ -183,7 +183,23 @@ pub fn function(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
     } else {
         return unknown_subcommand("function", sub);
     };
+    if result.is_ok() && changes_libraries(args) && ctx.globals.consensus.is_some() {
+        // The metadata group's log carries the new set; the reply waits for its commit
+        // (`session::consensus_route` ran this only on that group's leader).
+        ctx.shard
+            .borrow_mut()
+            .log_functions(Bytes::from(dump(&ctx.globals)));
+    }
     result.unwrap_or_else(|err| err)
+}
+
+/// FUNCTION LOAD, DELETE, FLUSH and RESTORE: the subcommands that change the libraries.
+pub fn changes_libraries(args: &[Bytes]) -> bool {
+    args.get(1).is_some_and(|sub| {
+        ["load", "delete", "flush", "restore"]
+            .iter()
+            .any(|change| is(sub, change))
+    })
 }
 
 /// FUNCTION LOAD [REPLACE] code.

@@ -47,9 +47,13 @@ use crate::shard::raft::{Barrier, Passed, ShardRaft};
 const MEMBERS: &str = "1=127.0.0.1:7000,2=127.0.0.2:7000,3=127.0.0.3:7000";
 /// The fourth node's `--raft-peers` (it joins: `--raft-join yes`).
 const JOINER: &str = "1=127.0.0.1:7000,2=127.0.0.2:7000,3=127.0.0.3:7000,4=127.0.0.4:7000";
-/// Steps of faults, then of calm for the group to settle.
+/// Steps of faults, then at most this many of calm for the groups to settle (a seed stops
+/// as soon as they have). The calm's elections can split several times in a row: every
+/// node's election timeout is the same here (only the clocks' drift breaks ties), and
+/// seed 9575 needed seven elections of group 1 before a leader held, more than 6,000
+/// steps.
 const STEPS: usize = 3000;
-const SETTLE_STEPS: usize = 6000;
+const SETTLE_STEPS: usize = 12000;
 
 /// A node's member of one group: its Raft node, its shard, and the client commands waiting
 /// for their barrier.
@@ -70,6 +74,8 @@ struct Node {
 enum Op {
     /// SET key value.
     Write(String, String),
+    /// A FUNCTION change in group 0 (`Shard::log_functions`): the set named `f<n>`.
+    Functions(u64),
     /// GET of a key whose write had been acknowledged when the GET ran: its reply must
     /// show that value (a read never misses a write acknowledged before it began).
     Read {
@@ -170,6 +176,8 @@ struct Outcomes {
     last: Option<(String, String)>,
     /// Reads whose reply went, each checked.
     reads: usize,
+    /// The newest function set whose change was acknowledged (0: none).
+    functions: u64,
 }
 
 /// A client command's reply went: a write is acknowledged, a read checked.
@@ -182,6 +190,7 @@ fn settle(id: u64, barrier: &Barrier, op: &Op, out: &mut Outcomes) {
             out.acked.insert(key.clone(), value.clone());
             out.last = Some((key.clone(), value.clone()));
         }
+        Op::Functions(set) => out.functions = out.functions.max(*set),
         Op::Read { key, expected, got } => {
             assert!(
                 got.as_ref() == Some(expected),
@@ -421,14 +430,22 @@ impl World {
             Bytes::copy_from_slice(key.as_bytes()),
             Bytes::copy_from_slice(value.as_bytes()),
         ];
+        // Now and then the metadata group's turn carries a new function set as well.
+        let functions = (g == 0 && self.rng.u32(..10) == 0).then_some(self.next_key);
         let member = &mut node.groups[g];
         let reply = member.shard.execute(0, 1, spec, &args);
         assert!(matches!(reply, Frame::Simple(_)), "SET answered {reply:?}");
+        if let Some(set) = functions {
+            member.shard.log_functions(Bytes::from(format!("f{set}")));
+        }
         member.raft.drive(&mut member.shard);
         if let crate::shard::raft::Hold::Until(barrier) = member.raft.hold(&mut member.shard, 1) {
             member
                 .pending
                 .push((barrier, Op::Write(key.clone(), value)));
+            if let Some(set) = functions {
+                member.pending.push((barrier, Op::Functions(set)));
+            }
         }
         let id = node.id;
         let state = node.groups[g].raft.describe();
@@ -732,6 +749,7 @@ impl World {
         let mut first: Option<Vec<Option<String>>> = None;
         let members = self.members();
         assert!(members.len() >= 3, "the group has members {members:?}");
+        self.check_functions(&members);
         for node in self.nodes.iter_mut().flatten() {
             if !members.contains(&node.id) {
                 continue;
@@ -775,6 +793,36 @@ impl World {
     }
 }
 
+impl World {
+    /// Every member of group 0 holds one function set, no older than the newest whose
+    /// change was acknowledged (a later change may have committed unacknowledged).
+    fn check_functions(&self, members: &[u64]) {
+        let sets: Vec<(u64, Option<u64>)> = self
+            .nodes
+            .iter()
+            .flatten()
+            .filter(|n| members.contains(&n.id))
+            .map(|n| {
+                let set = n.groups[0].shard.functions().map(|dump| {
+                    let name = String::from_utf8_lossy(&dump[1..]).into_owned();
+                    name.parse::<u64>().expect("a set the simulation named")
+                });
+                (n.id, set)
+            })
+            .collect();
+        let held = sets[0].1;
+        assert!(
+            sets.iter().all(|(_, set)| *set == held),
+            "group 0's members hold different function sets: {sets:?}"
+        );
+        assert!(
+            held.unwrap_or(0) >= self.out.functions,
+            "function set f{} was acknowledged, the members hold {sets:?}",
+            self.out.functions
+        );
+    }
+}
+
 /// The group a key was written in (its name begins with it: `1:k42`).
 fn group_of(key: &str) -> usize {
     key.split(':')
@@ -792,10 +840,23 @@ impl Drop for World {
     }
 }
 
-/// Runs seed `seed`: faults, then calm, then the checks. Its trace, how many writes were
-/// acknowledged and how many reads checked, whether the members ended other than the
-/// founding three, and whether the fourth node ended a voter (it joined as a learner).
-fn run(seed: u64) -> (u64, usize, usize, bool, bool) {
+/// What one seed came to: its trace (the determinism check), and what it checked.
+#[derive(Debug, Default, PartialEq)]
+struct Tally {
+    trace: u64,
+    /// Writes acknowledged, and reads checked.
+    writes: usize,
+    reads: usize,
+    /// The members ended other than the founding three.
+    changed: bool,
+    /// The fourth node ended a voter (it joined as a learner).
+    promoted: bool,
+    /// A function set's change was acknowledged (and every member held it, or a newer).
+    functions: bool,
+}
+
+/// Runs one seed: faults, then a calm, then the checks.
+fn run(seed: u64) -> Tally {
     let mut world = World::new(seed);
     for _ in 0..STEPS {
         world.step(true);
@@ -804,10 +865,14 @@ fn run(seed: u64) -> (u64, usize, usize, bool, bool) {
     world.check();
     let mut members = world.members();
     members.sort_unstable();
-    let changed = members != [1, 2, 3];
-    let promoted = members.contains(&4);
-    let reads = world.out.reads;
-    (world.trace, world.out.acked.len(), reads, changed, promoted)
+    Tally {
+        trace: world.trace,
+        writes: world.out.acked.len(),
+        reads: world.out.reads,
+        changed: members != [1, 2, 3],
+        promoted: members.contains(&4),
+        functions: world.out.functions > 0,
+    }
 }
 
 #[test]
@@ -825,15 +890,15 @@ fn seeded_groups_lose_no_acknowledged_write_and_agree() {
             (first..first + number("WETASK_SIM_SEEDS", 2000)).collect()
         }
     };
-    let (mut acked, mut reads, mut changed, mut promoted) = (0, 0, 0, 0);
+    let (mut acked, mut reads, mut changed, mut promoted, mut functions) = (0, 0, 0, 0, 0);
     for &seed in &seeds {
-        let outcome = std::panic::catch_unwind(|| run(seed));
-        match outcome {
-            Ok((_, writes, read, members, voter)) => {
-                acked += writes;
-                reads += read;
-                changed += usize::from(members);
-                promoted += usize::from(voter);
+        match std::panic::catch_unwind(|| run(seed)) {
+            Ok(tally) => {
+                acked += tally.writes;
+                reads += tally.reads;
+                changed += usize::from(tally.changed);
+                promoted += usize::from(tally.promoted);
+                functions += usize::from(tally.functions);
             }
             Err(_) => panic!("seed {seed} failed; replay it with WETASK_SIM_SEED={seed}"),
         }
@@ -854,9 +919,13 @@ fn seeded_groups_lose_no_acknowledged_write_and_agree() {
             promoted > runs / 20,
             "the learner became a voter in {promoted} of {runs} seeds"
         );
+        assert!(
+            functions > runs / 4,
+            "a function set was acknowledged in {functions} of {runs} seeds"
+        );
     }
     println!(
-        "{} seeds, {acked} acknowledged writes and {reads} reads checked; the members changed in {changed}, the joining learner ended a voter in {promoted}",
+        "{} seeds, {acked} acknowledged writes and {reads} reads checked; the members changed in {changed}, the joining learner ended a voter in {promoted}; a function set acknowledged in {functions}",
         seeds.len()
     );
 }

@@ -18,6 +18,9 @@
 //! * FLUSHALL, FLUSHDB and SWAPDB on the shared port would change every group: refused
 //!   there; on a shard's port they change that shard's group, as a Redis Cluster node's
 //!   cover its own slots;
+//! * FUNCTION LOAD, DELETE, FLUSH and RESTORE change the libraries, which group 0's log
+//!   carries (the metadata group): they run on shard 0 only, and count as keyless writes
+//!   (refused on a node that does not lead group 0);
 //! * then, on the group's own shard: a node that does not lead it answers `-MOVED` to the
 //!   leader, `-TRYAGAIN` while it leads but has not applied its predecessors' entries, and
 //!   `-CLUSTERDOWN` while no leader is known. A keyless write is refused; keyless reads
@@ -39,6 +42,7 @@ use crate::consensus::Consensus;
 use crate::shard::ShardCtx;
 
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+const METADATA_GROUP: &str = "ERR in consensus mode with several shards the function libraries live in the metadata group: send FUNCTION LOAD, DELETE, FLUSH and RESTORE to shard 0's port (CLUSTER SHARDS)";
 const EVERY_GROUP: &str = "ERR in consensus mode with several shards this command would change every shard's group: send it to each shard's port (CLUSTER SHARDS)";
 
 /// The redirect or refusal for `request` in consensus mode, or None when it runs here.
@@ -68,9 +72,9 @@ pub fn consensus(ctx: &ShardCtx, conn: &ConnState, request: &Request) -> Option<
     }
     if matches!(request.owners(), Owners::None) {
         // EXEC runs what MULTI queued, checked when it was queued, perhaps under a leader.
-        let writes = request
-            .spec()
-            .is_some_and(|spec| spec.has(flag::WRITE) || spec.name == "exec");
+        let writes = request.spec().is_some_and(|spec| {
+            spec.has(flag::WRITE) || spec.name == "exec" || changes_functions(request)
+        });
         return writes.then(|| Frame::static_error(crate::consensus::NOT_LEADER));
     }
     let slot = first_slot(request)?;
@@ -153,6 +157,9 @@ fn group_of(
         "task.cron" if args.len() >= 6 && is(&args[1], "set") => {
             one_group(ctx, std::iter::once(&args[4])).map(Some)
         }
+        "function" if ctx.id != 0 && changes_functions(request) => {
+            Err(Frame::static_error(METADATA_GROUP))
+        }
         _ if matches!(spec.route, Route::AllShards(_))
             && spec.has(flag::WRITE)
             && !conn.shard_port =>
@@ -161,6 +168,13 @@ fn group_of(
         }
         _ => Ok(None),
     }
+}
+
+/// FUNCTION LOAD, DELETE, FLUSH or RESTORE: the metadata group's log carries the
+/// libraries (`wetask_shards::shard::functions`).
+fn changes_functions(request: &Request) -> bool {
+    request.spec().is_some_and(|spec| spec.name == "function")
+        && crate::commands::functions::changes_libraries(&request.args)
 }
 
 /// The one group that every name lives in (with the first name's slot), or CROSSSLOT.

@@ -185,9 +185,19 @@ impl ShardCore {
     /// thread what is now written (WAITAOF counts replicas' fsyncs).
     pub fn commit_journal(&self, when: crate::persist::Commit) {
         if let Some(raft) = self.raft.borrow_mut().as_mut() {
-            match self.shard.try_borrow_mut() {
-                Ok(mut shard) => raft.drive(&mut shard),
-                Err(_) => debug_assert!(false, "a Raft drive while the shard is borrowed"),
+            let functions = match self.shard.try_borrow_mut() {
+                Ok(mut shard) => {
+                    raft.drive(&mut shard);
+                    shard.take_changed_functions()
+                }
+                Err(_) => {
+                    debug_assert!(false, "a Raft drive while the shard is borrowed");
+                    None
+                }
+            };
+            if let Some(set) = functions {
+                // The metadata group applied FUNCTION changes (or rebuilt without them).
+                crate::function_store::replace_from_log(&self.globals, set);
             }
             return;
         }

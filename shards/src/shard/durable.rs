@@ -373,6 +373,7 @@ impl Shard {
             Op::Reset => self.reset_state(),
             Op::SnapshotPart { body } => self.import_snapshot_part(body)?,
             Op::SnapshotEnd => self.finish_snapshot()?,
+            Op::Functions { dump } => self.set_functions(dump),
             // Read by `cross_commit::Replay`, which decides what a part's operations do.
             Op::Part { .. } | Op::PartEnd | Op::Abort { .. } => {}
         }

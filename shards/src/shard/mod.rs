@@ -6,6 +6,7 @@ mod call;
 pub mod cross_commit;
 pub(crate) mod durable;
 mod entries;
+mod functions;
 mod replica;
 pub mod snapshot;
 mod writes;
@@ -94,6 +95,10 @@ pub struct Shard {
     keyspace_misses: u64,
     /// A replica's shard (`replica`): lookups keep expired keys.
     replica: bool,
+    /// The function libraries its log carries (consensus mode's metadata group), and
+    /// whether they changed since the server last took them (`functions`).
+    functions: Option<Bytes>,
+    functions_changed: bool,
 }
 
 use call::{Body, Call};
@@ -128,6 +133,8 @@ impl Shard {
             all_keys_here: false,
             keyspace_hits: 0,
             keyspace_misses: 0,
+            functions: None,
+            functions_changed: false,
             replica: false,
         }
     }

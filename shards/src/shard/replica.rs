@@ -38,6 +38,7 @@ impl Shard {
     /// change), and the journal logs the reset.
     pub fn begin_full_sync(&mut self) {
         self.reset_state();
+        self.forget_functions();
         if let Some(journal) = self.journal_turn() {
             ops::put_reset(journal);
         }
@@ -105,7 +106,7 @@ impl Shard {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::persist::journal::record;
     use crate::table::lookup;
@@ -122,7 +123,7 @@ mod tests {
     }
 
     /// The payloads of the records `shard` journaled since the last call.
-    fn records(shard: &mut Shard) -> Vec<Bytes> {
+    pub(in crate::shard) fn records(shard: &mut Shard) -> Vec<Bytes> {
         let mut out = Vec::new();
         shard.take_journal(&mut out);
         let mut payloads = Vec::new();

@@ -2,9 +2,9 @@
 //! server frames each part as a journal record). First the key count of each database (so
 //! the load sizes each table once instead of growing it, a quarter of a 3 M-key load's
 //! time), then the keys as `Put` operations in batches, then the task engine's parts, the
-//! last commit of each cross-shard operation it coordinated (`cross_commit`), then the
-//! clock. Expired keys are left out: at the clock the snapshot carries they are
-//! already gone.
+//! last commit of each cross-shard operation it coordinated (`cross_commit`), the function
+//! libraries its consensus group's log carried (`functions`), then the clock. Expired keys
+//! are left out: at the clock the snapshot carries they are already gone.
 
 use bytes::Bytes;
 
@@ -21,6 +21,7 @@ const ENGINE: u8 = 2;
 const CLOCK: u8 = 3;
 const SIZES: u8 = 4;
 const COMMITS: u8 = 5;
+const FUNCTIONS: u8 = 6;
 
 impl Shard {
     /// Writes the shard's state as parts, each handed to `part`.
@@ -64,6 +65,12 @@ impl Shard {
         out.push(COMMITS);
         self.export_commits(&mut out);
         if out.len() > 1 {
+            part(&out);
+        }
+        if let Some(dump) = &self.functions {
+            out.clear();
+            out.push(FUNCTIONS);
+            out.extend_from_slice(dump);
             part(&out);
         }
         out.clear();
@@ -115,6 +122,7 @@ impl Shard {
                 }
             }
             COMMITS => self.import_commits(body)?,
+            FUNCTIONS => self.set_functions(body),
             CLOCK => {
                 let now = Reader::new(body).u64().map_err(|e| e.0.to_string())?;
                 self.set_clock(now);

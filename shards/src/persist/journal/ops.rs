@@ -36,6 +36,7 @@ const BATCH_NOTE: u8 = 14;
 const RESET: u8 = 15;
 const SNAPSHOT_PART: u8 = 16;
 const SNAPSHOT_END: u8 = 17;
+const FUNCTIONS: u8 = 18;
 
 /// The most shards one commit names (far past any shard count a server takes).
 const PARTS_MAX: u64 = 4096;
@@ -95,6 +96,9 @@ pub enum Op {
     SnapshotPart { body: Bytes },
     /// The primary's snapshot is whole: the task engine's indexes are rebuilt.
     SnapshotEnd,
+    /// Consensus mode, the metadata group (shard 0's): the function libraries as they are
+    /// from here on, whole, in FUNCTION DUMP's format (the server loads them).
+    Functions { dump: Bytes },
 }
 
 pub fn put_cmd(out: &mut Vec<u8>, db: usize, client: u64, now_ms: u64, args: &[Bytes]) {
@@ -200,6 +204,11 @@ pub fn put_snapshot_part(out: &mut Vec<u8>, body: &[u8]) {
 
 pub fn put_snapshot_end(out: &mut Vec<u8>) {
     out.push(SNAPSHOT_END);
+}
+
+pub fn put_functions(out: &mut Vec<u8>, dump: &[u8]) {
+    out.push(FUNCTIONS);
+    put_bytes(out, dump);
 }
 
 pub fn put_fallback(out: &mut Vec<u8>, now_ms: u64, fallback: &Fallback) {
@@ -348,6 +357,7 @@ pub fn read_op(r: &mut Reader) -> Decoded<Op> {
         RESET => Op::Reset,
         SNAPSHOT_PART => Op::SnapshotPart { body: r.bytes()? },
         SNAPSHOT_END => Op::SnapshotEnd,
+        FUNCTIONS => Op::Functions { dump: r.bytes()? },
         _ => return Err(DecodeError("unknown operation")),
     })
 }
@@ -483,6 +493,7 @@ mod tests {
         put_reset(&mut out);
         put_snapshot_part(&mut out, b"\x01part");
         put_snapshot_end(&mut out);
+        put_functions(&mut out, b"libraries");
         let ops = read_ops(Bytes::from(out)).expect("decodes");
         assert_eq!(
             ops,
@@ -491,7 +502,10 @@ mod tests {
                 Op::SnapshotPart {
                     body: b("\x01part")
                 },
-                Op::SnapshotEnd
+                Op::SnapshotEnd,
+                Op::Functions {
+                    dump: b("libraries")
+                }
             ]
         );
     }
