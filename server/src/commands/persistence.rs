@@ -183,24 +183,15 @@ pub async fn waitaof(
     let synced = move || globals.store.get().is_some_and(|s| s.synced_since(begun));
     let globals = ctx.globals.clone();
     let replicas = move || globals.replication.replicas_fsynced_at(&targets);
-    let deadline_ms = (timeout_ms > 0).then(|| crate::globals::unix_ms() + timeout_ms);
-    // A client that leaves ends its wait (under `appendfsync no`, `WAITAOF 1 0 0` waits for
-    // ever).
-    let closed = conn.borrow_mut().closed_flag();
-    let past = move || {
-        closed.load(std::sync::atomic::Ordering::Acquire)
-            || deadline_ms.is_some_and(|d| crate::globals::unix_ms() >= d)
-    };
-    let done = {
-        let (synced, replicas) = (synced.clone(), replicas.clone());
-        move || (numlocal == 0 || synced()) && replicas() >= numreplicas
-    };
-    if !done() && !past() {
-        ctx.wait_on(move || (done() || past()).then_some(())).await;
-    }
+    // Under `appendfsync no`, `WAITAOF 1 0 0` waits until the client leaves.
+    let (synced, replicas) = super::replication::wait_until(ctx, conn, timeout_ms, move || {
+        let now = (synced(), replicas());
+        (now, (numlocal == 0 || now.0) && now.1 >= numreplicas)
+    })
+    .await;
     Frame::Array(vec![
-        Frame::Integer(i64::from(synced())),
-        Frame::Integer(replicas() as i64),
+        Frame::Integer(i64::from(synced)),
+        Frame::Integer(replicas as i64),
     ])
 }
 

@@ -71,23 +71,41 @@ pub(super) async fn wait_replicas(
     // position.
     ctx.sync_every_shard().await;
     let targets = positions_now(&globals);
-    let reached = globals.replication.replicas_at(&targets);
-    if replicas <= 0 || reached as i64 >= replicas {
-        return Frame::Integer(reached as i64);
+    if replicas <= 0 {
+        return Frame::Integer(globals.replication.replicas_at(&targets) as i64);
     }
-    let deadline = (timeout > 0).then(|| unix_ms().saturating_add(timeout));
     let wanted = replicas as usize;
-    // A client that leaves ends its wait (a `WAIT 1 0` with no replica would poll for ever).
-    let closed = conn.borrow_mut().closed_flag();
-    let count = ctx
-        .wait_on(move || {
-            let reached = globals.replication.replicas_at(&targets);
-            let late = deadline.is_some_and(|d| unix_ms() >= d);
-            let stop = late || globals.shutting_down() || closed.load(Ordering::Acquire);
-            (reached >= wanted || stop).then_some(reached)
-        })
-        .await;
+    let count = wait_until(ctx, conn, timeout, move || {
+        let reached = globals.replication.replicas_at(&targets);
+        (reached, reached >= wanted)
+    })
+    .await;
     Frame::Integer(count as i64)
+}
+
+/// WAIT's and WAITAOF's wait: polls `poll` (off the shard thread, `ShardCore::wait_on`)
+/// until it says enough, or `timeout_ms` (0: never) passes, the server shuts down, or the
+/// client leaves (a `WAIT 1 0` with no replica would poll for ever); answers its last value.
+pub(super) async fn wait_until<T: Send + 'static>(
+    ctx: &ShardCtx,
+    conn: &std::cell::RefCell<ConnState>,
+    timeout_ms: u64,
+    poll: impl Fn() -> (T, bool) + Send + Clone + 'static,
+) -> T {
+    let (now, enough) = poll();
+    if enough {
+        return now;
+    }
+    let deadline = (timeout_ms > 0).then(|| unix_ms().saturating_add(timeout_ms));
+    let globals = ctx.globals.clone();
+    let closed = conn.borrow_mut().closed_flag();
+    ctx.wait_on(move || {
+        let (now, enough) = poll();
+        let late = deadline.is_some_and(|d| unix_ms() >= d);
+        let stop = late || globals.shutting_down() || closed.load(Ordering::Acquire);
+        (enough || stop).then_some(now)
+    })
+    .await
 }
 
 /// Redis's refusal of WAIT on a replica (and, in consensus mode, on a group's follower).
@@ -112,33 +130,14 @@ pub(super) async fn wait_in_group(
         return None;
     }
     let target = consensus.groups[shard].commit.load(Ordering::Acquire);
-    let now = {
-        let consensus = consensus.clone();
-        move || {
-            (
-                consensus.persisted_at(shard, target),
-                consensus.members_at(shard, target),
-            )
-        }
-    };
-    let (local, replicas) = now();
-    if enough(local, replicas) {
-        return Some((local, replicas));
-    }
-    let deadline = (timeout_ms > 0).then(|| unix_ms().saturating_add(timeout_ms));
-    let globals = ctx.globals.clone();
-    let closed = conn.borrow_mut().closed_flag();
-    let reached = ctx
-        .wait_on(move || {
-            let (local, replicas) = now();
-            let late = deadline.is_some_and(|d| unix_ms() >= d);
-            let stop = late
-                || globals.shutting_down()
-                || closed.load(Ordering::Acquire)
-                || !consensus.serving(shard);
-            (enough(local, replicas) || stop).then_some((local, replicas))
-        })
-        .await;
+    let reached = wait_until(ctx, conn, timeout_ms, move || {
+        let local = consensus.persisted_at(shard, target);
+        let replicas = consensus.members_at(shard, target);
+        // A leader that stops serving ends the wait with what it counted.
+        let over = enough(local, replicas) || !consensus.serving(shard);
+        ((local, replicas), over)
+    })
+    .await;
     Some(reached)
 }
 
