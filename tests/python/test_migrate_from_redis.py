@@ -182,3 +182,31 @@ def test_bullmq_jobs_added_on_redis_run_on_wetask(source, target):
     assert work.returncode == 0, work.stdout[-3000:] + work.stderr[-3000:]
     report = json.loads(work.stdout.strip().splitlines()[-1])
     assert report["completed"] == 50 and report["wrong"] == 0
+
+
+def test_redis_72s_waitaof_counts_a_wetask_replicas_fsync(source, target):
+    """A WeTask replica of Redis 7.2 acknowledges with `REPLCONF ACK <offset> FACK
+    <fsynced>`, as 7.2's replicas do, so WAITAOF on Redis counts it once its own journal has
+    synced the writes, and not while its `appendfsync no` leaves them unsynced. Debian's
+    redis-server is 7.0 (no WAITAOF, FACK ignored): the suite skips this there; run it with
+    a 7.2 redis-server first on PATH (docs/REPLICATION.md says how it was run)."""
+    red = redis.Redis(port=source, decode_responses=True)
+    version = red.info("server")["redis_version"]
+    if tuple(int(part) for part in version.split(".")[:2]) < (7, 2):
+        pytest.skip(f"WAITAOF and FACK are Redis 7.2's; this redis-server is {version}")
+    we = redis.Redis(port=target.port, decode_responses=True)
+    assert we.replicaof("127.0.0.1", source)
+    wait_for(lambda: link_up(we), "the link to Redis")
+    red.set("synced", "1")
+    # The replica's everysec sync covers the write within about a second.
+    assert red.execute_command("WAITAOF", 0, 1, 10000) == [0, 1]
+    assert we.config_set("appendfsync", "no")
+    red.set("unsynced", "1")
+    started = time.monotonic()
+    assert red.execute_command("WAITAOF", 0, 1, 300) == [0, 0]
+    assert time.monotonic() - started >= 0.25
+    # Applied, though: WAIT counts it.
+    assert red.execute_command("WAIT", 1, 10000) == 1
+    assert we.config_set("appendfsync", "always")
+    red.set("synced-again", "1")
+    assert red.execute_command("WAITAOF", 0, 1, 10000) == [0, 1]

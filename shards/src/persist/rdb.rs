@@ -226,6 +226,10 @@ impl Reader<'_> {
             kind::STREAM_LISTPACKS_2 => self.stream(2),
             kind::STREAM_LISTPACKS_3 => self.stream(3),
             6 | 7 => Err(Refused::Unsupported("module")),
+            // Redis 7.4's hashes whose fields expire (HEXPIRE): 7.2 has no such hash.
+            22..=25 => Err(Refused::Unsupported(
+                "hash with field expirations (Redis 7.4's HEXPIRE)",
+            )),
             _ => Err(BAD),
         }
     }

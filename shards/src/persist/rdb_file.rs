@@ -1,4 +1,6 @@
-//! A whole RDB file, as a Redis primary sends one to its replica (versions 1 to 11, Redis 7.2's):
+//! A whole RDB file, as a Redis primary sends one to its replica (versions 1 to 12: Redis
+//! 7.2 writes 11, 7.4 and 8.0 write 12, whose only additions are per-slot sizes and hashes
+//! whose fields expire; a key holding such a hash is refused by name):
 //! the header, auxiliary fields, database selectors, expiry times and LRU/LFU hints, function
 //! libraries, and each key with its value. Each key comes out as a DUMP payload (the value's
 //! bytes as the file holds them, framed with a version and CRC64), which RESTORE reads in any
@@ -7,8 +9,12 @@
 
 use bytes::Bytes;
 
-use super::rdb::{crc64, frame, RDB_VERSION_MAX};
+use super::rdb::{crc64, frame};
 use super::rdb_encoding::{Reader, Refused};
+
+/// The newest RDB file version read: Redis 7.4's and 8.0's. (RESTORE's payloads stop at
+/// 11, as Redis 7.2's RESTORE does: `rdb::RDB_VERSION_MAX`.)
+pub const RDB_FILE_VERSION_MAX: u16 = 12;
 
 mod opcode {
     pub const SLOT_INFO: u8 = 0xF4;
@@ -173,9 +179,9 @@ fn header(bytes: &[u8]) -> Result<u16, String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or("the RDB's version is not a number")?;
-    if version == 0 || version > RDB_VERSION_MAX {
+    if version == 0 || version > RDB_FILE_VERSION_MAX {
         return Err(format!(
-            "RDB version {version} is newer than WeTask reads (up to {RDB_VERSION_MAX}, Redis 7.2's)"
+            "RDB version {version} is newer than WeTask reads (up to {RDB_FILE_VERSION_MAX}, Redis 7.4's and 8.0's)"
         ));
     }
     Ok(version)
@@ -264,6 +270,37 @@ mod tests {
         assert_eq!((*db, *expire_at_ms), (3, None));
     }
 
+    #[test]
+    fn redis_74s_files_read_and_a_hash_whose_fields_expire_is_refused_by_name() {
+        // Version 12 with a cluster's per-slot sizes before the keys: the same keys.
+        let mut file = sample("0012");
+        let at = file
+            .iter()
+            .position(|&b| b == opcode::SELECT_DB)
+            .expect("a db");
+        file.splice(at..at, [opcode::SLOT_INFO, 7, 2, 0]);
+        let end = file.len() - 8;
+        let crc = crc64(&file[..end]);
+        file[end..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(items(&file).expect("reads").len(), 3);
+        assert_eq!(
+            items(&sample("0011")).expect("reads"),
+            items(&file).expect("reads")
+        );
+
+        // A listpack hash with field expirations (type 25): named, not misread.
+        let mut file = b"REDIS0012".to_vec();
+        file.extend([opcode::SELECT_DB, 0, 25]);
+        super::super::rdb::put_string(&mut file, b"expiring");
+        file.extend([0u8; 16]);
+        file.push(opcode::EOF);
+        let refused = items(&file).expect_err("refused");
+        assert!(
+            refused.contains("\"expiring\"") && refused.contains("field expirations"),
+            "{refused}"
+        );
+    }
+
     proptest::proptest! {
         #[test]
         fn any_bytes_after_a_header_read_without_panic(
@@ -283,6 +320,8 @@ mod tests {
         assert!(items(&flipped).is_err());
         assert!(items(&good[..good.len() - 12]).is_err());
         assert!(items(b"REDIS0012").is_err());
+        let newer = items(b"REDIS0013").expect_err("refused");
+        assert!(newer.contains("RDB version 13"), "{newer}");
         assert!(items(b"NOTRDB000").is_err());
         for cut in 0..good.len() {
             let _ = items(&good[..cut]);
