@@ -321,6 +321,7 @@ fn open_data(
             *globals.replication.run_id.lock().expect("run id") = run;
         }
         follows = saved.follows;
+        *globals.replication.redis_saved.lock().expect("redis saved") = saved.follows_redis;
         let _ = globals.store.set(store);
     }
     if let Some(dumps) = crate::persist::dump::open(config, shard_count)? {

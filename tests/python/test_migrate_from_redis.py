@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from conftest import Server, stop_process
-from test_replication import DEADLINE_S, fill, link_up, names, state_of, wait_for
+from test_replication import DEADLINE_S, exit_cleanly, fill, link_up, names, state_of, wait_for
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUBY = os.path.join(TESTS, "ruby")
@@ -102,6 +102,8 @@ def test_every_key_survives_a_live_migration(source, target):
         stop.set()
         thread.join(timeout=DEADLINE_S)
     # Redis's WAIT asks its replica for its offset (REPLCONF GETACK): the cut-over point.
+    # (Redis 7.2's WAIT covers its own client's writes only: this client writes last.)
+    red.set("cut-over", "1")
     assert red.execute_command("WAIT", 1, 10000) == 1
     everything = all_keys(red)
     assert all_keys(we) == everything
@@ -139,12 +141,109 @@ def test_a_dropped_link_resumes_from_redis_backlog(source, target):
         we.set("x", "1")
 
 
+def test_links_dropped_under_a_writer_resume_without_applying_twice(source, target):
+    """Redis's link to the replica is killed five times while a client runs INCR and RPUSH:
+    each partial resync continues right after the last command this node applied, so
+    nothing is applied twice (an INCR counted twice) or skipped."""
+    red = redis.Redis(port=source, decode_responses=True)
+    we = redis.Redis(port=target.port, decode_responses=True)
+    # A backlog that outlasts each reconnect (Redis's 1 MB default fills in about a second
+    # of this writer, and the link comes back after one).
+    assert red.config_set("repl-backlog-size", 64 << 20)
+    we.replicaof("127.0.0.1", source)
+    wait_for(lambda: link_up(we), "the link to Redis")
+    stop = threading.Event()
+
+    def writer():
+        w = redis.Redis(port=source, decode_responses=True)
+        for i in range(200000):
+            if stop.is_set():
+                return
+            pipe = w.pipeline(transaction=False)
+            pipe.incr("counter")
+            pipe.rpush("pushed", i)
+            pipe.execute()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        full = red.info("stats")["sync_full"]
+        for kill in range(5):
+            mark = int(red.get("counter") or 0)
+            wait_for(lambda: int(red.get("counter") or 0) > mark + 200, "the writer to go on")
+            assert red.execute_command("CLIENT", "KILL", "TYPE", "replica") == 1
+            wait_for(lambda: link_up(we) and red.info("replication")["connected_slaves"] == 1,
+                     f"the link back after kill {kill}")
+    finally:
+        stop.set()
+        thread.join(timeout=DEADLINE_S)
+    # Redis 7.2's WAIT covers its own client's writes only: this one writes last.
+    red.set("marker", "1")
+    assert red.execute_command("WAIT", 1, 10000) == 1
+    assert red.info("stats")["sync_full"] == full, "every resync was partial"
+    assert we.get("counter") == red.get("counter")
+    assert we.llen("pushed") == red.llen("pushed")
+    assert we.lrange("pushed", -50, -1) == red.lrange("pushed", -50, -1)
+
+
+def restart_replica(replica, source, red):
+    """Starts `replica` again on its data, following `source`, and waits until it has
+    every write `red` made."""
+    replica = Server("--shards", "2", "--replicaof", f"127.0.0.1 {source}", data_dir=replica.dir)
+    we = redis.Redis(port=replica.port, decode_responses=True)
+    wait_for(lambda: link_up(we) and red.execute_command("WAIT", 1, 100) == 1,
+             "the restarted replica's link")
+    return replica, we
+
+
+def test_a_clean_restart_continues_from_redis_backlog_and_a_crash_syncs_in_full(source):
+    """As a Redis replica keeps its primary's replication id and offset across a restart:
+    a WeTask replica of Redis that exits cleanly continues with a partial resync from
+    Redis's backlog (counters show nothing applied twice or skipped); one killed with -9
+    vouches for nothing and syncs in full."""
+    red = redis.Redis(port=source, decode_responses=True)
+    fill(red, names("before", 300))
+    replica = Server("--shards", "2", "--replicaof", f"127.0.0.1 {source}")
+    try:
+        we = redis.Redis(port=replica.port, decode_responses=True)
+        wait_for(lambda: link_up(we), "the link to Redis")
+        for _ in range(100):
+            red.incr("counter")
+        assert red.execute_command("WAIT", 1, 10000) == 1
+        stats = red.info("stats")
+        full, partial = stats["sync_full"], stats["sync_partial_ok"]
+
+        exit_cleanly(replica)
+        more = names("down", 100)
+        fill(red, more)
+        for _ in range(50):
+            red.incr("counter")
+        replica, we = restart_replica(replica, source, red)
+        stats = red.info("stats")
+        assert (stats["sync_full"], stats["sync_partial_ok"]) == (full, partial + 1), stats
+        assert we.get("counter") == red.get("counter") == "150"
+        assert state_of(we, more) == state_of(red, more)
+
+        replica.proc.kill()
+        replica.proc.wait()
+        for _ in range(10):
+            red.incr("counter")
+        replica, we = restart_replica(replica, source, red)
+        assert red.info("stats")["sync_full"] == full + 1
+        assert we.get("counter") == red.get("counter") == "160"
+    finally:
+        replica.stop()
+
+
 def migrate(source, target):
     """Follows `source` until it is caught up, then cuts over."""
     we = redis.Redis(port=target.port, decode_responses=True)
     we.replicaof("127.0.0.1", source)
     wait_for(lambda: link_up(we), "the link to Redis")
-    assert redis.Redis(port=source).execute_command("WAIT", 1, 10000) == 1
+    # Redis 7.2's WAIT covers its own client's writes only: this client writes last.
+    red = redis.Redis(port=source)
+    red.set("cut-over", "1")
+    assert red.execute_command("WAIT", 1, 10000) == 1
     assert we.replicaof("NO", "ONE")
     return we
 

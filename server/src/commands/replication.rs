@@ -170,8 +170,10 @@ pub(super) fn replicaof(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
     Frame::ok()
 }
 
-/// Starts following `host:port` (from REPLICAOF).
+/// Starts following `host:port` (from REPLICAOF): from scratch, whatever the last clean
+/// exit saved.
 pub fn follow(globals: &std::sync::Arc<Globals>, host: String, port: u16) {
+    *globals.replication.redis_saved.lock().expect("redis saved") = None;
     follow_from(globals, host, port, None);
 }
 
@@ -248,6 +250,7 @@ fn promote(globals: &Globals) {
     replication.link_epoch.fetch_add(1, Ordering::AcqRel);
     replication.links.close(None);
     *replication.primary.lock().expect("primary") = None;
+    *replication.redis_saved.lock().expect("redis saved") = None;
     // A new history: replicas of the old primary cannot continue from this one's files.
     *replication.run_id.lock().expect("run id") = replication::random_hex(40);
     for inbox in &replication.inboxes {

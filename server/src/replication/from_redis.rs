@@ -42,6 +42,19 @@ pub struct Resume {
     offset: u64,
 }
 
+impl Resume {
+    pub fn at(replid: String, offset: u64) -> Resume {
+        Resume { replid, offset }
+    }
+}
+
+/// Publishes where this node's data stands (`Replication::redis_at`): `Some` only while
+/// no command is in flight, under the link's epoch.
+fn publish_at(env: &Env, epoch: u64, at: Option<(&Resume, u64)>) {
+    let mut published = env.replication.redis_at.lock().expect("redis at");
+    *published = at.map(|(r, offset)| (epoch, r.replid.clone(), offset));
+}
+
 /// One session with the Redis primary: the handshake, a full or partial sync, then the
 /// stream until it fails or the link is replaced.
 pub fn session(
@@ -51,6 +64,8 @@ pub fn session(
     port: u16,
     resume: &mut Option<Resume>,
 ) -> Result<(), String> {
+    // Until the sync says where the data stands, it stands nowhere a restart can trust.
+    publish_at(env, epoch, None);
     let mut primary = connect(host, port)?;
     authenticate(&mut primary, &env.auth)?;
     expect_ok(
@@ -106,9 +121,45 @@ pub fn session(
     env.replication
         .primary_offset
         .store(offset, Ordering::Release);
-    let result = stream(env, epoch, primary, &applier, offset, resume);
-    applier.finish();
+    let mut progress = Progress::new(offset);
+    let result = stream(env, epoch, primary, &applier, &mut progress, resume);
+    // Where the next PSYNC continues: past every command sent here once all are answered;
+    // with some unanswered, which of them ran is unknown, so the next sync is a full one
+    // (continuing from the last answered one would run the others twice).
+    let answered = applier.finish();
+    match resume.as_mut() {
+        Some(r) if answered => {
+            r.offset = progress.consumed;
+            publish_at(env, epoch, Some((r, r.offset)));
+        }
+        _ => {
+            *resume = None;
+            publish_at(env, epoch, None);
+        }
+    }
     result
+}
+
+/// How far the stream has come: the primary's offset after the last whole command decoded
+/// (and sent here, but for PINGs), the commands sent and the offset after each, not yet
+/// answered, and the offset up to which all are.
+struct Progress {
+    consumed: u64,
+    /// Bytes of a command the decoder has taken but not yet completed.
+    partial: u64,
+    pending: VecDeque<(u64, u64)>,
+    applied: u64,
+}
+
+impl Progress {
+    fn new(start: u64) -> Progress {
+        Progress {
+            consumed: start,
+            partial: 0,
+            pending: VecDeque::new(),
+            applied: start,
+        }
+    }
 }
 
 /// One `\r\n`-terminated line, skipping the bare newlines Redis sends as keep-alives while
@@ -220,46 +271,60 @@ fn stream(
     epoch: u64,
     mut primary: TcpStream,
     applier: &Applier,
-    start: u64,
+    progress: &mut Progress,
     resume: &mut Option<Resume>,
 ) -> Result<(), String> {
     let _ = primary.set_read_timeout(Some(ACK_EVERY));
     let mut decoder = CommandDecoder::new(Limits::default());
     let mut buffer = BytesMut::with_capacity(1 << 16);
     let mut chunk = vec![0u8; 1 << 16];
-    let mut consumed = start;
-    let mut applied = start;
-    let mut pending: VecDeque<(u64, u64)> = VecDeque::new();
     let mut last_ack = Instant::now();
     let mut last_heard = Instant::now();
     let mut fsynced = Fsynced::new(env);
+    // The offset `Replication::redis_at` holds for this stream (cleared before a command
+    // is sent, set again once every command sent is answered).
+    let mut published: Option<u64> = None;
     while env.replication.link_epoch.load(Ordering::Acquire) == epoch && !(env.stopping)() {
         loop {
             let before = buffer.len();
             let decoded = decoder
                 .decode(&mut buffer)
                 .map_err(|e| format!("the primary's stream is malformed: {e:?}"))?;
-            consumed += (before - buffer.len()) as u64;
+            // The decoder takes a command's bytes as they arrive: they count once it is
+            // whole (a link that ends mid-command must not continue past it).
+            progress.partial += (before - buffer.len()) as u64;
             let Some(args) = decoded else { break };
+            let used = std::mem::take(&mut progress.partial);
             if is(&args[0], "ping") {
+                progress.consumed += used;
                 continue;
             }
             if is(&args[0], "replconf") && args.get(1).is_some_and(|a| is(a, "getack")) {
+                progress.consumed += used;
                 applier.flush()?;
-                let offset = applier.applied_offset(&mut pending, consumed, &mut applied);
+                let offset = applier.applied_offset(progress);
                 ack(&mut primary, offset, fsynced.at(offset))?;
                 continue;
             }
+            if published.take().is_some() {
+                publish_at(env, epoch, None);
+            }
+            // Counted once sent: a command that could not be sent is not past the offset.
             let sent = applier.command(&args)?;
-            pending.push_back((sent, consumed));
+            progress.consumed += used;
+            progress.pending.push_back((sent, progress.consumed));
         }
         applier.flush()?;
-        applier.applied_offset(&mut pending, consumed, &mut applied);
+        let applied = applier.applied_offset(progress);
         env.replication
             .primary_offset
             .store(applied, Ordering::Release);
         if let Some(r) = resume.as_mut() {
             r.offset = applied;
+            if progress.pending.is_empty() && published != Some(applied) {
+                publish_at(env, epoch, Some((r, applied)));
+                published = Some(applied);
+            }
         }
         if last_ack.elapsed() >= ACK_EVERY {
             ack(&mut primary, applied, fsynced.at(applied))?;
@@ -391,42 +456,39 @@ impl Applier {
             .map_err(|e| format!("cannot write to this node: {e}"))
     }
 
-    /// The primary offset up to which every command has been answered: `pending` holds
-    /// (commands sent, offset after them) in order, `last` the offset found last time.
-    fn applied_offset(
-        &self,
-        pending: &mut VecDeque<(u64, u64)>,
-        consumed: u64,
-        last: &mut u64,
-    ) -> u64 {
+    /// The primary offset up to which every command has been answered (`progress` moved
+    /// on to it).
+    fn applied_offset(&self, progress: &mut Progress) -> u64 {
         let answered = self.answered.load(Ordering::Acquire);
-        while let Some(&(sent, offset)) = pending.front() {
+        while let Some(&(sent, offset)) = progress.pending.front() {
             if sent > answered {
                 break;
             }
-            *last = offset;
-            pending.pop_front();
+            progress.applied = offset;
+            progress.pending.pop_front();
         }
-        if pending.is_empty() {
+        if progress.pending.is_empty() {
             // Everything forwarded is answered: what was skipped (PINGs) counts too.
-            *last = consumed;
+            progress.applied = progress.consumed;
         }
-        *last
+        progress.applied
     }
 
-    /// Waits (a little) for the answers to what was sent, then closes the connection.
-    fn finish(mut self) {
-        let _ = self.flush();
+    /// Waits (a little) for the answers to what was sent, then closes the connection;
+    /// true when every command sent was answered.
+    fn finish(mut self) -> bool {
+        let flushed = self.flush().is_ok();
         let until = Instant::now() + Duration::from_secs(5);
-        while self.answered.load(Ordering::Acquire) < self.sent.load(Ordering::Acquire)
-            && Instant::now() < until
-        {
+        let all = || self.answered.load(Ordering::Acquire) >= self.sent.load(Ordering::Acquire);
+        while !all() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(1));
         }
+        let answered = flushed && all();
         let _ = self.conn.shutdown(std::net::Shutdown::Both);
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
+        answered
     }
 }
 

@@ -209,6 +209,14 @@ pub struct Replication {
     pub served: AtomicBool,
     /// The primary is a redis-server (`from_redis`), and the offset applied of its stream.
     pub follows_redis: AtomicBool,
+    /// Following a redis-server: its replication id and the offset this node's data stands
+    /// at exactly (every command sent here before it answered, none after), with the link
+    /// epoch it was found under; `None` while commands are in flight or a full sync runs.
+    /// A clean exit saves it (`resume`).
+    pub redis_at: Mutex<Option<(u64, String, u64)>>,
+    /// What the last clean exit saved of it, for the first link to a redis-server after
+    /// start to continue from (REPLICAOF and promotion drop it).
+    pub redis_saved: Mutex<Option<(String, u64)>>,
     pub primary_offset: AtomicU64,
     /// Times this node turned from primary into replica: each shard then ends its blocked
     /// commands with UNBLOCKED, as Redis does (`ShardCtx::unblock_on_role_change`).
@@ -243,6 +251,8 @@ impl Replication {
             last_io_ms: AtomicU64::new(0),
             served: AtomicBool::new(false),
             follows_redis: AtomicBool::new(false),
+            redis_at: Mutex::new(None),
+            redis_saved: Mutex::new(None),
             primary_offset: AtomicU64::new(0),
             demotions: AtomicU64::new(0),
             functions: Mutex::new(Bytes::new()),

@@ -130,7 +130,17 @@ fn link(env: &Env, epoch: u64, host: &str, port: u16) {
 /// starts over after a second, resuming from Redis's backlog when it can.
 fn follow_redis(env: &Env, epoch: u64, host: &str, port: u16) {
     env.replication.follows_redis.store(true, Ordering::Release);
-    let mut resume = None;
+    // Where the last clean exit left this node's data, if it followed a redis-server then.
+    let saved = env
+        .replication
+        .redis_saved
+        .lock()
+        .expect("redis saved")
+        .take();
+    let mut resume = saved.map(|(replid, offset)| {
+        tracing::info!(%replid, offset, "continuing from where the last clean exit left the stream");
+        super::from_redis::Resume::at(replid, offset)
+    });
     while current(env, epoch) {
         env.replication.set_link(epoch, LinkState::Connecting);
         if let Err(e) = super::from_redis::session(env, epoch, host, port, &mut resume) {

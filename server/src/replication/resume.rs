@@ -3,7 +3,9 @@
 //! a node writes `replication-resume` in its data directory: its own run id (a primary's
 //! replicas continue from its journal after it restarts), and, as a replica whose every
 //! shard follows its primary's journal with nothing held, the primary's run id and each
-//! shard's position applied (and written to this node's journal). At start the file is
+//! shard's position applied (and written to this node's journal); as a replica of a
+//! redis-server, Redis's replication id and the offset this node's data stands at, which
+//! the next link's PSYNC continues from (`from_redis`). At start the file is
 //! read and deleted at once, before anything is written: a node that crashes afterwards
 //! starts with a new run id and its replicas sync in full, since only a clean exit vouches
 //! that the journal ends where the positions say.
@@ -26,6 +28,8 @@ pub struct Saved {
     pub run_id: Option<String>,
     /// As a replica: its primary's run id and each shard's position.
     pub follows: Option<(String, Vec<u64>)>,
+    /// As a replica of a redis-server: its replication id and the offset applied.
+    pub follows_redis: Option<(String, u64)>,
 }
 
 /// Reads what the last clean exit saved in `dir`, and deletes it on a thread of its own
@@ -92,6 +96,13 @@ fn parse(text: &str, shards: usize) -> Option<Saved> {
                 }
                 saved.follows = Some((run.to_string(), positions));
             }
+            (Some("follows-redis"), Some(replid)) if valid_run(replid) => {
+                let offset = words.next()?.parse().ok()?;
+                if words.next().is_some() {
+                    return None;
+                }
+                saved.follows_redis = Some((replid.to_string(), offset));
+            }
             _ => return None,
         }
     }
@@ -109,6 +120,9 @@ pub fn save(dir: &Path, replication: &Replication) -> std::io::Result<()> {
     if let Some((run, positions)) = following(replication) {
         let positions: Vec<String> = positions.iter().map(u64::to_string).collect();
         text.push_str(&format!("follows {run} {}\n", positions.join(" ")));
+    }
+    if let Some((replid, offset)) = following_redis(replication) {
+        text.push_str(&format!("follows-redis {replid} {offset}\n"));
     }
     let tmp = dir.join(format!("{FILE}.tmp"));
     {
@@ -145,6 +159,20 @@ fn following(replication: &Replication) -> Option<(String, Vec<u64>)> {
     Some((run?, positions))
 }
 
+/// As a replica of a redis-server whose stream stands at an offset exactly (nothing in
+/// flight: `Replication::redis_at`, under the current link): its replication id and that
+/// offset. Every command before it was answered, so journaled, and the journals are now
+/// closed.
+fn following_redis(replication: &Replication) -> Option<(String, u64)> {
+    if !replication.is_replica() || !replication.follows_redis.load(Ordering::Acquire) {
+        return None;
+    }
+    let at = replication.redis_at.lock().expect("redis at");
+    let (epoch, replid, offset) = at.as_ref()?;
+    (*epoch == replication.link_epoch.load(Ordering::Acquire) && valid_run(replid))
+        .then(|| (replid.clone(), *offset))
+}
+
 /// A replica's shards continue from `positions` of primary run `run` (its journal holds
 /// what they applied): called by the first `follow` after start, before its streams open.
 pub fn restore(replication: &Replication, run: &str, positions: &[u64]) {
@@ -174,9 +202,27 @@ mod tests {
             Some(Saved {
                 run_id: Some(run('a')),
                 follows: Some((run('b'), vec![10, 20])),
+                follows_redis: None,
             })
         );
         assert_eq!(parse(&text, 3), None, "another shard count");
+        let redis = format!(
+            "{MAGIC}\nrun {}\nfollows-redis {} 12345\n",
+            run('a'),
+            run('d')
+        );
+        assert_eq!(
+            parse(&redis, 2).unwrap().follows_redis,
+            Some((run('d'), 12345))
+        );
+        for bad in [
+            "follows-redis x 1",
+            "follows-redis {d} -1",
+            "follows-redis {d} 1 2",
+        ] {
+            let line = bad.replace("{d}", &run('d'));
+            assert_eq!(parse(&format!("{MAGIC}\n{line}\n"), 2), None, "{line}");
+        }
         let primary = format!("{MAGIC}\nrun {}\n", run('c'));
         assert_eq!(parse(&primary, 4).unwrap().follows, None);
         for bad in [
