@@ -89,33 +89,7 @@ pub fn session(
     let _ = primary.set_read_timeout(Some(SILENCE_TIMEOUT));
     let answer = read_line(&mut primary)?;
     let applier = Applier::open(env)?;
-    let offset = if let Some(rest) = answer.strip_prefix("+FULLRESYNC ") {
-        let (replid, offset) = rest
-            .split_once(' ')
-            .ok_or_else(|| format!("a malformed FULLRESYNC: {answer}"))?;
-        let offset: u64 = offset
-            .trim()
-            .parse()
-            .map_err(|_| format!("a malformed offset: {answer}"))?;
-        env.replication.set_link(epoch, LinkState::Syncing);
-        full_sync(&mut primary, &applier)?;
-        *resume = Some(Resume {
-            replid: replid.to_string(),
-            offset,
-        });
-        offset
-    } else if answer.starts_with("+CONTINUE") {
-        let r = resume
-            .as_mut()
-            .ok_or("the primary continued a sync never begun")?;
-        // PSYNC2: a new id after the primary's own failover.
-        if let Some(id) = answer.split_whitespace().nth(1) {
-            r.replid = id.to_string();
-        }
-        r.offset
-    } else {
-        return Err(format!("the primary refused PSYNC: {answer}"));
-    };
+    let offset = synced(env, epoch, &answer, &mut primary, &applier, resume)?;
     tracing::info!(primary = %format!("{host}:{port}"), offset, "following a Redis primary");
     env.replication.set_link(epoch, LinkState::Connected);
     env.replication
@@ -140,6 +114,45 @@ pub fn session(
     result
 }
 
+/// PSYNC's `answer`: a full sync (the RDB loaded, `resume` set to its id and offset) or a
+/// continuation from `resume`. Returns the offset the stream starts at.
+fn synced(
+    env: &Env,
+    epoch: u64,
+    answer: &str,
+    primary: &mut TcpStream,
+    applier: &Applier,
+    resume: &mut Option<Resume>,
+) -> Result<u64, String> {
+    if let Some(rest) = answer.strip_prefix("+FULLRESYNC ") {
+        let (replid, offset) = rest
+            .split_once(' ')
+            .ok_or_else(|| format!("a malformed FULLRESYNC: {answer}"))?;
+        let offset: u64 = offset
+            .trim()
+            .parse()
+            .map_err(|_| format!("a malformed offset: {answer}"))?;
+        env.replication.set_link(epoch, LinkState::Syncing);
+        full_sync(primary, applier)?;
+        *resume = Some(Resume {
+            replid: replid.to_string(),
+            offset,
+        });
+        return Ok(offset);
+    }
+    if !answer.starts_with("+CONTINUE") {
+        return Err(format!("the primary refused PSYNC: {answer}"));
+    }
+    let r = resume
+        .as_mut()
+        .ok_or("the primary continued a sync never begun")?;
+    // PSYNC2: a new id after the primary's own failover.
+    if let Some(id) = answer.split_whitespace().nth(1) {
+        r.replid = id.to_string();
+    }
+    Ok(r.offset)
+}
+
 /// How far the stream has come: the primary's offset after the last whole command decoded
 /// (and sent here, but for PINGs), the commands sent and the offset after each, not yet
 /// answered, and the offset up to which all are.
@@ -149,6 +162,9 @@ struct Progress {
     partial: u64,
     pending: VecDeque<(u64, u64)>,
     applied: u64,
+    /// The offset `Replication::redis_at` holds for this stream (cleared before a command
+    /// is sent, set again once every command sent is answered).
+    published: Option<u64>,
 }
 
 impl Progress {
@@ -158,6 +174,7 @@ impl Progress {
             partial: 0,
             pending: VecDeque::new(),
             applied: start,
+            published: None,
         }
     }
 }
@@ -281,39 +298,17 @@ fn stream(
     let mut last_ack = Instant::now();
     let mut last_heard = Instant::now();
     let mut fsynced = Fsynced::new(env);
-    // The offset `Replication::redis_at` holds for this stream (cleared before a command
-    // is sent, set again once every command sent is answered).
-    let mut published: Option<u64> = None;
     while env.replication.link_epoch.load(Ordering::Acquire) == epoch && !(env.stopping)() {
-        loop {
-            let before = buffer.len();
-            let decoded = decoder
-                .decode(&mut buffer)
-                .map_err(|e| format!("the primary's stream is malformed: {e:?}"))?;
-            // The decoder takes a command's bytes as they arrive: they count once it is
-            // whole (a link that ends mid-command must not continue past it).
-            progress.partial += (before - buffer.len()) as u64;
-            let Some(args) = decoded else { break };
-            let used = std::mem::take(&mut progress.partial);
-            if is(&args[0], "ping") {
-                progress.consumed += used;
-                continue;
-            }
-            if is(&args[0], "replconf") && args.get(1).is_some_and(|a| is(a, "getack")) {
-                progress.consumed += used;
-                applier.flush()?;
-                let offset = applier.applied_offset(progress);
-                ack(&mut primary, offset, fsynced.at(offset))?;
-                continue;
-            }
-            if published.take().is_some() {
-                publish_at(env, epoch, None);
-            }
-            // Counted once sent: a command that could not be sent is not past the offset.
-            let sent = applier.command(&args)?;
-            progress.consumed += used;
-            progress.pending.push_back((sent, progress.consumed));
-        }
+        let mut link = (&mut primary, &mut fsynced);
+        forward(
+            env,
+            epoch,
+            &mut decoder,
+            &mut buffer,
+            &mut link,
+            applier,
+            progress,
+        )?;
         applier.flush()?;
         let applied = applier.applied_offset(progress);
         env.replication
@@ -321,9 +316,9 @@ fn stream(
             .store(applied, Ordering::Release);
         if let Some(r) = resume.as_mut() {
             r.offset = applied;
-            if progress.pending.is_empty() && published != Some(applied) {
+            if progress.pending.is_empty() && progress.published != Some(applied) {
                 publish_at(env, epoch, Some((r, applied)));
-                published = Some(applied);
+                progress.published = Some(applied);
             }
         }
         if last_ack.elapsed() >= ACK_EVERY {
@@ -346,6 +341,50 @@ fn stream(
         }
     }
     Ok(())
+}
+
+/// Sends every whole command `buffer` holds to the applier (PING dropped, GETACK answered
+/// on `link`, the primary's connection and the fsync tracker).
+fn forward(
+    env: &Env,
+    epoch: u64,
+    decoder: &mut CommandDecoder,
+    buffer: &mut BytesMut,
+    (primary, fsynced): &mut (&mut TcpStream, &mut Fsynced),
+    applier: &Applier,
+    progress: &mut Progress,
+) -> Result<(), String> {
+    loop {
+        let before = buffer.len();
+        let decoded = decoder
+            .decode(buffer)
+            .map_err(|e| format!("the primary's stream is malformed: {e:?}"))?;
+        // The decoder takes a command's bytes as they arrive: they count once it is whole
+        // (a link that ends mid-command must not continue past it).
+        progress.partial += (before - buffer.len()) as u64;
+        let Some(args) = decoded else {
+            return Ok(());
+        };
+        let used = std::mem::take(&mut progress.partial);
+        if is(&args[0], "ping") {
+            progress.consumed += used;
+            continue;
+        }
+        if is(&args[0], "replconf") && args.get(1).is_some_and(|a| is(a, "getack")) {
+            progress.consumed += used;
+            applier.flush()?;
+            let offset = applier.applied_offset(progress);
+            ack(primary, offset, fsynced.at(offset))?;
+            continue;
+        }
+        if progress.published.take().is_some() {
+            publish_at(env, epoch, None);
+        }
+        // Counted once sent: a command that could not be sent is not past the offset.
+        let sent = applier.command(&args)?;
+        progress.consumed += used;
+        progress.pending.push_back((sent, progress.consumed));
+    }
 }
 
 /// `REPLCONF ACK offset [FACK fsynced]`: Redis 7.2's primary counts the FACK offset for
