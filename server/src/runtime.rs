@@ -545,7 +545,19 @@ fn recover_shard(ctx: &Rc<ShardCtx>, store: &Arc<crate::persist::Store>) -> Resu
     let started = std::time::Instant::now();
     let (journal, recovered) = {
         let mut shard = ctx.shard.borrow_mut();
-        crate::persist::recover(store, ctx.id, ctx.shard_count, &mut shard)?
+        let recovered = crate::persist::recover(store, ctx.id, ctx.shard_count, &mut shard)?;
+        if shard.holds_partial_sync() {
+            // The journal ends inside a full sync from a primary: a replica answers LOADING
+            // until the next one ends (`Replication::loading`).
+            tracing::warn!(
+                shard = ctx.id,
+                "the journal ends inside a full sync from a primary: the data is partial"
+            );
+            ctx.globals.replication.inboxes[ctx.id]
+                .loading
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        recovered
     };
     tracing::info!(
         shard = ctx.id,

@@ -17,6 +17,8 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from conftest import BINARY, DEADLINE_S, Server, wait_for
 from test_differential import free_port
@@ -317,6 +319,61 @@ def exit_cleanly(srv):
     """SIGTERM, and a clean exit (its data directory kept, unlike `Server.stop`)."""
     srv.proc.send_signal(signal.SIGTERM)
     assert srv.proc.wait(timeout=DEADLINE_S) == 0
+
+
+def test_a_replica_holding_part_of_a_full_sync_answers_loading():
+    """A replica whose data is part of its primary's snapshot answers LOADING, as Redis does
+    while it loads its primary's RDB: reads would see a partial dataset, and REPLICAOF NO
+    ONE would promote one. Made certain with a crash point: the replica dies once its
+    journal holds the start of a full sync and one part of it; restarted while the primary
+    is stopped, its data is that part. INFO and REPLICAOF to another primary still run;
+    once the primary resumes and the sync ends, everything does."""
+    primary = Server("--shards", "2")
+    replica = None
+    try:
+        p = redis.Redis(port=primary.port, decode_responses=True)
+        # Each shard's snapshot spans several parts of 1 MiB (and turns of the replica).
+        keys = names("big", 8000)
+        for start in range(0, len(keys), 1000):
+            pipe = p.pipeline(transaction=False)
+            for key in keys[start:start + 1000]:
+                pipe.set(key, key * 40)
+            assert all(pipe.execute())
+        # A full sync sends the newest snapshot, then the journal after it: the snapshot
+        # must hold the keys for the replica to load parts of it.
+        rewrites = int(p.info("persistence")["aof_rewrites"])
+        p.bgrewriteaof()
+        wait_for(lambda: int(p.info("persistence")["aof_rewrites"]) > rewrites
+                 and p.info("persistence")["aof_rewrite_in_progress"] == 0, "the snapshot")
+        os.environ["WETASK_FAILPOINT"] = "replica-mid-full-sync"
+        try:
+            replica = Server("--shards", "2", "--replicaof", f"127.0.0.1 {primary.port}")
+        finally:
+            del os.environ["WETASK_FAILPOINT"]
+        assert replica.proc.wait(timeout=DEADLINE_S) == 137, "the crash point was not reached"
+        primary.proc.send_signal(signal.SIGSTOP)
+        try:
+            replica = Server("--shards", "2", "--replicaof", f"127.0.0.1 {primary.port}",
+                             data_dir=replica.dir)
+            # No retries: redis-py retries LOADING for seconds by default.
+            r = redis.Redis(port=replica.port, decode_responses=True,
+                            retry=Retry(NoBackoff(), 0))
+            for command in (("GET", keys[0]), ("DBSIZE",), ("PING",), ("REPLICAOF", "NO", "ONE")):
+                with pytest.raises(redis.exceptions.BusyLoadingError):
+                    r.execute_command(*command)
+            assert r.info("replication")["role"] == "slave"
+            assert r.info("persistence")["loading"] == 1
+            assert r.config_get("appendfsync") == {"appendfsync": "everysec"}
+        finally:
+            primary.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: link_up(r) and p.execute_command("WAIT", 1, 100) == 1, "the full sync")
+        assert r.dbsize() == p.dbsize()
+        assert state_of(r, keys[::997]) == state_of(p, keys[::997])
+        assert r.execute_command("REPLICAOF", "NO", "ONE") == "OK"
+    finally:
+        if replica:
+            replica.stop()
+        primary.stop()
 
 
 def test_clean_restarts_continue_the_stream_and_a_crash_syncs_in_full():

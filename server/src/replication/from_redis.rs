@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::io::{BufWriter, ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -133,7 +133,7 @@ fn synced(
             .parse()
             .map_err(|_| format!("a malformed offset: {answer}"))?;
         env.replication.set_link(epoch, LinkState::Syncing);
-        full_sync(primary, applier)?;
+        full_sync(primary, applier, &env.replication.redis_loading)?;
         *resume = Some(Resume {
             replid: replid.to_string(),
             offset,
@@ -201,7 +201,11 @@ fn read_line(conn: &mut TcpStream) -> Result<String, String> {
 }
 
 /// Reads the RDB (`$<len>` and the file) and loads it through the applier.
-fn full_sync(primary: &mut TcpStream, applier: &Applier) -> Result<(), String> {
+fn full_sync(
+    primary: &mut TcpStream,
+    applier: &Applier,
+    loading: &AtomicBool,
+) -> Result<(), String> {
     let line = read_line(primary)?;
     if line.starts_with("$EOF:") {
         return Err(
@@ -221,6 +225,9 @@ fn full_sync(primary: &mut TcpStream, applier: &Applier) -> Result<(), String> {
     primary
         .read_exact(&mut rdb)
         .map_err(|e| format!("the RDB transfer failed: {e}"))?;
+    // From the FLUSHALL until the last key is in, the node holds part of the RDB: it
+    // answers LOADING (left so if the load fails: the data is partial until the next).
+    loading.store(true, Ordering::Release);
     applier.command(&[Bytes::from_static(b"FLUSHALL")])?;
     let keys = load_rdb(&rdb, applier)?;
     // The stream selects its database before its first command; start from 0 as Redis does.
@@ -233,6 +240,7 @@ fn full_sync(primary: &mut TcpStream, applier: &Applier) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+    loading.store(false, Ordering::Release);
     tracing::info!(keys, bytes = len, "loaded the Redis primary's RDB");
     Ok(())
 }

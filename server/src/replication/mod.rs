@@ -94,6 +94,9 @@ pub struct Inbox {
     /// The shard holds a cross-shard operation's part, its outcome not yet arrived (a
     /// restart could not continue from its position: `resume`).
     pub holds_part: AtomicBool,
+    /// The shard holds part of a full sync (begun, not ended: applied now, or left so in
+    /// its journal by a link that broke): the node answers LOADING ([`Replication::loading`]).
+    pub loading: AtomicBool,
     /// The primary run the inbox's data comes from.
     pub run: Mutex<String>,
     /// The stream's ack thread, woken after the shard applies.
@@ -209,6 +212,8 @@ pub struct Replication {
     pub served: AtomicBool,
     /// The primary is a redis-server (`from_redis`), and the offset applied of its stream.
     pub follows_redis: AtomicBool,
+    /// A Redis primary's RDB is being loaded (between its FLUSHALL and its last key).
+    pub redis_loading: AtomicBool,
     /// Following a redis-server: its replication id and the offset this node's data stands
     /// at exactly (every command sent here before it answered, none after), with the link
     /// epoch it was found under; `None` while commands are in flight or a full sync runs.
@@ -251,6 +256,7 @@ impl Replication {
             last_io_ms: AtomicU64::new(0),
             served: AtomicBool::new(false),
             follows_redis: AtomicBool::new(false),
+            redis_loading: AtomicBool::new(false),
             redis_at: Mutex::new(None),
             redis_saved: Mutex::new(None),
             primary_offset: AtomicU64::new(0),
@@ -284,6 +290,19 @@ impl Replication {
 
     pub fn is_replica(&self) -> bool {
         self.is_replica.load(Ordering::Relaxed)
+    }
+
+    /// A replica whose data is part of a full sync: some shard's (`Inbox::loading`), or a
+    /// Redis primary's RDB being loaded (`from_redis`). Commands without Redis's `loading`
+    /// flag are answered LOADING meanwhile, as Redis answers them while it loads its
+    /// primary's RDB, so no client reads a partial dataset or promotes it.
+    pub fn loading(&self) -> bool {
+        self.is_replica()
+            && (self.redis_loading.load(Ordering::Relaxed)
+                || self
+                    .inboxes
+                    .iter()
+                    .any(|inbox| inbox.loading.load(Ordering::Relaxed)))
     }
 
     /// True when a client's write must be refused: a read-only replica.

@@ -136,6 +136,9 @@ fn refusal(
     args: &[bytes::Bytes],
 ) -> Result<(), Frame> {
     wetask_shards::table::info::check_subcommand(spec, args)?;
+    if ctx.globals.replication.loading() && !conn.replication_applier && !loads(spec, args) {
+        return Err(Frame::static_error(LOADING));
+    }
     if spec.has(flag::WRITE)
         && ctx.globals.replication.refuses_writes()
         && !conn.replication_applier
@@ -157,6 +160,27 @@ fn refusal(
         )));
     }
     Ok(())
+}
+
+/// Redis's answer to a command without its `loading` flag while a replica loads its
+/// primary's data (`Replication::loading`).
+const LOADING: &str = "LOADING Redis is loading the dataset in memory";
+
+/// Whether the command runs while a replica loads its primary's data: Redis's `loading`
+/// flag (of the subcommand, for a container), and REPLICAOF to another primary (WeTask's
+/// load spans the transfer, so a primary that dies mid-way must not leave the node stuck;
+/// REPLICAOF NO ONE waits, as in Redis, rather than promote a partial dataset).
+fn loads(spec: &'static CommandSpec, args: &[bytes::Bytes]) -> bool {
+    let flags = match args.get(1).filter(|_| spec.has(flag::CONTAINER)) {
+        Some(sub) => wetask_shards::table::info::subcommand(spec.name, sub)
+            .map_or(spec.flags, |sub| sub.flags),
+        None => spec.flags,
+    };
+    flags & flag::LOADING != 0
+        || (matches!(spec.name, "replicaof" | "slaveof")
+            && !args
+                .get(1)
+                .is_some_and(|host| host.eq_ignore_ascii_case(b"no")))
 }
 
 /// True when running `request` (on database `db`) needs another shard, or may wait (and so

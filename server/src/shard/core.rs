@@ -218,6 +218,12 @@ impl ShardCore {
         }
         if replicated {
             self.replica_journaled();
+            if crate::failpoint::is_armed("replica-mid-full-sync")
+                && self.shard.borrow().holds_partial_sync()
+            {
+                // The journal now ends inside a full sync (the tests' restart case).
+                crate::failpoint::crash_if_armed("replica-mid-full-sync");
+            }
         }
     }
 

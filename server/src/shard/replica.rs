@@ -77,6 +77,9 @@ impl ShardCore {
         inbox
             .holds_part
             .store(replay.holds_part(), std::sync::atomic::Ordering::Release);
+        inbox
+            .loading
+            .store(shard.holds_partial_sync(), Ordering::Release);
         drop((shard, replay));
         if let Some(e) = failed {
             tracing::error!(

@@ -370,7 +370,10 @@ impl Shard {
                 self.tasks.batch_note(&note, now_ms);
             }
             Op::Commit { token, parts } => self.note_commit(token, &parts),
-            Op::Reset => self.reset_state(),
+            Op::Reset => {
+                self.reset_state();
+                self.partial_sync = true;
+            }
             Op::SnapshotPart { body } => self.import_snapshot_part(body)?,
             Op::SnapshotEnd => self.finish_snapshot()?,
             Op::Functions { dump } => self.set_functions(dump),

@@ -99,6 +99,9 @@ pub struct Shard {
     /// whether they changed since the server last took them (`functions`).
     functions: Option<Bytes>,
     functions_changed: bool,
+    /// A replica's full sync began and has not ended (`replica`): what the shard holds is
+    /// part of its primary's snapshot.
+    partial_sync: bool,
 }
 
 use call::{Body, Call};
@@ -135,6 +138,7 @@ impl Shard {
             keyspace_misses: 0,
             functions: None,
             functions_changed: false,
+            partial_sync: false,
             replica: false,
         }
     }

@@ -34,11 +34,18 @@ impl Shard {
         self.replica
     }
 
+    /// A full sync began here (applied, or replayed from the journal) and has not ended:
+    /// the shard holds part of its primary's snapshot.
+    pub fn holds_partial_sync(&self) -> bool {
+        self.partial_sync
+    }
+
     /// A full sync begins: everything this shard holds goes (WATCHers see every key
     /// change), and the journal logs the reset.
     pub fn begin_full_sync(&mut self) {
         self.reset_state();
         self.forget_functions();
+        self.partial_sync = true;
         if let Some(journal) = self.journal_turn() {
             ops::put_reset(journal);
         }

@@ -132,8 +132,10 @@ impl Shard {
         Ok(())
     }
 
-    /// Ends a snapshot's load: rebuilds the task engine's indexes.
+    /// Ends a snapshot's load: rebuilds the task engine's indexes. A replica's full sync
+    /// is whole from here ([`Shard::holds_partial_sync`]).
     pub fn finish_snapshot(&mut self) -> Result<(), String> {
+        self.partial_sync = false;
         self.tasks.finish_import().map_err(|e| e.0.to_string())
     }
 }
