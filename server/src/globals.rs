@@ -201,6 +201,14 @@ impl Globals {
         self.shutdown.load(Ordering::Acquire)
     }
 
+    /// A replica whose data is part of a full sync (`Replication::loading`), or one whose
+    /// shards have not all loaded their journals since it started (which may end inside a
+    /// full sync): commands without Redis's `loading` flag are answered LOADING.
+    pub fn replica_loading(&self) -> bool {
+        self.replication.is_replica()
+            && (self.loading.load(Ordering::Acquire) > 0 || self.replication.loading())
+    }
+
     /// A shard has loaded its data and serves: the last one says so in the log and to the
     /// service manager (`service`).
     pub fn shard_loaded(&self) {

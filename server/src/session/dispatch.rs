@@ -136,7 +136,7 @@ fn refusal(
     args: &[bytes::Bytes],
 ) -> Result<(), Frame> {
     wetask_shards::table::info::check_subcommand(spec, args)?;
-    if ctx.globals.replication.loading() && !conn.replication_applier && !loads(spec, args) {
+    if ctx.globals.replica_loading() && !conn.replication_applier && !loads(spec, args) {
         return Err(Frame::static_error(LOADING));
     }
     if spec.has(flag::WRITE)
