@@ -50,9 +50,9 @@ impl Resume {
 
 /// Publishes where this node's data stands (`Replication::redis_at`): `Some` only while
 /// no command is in flight, under the link's epoch.
-fn publish_at(env: &Env, epoch: u64, at: Option<(&Resume, u64)>) {
+fn publish_at(env: &Env, epoch: u64, at: Option<&Resume>) {
     let mut published = env.replication.redis_at.lock().expect("redis at");
-    *published = at.map(|(r, offset)| (epoch, r.replid.clone(), offset));
+    *published = at.map(|r| (epoch, r.replid.clone(), r.offset));
 }
 
 /// One session with the Redis primary: the handshake, a full or partial sync, then the
@@ -104,7 +104,7 @@ pub fn session(
     match resume.as_mut() {
         Some(r) if answered => {
             r.offset = progress.consumed;
-            publish_at(env, epoch, Some((r, r.offset)));
+            publish_at(env, epoch, Some(r));
         }
         _ => {
             *resume = None;
@@ -325,7 +325,7 @@ fn stream(
         if let Some(r) = resume.as_mut() {
             r.offset = applied;
             if progress.pending.is_empty() && progress.published != Some(applied) {
-                publish_at(env, epoch, Some((r, applied)));
+                publish_at(env, epoch, Some(r));
                 progress.published = Some(applied);
             }
         }

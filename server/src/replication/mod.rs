@@ -292,17 +292,17 @@ impl Replication {
         self.is_replica.load(Ordering::Relaxed)
     }
 
-    /// A replica whose data is part of a full sync: some shard's (`Inbox::loading`), or a
-    /// Redis primary's RDB being loaded (`from_redis`). Commands without Redis's `loading`
-    /// flag are answered LOADING meanwhile, as Redis answers them while it loads its
-    /// primary's RDB, so no client reads a partial dataset or promotes it.
+    /// The data is part of a full sync: some shard's (`Inbox::loading`), or a Redis
+    /// primary's RDB being loaded (`from_redis`). On a replica, commands without Redis's
+    /// `loading` flag are answered LOADING meanwhile (`Globals::replica_loading`), as Redis
+    /// answers them while it loads its primary's RDB, so no client reads a partial dataset
+    /// or promotes it.
     pub fn loading(&self) -> bool {
-        self.is_replica()
-            && (self.redis_loading.load(Ordering::Relaxed)
-                || self
-                    .inboxes
-                    .iter()
-                    .any(|inbox| inbox.loading.load(Ordering::Relaxed)))
+        self.redis_loading.load(Ordering::Relaxed)
+            || self
+                .inboxes
+                .iter()
+                .any(|inbox| inbox.loading.load(Ordering::Relaxed))
     }
 
     /// True when a client's write must be refused: a read-only replica.

@@ -150,16 +150,21 @@ fn refusal(
         && !crate::commands::pubsub::allowed_while_subscribed(spec)
     {
         // A subcommand is named as Redis names it: `client|reply`.
-        let name = match args.get(1).filter(|_| spec.has(flag::CONTAINER)) {
-            Some(sub) => wetask_shards::table::info::subcommand(spec.name, sub)
-                .map_or(spec.name, |sub| sub.name),
-            None => spec.name,
-        };
+        let name = subcommand_of(spec, args).map_or(spec.name, |sub| sub.name);
         return Err(Frame::error(format!(
             "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
         )));
     }
     Ok(())
+}
+
+/// The subcommand a container command's request names (`client|reply`), if known.
+fn subcommand_of(
+    spec: &'static CommandSpec,
+    args: &[bytes::Bytes],
+) -> Option<&'static wetask_shards::table::info::Subcommand> {
+    let sub = args.get(1).filter(|_| spec.has(flag::CONTAINER))?;
+    wetask_shards::table::info::subcommand(spec.name, sub)
 }
 
 /// Redis's answer to a command without its `loading` flag while a replica loads its
@@ -171,11 +176,7 @@ const LOADING: &str = "LOADING Redis is loading the dataset in memory";
 /// load spans the transfer, so a primary that dies mid-way must not leave the node stuck;
 /// REPLICAOF NO ONE waits, as in Redis, rather than promote a partial dataset).
 fn loads(spec: &'static CommandSpec, args: &[bytes::Bytes]) -> bool {
-    let flags = match args.get(1).filter(|_| spec.has(flag::CONTAINER)) {
-        Some(sub) => wetask_shards::table::info::subcommand(spec.name, sub)
-            .map_or(spec.flags, |sub| sub.flags),
-        None => spec.flags,
-    };
+    let flags = subcommand_of(spec, args).map_or(spec.flags, |sub| sub.flags);
     flags & flag::LOADING != 0
         || (matches!(spec.name, "replicaof" | "slaveof")
             && !args
