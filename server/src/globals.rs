@@ -201,12 +201,17 @@ impl Globals {
         self.shutdown.load(Ordering::Acquire)
     }
 
-    /// A replica whose data is part of a full sync (`Replication::loading`), or one whose
-    /// shards have not all loaded their journals since it started (which may end inside a
-    /// full sync): commands without Redis's `loading` flag are answered LOADING.
-    pub fn replica_loading(&self) -> bool {
-        self.replication.is_replica()
-            && (self.loading.load(Ordering::Acquire) > 0 || self.replication.loading())
+    /// Commands without Redis's `loading` flag are answered LOADING: on a replica whose
+    /// data is part of a full sync (`Replication::loading`), or whose shards have not all
+    /// loaded their journals since it started (one may end inside a full sync); and on a
+    /// node that started as a primary from a journal that ends inside one, until it syncs
+    /// again or REPLICAOF NO ONE keeps the part. On a primary this costs two relaxed loads.
+    pub fn answers_loading(&self) -> bool {
+        let replication = &self.replication;
+        if replication.is_replica() {
+            return self.loading.load(Ordering::Acquire) > 0 || replication.loading();
+        }
+        replication.started_partial.load(Ordering::Relaxed) && replication.loading()
     }
 
     /// A shard has loaded its data and serves: the last one says so in the log and to the

@@ -547,13 +547,18 @@ fn recover_shard(ctx: &Rc<ShardCtx>, store: &Arc<crate::persist::Store>) -> Resu
         let mut shard = ctx.shard.borrow_mut();
         let recovered = crate::persist::recover(store, ctx.id, ctx.shard_count, &mut shard)?;
         if shard.holds_partial_sync() {
-            // The journal ends inside a full sync from a primary: a replica answers LOADING
-            // until the next one ends (`Replication::loading`).
+            // The journal ends inside a full sync from a primary: the node answers LOADING
+            // until the next one ends (`Globals::answers_loading`), or, not a replica, until
+            // REPLICAOF NO ONE keeps the part.
             tracing::warn!(
                 shard = ctx.id,
-                "the journal ends inside a full sync from a primary: the data is partial"
+                "the journal ends inside a full sync from a primary: the data is partial; it answers LOADING until REPLICAOF host port syncs it again (or, not a replica, REPLICAOF NO ONE keeps the part)"
             );
-            ctx.globals.replication.inboxes[ctx.id]
+            let replication = &ctx.globals.replication;
+            replication
+                .started_partial
+                .store(true, std::sync::atomic::Ordering::Release);
+            replication.inboxes[ctx.id]
                 .loading
                 .store(true, std::sync::atomic::Ordering::Release);
         }

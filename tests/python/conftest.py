@@ -1,5 +1,6 @@
 """Start the real wetask binary on a free port for the redis-py tests."""
 
+import contextlib
 import os
 import re
 import signal
@@ -29,6 +30,17 @@ def wait_for(check, what, deadline_s=DEADLINE_S):
             return value
         time.sleep(0.01)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextlib.contextmanager
+def failpoint(name):
+    """Servers started inside have the crash point `name` armed (server/src/failpoint.rs):
+    the process ends with status 137 at that step."""
+    os.environ["WETASK_FAILPOINT"] = name
+    try:
+        yield
+    finally:
+        del os.environ["WETASK_FAILPOINT"]
 
 
 class Server:

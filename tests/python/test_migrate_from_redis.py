@@ -8,6 +8,7 @@ Random key names, on 2 and 4 shards; every wait polls a signal with a deadline."
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -15,9 +16,11 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from conftest import Server, stop_process
-from test_replication import DEADLINE_S, exit_cleanly, fill, link_up, names, state_of, wait_for
+from conftest import DEADLINE_S, Server, failpoint, stop_process
+from test_replication import exit_cleanly, fill, link_up, names, state_of, wait_for
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUBY = os.path.join(TESTS, "ruby")
@@ -34,9 +37,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def source(tmp_path):
-    """A redis-server to migrate from (its RDB for the sync goes to tmp_path)."""
+def start_redis(tmp_path):
+    """A redis-server (its RDB for the sync goes to tmp_path), answering: (process, port)."""
     if not shutil.which("redis-server"):
         pytest.fail("redis-server is missing: scripts/setup.sh installs it")
     port = free_port()
@@ -47,6 +49,13 @@ def source(tmp_path):
     )
     client = redis.Redis(port=port, decode_responses=True)
     wait_for(lambda: ping(client), "redis-server")
+    return proc, port
+
+
+@pytest.fixture
+def source(tmp_path):
+    """A redis-server to migrate from."""
+    proc, port = start_redis(tmp_path)
     yield port
     proc.terminate()
     proc.wait(timeout=10)
@@ -233,6 +242,83 @@ def test_a_clean_restart_continues_from_redis_backlog_and_a_crash_syncs_in_full(
         assert we.get("counter") == red.get("counter") == "160"
     finally:
         replica.stop()
+
+
+def crash_mid_load(port):
+    """A replica of the redis-server at `port` that died in the middle of loading its RDB
+    (the crash point ends it once 500 keys are in): its data directory."""
+    with failpoint("redis-mid-rdb-load"):
+        crashed = Server("--shards", "2", "--replicaof", f"127.0.0.1 {port}")
+    assert crashed.proc.wait(timeout=DEADLINE_S) == 137, "the crash point was not reached"
+    return crashed.dir
+
+
+def assert_loading(client):
+    for command in (("GET", "any"), ("DBSIZE",), ("PING",)):
+        with pytest.raises(redis.exceptions.BusyLoadingError):
+            client.execute_command(*command)
+    assert client.info("persistence")["loading"] == 1
+
+
+@pytest.mark.parametrize("restart", ["replica", "primary-keeps", "primary-resyncs"])
+def test_a_crash_in_the_middle_of_an_rdb_load_is_never_served_as_whole(tmp_path, restart):
+    """Each shard journals the start and the end of a Redis RDB's load (which goes in as
+    RESTOREs), so a node killed in the middle knows on restart that it holds part of it and
+    answers LOADING, as it did during the load, rather than serve the part as the whole:
+    restarted as a replica (Redis stopped meanwhile) until the next full sync ends; restarted
+    as a primary (REPLICAOF was given at run time, so the restart does not follow Redis)
+    until REPLICAOF NO ONE keeps the part, which stays kept across a restart, or REPLICAOF
+    syncs again. Before, each restart served the 500 keys of 2,000 as if they were all."""
+    proc, port = start_redis(tmp_path)
+    node = None
+    try:
+        red = redis.Redis(port=port, decode_responses=True)
+        keys = names("rdb", 2000)
+        fill(red, keys)
+        data_dir = crash_mid_load(port)
+        # No retries: redis-py retries LOADING for seconds by default.
+        plain = {"decode_responses": True, "retry": Retry(NoBackoff(), 0)}
+        if restart == "replica":
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                node = Server("--shards", "2", "--replicaof", f"127.0.0.1 {port}",
+                              data_dir=data_dir)
+                we = redis.Redis(port=node.port, **plain)
+                assert_loading(we)
+                with pytest.raises(redis.exceptions.BusyLoadingError):
+                    we.execute_command("REPLICAOF", "NO", "ONE")
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            wait_for(lambda: link_up(we) and red.execute_command("WAIT", 1, 100) == 1,
+                     "the next full sync")
+        else:
+            node = Server("--shards", "2", data_dir=data_dir)
+            we = redis.Redis(port=node.port, **plain)
+            assert_loading(we)
+            assert we.info("replication")["role"] == "master"
+            if restart == "primary-keeps":
+                assert we.execute_command("REPLICAOF", "NO", "ONE") == "OK"
+                wait_for(lambda: we.info("persistence")["loading"] == 0, "the part kept")
+                held = we.dbsize()
+                assert 500 <= held < len(keys), held
+                kept = [k for k in keys if we.exists(k)]
+                assert state_of(we, kept) == state_of(red, kept)
+                # The shards journaled the end of the mark: a restart serves at once.
+                exit_cleanly(node)
+                node = Server("--shards", "2", data_dir=data_dir)
+                we = redis.Redis(port=node.port, **plain)
+                assert we.dbsize() == held
+                return
+            assert we.execute_command("REPLICAOF", "127.0.0.1", str(port)) == "OK"
+            wait_for(lambda: link_up(we) and red.execute_command("WAIT", 1, 100) == 1,
+                     "the new full sync")
+        assert we.dbsize() == red.dbsize()
+        assert state_of(we, keys[::97]) == state_of(red, keys[::97])
+    finally:
+        if node:
+            node.stop()
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def migrate(source, target):

@@ -20,7 +20,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conftest import BINARY, DEADLINE_S, Server, wait_for
+from conftest import BINARY, DEADLINE_S, Server, failpoint, wait_for
 from test_differential import free_port
 
 
@@ -345,11 +345,8 @@ def test_a_replica_holding_part_of_a_full_sync_answers_loading():
         p.bgrewriteaof()
         wait_for(lambda: int(p.info("persistence")["aof_rewrites"]) > rewrites
                  and p.info("persistence")["aof_rewrite_in_progress"] == 0, "the snapshot")
-        os.environ["WETASK_FAILPOINT"] = "replica-mid-full-sync"
-        try:
+        with failpoint("replica-mid-full-sync"):
             replica = Server("--shards", "2", "--replicaof", f"127.0.0.1 {primary.port}")
-        finally:
-            del os.environ["WETASK_FAILPOINT"]
         assert replica.proc.wait(timeout=DEADLINE_S) == 137, "the crash point was not reached"
         primary.proc.send_signal(signal.SIGSTOP)
         try:

@@ -337,7 +337,7 @@ fn persistence_section(g: &Globals, report: &ShardReport, out: &mut String) {
     let _ = write!(
         out,
         "# Persistence\r\nloading:{}\r\nasync_loading:0\r\nrdb_changes_since_last_save:{changes}\r\nrdb_bgsave_in_progress:{compacting}\r\nrdb_last_save_time:{lastsave}\r\nrdb_last_bgsave_status:{bgsave_ok}\r\nrdb_saves:{snapshots}\r\naof_enabled:{}\r\naof_rewrite_in_progress:{compacting}\r\naof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:ok\r\naof_rewrites:{snapshots}\r\naof_last_write_status:{}\r\naof_current_size:{}\r\naof_base_size:{base}\r\naof_buffer_length:{}\r\naof_fsync_policy:{}\r\naof_last_fsync_time:{}\r\naof_shard_files:{}\r\n{NO_FORK_FIELDS}",
-        u8::from(g.replica_loading()),
+        u8::from(g.answers_loading()),
         u8::from(store.is_some()),
         if write_ok { "ok" } else { "err" },
         base + report.journal_bytes,

@@ -148,6 +148,9 @@ pub(super) fn replicaof(ctx: &ShardCtx, args: &[Bytes]) -> Frame {
         return Frame::static_error("ERR REPLICAOF not allowed in cluster mode.");
     }
     if is(&args[1], "no") && is(&args[2], "one") {
+        if !globals.replication.is_replica() && globals.answers_loading() {
+            keep_partial(globals);
+        }
         promote(globals);
         return Frame::ok();
     }
@@ -240,6 +243,18 @@ pub fn follow_from(
     globals.ring_every_shard();
 }
 
+/// REPLICAOF NO ONE on a node that started from a journal ending inside a full sync (and
+/// answers LOADING for it): each shard drops its mark, journaled, and serves the part it
+/// holds (`ShardCore::keep_partial_sync`, within a loop turn; LOADING until the last has).
+fn keep_partial(globals: &Globals) {
+    tracing::warn!("REPLICAOF NO ONE: keeping the part of a full sync this node holds");
+    globals
+        .replication
+        .keep_partial
+        .store(true, Ordering::Release);
+    globals.ring_every_shard();
+}
+
 /// REPLICAOF NO ONE: stops following, and serves writes with what it has (the leases,
 /// retries and deadlines of the primary's tasks carry on from their times).
 fn promote(globals: &Globals) {
@@ -247,6 +262,9 @@ fn promote(globals: &Globals) {
     if !replication.is_replica.swap(false, Ordering::AcqRel) {
         return;
     }
+    // Promotion needs a whole dataset (LOADING refused it otherwise): nothing started
+    // partial any more.
+    replication.started_partial.store(false, Ordering::Release);
     replication.link_epoch.fetch_add(1, Ordering::AcqRel);
     replication.links.close(None);
     *replication.primary.lock().expect("primary") = None;

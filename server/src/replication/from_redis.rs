@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 use std::io::{BufWriter, ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,13 +25,17 @@ use wetask_protocol::{CommandDecoder, Limits};
 use wetask_shards::persist::rdb_file::{self, RdbItem};
 
 use super::link::{authenticate, connect, expect_ok, send, Env};
-use super::LinkState;
+use super::{Inbox, Item, LinkState};
 use wetask_shards::args::is;
 
 /// The largest RDB a full sync accepts (held in memory while it loads).
 const RDB_BYTES_MAX: u64 = 32 << 30;
 /// How often the offset is acknowledged, and how long a read waits before that.
 const ACK_EVERY: Duration = Duration::from_secs(1);
+/// The key after which the crash point `redis-mid-rdb-load` ends the process.
+const MID_LOAD_CRASH_AT: u64 = 500;
+/// How long the shards may take to apply a full sync's start or end (a step each).
+const SHARDS_TAKE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A primary silent for this long (Redis pings every 10 s) is dropped.
 const SILENCE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -133,7 +137,7 @@ fn synced(
             .parse()
             .map_err(|_| format!("a malformed offset: {answer}"))?;
         env.replication.set_link(epoch, LinkState::Syncing);
-        full_sync(primary, applier, &env.replication.redis_loading)?;
+        full_sync(env, epoch, primary, applier)?;
         *resume = Some(Resume {
             replid: replid.to_string(),
             offset,
@@ -200,12 +204,16 @@ fn read_line(conn: &mut TcpStream) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&line).into_owned())
 }
 
-/// Reads the RDB (`$<len>` and the file) and loads it through the applier.
+/// Reads the RDB (`$<len>` and the file) and loads it through the applier, between a
+/// `FullStart` and a `SyncWhole` that every shard journals: a restart in the middle knows
+/// its data is partial and answers LOADING, as the node does meanwhile.
 fn full_sync(
+    env: &Env,
+    epoch: u64,
     primary: &mut TcpStream,
     applier: &Applier,
-    loading: &AtomicBool,
 ) -> Result<(), String> {
+    let loading = &env.replication.redis_loading;
     let line = read_line(primary)?;
     if line.starts_with("$EOF:") {
         return Err(
@@ -225,23 +233,45 @@ fn full_sync(
     primary
         .read_exact(&mut rdb)
         .map_err(|e| format!("the RDB transfer failed: {e}"))?;
-    // From the FLUSHALL until the last key is in, the node holds part of the RDB: it
-    // answers LOADING (left so if the load fails: the data is partial until the next).
+    // From the shards' reset until the last key is in, the node holds part of the RDB: it
+    // answers LOADING (left so if the load fails: the data is partial until the next), and
+    // each shard's journal says so until its `SyncWhole`, for a restart in between.
     loading.store(true, Ordering::Release);
+    every_shard_takes(env, epoch, || Item::FullStart)?;
+    // The shards dropped everything; FLUSHALL tells tracking clients and WATCHers, as
+    // Redis's replica's empty-data step does.
     applier.command(&[Bytes::from_static(b"FLUSHALL")])?;
     let keys = load_rdb(&rdb, applier)?;
     // The stream selects its database before its first command; start from 0 as Redis does.
     applier.command(&[Bytes::from_static(b"SELECT"), Bytes::from_static(b"0")])?;
-    applier.flush()?;
     // The link is up once the keys are in, not merely sent.
-    while applier.answered.load(Ordering::Acquire) < applier.sent.load(Ordering::Acquire) {
-        if applier.reader.as_ref().is_none_or(|r| r.is_finished()) {
-            return Err("this node closed the applier's connection during the load".into());
+    applier.wait_answered()?;
+    every_shard_takes(env, epoch, || Item::SyncWhole)?;
+    loading.store(false, Ordering::Release);
+    tracing::info!(keys, bytes = len, "loaded the Redis primary's RDB");
+    Ok(())
+}
+
+/// Queues `item()` for every shard and waits until each has applied it (its inbox drained:
+/// a shard applies what it takes in the same step), so that the applier's next commands
+/// run, and are journaled, after it on every shard.
+fn every_shard_takes(env: &Env, epoch: u64, item: impl Fn() -> Item) -> Result<(), String> {
+    let replication = &env.replication;
+    for (shard, inbox) in replication.inboxes.iter().enumerate() {
+        if inbox.push(epoch, item()) {
+            env.doorbells[shard].ring();
+        }
+    }
+    let until = Instant::now() + SHARDS_TAKE_TIMEOUT;
+    while !replication.inboxes.iter().all(Inbox::is_empty) {
+        if replication.link_epoch.load(Ordering::Acquire) != epoch || (env.stopping)() {
+            return Err("the link was replaced during the load".into());
+        }
+        if Instant::now() > until {
+            return Err("the shards did not take the full sync's start or end".into());
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    loading.store(false, Ordering::Release);
-    tracing::info!(keys, bytes = len, "loaded the Redis primary's RDB");
     Ok(())
 }
 
@@ -274,6 +304,11 @@ fn load_rdb(rdb: &[u8], applier: &Applier) -> Result<u64, String> {
                     Bytes::from_static(b"ABSTTL"),
                 ])?;
                 keys += 1;
+                if keys == MID_LOAD_CRASH_AT && crate::failpoint::is_armed("redis-mid-rdb-load") {
+                    // The tests' crash in the middle of a load: these keys are in.
+                    applier.wait_answered()?;
+                    crate::failpoint::crash_if_armed("redis-mid-rdb-load");
+                }
             }
             RdbItem::Library(code) => {
                 applier.command(&[
@@ -501,6 +536,18 @@ impl Applier {
             .expect("applier")
             .flush()
             .map_err(|e| format!("cannot write to this node: {e}"))
+    }
+
+    /// Sends what is queued and waits until this node has answered every command sent.
+    fn wait_answered(&self) -> Result<(), String> {
+        self.flush()?;
+        while self.answered.load(Ordering::Acquire) < self.sent.load(Ordering::Acquire) {
+            if self.reader.as_ref().is_none_or(|r| r.is_finished()) {
+                return Err("this node closed the applier's connection during the load".into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
     }
 
     /// The primary offset up to which every command has been answered (`progress` moved

@@ -55,6 +55,9 @@ pub enum Item {
     Functions(Bytes),
     /// The primary had nothing new past `position`.
     Idle { position: u64 },
+    /// A Redis primary's RDB is in (it went through this node's client port, after a
+    /// `FullStart`): the full sync ends, and the shard's journal says so.
+    SyncWhole,
 }
 
 impl Item {
@@ -136,6 +139,12 @@ impl Inbox {
         taken
     }
 
+    /// Nothing is queued: what was pushed has been taken by the shard (which applies what
+    /// it takes in the same step, before anything else it runs).
+    pub fn is_empty(&self) -> bool {
+        self.items.lock().expect("inbox").is_empty()
+    }
+
     /// Drops what is queued (a promotion, or a new primary).
     pub fn clear(&self) {
         self.items.lock().expect("inbox").clear();
@@ -212,8 +221,15 @@ pub struct Replication {
     pub served: AtomicBool,
     /// The primary is a redis-server (`from_redis`), and the offset applied of its stream.
     pub follows_redis: AtomicBool,
-    /// A Redis primary's RDB is being loaded (between its FLUSHALL and its last key).
+    /// A Redis primary's RDB is being loaded (between the shards' reset and its last key).
     pub redis_loading: AtomicBool,
+    /// A shard's journal ended inside a full sync when this node started
+    /// (`runtime::recover_shard`): a node that is not a replica answers LOADING too, until
+    /// it syncs again or REPLICAOF NO ONE keeps the part (`keep_partial`).
+    pub started_partial: AtomicBool,
+    /// REPLICAOF NO ONE on such a node: each shard drops its mark, journaled
+    /// (`ShardCore::keep_partial_sync`), and serves what it holds.
+    pub keep_partial: AtomicBool,
     /// Following a redis-server: its replication id and the offset this node's data stands
     /// at exactly (every command sent here before it answered, none after), with the link
     /// epoch it was found under; `None` while commands are in flight or a full sync runs.
@@ -257,6 +273,8 @@ impl Replication {
             served: AtomicBool::new(false),
             follows_redis: AtomicBool::new(false),
             redis_loading: AtomicBool::new(false),
+            started_partial: AtomicBool::new(false),
+            keep_partial: AtomicBool::new(false),
             redis_at: Mutex::new(None),
             redis_saved: Mutex::new(None),
             primary_offset: AtomicU64::new(0),
@@ -294,7 +312,7 @@ impl Replication {
 
     /// The data is part of a full sync: some shard's (`Inbox::loading`), or a Redis
     /// primary's RDB being loaded (`from_redis`). On a replica, commands without Redis's
-    /// `loading` flag are answered LOADING meanwhile (`Globals::replica_loading`), as Redis
+    /// `loading` flag are answered LOADING meanwhile (`Globals::answers_loading`), as Redis
     /// answers them while it loads its primary's RDB, so no client reads a partial dataset
     /// or promotes it.
     pub fn loading(&self) -> bool {

@@ -136,7 +136,7 @@ fn refusal(
     args: &[bytes::Bytes],
 ) -> Result<(), Frame> {
     wetask_shards::table::info::check_subcommand(spec, args)?;
-    if ctx.globals.replica_loading() && !conn.replication_applier && !loads(spec, args) {
+    if ctx.globals.answers_loading() && !conn.replication_applier && !loads(ctx, spec, args) {
         return Err(Frame::static_error(LOADING));
     }
     if spec.has(flag::WRITE)
@@ -174,14 +174,16 @@ const LOADING: &str = "LOADING Redis is loading the dataset in memory";
 /// Whether the command runs while a replica loads its primary's data: Redis's `loading`
 /// flag (of the subcommand, for a container), and REPLICAOF to another primary (WeTask's
 /// load spans the transfer, so a primary that dies mid-way must not leave the node stuck;
-/// REPLICAOF NO ONE waits, as in Redis, rather than promote a partial dataset).
-fn loads(spec: &'static CommandSpec, args: &[bytes::Bytes]) -> bool {
+/// on a replica REPLICAOF NO ONE waits, as in Redis, rather than promote a partial
+/// dataset; on a node that started from part of one it is how the part is kept).
+fn loads(ctx: &ShardCtx, spec: &'static CommandSpec, args: &[bytes::Bytes]) -> bool {
     let flags = subcommand_of(spec, args).map_or(spec.flags, |sub| sub.flags);
     flags & flag::LOADING != 0
         || (matches!(spec.name, "replicaof" | "slaveof")
-            && !args
-                .get(1)
-                .is_some_and(|host| host.eq_ignore_ascii_case(b"no")))
+            && (!ctx.globals.replication.is_replica()
+                || !args
+                    .get(1)
+                    .is_some_and(|host| host.eq_ignore_ascii_case(b"no"))))
 }
 
 /// True when running `request` (on database `db`) needs another shard, or may wait (and so

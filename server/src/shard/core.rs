@@ -227,6 +227,24 @@ impl ShardCore {
         }
     }
 
+    /// Not a replica, holding part of a full sync (its journal ended inside one): once
+    /// REPLICAOF NO ONE says to keep it, the shard drops the mark, journaled.
+    fn keep_partial_sync(&self, shard: &mut wetask_shards::shard::Shard) {
+        let replication = &self.globals.replication;
+        if !replication
+            .keep_partial
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return;
+        }
+        if shard.holds_partial_sync() {
+            shard.end_partial_sync();
+        }
+        replication.inboxes[self.id]
+            .loading
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
     /// Updates the coarse clock and, at most once per millisecond however fast the loop
     /// turns, runs one bounded round of active expiry and advances the task engine (due
     /// tasks, expired leases, deadlines, retention). Returns the fallbacks of tasks that died
@@ -256,6 +274,12 @@ impl ShardCore {
         let mut shard = self.shard.borrow_mut();
         if shard.is_replica() {
             shard.set_replica(false);
+        }
+        if self.globals.replication.inboxes[self.id]
+            .loading
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.keep_partial_sync(&mut shard);
         }
         shard.set_clock(now);
         if now != self.last_expire_ms.get() {

@@ -64,6 +64,10 @@ impl ShardCore {
                     }
                     Ok(())
                 }
+                Item::SyncWhole => {
+                    shard.end_partial_sync();
+                    Ok(())
+                }
                 Item::Idle { position } => {
                     inbox.applied.fetch_max(position, Ordering::AcqRel);
                     Ok(())

@@ -376,6 +376,7 @@ impl Shard {
             }
             Op::SnapshotPart { body } => self.import_snapshot_part(body)?,
             Op::SnapshotEnd => self.finish_snapshot()?,
+            Op::SyncWhole => self.partial_sync = false,
             Op::Functions { dump } => self.set_functions(dump),
             // Read by `cross_commit::Replay`, which decides what a part's operations do.
             Op::Part { .. } | Op::PartEnd | Op::Abort { .. } => {}

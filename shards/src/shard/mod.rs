@@ -102,6 +102,9 @@ pub struct Shard {
     /// A replica's full sync began and has not ended (`replica`): what the shard holds is
     /// part of its primary's snapshot.
     partial_sync: bool,
+    /// The snapshot being loaded was written from a shard that held part of a full sync
+    /// (a compaction in the middle of one): [`Shard::finish_snapshot`] keeps the mark.
+    snapshot_partial: bool,
 }
 
 use call::{Body, Call};
@@ -139,6 +142,7 @@ impl Shard {
             functions: None,
             functions_changed: false,
             partial_sync: false,
+            snapshot_partial: false,
             replica: false,
         }
     }

@@ -51,6 +51,16 @@ impl Shard {
         }
     }
 
+    /// The full sync that [`Shard::begin_full_sync`] began ends without a snapshot end (a
+    /// Redis primary's RDB went in as commands), or the node keeps the part it holds: the
+    /// mark goes, and the journal logs it.
+    pub fn end_partial_sync(&mut self) {
+        self.partial_sync = false;
+        if let Some(journal) = self.journal_turn() {
+            ops::put_sync_whole(journal);
+        }
+    }
+
     /// Drops every key and task, keeping the settings (the slot index, the engine's
     /// retention times).
     pub(super) fn reset_state(&mut self) {
@@ -67,6 +77,7 @@ impl Shard {
         let epoch = self.watch_epoch;
         self.watched.values_mut().for_each(|v| v.0 = epoch);
         self.cross_commits.clear();
+        self.snapshot_partial = false;
     }
 
     /// One part of the primary's snapshot (a snapshot file's record), loaded and logged.
@@ -190,5 +201,91 @@ pub(super) mod tests {
         assert_eq!(run(&mut restarted, &["get", "before"]), Frame::Bulk(b("2")));
         assert_eq!(run(&mut restarted, &["exists", "stale"]), Frame::Integer(0));
         assert_eq!(restarted.tasks.totals(), primary.tasks.totals());
+    }
+
+    /// Replays `payloads` into a fresh shard, as a restart does.
+    fn replayed(payloads: &[Bytes]) -> Shard {
+        let mut shard = Shard::new(0);
+        let mut replay = Replay::default();
+        for payload in payloads {
+            for op in ops::read_ops(payload.clone()).expect("decodes") {
+                replay.op(&mut shard, op).expect("replays");
+            }
+        }
+        shard
+    }
+
+    /// Loads `parts` into a fresh shard, as a restart loads its snapshot file.
+    fn loaded(parts: Vec<Bytes>) -> Shard {
+        let mut shard = Shard::new(0);
+        for part in parts {
+            shard.import_snapshot_part(part).expect("a part loads");
+        }
+        shard.finish_snapshot().expect("ends");
+        shard
+    }
+
+    #[test]
+    fn a_compaction_in_the_middle_of_a_full_sync_keeps_its_mark() {
+        let mut primary = Shard::new(0);
+        for n in 0..5 {
+            run(&mut primary, &["set", &format!("k{n}"), "v"]);
+        }
+        let parts = snapshot_parts(&mut primary);
+        let mut replica = Shard::new(0);
+        replica.set_journaling(true);
+        replica.begin_full_sync();
+        replica.sync_part(parts[0].clone()).expect("a part loads");
+        replica.sync_part(parts[1].clone()).expect("a part loads");
+        let journal = records(&mut replica);
+        // The compactor replays the journal into a scratch shard and writes its snapshot:
+        // a restart from that snapshot still knows it holds part of a full sync.
+        let mut scratch = replayed(&journal);
+        assert!(scratch.holds_partial_sync());
+        let mut restarted = loaded(snapshot_parts(&mut scratch));
+        assert!(
+            restarted.holds_partial_sync(),
+            "the mark survives the snapshot"
+        );
+        // The sizes and the keys' part arrived; the engine's and the clock's did not.
+        assert_eq!(run(&mut restarted, &["dbsize"]), Frame::Integer(5));
+        // A whole one has no mark.
+        for part in &parts[2..] {
+            replica.sync_part(part.clone()).expect("a part loads");
+        }
+        replica.end_full_sync().expect("the snapshot ends");
+        assert!(!loaded(snapshot_parts(&mut replica)).holds_partial_sync());
+        // A replica whose marked snapshot is followed by the sync's end in its journal.
+        let mut resumed = loaded(snapshot_parts(&mut scratch));
+        let mut replay = Replay::default();
+        for payload in records(&mut replica) {
+            for op in ops::read_ops(payload).expect("decodes") {
+                replay.op(&mut resumed, op).expect("replays");
+            }
+        }
+        assert!(!resumed.holds_partial_sync());
+    }
+
+    #[test]
+    fn a_sync_that_went_in_as_commands_ends_whole_in_the_journal() {
+        let mut replica = Shard::new(0);
+        replica.set_journaling(true);
+        run(&mut replica, &["set", "stale", "x"]);
+        replica.begin_full_sync();
+        run(&mut replica, &["set", "from-rdb", "1"]);
+        let begun = records(&mut replica);
+        let restarted = replayed(&begun);
+        assert!(restarted.holds_partial_sync(), "a restart mid-load knows");
+        replica.end_partial_sync();
+        assert!(!replica.holds_partial_sync());
+        let mut whole = begun.clone();
+        whole.extend(records(&mut replica));
+        let mut restarted = replayed(&whole);
+        assert!(!restarted.holds_partial_sync());
+        assert_eq!(run(&mut restarted, &["exists", "stale"]), Frame::Integer(0));
+        assert_eq!(
+            run(&mut restarted, &["get", "from-rdb"]),
+            Frame::Bulk(b("1"))
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! A shard's whole state as a sequence of parts, and back: what a snapshot file holds (the
 //! server frames each part as a journal record). First the key count of each database (so
 //! the load sizes each table once instead of growing it, a quarter of a 3 M-key load's
-//! time), then the keys as `Put` operations in batches, then the task engine's parts, the
+//! time), a mark when the shard holds part of a replica's full sync (a compaction in the
+//! middle of one must not make it look whole), then the keys as `Put` operations in batches, then the task engine's parts, the
 //! last commit of each cross-shard operation it coordinated (`cross_commit`), the function
 //! libraries its consensus group's log carried (`functions`), then the clock. Expired keys
 //! are left out: at the clock the snapshot carries they are already gone.
@@ -22,6 +23,9 @@ const CLOCK: u8 = 3;
 const SIZES: u8 = 4;
 const COMMITS: u8 = 5;
 const FUNCTIONS: u8 = 6;
+/// Written only by a shard that holds part of a full sync (a compaction in the middle of
+/// one), so the snapshot keeps the mark (`Shard::holds_partial_sync`).
+const PARTIAL: u8 = 7;
 
 impl Shard {
     /// Writes the shard's state as parts, each handed to `part`.
@@ -35,6 +39,9 @@ impl Shard {
             }
         }
         part(&out);
+        if self.partial_sync {
+            part(&[PARTIAL]);
+        }
         out.clear();
         for db in 0..DATABASES {
             let (_, keys) = self.scan(db, 0, usize::MAX >> 1, &ScanFilter::default());
@@ -123,6 +130,7 @@ impl Shard {
             }
             COMMITS => self.import_commits(body)?,
             FUNCTIONS => self.set_functions(body),
+            PARTIAL => self.snapshot_partial = true,
             CLOCK => {
                 let now = Reader::new(body).u64().map_err(|e| e.0.to_string())?;
                 self.set_clock(now);
@@ -133,9 +141,10 @@ impl Shard {
     }
 
     /// Ends a snapshot's load: rebuilds the task engine's indexes. A replica's full sync
-    /// is whole from here ([`Shard::holds_partial_sync`]).
+    /// is whole from here ([`Shard::holds_partial_sync`]), unless the snapshot itself was
+    /// written from part of one.
     pub fn finish_snapshot(&mut self) -> Result<(), String> {
-        self.partial_sync = false;
+        self.partial_sync = std::mem::take(&mut self.snapshot_partial);
         self.tasks.finish_import().map_err(|e| e.0.to_string())
     }
 }

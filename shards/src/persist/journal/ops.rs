@@ -37,6 +37,7 @@ const RESET: u8 = 15;
 const SNAPSHOT_PART: u8 = 16;
 const SNAPSHOT_END: u8 = 17;
 const FUNCTIONS: u8 = 18;
+const SYNC_WHOLE: u8 = 19;
 
 /// The most shards one commit names (far past any shard count a server takes).
 const PARTS_MAX: u64 = 4096;
@@ -99,6 +100,10 @@ pub enum Op {
     /// Consensus mode, the metadata group (shard 0's): the function libraries as they are
     /// from here on, whole, in FUNCTION DUMP's format (the server loads them).
     Functions { dump: Bytes },
+    /// A replica's full sync that `Reset` began ended with no snapshot end of WeTask's (a
+    /// Redis primary's RDB went in as commands), or the node was told to keep the part it
+    /// held: the shard's data is whole from here.
+    SyncWhole,
 }
 
 pub fn put_cmd(out: &mut Vec<u8>, db: usize, client: u64, now_ms: u64, args: &[Bytes]) {
@@ -204,6 +209,10 @@ pub fn put_snapshot_part(out: &mut Vec<u8>, body: &[u8]) {
 
 pub fn put_snapshot_end(out: &mut Vec<u8>) {
     out.push(SNAPSHOT_END);
+}
+
+pub fn put_sync_whole(out: &mut Vec<u8>) {
+    out.push(SYNC_WHOLE);
 }
 
 pub fn put_functions(out: &mut Vec<u8>, dump: &[u8]) {
@@ -358,6 +367,7 @@ pub fn read_op(r: &mut Reader) -> Decoded<Op> {
         SNAPSHOT_PART => Op::SnapshotPart { body: r.bytes()? },
         SNAPSHOT_END => Op::SnapshotEnd,
         FUNCTIONS => Op::Functions { dump: r.bytes()? },
+        SYNC_WHOLE => Op::SyncWhole,
         _ => return Err(DecodeError("unknown operation")),
     })
 }
@@ -494,6 +504,7 @@ mod tests {
         put_snapshot_part(&mut out, b"\x01part");
         put_snapshot_end(&mut out);
         put_functions(&mut out, b"libraries");
+        put_sync_whole(&mut out);
         let ops = read_ops(Bytes::from(out)).expect("decodes");
         assert_eq!(
             ops,
@@ -505,7 +516,8 @@ mod tests {
                 Op::SnapshotEnd,
                 Op::Functions {
                     dump: b("libraries")
-                }
+                },
+                Op::SyncWhole,
             ]
         );
     }
