@@ -50,6 +50,8 @@ pub struct Globals {
     /// Per shard: how many channels and patterns its clients subscribe to (PUBLISH skips
     /// shards with none).
     pub subscriptions: Vec<AtomicUsize>,
+    /// PUBLISH messages other nodes sent, for shard 0 to deliver here (`pubsub_relay`).
+    pub relay: Arc<crate::pubsub_relay::Relay>,
     /// MONITOR connections per shard, and over all shards.
     pub monitors: Vec<AtomicUsize>,
     pub monitoring: AtomicUsize,
@@ -105,6 +107,7 @@ impl Globals {
             dumps: std::sync::OnceLock::new(),
             exit_without_save: AtomicBool::new(false),
             watchdog: Arc::new(crate::watchdog::Watchdog::new(doorbells.clone())),
+            relay: Arc::new(crate::pubsub_relay::Relay::new(doorbells.clone())),
             doorbells,
             replication: Arc::new(crate::replication::Replication::new(shard_count)),
             requirepass: Mutex::new(config.requirepass.clone()),

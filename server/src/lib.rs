@@ -25,6 +25,7 @@ mod net;
 mod output_limits;
 mod pause;
 pub mod persist;
+mod pubsub_relay;
 mod replication;
 mod routing;
 pub mod runtime;

@@ -119,7 +119,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let mut globals = Globals::new(config.clone(), shard_count, doorbells.clone());
     globals.load_acl_file()?;
     globals.cluster = start_cluster(cluster)?;
-    globals.consensus = start_consensus(&config, shard_count, doorbells)?;
+    globals.consensus = start_consensus(&config, shard_count, doorbells, &globals.relay)?;
     let globals = Arc::new(globals);
     let resume = open_data(&globals, shard_count)?;
     globals
@@ -212,6 +212,7 @@ fn start_consensus(
     config: &Config,
     shard_count: usize,
     doorbells: Arc<[crate::doorbell::Doorbell]>,
+    relay: &Arc<crate::pubsub_relay::Relay>,
 ) -> Result<Option<Arc<crate::consensus::Consensus>>, String> {
     if config.consensus.is_empty() {
         return Ok(None);
@@ -230,6 +231,7 @@ fn start_consensus(
         config.raft_auth.clone(),
     );
     consensus.dir = dir;
+    consensus.relay = relay.clone();
     let consensus = Arc::new(consensus);
     crate::consensus::transport::spawn(consensus.clone())?;
     tracing::info!(

@@ -777,6 +777,55 @@ def members(node):
     return {int(row[0]): row[3] for row in node.client().execute_command("RAFT", "MEMBERS")}
 
 
+def next_message(pubsub, deadline_s=DEADLINE_S):
+    """The next message (or pmessage) `pubsub` receives, waiting up to the deadline."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        got = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
+        if got:
+            return got
+    raise AssertionError("no message arrived")
+
+
+def test_publish_reaches_the_subscribers_of_every_node():
+    """As Redis Cluster's bus carries a PUBLISH to every node, a PUBLISH on any member
+    (leader or follower) reaches the subscribers of every member, on every shard, patterns
+    included, once each; its count is the publishing node's own subscribers, as Redis
+    Cluster's is. Before, a subscriber on another node than the publisher's heard nothing:
+    a cluster client subscribes on the channel's slot owner and publishes anywhere."""
+    g = Group(shards=2)
+    try:
+        channel = f"news:{random.randrange(10**9)}"
+        subscribers = []
+        for node in g.nodes:
+            for shard in (0, 1):
+                pubsub = node.client(port=node.shard_port(shard)).pubsub()
+                pubsub.subscribe(channel)
+                subscribers.append((node, pubsub))
+        patterned = g.nodes[2].client().pubsub()
+        patterned.psubscribe("news:*")
+        for _, pubsub in subscribers:
+            assert pubsub.get_message(timeout=DEADLINE_S)["type"] == "subscribe"
+        assert patterned.get_message(timeout=DEADLINE_S)["type"] == "psubscribe"
+        for n, publisher in enumerate(g.nodes):
+            message = f"m{n}"
+            local = sum(1 for node, _ in subscribers if node is publisher)
+            local += publisher is g.nodes[2]
+            assert publisher.client().publish(channel, message) == local
+            for node, pubsub in subscribers:
+                got = next_message(pubsub)
+                assert (got["type"], got["channel"], got["data"]) == ("message", channel, message), (
+                    f"node {node.id}'s subscriber, published on node {publisher.id}")
+            got = next_message(patterned)
+            assert (got["type"], got["channel"], got["data"]) == ("pmessage", channel, message)
+        for _, pubsub in subscribers + [(None, patterned)]:
+            assert pubsub.get_message(timeout=0.3) is None, "each message arrives once"
+        relayed = [int(node.client().info("stats")["pubsub_relayed"]) for node in g.nodes]
+        assert relayed == [2, 2, 2], relayed
+    finally:
+        g.stop()
+
+
 def test_a_node_joins_and_a_member_leaves_while_the_group_serves():
     """RAFT ADD brings a node started with --raft-join into the group: it catches up from
     the leader's snapshot (the group's empty start, or a real one) and its log, and

@@ -20,7 +20,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from conftest import DEADLINE_S, Server, failpoint, stop_process
-from test_replication import exit_cleanly, fill, link_up, names, state_of, wait_for
+from test_replication import (collect, exit_cleanly, fill, link_up, names, state_of, subscribed,
+                              wait_for)
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUBY = os.path.join(TESTS, "ruby")
@@ -193,6 +194,22 @@ def test_links_dropped_under_a_writer_resume_without_applying_twice(source, targ
     assert we.get("counter") == red.get("counter")
     assert we.llen("pushed") == red.llen("pushed")
     assert we.lrange("pushed", -50, -1) == red.lrange("pushed", -50, -1)
+
+
+def test_publish_on_redis_reaches_subscribers_on_wetask(source, target):
+    """Redis's replication stream carries its PUBLISH messages: a subscriber on the WeTask
+    replica hears what is published on Redis, in order, once each, as a subscriber on a
+    Redis replica would."""
+    red = redis.Redis(port=source, decode_responses=True)
+    we = redis.Redis(port=target.port, decode_responses=True)
+    assert we.replicaof("127.0.0.1", source)
+    wait_for(lambda: link_up(we), "the link to Redis")
+    listeners = subscribed(target.port, "news:redis", 4)
+    sent = [f"m{i}" for i in range(20)]
+    for message in sent:
+        red.publish("news:redis", message)
+    for pubsub in listeners:
+        assert collect(pubsub, len(sent)) == sent
 
 
 def restart_replica(replica, source, red):

@@ -315,6 +315,66 @@ def test_a_replica_of_a_replica_follows_the_chain_and_its_promotion(shards):
             n.stop()
 
 
+def online(client):
+    """Every replica of `client`'s node streams every shard past its full sync."""
+    slaves = [v for k, v in info(client).items() if k.startswith("slave") and isinstance(v, dict)]
+    return bool(slaves) and all(s["state"] == "online" for s in slaves)
+
+
+def subscribed(port, channel, count):
+    """`count` connections to `port` subscribed to `channel` (landing on every shard) and
+    one to the pattern of its prefix."""
+    subscribers = []
+    for _ in range(count):
+        pubsub = redis.Redis(port=port, decode_responses=True).pubsub()
+        pubsub.subscribe(channel)
+        assert pubsub.get_message(timeout=DEADLINE_S)["type"] == "subscribe"
+        subscribers.append(pubsub)
+    patterned = redis.Redis(port=port, decode_responses=True).pubsub()
+    patterned.psubscribe(channel.split(":")[0] + ":*")
+    assert patterned.get_message(timeout=DEADLINE_S)["type"] == "psubscribe"
+    return subscribers + [patterned]
+
+
+def collect(pubsub, count):
+    """The data of the messages `pubsub` receives: waits (with a deadline) for `count`,
+    then a moment for any more that should not come."""
+    got = []
+    end = time.monotonic() + DEADLINE_S
+    quiet_until = None
+    while time.monotonic() < end and (quiet_until is None or time.monotonic() < quiet_until):
+        message = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.05)
+        if message:
+            got.append(message["data"])
+        if len(got) >= count and quiet_until is None:
+            quiet_until = time.monotonic() + 0.3
+    return got
+
+
+@pytest.mark.parametrize("shards", ["1", "2"])
+def test_publish_on_a_primary_reaches_the_subscribers_of_its_replicas(shards):
+    """As Redis's replication stream carries a PUBLISH, a message published on a primary
+    reaches the subscribers of its replica, and of the replica's replica, once each, in
+    order, patterns included; the primary's count is its own subscribers. Before, a
+    replica's subscribers heard nothing."""
+    nodes = [Server("--shards", shards) for _ in range(3)]
+    try:
+        a, b, c = (redis.Redis(port=n.port, decode_responses=True) for n in nodes)
+        assert b.replicaof("127.0.0.1", nodes[0].port)
+        assert c.replicaof("127.0.0.1", nodes[1].port)
+        wait_for(lambda: link_up(b) and link_up(c) and online(a) and online(b), "the chain")
+        channel = names("news", 1)[0]
+        listeners = subscribed(nodes[1].port, channel, 4) + subscribed(nodes[2].port, channel, 4)
+        sent = [f"m{i}" for i in range(20)]
+        for message in sent:
+            assert a.publish(channel, message) == 0
+        for pubsub in listeners:
+            assert collect(pubsub, len(sent)) == sent
+    finally:
+        for n in nodes:
+            n.stop()
+
+
 def exit_cleanly(srv):
     """SIGTERM, and a clean exit (its data directory kept, unlike `Server.stop`)."""
     srv.proc.send_signal(signal.SIGTERM)

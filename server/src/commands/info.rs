@@ -517,7 +517,7 @@ fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
         .sum();
     let _ = write!(
         out,
-        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ninstantaneous_input_kbps:{:.2}\r\ninstantaneous_output_kbps:{:.2}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{errors}\r\ntotal_reads_processed:{}\r\ntotal_writes_processed:{}\r\n{NOT_DONE_STATS}tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n{NOT_DONE_STATS_AFTER_TRACKING}sync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\n{NOT_DONE_STATS_AFTER_SYNCS}eventloop_cycles:{}\r\nacl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_key:{}\r\nacl_access_denied_channel:{}\r\nnet_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n",
+        "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ninstantaneous_input_kbps:{:.2}\r\ninstantaneous_output_kbps:{:.2}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{errors}\r\ntotal_reads_processed:{}\r\ntotal_writes_processed:{}\r\n{NOT_DONE_STATS}tracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n{NOT_DONE_STATS_AFTER_TRACKING}sync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\n{NOT_DONE_STATS_AFTER_SYNCS}eventloop_cycles:{}\r\nacl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_key:{}\r\nacl_access_denied_channel:{}\r\nnet_ring_enters:{}\r\nnet_ring_sleeps:{}\r\nnet_ring_fsyncs:{}\r\nnet_ring_fsync_usec:{}\r\nnet_held_sends:{}\r\nnet_doorbell_rings:{}\r\nwatchdog_rouses:{}\r\nmesh_envelopes_sent:{}\r\nmesh_messages_sent:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsub_relayed:{}\r\npubsub_relay_dropped:{}\r\n",
         g.total_connections.load(Ordering::Relaxed),
         report.commands,
         rates.ops_per_sec.round() as u64,
@@ -557,6 +557,8 @@ fn stats_section(g: &Globals, report: &ShardReport, out: &mut String) {
         report.mesh_messages,
         report.pubsub_channels.len(),
         report.pubsub_patterns.len(),
+        g.relay.relayed.load(Ordering::Relaxed),
+        g.relay.dropped.load(Ordering::Relaxed),
     );
 }
 

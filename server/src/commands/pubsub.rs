@@ -100,6 +100,15 @@ pub async fn publish(ctx: &ShardCtx, args: &[Bytes], sharded: bool) -> Frame {
         Bytes::copy_from_slice(&args[2]),
     );
     let mut count = ctx.pubsub.deliver(ctx, &channel, &message, sharded);
+    if !sharded {
+        // Every node's subscribers hear it, as over Redis Cluster's bus; the count is this
+        // node's, as Redis Cluster's is.
+        if let Some(consensus) = &ctx.globals.consensus {
+            consensus.transport.publish(&channel, &message);
+        }
+        // And the replicas' subscribers, as Redis's replication stream carries it.
+        ctx.globals.replication.publishes.record(&channel, &message);
+    }
     let mut pending = Vec::new();
     for shard in 0..ctx.shard_count {
         if shard != ctx.id && ctx.globals.subscriptions[shard].load(Ordering::Relaxed) > 0 {

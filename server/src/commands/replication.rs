@@ -226,6 +226,7 @@ pub fn follow_from(
     let env = replication::link::Env {
         replication: globals.replication.clone(),
         doorbells: globals.doorbells.clone(),
+        relay: globals.relay.clone(),
         shard_count: globals.shard_count,
         listening_port: globals.port.load(Ordering::Relaxed),
         auth: password.map_or(Vec::new(), |p| user.into_iter().chain([p]).collect()),

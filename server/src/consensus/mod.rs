@@ -102,6 +102,8 @@ pub struct Consensus {
     pub transport: transport::Outbound,
     /// Rings a shard's loop when a message for it arrives.
     pub doorbells: Arc<[crate::doorbell::Doorbell]>,
+    /// Where the PUBLISH messages other members send go (the node's, `Globals::relay`).
+    pub relay: Arc<crate::pubsub_relay::Relay>,
     /// `raft-snapshot-log-bytes`: the log's size that calls for a snapshot.
     pub snapshot_log_bytes: u64,
     /// `raft-auth`: the secret every link opens with (`transport`).
@@ -193,6 +195,7 @@ impl Consensus {
             joining,
             groups: (0..shard_count).map(|_| Group::default()).collect(),
             transport,
+            relay: Arc::new(crate::pubsub_relay::Relay::new(doorbells.clone())),
             doorbells,
             snapshot_log_bytes,
             auth,

@@ -14,6 +14,12 @@
 //! memory by either transport, none is read on a leader's shard thread, and its size has
 //! no limit but [`SNAPSHOT_MAX`] (and the disk).
 //!
+//! A PUBLISH goes to every member (`Outbound::publish`), as Redis Cluster's bus carries one
+//! to every node: a frame of shard [`PUBLISH`] whose body is the channel and the message
+//! (`pubsub_relay::encode`); the receiver queues it for its node's subscribers
+//! (`pubsub_relay`). A link whose peer reads slowly holds at most [`PUBLISH_QUEUED_MAX`]
+//! bytes of them; past that a message to it is dropped (Raft's own messages never are).
+//!
 //! A link opens with a hello frame (shard [`HELLO`]): `wetask-raft 1 ` and the group's
 //! secret (`--raft-auth`, compared in constant time). A reader drops a link whose first
 //! frame is not a hello with its own secret, so a node that does not know it cannot step
@@ -23,6 +29,7 @@
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -40,6 +47,10 @@ pub const FRAME_MAX: usize = 1 << 30;
 const HELLO: u16 = u16::MAX;
 /// The shard number of a streamed snapshot's frame (its own shard follows).
 const STREAM: u16 = u16::MAX - 1;
+/// The shard number of a PUBLISH's frame.
+const PUBLISH: u16 = u16::MAX - 2;
+/// The most bytes of PUBLISH frames one link holds queued.
+const PUBLISH_QUEUED_MAX: usize = 32 << 20;
 /// A streamed snapshot larger than this is refused (the disk is the real limit).
 pub const SNAPSHOT_MAX: u64 = 1 << 40;
 const HELLO_PREFIX: &[u8] = b"wetask-raft 1 ";
@@ -74,6 +85,8 @@ pub struct Outbound {
 struct Link {
     queue: Mutex<Sender<Frame>>,
     peer: Arc<Mutex<Peer>>,
+    /// Bytes of PUBLISH frames queued and not yet written (shared with the thread).
+    publishing: Arc<AtomicUsize>,
 }
 
 impl Outbound {
@@ -120,6 +133,32 @@ impl Outbound {
                 });
             }
             Err(e) => tracing::error!("cannot encode a Raft message: {e}"),
+        }
+    }
+
+    /// Queues a PUBLISH for every other member (dropped for a link already holding
+    /// [`PUBLISH_QUEUED_MAX`] bytes of them).
+    pub fn publish(&self, channel: &[u8], message: &[u8]) {
+        if self.captured.is_some() {
+            return;
+        }
+        let senders = self.senders.read().expect("raft senders");
+        if senders.is_empty() {
+            return;
+        }
+        let bytes = crate::pubsub_relay::encode(channel, message);
+        for link in senders.values() {
+            let queued = link.publishing.fetch_add(bytes.len(), Ordering::AcqRel);
+            if queued + bytes.len() > PUBLISH_QUEUED_MAX {
+                link.publishing.fetch_sub(bytes.len(), Ordering::AcqRel);
+                continue;
+            }
+            let _ = link.queue.lock().expect("raft sender").send(Frame {
+                shard: PUBLISH,
+                bytes: bytes.clone(),
+                snapshot_to: None,
+                file: None,
+            });
         }
     }
 
@@ -193,11 +232,13 @@ pub fn open_link(consensus: &Arc<Consensus>, peer: Peer) {
     }
     let (tx, rx) = channel();
     let shared = Arc::new(Mutex::new(peer.clone()));
+    let publishing = Arc::new(AtomicUsize::new(0));
     let thread_peer = shared.clone();
     let thread_consensus = consensus.clone();
+    let thread_publishing = publishing.clone();
     let started = std::thread::Builder::new()
         .name(format!("wetask-raft-to-{}", peer.id))
-        .spawn(move || send_loop(&thread_consensus, &thread_peer, rx));
+        .spawn(move || send_loop(&thread_consensus, &thread_peer, rx, &thread_publishing));
     if let Err(e) = started {
         tracing::error!(member = %peer, "cannot start a Raft sender: {e}");
         return;
@@ -207,17 +248,27 @@ pub fn open_link(consensus: &Arc<Consensus>, peer: Peer) {
         Link {
             queue: Mutex::new(tx),
             peer: shared,
+            publishing,
         },
     );
 }
 
 /// Writes the queue's messages to `peer`, connecting as needed; ends when the process does.
-fn send_loop(consensus: &Consensus, peer: &Mutex<Peer>, queue: Receiver<Frame>) {
+/// `publishing` counts the PUBLISH bytes still queued.
+fn send_loop(
+    consensus: &Consensus,
+    peer: &Mutex<Peer>,
+    queue: Receiver<Frame>,
+    publishing: &AtomicUsize,
+) {
     let mut link: Option<BufWriter<TcpStream>> = None;
     let mut failed_at: Option<Instant> = None;
     // Snapshots written since the last flush: (shard, to).
     let mut snapshots = Vec::new();
     while let Ok(first) = queue.recv() {
+        if first.shard == PUBLISH {
+            publishing.fetch_sub(first.bytes.len(), Ordering::AcqRel);
+        }
         if link.is_none() && failed_at.is_none_or(|at| at.elapsed() >= RETRY_AFTER) {
             let to = peer.lock().expect("raft peer").clone();
             link = connect(&to).map(BufWriter::new);
@@ -255,6 +306,9 @@ fn send_loop(consensus: &Consensus, peer: &Mutex<Peer>, queue: Receiver<Frame>) 
                 report_snapshot(consensus, &frame, false);
             }
             next = queue.try_recv().ok();
+            if let Some(frame) = next.as_ref().filter(|f| f.shard == PUBLISH) {
+                publishing.fetch_sub(frame.bytes.len(), Ordering::AcqRel);
+            }
         }
         ok = ok && writer.flush().is_ok();
         for (shard, to) in snapshots.drain(..) {
@@ -351,6 +405,19 @@ fn receive_loop(consensus: &Consensus, stream: TcpStream) {
         if shard == STREAM as usize {
             if !receive_snapshot(consensus, &mut reader, len, &mut body) {
                 return;
+            }
+            continue;
+        }
+        if shard == PUBLISH as usize {
+            if len > FRAME_MAX || !read_body(&mut reader, len, &mut body) {
+                return;
+            }
+            match crate::pubsub_relay::decode(&body) {
+                Some((channel, message)) => consensus.relay.arrived(channel, message),
+                None => {
+                    tracing::warn!("a Raft peer sent a malformed PUBLISH: dropping the link");
+                    return;
+                }
             }
             continue;
         }

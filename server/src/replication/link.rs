@@ -19,6 +19,8 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Env {
     pub replication: Arc<Replication>,
     pub doorbells: Arc<[crate::doorbell::Doorbell]>,
+    /// Where the primary's PUBLISH messages go, for this node's subscribers.
+    pub relay: Arc<crate::pubsub_relay::Relay>,
     pub shard_count: usize,
     /// This node's client port (the primary lists it).
     pub listening_port: u16,

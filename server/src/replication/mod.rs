@@ -19,6 +19,7 @@
 //! - `crate::shard::replica`: the replica's shard threads, which drain their inboxes each
 //!   loop turn.
 //! - `wire`: the stream's format.
+//! - `publishes`: PUBLISH messages for the replicas' subscribers, beside the records.
 //!
 //! WAIT counts the replicas whose acknowledged positions have reached every shard's
 //! journal position when WAIT was called. `docs/REPLICATION.md` says what this promises.
@@ -26,6 +27,7 @@
 pub mod from_redis;
 pub mod fsync_watch;
 pub mod link;
+pub mod publishes;
 pub mod receiver;
 pub mod resume;
 pub mod sender;
@@ -250,6 +252,8 @@ pub struct Replication {
     /// on disk, no stream is served or followed (a crash meanwhile must find the file
     /// still true).
     pub resume_cleared: AtomicBool,
+    /// PUBLISH messages for the replicas (`publishes`).
+    pub publishes: publishes::Publishes,
 }
 
 impl Replication {
@@ -282,6 +286,7 @@ impl Replication {
             functions: Mutex::new(Bytes::new()),
             functions_epoch: AtomicU64::new(0),
             resume_cleared: AtomicBool::new(true),
+            publishes: publishes::Publishes::default(),
         }
     }
 

@@ -293,6 +293,13 @@ fn frames(
                 inbox.received.store(position, Ordering::Release);
             }
             wire::FUNCTIONS => push(env, epoch, shard, Item::Functions(Bytes::from(payload))),
+            wire::PUBLISH => {
+                let (channel, message) = super::publishes::decode(&payload)
+                    .ok_or("the primary sent a malformed PUBLISH")?;
+                // Replicas of this node hear it too, as down a Redis chain.
+                replication.publishes.record(&channel, &message);
+                env.relay.arrived(channel, message);
+            }
             wire::HEARTBEAT => {
                 let position = wire::u64_at(&payload, 0).map_err(|e| e.to_string())?;
                 replication.note_io();

@@ -259,6 +259,9 @@ fn stream(
         }
         wire::write_frame(&mut out, wire::SNAPSHOT_END, &[]).map_err(io)?;
     }
+    // Shard 0's stream carries the PUBLISH messages from here on (`publishes`), counted
+    // before the stream shows online.
+    let _publishing = (opening.shard == 0).then(|| Publishing::new(&replication.publishes));
     peer.online.fetch_add(1, Ordering::AcqRel);
     let result = follow(
         replication,
@@ -292,12 +295,16 @@ fn follow(
     let mut last_sent = Instant::now();
     let published = &store.shards[shard].position;
     let mut functions_sent = 0;
+    let mut published_sent = replication.publishes.last();
     loop {
         if shard == 0 && replication.functions_epoch() != functions_sent {
             let (epoch, dump) = replication.functions();
             wire::write_frame(out, wire::FUNCTIONS, &[&dump]).map_err(io)?;
             out.flush().map_err(io)?;
             functions_sent = epoch;
+        }
+        if shard == 0 && send_publishes(&replication.publishes, out, &mut published_sent)? {
+            idle = Duration::from_micros(50);
         }
         // The journal publishes where it ends after each write and rotation: while that
         // has not moved past this stream, there is nothing to read (no syscall a look).
@@ -337,6 +344,41 @@ fn follow(
         }
         std::thread::sleep(idle);
         idle = (idle * 2).min(IDLE_POLL_MAX);
+    }
+}
+
+/// Sends the PUBLISH messages logged after number `sent` (moved on to the newest); true
+/// when there were some.
+fn send_publishes(
+    publishes: &super::publishes::Publishes,
+    out: &mut BufWriter<&TcpStream>,
+    sent: &mut u64,
+) -> Result<bool, String> {
+    if publishes.last() == *sent {
+        return Ok(false);
+    }
+    let (bodies, newest) = publishes.since(*sent);
+    for body in &bodies {
+        wire::write_frame(out, wire::PUBLISH, &[body]).map_err(|e| e.to_string())?;
+    }
+    out.flush().map_err(|e| e.to_string())?;
+    *sent = newest;
+    Ok(true)
+}
+
+/// A shard-0 stream, counted while it lives: messages are logged only while one does.
+struct Publishing<'a>(&'a super::publishes::Publishes);
+
+impl<'a> Publishing<'a> {
+    fn new(publishes: &'a super::publishes::Publishes) -> Self {
+        publishes.streams.fetch_add(1, Ordering::AcqRel);
+        Publishing(publishes)
+    }
+}
+
+impl Drop for Publishing<'_> {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

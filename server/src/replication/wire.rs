@@ -20,6 +20,7 @@
 //! | `R` | position after it (u64 LE), record payload | one journal record |
 //! | `H` | position (u64 LE) | nothing new past the position (sent when idle) |
 //! | `L` | FUNCTION DUMP's payload | the function libraries (shard 0's stream: at its start and after each change) |
+//! | `M` | channel length (u32 LE), channel, message | a PUBLISH on the primary (shard 0's stream, `publishes`) |
 //!
 //! The replica sends `A` and a position (u64 LE): everything up to it is applied; and `F`
 //! and a position: everything up to it is fsynced in the replica's own journal (WAITAOF).
@@ -36,6 +37,7 @@ pub const SNAPSHOT_END: u8 = b'E';
 pub const RECORD: u8 = b'R';
 pub const HEARTBEAT: u8 = b'H';
 pub const FUNCTIONS: u8 = b'L';
+pub const PUBLISH: u8 = b'M';
 pub const ACK: u8 = b'A';
 pub const FSYNCED: u8 = b'F';
 

@@ -164,6 +164,12 @@ impl ShardCtx {
         }
         self.tracking.drain(&self.core);
         self.publish_keyspace_events();
+        if self.id == 0 {
+            if let Some(messages) = self.globals.relay.take() {
+                // What other nodes published (`pubsub_relay`).
+                self.pubsub.deliver_everywhere(&self.core, messages);
+            }
+        }
         self.wake_paused();
         self.offload.wake_ready();
     }

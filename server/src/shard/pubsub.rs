@@ -172,6 +172,12 @@ impl PubSub {
         let events = shard.notes.take();
         drop(shard);
         let messages: Vec<(Bytes, Bytes)> = events.iter().flat_map(|e| e.messages(flags)).collect();
+        self.deliver_everywhere(core, messages);
+    }
+
+    /// Delivers `messages` (channel, message), in order, to this shard's subscribers and to
+    /// every peer shard that has some.
+    pub fn deliver_everywhere(&self, core: &ShardCore, messages: Vec<(Bytes, Bytes)>) {
         if self.registry.borrow().size() > 0 {
             for (channel, message) in &messages {
                 self.deliver(core, channel, message, false);
