@@ -207,6 +207,16 @@ pub struct Config {
     /// Whether a replica refuses clients' writes (READONLY).
     #[arg(long, default_value = "yes", value_parser = yes_no, action = clap::ArgAction::Set)]
     pub replica_read_only: bool,
+    /// Whether a replica whose link is down serves commands (no: `-MASTERDOWN` for every
+    /// command without Redis's `stale` flag).
+    #[arg(long, alias = "slave-serve-stale-data", default_value = "yes", value_parser = yes_no, action = clap::ArgAction::Set)]
+    pub replica_serve_stale_data: bool,
+    /// A primary refuses writes (`-NOREPLICAS`) while fewer replicas than this are online
+    /// with an acknowledgement at most `min-replicas-max-lag` seconds old (0: never).
+    #[arg(long, alias = "min-slaves-to-write", default_value_t = 0)]
+    pub min_replicas_to_write: u64,
+    #[arg(long, alias = "min-slaves-max-lag", default_value_t = 10)]
+    pub min_replicas_max_lag: u64,
     /// Where this node serves its replicas' journal streams (0: a free port; INFO
     /// replication's `repl_port` and REPLCONF WETASK name it).
     #[arg(long, default_value_t = 0)]

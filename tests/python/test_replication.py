@@ -690,6 +690,127 @@ def libraries(client):
     return sorted(dict(zip(entry[0::2], entry[1::2]))["library_name"] for entry in listed)
 
 
+def refused(client, *command):
+    """The error text `command` gets (it must get one)."""
+    with pytest.raises(redis.exceptions.ResponseError) as error:
+        client.execute_command(*command)
+    return str(error.value)
+
+
+WRITE_SCRIPT = "return redis.call('SET', KEYS[1], 'from-script')"
+
+
+def test_a_read_only_replica_refuses_scripts_writes_and_function_changes(pair):
+    """As Redis's: on a read-only replica a script's write fails with READONLY (the replica
+    would differ from its primary for good), FCALL of a function without `no-writes` does
+    not start, and FUNCTION LOAD, DELETE and FLUSH are refused; reading scripts and
+    `no-writes` functions run (the messages are Redis 7.0's). `replica-read-only no` lets
+    them write, as in Redis. Before, every one of them ran on the replica."""
+    p, r = linked(pair)
+    p.function_load(library("gated", "f_gated"))
+    wait_for(lambda: libraries(r) == ["gated"], "the library on the replica")
+    p.set("k", "primary")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert refused(r, "EVAL", WRITE_SCRIPT, 1, "k").startswith(
+        "You can't write against a read only replica. script:")
+    for command in (("FCALL", "f_gated", 1, "k", "v"),("FUNCTION", "LOAD", "REPLACE", library("gated", "f_gated")),
+                    ("FUNCTION", "DELETE", "gated"), ("FUNCTION", "FLUSH"),
+                    ("SET", "k", "v"), ("TASK.SUBMIT", "q", "p")):
+        assert refused(r, *command) == "You can't write against a read only replica.", command
+    assert r.eval("return redis.call('GET', KEYS[1])", 1, "k") == "primary"
+    assert r.execute_command("FCALL_RO", "f_gated_ro", 1, "k") == "primary"
+    assert r.get("k") == "primary" and libraries(r) == ["gated"]
+    assert r.config_set("replica-read-only", "no")
+    assert r.eval(WRITE_SCRIPT, 1, "k") == "OK"
+    assert r.get("k") == "from-script"
+
+
+def test_min_replicas_to_write_refuses_writes_without_enough_good_replicas(pair):
+    """`min-replicas-to-write 1` with `min-replicas-max-lag 1`, as Redis has them: with no
+    replica online, or with its replica silent for over a second (SIGSTOP), the primary
+    answers a write, a script's write, a function that may write, FUNCTION LOAD and a
+    transaction with a write with NOREPLICAS, and serves reads; once the replica is online
+    and acknowledging, writes go through. Before, the settings were accepted and did
+    nothing."""
+    primary, replica = pair
+    p = redis.Redis(port=primary.port, decode_responses=True)
+    p.function_load(library("quorum", "f_quorum"))
+    p.set("k", "before")
+    assert p.config_set("min-replicas-to-write", 1)
+    assert p.config_set("min-replicas-max-lag", 1)
+    assert p.config_get("min-slaves-to-write") == {"min-slaves-to-write": "1"}
+    assert "between 0 and 2147483647" in refused(p, "CONFIG", "SET", "min-replicas-to-write", "-1")
+
+    def refusals():
+        c = redis.Redis(port=primary.port, decode_responses=True, single_connection_client=True)
+        found = [refused(c, "SET", "k", "v"), refused(c, "EVAL", WRITE_SCRIPT, 1, "k"),
+                 refused(c, "FCALL", "f_quorum", 1, "k", "v"),
+                 refused(c, "FUNCTION", "LOAD", "REPLACE", library("quorum", "f_quorum"))]
+        assert c.execute_command("MULTI") == "OK"
+        found.append(refused(c, "SET", "k", "v"))
+        with pytest.raises(redis.exceptions.ResponseError, match="Transaction discarded"):
+            c.execute_command("EXEC")
+        return found
+
+    # redis-py names no error class for NOREPLICAS: the code stays in the text.
+    texts = refusals()
+    assert all(text.startswith("NOREPLICAS Not enough good replicas to write.") for text in texts), texts
+    assert "script:" in texts[1]
+    assert p.get("k") == "before"
+    assert p.execute_command("FCALL_RO", "f_quorum_ro", 1, "k") == "before"
+    assert p.eval("return redis.call('GET', KEYS[1])", 1, "k") == "before"
+
+    r = redis.Redis(port=replica.port, decode_responses=True)
+    assert r.replicaof("127.0.0.1", primary.port)
+    wait_for(lambda: link_up(r) and online(p), "the replica online")
+    wait_for(lambda: write_goes_through(p), "writes accepted with a good replica")
+    assert p.execute_command("FCALL", "f_quorum", 1, "k", "fn") == "OK"
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: not write_goes_through(p), "writes refused with the replica silent")
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: write_goes_through(p), "writes accepted again")
+    assert p.config_set("min-replicas-to-write", 0)
+
+
+def write_goes_through(client):
+    try:
+        return client.set("probe", "1")
+    except redis.exceptions.ResponseError as error:
+        assert "NOREPLICAS" in str(error) or "Not enough good replicas" in str(error), error
+        return False
+
+
+def test_a_replica_that_serves_no_stale_data_answers_masterdown():
+    """`replica-serve-stale-data no`, as Redis has it: while its link is down, the replica
+    answers MASTERDOWN to every command without Redis's `stale` flag (GET, PING) and still
+    runs those with it (INFO, CONFIG); `yes` serves the data it has. Before, the setting
+    did nothing."""
+    primary = Server("--shards", "2")
+    replica = Server("--shards", "2", "--replica-serve-stale-data", "no")
+    try:
+        p = redis.Redis(port=primary.port, decode_responses=True)
+        r = redis.Redis(port=replica.port, decode_responses=True)
+        p.set("k", "v")
+        assert r.replicaof("127.0.0.1", primary.port)
+        wait_for(lambda: link_up(r) and r.get("k") == "v", "the replica's link")
+        primary.proc.kill()
+        primary.proc.wait()
+        wait_for(lambda: not link_up(r), "the link down")
+        masterdown = "Link with MASTER is down and replica-serve-stale-data is set to 'no'."
+        assert refused(r, "GET", "k") == masterdown
+        assert refused(r, "PING") == masterdown
+        assert r.info("replication")["master_link_status"] == "down"
+        assert r.config_get("replica-serve-stale-data") == {"replica-serve-stale-data": "no"}
+        assert r.config_set("slave-serve-stale-data", "yes")
+        assert r.get("k") == "v"
+    finally:
+        replica.stop()
+        primary.stop()
+
+
 def test_function_libraries_follow_the_primary(pair):
     """FUNCTION LOAD, DELETE and RESTORE on the primary reach the replica (its own libraries
     are replaced at the sync, as a Redis replica's are), and a promoted replica runs them."""

@@ -19,6 +19,7 @@ use crate::shard::ShardCtx;
 // Long: one row per parameter, as CONFIG GET lists them; the table reads best whole.
 pub(super) fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
     let g = &ctx.globals;
+    let gate = &g.replication.gate;
     vec![
         ("bind", g.config.bind.clone()),
         ("port", g.port.load(Ordering::Relaxed).to_string()),
@@ -179,6 +180,38 @@ pub(super) fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
             "slave-read-only",
             yes_no(g.replication.read_only.load(Ordering::Relaxed)),
         ),
+        (
+            "replica-serve-stale-data",
+            yes_no(gate.serve_stale_data.load(Ordering::Relaxed)),
+        ),
+        (
+            "slave-serve-stale-data",
+            yes_no(gate.serve_stale_data.load(Ordering::Relaxed)),
+        ),
+        (
+            "min-replicas-to-write",
+            gate.min_replicas_to_write
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "min-slaves-to-write",
+            gate.min_replicas_to_write
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "min-replicas-max-lag",
+            gate.min_replicas_max_lag
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            "min-slaves-max-lag",
+            gate.min_replicas_max_lag
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
         ("io-threads", "1".into()),
         ("shards", g.shard_count.to_string()),
     ]
@@ -315,6 +348,13 @@ pub(super) fn config_set(ctx: &ShardCtx, pairs: &[Bytes]) -> Frame {
 pub(super) fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bool, String> {
     const NOT_AN_INTEGER: &str = "argument couldn't be parsed into an integer";
     let integer = |value: &str| value.parse::<u64>().map_err(|_| NOT_AN_INTEGER.to_string());
+    // Redis's int parameters: 0 to INT_MAX.
+    let int_max = |value: &str| match value.parse::<i64>() {
+        Ok(n) if (0..=i64::from(i32::MAX)).contains(&n) => Ok(n as u64),
+        Ok(_) => Err("argument must be between 0 and 2147483647 inclusive".to_string()),
+        Err(_) => Err(NOT_AN_INTEGER.to_string()),
+    };
+    let gate = &g.replication.gate;
     match name {
         "requirepass" => {
             g.acl
@@ -404,6 +444,20 @@ pub(super) fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bo
             Ok(on) => g.replication.read_only.store(on, Ordering::Relaxed),
             Err(_) => return Err("argument must be 'yes' or 'no'".into()),
         },
+        "replica-serve-stale-data" | "slave-serve-stale-data" => {
+            match crate::config::yes_no(&value) {
+                Ok(on) => gate.serve_stale_data.store(on, Ordering::Relaxed),
+                Err(_) => return Err("argument must be 'yes' or 'no'".into()),
+            }
+        }
+        "min-replicas-to-write" | "min-slaves-to-write" => {
+            gate.min_replicas_to_write
+                .store(int_max(&value)?, Ordering::Relaxed);
+        }
+        "min-replicas-max-lag" | "min-slaves-max-lag" => {
+            gate.min_replicas_max_lag
+                .store(int_max(&value)?, Ordering::Relaxed);
+        }
         "timeout" => g.idle_timeout_s.store(integer(&value)?, Ordering::Relaxed),
         "tcp-keepalive" => g.tcp_keepalive_s.store(integer(&value)?, Ordering::Relaxed),
         "maxclients" => match value.parse::<usize>() {

@@ -60,6 +60,13 @@ pub fn check(
             "ERR Can not execute a script with write flag using *_ro command.",
         ));
     }
+    if !no_writes {
+        // A function that may write counts as a write command, as Redis's flags make it:
+        // it does not start where a write is refused (`replication::gate`).
+        if let Some(refusal) = ctx.globals.replication.write_refusal() {
+            return Err(Frame::static_error(refusal));
+        }
+    }
     Ok(Checked {
         name,
         epoch,

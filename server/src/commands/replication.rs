@@ -205,6 +205,7 @@ pub fn follow_from(
         state: LinkState::Connecting,
         since_ms: unix_ms(),
     });
+    replication.gate.link_up.store(false, Ordering::Release);
     if !replication.is_replica.swap(true, Ordering::AcqRel) {
         // The primary's client ids come with its records: ours start far past them.
         globals.skip_client_ids();
@@ -269,6 +270,7 @@ fn promote(globals: &Globals) {
     replication.link_epoch.fetch_add(1, Ordering::AcqRel);
     replication.links.close(None);
     *replication.primary.lock().expect("primary") = None;
+    replication.gate.link_up.store(false, Ordering::Release);
     *replication.redis_saved.lock().expect("redis saved") = None;
     // A new history: replicas of the old primary cannot continue from this one's files.
     *replication.run_id.lock().expect("run id") = replication::random_hex(40);

@@ -26,6 +26,7 @@
 
 pub mod from_redis;
 pub mod fsync_watch;
+pub mod gate;
 pub mod link;
 pub mod publishes;
 pub mod receiver;
@@ -254,6 +255,8 @@ pub struct Replication {
     pub resume_cleared: AtomicBool,
     /// PUBLISH messages for the replicas (`publishes`).
     pub publishes: publishes::Publishes,
+    /// What replication refuses clients (`gate`).
+    pub gate: gate::Gate,
 }
 
 impl Replication {
@@ -287,6 +290,7 @@ impl Replication {
             functions_epoch: AtomicU64::new(0),
             resume_cleared: AtomicBool::new(true),
             publishes: publishes::Publishes::default(),
+            gate: gate::Gate::default(),
         }
     }
 
@@ -342,6 +346,9 @@ impl Replication {
             if state != primary.state {
                 primary.since_ms = crate::clock::unix_ms();
             }
+            self.gate
+                .link_up
+                .store(state == LinkState::Connected, Ordering::Release);
             primary.state = state;
         }
     }

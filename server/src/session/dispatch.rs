@@ -139,11 +139,8 @@ fn refusal(
     if ctx.globals.answers_loading() && !conn.replication_applier && !loads(ctx, spec, args) {
         return Err(Frame::static_error(LOADING));
     }
-    if spec.has(flag::WRITE)
-        && ctx.globals.replication.refuses_writes()
-        && !conn.replication_applier
-    {
-        return Err(Frame::static_error(crate::replication::READONLY));
+    if !conn.replication_applier {
+        replication_refusal(ctx, conn, spec, args)?;
     }
     ctx.make_room(spec)?;
     if crate::commands::pubsub::resp2_subscribed(conn)
@@ -154,6 +151,40 @@ fn refusal(
         return Err(Frame::error(format!(
             "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
         )));
+    }
+    Ok(())
+}
+
+/// READONLY, NOREPLICAS or MASTERDOWN (`replication::gate`) for a client's command: a
+/// write by its own flags (a container's by its subcommand's, EXEC by what it queued).
+#[inline]
+fn replication_refusal(
+    ctx: &ShardCtx,
+    conn: &ConnState,
+    spec: &'static CommandSpec,
+    args: &[bytes::Bytes],
+) -> Result<(), Frame> {
+    let replication = &ctx.globals.replication;
+    let flags = match spec.has(flag::CONTAINER) {
+        true => subcommand_of(spec, args).map_or(spec.flags, |sub| sub.flags),
+        false => spec.flags,
+    };
+    let writes = flags & flag::WRITE != 0
+        || (spec.name == "exec"
+            && conn.multi.as_ref().is_some_and(|queued| {
+                queued
+                    .iter()
+                    .any(|r| r.spec().is_some_and(|s| s.has(flag::WRITE)))
+            }));
+    if writes {
+        if let Some(refusal) = replication.write_refusal() {
+            return Err(Frame::static_error(refusal));
+        }
+    }
+    if flags & flag::STALE == 0 {
+        if let Some(refusal) = replication.stale_refusal() {
+            return Err(Frame::static_error(refusal));
+        }
     }
     Ok(())
 }

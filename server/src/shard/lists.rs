@@ -288,7 +288,7 @@ impl ListWaiters {
         loop {
             let first = self.index.borrow().deadlines.first().copied();
             match first {
-                Some((deadline, waiter)) if deadline <= now => self.unpark(core, waiter),
+                Some((deadline, waiter)) if deadline < now => self.unpark(core, waiter),
                 _ => break,
             }
         }

@@ -277,7 +277,7 @@ impl TaskWaits {
         // served them, and `serve_parked` tries them again when it moves.
         let answer = {
             let mut shard = core.shard.borrow_mut();
-            let expired = parked.deadline_ms.is_some_and(|d| shard.now_ms() >= d);
+            let expired = parked.deadline_ms.is_some_and(|d| shard.now_ms() > d);
             answer_of(&mut shard, &parked, expired)
         };
         match answer {
@@ -300,7 +300,7 @@ impl TaskWaits {
             let mut parked = self.parked.borrow_mut();
             let deadline_passed = parked
                 .iter()
-                .any(|p| p.deadline_ms.is_some_and(|d| now >= d));
+                .any(|p| p.deadline_ms.is_some_and(|d| now > d));
             // New events matter only to parked TASK.EVENTS reads (a lease is an event but
             // frees nothing for a fetch, so it does not move the epoch).
             let events = shard.tasks.events_noted();
@@ -320,7 +320,7 @@ impl TaskWaits {
             let mut i = 0;
             while i < parked.len() {
                 let p = &parked[i];
-                let expired = p.deadline_ms.is_some_and(|d| now >= d);
+                let expired = p.deadline_ms.is_some_and(|d| now > d);
                 let queues = fetch_queues(p);
                 let seen = |q| {
                     found_empty[..empties]

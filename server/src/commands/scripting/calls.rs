@@ -66,6 +66,12 @@ pub(super) async fn call_command(ctx: &Rc<ShardCtx>, args: MultiValue) -> Result
     if read_only && spec.has(flag::WRITE) {
         return Err("ERR Write commands are not allowed from read-only scripts.".into());
     }
+    if spec.has(flag::WRITE) {
+        // A read-only replica, or too few good replicas (`replication::gate`).
+        if let Some(refusal) = ctx.globals.replication.write_refusal() {
+            return Err(refusal.into());
+        }
+    }
     if ctx.make_room(spec).is_err() {
         return Err(wetask_shards::errors::OOM.into());
     }
