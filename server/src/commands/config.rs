@@ -20,7 +20,7 @@ use crate::shard::ShardCtx;
 pub(super) fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
     let g = &ctx.globals;
     let gate = &g.replication.gate;
-    vec![
+    let mut params = vec![
         ("bind", g.config.bind.clone()),
         ("port", g.port.load(Ordering::Relaxed).to_string()),
         ("databases", DATABASES.to_string()),
@@ -172,49 +172,38 @@ pub(super) fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
                 g.notify_keyspace_events.load(Ordering::Relaxed),
             ),
         ),
-        (
-            "replica-read-only",
-            yes_no(g.replication.read_only.load(Ordering::Relaxed)),
-        ),
-        (
-            "slave-read-only",
-            yes_no(g.replication.read_only.load(Ordering::Relaxed)),
-        ),
-        (
-            "replica-serve-stale-data",
-            yes_no(gate.serve_stale_data.load(Ordering::Relaxed)),
-        ),
-        (
-            "slave-serve-stale-data",
-            yes_no(gate.serve_stale_data.load(Ordering::Relaxed)),
-        ),
-        (
-            "min-replicas-to-write",
-            gate.min_replicas_to_write
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "min-slaves-to-write",
-            gate.min_replicas_to_write
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "min-replicas-max-lag",
-            gate.min_replicas_max_lag
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
-        (
-            "min-slaves-max-lag",
-            gate.min_replicas_max_lag
-                .load(Ordering::Relaxed)
-                .to_string(),
-        ),
         ("io-threads", "1".into()),
         ("shards", g.shard_count.to_string()),
-    ]
+    ];
+    // Replication's, each under its old `slave` name too, as Redis lists them.
+    let replication = [
+        (
+            ["replica-read-only", "slave-read-only"],
+            yes_no(g.replication.read_only.load(Ordering::Relaxed)),
+        ),
+        (
+            ["replica-serve-stale-data", "slave-serve-stale-data"],
+            yes_no(gate.serve_stale_data.load(Ordering::Relaxed)),
+        ),
+        (
+            ["min-replicas-to-write", "min-slaves-to-write"],
+            gate.min_replicas_to_write
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
+            ["min-replicas-max-lag", "min-slaves-max-lag"],
+            gate.min_replicas_max_lag
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+    ];
+    params.extend(
+        replication
+            .into_iter()
+            .flat_map(|(names, value)| names.map(|name| (name, value.clone()))),
+    );
+    params
 }
 
 pub(super) async fn config(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
