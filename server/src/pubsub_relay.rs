@@ -3,8 +3,8 @@
 //! Redis delivers a PUBLISH to every subscriber of the cluster (its bus carries the message
 //! to every node) and to the subscribers of its replicas (the replication stream carries
 //! it). WeTask's node-to-node links do the same: a consensus group's members over their
-//! Raft links (`consensus::transport`), a replica's primary over its streams
-//! (`replication`). Whatever thread receives a message queues it here; shard 0's next
+//! Raft links (`consensus::transport`), cluster nodes over the bus (`cluster::bus_publish`),
+//! a replica's primary over its streams (`replication`). Whatever thread receives a message queues it here; shard 0's next
 //! turn takes the queue and delivers it as a local PUBLISH does, to its own subscribers
 //! and to every shard with some (`PubSub::deliver_everywhere`).
 //!

@@ -118,7 +118,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let (shard_listeners, cluster) = cluster_listeners(&config, port, shard_count)?;
     let mut globals = Globals::new(config.clone(), shard_count, doorbells.clone());
     globals.load_acl_file()?;
-    globals.cluster = start_cluster(cluster)?;
+    globals.cluster = start_cluster(cluster, &globals.relay)?;
     globals.consensus = start_consensus(&config, shard_count, doorbells, &globals.relay)?;
     let globals = Arc::new(globals);
     let resume = open_data(&globals, shard_count)?;
@@ -353,10 +353,12 @@ fn open_data(
 /// starts its bus.
 fn start_cluster(
     cluster: Option<(Arc<crate::cluster::Cluster>, Vec<std::net::TcpListener>)>,
+    relay: &Arc<crate::pubsub_relay::Relay>,
 ) -> Result<Option<Arc<crate::cluster::Cluster>>, String> {
     let Some((cluster, bus)) = cluster else {
         return Ok(None);
     };
+    let _ = cluster.relay.set(relay.clone());
     cluster.publish();
     crate::cluster::bus::spawn(cluster.clone(), bus)?;
     Ok(Some(cluster))

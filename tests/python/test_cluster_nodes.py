@@ -528,6 +528,45 @@ def test_bullmq_with_a_prefix_on_the_cluster(cluster, release):
     check_100_jobs(run.stdout)
 
 
+def test_publish_reaches_the_subscribers_of_every_process(cluster):
+    """As Redis Cluster's bus carries a PUBLISH to every node: a message published on any
+    process (its shared port or a shard's) reaches the subscribers on every shard of every
+    process, a pattern subscriber included, once each (a process is two nodes on the bus,
+    so it gets each message twice and delivers it once); PUBLISH's count is the publishing
+    process's own subscribers. Before, only the publishing process's subscribers heard it."""
+    servers, addrs = cluster
+    channel = f"news:{random.randrange(10**9)}"
+    subscribers = []
+    for address in addrs:
+        pubsub = node_client(address).pubsub()
+        pubsub.subscribe(channel)
+        subscribers.append((address.split(":")[0], pubsub))
+    patterned = redis.Redis(host=HOSTS[1], port=servers[1].port, decode_responses=True).pubsub()
+    patterned.psubscribe("news:*")
+    subscribers.append((HOSTS[1], patterned))
+    for _, pubsub in subscribers:
+        assert pubsub.get_message(timeout=10)["type"] in ("subscribe", "psubscribe")
+    sent = []
+    for n, (host, srv) in enumerate(zip(HOSTS, servers)):
+        publisher = redis.Redis(host=host, port=srv.shard_ports[n % 2] if n else srv.port,
+                                decode_responses=True)
+        local = sum(1 for h, _ in subscribers if h == host)
+        message = f"m{n}"
+        assert publisher.publish(channel, message) == local
+        sent.append(message)
+    for host, pubsub in subscribers:
+        got = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(got) < len(sent):
+            message = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+            if message:
+                got.append(message["data"])
+        while (message := pubsub.get_message(ignore_subscribe_messages=True, timeout=0.3)):
+            got.append(message["data"])
+        # Each process's messages in its order; processes' messages may interleave.
+        assert sorted(got) == sorted(sent), (host, got)
+
+
 def test_nodes_that_disagree_on_an_epoch_settle_it_as_redis_does():
     """Two fresh one-shard nodes given the same config epoch and each half the slots, then
     met: the one with the lower node id takes a new epoch, as Redis's collision rule says,

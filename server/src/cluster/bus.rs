@@ -6,6 +6,8 @@
 //! message is at most a few kB per hundred nodes, and a lost one is repaired by the next.
 //! There is no failure detector: failover is the replication issue's (docs/CLUSTER.md).
 //!
+//! A PUBLISH travels on the same links, as a message of its own (`bus_publish`).
+//!
 //! One thread serves the bus of every local node, with non-blocking sockets polled every
 //! 10 ms: it is control traffic, a few messages a second, and it must never stall a shard.
 
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use wetask_protocol::{CommandDecoder, Limits};
 
+use super::bus_publish;
 use super::view::{Message, Node};
 use super::{now_ms, Cluster};
 
@@ -81,6 +84,7 @@ fn run(cluster: &Cluster, listeners: &[TcpListener]) {
             next_tick = Instant::now() + TICK;
             tick(cluster, &mut outbound);
         }
+        send_publishes(cluster, &mut outbound);
         if !read_any {
             std::thread::sleep(POLL);
         }
@@ -134,6 +138,14 @@ fn read(cluster: &Cluster, inbound: &mut Vec<Inbound>) -> bool {
         }
         loop {
             match link.decoder.decode(&mut link.buffer) {
+                Ok(Some(args))
+                    if args.first().is_some_and(|a| a.as_ref() == bus_publish::MAGIC) =>
+                {
+                    if !relay_publish(cluster, &args) {
+                        tracing::warn!(peer = %link.peer_ip, "cluster bus: a malformed PUBLISH; link closed");
+                        return false;
+                    }
+                }
                 Ok(Some(args)) => match decode(&args[..]) {
                     Some(message) => messages.push((
                         link.shard,
@@ -218,25 +230,87 @@ fn tick(cluster: &Cluster, outbound: &mut HashMap<(usize, String, u16), Outbound
     let wanted: std::collections::HashSet<_> = sends.iter().map(|(k, _)| k.clone()).collect();
     outbound.retain(|key, _| wanted.contains(key));
     for (key, bytes) in sends {
-        let link = outbound.entry(key.clone()).or_insert(Outbound {
-            stream: None,
-            retry_at: Instant::now(),
-        });
-        if link.stream.is_none() && Instant::now() >= link.retry_at {
-            link.stream = connect(&key.1, key.2);
-            if link.stream.is_none() {
-                link.retry_at = Instant::now() + Duration::from_secs(1);
+        if link(outbound, key).write(&bytes) {
+            cluster.counters.sent.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// Hands a PUBLISH that arrived to the node's relay, the first time it is seen (its copies
+/// come through the process's other nodes); false when it is malformed.
+fn relay_publish(cluster: &Cluster, args: &[Bytes]) -> bool {
+    let Some((origin, number, channel, message)) = bus_publish::decode(args) else {
+        return false;
+    };
+    if cluster.publishing.first_time(&origin, number) {
+        if let Some(relay) = cluster.relay.get() {
+            relay.arrived(channel, message);
+        }
+    }
+    true
+}
+
+/// Sends the PUBLISH messages queued since the last loop to every node the first local
+/// node knows, but its siblings (`bus_publish`), on the links `tick` keeps.
+fn send_publishes(cluster: &Cluster, outbound: &mut HashMap<(usize, String, u16), Outbound>) {
+    let messages = cluster.publishing.take();
+    if messages.is_empty() {
+        return;
+    }
+    let targets: Vec<(usize, String, u16)> = {
+        let state = cluster.lock();
+        let siblings: std::collections::HashSet<&str> =
+            state.views.iter().map(|v| v.me().id.as_str()).collect();
+        state.views[0]
+            .nodes
+            .iter()
+            .skip(1)
+            .filter(|n| !n.ip.is_empty() && n.cport != 0 && !n.handshake)
+            .filter(|n| !siblings.contains(n.id.as_str()))
+            .map(|n| (0, n.ip.clone(), n.cport))
+            .collect()
+    };
+    for key in targets {
+        let link = link(outbound, key);
+        for bytes in &messages {
+            if !link.write(bytes) {
+                break;
             }
         }
-        let Some(stream) = link.stream.as_mut() else {
-            continue;
-        };
-        if stream.write_all(&bytes).is_ok() {
-            cluster.counters.sent.fetch_add(1, Relaxed);
-        } else {
-            link.stream = None;
-            link.retry_at = Instant::now() + Duration::from_millis(500);
+    }
+}
+
+/// The link `key` names, connected now if it is down and may be tried again.
+fn link(
+    outbound: &mut HashMap<(usize, String, u16), Outbound>,
+    key: (usize, String, u16),
+) -> &mut Outbound {
+    let link = outbound.entry(key.clone()).or_insert(Outbound {
+        stream: None,
+        retry_at: Instant::now(),
+    });
+    if link.stream.is_none() && Instant::now() >= link.retry_at {
+        link.stream = connect(&key.1, key.2);
+        if link.stream.is_none() {
+            link.retry_at = Instant::now() + Duration::from_secs(1);
         }
+    }
+    link
+}
+
+impl Outbound {
+    /// Writes `bytes` if the link is up; a failed write takes it down for 500 ms. True
+    /// when written.
+    fn write(&mut self, bytes: &[u8]) -> bool {
+        let Some(stream) = self.stream.as_mut() else {
+            return false;
+        };
+        if stream.write_all(bytes).is_ok() {
+            return true;
+        }
+        self.stream = None;
+        self.retry_at = Instant::now() + Duration::from_millis(500);
+        false
     }
 }
 

@@ -15,6 +15,7 @@
 //! own one slot range each, so that one process is a whole cluster with no setup.
 
 pub mod bus;
+pub mod bus_publish;
 pub mod conf;
 pub mod view;
 
@@ -58,6 +59,10 @@ pub struct Cluster {
     path: PathBuf,
     /// The bus's messages, for CLUSTER INFO.
     pub counters: bus::Counters,
+    /// PUBLISH over the bus (`bus_publish`), and where what arrives goes (the node's relay,
+    /// set at start).
+    pub publishing: bus_publish::Publishing,
+    pub relay: std::sync::OnceLock<std::sync::Arc<crate::pubsub_relay::Relay>>,
 }
 
 impl Cluster {
@@ -113,6 +118,8 @@ impl Cluster {
             announce_ip,
             path: path.to_path_buf(),
             counters: bus::Counters::default(),
+            publishing: bus_publish::Publishing::default(),
+            relay: std::sync::OnceLock::new(),
         };
         let text = conf::render(&cluster.lock().views);
         conf::write(&cluster.path, &text)?;

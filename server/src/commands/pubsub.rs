@@ -106,6 +106,9 @@ pub async fn publish(ctx: &ShardCtx, args: &[Bytes], sharded: bool) -> Frame {
         if let Some(consensus) = &ctx.globals.consensus {
             consensus.transport.publish(&channel, &message);
         }
+        if let Some(cluster) = &ctx.globals.cluster {
+            cluster.publishing.queue(&channel, &message);
+        }
         // And the replicas' subscribers, as Redis's replication stream carries it.
         ctx.globals.replication.publishes.record(&channel, &message);
     }
