@@ -39,6 +39,7 @@ mod shutdown;
 pub mod tasks;
 pub mod tracking;
 pub mod transaction;
+pub mod transaction_admin;
 pub mod workers;
 
 use std::cell::RefCell;
@@ -65,7 +66,11 @@ pub fn needs_task(ctx: &ShardCtx, spec: &CommandSpec, request: &Command) -> bool
         // SHUTDOWN SAVE waits for the snapshots.
         "shutdown" => args[1..].iter().any(|a| is(a, "save")),
         "info" | "scan" | "randomkey" | "exec" | "watch" | "pubsub" => several,
-        "publish" | "spublish" => crate::commands::pubsub::publish_needs_peers(ctx),
+        // With several shards, in a task whatever the subscriptions now: another shard's
+        // may appear between this look and the run, and a PUBLISH run inline that then
+        // had to wait was run again in a task, delivering twice (and a debug build's
+        // assertion caught it under Redis Sentinel, whose SUBSCRIBE raced its PUBLISH).
+        "publish" | "spublish" => several,
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => true,
         "client" => {
             several

@@ -87,12 +87,6 @@ pub fn unsubscribe(ctx: &ShardCtx, conn: &mut ConnState, args: &[Bytes], kind: K
     Frame::Several(replies)
 }
 
-/// True when PUBLISH must reach other shards (some other shard has subscriptions).
-pub fn publish_needs_peers(ctx: &ShardCtx) -> bool {
-    (0..ctx.shard_count)
-        .any(|s| s != ctx.id && ctx.globals.subscriptions[s].load(Ordering::Relaxed) > 0)
-}
-
 /// PUBLISH, or SPUBLISH with `sharded` (to SSUBSCRIBE subscribers only).
 pub async fn publish(ctx: &ShardCtx, args: &[Bytes], sharded: bool) -> Frame {
     let (channel, message) = (

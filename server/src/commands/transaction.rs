@@ -11,6 +11,9 @@
 //! back before it unlocks. No other client's command runs on a locked shard, so nobody sees
 //! a transaction half applied.
 //!
+//! A transaction of administration commands (Redis Sentinel's failover: REPLICAOF, CONFIG
+//! REWRITE, CLIENT KILL) runs apart, with no locks (`transaction_admin`).
+//!
 //! WATCH registers the key on its owner shard, which bumps the key's version on every write
 //! (`Shard::watch`); EXEC aborts (nil reply) when a version moved.
 
@@ -50,11 +53,16 @@ pub fn controls_transaction(spec: &CommandSpec) -> bool {
 
 /// Queues a command inside MULTI (or rejects it, which makes EXEC abort).
 pub fn queue(conn: &mut ConnState, spec: &CommandSpec, command: &Command) -> Frame {
-    if spec.route == Route::Server && !may_queue_server_command(spec) {
+    let admin = super::transaction_admin::is_admin(spec, &command.args);
+    if spec.route == Route::Server && !may_queue_server_command(spec) && !admin {
         conn.multi_failed = true;
         return Frame::static_error("ERR Command not allowed inside a transaction");
     }
     let queued = conn.multi.as_mut().expect("inside MULTI");
+    if let Err(refused) = super::transaction_admin::fits(queued, spec, &command.args) {
+        conn.multi_failed = true;
+        return refused;
+    }
     if queued.len() >= QUEUED_COMMANDS_MAX {
         conn.multi_failed = true;
         return Frame::error(format!(
@@ -234,6 +242,11 @@ pub async fn exec(ctx: &Rc<ShardCtx>, conn: &Rc<RefCell<ConnState>>) -> Frame {
     if failed {
         watch::release(ctx, watched);
         return Frame::static_error("EXECABORT Transaction discarded because of previous errors.");
+    }
+    if super::transaction_admin::holds_admin(&queued) {
+        let watching = !watched.is_empty();
+        watch::release(ctx, watched);
+        return super::transaction_admin::exec(ctx, conn, queued, watching).await;
     }
     let plan = plan(ctx, start_db, &queued, &watched);
     let held = Held::lock_shards(ctx, plan.shards).await;

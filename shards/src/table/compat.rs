@@ -355,7 +355,7 @@ const PARTIAL: &[(&str, &str)] = &[
     ("role", "a replica's state and offset, a primary's replicas; offsets are journal positions (segment << 40 | byte in it, summed over the shards): they grow with every write and compare between a primary and its replicas, but are not byte counts; a primary no replica has followed since it started shows 0, as Redis without a backlog"),
     ("incrbyfloat", "in Redis's `long double` (the x87 80-bit format, emulated exactly), printed with 17 decimals and the zeros cut, as Redis 7 on x86-64 answers: 0.1 three times is `0.3`"),
     ("hincrbyfloat", "as INCRBYFLOAT"),
-    ("multi", "the server's own commands (CLIENT, CONFIG, INFO, COMMAND, FUNCTION, SCRIPT, SAVE, SLOWLOG, TASK.FETCH … all but PING, ECHO, SELECT, TIME, LOLWUT, WAIT, PUBLISH, SPUBLISH, PUBSUB and the scripts) are refused inside MULTI (\"Command not allowed inside a transaction\", and EXEC aborts), where Redis queues them; every command on keys queues"),
+    ("multi", "the server's own commands (COMMAND, FUNCTION, SCRIPT, SAVE, SLOWLOG, TASK.FETCH … all but PING, ECHO, SELECT, TIME, LOLWUT, WAIT, PUBLISH, SPUBLISH, PUBSUB, the scripts and the administration commands below) are refused inside MULTI (\"Command not allowed inside a transaction\", and EXEC aborts), where Redis queues them; every command on keys queues. REPLICAOF, CONFIG, INFO, ROLE and CLIENT KILL, SETNAME, GETNAME, ID, INFO and LIST queue in a transaction of their own (Redis Sentinel's failover sends one), run in order at EXEC without the shard locks; mixed with key commands or WATCH they are refused"),
     ("exec", "as MULTI"),
     ("watch", "a key counts as changed by any write command naming it, even one that changed nothing; a key that expires is not counted as changed"),
 ];
