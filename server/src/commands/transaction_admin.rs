@@ -45,19 +45,20 @@ fn embedded(spec: &CommandSpec) -> bool {
 }
 
 /// Whether a command may join `queued`: administration commands only with each other.
+/// The first command that is not embedded decides which kind the transaction is (a mix
+/// never gets in), so only the commands before it are looked at.
 pub fn fits(queued: &[Command], spec: &CommandSpec, args: &[Bytes]) -> Result<(), Frame> {
     if embedded(spec) {
         return Ok(());
     }
-    let admin = is_admin(spec, args);
-    let clash = queued.iter().any(|c| match c.spec() {
-        Some(other) if embedded(other) => false,
-        Some(other) => is_admin(other, &c.args) != admin,
-        None => false,
-    });
-    match clash {
-        true => Err(Frame::static_error(MIXED)),
-        false => Ok(()),
+    let first = queued
+        .iter()
+        .find_map(|c| c.spec().filter(|other| !embedded(other)).map(|s| (s, c)));
+    match first {
+        Some((other, c)) if is_admin(other, &c.args) != is_admin(spec, args) => {
+            Err(Frame::static_error(MIXED))
+        }
+        _ => Ok(()),
     }
 }
 
