@@ -217,6 +217,9 @@ pub struct Config {
     pub min_replicas_to_write: u64,
     #[arg(long, alias = "min-slaves-max-lag", default_value_t = 10)]
     pub min_replicas_max_lag: u64,
+    /// A replica's priority for Redis Sentinel's promotion (lower first; 0: never).
+    #[arg(long, alias = "slave-priority", default_value_t = 100)]
+    pub replica_priority: u64,
     /// Where this node serves its replicas' journal streams (0: a free port; INFO
     /// replication's `repl_port` and REPLCONF WETASK name it).
     #[arg(long, default_value_t = 0)]

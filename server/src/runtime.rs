@@ -281,6 +281,10 @@ fn start_replication(
         config.min_replicas_max_lag,
         std::sync::atomic::Ordering::Relaxed,
     );
+    gate.priority.store(
+        config.replica_priority,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let inert = &crate::commands::config_inert::INERT;
     for (name, value) in [
         ("masterauth", &config.masterauth),

@@ -20,6 +20,7 @@ import redis
 from redis.sentinel import Sentinel
 
 from conftest import DEADLINE_S, Server, server, wait_for  # noqa: F401 (a fixture)
+from test_differential import real_redis  # noqa: F401 (a fixture)
 from test_differential import free_port
 from test_replication import link_up, names
 
@@ -33,18 +34,32 @@ class Sentinels:
         if not shutil.which("redis-server"):
             pytest.fail("redis-server is missing: scripts/setup.sh installs it")
         self.dir = tempfile.mkdtemp(prefix="wetask-sentinel-")
-        self.ports = [free_port() for _ in range(3)]
+        self.ports = []
         self.procs = []
-        for n, sentinel_port in enumerate(self.ports):
+        for n in range(3):
+            self.start(n, port)
+        self.clients = [redis.Redis(port=p, decode_responses=True) for p in self.ports]
+
+    def start(self, n, port):
+        """Sentinel `n`, on a free port: one another process took meanwhile (the sentinel
+        exits) is given up for another."""
+        for _ in range(5):
+            sentinel_port = free_port()
             conf = os.path.join(self.dir, f"sentinel{n}.conf")
             with open(conf, "w") as f:
                 f.write(f"port {sentinel_port}\nbind 127.0.0.1\ndir {self.dir}\n"
                         f"sentinel monitor {MASTER} 127.0.0.1 {port} 2\n"
                         f"sentinel down-after-milliseconds {MASTER} 1000\n"
                         f"sentinel failover-timeout {MASTER} 10000\n")
-            self.procs.append(subprocess.Popen(["redis-server", conf, "--sentinel"],
-                                               stdout=subprocess.DEVNULL))
-        self.clients = [redis.Redis(port=p, decode_responses=True) for p in self.ports]
+            proc = subprocess.Popen(["redis-server", conf, "--sentinel"],
+                                    stdout=subprocess.DEVNULL)
+            client = redis.Redis(port=sentinel_port)
+            if wait_for(lambda: proc.poll() is not None or answers(client), "a sentinel") \
+                    and proc.poll() is None:
+                self.ports.append(sentinel_port)
+                self.procs.append(proc)
+                return
+        raise AssertionError("no sentinel could start")
 
     def master(self):
         """The primary's address as the first sentinel names it."""
@@ -71,6 +86,13 @@ class Sentinels:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def answers(client):
+    try:
+        return client.ping()
+    except redis.ConnectionError:
+        return False
+
+
 def role(port):
     try:
         return redis.Redis(port=port, decode_responses=True).execute_command("ROLE")
@@ -79,12 +101,14 @@ def role(port):
 
 
 def test_sentinel_fails_a_wetask_primary_over_and_turns_it_into_a_replica():
-    """Before, Sentinel elected a leader and chose a replica, but the promotion never
-    happened: WeTask refused SLAVEOF, CONFIG and CLIENT inside MULTI, and the failover
+    """The replica with `replica-priority 0` is never the one promoted. Before, Sentinel
+    elected a leader and chose a replica, but the promotion never happened: WeTask refused SLAVEOF, CONFIG and CLIENT inside MULTI, and the failover
     aborted after its timeout, again and again."""
     primary = Server("--shards", "2")
-    replicas = [Server("--shards", "2", "--replicaof", f"127.0.0.1 {primary.port}")
-                for _ in range(2)]
+    # The first replica must never be promoted (`replica-priority 0`, as a Redis DR
+    # replica is set): Sentinel picks the second.
+    replicas = [Server("--shards", "2", "--replicaof", f"127.0.0.1 {primary.port}",
+                       "--replica-priority", priority) for priority in ("0", "100")]
     sentinels = None
     old_primary = None
     try:
@@ -109,6 +133,7 @@ def test_sentinel_fails_a_wetask_primary_over_and_turns_it_into_a_replica():
         ports = {r.port for r in replicas}
         new = wait_for(lambda: (m := sentinels.master()) and m[1] in ports and m,
                        "the sentinels to name a replica the primary", deadline_s=60)[1]
+        assert new == replicas[1].port, "the replica with priority 0 was promoted"
         wait_for(lambda: (r := role(new)) and r[0] == "master", "the promotion", deadline_s=30)
         master = client.master_for(MASTER, socket_timeout=2, decode_responses=True)
         wait_for(lambda: write_works(master), "writes through redis-py's Sentinel client",
@@ -187,3 +212,40 @@ def test_a_transaction_of_administration_commands_runs_and_mixing_is_refused(ser
     with pytest.raises(redis.ResponseError, match="not with key commands or WATCH"):
         c.execute_command("EXEC")
     assert c.execute_command("MULTI") == "OK" and c.execute_command("DISCARD") == "OK"
+
+
+def test_client_types_are_redis_s(server, real_redis):  # noqa: F811
+    """CLIENT KILL and CLIENT LIST TYPE tell normal clients from subscribers (`pubsub`) as
+    Redis does (Sentinel's failover kills each type in turn), and an unknown type is an
+    error: compared with a redis-server. Before, TYPE normal took subscribers too, TYPE
+    pubsub matched nobody and a bad type was not an error."""
+    def run(port):
+        subscriber = redis.Redis(port=port, decode_responses=True).pubsub()
+        subscriber.subscribe("types")
+        assert subscriber.get_message(timeout=DEADLINE_S)["type"] == "subscribe"
+        plain = redis.Redis(port=port, decode_responses=True, single_connection_client=True)
+        plain_id = plain.client_id()
+        me = redis.Redis(port=port, decode_responses=True, single_connection_client=True)
+
+        def ids(kind):
+            text = me.execute_command("CLIENT", "LIST", "TYPE", kind)
+            return {int(line.split()[0][3:]) for line in text.splitlines()}
+
+        subscribers = ids("pubsub")
+        listed = {kind: (plain_id in ids(kind), bool(ids(kind) & subscribers))
+                  for kind in ("normal", "pubsub", "master", "replica")}
+        errors = []
+        for command in (("CLIENT", "LIST", "TYPE", "bogus"), ("CLIENT", "KILL", "TYPE", "bogus")):
+            with pytest.raises(redis.ResponseError) as error:
+                me.execute_command(*command)
+            errors.append(str(error.value))
+        me.execute_command("CLIENT", "KILL", "TYPE", "normal")
+        after_normal = (plain_id in ids("normal"), ids("pubsub") == subscribers)
+        me.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        after_pubsub = ids("pubsub") & subscribers
+        subscriber.close()
+        return listed, errors, after_normal, after_pubsub
+
+    ours, theirs = run(server.port), run(real_redis)
+    assert ours == theirs
+    assert ours[0]["pubsub"] == (False, True) and ours[2] == (False, True), ours

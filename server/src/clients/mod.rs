@@ -283,6 +283,9 @@ impl ConnState {
     /// `N` for none.
     fn flags(&self) -> String {
         let mut flags = String::new();
+        if self.replication_applier {
+            flags.push('M');
+        }
         if !self.subscriptions.is_empty() {
             flags.push('P');
         }
@@ -353,6 +356,45 @@ pub fn is_loopback(addr: &str) -> bool {
     })
 }
 
+/// Redis's client types (CLIENT KILL and CLIENT LIST `TYPE`): a connection subscribed to a
+/// channel or pattern is `pubsub`, the replication applier of a Redis primary's stream is
+/// `master` (`replication::from_redis`), every other connection `normal`. A WeTask
+/// primary's replicas are stream threads, not clients (`replica` matches no connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientKind {
+    Normal,
+    Pubsub,
+    Master,
+    Replica,
+}
+
+impl ClientKind {
+    /// `normal`, `pubsub`, `master`, `replica` or `slave`; `None` for anything else.
+    pub fn parse(text: &[u8]) -> Option<ClientKind> {
+        let kinds = [
+            ("normal", ClientKind::Normal),
+            ("pubsub", ClientKind::Pubsub),
+            ("master", ClientKind::Master),
+            ("replica", ClientKind::Replica),
+            ("slave", ClientKind::Replica),
+        ];
+        kinds
+            .iter()
+            .find(|(name, _)| text.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|&(_, kind)| kind)
+    }
+
+    pub fn of(conn: &ConnState) -> ClientKind {
+        if conn.replication_applier {
+            ClientKind::Master
+        } else if !conn.subscriptions.is_empty() {
+            ClientKind::Pubsub
+        } else {
+            ClientKind::Normal
+        }
+    }
+}
+
 /// Which clients CLIENT KILL targets.
 #[derive(Clone, Debug, Default)]
 pub struct KillFilter {
@@ -367,6 +409,8 @@ pub struct KillFilter {
     /// ACL SETUSER took channels away from this user: its connections subscribed to a
     /// channel or pattern its rules now refuse (as Redis closes them).
     pub lost_channels: Option<std::sync::Arc<crate::acl::User>>,
+    /// TYPE: connections of this kind only.
+    pub kind: Option<ClientKind>,
 }
 
 impl KillFilter {
@@ -375,6 +419,7 @@ impl KillFilter {
             return false;
         }
         self.id.is_none_or(|id| id == conn.id)
+            && self.kind.is_none_or(|kind| kind == ClientKind::of(conn))
             && self.addr.as_ref().is_none_or(|a| *a == conn.addr)
             && self.laddr.as_ref().is_none_or(|a| *a == conn.laddr)
             && self.user.as_ref().is_none_or(|u| *u == conn.user.name)
@@ -443,14 +488,18 @@ impl Clients {
 
     /// CLIENT LIST lines. `me` is the asking connection when it lives on this shard: it is
     /// borrowed while its command runs, so it is described from the reference passed in.
-    pub fn list(&self, now_ms: u64, me: Option<&ConnState>) -> String {
+    pub fn list(&self, now_ms: u64, me: Option<&ConnState>, kind: Option<ClientKind>) -> String {
         let mut out = String::new();
+        let shown = |conn: &ConnState| kind.is_none_or(|kind| kind == ClientKind::of(conn));
         for (id, conn) in &self.by_id {
             let line = match me {
-                Some(me) if me.id == *id => me.describe(now_ms),
+                Some(me) if me.id == *id => match shown(me) {
+                    true => me.describe(now_ms),
+                    false => continue,
+                },
                 _ => match conn.try_borrow() {
-                    Ok(conn) => conn.describe(now_ms),
-                    Err(_) => continue,
+                    Ok(conn) if shown(&conn) => conn.describe(now_ms),
+                    _ => continue,
                 },
             };
             out.push_str(&line);

@@ -9,7 +9,7 @@ use wetask_protocol::Frame;
 use wetask_shards::args::{is, parse_i64};
 use wetask_shards::errors::{subcommand_syntax, unknown_subcommand, wrong_arity, SYNTAX};
 
-use crate::clients::{ConnState, KillFilter, ReplyMode};
+use crate::clients::{ClientKind, ConnState, KillFilter, ReplyMode};
 use crate::globals::unix_ms;
 use crate::mesh::{AdminRequest, Request, Response};
 use crate::shard::ShardCtx;
@@ -257,11 +257,13 @@ pub(super) async fn client_list(
     args: &[Bytes],
 ) -> Frame {
     let mut ids: Option<Vec<u64>> = None;
+    let mut kind = None;
     let mut i = 2;
     while i < args.len() {
         if is(&args[i], "type") && i + 1 < args.len() {
-            if !is(&args[i + 1], "normal") {
-                return Frame::Verbatim(*b"txt", Bytes::new());
+            match ClientKind::parse(&args[i + 1]) {
+                Some(found) => kind = Some(found),
+                None => return unknown_type(&args[i + 1]),
             }
             i += 2;
         } else if is(&args[i], "id") && i + 1 < args.len() {
@@ -278,8 +280,11 @@ pub(super) async fn client_list(
             return Frame::static_error(SYNTAX);
         }
     }
-    let pending = ctx.request_peers(|| Request::Admin(AdminRequest::ClientList));
-    let mut text = ctx.clients.borrow().list(unix_ms(), Some(&conn.borrow()));
+    let pending = ctx.request_peers(|| Request::Admin(AdminRequest::ClientList { kind }));
+    let mut text = ctx
+        .clients
+        .borrow()
+        .list(unix_ms(), Some(&conn.borrow()), kind);
     for (_, future) in pending {
         if let Response::Text(more) = future.await {
             text.push_str(&more);
@@ -360,8 +365,16 @@ pub(super) async fn client_kill(
     }
 }
 
+/// Redis's answer to a TYPE it does not know.
+fn unknown_type(value: &[u8]) -> Frame {
+    Frame::error(format!(
+        "ERR Unknown client type '{}'",
+        String::from_utf8_lossy(value)
+    ))
+}
+
 /// CLIENT KILL's `<filter> <value> …` pairs; `None` when a filter can match nobody here
-/// (a TYPE other than normal).
+/// (TYPE replica: a WeTask primary's replicas are stream threads).
 pub(super) fn kill_filter(caller: u64, pairs: &[Bytes]) -> Result<Option<KillFilter>, Frame> {
     let mut filter = KillFilter {
         caller,
@@ -393,8 +406,12 @@ pub(super) fn kill_filter(caller: u64, pairs: &[Bytes]) -> Result<Option<KillFil
                 }
             }
             a if is(a, "user") => filter.user = Some(value.clone()),
-            a if is(a, "type") && !is(value, "normal") => return Ok(None),
-            a if is(a, "type") => {}
+            a if is(a, "type") => match ClientKind::parse(value) {
+                // A WeTask primary's replicas are not connections of a shard.
+                Some(ClientKind::Replica) => return Ok(None),
+                Some(kind) => filter.kind = Some(kind),
+                None => return Err(unknown_type(value)),
+            },
             _ => return Err(Frame::static_error(SYNTAX)),
         }
     }

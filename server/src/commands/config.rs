@@ -197,6 +197,10 @@ pub(super) fn config_params(ctx: &ShardCtx) -> Vec<(&'static str, String)> {
                 .load(Ordering::Relaxed)
                 .to_string(),
         ),
+        (
+            ["replica-priority", "slave-priority"],
+            gate.priority.load(Ordering::Relaxed).to_string(),
+        ),
     ];
     params.extend(
         replication
@@ -442,6 +446,9 @@ pub(super) fn set_parameter(g: &Globals, name: &str, value: String) -> Result<bo
         "min-replicas-to-write" | "min-slaves-to-write" => {
             gate.min_replicas_to_write
                 .store(int_max(&value)?, Ordering::Relaxed);
+        }
+        "replica-priority" | "slave-priority" => {
+            gate.priority.store(int_max(&value)?, Ordering::Relaxed);
         }
         "min-replicas-max-lag" | "min-slaves-max-lag" => {
             gate.min_replicas_max_lag

@@ -443,7 +443,8 @@ pub fn section(globals: &Globals, out: &mut String) {
             }
             let _ = write!(
                 out,
-                "slave_priority:100\r\nslave_read_only:{}\r\nreplica_announced:1\r\n",
+                "slave_priority:{}\r\nslave_read_only:{}\r\nreplica_announced:1\r\n",
+                replication.gate.priority.load(Ordering::Relaxed),
                 u8::from(replication.read_only.load(Ordering::Relaxed))
             );
         }

@@ -337,7 +337,10 @@ pub enum TrackingRequest {
 pub enum AdminRequest {
     Stats,
     ResetStats,
-    ClientList,
+    /// The connections of a kind (TYPE), or all.
+    ClientList {
+        kind: Option<crate::clients::ClientKind>,
+    },
     ClientKill {
         filter: crate::clients::KillFilter,
     },

@@ -32,6 +32,9 @@ pub struct Gate {
     pub serve_stale_data: AtomicBool,
     /// A replica's link is up (`Replication::set_link`).
     pub link_up: AtomicBool,
+    /// `replica-priority`, which INFO shows for Redis Sentinel to choose whom to promote
+    /// (lower first; 0: never).
+    pub priority: AtomicU64,
     /// The last count of good replicas, and when it was taken (ms).
     good: AtomicU64,
     counted_at_ms: AtomicU64,
@@ -44,6 +47,7 @@ impl Default for Gate {
             min_replicas_max_lag: AtomicU64::new(10),
             serve_stale_data: AtomicBool::new(true),
             link_up: AtomicBool::new(false),
+            priority: AtomicU64::new(100),
             good: AtomicU64::new(0),
             counted_at_ms: AtomicU64::new(0),
         }

@@ -516,7 +516,9 @@ impl ShardCtx {
                 self.shard.borrow_mut().reset_keyspace_lookups();
                 Response::Done
             }
-            AdminRequest::ClientList => Response::Text(self.clients.borrow().list(unix_ms(), None)),
+            AdminRequest::ClientList { kind } => {
+                Response::Text(self.clients.borrow().list(unix_ms(), None, kind))
+            }
             AdminRequest::ClientKill { filter } => {
                 Response::Count(self.clients.borrow().kill(&filter, None))
             }

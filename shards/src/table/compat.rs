@@ -425,7 +425,8 @@ const NOTES: &str =
          `save`, `auto-aof-rewrite-percentage`, `auto-aof-rewrite-min-size` and\n  \
          `busy-reply-threshold` (`lua-time-limit`), `notify-keyspace-events`,\n  \
          `replica-read-only`, `replica-serve-stale-data`, `min-replicas-to-write`,\n  \
-         `min-replicas-max-lag` (docs/REPLICATION.md, \"What a node refuses\"), `masterauth` and\n  \
+         `min-replicas-max-lag` (docs/REPLICATION.md, \"What a node refuses\"), `replica-priority`\n  \
+         (Sentinel's choice), `masterauth` and\n  \
          `masteruser`. It sets at\n  \
          start only, where Redis also changes them at run time: `port`, `bind`, `appendonly`,\n  \
          `aof-load-truncated` and `proto-max-bulk-len`. Every other parameter (encoding thresholds such as\n  \
