@@ -268,23 +268,7 @@ fn start_replication(
         config.replica_read_only,
         std::sync::atomic::Ordering::Relaxed,
     );
-    let gate = &replication.gate;
-    gate.serve_stale_data.store(
-        config.replica_serve_stale_data,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    gate.min_replicas_to_write.store(
-        config.min_replicas_to_write,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    gate.min_replicas_max_lag.store(
-        config.min_replicas_max_lag,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    gate.priority.store(
-        config.replica_priority,
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    replication.gate.configure(config);
     let inert = &crate::commands::config_inert::INERT;
     for (name, value) in [
         ("masterauth", &config.masterauth),

@@ -22,6 +22,7 @@ from redis.retry import Retry
 
 from conftest import BINARY, DEADLINE_S, Server, failpoint, wait_for
 from test_differential import free_port
+from test_redis72 import error_of
 
 
 
@@ -690,13 +691,6 @@ def libraries(client):
     return sorted(dict(zip(entry[0::2], entry[1::2]))["library_name"] for entry in listed)
 
 
-def refused(client, *command):
-    """The error text `command` gets (it must get one)."""
-    with pytest.raises(redis.exceptions.ResponseError) as error:
-        client.execute_command(*command)
-    return str(error.value)
-
-
 WRITE_SCRIPT = "return redis.call('SET', KEYS[1], 'from-script')"
 
 
@@ -711,12 +705,12 @@ def test_a_read_only_replica_refuses_scripts_writes_and_function_changes(pair):
     wait_for(lambda: libraries(r) == ["gated"], "the library on the replica")
     p.set("k", "primary")
     assert p.execute_command("WAIT", 1, 5000) == 1
-    assert refused(r, "EVAL", WRITE_SCRIPT, 1, "k").startswith(
+    assert error_of(r, "EVAL", WRITE_SCRIPT, 1, "k").startswith(
         "You can't write against a read only replica. script:")
     for command in (("FCALL", "f_gated", 1, "k", "v"),("FUNCTION", "LOAD", "REPLACE", library("gated", "f_gated")),
                     ("FUNCTION", "DELETE", "gated"), ("FUNCTION", "FLUSH"),
                     ("SET", "k", "v"), ("TASK.SUBMIT", "q", "p")):
-        assert refused(r, *command) == "You can't write against a read only replica.", command
+        assert error_of(r, *command) == "You can't write against a read only replica.", command
     assert r.eval("return redis.call('GET', KEYS[1])", 1, "k") == "primary"
     assert r.execute_command("FCALL_RO", "f_gated_ro", 1, "k") == "primary"
     assert r.get("k") == "primary" and libraries(r) == ["gated"]
@@ -739,15 +733,15 @@ def test_min_replicas_to_write_refuses_writes_without_enough_good_replicas(pair)
     assert p.config_set("min-replicas-to-write", 1)
     assert p.config_set("min-replicas-max-lag", 1)
     assert p.config_get("min-slaves-to-write") == {"min-slaves-to-write": "1"}
-    assert "between 0 and 2147483647" in refused(p, "CONFIG", "SET", "min-replicas-to-write", "-1")
+    assert "between 0 and 2147483647" in error_of(p, "CONFIG", "SET", "min-replicas-to-write", "-1")
 
     def refusals():
         c = redis.Redis(port=primary.port, decode_responses=True, single_connection_client=True)
-        found = [refused(c, "SET", "k", "v"), refused(c, "EVAL", WRITE_SCRIPT, 1, "k"),
-                 refused(c, "FCALL", "f_quorum", 1, "k", "v"),
-                 refused(c, "FUNCTION", "LOAD", "REPLACE", library("quorum", "f_quorum"))]
+        found = [error_of(c, "SET", "k", "v"), error_of(c, "EVAL", WRITE_SCRIPT, 1, "k"),
+                 error_of(c, "FCALL", "f_quorum", 1, "k", "v"),
+                 error_of(c, "FUNCTION", "LOAD", "REPLACE", library("quorum", "f_quorum"))]
         assert c.execute_command("MULTI") == "OK"
-        found.append(refused(c, "SET", "k", "v"))
+        found.append(error_of(c, "SET", "k", "v"))
         with pytest.raises(redis.exceptions.ResponseError, match="Transaction discarded"):
             c.execute_command("EXEC")
         return found
@@ -800,8 +794,8 @@ def test_a_replica_that_serves_no_stale_data_answers_masterdown():
         primary.proc.wait()
         wait_for(lambda: not link_up(r), "the link down")
         masterdown = "Link with MASTER is down and replica-serve-stale-data is set to 'no'."
-        assert refused(r, "GET", "k") == masterdown
-        assert refused(r, "PING") == masterdown
+        assert error_of(r, "GET", "k") == masterdown
+        assert error_of(r, "PING") == masterdown
         assert r.info("replication")["master_link_status"] == "down"
         assert r.config_get("replica-serve-stale-data") == {"replica-serve-stale-data": "no"}
         assert r.config_set("slave-serve-stale-data", "yes")

@@ -22,6 +22,7 @@ from redis.sentinel import Sentinel
 from conftest import DEADLINE_S, Server, server, wait_for  # noqa: F401 (a fixture)
 from test_differential import real_redis  # noqa: F401 (a fixture)
 from test_differential import free_port
+from test_migrate_from_redis import ping
 from test_replication import link_up, names
 
 MASTER = "wetask"
@@ -54,7 +55,7 @@ class Sentinels:
             proc = subprocess.Popen(["redis-server", conf, "--sentinel"],
                                     stdout=subprocess.DEVNULL)
             client = redis.Redis(port=sentinel_port)
-            if wait_for(lambda: proc.poll() is not None or answers(client), "a sentinel") \
+            if wait_for(lambda: proc.poll() is not None or ping(client), "a sentinel") \
                     and proc.poll() is None:
                 self.ports.append(sentinel_port)
                 self.procs.append(proc)
@@ -84,13 +85,6 @@ class Sentinels:
             proc.terminate()
             proc.wait(timeout=10)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def answers(client):
-    try:
-        return client.ping()
-    except redis.ConnectionError:
-        return False
 
 
 def role(port):

@@ -54,6 +54,22 @@ impl Default for Gate {
     }
 }
 
+impl Gate {
+    /// The settings the node started with.
+    pub fn configure(&self, config: &crate::config::Config) {
+        let settings = [
+            (&self.min_replicas_to_write, config.min_replicas_to_write),
+            (&self.min_replicas_max_lag, config.min_replicas_max_lag),
+            (&self.priority, config.replica_priority),
+        ];
+        for (setting, value) in settings {
+            setting.store(value, Ordering::Relaxed);
+        }
+        self.serve_stale_data
+            .store(config.replica_serve_stale_data, Ordering::Relaxed);
+    }
+}
+
 impl Replication {
     /// Why a client's write is refused here, if it is: READONLY or NOREPLICAS.
     #[inline]

@@ -15,8 +15,6 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use bytes::Bytes;
-
 /// The most bytes of messages kept for streams that lag.
 pub const LOG_BYTES_MAX: usize = 32 << 20;
 
@@ -79,14 +77,10 @@ impl Publishes {
     }
 }
 
-/// A message a primary sent: its channel and message.
-pub fn decode(body: &[u8]) -> Option<(Bytes, Bytes)> {
-    crate::pubsub_relay::decode(body)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     #[test]
     fn messages_are_kept_only_for_streams_and_only_so_many() {
@@ -101,7 +95,7 @@ mod tests {
         assert_eq!(newest, 2);
         let decoded: Vec<_> = bodies
             .iter()
-            .map(|b| decode(b).expect("decodes").1)
+            .map(|b| crate::pubsub_relay::decode(b).expect("decodes").1)
             .collect();
         assert_eq!(
             decoded,

@@ -294,7 +294,7 @@ fn frames(
             }
             wire::FUNCTIONS => push(env, epoch, shard, Item::Functions(Bytes::from(payload))),
             wire::PUBLISH => {
-                let (channel, message) = super::publishes::decode(&payload)
+                let (channel, message) = crate::pubsub_relay::decode(&payload)
                     .ok_or("the primary sent a malformed PUBLISH")?;
                 // Replicas of this node hear it too, as down a Redis chain.
                 replication.publishes.record(&channel, &message);

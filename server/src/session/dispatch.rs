@@ -165,10 +165,7 @@ fn replication_refusal(
     args: &[bytes::Bytes],
 ) -> Result<(), Frame> {
     let replication = &ctx.globals.replication;
-    let flags = match spec.has(flag::CONTAINER) {
-        true => subcommand_of(spec, args).map_or(spec.flags, |sub| sub.flags),
-        false => spec.flags,
-    };
+    let flags = flags_of(spec, args);
     let writes = flags & flag::WRITE != 0
         || (spec.name == "exec"
             && conn.multi.as_ref().is_some_and(|queued| {
@@ -198,6 +195,12 @@ fn subcommand_of(
     wetask_shards::table::info::subcommand(spec.name, sub)
 }
 
+/// A request's flags: its subcommand's, for a container (FUNCTION LOAD writes, FUNCTION
+/// LIST does not).
+fn flags_of(spec: &'static CommandSpec, args: &[bytes::Bytes]) -> u32 {
+    subcommand_of(spec, args).map_or(spec.flags, |sub| sub.flags)
+}
+
 /// Redis's answer to a command without its `loading` flag while a replica loads its
 /// primary's data (`Replication::loading`).
 const LOADING: &str = "LOADING Redis is loading the dataset in memory";
@@ -208,8 +211,7 @@ const LOADING: &str = "LOADING Redis is loading the dataset in memory";
 /// on a replica REPLICAOF NO ONE waits, as in Redis, rather than promote a partial
 /// dataset; on a node that started from part of one it is how the part is kept).
 fn loads(ctx: &ShardCtx, spec: &'static CommandSpec, args: &[bytes::Bytes]) -> bool {
-    let flags = subcommand_of(spec, args).map_or(spec.flags, |sub| sub.flags);
-    flags & flag::LOADING != 0
+    flags_of(spec, args) & flag::LOADING != 0
         || (matches!(spec.name, "replicaof" | "slaveof")
             && (!ctx.globals.replication.is_replica()
                 || !args
