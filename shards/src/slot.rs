@@ -147,6 +147,24 @@ pub enum Placement {
 /// cluster, nothing moving) is not used: routing keeps its one-shard shortcuts and pays
 /// nothing for cluster mode.
 pub fn map_slots(entries: &[u16], shard_count: usize) {
+    if BY_GROUPS.load(Relaxed) {
+        return;
+    }
+    write_map(entries, shard_count);
+}
+
+/// Consensus mode: the map is group 0's (each slot's group, which is its shard on every
+/// node), and from here on only this writes it (cluster mode's own views, self-assigned in
+/// consensus mode, would put the arithmetic back).
+pub fn map_groups(owners: &[u16], shard_count: usize) {
+    BY_GROUPS.store(true, Relaxed);
+    write_map(owners, shard_count);
+}
+
+/// Whether [`map_groups`] owns the map.
+static BY_GROUPS: AtomicBool = AtomicBool::new(false);
+
+fn write_map(entries: &[u16], shard_count: usize) {
     assert_eq!(entries.len(), usize::from(SLOT_COUNT));
     // Each entry is valid on its own while the table changes; the flag moves last.
     for (cell, &entry) in SLOT_MAP.iter().zip(entries) {

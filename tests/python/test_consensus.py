@@ -384,6 +384,14 @@ def start_writer(group):
     return acked, stop, thread
 
 
+def assert_none_lost(cluster_client, acked):
+    """Every write `start_writer` saw acknowledged reads back through a cluster client."""
+    keys = list(acked)
+    got = cluster_client.mget_nonatomic(keys)
+    lost = [k for k, v in zip(keys, got) if v != acked[k]]
+    assert lost == [], f"{len(lost)} of {len(acked)} acknowledged writes lost"
+
+
 def test_wait_and_waitaof_count_the_members_whose_logs_hold_the_writes(group):
     """In consensus mode WAIT and WAITAOF count the other members whose Raft logs hold, on
     disk, every entry committed so far (each write's reply waited for a quorum, so one
@@ -604,10 +612,7 @@ def test_each_shard_is_a_group_of_its_own_led_from_any_node():
         thread.join(DEADLINE_S)
 
         rc = RedisCluster(host=first.host, port=first.shard_port(0), decode_responses=True)
-        keys = list(acked)
-        got = rc.mget_nonatomic(keys)
-        lost = [k for k, v in zip(keys, got) if v != acked[k]]
-        assert lost == [], f"{len(lost)} of {len(acked)} acknowledged writes lost"
+        assert_none_lost(rc, acked)
         delivered = {}
         for q in queues:
             for task_id, queue, payload, _ in rc.execute_command("TASK.FETCH", q, "COUNT", 100):

@@ -1,6 +1,7 @@
 //! CLUSTER's descriptive subcommands in consensus mode (`--consensus raft`): the slot map
-//! is the Raft groups'. Each shard's range is served by its group's leader, described as
-//! the range's primary, with the other members as its replicas; a range whose group has no
+//! is the Raft groups', as group 0's map has it (each shard's range until `RAFT MOVESLOTS`
+//! moves slots between groups). Each group's ranges are served by its leader, described
+//! as their primary, with the other members as its replicas; a range whose group has no
 //! leader yet is left out (clients retry, as they do while a Redis Cluster fails over).
 //! The subcommands that change the map by hand (MEET, ADDSLOTS, SETSLOT, FAILOVER …) are
 //! refused: the groups decide it. KEYSLOT, COUNTKEYSINSLOT, GETKEYSINSLOT and LINKS answer
@@ -11,7 +12,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use bytes::Bytes;
 use wetask_protocol::Frame;
 use wetask_shards::args::is;
-use wetask_shards::slot::slot_range;
 
 use crate::consensus::Consensus;
 
@@ -28,7 +28,7 @@ pub fn answer(
         2 if is(sub, "myid") || is(sub, "myshardid") => {
             Frame::bulk(Consensus::node_name(consensus.me, shard))
         }
-        2 if is(sub, "slots") => slots(consensus, shard_count),
+        2 if is(sub, "slots") => slots(consensus),
         2 if is(sub, "shards") => shards(consensus, shard_count),
         2 if is(sub, "nodes") => Frame::Verbatim(*b"txt", Bytes::from(nodes(consensus, shard, shard_count))),
         _ if ["keyslot", "countkeysinslot", "getkeysinslot", "links", "help"]
@@ -63,10 +63,19 @@ fn address(consensus: &Consensus, id: u64, shard: usize) -> (String, u16) {
     consensus.shard_address(id, shard).expect("a member")
 }
 
-fn slots(consensus: &Consensus, shard_count: usize) -> Frame {
-    let entries = (0..shard_count)
-        .filter_map(|shard| {
-            let (first, last) = slot_range(shard, shard_count);
+/// The ranges of `shard`'s group.
+fn ranges_of(ranges: &[(u16, u16, usize)], shard: usize) -> impl Iterator<Item = (u16, u16)> + '_ {
+    ranges
+        .iter()
+        .filter(move |r| r.2 == shard)
+        .map(|&(first, last, _)| (first, last))
+}
+
+fn slots(consensus: &Consensus) -> Frame {
+    let entries = consensus
+        .slot_ranges()
+        .into_iter()
+        .filter_map(|(first, last, shard)| {
             let nodes = members(consensus, shard)?.into_iter().map(|id| {
                 let (host, port) = address(consensus, id, shard);
                 Frame::Array(vec![
@@ -89,9 +98,14 @@ fn slots(consensus: &Consensus, shard_count: usize) -> Frame {
 
 fn shards(consensus: &Consensus, shard_count: usize) -> Frame {
     let text = |s: &str| Frame::bulk(s.to_string());
+    let ranges = consensus.slot_ranges();
     let entries = (0..shard_count)
         .filter_map(|shard| {
-            let (first, last) = slot_range(shard, shard_count);
+            let slots = ranges_of(&ranges, shard)
+                .flat_map(|(first, last)| {
+                    [Frame::Integer(first.into()), Frame::Integer(last.into())]
+                })
+                .collect();
             let group = &consensus.groups[shard];
             let nodes = members(consensus, shard)?
                 .into_iter()
@@ -117,13 +131,7 @@ fn shards(consensus: &Consensus, shard_count: usize) -> Frame {
                 })
                 .collect();
             Some(Frame::Map(vec![
-                (
-                    text("slots"),
-                    Frame::Array(vec![
-                        Frame::Integer(i64::from(first)),
-                        Frame::Integer(i64::from(last)),
-                    ]),
-                ),
+                (text("slots"), Frame::Array(slots)),
                 (text("nodes"), Frame::Array(nodes)),
             ]))
         })
@@ -135,6 +143,7 @@ fn shards(consensus: &Consensus, shard_count: usize) -> Frame {
 /// ranges, the others as their replicas.
 fn nodes(consensus: &Consensus, me_shard: usize, shard_count: usize) -> String {
     let mut out = String::new();
+    let ranges = consensus.slot_ranges();
     for shard in 0..shard_count {
         let leader = consensus.groups[shard].leader.load(Relaxed);
         let term = consensus.groups[shard].term.load(Relaxed);
@@ -152,9 +161,13 @@ fn nodes(consensus: &Consensus, me_shard: usize, shard_count: usize) -> String {
                 (false, true) => Consensus::node_name(leader, shard),
                 _ => "-".to_string(),
             };
-            let (first, last) = slot_range(shard, shard_count);
-            let range = match peer.id == leader {
-                true => format!(" {first}-{last}"),
+            let range: String = match peer.id == leader {
+                true => ranges_of(&ranges, shard)
+                    .map(|(first, last)| match first == last {
+                        true => format!(" {first}"),
+                        false => format!(" {first}-{last}"),
+                    })
+                    .collect(),
                 false => String::new(),
             };
             out.push_str(&format!(
@@ -175,16 +188,15 @@ fn info(consensus: &Consensus) -> Frame {
         .count();
     let all = consensus.groups.len();
     let ok = if led == all { "ok" } else { "fail" };
-    let assigned: usize = (0..all)
-        .filter(|&s| {
+    let assigned: usize = consensus
+        .slot_ranges()
+        .into_iter()
+        .filter(|&(_, _, s)| {
             consensus
                 .peer(consensus.groups[s].leader.load(Relaxed))
                 .is_some()
         })
-        .map(|s| {
-            let (a, b) = slot_range(s, all);
-            usize::from(b - a) + 1
-        })
+        .map(|(a, b, _)| usize::from(b - a) + 1)
         .sum();
     let epoch = consensus
         .groups

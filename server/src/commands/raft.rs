@@ -15,6 +15,12 @@
 //! - `RAFT REMOVE id`: removes a learner, or a voter other than the leader (a group keeps
 //!   3 voters).
 //! - `RAFT TRANSFER id`: hands the leadership to another voter.
+//! - `RAFT MOVESLOTS first last group`: moves slots `first..=last` (all served by one
+//!   group) to `group`; on group 0's leader, which begins the move in its map and answers
+//!   once that has committed; the groups then move the keys and queues
+//!   (`shard::slot_mover`).
+//! - `RAFT SLOTS`: each group's slot ranges, as this node's copy of group 0's map has
+//!   them; `RAFT MOVING`: the move under way (nil when none).
 
 use std::rc::Rc;
 
@@ -25,10 +31,13 @@ use wetask_shards::args::is;
 use crate::consensus::peers::{clashes, parse_one, MEMBERS};
 use crate::consensus::{membership, Consensus};
 use crate::shard::ShardCtx;
+use wetask_shards::shard::slot_moves::GroupMap;
 
 const OFF: &str = "ERR consensus mode is off (start the server with --consensus raft)";
 const ONE_GROUP: &str = "ERR with several shards each is a group of its own: send RAFT to the shard's port (port + 1 + shard)";
 const MEMBERS_OF_GROUP_0: &str = "ERR with several shards group 0 holds the cluster's members: send RAFT ADD and REMOVE to shard 0's port; the other groups follow it";
+const MAP_OF_GROUP_0: &str =
+    "ERR group 0 holds the slot map: send RAFT MOVESLOTS to shard 0's port (port + 1)";
 const USAGE: &str = "ERR unknown RAFT subcommand or wrong number of arguments; try RAFT HELP";
 
 const HELP: &[&str] = &[
@@ -42,6 +51,12 @@ const HELP: &[&str] = &[
     "    Removes a learner, or a voter other than the leader; on the leader.",
     "TRANSFER <id>",
     "    Hands the leadership to another voter; on the leader.",
+    "MOVESLOTS <first-slot> <last-slot> <group>",
+    "    Moves the slots (all of one group) to another group; on group 0's leader.",
+    "SLOTS",
+    "    Each group's slot ranges: first slot, last slot, group.",
+    "MOVING",
+    "    The slot move under way: id, first slot, last slot, from group, to group (nil: none).",
     "HELP",
     "    Prints this help.",
 ];
@@ -55,6 +70,11 @@ pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes], shard_port: bool) -> Frame {
     let Some(consensus) = ctx.globals.consensus.as_ref() else {
         return Frame::static_error(OFF);
     };
+    match args.len() {
+        2 if is(sub, "slots") => return slots(consensus),
+        2 if is(sub, "moving") => return moving(consensus),
+        _ => {}
+    }
     if ctx.shard_count > 1 && !shard_port {
         // The shared port's connections land on any shard: the group would be chance's.
         return Frame::static_error(ONE_GROUP);
@@ -62,6 +82,13 @@ pub fn raft(ctx: &Rc<ShardCtx>, args: &[Bytes], shard_port: bool) -> Frame {
     let shard = ctx.id;
     if shard != 0 && (is(sub, "add") || is(sub, "remove")) {
         return Frame::static_error(MEMBERS_OF_GROUP_0);
+    }
+    if is(sub, "moveslots") {
+        return match (args.len(), shard) {
+            (5, 0) => move_slots(ctx, consensus, args),
+            (5, _) => Frame::static_error(MAP_OF_GROUP_0),
+            _ => Frame::static_error(USAGE),
+        };
     }
     match args.len() {
         2 if is(sub, "members") => members(consensus, shard),
@@ -126,6 +153,75 @@ fn add(ctx: &Rc<ShardCtx>, consensus: &Consensus, args: &[Bytes]) -> Frame {
             raft.propose_change(state, membership::add_learner(&peer))
         }),
         Err(e) => Frame::error(format!("ERR RAFT ADD: {e}")),
+    }
+}
+
+/// RAFT MOVESLOTS first last group, on group 0's leader: the move begins in its map.
+fn move_slots(ctx: &Rc<ShardCtx>, consensus: &Consensus, args: &[Bytes]) -> Frame {
+    let number = |arg: &[u8]| std::str::from_utf8(arg).ok()?.parse::<u16>().ok();
+    let (Some(first), Some(last), Some(to)) =
+        (number(&args[2]), number(&args[3]), number(&args[4]))
+    else {
+        return Frame::static_error("ERR Invalid or out of range slot");
+    };
+    let groups = ctx.shard_count;
+    if groups < 2 {
+        return Frame::static_error(
+            "ERR one shard is one group: there is no other group to move slots to",
+        );
+    }
+    on_leader(ctx, consensus, |_, state, _| {
+        let map = state
+            .slot_map()
+            .cloned()
+            .unwrap_or_else(|| GroupMap::arithmetic(groups));
+        let next = map
+            .begin(first, last, to, groups)
+            .map_err(|e| e.trim_start_matches("ERR ").to_string())?;
+        tracing::info!(
+            id = next.last_move,
+            first,
+            last,
+            to,
+            "slot move: begun in group 0's map"
+        );
+        state.log_slot_map(next);
+        Ok(())
+    })
+}
+
+/// RAFT SLOTS: each group's ranges, as this node's copy of group 0's map has them.
+fn slots(consensus: &Consensus) -> Frame {
+    let rows = consensus
+        .slot_ranges()
+        .into_iter()
+        .map(|(first, last, group)| {
+            Frame::Array(vec![
+                Frame::Integer(i64::from(first)),
+                Frame::Integer(i64::from(last)),
+                Frame::Integer(group as i64),
+            ])
+        })
+        .collect();
+    Frame::Array(rows)
+}
+
+/// RAFT MOVING: the move under way in this node's copy of the map.
+fn moving(consensus: &Consensus) -> Frame {
+    match consensus.slot_map().and_then(|map| map.moving) {
+        Some(m) => Frame::Array(
+            [
+                m.id,
+                m.first.into(),
+                m.last.into(),
+                m.from.into(),
+                m.to.into(),
+            ]
+            .into_iter()
+            .map(|v| Frame::Integer(v as i64))
+            .collect(),
+        ),
+        None => Frame::Null,
     }
 }
 

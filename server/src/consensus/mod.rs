@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use raft::eraftpb::Message;
+use wetask_shards::shard::slot_moves::GroupMap;
 
 pub use peers::Peer;
 
@@ -113,6 +114,10 @@ pub struct Consensus {
     /// The Raft directory (`data_dir`): where the transport writes the snapshots that
     /// arrive.
     pub dir: std::path::PathBuf,
+    /// Group 0's slot map as this node's member of it last had it (`None`: no move ever
+    /// began, the arithmetic map): routing reads the process-wide copy
+    /// (`wetask_shards::slot::map_slots`), CLUSTER SLOTS and the slot mover read this.
+    slot_map: RwLock<Option<Arc<GroupMap>>>,
 }
 
 /// A snapshot a leader streamed here (`transport`), on disk and synced, waiting for its
@@ -170,6 +175,12 @@ pub struct Group {
     pub snapshots_installed: AtomicU64,
     pub snapshots_sent: AtomicU64,
     pub log_bytes: AtomicU64,
+    /// Slot moves (`shard::slot_mover`): the last move whose freeze, and whose arrival,
+    /// this group has committed, as this node applied them; and a number bumped whenever
+    /// this node starts or stops leading the group (a copy under way stops when it moves).
+    pub froze: AtomicU64,
+    pub arrived: AtomicU64,
+    pub leadership: AtomicU64,
 }
 
 /// Where the Raft logs live: `raft/` in the data directory.
@@ -201,7 +212,49 @@ impl Consensus {
             auth,
             clock: Clock::default(),
             dir: std::path::PathBuf::new(),
+            slot_map: RwLock::new(None),
         }
+    }
+
+    /// Group 0's slot map as this node's member of it has it (`None`: the arithmetic one).
+    pub fn slot_map(&self) -> Option<Arc<GroupMap>> {
+        self.slot_map.read().expect("slot map").clone()
+    }
+
+    /// Each group's slot ranges, in slot order: (first, last, group).
+    pub fn slot_ranges(&self) -> Vec<(u16, u16, usize)> {
+        let groups = self.groups.len();
+        match self.slot_map() {
+            Some(map) => map
+                .ranges()
+                .into_iter()
+                .map(|(first, last, group)| (first, last, usize::from(group)))
+                .collect(),
+            None => (0..groups)
+                .map(|g| {
+                    let (first, last) = wetask_shards::slot::slot_range(g, groups);
+                    (first, last, g)
+                })
+                .collect(),
+        }
+    }
+
+    /// Group 0's member here applied (or, leading, logged) a new map: routing follows it
+    /// (not in a simulation, whose nodes share one process and route nothing).
+    pub fn set_slot_map(&self, map: Option<GroupMap>) {
+        let groups = self.groups.len();
+        if !self.transport.is_capturing() {
+            let arithmetic;
+            let owners = match &map {
+                Some(map) => map.owners(),
+                None => {
+                    arithmetic = GroupMap::arithmetic(groups);
+                    arithmetic.owners()
+                }
+            };
+            wetask_shards::slot::map_groups(owners, groups);
+        }
+        *self.slot_map.write().expect("slot map") = map.map(Arc::new);
     }
 
     pub fn peer(&self, id: u64) -> Option<Peer> {
@@ -310,7 +363,7 @@ impl Consensus {
             };
             let _ = write!(
                 out,
-                "group{shard}:role={role},leader={leader},term={},commit={},applied={},elected={},rebuilds={},proposed={},syncs={},sync_us={},rounds={},round_us={},snapshot_index={},snapshots_made={},snapshots_installed={},snapshots_sent={},log_bytes={}\r\n",
+                "group{shard}:role={role},leader={leader},term={},commit={},applied={},elected={},rebuilds={},proposed={},syncs={},sync_us={},rounds={},round_us={},snapshot_index={},snapshots_made={},snapshots_installed={},snapshots_sent={},log_bytes={},slots_froze={},slots_arrived={}\r\n",
                 group.term.load(Ordering::Relaxed),
                 group.commit.load(Ordering::Relaxed),
                 group.applied.load(Ordering::Relaxed),
@@ -326,6 +379,8 @@ impl Consensus {
                 group.snapshots_installed.load(Ordering::Relaxed),
                 group.snapshots_sent.load(Ordering::Relaxed),
                 group.log_bytes.load(Ordering::Relaxed),
+                group.froze.load(Ordering::Relaxed),
+                group.arrived.load(Ordering::Relaxed),
             );
         }
     }

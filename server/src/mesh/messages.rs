@@ -155,6 +155,16 @@ pub enum KeyRequest {
         slot: u16,
         count: usize,
     },
+    /// Consensus mode, a slot move (`shard::slot_mover`): a copy of every key of `slot`,
+    /// from the source group's member on this node, left as it is.
+    CopySlotKeys {
+        slot: u16,
+    },
+    /// The same for the queues of `first..=last` (one payload, or none).
+    CopySlotQueues {
+        first: u16,
+        last: u16,
+    },
 }
 
 /// WATCH bookkeeping on the owner of a watched key.
@@ -403,4 +413,6 @@ pub enum Response {
     Stats(Box<crate::stats::ShardReport>),
     Text(String),
     Pubsub(PubsubReport),
+    /// A slot's keys, copied: (database, name, entry).
+    SlotKeys(Vec<(usize, bytes::Bytes, wetask_shards::Entry)>),
 }

@@ -503,6 +503,11 @@ impl Net {
         }
         let queue_server = self.ctx.clone().serve_lock_queue();
         glommio::spawn_local(counted(self.polls.clone(), queue_server)).detach();
+        if self.consensus && self.ctx.shard_count > 1 {
+            // Moves slots between the groups when group 0's map says so (`RAFT MOVESLOTS`).
+            let mover = crate::shard::slot_mover::run(self.ctx.clone());
+            glommio::spawn_local(counted(self.polls.clone(), mover)).detach();
+        }
         if let Some(journal) = self.ctx.journal.borrow_mut().as_mut() {
             journal.set_ring_sync(true);
         }

@@ -185,16 +185,23 @@ impl ShardCore {
     /// thread what is now written (WAITAOF counts replicas' fsyncs).
     pub fn commit_journal(&self, when: crate::persist::Commit) {
         if let Some(raft) = self.raft.borrow_mut().as_mut() {
-            let functions = match self.shard.try_borrow_mut() {
+            let (functions, slot_map) = match self.shard.try_borrow_mut() {
                 Ok(mut shard) => {
                     raft.drive(&mut shard);
-                    shard.take_changed_functions()
+                    (
+                        shard.take_changed_functions(),
+                        shard.take_changed_slot_map(),
+                    )
                 }
                 Err(_) => {
                     debug_assert!(false, "a Raft drive while the shard is borrowed");
-                    None
+                    (None, None)
                 }
             };
+            if let (Some(map), Some(consensus)) = (slot_map, self.globals.consensus.as_ref()) {
+                // Group 0's member applied (or, leading, logged) a new slot map.
+                consensus.set_slot_map(map);
+            }
             if let Some(set) = functions {
                 // The metadata group applied FUNCTION changes (or rebuilt without them).
                 crate::function_store::replace_from_log(&self.globals, set);
@@ -695,6 +702,7 @@ impl ShardCore {
 
     /// Serves a keyspace request from another shard (or from a cross-shard operation on
     /// this one), synchronously.
+    // Long: one arm per keyspace request, each a call into the shard; split, the match would only be spread out.
     pub fn serve_keys(&self, request: KeyRequest) -> Response {
         let mut shard = self.shard.borrow_mut();
         match request {
@@ -762,6 +770,12 @@ impl ShardCore {
             KeyRequest::InSlot { db, slot, count } => {
                 let (held, keys) = shard.keys_in_slot(db, slot, count);
                 Response::InSlot(held, keys)
+            }
+            KeyRequest::CopySlotKeys { slot } => {
+                Response::SlotKeys(shard.copy_slot_keys(slot).keys)
+            }
+            KeyRequest::CopySlotQueues { first, last } => {
+                Response::Key(shard.copy_slot_queues(first, last).map(bytes::Bytes::from))
             }
         }
     }

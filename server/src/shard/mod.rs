@@ -18,8 +18,10 @@ pub mod raft;
 pub mod replica;
 mod reply;
 pub mod scripts;
+pub mod slot_mover;
 pub mod tasks;
 pub mod tracking;
+pub mod turn_timer;
 pub mod watch;
 
 use std::cell::RefCell;
@@ -89,6 +91,8 @@ pub struct ShardCtx {
     pub offload: offload::Offload,
     /// The node's demotions to replica this shard has ended its blocked commands for.
     demotions_seen: std::cell::Cell<u64>,
+    /// The slot mover's next look (`slot_mover`), woken by the turn's chores.
+    pub mover: turn_timer::TurnTimer,
 }
 
 /// The core's fields and methods read as the context's own (`ctx.shard`, `ctx.request`).
@@ -118,6 +122,7 @@ impl ShardCtx {
             offload: Default::default(),
             slots_in_flight: Default::default(),
             demotions_seen: Default::default(),
+            mover: Default::default(),
         }
     }
 
@@ -172,6 +177,7 @@ impl ShardCtx {
         }
         self.wake_paused();
         self.offload.wake_ready();
+        self.mover.wake_if_due(self.shard.borrow().now_ms());
     }
 
     /// Wakes the commands CLIENT PAUSE holds when the pause ended or changed (they look
@@ -231,8 +237,22 @@ impl ShardCtx {
         if !deposed && !demoted {
             return;
         }
-        let error = Frame::static_error(crate::clients::UNBLOCKED_BY_ROLE);
-        let mut ended = self.task_waits.end_all(&self.core, &error);
+        let ended = self.end_blocked(crate::clients::UNBLOCKED_BY_ROLE);
+        if ended > 0 {
+            tracing::info!(
+                shard = self.id,
+                ended,
+                "blocked commands ended: no longer leading, or now a replica"
+            );
+        }
+    }
+
+    /// Ends every command blocked here (BLPOP and the rest, TASK.FETCH … BLOCK, TASK.WAIT)
+    /// with `error`; how many there were.
+    pub fn end_blocked(&self, error: &'static str) -> usize {
+        let mut ended = self
+            .task_waits
+            .end_all(&self.core, &Frame::static_error(error));
         let clients: Vec<_> = self.clients.borrow().iter().cloned().collect();
         for conn in clients {
             let Ok(mut state) = conn.try_borrow_mut() else {
@@ -242,16 +262,10 @@ impl ShardCtx {
                 continue;
             }
             ended += 1;
-            state.unblock_error = Some(crate::clients::UNBLOCKED_BY_ROLE);
+            state.unblock_error = Some(error);
             self.lists.connection_closing(&self.core, &state);
         }
-        if ended > 0 {
-            tracing::info!(
-                shard = self.id,
-                ended,
-                "blocked commands ended: no longer leading, or now a replica"
-            );
-        }
+        ended
     }
 
     /// A connection is closing: every service lets go of what it waits on.

@@ -159,7 +159,13 @@ pub struct ShardRaft {
     apply_after: Option<u64>,
     /// When `follow_membership` last looked.
     membership_checked: Instant,
+    /// Slot moves: the last entry proposed, with the state's part in moves when it was
+    /// (published as committed once it commits: `publish_moves`).
+    moves_pending: Option<(u64, MoveProgress)>,
 }
+
+/// A group's part in slot moves: the move it froze and has not dropped, the last it took in.
+type MoveProgress = (Option<wetask_shards::shard::slot_moves::Move>, u64);
 
 impl ShardRaft {
     /// Opens the group's snapshot and log in `dir`, loads the snapshot into `state`, and
@@ -216,6 +222,7 @@ impl ShardRaft {
             deposed: false,
             apply_after: None,
             membership_checked: Instant::now(),
+            moves_pending: None,
         })
     }
 
@@ -270,6 +277,7 @@ impl ShardRaft {
             }
         }
         self.update_role(shard);
+        self.publish_moves(shard);
         self.follow_membership(shard);
         self.promote_caught_up(shard);
         self.snapshot_chores();
@@ -352,6 +360,27 @@ impl ShardRaft {
         }
     }
 
+    /// Publishes the group's committed part in slot moves (`Group::froze`, `arrived`):
+    /// a follower's state is what it applied, all committed; a leader's may run ahead of
+    /// its commit, so it publishes what its last proposal carried once that commits.
+    fn publish_moves(&mut self, shard: &Shard) {
+        let progress = match self.serving {
+            false => shard.slot_move_progress(),
+            true => match self.moves_pending {
+                Some((index, progress)) if self.node.raft.raft_log.committed >= index => {
+                    self.moves_pending = None;
+                    progress
+                }
+                _ => return,
+            },
+        };
+        let group = self.group();
+        if let Some(leaving) = progress.0 {
+            group.froze.fetch_max(leaving.id, Ordering::Relaxed);
+        }
+        group.arrived.fetch_max(progress.1, Ordering::Relaxed);
+    }
+
     /// Whether this node, not leading group 0, has heard nothing from its leader for
     /// [`METADATA_SILENCE`].
     fn metadata_silent(&self, now: Instant) -> bool {
@@ -429,6 +458,7 @@ impl ShardRaft {
                 self.idle_since = None;
                 self.last_group = std::mem::take(&mut self.gathered).max(1);
                 self.executed = self.node.raft.raft_log.last_index();
+                self.moves_pending = Some((self.executed, shard.slot_move_progress()));
                 self.proposed_now = true;
                 self.round_started.get_or_insert_with(Instant::now);
                 self.group().proposed.fetch_add(1, Ordering::Relaxed);
@@ -864,6 +894,7 @@ impl ShardRaft {
         let speculative = self.confirmed < self.executed || shard.take_journal_ops().is_some();
         self.serving = false;
         self.deposed = true;
+        self.moves_pending = None;
         self.epoch += 1;
         self.lead_term = 0;
         shard.set_journaling(false);
@@ -1169,6 +1200,7 @@ impl ShardRaft {
                     .map(|(_, p)| p.matched),
             );
         }
+        group.leadership.store(self.epoch, Ordering::Relaxed);
         group.serving.store(self.serving, Ordering::Release);
     }
 }

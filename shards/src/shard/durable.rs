@@ -212,6 +212,9 @@ impl Shard {
         lease_ms: Option<u64>,
         client: u64,
     ) -> Result<Vec<Frame>, Frame> {
+        if self.names_frozen(queues) {
+            return Err(Frame::static_error(super::slot_moves::FROZEN));
+        }
         let now = self.now_ms();
         let fetched = crate::families::tasks::commands::fetch_frames(
             &mut self.tasks,
@@ -378,6 +381,7 @@ impl Shard {
             Op::SnapshotEnd => self.finish_snapshot()?,
             Op::SyncWhole => self.partial_sync = false,
             Op::Functions { dump } => self.set_functions(dump),
+            Op::Slots { body } => self.apply_slots(body)?,
             // Read by `cross_commit::Replay`, which decides what a part's operations do.
             Op::Part { .. } | Op::PartEnd | Op::Abort { .. } => {}
         }

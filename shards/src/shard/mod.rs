@@ -8,6 +8,7 @@ pub(crate) mod durable;
 mod entries;
 mod functions;
 mod replica;
+pub mod slot_moves;
 pub mod snapshot;
 mod writes;
 
@@ -105,6 +106,8 @@ pub struct Shard {
     /// The snapshot being loaded was written from a shard that held part of a full sync
     /// (a compaction in the middle of one): [`Shard::finish_snapshot`] keeps the mark.
     snapshot_partial: bool,
+    /// Consensus mode: this group's part in slot moves, and group 0's slot map.
+    slot_moves: slot_moves::SlotMoves,
 }
 
 use call::{Body, Call};
@@ -143,6 +146,7 @@ impl Shard {
             functions_changed: false,
             partial_sync: false,
             snapshot_partial: false,
+            slot_moves: Default::default(),
             replica: false,
         }
     }
@@ -304,6 +308,11 @@ impl Shard {
 
     fn run(&mut self, db: usize, client: u64, call: Call<'_>, out: Option<&mut Output>) -> Frame {
         debug_assert!(call.spec.arity_ok(call.args.len()));
+        if self.freezes_slots() && self.touches_frozen(&call) {
+            // Consensus mode: a slot moving to another group (`slot_moves`). Checked here,
+            // where every command runs, so that no path around the routing changes it.
+            return Frame::static_error(slot_moves::FROZEN);
+        }
         if self.memory_over.is_some() {
             if let Err(oom) = self.make_room(call.spec) {
                 return oom;

@@ -45,6 +45,7 @@ impl Shard {
     pub fn begin_full_sync(&mut self) {
         self.reset_state();
         self.forget_functions();
+        self.forget_slot_moves();
         self.partial_sync = true;
         if let Some(journal) = self.journal_turn() {
             ops::put_reset(journal);

@@ -4,7 +4,8 @@
 //! time), a mark when the shard holds part of a replica's full sync (a compaction in the
 //! middle of one must not make it look whole), then the keys as `Put` operations in batches, then the task engine's parts, the
 //! last commit of each cross-shard operation it coordinated (`cross_commit`), the function
-//! libraries its consensus group's log carried (`functions`), then the clock. Expired keys
+//! libraries its consensus group's log carried (`functions`), its part in slot moves
+//! (`slot_moves`), then the clock. Expired keys
 //! are left out: at the clock the snapshot carries they are already gone.
 
 use bytes::Bytes;
@@ -26,6 +27,8 @@ const FUNCTIONS: u8 = 6;
 /// Written only by a shard that holds part of a full sync (a compaction in the middle of
 /// one), so the snapshot keeps the mark (`Shard::holds_partial_sync`).
 const PARTIAL: u8 = 7;
+/// Consensus mode: the group's part in slot moves, and group 0's map (`slot_moves`).
+const SLOT_MOVES: u8 = 8;
 
 impl Shard {
     /// Writes the shard's state as parts, each handed to `part`.
@@ -80,6 +83,12 @@ impl Shard {
             out.extend_from_slice(dump);
             part(&out);
         }
+        if let Some(moves) = self.slot_moves_part() {
+            out.clear();
+            out.push(SLOT_MOVES);
+            out.extend_from_slice(&moves);
+            part(&out);
+        }
         out.clear();
         out.push(CLOCK);
         put_u64(&mut out, self.now_ms());
@@ -131,6 +140,7 @@ impl Shard {
             COMMITS => self.import_commits(body)?,
             FUNCTIONS => self.set_functions(body),
             PARTIAL => self.snapshot_partial = true,
+            SLOT_MOVES => self.import_slot_moves(body)?,
             CLOCK => {
                 let now = Reader::new(body).u64().map_err(|e| e.0.to_string())?;
                 self.set_clock(now);

@@ -8,7 +8,7 @@ use crate::table::{flag, Merge, Route, COMMANDS};
 /// Redis command groups WeTask does not serve yet, and the issue that brings them.
 const MISSING: &[(&str, &str)] = &[
     (
-        "consensus mode's slot map in its metadata group (resharding between Raft groups; group 0 holds only the members), and operations across groups (keys of several groups are `-CROSSSLOT` in consensus mode)",
+        "operations across consensus mode's Raft groups (keys of several groups are `-CROSSSLOT`, as Redis Cluster answers keys of slots on different nodes; `RAFT MOVESLOTS` moves slots between groups to put keys together)",
         "issue 36",
     ),
     (

@@ -406,7 +406,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     row("slowlog", -2, ADMIN | LOADING | STALE | CONTAINER, NONE, Server, None, SV, "A container for slow log commands."),
     row("role", 1, NOSCRIPT | LOADING | STALE | FAST, NONE, Server, None, SV, "Returns the replication role."),
     row("replicaof", 3, ADMIN | NOSCRIPT | STALE | NO_ASYNC_LOADING, NONE, Server, None, SV, "Configures a server as replica of another, or promotes it to a master."),
-    row("raft", -2, ADMIN | NOSCRIPT | STALE, NONE, Server, None, CL, "Lists and changes the members of the consensus groups (consensus mode)."),
+    row("raft", -2, ADMIN | NOSCRIPT | STALE, NONE, Server, None, CL, "Lists and changes the members of the consensus groups, and moves slots between them (consensus mode)."),
     row("slaveof", 3, ADMIN | NOSCRIPT | STALE | NO_ASYNC_LOADING, NONE, Server, None, SV, "Sets a Redis server as a replica of another, or promotes it to being a master."),
     row("replconf", -1, ADMIN | NOSCRIPT | LOADING | STALE | ALLOW_BUSY, NONE, Server, None, SV, "An internal command for configuring the replication stream."),
     row("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, NONE, Server, None, SV, "Listens for all requests received by the server in real-time."),

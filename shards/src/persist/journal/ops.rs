@@ -38,6 +38,7 @@ const SNAPSHOT_PART: u8 = 16;
 const SNAPSHOT_END: u8 = 17;
 const FUNCTIONS: u8 = 18;
 const SYNC_WHOLE: u8 = 19;
+const SLOTS: u8 = 20;
 
 /// The most shards one commit names (far past any shard count a server takes).
 const PARTS_MAX: u64 = 4096;
@@ -104,6 +105,9 @@ pub enum Op {
     /// Redis primary's RDB went in as commands), or the node was told to keep the part it
     /// held: the shard's data is whole from here.
     SyncWhole,
+    /// Consensus mode: a step of a slot move between groups, or group 0's slot map
+    /// (`crate::shard::slot_moves` reads the body).
+    Slots { body: Bytes },
 }
 
 pub fn put_cmd(out: &mut Vec<u8>, db: usize, client: u64, now_ms: u64, args: &[Bytes]) {
@@ -213,6 +217,11 @@ pub fn put_snapshot_end(out: &mut Vec<u8>) {
 
 pub fn put_sync_whole(out: &mut Vec<u8>) {
     out.push(SYNC_WHOLE);
+}
+
+pub fn put_slots(out: &mut Vec<u8>, body: &[u8]) {
+    out.push(SLOTS);
+    put_bytes(out, body);
 }
 
 pub fn put_functions(out: &mut Vec<u8>, dump: &[u8]) {
@@ -368,6 +377,7 @@ pub fn read_op(r: &mut Reader) -> Decoded<Op> {
         SNAPSHOT_END => Op::SnapshotEnd,
         FUNCTIONS => Op::Functions { dump: r.bytes()? },
         SYNC_WHOLE => Op::SyncWhole,
+        SLOTS => Op::Slots { body: r.bytes()? },
         _ => return Err(DecodeError("unknown operation")),
     })
 }
@@ -505,6 +515,7 @@ mod tests {
         put_snapshot_end(&mut out);
         put_functions(&mut out, b"libraries");
         put_sync_whole(&mut out);
+        put_slots(&mut out, b"\x06\x01");
         let ops = read_ops(Bytes::from(out)).expect("decodes");
         assert_eq!(
             ops,
@@ -518,6 +529,9 @@ mod tests {
                     dump: b("libraries")
                 },
                 Op::SyncWhole,
+                Op::Slots {
+                    body: b("\x06\x01")
+                },
             ]
         );
     }

@@ -1,0 +1,225 @@
+//! Moving slots between consensus groups (`RAFT MOVESLOTS`, docs/REPLICATION.md): who takes
+//! each step, and when. What each step changes is the shard's (`wetask_shards::shard::
+//! slot_moves`), journaled so that it goes through the group's own log.
+//!
+//! Every node runs every group, so a move from group *i* to group *j* moves the slots
+//! between two shards of the same nodes, and each step is taken by one group's leader
+//! from what its own node's members of the other groups have committed, with no request
+//! between nodes. Every [`CHECK`], on each shard that leads its group:
+//!
+//! 1. **Group 0** began the move in its map (`RAFT MOVESLOTS`); its leader ends it (the
+//!    map gives the slots to *j*) once its node's member of *j* has committed the arrival.
+//! 2. **The source** *i*, seeing the move in its node's copy of the map, freezes the slots
+//!    in its own log, holding its shard's lock (a transaction or script under way ends
+//!    first). From that entry on, every member of *i* refuses their keys and queues
+//!    (`-TRYAGAIN`, where every command runs), so they stop changing; the commands blocked
+//!    on the shard end with the same error (nothing would wake them there again).
+//! 3. **The target** *j*, once its node's member of *i* has committed the freeze (so its
+//!    copy of the slots is final), copies their keys and queues from that local shard (a
+//!    hop, read only) into its own log, then marks them its own. A leader that loses its
+//!    leadership stops; the next one copies again from the start (puts replace).
+//! 4. **The source**, once the map gives the slots to *j*, deletes them, a batch per turn,
+//!    then marks the move done in its log. The slots stay frozen there until a move
+//!    brings them back.
+//!
+//! A write acknowledged by *i* committed before the freeze, so it is in *j*'s copy; after
+//! the freeze *i* acknowledges none for the slots, and *j* serves them only after its
+//! copy. A node whose copy of the map lags sends clients to *i*, which answers
+//! `-TRYAGAIN` until it catches up.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use wetask_shards::shard::slot_moves::{Move, SlotCopy, FROZEN};
+
+use crate::consensus::Consensus;
+use crate::mesh::{KeyRequest, Request, Response};
+use crate::shard::ShardCtx;
+
+/// How often each shard looks for a step to take.
+const CHECK: Duration = Duration::from_millis(100);
+/// Keys a source deletes per loop turn once a move has ended.
+const DROP_BATCH: usize = 1000;
+
+/// The shard's slot mover: runs while the server does (consensus mode, several shards).
+pub async fn run(ctx: Rc<ShardCtx>) {
+    let Some(consensus) = ctx.globals.consensus.clone() else {
+        return;
+    };
+    if ctx.shard_count < 2 || consensus.transport.is_capturing() {
+        return;
+    }
+    while !ctx.globals.shutting_down() {
+        ctx.mover.next(CHECK).await;
+        if consensus.serving(ctx.id) {
+            step(&ctx, &consensus).await;
+        }
+    }
+}
+
+/// The step this shard, leading its group, has to take now, if any.
+async fn step(ctx: &Rc<ShardCtx>, consensus: &Consensus) {
+    if ctx.id == 0 {
+        finish(ctx, consensus);
+    }
+    let Some(map) = consensus.slot_map() else {
+        return;
+    };
+    let (leaving, arrived) = ctx.shard.borrow().slot_move_progress();
+    if let Some(left) = leaving {
+        let ended = map.last_move >= left.id && map.moving.is_none_or(|m| m.id != left.id);
+        if ended {
+            drop_moved(ctx, consensus, left).await;
+        }
+        // A move this group left must be dropped before it takes part in the next.
+        return;
+    }
+    let Some(m) = map.moving else {
+        return;
+    };
+    if usize::from(m.from) == ctx.id {
+        freeze(ctx, consensus, m).await;
+    } else if usize::from(m.to) == ctx.id
+        && arrived < m.id
+        && consensus.groups[usize::from(m.from)].froze.load(Relaxed) >= m.id
+    {
+        copy_in(ctx, consensus, m).await;
+    }
+}
+
+/// On group 0's leader: the move ends in the map once its target committed the arrival.
+fn finish(ctx: &ShardCtx, consensus: &Consensus) {
+    let mut shard = ctx.shard.borrow_mut();
+    let Some(map) = shard.slot_map() else {
+        return;
+    };
+    let Some(m) = map.moving else {
+        return;
+    };
+    if consensus.groups[usize::from(m.to)].arrived.load(Relaxed) < m.id {
+        return;
+    }
+    let next = map.finish();
+    shard.log_slot_map(next);
+    tracing::info!(
+        %m,
+        "slot move: the map gives the slots to their new group"
+    );
+}
+
+/// On the source's leader: the move's slots frozen in its log, under the shard's lock.
+async fn freeze(ctx: &ShardCtx, consensus: &Consensus, m: Move) {
+    let token = ctx.new_token();
+    ctx.lock_local(token).await;
+    let still = consensus.serving(ctx.id) && ctx.shard.borrow().slot_move_progress().0.is_none();
+    if still {
+        ctx.shard.borrow_mut().freeze_slots(m);
+        let ended = ctx.end_blocked(FROZEN);
+        tracing::info!(
+            %m,
+            ended,
+            "slot move: the slots are frozen in the source group"
+        );
+    }
+    ctx.unlock(token);
+}
+
+/// Whether this node still leads the shard's group, without a break since now: a step
+/// spread over several turns stops once it does not (the next leader takes it up again).
+fn still_leading<'a>(ctx: &ShardCtx, consensus: &'a Consensus) -> impl Fn() -> bool + 'a {
+    let (id, group) = (ctx.id, &consensus.groups[ctx.id]);
+    let epoch = group.leadership.load(Relaxed);
+    move || consensus.serving(id) && group.leadership.load(Relaxed) == epoch
+}
+
+/// On the target's leader: the frozen keys and queues copied from this node's member of
+/// the source, then the slots marked this group's.
+async fn copy_in(ctx: &ShardCtx, consensus: &Consensus, m: Move) {
+    let still = still_leading(ctx, consensus);
+    let from = usize::from(m.from);
+    let mut keys = 0;
+    for slot in m.first..=m.last {
+        let request = Request::Keys(KeyRequest::CopySlotKeys { slot });
+        let Response::SlotKeys(copied) = ctx.request(from, request).await else {
+            tracing::warn!(slot, "slot move: the source shard did not copy a slot");
+            return;
+        };
+        if !still() {
+            return;
+        }
+        keys += copied.len();
+        if !copied.is_empty() {
+            ctx.shard
+                .borrow_mut()
+                .take_in_slot_keys(SlotCopy { keys: copied });
+        }
+    }
+    let request = Request::Keys(KeyRequest::CopySlotQueues {
+        first: m.first,
+        last: m.last,
+    });
+    let Response::Key(queues) = ctx.request(from, request).await else {
+        tracing::warn!("slot move: the source shard did not copy the queues");
+        return;
+    };
+    if !still() {
+        return;
+    }
+    let mut shard = ctx.shard.borrow_mut();
+    let queues = match queues.map(|payload| shard.take_in_slot_queues(&payload)) {
+        Some(Ok(count)) => count,
+        Some(Err(e)) => {
+            tracing::error!("slot move: the copied queues do not load ({e})");
+            return;
+        }
+        None => 0,
+    };
+    shard.arrive_slots(m);
+    tracing::info!(
+        %m,
+        keys,
+        queues,
+        "slot move: the slots' keys and queues are copied into the target group"
+    );
+}
+
+/// On the source's leader, once the map gives the slots to their new group: their keys
+/// and queues deleted, a batch per loop turn, then the move marked done here.
+async fn drop_moved(ctx: &ShardCtx, consensus: &Consensus, m: Move) {
+    let still = still_leading(ctx, consensus);
+    let (mut keys, mut this_turn) = (0, 0);
+    for slot in m.first..=m.last {
+        if ctx.shard.borrow().serves_slot(slot) {
+            // A later move brought it back: its keys are this group's again.
+            continue;
+        }
+        loop {
+            let dropped = ctx
+                .shard
+                .borrow_mut()
+                .drop_slot_keys(slot, DROP_BATCH - this_turn);
+            keys += dropped;
+            this_turn += dropped;
+            if this_turn >= DROP_BATCH {
+                // The turn's deletes go as one entry; the shard serves meanwhile.
+                this_turn = 0;
+                futures_lite::future::yield_now().await;
+                if !still() {
+                    return;
+                }
+                continue;
+            }
+            break;
+        }
+    }
+    let mut shard = ctx.shard.borrow_mut();
+    let queues = shard.drop_slot_queues(m.first, m.last);
+    shard.dropped_slots(m.id);
+    tracing::info!(
+        %m,
+        keys,
+        queues,
+        "slot move: the source group dropped the moved slots"
+    );
+}
