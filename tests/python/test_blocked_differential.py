@@ -25,7 +25,7 @@ several of them, is served by whichever owner answers first, where Redis serves 
 key fed first. There the test checks that the answer came from one of those keys, and the
 case ends (the two keyspaces now differ by that choice).
 
-WETASK_BLOCKED_CASES sets the number of cases per server and protocol (default 30);
+WETASK_BLOCKED_CASES sets the number of cases per server and protocol (default 20);
 WETASK_BLOCKED_SEED replays one seed.
 """
 
@@ -40,8 +40,8 @@ import redis
 from conftest import Server
 from test_differential import real_redis  # noqa: F401  (the fixture)
 
-# 30 keeps the suite under its 20 minutes; `make chaos` runs 200.
-CASES = int(os.environ.get("WETASK_BLOCKED_CASES", "30"))
+# 20 keeps the suite under its 20 minutes; `make chaos` runs 200.
+CASES = int(os.environ.get("WETASK_BLOCKED_CASES", "20"))
 SEED = os.environ.get("WETASK_BLOCKED_SEED")
 # Generous: a cold debug build on a loaded 2-CPU machine answers a hop in well under this.
 ANSWER_DEADLINE_S = 10.0

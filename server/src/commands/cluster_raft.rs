@@ -4,8 +4,8 @@
 //! as their primary, with the other members as its replicas; a range whose group has no
 //! leader yet is left out (clients retry, as they do while a Redis Cluster fails over).
 //! The subcommands that change the map by hand (MEET, ADDSLOTS, SETSLOT, FAILOVER …) are
-//! refused: the groups decide it. KEYSLOT, COUNTKEYSINSLOT, GETKEYSINSLOT and LINKS answer
-//! as in cluster mode (`commands::cluster`).
+//! refused: the groups decide it (`RAFT MOVESLOTS` moves slots between them). KEYSLOT,
+//! COUNTKEYSINSLOT, GETKEYSINSLOT and LINKS answer as in cluster mode (`commands::cluster`).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -38,7 +38,7 @@ pub fn answer(
             return None
         }
         _ => Frame::static_error(
-            "ERR the slot map follows the Raft groups in consensus mode; it cannot be changed by hand",
+            "ERR the slot map follows the Raft groups in consensus mode: move slots between groups with RAFT MOVESLOTS on group 0's leader",
         ),
     };
     Some(frame)

@@ -17,6 +17,17 @@
 //! `WETASK_SIM_TRACE=1` prints what happens. `WETASK_SIM_SEEDS` sets how many run (the
 //! suite runs 2,000, from `WETASK_SIM_FIRST`).
 //!
+//! With two groups, slots move between them now and then (`RAFT MOVESLOTS`): group 0's
+//! leader begins a move of two slots in its map, and each group's leader takes the steps
+//! the server's slot mover decides (`shard::slot_mover::next_step`: freeze, copy, the map's
+//! end, drop), at once, on whatever its node's members have committed. Clients write keys of
+//! four slots, two of each group at first, through the node's own map (another group's
+//! slot is `-MOVED`, a frozen one `-TRYAGAIN`); the checks then read each key in the group
+//! that the members' map, one for all, gives its slot, and find no key of a slot in the
+//! other group. It found a new leader that never published a freeze it had applied, and
+//! a source that froze slots for a move begun in a map that never committed (group 0's
+//! leader now publishes its map once committed).
+//!
 //! Membership changes too, now and then: a fourth node starts with `--raft-join` and group
 //! 0's leader adds it as a learner (it can only start from a snapshot that names it; each
 //! group's leader promotes it once it has caught up there), and once the group has four
@@ -43,6 +54,7 @@ use wetask_shards::Shard;
 use super::transport::Outbound;
 use super::{peers, Clock, Consensus};
 use crate::shard::raft::{Barrier, Passed, ShardRaft};
+use crate::shard::slot_mover::{self, Step};
 
 const MEMBERS: &str = "1=127.0.0.1:7000,2=127.0.0.2:7000,3=127.0.0.3:7000";
 /// The fourth node's `--raft-peers` (it joins: `--raft-join yes`).
@@ -156,14 +168,81 @@ impl Node {
     }
 
     fn get(&mut self, g: usize, key: &str) -> Option<String> {
+        self.try_get(g, key).flatten()
+    }
+
+    /// GET in group `g`: `None` when the group refuses it (a slot it froze for a move).
+    fn try_get(&mut self, g: usize, key: &str) -> Option<Option<String>> {
         let spec = wetask_shards::lookup(b"get").expect("get");
         let args = [
             Bytes::from_static(b"get"),
             Bytes::copy_from_slice(key.as_bytes()),
         ];
         match self.groups[g].shard.execute(0, 0, spec, &args) {
-            Frame::Bulk(value) => Some(String::from_utf8_lossy(&value).into_owned()),
-            _ => None,
+            Frame::Bulk(value) => Some(Some(String::from_utf8_lossy(&value).into_owned())),
+            Frame::Error(_) => None,
+            _ => Some(None),
+        }
+    }
+
+    /// The group this node's copy of group 0's map gives `key`'s slot.
+    fn group_of(&self, key: &str) -> usize {
+        let slot = wetask_shards::key_slot(key.as_bytes());
+        let groups = self.groups.len();
+        self.consensus
+            .slot_map()
+            .map_or((usize::from(slot) * groups) >> 14, |map| {
+                usize::from(map.owner(slot))
+            })
+    }
+
+    /// One look of the slot mover (`shard::slot_mover`) on group `g`'s member, leading:
+    /// the step its decision names, taken at once (the server spreads a copy and a drop
+    /// over turns).
+    fn move_slots(&mut self, g: usize) -> Option<&'static str> {
+        if !self.serving(g) {
+            return None;
+        }
+        let consensus = self.consensus.clone();
+        if g == 0 {
+            let shard = &mut self.groups[0].shard;
+            if let Some(next) = slot_mover::map_to_finish(&consensus, shard.slot_map()) {
+                shard.log_slot_map(next);
+                return Some("finish");
+            }
+        }
+        let progress = self.groups[g].shard.slot_move_progress();
+        match slot_mover::next_step(&consensus, g, progress)? {
+            Step::Freeze(m) => {
+                self.groups[g].shard.freeze_slots(m);
+                Some("freeze")
+            }
+            Step::CopyIn(m) => {
+                let from = usize::from(m.from);
+                for slot in m.first..=m.last {
+                    let copy = self.groups[from].shard.copy_slot_keys(slot);
+                    self.groups[g].shard.take_in_slot_keys(copy);
+                }
+                if let Some(queues) = self.groups[from].shard.copy_slot_queues(m.first, m.last) {
+                    self.groups[g]
+                        .shard
+                        .take_in_slot_queues(&queues)
+                        .expect("copied queues load");
+                }
+                self.groups[g].shard.arrive_slots(m);
+                Some("copy")
+            }
+            Step::Drop(m) => {
+                let shard = &mut self.groups[g].shard;
+                for slot in m.first..=m.last {
+                    if !shard.serves_slot(slot) {
+                        shard.drop_slot_keys(slot, usize::MAX);
+                    }
+                }
+                shard.drop_slot_queues(m.first, m.last);
+                shard.dropped_slots(m.id);
+                Some("drop")
+            }
         }
     }
 }
@@ -375,8 +454,17 @@ impl World {
                     let before = (node.serving(g), term(node));
                     node.drive(g, &mut self.out);
                     let after = (node.serving(g), term(node));
+                    // The slot mover looks now and then (the server's every 100 ms).
+                    let moved = match self.rng.u32(..4) {
+                        0 => node.move_slots(g),
+                        _ => None,
+                    };
+                    let (id, state) = (node.id, node.groups[g].raft.describe());
+                    if let Some(what) = moved {
+                        self.say(|| format!("node {id} group {g}: slot move step {what}"));
+                        self.note(31);
+                    }
                     if before != after {
-                        let (id, state) = (node.id, node.groups[g].raft.describe());
                         self.say(|| {
                             format!(
                                 "node {id} group {g}: serving/term {before:?} -> {after:?} [{state}]"
@@ -385,6 +473,7 @@ impl World {
                     }
                 }
             }
+            860..=869 if faults => self.begin_move(),
             750..=869 => {
                 // The clocks move, each at its own pace.
                 for (i, node) in self.nodes.iter().enumerate() {
@@ -417,12 +506,17 @@ impl World {
     /// it: first, then the commit point holds the reply).
     fn client_write(&mut self) {
         let g = self.a_group();
+        let slot = SLOTS[self.rng.usize(..SLOTS.len())];
         let Some(i) = self.a_serving_node(g) else {
             return;
         };
         let node = self.nodes[i].as_mut().expect("live");
         self.next_key += 1;
-        let key = format!("{g}:k{}", self.next_key);
+        let key = key_in(slot, self.next_key);
+        if node.group_of(&key) != g {
+            // The node's map sends the client to the slot's group (-MOVED).
+            return;
+        }
         let value = format!("v{}-{}", self.next_key, node.id);
         let spec = wetask_shards::lookup(b"set").expect("set");
         let args = [
@@ -434,6 +528,10 @@ impl World {
         let functions = (g == 0 && self.rng.u32(..10) == 0).then_some(self.next_key);
         let member = &mut node.groups[g];
         let reply = member.shard.execute(0, 1, spec, &args);
+        if matches!(&reply, Frame::Error(e) if e.starts_with(b"TRYAGAIN")) {
+            // The slot is frozen for a move: nothing was written, nothing acknowledged.
+            return;
+        }
         assert!(matches!(reply, Frame::Simple(_)), "SET answered {reply:?}");
         if let Some(set) = functions {
             member.shard.log_functions(Bytes::from(format!("f{set}")));
@@ -461,8 +559,9 @@ impl World {
         let Some((key, expected)) = self.an_acknowledged_write() else {
             return;
         };
-        if let Some(i) = self.a_serving_node(group_of(&key)) {
-            self.read_on(i, key, expected);
+        let g = self.a_group();
+        if let Some(i) = self.a_serving_node(g) {
+            self.read_on(i, g, key, expected);
         }
     }
 
@@ -493,14 +592,20 @@ impl World {
         })
     }
 
-    /// GET of acknowledged `key` on node `i`, as it believes it serves the key's group.
-    fn read_on(&mut self, i: usize, key: String, expected: String) {
-        let g = group_of(&key);
-        if !self.nodes[i].as_ref().is_some_and(|n| n.serving(g)) {
+    /// GET of acknowledged `key` on node `i` in group `g`, as it believes it serves that
+    /// group and its map gives the key's slot to it.
+    fn read_on(&mut self, i: usize, g: usize, key: String, expected: String) {
+        if !self.nodes[i]
+            .as_ref()
+            .is_some_and(|n| n.serving(g) && n.group_of(&key) == g)
+        {
             return;
         }
         let node = self.nodes[i].as_mut().expect("live");
-        let got = node.get(g, &key);
+        let Some(got) = node.try_get(g, &key) else {
+            // Frozen for a move: -TRYAGAIN, no reply to check.
+            return;
+        };
         let member = &mut node.groups[g];
         member.raft.drive(&mut member.shard);
         if let crate::shard::raft::Hold::Until(barrier) = member.raft.hold(&mut member.shard, 1) {
@@ -509,6 +614,37 @@ impl World {
                 .push((barrier, Op::Read { key, expected, got }));
         }
         self.note(7);
+    }
+
+    /// Group 0's leader begins a move of [`MOVING`] to the group that does not serve them
+    /// (`RAFT MOVESLOTS`), when none is under way; its reply waits as a write's does.
+    fn begin_move(&mut self) {
+        if self.groups < 2 {
+            return;
+        }
+        let Some(i) = self.a_serving_node(0) else {
+            return;
+        };
+        let node = self.nodes[i].as_mut().expect("live");
+        let shard = &mut node.groups[0].shard;
+        let map = shard
+            .slot_map()
+            .cloned()
+            .unwrap_or_else(|| wetask_shards::shard::slot_moves::GroupMap::arithmetic(2));
+        let to = 1 - map.owner(MOVING.0);
+        let Ok(next) = map.begin(MOVING.0, MOVING.1, to, 2) else {
+            return;
+        };
+        let id = next.last_move;
+        shard.log_slot_map(next);
+        let node_id = node.id;
+        self.say(|| {
+            format!(
+                "node {node_id}: RAFT MOVESLOTS {}-{} {to} (move {id})",
+                MOVING.0, MOVING.1
+            )
+        });
+        self.note(500 + id);
     }
 
     fn crash_or_restart(&mut self) {
@@ -548,7 +684,9 @@ impl World {
             Some(i) => {
                 self.say(|| format!("node {}: resumed", i + 1));
                 if let Some((key, expected)) = self.an_acknowledged_write() {
-                    self.read_on(i, key, expected);
+                    if let Some(g) = self.nodes[i].as_ref().map(|n| n.group_of(&key)) {
+                        self.read_on(i, g, key, expected);
+                    }
                 }
             }
             None => {
@@ -695,7 +833,7 @@ impl World {
                         a.load(std::sync::atomic::Ordering::Relaxed)
                     };
                     format!(
-                        "node {} group {g}: serving {} leader {} term {} commit {} applied {} pending {} members {:?} learners {:?} [{}]",
+                        "node {} group {g}: serving {} leader {} term {} commit {} applied {} pending {} members {:?} learners {:?} moving {:?} progress {:?} [{}]",
                         n.id,
                         n.serving(g),
                         load(&group.leader),
@@ -705,6 +843,8 @@ impl World {
                         n.groups[g].pending.len(),
                         n.consensus.members(g),
                         n.consensus.learners(g),
+                        n.consensus.slot_map().and_then(|map| map.moving),
+                        n.groups[g].shard.slot_move_progress(),
                         n.groups[g].raft.describe()
                     )
                 })
@@ -722,7 +862,23 @@ impl World {
     /// members.
     fn settled(&self) -> bool {
         let members = self.members();
-        (0..self.groups).all(|g| self.group_settled(g, &members))
+        (0..self.groups).all(|g| self.group_settled(g, &members)) && self.moves_settled(&members)
+    }
+
+    /// No slot move is under way or waits for its source's drop, on any member.
+    fn moves_settled(&self, members: &[u64]) -> bool {
+        self.nodes
+            .iter()
+            .flatten()
+            .filter(|n| members.contains(&n.id))
+            .all(|n| {
+                n.consensus
+                    .slot_map()
+                    .is_none_or(|map| map.moving.is_none())
+                    && n.groups
+                        .iter()
+                        .all(|m| m.shard.slot_move_progress().0.is_none())
+            })
     }
 
     fn group_settled(&self, g: usize, group_0: &[u64]) -> bool {
@@ -750,12 +906,18 @@ impl World {
         let members = self.members();
         assert!(members.len() >= 3, "the group has members {members:?}");
         self.check_functions(&members);
+        self.check_slots(&members);
         for node in self.nodes.iter_mut().flatten() {
             if !members.contains(&node.id) {
                 continue;
             }
-            let values: Vec<Option<String>> =
-                keys.iter().map(|k| node.get(group_of(k), k)).collect();
+            let values: Vec<Option<String>> = keys
+                .iter()
+                .map(|k| {
+                    let g = node.group_of(k);
+                    node.get(g, k)
+                })
+                .collect();
             let lost: Vec<&String> = self
                 .out
                 .acked
@@ -794,6 +956,38 @@ impl World {
 }
 
 impl World {
+    /// Every member routes by one slot map, and a slot's keys live in its group only (the
+    /// source of every move dropped them).
+    fn check_slots(&mut self, members: &[u64]) {
+        let maps: Vec<_> = self
+            .nodes
+            .iter()
+            .flatten()
+            .filter(|n| members.contains(&n.id))
+            .map(|n| n.consensus.slot_map())
+            .collect();
+        assert!(
+            maps.iter().all(|map| *map == maps[0]),
+            "the members route by different slot maps: {maps:?}"
+        );
+        for node in self.nodes.iter_mut().flatten() {
+            if !members.contains(&node.id) {
+                continue;
+            }
+            for slot in SLOTS {
+                let owner = node.group_of(&key_in(slot, 0));
+                for g in (0..node.groups.len()).filter(|&g| g != owner) {
+                    let (held, _) = node.groups[g].shard.keys_in_slot(0, slot, 1);
+                    assert_eq!(
+                        held, 0,
+                        "node {} group {g} still holds keys of slot {slot}, group {owner}'s",
+                        node.id
+                    );
+                }
+            }
+        }
+    }
+
     /// Every member of group 0 holds one function set, no older than the newest whose
     /// change was acknowledged (a later change may have committed unacknowledged).
     fn check_functions(&self, members: &[u64]) {
@@ -823,12 +1017,15 @@ impl World {
     }
 }
 
-/// The group a key was written in (its name begins with it: `1:k42`).
-fn group_of(key: &str) -> usize {
-    key.split(':')
-        .next()
-        .and_then(|g| g.parse().ok())
-        .expect("a key names its group")
+/// The slots the clients write in: two of group 0's, two of group 1's (with two groups),
+/// of which [`MOVING`] move between the groups now and then.
+const SLOTS: [u16; 4] = [100, 9000, 9001, 16000];
+const MOVING: (u16, u16) = (9000, 9001);
+
+/// A unique key of `slot` (its hash tag names the slot).
+fn key_in(slot: u16, n: u64) -> String {
+    let tag = String::from_utf8_lossy(wetask_shards::slot::slot_tag(slot)).into_owned();
+    format!("{{{tag}}}:k{n}")
 }
 
 impl Drop for World {
@@ -853,6 +1050,10 @@ struct Tally {
     promoted: bool,
     /// A function set's change was acknowledged (and every member held it, or a newer).
     functions: bool,
+    /// Slot moves begun (every one ended by the calm), and the acknowledged writes of the
+    /// slots they moved, in seeds with a move.
+    moves: u64,
+    moved_writes: usize,
 }
 
 /// Runs one seed: faults, then a calm, then the checks.
@@ -865,6 +1066,17 @@ fn run(seed: u64) -> Tally {
     world.check();
     let mut members = world.members();
     members.sort_unstable();
+    let moves = world.nodes[0]
+        .as_ref()
+        .and_then(|n| n.consensus.slot_map())
+        .map_or(0, |map| map.last_move);
+    let moving = MOVING.0..=MOVING.1;
+    let moved_writes = match moves {
+        0 => 0,
+        _ => (world.out.acked.keys())
+            .filter(|key| moving.contains(&wetask_shards::key_slot(key.as_bytes())))
+            .count(),
+    };
     Tally {
         trace: world.trace,
         writes: world.out.acked.len(),
@@ -872,6 +1084,8 @@ fn run(seed: u64) -> Tally {
         changed: members != [1, 2, 3],
         promoted: members.contains(&4),
         functions: world.out.functions > 0,
+        moves,
+        moved_writes,
     }
 }
 
@@ -891,6 +1105,7 @@ fn seeded_groups_lose_no_acknowledged_write_and_agree() {
         }
     };
     let (mut acked, mut reads, mut changed, mut promoted, mut functions) = (0, 0, 0, 0, 0);
+    let (mut moves, mut moved_writes) = (0, 0);
     for &seed in &seeds {
         match std::panic::catch_unwind(|| run(seed)) {
             Ok(tally) => {
@@ -899,6 +1114,8 @@ fn seeded_groups_lose_no_acknowledged_write_and_agree() {
                 changed += usize::from(tally.changed);
                 promoted += usize::from(tally.promoted);
                 functions += usize::from(tally.functions);
+                moves += tally.moves;
+                moved_writes += tally.moved_writes;
             }
             Err(_) => panic!("seed {seed} failed; replay it with WETASK_SIM_SEED={seed}"),
         }
@@ -923,9 +1140,18 @@ fn seeded_groups_lose_no_acknowledged_write_and_agree() {
             functions > runs / 4,
             "a function set was acknowledged in {functions} of {runs} seeds"
         );
+        // Half the seeds run two groups, and a move waits for the one before it.
+        assert!(
+            moves > runs as u64 / 8,
+            "{moves} slot moves over {runs} seeds"
+        );
+        assert!(
+            moved_writes > runs / 8,
+            "{moved_writes} acknowledged writes in moving slots over {runs} seeds"
+        );
     }
     println!(
-        "{} seeds, {acked} acknowledged writes and {reads} reads checked; the members changed in {changed}, the joining learner ended a voter in {promoted}; a function set acknowledged in {functions}",
+        "{} seeds, {acked} acknowledged writes and {reads} reads checked; the members changed in {changed}, the joining learner ended a voter in {promoted}; a function set acknowledged in {functions}; {moves} slot moves, {moved_writes} acknowledged writes in their slots",
         seeds.len()
     );
 }

@@ -185,23 +185,17 @@ impl ShardCore {
     /// thread what is now written (WAITAOF counts replicas' fsyncs).
     pub fn commit_journal(&self, when: crate::persist::Commit) {
         if let Some(raft) = self.raft.borrow_mut().as_mut() {
-            let (functions, slot_map) = match self.shard.try_borrow_mut() {
+            let functions = match self.shard.try_borrow_mut() {
                 Ok(mut shard) => {
+                    // Publishes group 0's slot map too, once committed (`publish_moves`).
                     raft.drive(&mut shard);
-                    (
-                        shard.take_changed_functions(),
-                        shard.take_changed_slot_map(),
-                    )
+                    shard.take_changed_functions()
                 }
                 Err(_) => {
                     debug_assert!(false, "a Raft drive while the shard is borrowed");
-                    (None, None)
+                    None
                 }
             };
-            if let (Some(map), Some(consensus)) = (slot_map, self.globals.consensus.as_ref()) {
-                // Group 0's member applied (or, leading, logged) a new slot map.
-                consensus.set_slot_map(map);
-            }
             if let Some(set) = functions {
                 // The metadata group applied FUNCTION changes (or rebuilt without them).
                 crate::function_store::replace_from_log(&self.globals, set);

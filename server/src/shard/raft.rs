@@ -162,10 +162,15 @@ pub struct ShardRaft {
     /// Slot moves: the last entry proposed, with the state's part in moves when it was
     /// (published as committed once it commits: `publish_moves`).
     moves_pending: Option<(u64, MoveProgress)>,
+    /// Group 0: a slot map the last proposal carried, published once it commits (a move
+    /// begun in a map that never commits must not reach the other groups: the simulation
+    /// found a source that froze slots for such a move, and nobody served them again).
+    map_pending: Option<(u64, Option<GroupMap>)>,
 }
 
 /// A group's part in slot moves: the move it froze and has not dropped, the last it took in.
 type MoveProgress = (Option<wetask_shards::shard::slot_moves::Move>, u64);
+use wetask_shards::shard::slot_moves::GroupMap;
 
 impl ShardRaft {
     /// Opens the group's snapshot and log in `dir`, loads the snapshot into `state`, and
@@ -223,6 +228,7 @@ impl ShardRaft {
             apply_after: None,
             membership_checked: Instant::now(),
             moves_pending: None,
+            map_pending: None,
         })
     }
 
@@ -362,17 +368,29 @@ impl ShardRaft {
 
     /// Publishes the group's committed part in slot moves (`Group::froze`, `arrived`):
     /// a follower's state is what it applied, all committed; a leader's may run ahead of
-    /// its commit, so it publishes what its last proposal carried once that commits.
-    fn publish_moves(&mut self, shard: &Shard) {
-        let progress = match self.serving {
-            false => shard.slot_move_progress(),
-            true => match self.moves_pending {
-                Some((index, progress)) if self.node.raft.raft_log.committed >= index => {
-                    self.moves_pending = None;
-                    progress
-                }
-                _ => return,
-            },
+    /// its commit, so it publishes what its last proposal carried once that commits, or
+    /// its state when nothing it ran waits (a new leader whose last applied entries made it
+    /// serve: the simulation found one that never published a freeze so).
+    fn publish_moves(&mut self, shard: &mut Shard) {
+        let committed = self.node.raft.raft_log.committed;
+        let settled = committed >= self.executed && !shard.journal_pending();
+        if !self.serving || settled {
+            if let Some(map) = shard.take_changed_slot_map() {
+                self.map_pending = Some((0, map));
+            }
+        }
+        match self.map_pending.take() {
+            Some((index, map)) if committed >= index => self.consensus.set_slot_map(map),
+            pending => self.map_pending = pending,
+        }
+        let progress = match (self.serving, self.moves_pending) {
+            (false, _) => shard.slot_move_progress(),
+            (true, Some((index, progress))) if committed >= index => {
+                self.moves_pending = None;
+                progress
+            }
+            (true, None) if settled => shard.slot_move_progress(),
+            (true, _) => return,
         };
         let group = self.group();
         if let Some(leaving) = progress.0 {
@@ -459,6 +477,9 @@ impl ShardRaft {
                 self.last_group = std::mem::take(&mut self.gathered).max(1);
                 self.executed = self.node.raft.raft_log.last_index();
                 self.moves_pending = Some((self.executed, shard.slot_move_progress()));
+                if let Some(map) = shard.take_changed_slot_map() {
+                    self.map_pending = Some((self.executed, map));
+                }
                 self.proposed_now = true;
                 self.round_started.get_or_insert_with(Instant::now);
                 self.group().proposed.fetch_add(1, Ordering::Relaxed);
@@ -895,6 +916,7 @@ impl ShardRaft {
         self.serving = false;
         self.deposed = true;
         self.moves_pending = None;
+        self.map_pending = None;
         self.epoch += 1;
         self.lead_term = 0;
         shard.set_journaling(false);

@@ -31,7 +31,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use wetask_shards::shard::slot_moves::{Move, SlotCopy, FROZEN};
+use wetask_shards::shard::slot_moves::{GroupMap, Move, SlotCopy, FROZEN};
 
 use crate::consensus::Consensus;
 use crate::mesh::{KeyRequest, Request, Response};
@@ -58,54 +58,69 @@ pub async fn run(ctx: Rc<ShardCtx>) {
     }
 }
 
+/// A step of a slot move that a group's leader takes (see the module's comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The source freezes the move's slots.
+    Freeze(Move),
+    /// The target copies them in and marks them its own.
+    CopyIn(Move),
+    /// The source drops a move that has ended.
+    Drop(Move),
+}
+
+/// On group 0's leader, whose own map is `own`: the map once the move under way has ended,
+/// when this node's member of its target has committed the arrival.
+pub fn map_to_finish(consensus: &Consensus, own: Option<&GroupMap>) -> Option<GroupMap> {
+    let map = own?;
+    let m = map.moving?;
+    let arrived = consensus.groups[usize::from(m.to)].arrived.load(Relaxed);
+    (arrived >= m.id).then(|| map.finish())
+}
+
+/// The step the leader of `group` has to take now, from its own part in moves
+/// (`progress`, `Shard::slot_move_progress`) and what this node's copy of the map and its
+/// members of the other groups have committed.
+pub fn next_step(
+    consensus: &Consensus,
+    group: usize,
+    progress: (Option<Move>, u64),
+) -> Option<Step> {
+    let map = consensus.slot_map()?;
+    let (leaving, arrived) = progress;
+    if let Some(left) = leaving {
+        // A move this group left must be dropped before it takes part in the next.
+        let ended = map.last_move >= left.id && map.moving.is_none_or(|m| m.id != left.id);
+        return ended.then_some(Step::Drop(left));
+    }
+    let m = map.moving?;
+    if usize::from(m.from) == group {
+        return Some(Step::Freeze(m));
+    }
+    let froze = consensus.groups[usize::from(m.from)].froze.load(Relaxed);
+    (usize::from(m.to) == group && arrived < m.id && froze >= m.id).then_some(Step::CopyIn(m))
+}
+
 /// The step this shard, leading its group, has to take now, if any.
 async fn step(ctx: &Rc<ShardCtx>, consensus: &Consensus) {
     if ctx.id == 0 {
-        finish(ctx, consensus);
-    }
-    let Some(map) = consensus.slot_map() else {
-        return;
-    };
-    let (leaving, arrived) = ctx.shard.borrow().slot_move_progress();
-    if let Some(left) = leaving {
-        let ended = map.last_move >= left.id && map.moving.is_none_or(|m| m.id != left.id);
-        if ended {
-            drop_moved(ctx, consensus, left).await;
+        let mut shard = ctx.shard.borrow_mut();
+        if let Some(next) = map_to_finish(consensus, shard.slot_map()) {
+            let m = shard
+                .slot_map()
+                .and_then(|map| map.moving)
+                .expect("a move ends");
+            shard.log_slot_map(next);
+            tracing::info!(%m, "slot move: the map gives the slots to their new group");
         }
-        // A move this group left must be dropped before it takes part in the next.
-        return;
     }
-    let Some(m) = map.moving else {
-        return;
-    };
-    if usize::from(m.from) == ctx.id {
-        freeze(ctx, consensus, m).await;
-    } else if usize::from(m.to) == ctx.id
-        && arrived < m.id
-        && consensus.groups[usize::from(m.from)].froze.load(Relaxed) >= m.id
-    {
-        copy_in(ctx, consensus, m).await;
+    let progress = ctx.shard.borrow().slot_move_progress();
+    match next_step(consensus, ctx.id, progress) {
+        Some(Step::Drop(m)) => drop_moved(ctx, consensus, m).await,
+        Some(Step::Freeze(m)) => freeze(ctx, consensus, m).await,
+        Some(Step::CopyIn(m)) => copy_in(ctx, consensus, m).await,
+        None => {}
     }
-}
-
-/// On group 0's leader: the move ends in the map once its target committed the arrival.
-fn finish(ctx: &ShardCtx, consensus: &Consensus) {
-    let mut shard = ctx.shard.borrow_mut();
-    let Some(map) = shard.slot_map() else {
-        return;
-    };
-    let Some(m) = map.moving else {
-        return;
-    };
-    if consensus.groups[usize::from(m.to)].arrived.load(Relaxed) < m.id {
-        return;
-    }
-    let next = map.finish();
-    shard.log_slot_map(next);
-    tracing::info!(
-        %m,
-        "slot move: the map gives the slots to their new group"
-    );
 }
 
 /// On the source's leader: the move's slots frozen in its log, under the shard's lock.
