@@ -77,7 +77,7 @@ def test_slots_move_between_groups_under_a_writer_and_nothing_acknowledged_is_lo
         # A worker leases a task of a moving queue before the move and acks it after.
         leased_q = moving_queues[0]
         worker = redis.Redis(host=l1.host, port=l1.shard_port(1), decode_responses=True)
-        assert worker.execute_command("TASK.WORKER", "mover-w1") == "OK"
+        assert worker.execute_command("TASK.WORKER", "mover-w1", "GRACE", 60000) == "OK"
         [(leased_id, _, _, _)] = worker.execute_command("TASK.FETCH", leased_q, "LEASE", 60000)
 
         acked, stop, thread = start_writer(g)
@@ -87,12 +87,16 @@ def test_slots_move_between_groups_under_a_writer_and_nothing_acknowledged_is_lo
         before = len(acked)
         wait_for(lambda: len(acked) > before + 50, "writes after the first move")
 
-        # The new owner acks the worker's lease (the lease carried over with its worker).
+        # The new owner acks the worker's lease (the lease carried over with its worker),
+        # on a new connection, perhaps to another node; the old one, redirected, closes
+        # (GRACE: a worker's registry is its node's, and the old node's would otherwise
+        # release the worker's leases at once).
         l0 = g.leader(shard=0)
         moved_worker = redis.Redis(host=l0.host, port=l0.shard_port(0), decode_responses=True)
-        assert moved_worker.execute_command("TASK.WORKER", "mover-w1") == "OK"
+        assert moved_worker.execute_command("TASK.WORKER", "mover-w1", "GRACE", 60000) == "OK"
         with pytest.raises(redis.exceptions.MovedError):
             worker.execute_command("TASK.ACK", leased_id)
+        worker.close()
         assert moved_worker.execute_command("TASK.ACK", leased_id) == "OK"
 
         # Part of it goes back while the writer runs, and the source's leader (group 0's,

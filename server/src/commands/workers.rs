@@ -43,6 +43,15 @@ async fn ask_all(ctx: &ShardCtx, request: &dyn Fn() -> WorkerRequest) -> Vec<Res
     answers
 }
 
+/// A worker's home shard: its name's slot's shard as the slots were spread at start, not
+/// as the slot map has them now. The map moves (consensus mode's `RAFT MOVESLOTS`, cluster
+/// mode's SETSLOT between a process's own shards), and a worker's registry must stay where
+/// its connections found it: a connection bound after a move found another home, whose
+/// GRACE ran out when the old connection closed and released the leases the new one held.
+fn home_of(ctx: &ShardCtx, name: &[u8]) -> usize {
+    (usize::from(wetask_shards::key_slot(name)) * ctx.shard_count) >> 14
+}
+
 /// TASK.WORKER id [GRACE ms] [HEARTBEAT ms]: binds this connection to worker `id`. Again
 /// with the same id it renews the options (and counts as a heartbeat); another id is refused.
 pub async fn worker(
@@ -61,7 +70,7 @@ pub async fn worker(
         }
         state.id
     };
-    let home = ctx.owner_of(name);
+    let home = home_of(ctx, name);
     let name = name.clone();
     let request = WorkerRequest::Bind {
         name: name.clone(),
@@ -89,7 +98,7 @@ pub async fn worker(
 /// fetch waits out its BLOCK empty-handed); what it holds it may still ACK.
 pub async fn quiet(ctx: &Rc<ShardCtx>, args: &[Bytes]) -> Frame {
     let name = Bytes::copy_from_slice(&args[1]);
-    let owner = match ask(ctx, ctx.owner_of(&name), WorkerRequest::Quiet { name }).await {
+    let owner = match ask(ctx, home_of(ctx, &name), WorkerRequest::Quiet { name }).await {
         Response::Version(owner) => owner,
         Response::Refused(error) => return error,
         _ => return Frame::static_error("ERR internal error: unexpected shard response"),
