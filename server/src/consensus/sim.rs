@@ -220,7 +220,8 @@ impl Node {
             Step::CopyIn(m) => {
                 let from = usize::from(m.from);
                 for slot in m.first..=m.last {
-                    let copy = self.groups[from].shard.copy_slot_keys(slot);
+                    let names = self.groups[from].shard.slot_key_names(slot);
+                    let copy = self.groups[from].shard.copy_keys(&names);
                     self.groups[g].shard.take_in_slot_keys(copy);
                 }
                 if let Some(queues) = self.groups[from].shard.copy_slot_queues(m.first, m.last) {

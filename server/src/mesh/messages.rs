@@ -155,12 +155,16 @@ pub enum KeyRequest {
         slot: u16,
         count: usize,
     },
-    /// Consensus mode, a slot move (`shard::slot_mover`): a copy of every key of `slot`,
-    /// from the source group's member on this node, left as it is.
-    CopySlotKeys {
+    /// Consensus mode, a slot move (`shard::slot_mover`): the names of `slot`'s keys on
+    /// the source group's member on this node, then copies of some of them, left as they
+    /// are.
+    SlotKeyNames {
         slot: u16,
     },
-    /// The same for the queues of `first..=last` (one payload, or none).
+    CopyKeys {
+        keys: Vec<(usize, bytes::Bytes)>,
+    },
+    /// A copy of the queues of `first..=last` (one payload, or none).
     CopySlotQueues {
         first: u16,
         last: u16,
@@ -413,6 +417,8 @@ pub enum Response {
     Stats(Box<crate::stats::ShardReport>),
     Text(String),
     Pubsub(PubsubReport),
-    /// A slot's keys, copied: (database, name, entry).
+    /// Keys' names, with their databases.
+    KeyNames(Vec<(usize, bytes::Bytes)>),
+    /// Keys copied: (database, name, entry).
     SlotKeys(Vec<(usize, bytes::Bytes, wetask_shards::Entry)>),
 }

@@ -765,9 +765,8 @@ impl ShardCore {
                 let (held, keys) = shard.keys_in_slot(db, slot, count);
                 Response::InSlot(held, keys)
             }
-            KeyRequest::CopySlotKeys { slot } => {
-                Response::SlotKeys(shard.copy_slot_keys(slot).keys)
-            }
+            KeyRequest::SlotKeyNames { slot } => Response::KeyNames(shard.slot_key_names(slot)),
+            KeyRequest::CopyKeys { keys } => Response::SlotKeys(shard.copy_keys(&keys).keys),
             KeyRequest::CopySlotQueues { first, last } => {
                 Response::Key(shard.copy_slot_queues(first, last).map(bytes::Bytes::from))
             }

@@ -41,6 +41,8 @@ use crate::shard::ShardCtx;
 const CHECK: Duration = Duration::from_millis(100);
 /// Keys a source deletes per loop turn once a move has ended.
 const DROP_BATCH: usize = 1000;
+/// Keys the target copies per Raft entry.
+const COPY_BATCH: usize = 1000;
 
 /// The shard's slot mover: runs while the server does (consensus mode, several shards).
 pub async fn run(ctx: Rc<ShardCtx>) {
@@ -155,19 +157,9 @@ async fn copy_in(ctx: &ShardCtx, consensus: &Consensus, m: Move) {
     let from = usize::from(m.from);
     let mut keys = 0;
     for slot in m.first..=m.last {
-        let request = Request::Keys(KeyRequest::CopySlotKeys { slot });
-        let Response::SlotKeys(copied) = ctx.request(from, request).await else {
-            tracing::warn!(slot, "slot move: the source shard did not copy a slot");
-            return;
-        };
-        if !still() {
-            return;
-        }
-        keys += copied.len();
-        if !copied.is_empty() {
-            ctx.shard
-                .borrow_mut()
-                .take_in_slot_keys(SlotCopy { keys: copied });
+        match copy_slot_keys(ctx, consensus, from, slot, &still).await {
+            Some(copied) => keys += copied,
+            None => return,
         }
     }
     let request = Request::Keys(KeyRequest::CopySlotQueues {
@@ -197,6 +189,57 @@ async fn copy_in(ctx: &ShardCtx, consensus: &Consensus, m: Move) {
         queues,
         "slot move: the slots' keys and queues are copied into the target group"
     );
+}
+
+/// The keys of `slot` copied from shard `from` into this one, 1,000 an entry; how many,
+/// or `None` once this node stops leading (or the source does not answer).
+async fn copy_slot_keys(
+    ctx: &ShardCtx,
+    consensus: &Consensus,
+    from: usize,
+    slot: u16,
+    still: &dyn Fn() -> bool,
+) -> Option<usize> {
+    let request = Request::Keys(KeyRequest::SlotKeyNames { slot });
+    let Response::KeyNames(names) = ctx.request(from, request).await else {
+        tracing::warn!(
+            slot,
+            "slot move: the source shard did not name a slot's keys"
+        );
+        return None;
+    };
+    let mut keys = 0;
+    for batch in names.chunks(COPY_BATCH) {
+        let request = Request::Keys(KeyRequest::CopyKeys {
+            keys: batch.to_vec(),
+        });
+        let Response::SlotKeys(copied) = ctx.request(from, request).await else {
+            tracing::warn!(slot, "slot move: the source shard did not copy keys");
+            return None;
+        };
+        if !still() {
+            return None;
+        }
+        if copied.is_empty() {
+            // Every one of them expired meanwhile: nothing to propose.
+            continue;
+        }
+        keys += copied.len();
+        let proposed = consensus.groups[ctx.id].proposed.load(Relaxed);
+        ctx.shard
+            .borrow_mut()
+            .take_in_slot_keys(SlotCopy { keys: copied });
+        // One batch an entry: wait until an entry is proposed after it (it carries the
+        // batch), so that a slot of millions of keys (a hash tag's) never gathers into one
+        // huge entry.
+        while consensus.groups[ctx.id].proposed.load(Relaxed) == proposed {
+            futures_lite::future::yield_now().await;
+            if !still() {
+                return None;
+            }
+        }
+    }
+    Some(keys)
 }
 
 /// On the source's leader, once the map gives the slots to their new group: their keys

@@ -372,21 +372,29 @@ impl Shard {
         self.slot_moves.leaving = Some(m);
     }
 
-    /// The live keys of `slot` in every database, with their entries (read only: the
-    /// source's members must stay identical).
-    pub fn copy_slot_keys(&mut self, slot: u16) -> SlotCopy {
-        let mut keys = Vec::new();
+    /// The names of `slot`'s live keys in every database: (database, name). Read only.
+    pub fn slot_key_names(&mut self, slot: u16) -> Vec<(usize, Bytes)> {
+        let mut out = Vec::new();
         for db in 0..DATABASES {
             if self.db(db).is_empty() {
                 continue;
             }
             let (_, names) = self.keys_in_slot(db, slot, usize::MAX);
-            for name in names {
-                if let Some(entry) = self.clone_entry(db, &name) {
-                    keys.push((db, name, entry));
-                }
-            }
+            out.extend(names.into_iter().map(|name| (db, name)));
         }
+        out
+    }
+
+    /// Copies of these keys' entries, with their expiry (a key gone since is left out).
+    /// Read only: the source's members must stay identical.
+    pub fn copy_keys(&mut self, names: &[(usize, Bytes)]) -> SlotCopy {
+        let keys = names
+            .iter()
+            .filter_map(|(db, name)| {
+                let entry = self.clone_entry(*db, name)?;
+                Some((*db, name.clone(), entry))
+            })
+            .collect();
         SlotCopy { keys }
     }
 
@@ -724,7 +732,8 @@ mod tests {
         let mut target_follower = Shard::new(0);
         let mut target_replay = Replay::default();
         for slot in m.first..=m.last {
-            let copy = source_follower.copy_slot_keys(slot);
+            let names = source_follower.slot_key_names(slot);
+            let copy = source_follower.copy_keys(&names);
             target.take_in_slot_keys(copy);
         }
         let queues = source_follower
