@@ -40,9 +40,26 @@ pub fn is(arg: &[u8], option: &str) -> bool {
     arg.eq_ignore_ascii_case(option.as_bytes())
 }
 
+/// The value `table` pairs with `arg`, its names compared as [`is`] does.
+pub fn keyword<T: Copy>(arg: &[u8], table: &[(&str, T)]) -> Option<T> {
+    table
+        .iter()
+        .find(|(name, _)| is(arg, name))
+        .map(|&(_, value)| value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_keyword_is_found_whatever_its_case_and_nothing_else_is() {
+        let table = [("normal", 1), ("slave", 2), ("replica", 2)];
+        assert_eq!(keyword(b"NoRmAl", &table), Some(1));
+        assert_eq!(keyword(b"slave", &table), Some(2));
+        assert_eq!(keyword(b"normals", &table), None);
+        assert_eq!(keyword(b"", &table), None);
+    }
 
     #[test]
     fn integers_follow_string2ll() {

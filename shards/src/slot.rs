@@ -103,6 +103,13 @@ pub fn shard_of_slot(slot: u16, shard_count: usize) -> usize {
             return usize::from(entry & SHARD_BITS);
         }
     }
+    range_shard(slot, shard_count)
+}
+
+/// The shard whose range holds `slot` when `shard_count` shards share the slots in order
+/// ([`slot_range`]), whatever a map says.
+#[inline]
+pub fn range_shard(slot: u16, shard_count: usize) -> usize {
     (usize::from(slot) * shard_count) >> 14
 }
 
@@ -173,7 +180,7 @@ fn write_map(entries: &[u16], shard_count: usize) {
     let arithmetic = entries
         .iter()
         .enumerate()
-        .all(|(slot, &entry)| usize::from(entry) == (slot * shard_count) >> 14);
+        .all(|(slot, &entry)| usize::from(entry) == range_shard(slot as u16, shard_count));
     MAPPED.store(!arithmetic, Relaxed);
 }
 
@@ -187,7 +194,7 @@ pub fn mapped() -> bool {
 #[inline]
 pub fn placement(slot: u16, shard_count: usize) -> Placement {
     if !mapped() {
-        return Placement::Here((usize::from(slot) * shard_count) >> 14);
+        return Placement::Here(range_shard(slot, shard_count));
     }
     match SLOT_MAP[usize::from(slot)].load(Relaxed) {
         ELSEWHERE => Placement::Elsewhere,

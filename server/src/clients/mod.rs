@@ -378,10 +378,7 @@ impl ClientKind {
             ("replica", ClientKind::Replica),
             ("slave", ClientKind::Replica),
         ];
-        kinds
-            .iter()
-            .find(|(name, _)| text.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|&(_, kind)| kind)
+        wetask_shards::args::keyword(text, &kinds)
     }
 
     pub fn of(conn: &ConnState) -> ClientKind {

@@ -49,7 +49,7 @@ async fn ask_all(ctx: &ShardCtx, request: &dyn Fn() -> WorkerRequest) -> Vec<Res
 /// its connections found it: a connection bound after a move found another home, whose
 /// GRACE ran out when the old connection closed and released the leases the new one held.
 fn home_of(ctx: &ShardCtx, name: &[u8]) -> usize {
-    (usize::from(wetask_shards::key_slot(name)) * ctx.shard_count) >> 14
+    wetask_shards::slot::range_shard(wetask_shards::key_slot(name), ctx.shard_count)
 }
 
 /// TASK.WORKER id [GRACE ms] [HEARTBEAT ms]: binds this connection to worker `id`. Again

@@ -223,20 +223,14 @@ impl Consensus {
 
     /// Each group's slot ranges, in slot order: (first, last, group).
     pub fn slot_ranges(&self) -> Vec<(u16, u16, usize)> {
-        let groups = self.groups.len();
-        match self.slot_map() {
-            Some(map) => map
-                .ranges()
-                .into_iter()
-                .map(|(first, last, group)| (first, last, usize::from(group)))
-                .collect(),
-            None => (0..groups)
-                .map(|g| {
-                    let (first, last) = wetask_shards::slot::slot_range(g, groups);
-                    (first, last, g)
-                })
-                .collect(),
-        }
+        let ranges = match self.slot_map() {
+            Some(map) => map.ranges(),
+            None => GroupMap::arithmetic(self.groups.len()).ranges(),
+        };
+        ranges
+            .into_iter()
+            .map(|(first, last, group)| (first, last, usize::from(group)))
+            .collect()
     }
 
     /// Group 0's member here applied (or, leading, logged) a new map: routing follows it

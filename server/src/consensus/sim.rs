@@ -188,12 +188,10 @@ impl Node {
     /// The group this node's copy of group 0's map gives `key`'s slot.
     fn group_of(&self, key: &str) -> usize {
         let slot = wetask_shards::key_slot(key.as_bytes());
-        let groups = self.groups.len();
-        self.consensus
-            .slot_map()
-            .map_or((usize::from(slot) * groups) >> 14, |map| {
-                usize::from(map.owner(slot))
-            })
+        match self.consensus.slot_map() {
+            Some(map) => usize::from(map.owner(slot)),
+            None => wetask_shards::slot::range_shard(slot, self.groups.len()),
+        }
     }
 
     /// One look of the slot mover (`shard::slot_mover`) on group `g`'s member, leading:
@@ -206,7 +204,7 @@ impl Node {
         let consensus = self.consensus.clone();
         if g == 0 {
             let shard = &mut self.groups[0].shard;
-            if let Some(next) = slot_mover::map_to_finish(&consensus, shard.slot_map()) {
+            if let Some((_, next)) = slot_mover::map_to_finish(&consensus, shard.slot_map()) {
                 shard.log_slot_map(next);
                 return Some("finish");
             }

@@ -71,13 +71,13 @@ pub enum Step {
     Drop(Move),
 }
 
-/// On group 0's leader, whose own map is `own`: the map once the move under way has ended,
-/// when this node's member of its target has committed the arrival.
-pub fn map_to_finish(consensus: &Consensus, own: Option<&GroupMap>) -> Option<GroupMap> {
+/// On group 0's leader, whose own map is `own`: the move under way and the map once it has
+/// ended, when this node's member of its target has committed the arrival.
+pub fn map_to_finish(consensus: &Consensus, own: Option<&GroupMap>) -> Option<(Move, GroupMap)> {
     let map = own?;
     let m = map.moving?;
     let arrived = consensus.groups[usize::from(m.to)].arrived.load(Relaxed);
-    (arrived >= m.id).then(|| map.finish())
+    (arrived >= m.id).then(|| (m, map.finish()))
 }
 
 /// The step the leader of `group` has to take now, from its own part in moves
@@ -107,11 +107,7 @@ pub fn next_step(
 async fn step(ctx: &Rc<ShardCtx>, consensus: &Consensus) {
     if ctx.id == 0 {
         let mut shard = ctx.shard.borrow_mut();
-        if let Some(next) = map_to_finish(consensus, shard.slot_map()) {
-            let m = shard
-                .slot_map()
-                .and_then(|map| map.moving)
-                .expect("a move ends");
+        if let Some((m, next)) = map_to_finish(consensus, shard.slot_map()) {
             shard.log_slot_map(next);
             tracing::info!(%m, "slot move: the map gives the slots to their new group");
         }

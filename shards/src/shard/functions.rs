@@ -50,7 +50,7 @@ impl Shard {
 mod tests {
     use super::*;
     use crate::shard::cross_commit::Replay;
-    use crate::shard::replica::tests::records;
+    use crate::shard::replica::tests::{loaded, records, snapshot_parts};
 
     #[test]
     fn a_set_the_leader_logs_reaches_a_follower_a_snapshot_and_a_rebuild() {
@@ -76,14 +76,7 @@ mod tests {
         );
         assert_eq!(follower.take_changed_functions(), None, "taken once");
 
-        let mut parts = Vec::new();
-        follower.export_snapshot(&mut |part| parts.push(Bytes::copy_from_slice(part)));
-        let mut loaded = Shard::new(0);
-        loaded.begin_full_sync();
-        for part in parts {
-            loaded.import_snapshot_part(part).expect("a part loads");
-        }
-        loaded.finish_snapshot().expect("ends");
+        let mut loaded = loaded(snapshot_parts(&mut follower));
         assert_eq!(
             loaded.take_changed_functions(),
             Some(Some(Bytes::from_static(b"second")))

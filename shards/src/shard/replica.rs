@@ -154,7 +154,7 @@ pub(super) mod tests {
         payloads
     }
 
-    fn snapshot_parts(shard: &mut Shard) -> Vec<Bytes> {
+    pub(in crate::shard) fn snapshot_parts(shard: &mut Shard) -> Vec<Bytes> {
         let mut parts = Vec::new();
         shard.export_snapshot(&mut |part| parts.push(Bytes::copy_from_slice(part)));
         parts
@@ -217,7 +217,7 @@ pub(super) mod tests {
     }
 
     /// Loads `parts` into a fresh shard, as a restart loads its snapshot file.
-    fn loaded(parts: Vec<Bytes>) -> Shard {
+    pub(in crate::shard) fn loaded(parts: Vec<Bytes>) -> Shard {
         let mut shard = Shard::new(0);
         for part in parts {
             shard.import_snapshot_part(part).expect("a part loads");

@@ -110,7 +110,7 @@ impl GroupMap {
     /// Before any move: group *i* serves shard *i*'s range (`slot::slot_range`).
     pub fn arithmetic(groups: usize) -> GroupMap {
         let owners = (0..SLOT_COUNT)
-            .map(|slot| ((usize::from(slot) * groups) >> 14) as u16)
+            .map(|slot| crate::slot::range_shard(slot, groups) as u16)
             .collect();
         GroupMap {
             owners,
@@ -339,12 +339,7 @@ impl Shard {
 
     /// On group 0's leader: `map` is the slot map from here on, journaled.
     pub fn log_slot_map(&mut self, map: GroupMap) {
-        if let Some(journal) = self.journal_turn() {
-            put_slots(journal, |out| {
-                out.push(MAP);
-                map.put(out);
-            });
-        }
+        self.log_slots(MAP, |out| map.put(out));
         self.slot_moves.map = Some(map);
         self.slot_moves.map_changed = true;
     }
@@ -358,12 +353,7 @@ impl Shard {
 
     /// On the source group's leader: the move's slots are frozen from this entry on.
     pub fn freeze_slots(&mut self, m: Move) {
-        if let Some(journal) = self.journal_turn() {
-            put_slots(journal, |out| {
-                out.push(FREEZE);
-                m.put(out);
-            });
-        }
+        self.log_slots(FREEZE, |out| m.put(out));
         self.apply_freeze(m);
     }
 
@@ -415,24 +405,14 @@ impl Shard {
     /// On the target group's leader: the queues copied from the source, journaled.
     pub fn take_in_slot_queues(&mut self, payload: &[u8]) -> Result<usize, String> {
         let taken = self.tasks.take_in_queues(payload)?;
-        if let Some(journal) = self.journal_turn() {
-            put_slots(journal, |out| {
-                out.push(QUEUES);
-                put_bytes(out, payload);
-            });
-        }
+        self.log_slots(QUEUES, |out| put_bytes(out, payload));
         Ok(taken)
     }
 
     /// On the target group's leader, after the copies: the move's slots are this group's
     /// from this entry on.
     pub fn arrive_slots(&mut self, m: Move) {
-        if let Some(journal) = self.journal_turn() {
-            put_slots(journal, |out| {
-                out.push(ARRIVE);
-                m.put(out);
-            });
-        }
+        self.log_slots(ARRIVE, |out| m.put(out));
         self.apply_arrive(m);
     }
 
@@ -464,13 +444,10 @@ impl Shard {
     /// On the source group's leader: the queues of `first..=last` that it does not serve
     /// removed (a slot a later move brought back keeps its own), journaled.
     pub fn drop_slot_queues(&mut self, first: u16, last: u16) -> usize {
-        if let Some(journal) = self.journal_turn() {
-            put_slots(journal, |out| {
-                out.push(DROP_QUEUES);
-                put_u64(out, first.into());
-                put_u64(out, last.into());
-            });
-        }
+        self.log_slots(DROP_QUEUES, |out| {
+            put_u64(out, first.into());
+            put_u64(out, last.into());
+        });
         self.remove_slot_queues(first, last)
     }
 
@@ -486,18 +463,22 @@ impl Shard {
     /// On the source group's leader, after the drops: the move is over here (its slots
     /// stay frozen until a move brings them back).
     pub fn dropped_slots(&mut self, id: u64) {
-        if let Some(journal) = self.journal_turn() {
-            put_slots(journal, |out| {
-                out.push(DROPPED);
-                put_u64(out, id);
-            });
-        }
+        self.log_slots(DROPPED, |out| put_u64(out, id));
         self.apply_dropped(id);
     }
 
     fn apply_dropped(&mut self, id: u64) {
         if self.slot_moves.leaving.is_some_and(|m| m.id == id) {
             self.slot_moves.leaving = None;
+        }
+    }
+
+    /// Journals (when journaling) an `Op::Slots` record of `kind` whose rest `write` writes.
+    fn log_slots(&mut self, kind: u8, write: impl FnOnce(&mut Vec<u8>)) {
+        if let Some(journal) = self.journal_turn() {
+            let mut body = vec![kind];
+            write(&mut body);
+            ops::put_slots(journal, &body);
         }
     }
 
@@ -604,18 +585,11 @@ impl Shard {
     }
 }
 
-/// Appends an `Op::Slots` record whose body `write` writes.
-fn put_slots(journal: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
-    let mut body = Vec::new();
-    write(&mut body);
-    ops::put_slots(journal, &body);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::shard::cross_commit::Replay;
-    use crate::shard::replica::tests::records;
+    use crate::shard::replica::tests::{loaded, records, snapshot_parts};
     use crate::slot::slot_tag;
     use wetask_protocol::Frame;
 
@@ -639,16 +613,9 @@ mod tests {
         }
     }
 
+    /// `shard` through its snapshot, as a restart loads it.
     fn reloaded(shard: &mut Shard) -> Shard {
-        let mut parts = Vec::new();
-        shard.export_snapshot(&mut |part| parts.push(Bytes::copy_from_slice(part)));
-        let mut loaded = Shard::new(shard.id);
-        loaded.begin_full_sync();
-        for part in parts {
-            loaded.import_snapshot_part(part).expect("a part loads");
-        }
-        loaded.finish_snapshot().expect("ends");
-        loaded
+        loaded(snapshot_parts(shard))
     }
 
     #[test]

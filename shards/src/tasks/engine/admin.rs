@@ -43,9 +43,7 @@ impl Listed {
             ("done", Listed::Done),
             ("cancelled", Listed::Cancelled),
         ];
-        all.into_iter()
-            .find(|(name, _)| word.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|(_, listed)| listed)
+        crate::args::keyword(word, &all)
     }
 
     fn holds(self, state: &State) -> bool {

@@ -123,17 +123,21 @@ mod tests {
     use crate::tasks::workers::worker_owner;
     use crate::tasks::SubmitOptions;
 
+    const NOW: u64 = 1_000;
+
+    /// Submits `payload` to `queue` at [`NOW`]; the task's id.
+    fn submit(engine: &mut Engine, queue: &[u8], payload: &str) -> Bytes {
+        let payload = Bytes::from(payload.to_string());
+        let options = SubmitOptions::default();
+        engine.submit(queue, payload, options, NOW).unwrap().0
+    }
+
     #[test]
     fn a_queue_moves_whole_and_a_worker_acks_its_lease_on_the_new_engine() {
         let mut source = Engine::new(60_000);
         let mut target = Engine::new(60_000);
         let worker = worker_owner(b"w1");
-        let now = 1_000;
-        let submit = |engine: &mut Engine, queue: &[u8], payload: &str| {
-            let options = SubmitOptions::default();
-            let payload = Bytes::from(payload.to_string());
-            engine.submit(queue, payload, options, now).unwrap().0
-        };
+        let now = NOW;
         let ids: Vec<Bytes> = (0..4)
             .map(|i| submit(&mut source, b"jobs", &format!("p{i}")))
             .collect();
@@ -176,16 +180,11 @@ mod tests {
         let mut source = Engine::new(60_000);
         let mut target = Engine::new(60_000);
         let worker = worker_owner(b"w1");
-        let now = 1_000;
-        let mut submit = |queue: &[u8], payload: &str| {
-            let payload = Bytes::from(payload.to_string());
-            source
-                .submit(queue, payload, SubmitOptions::default(), now)
-                .unwrap()
-                .0
-        };
-        let ids: Vec<Bytes> = (0..3).map(|i| submit(b"jobs", &format!("p{i}"))).collect();
-        submit(b"other", "stays");
+        let now = NOW;
+        let ids: Vec<Bytes> = (0..3)
+            .map(|i| submit(&mut source, b"jobs", &format!("p{i}")))
+            .collect();
+        submit(&mut source, b"other", "stays");
         let jobs = [Bytes::from_static(b"jobs")];
         let by_worker = source.fetch(&jobs, 1, Some(30_000), worker, now);
         let by_connection = source.fetch(&jobs, 1, Some(30_000), 7, now);
